@@ -1,0 +1,71 @@
+/** Limits and constants of the spec (section 8 and elsewhere). One place, used by server, sdk and tests. */
+export const Limits = {
+  /** Pending web login codes per requesting IP; the next request answers 429. */
+  PENDING_WEB_CODES_PER_IP: 5,
+  LOGIN_CODE_LENGTH: 8,
+  LOGIN_CODE_TTL_MS: 10 * 60 * 1000,
+  /** After this many bot-initiated logins in a row, the next login must be through the website. */
+  BOT_LOGIN_WEB_REQUIRED_EVERY: 5,
+  /** Failed verify attempts allowed per IP per window (docs/security.md has the arithmetic). */
+  VERIFY_FAILURES_PER_IP: 10,
+  VERIFY_FAILURE_WINDOW_MS: 15 * 60 * 1000,
+  /** Failed verify attempts allowed service-wide per window, whatever the address. */
+  VERIFY_FAILURES_GLOBAL: 1000,
+  MAX_SESSIONS_PER_USER: 5,
+  SESSION_TTL_STAFF_MS: 24 * 60 * 60 * 1000,
+  SESSION_TTL_USER_MS: 30 * 24 * 60 * 60 * 1000,
+  BOT_REQUESTS_PER_MINUTE: 600,
+  BOT_DEFAULT_RATE_LIMIT_PER_HOUR: 10_000,
+  USERNAME_MIN: 3,
+  USERNAME_MAX: 32,
+  PUNISHMENTS_PAGE_DEFAULT: 50,
+  PUNISHMENTS_PAGE_MAX: 100,
+  SEARCH_PAGE_DEFAULT: 20,
+  SEARCH_PAGE_MAX: 100,
+  BOT_BATCH_MAX: 100,
+  BOT_NAME_MAX: 64,
+  URL_MAX: 2000,
+  BODY_LIMIT_BYTES: 64 * 1024,
+} as const;
+
+export const USERNAME_PATTERN = '^[A-Za-z0-9._-]{3,32}$';
+
+/**
+ * Login code alphabet: digits and upper-case letters without 0/O and 1/I, so a code read aloud or
+ * retyped is unambiguous. 32 symbols, so 8 characters carry 40 bits. Verify upper-cases its input.
+ */
+export const LOGIN_CODE_ALPHABET = '23456789ABCDEFGHJKLMNPQRSTUVWXYZ';
+
+export const Platforms = ['platform_a', 'platform_b'] as const;
+export type Platform = (typeof Platforms)[number];
+
+/** Default avatar keys: platform_a_0 … platform_a_5. */
+export const DefaultAvatarKeys = [0, 1, 2, 3, 4, 5].map((n) => `platform_a_${n}`);
+
+export const SubscriptionTier = { BASIC: 0, TRIAL: 1, PREMIUM: 2, LIFETIME: 3 } as const;
+export const UserState = { ACTIVE: 0, TIMEOUT: 1, BANNED: 2 } as const;
+export const PermissionLevel = { USER: 0, MODERATOR: 1, ADMIN: 2, OWNER: 3 } as const;
+export const BotType = { OFFICIAL: 1, VERIFIED: 2, COMMUNITY: 3 } as const;
+export const BotTypeNames = { official: 1, verified: 2, community: 3 } as const;
+export const PermissionNames = { user: 0, moderator: 1, admin: 2, owner: 3 } as const;
+
+/**
+ * Audit event codes. 801-803 are the spec's; the others are Parlor's, grouped by hundreds:
+ * 1xx users, 2xx bots, 3xx subscriptions, 4xx punishments, 8xx notifications.
+ */
+export const AuditCodes = {
+  USER_UPDATE: 101,
+  USER_PERMISSION_CHANGE: 102,
+  USER_DELETE: 103,
+  BOT_CREATE: 201,
+  BOT_UPDATE: 202,
+  BOT_DELETE: 203,
+  SUBSCRIPTION_GRANT: 301,
+  SUBSCRIPTION_REVOKE: 302,
+  NOTIFICATION_CREATE: 801,
+  NOTIFICATION_BROADCAST: 802,
+  NOTIFICATION_DELETE: 803,
+} as const;
+
+export const NotificationTypes = ['success', 'info', 'warning', 'danger', 'system'] as const;
+export type NotificationType = (typeof NotificationTypes)[number];

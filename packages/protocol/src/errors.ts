@@ -1,0 +1,55 @@
+/**
+ * The one catalogue of error codes. Every non-2xx answer of the service carries one of these
+ * codes with its HTTP status; socket acks reuse the same codes. docs/api.md lists every code and a
+ * test checks that the list and this catalogue agree.
+ */
+export const ErrorCodes = {
+  ERR_VALIDATION: { status: 400, message: 'The request is not valid.' },
+  ERR_INVALID_JSON: { status: 400, message: 'The request body is not valid JSON.' },
+  ERR_INVALID_CODE: { status: 400, message: 'The login code is unknown, expired or already used.' },
+  ERR_CANNOT_DESTROY_CURRENT_SESSION: {
+    status: 400,
+    message: 'The current session cannot be destroyed this way; log out instead.',
+  },
+  ERR_UNSUPPORTED_PLATFORM: { status: 400, message: 'This platform is not supported.' },
+  ERR_UNAUTHENTICATED: { status: 401, message: 'Authentication is required.' },
+  ERR_INVALID_API_KEY: { status: 401, message: 'The API key is missing or not valid.' },
+  ERR_FORBIDDEN: { status: 403, message: 'You are not allowed to do this.' },
+  ERR_BANNED: { status: 403, message: 'This account is banned.' },
+  ERR_TIMED_OUT: { status: 403, message: 'This account is timed out.' },
+  ERR_ORIGIN_NOT_ALLOWED: { status: 403, message: 'Requests from this origin are not allowed.' },
+  ERR_WEB_LOGIN_REQUIRED: {
+    status: 403,
+    message: 'Log in through the website once before using bot logins again.',
+  },
+  ERR_NOT_FOUND: { status: 404, message: 'Not found.' },
+  ERR_USER_NOT_FOUND: { status: 404, message: 'No such user.' },
+  ERR_PLATFORM_IDENTITY_NOT_FOUND: {
+    status: 404,
+    message: 'No account is linked to this platform identity.',
+  },
+  ERR_SESSION_NOT_FOUND: { status: 404, message: 'No such session.' },
+  ERR_BOT_NOT_FOUND: { status: 404, message: 'No such bot.' },
+  ERR_USERNAME_TAKEN: { status: 409, message: 'This username is taken.' },
+  ERR_METHOD_NOT_ALLOWED: { status: 405, message: 'This method is not allowed on this path.' },
+  ERR_PAYLOAD_TOO_LARGE: { status: 413, message: 'The request body is too large.' },
+  ERR_UNSUPPORTED_MEDIA_TYPE: { status: 415, message: 'Send the body as application/json.' },
+  ERR_RATE_LIMITED: { status: 429, message: 'Too many requests; try again later.' },
+  ERR_TOO_MANY_PENDING_CODES: {
+    status: 429,
+    message: 'Too many pending login codes from this address; use one or wait for them to expire.',
+  },
+  ERR_INTERNAL: { status: 500, message: 'Something went wrong on our side.' },
+  ERR_SERVICE_UNAVAILABLE: { status: 503, message: 'The service is not available right now.' },
+} as const satisfies Record<string, { status: number; message: string }>;
+
+export type ErrorCode = keyof typeof ErrorCodes;
+
+/** The body of every non-2xx answer. Extra fields appear where the spec names them. */
+export interface ErrorBody {
+  code: ErrorCode;
+  message: string;
+  errors?: { path: string; message: string }[];
+  retry_after?: number;
+  ttl?: number;
+}

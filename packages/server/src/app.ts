@@ -1,0 +1,220 @@
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import cookie from '@fastify/cookie';
+import helmet from '@fastify/helmet';
+import swagger from '@fastify/swagger';
+import swaggerUi from '@fastify/swagger-ui';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { ErrorBodySchema, Limits } from '@parlor/protocol';
+import Fastify, { type FastifyInstance } from 'fastify';
+import { registerAdminRoutes } from './modules/admin/admin.routes.js';
+import { makeAdminService } from './modules/admin/admin.service.js';
+import { makeAuditStore } from './modules/audit/audit.store.js';
+import { makeCodeStore } from './modules/auth/auth.codes.js';
+import { registerAuthRoutes } from './modules/auth/auth.routes.js';
+import { makeAuthService } from './modules/auth/auth.service.js';
+import { registerBotRoutes, registerPublicBotRoutes } from './modules/bots/bots.routes.js';
+import { makeBotsService } from './modules/bots/bots.service.js';
+import { makeBotsStore } from './modules/bots/bots.store.js';
+import { makeNotificationsService } from './modules/notifications/notifications.service.js';
+import { makeNotificationsStore } from './modules/notifications/notifications.store.js';
+import { registerSessionsRoutes } from './modules/sessions/sessions.routes.js';
+import { makeSessionsService } from './modules/sessions/sessions.service.js';
+import { makeSessionsStore } from './modules/sessions/sessions.store.js';
+import { registerStatsRoutes } from './modules/stats/stats.routes.js';
+import { makeStatsService } from './modules/stats/stats.service.js';
+import { registerAvatarRoutes } from './modules/users/avatars.routes.js';
+import { registerUsersRoutes } from './modules/users/users.routes.js';
+import { makeUsersService } from './modules/users/users.service.js';
+import { makeUsersStore } from './modules/users/users.store.js';
+import { emptyPrincipal, makeGuards } from './platform/auth.js';
+import { type Clock, systemClock } from './platform/clock.js';
+import type { Config } from './platform/config.js';
+import { type Database, openDatabase, ping } from './platform/db/index.js';
+import { installErrorHandler } from './platform/errors.js';
+import { GeoipLiteLookup, type GeoLookup } from './platform/geo.js';
+import { installMethodNotAllowed } from './platform/method-not-allowed.js';
+import type { App } from './platform/routing.js';
+import { loadOrCreateSecret } from './platform/secret-files.js';
+import { openState, type StateStore } from './platform/state/index.js';
+import { validatorCompiler } from './platform/validation.js';
+
+export type { Config } from './platform/config.js';
+export { ConfigError, loadConfig } from './platform/config.js';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const VERSION = (JSON.parse(readFileSync(path.join(here, '../package.json'), 'utf8')) as { version: string }).version;
+
+export interface AppOptions {
+  config: Readonly<Config>;
+  clock?: Clock;
+  geo?: GeoLookup;
+  /** An already open database (tests share one setup); otherwise opened from config. */
+  database?: Database;
+  /** An already open coordination store; otherwise opened from config. */
+  state?: StateStore;
+  /** Keep the database/state open on close (the caller owns them). */
+  ownsStores?: boolean;
+  logger?: boolean;
+}
+
+export interface BuiltApp {
+  app: FastifyInstance;
+  publicApiKey: string;
+  operatorToken: string;
+  operatorTokenFile: string | null;
+  publicApiKeyFile: string | null;
+  database: Database;
+  state: StateStore;
+}
+
+/** Builds the whole service from configuration: stores, services, routes. Nothing listens yet. */
+export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
+  const { config } = opts;
+  const clock = opts.clock ?? systemClock;
+  const database = opts.database ?? (await openDatabase({ url: config.databaseUrl, dataDir: config.dataDir }));
+  const state = opts.state ?? (await openState({ url: config.redisUrl, prefix: config.redisPrefix, clock }));
+  const apiKey = loadOrCreateSecret(config.publicApiKey, config.dataDir, 'public-api-key', 'ppk_');
+  const operator = loadOrCreateSecret(config.operatorToken, config.dataDir, 'operator-token', 'pop_');
+  const { db } = database;
+
+  const app = Fastify({
+    logger:
+      opts.logger === false
+        ? false
+        : {
+            level: config.logLevel,
+            redact: {
+              paths: [
+                'req.headers.cookie',
+                'req.headers["x-api-key"]',
+                'req.headers.authorization',
+                'res.headers["set-cookie"]',
+              ],
+              censor: '[redacted]',
+            },
+          },
+    trustProxy: config.trustProxy,
+    bodyLimit: Limits.BODY_LIMIT_BYTES,
+    return503OnClosing: true,
+    forceCloseConnections: true,
+  }).withTypeProvider<TypeBoxTypeProvider>() as unknown as App;
+  app.setValidatorCompiler(validatorCompiler);
+  installErrorHandler(app);
+  installMethodNotAllowed(app);
+  app.addSchema(ErrorBodySchema);
+  app.decorateRequest('principal', null as never);
+  app.addHook('onRequest', async (req) => {
+    req.principal = emptyPrincipal();
+  });
+
+  await app.register(cookie);
+  await app.register(helmet, {
+    // The docs page loads its own scripts and styles; everything else is JSON.
+    contentSecurityPolicy: {
+      directives: { 'script-src': ["'self'"], 'style-src': ["'self'", 'https:', "'unsafe-inline'"] },
+    },
+    crossOriginResourcePolicy: { policy: 'same-site' },
+  });
+  await app.register(swagger, {
+    openapi: {
+      info: {
+        title: 'Parlor API',
+        version: VERSION,
+        description: 'Community browser and chat service. See docs/api.md.',
+      },
+      components: {
+        securitySchemes: {
+          publicKey: { type: 'apiKey', in: 'header', name: 'X-API-Key', description: 'the public API key (K)' },
+          botKey: { type: 'apiKey', in: 'header', name: 'X-API-Key', description: "a bot's own key (B)" },
+          session: { type: 'apiKey', in: 'cookie', name: 'psession' },
+          operatorToken: { type: 'http', scheme: 'bearer', description: 'the operator token (CLI)' },
+        },
+      },
+    },
+    refResolver: {
+      buildLocalReference: (json, _base, _frag, i) => (typeof json.$id === 'string' ? json.$id : `def-${i}`),
+    },
+  });
+  await app.register(swaggerUi, { routePrefix: '/docs', staticCSP: true });
+  app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
+
+  // Stores and services, wired by hand: each gets only what it uses.
+  const publicUrl = config.publicUrl;
+  const usersStore = makeUsersStore(db);
+  const audit = makeAuditStore(db, clock);
+  const users = makeUsersService({ store: usersStore, clock, publicUrl });
+  const sessions = makeSessionsService({
+    db,
+    store: makeSessionsStore(db),
+    clock,
+    geo: opts.geo ?? new GeoipLiteLookup(),
+  });
+  const notifications = makeNotificationsService({ store: makeNotificationsStore(db), clock });
+  const bots = makeBotsService({ store: makeBotsStore(db), audit, state, clock });
+  const auth = makeAuthService({
+    db,
+    clock,
+    state,
+    codes: makeCodeStore(state, clock),
+    users: usersStore,
+    sessions,
+    notifications,
+    present: users.present,
+  });
+  const admin = makeAdminService({ db, clock, usersStore, users, sessions, notifications, audit });
+  const stats = makeStatsService({
+    clock,
+    usersStore,
+    bots,
+    version: VERSION,
+    sourceHash: config.sourceHash,
+    storage: config.databaseUrl ? 'cluster' : 'embedded',
+    startedAt: clock.now(),
+    probe: async () => {
+      await ping(db);
+      await state.get('health-probe');
+    },
+    rooms: () => ({ active_browsers: 0, viewers: 0, controllers: 0 }),
+  });
+  const guards = makeGuards({
+    config,
+    publicApiKey: apiKey.value,
+    operatorToken: operator.value,
+    sessions: sessions.resolver(),
+    bots: bots.resolver(),
+  });
+
+  registerAuthRoutes(app, { auth, guards, config, logout: sessions.logout });
+  registerUsersRoutes(app, { users, guards });
+  registerSessionsRoutes(app, { sessions, guards });
+  registerBotRoutes(app, { bots, users, guards });
+  registerPublicBotRoutes(app, { bots, guards });
+  registerStatsRoutes(app, { stats, guards });
+  registerAdminRoutes(app, { admin, bots, guards });
+  registerAvatarRoutes(app);
+  registerWeb(app);
+
+  app.addHook('onClose', async () => {
+    if (opts.ownsStores === false) return;
+    await state.close();
+    await database.close();
+  });
+
+  return {
+    app: app as unknown as FastifyInstance,
+    publicApiKey: apiKey.value,
+    operatorToken: operator.value,
+    operatorTokenFile: operator.file,
+    publicApiKeyFile: apiKey.file,
+    database,
+    state,
+  };
+}
+
+/** The web app's landing page until the single-page app lands (packages/web). */
+function registerWeb(app: App) {
+  const page = readFileSync(path.resolve(here, '../../web/public/index.html'), 'utf8');
+  app.get('/', { schema: { hide: true } }, async (_req, reply) => reply.type('text/html; charset=utf-8').send(page));
+}

@@ -1,0 +1,27 @@
+/**
+ * The level rules of spec 2.11, as pure functions so every actor × target pair is tested.
+ * The operator (CLI) stands above every level.
+ */
+export type ActorLevel = number | 'operator';
+
+const OWNER = 3;
+const ADMIN = 2;
+
+/** Admins act only on users below their level; Owners on everyone, other Owners included. */
+export function canActOn(actor: ActorLevel, targetLevel: number): boolean {
+  if (actor === 'operator') return true;
+  if (actor === OWNER) return true;
+  return actor >= ADMIN && targetLevel < actor;
+}
+
+/** The highest level an actor may assign: Admin → User, Owner → Admin, operator → Owner. */
+export function maxAssignableLevel(actor: ActorLevel): number {
+  if (actor === 'operator') return OWNER;
+  if (actor === OWNER) return ADMIN;
+  if (actor === ADMIN) return 0;
+  return -1;
+}
+
+export function canSetLevel(actor: ActorLevel, targetLevel: number, newLevel: number): boolean {
+  return canActOn(actor, targetLevel) && newLevel <= maxAssignableLevel(actor);
+}

@@ -1,0 +1,46 @@
+import { desc } from 'drizzle-orm';
+import type { Clock } from '../../platform/clock.js';
+import type { Db } from '../../platform/db/index.js';
+import { auditLog } from '../../platform/db/schema.js';
+import type { Tx } from '../users/users.store.js';
+
+/** Who did it: a signed-in user, the operator (CLI), the system (sweeps) or a bot. */
+export type Actor =
+  | { kind: 'user'; id: number }
+  | { kind: 'operator' }
+  | { kind: 'system' }
+  | { kind: 'bot'; id: number };
+
+export interface AuditEntry {
+  actor: Actor;
+  code: number;
+  action: string;
+  targetUserId?: number | null;
+  targetBotId?: number | null;
+  reason?: string | null;
+  data?: Record<string, unknown>;
+}
+
+/** Every admin and operator action is written here, in the same transaction as the action. */
+export function makeAuditStore(db: Db, clock: Clock) {
+  return {
+    async record(e: AuditEntry, tx: Tx = db): Promise<void> {
+      await tx.insert(auditLog).values({
+        actorKind: e.actor.kind,
+        actorId: 'id' in e.actor ? e.actor.id : null,
+        targetUserId: e.targetUserId ?? null,
+        targetBotId: e.targetBotId ?? null,
+        code: e.code,
+        action: e.action,
+        reason: e.reason ?? null,
+        data: e.data ?? {},
+        createdAt: clock.now(),
+      });
+    },
+    async recent(limit: number) {
+      return db.select().from(auditLog).orderBy(desc(auditLog.id)).limit(limit);
+    },
+  };
+}
+
+export type AuditStore = ReturnType<typeof makeAuditStore>;

@@ -1,0 +1,217 @@
+import { Limits, Platforms, type User } from '@parlor/protocol';
+import type { Clock } from '../../platform/clock.js';
+import type { Db } from '../../platform/db/index.js';
+import { appError } from '../../platform/errors.js';
+import { retryAfterSeconds } from '../../platform/http.js';
+import { randomCode } from '../../platform/secrets.js';
+import type { StateStore } from '../../platform/state/index.js';
+import type { NotificationsService } from '../notifications/notifications.service.js';
+import type { SessionsService } from '../sessions/sessions.service.js';
+import { effectiveState } from '../users/users.service.js';
+import { isUniqueViolation, type Tx, type UserRow, type UsersStore } from '../users/users.store.js';
+import { CODE_SHAPE, type CodePool, type CodeRecord, type CodeStore } from './auth.codes.js';
+
+const USERNAME_SUFFIX_ALPHABET = 'abcdefghijklmnopqrstuvwxyz0123456789';
+
+export interface AuthDeps {
+  db: Db;
+  clock: Clock;
+  state: StateStore;
+  codes: CodeStore;
+  users: UsersStore;
+  sessions: SessionsService;
+  notifications: NotificationsService;
+  present: (u: UserRow) => Promise<User>;
+}
+
+export interface LoginResult {
+  user: User;
+  newAccount: boolean;
+  token: string;
+  expiresAt: Date;
+}
+
+function assertPlatform(platform: string) {
+  if (!(Platforms as readonly string[]).includes(platform)) throw appError('ERR_UNSUPPORTED_PLATFORM');
+}
+
+export function makeAuthService(deps: AuthDeps) {
+  const { db, clock, state, codes, users, sessions, notifications } = deps;
+  const failuresPerIp = state.limiter('verify-fail-ip', Limits.VERIFY_FAILURES_PER_IP, Limits.VERIFY_FAILURE_WINDOW_MS);
+  const failuresGlobal = state.limiter(
+    'verify-fail-all',
+    Limits.VERIFY_FAILURES_GLOBAL,
+    Limits.VERIFY_FAILURE_WINDOW_MS,
+  );
+
+  const assertNotBanned = (u: UserRow | undefined) => {
+    if (u && effectiveState(u, clock.now()) === 2) throw appError('ERR_BANNED');
+  };
+
+  /** Refuses once an address, or the whole service, has used up its failed attempts. */
+  const assertAttemptsLeft = async (ip: string) => {
+    for (const [limiter, key] of [
+      [failuresPerIp, ip],
+      [failuresGlobal, 'all'],
+    ] as const) {
+      const r = await limiter.peek(key);
+      if (!r.allowed) throw appError('ERR_RATE_LIMITED', undefined, { retry_after: retryAfterSeconds(r.retryAfterMs) });
+    }
+  };
+
+  const failed = async (ip: string): Promise<never> => {
+    await failuresPerIp.consume(ip);
+    await failuresGlobal.consume('all');
+    throw appError('ERR_INVALID_CODE');
+  };
+
+  /** Creates the account of spec 4.1 rule 1: a random `user_…` name and the platform identity. */
+  const createAccount = async (rec: CodeRecord, tx: Tx): Promise<UserRow> => {
+    const now = clock.now();
+    for (let attempt = 0; ; attempt++) {
+      const username = `user_${randomCode(USERNAME_SUFFIX_ALPHABET, 10)}`;
+      try {
+        const user = await users.insertUser({ username, lastActivityAt: now, createdAt: now, updatedAt: now }, tx);
+        await users.insertPlatform(
+          {
+            userId: user.id,
+            platform: rec.platform,
+            platformUserId: rec.platformUserId,
+            platformUsername: rec.profile?.username ?? rec.platformUserId,
+            platformAvatarUrl: rec.profile?.avatarUrl ?? '',
+            linkedAt: now,
+            lastAuthenticatedAt: now,
+          },
+          tx,
+        );
+        return user;
+      } catch (e) {
+        if (!isUniqueViolation(e) || attempt >= 3) throw e;
+      }
+    }
+  };
+
+  /** Finds or creates the account, opens a session and writes the notifications, in one transaction. */
+  const login = async (rec: CodeRecord, ip: string, userAgent: string): Promise<LoginResult> => {
+    const now = clock.now();
+    const result = await db.transaction(async (tx) => {
+      let user = await users.byIdentity(rec.platform, rec.platformUserId, tx);
+      const newAccount = !user;
+      if (!user) {
+        if (rec.pool === 'bot') throw appError('ERR_PLATFORM_IDENTITY_NOT_FOUND');
+        user = await createAccount(rec, tx);
+      }
+      const locked = await users.byIdForUpdate(user.id, tx);
+      if (!locked) throw appError('ERR_USER_NOT_FOUND');
+      assertNotBanned(locked);
+      await users.touchPlatform(rec.platform, rec.platformUserId, now, rec.profile, tx);
+      const updated = await users.update(
+        locked.id,
+        {
+          lastActivityAt: now,
+          botLoginsSinceWeb: rec.pool === 'bot' ? locked.botLoginsSinceWeb + 1 : 0,
+        },
+        tx,
+      );
+      const created = await sessions.create(
+        { userId: locked.id, permissionLevel: locked.permissionLevel, ip, userAgent },
+        tx,
+      );
+      if (newAccount) {
+        await notifications.automated(locked.id, 'welcome', { username: locked.username }, tx);
+      } else if (!(await sessions.store.hasSessionFromIp(locked.id, ip, created.session.id, tx))) {
+        await notifications.automated(locked.id, 'new_ip_login', { ip }, tx);
+      }
+      return { user: updated ?? locked, newAccount, created };
+    });
+    sessions.announceEvicted(result.user.id, result.created.evicted);
+    return {
+      user: await deps.present(result.user),
+      newAccount: result.newAccount,
+      token: result.created.token,
+      expiresAt: result.created.session.expiresAt,
+    };
+  };
+
+  return {
+    /** Spec 4.1 lookup: the linked platforms of a username, so the site can offer them. */
+    async lookup(username: string) {
+      const user = await users.byUsername(username);
+      if (!user) throw appError('ERR_USER_NOT_FOUND');
+      const platforms = await users.platformsOf(user.id);
+      return {
+        username: user.username,
+        linked_platforms: platforms.map((p) => ({
+          platform: p.platform,
+          platform_user_id: p.platformUserId,
+          platform_username: p.platformUsername,
+          platform_avatar_url: p.platformAvatarUrl,
+        })),
+      };
+    },
+
+    /**
+     * Web-initiated code (spec 5): bound to the requesting IP; a repeated request from the same IP
+     * returns the same code; a request from another IP replaces it (one active code per identity).
+     */
+    async request(platform: string, platformUserId: string, ip: string): Promise<{ expires_at: string }> {
+      assertPlatform(platform);
+      assertNotBanned(await users.byIdentity(platform, platformUserId));
+      const existing = await codes.activeFor('web', platform, platformUserId);
+      if (existing && existing.rec.ip === ip) return { expires_at: new Date(existing.rec.expiresAt).toISOString() };
+      if (existing) await codes.revoke(existing.code, existing.rec);
+      const issued = await codes.issue('web', platform, platformUserId, ip);
+      if ('limited' in issued) {
+        throw appError('ERR_TOO_MANY_PENDING_CODES', undefined, { retry_after: retryAfterSeconds(issued.limited) });
+      }
+      return { expires_at: new Date(issued.rec.expiresAt).toISOString() };
+    },
+
+    /** A bot fetches the pending web code to deliver it, supplying the platform profile. */
+    async botLoginCode(input: {
+      platform: string;
+      platform_user_id: string;
+      platform_username: string;
+      platform_avatar_url: string;
+    }): Promise<{ code: string | null; expires_at: string | null }> {
+      assertPlatform(input.platform);
+      const active = await codes.activeFor('web', input.platform, input.platform_user_id);
+      if (!active) return { code: null, expires_at: null };
+      active.rec.profile = { username: input.platform_username, avatarUrl: input.platform_avatar_url };
+      await codes.save(active.code, active.rec);
+      return { code: active.code, expires_at: new Date(active.rec.expiresAt).toISOString() };
+    },
+
+    /** Bot-initiated quick login: existing accounts only, and the website every 6th time. */
+    async botSendCode(platform: string, platformUserId: string): Promise<{ code: string; expires_at: string }> {
+      assertPlatform(platform);
+      const user = await users.byIdentity(platform, platformUserId);
+      if (!user) throw appError('ERR_PLATFORM_IDENTITY_NOT_FOUND');
+      assertNotBanned(user);
+      if (user.botLoginsSinceWeb >= Limits.BOT_LOGIN_WEB_REQUIRED_EVERY) throw appError('ERR_WEB_LOGIN_REQUIRED');
+      const issued =
+        (await codes.activeFor('bot', platform, platformUserId)) ??
+        (await codes.issue('bot', platform, platformUserId, null));
+      if ('limited' in issued) throw appError('ERR_RATE_LIMITED');
+      return { code: issued.code, expires_at: new Date(issued.rec.expiresAt).toISOString() };
+    },
+
+    /** Verifies a code of either pool; failures are counted per IP and service-wide. */
+    async verify(rawCode: string, ip: string, userAgent: string): Promise<LoginResult> {
+      await assertAttemptsLeft(ip);
+      const code = rawCode.toUpperCase();
+      if (!CODE_SHAPE.test(code)) return failed(ip);
+      let pool: CodePool | null = null;
+      for (const p of ['web', 'bot'] as const) {
+        const rec = await codes.read(p, code);
+        if (rec && (rec.ip === null || rec.ip === ip)) pool = p;
+      }
+      if (!pool) return failed(ip);
+      const rec = await codes.take(pool, code);
+      if (!rec) return failed(ip);
+      return login(rec, ip, userAgent);
+    },
+  };
+}
+
+export type AuthService = ReturnType<typeof makeAuthService>;

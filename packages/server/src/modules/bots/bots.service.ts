@@ -1,0 +1,153 @@
+import {
+  AuditCodes,
+  type BotBatchBody,
+  type BotCreateBody,
+  BotTypeNames,
+  type BotUpdateBody,
+  Limits,
+} from '@parlor/protocol';
+import type { BotResolver } from '../../platform/auth.js';
+import type { Clock } from '../../platform/clock.js';
+import { appError } from '../../platform/errors.js';
+import { retryAfterSeconds } from '../../platform/http.js';
+import { randomToken, sha256Hex } from '../../platform/secrets.js';
+import type { Limiter, StateStore } from '../../platform/state/index.js';
+import type { Actor, AuditStore } from '../audit/audit.store.js';
+import { toBotProfile, toPublicBot } from './bots.presenter.js';
+import type { BotRow, BotsStore } from './bots.store.js';
+
+const HOUR_MS = 3600_000;
+/** Bot keys are recognisable in logs and secret scanners by this prefix; the rest is 32 random bytes. */
+export const BOT_KEY_PREFIX = 'pbk_';
+
+export interface BotsDeps {
+  store: BotsStore;
+  audit: AuditStore;
+  state: StateStore;
+  clock: Clock;
+}
+
+export function makeBotsService({ store, audit, state, clock }: BotsDeps) {
+  const perMinute = state.limiter('bot-minute', Limits.BOT_REQUESTS_PER_MINUTE, 60_000);
+  // One hourly limiter per distinct configured rate: rate-limiter-flexible fixes points per limiter.
+  const perHour = new Map<number, Limiter>();
+  const hourly = (points: number) => {
+    let l = perHour.get(points);
+    if (!l) {
+      l = state.limiter(`bot-hour-${points}`, points, HOUR_MS);
+      perHour.set(points, l);
+    }
+    return l;
+  };
+
+  const mustGet = async (id: number): Promise<BotRow> => {
+    const b = await store.byId(id);
+    if (!b) throw appError('ERR_BOT_NOT_FOUND');
+    return b;
+  };
+
+  return {
+    /** Registers a bot; the API key is in this answer only and stored as its hash. */
+    async create(body: BotCreateBody, actor: Actor): Promise<{ id: number; api_key: string }> {
+      const now = clock.now();
+      const apiKey = BOT_KEY_PREFIX + randomToken(32);
+      const bot = await store.insert({
+        name: body.name,
+        type: BotTypeNames[body.type ?? 'community'],
+        rateLimitPerHour: body.rate_limit_per_hour ?? Limits.BOT_DEFAULT_RATE_LIMIT_PER_HOUR,
+        keyHash: sha256Hex(apiKey),
+        ownerUserId: body.owner_user_id ?? null,
+        createdAt: now,
+        updatedAt: now,
+      });
+      await audit.record({
+        actor,
+        code: AuditCodes.BOT_CREATE,
+        action: 'create',
+        targetBotId: bot.id,
+        data: { name: bot.name, type: bot.type },
+      });
+      return { id: bot.id, api_key: apiKey };
+    },
+
+    /** Authenticates a key and spends one request of both of its limits (per minute, per hour). */
+    resolver(): BotResolver {
+      return {
+        async resolve(apiKey) {
+          if (!apiKey.startsWith(BOT_KEY_PREFIX)) return null;
+          const bot = await store.byKeyHash(sha256Hex(apiKey));
+          if (!bot) return null;
+          for (const limiter of [perMinute, hourly(bot.rateLimitPerHour)]) {
+            const r = await limiter.consume(String(bot.id));
+            if (!r.allowed)
+              throw appError('ERR_RATE_LIMITED', undefined, { retry_after: retryAfterSeconds(r.retryAfterMs) });
+          }
+          return { id: bot.id, type: bot.type };
+        },
+      };
+    },
+
+    async me(botId: number) {
+      return toBotProfile(await mustGet(botId));
+    },
+
+    /** Own info (name, avatar) and stats (users, latency) in one call. */
+    async updateMe(botId: number, body: BotUpdateBody) {
+      const now = clock.now();
+      const values: Parameters<BotsStore['update']>[1] = { updatedAt: now };
+      if (body.name !== undefined) values.name = body.name;
+      if (body.avatar_url !== undefined) values.avatarUrl = body.avatar_url;
+      if (body.stats) {
+        if (body.stats.users !== undefined) values.statsUsers = body.stats.users;
+        if (body.stats.latency_ms !== undefined) values.statsLatencyMs = body.stats.latency_ms;
+        values.statsReportedAt = now;
+      }
+      const row = await store.update(botId, values);
+      if (!row) throw appError('ERR_BOT_NOT_FOUND');
+      return toBotProfile(row);
+    },
+
+    /** Records a batch of command executions in one insert. */
+    async batch(botId: number, body: BotBatchBody): Promise<{ recorded: number }> {
+      const now = clock.now();
+      const recorded = await store.recordCommands(
+        body.commands.map((c) => ({
+          botId,
+          command: c.command,
+          userId: c.user_id ?? null,
+          guildId: c.guild_id ?? null,
+          success: c.success ?? null,
+          durationMs: c.duration_ms ?? null,
+          executedAt: c.executed_at ? new Date(c.executed_at) : now,
+          createdAt: now,
+        })),
+      );
+      return { recorded };
+    },
+
+    async list(offset: number, limit: number) {
+      return (await store.list(offset, limit)).map(toPublicBot);
+    },
+
+    /** Admins and above see the full profile (owner, rate limit, type). */
+    async get(id: number, viewerLevel: number | null) {
+      const b = await mustGet(id);
+      return viewerLevel !== null && viewerLevel >= 2 ? toBotProfile(b) : toPublicBot(b);
+    },
+
+    async search(q: string, viewerLevel: number | null, offset: number, limit: number) {
+      const rows = await store.search(q, offset, limit);
+      return viewerLevel !== null && viewerLevel >= 2 ? rows.map(toBotProfile) : rows.map(toPublicBot);
+    },
+
+    async statistics() {
+      const counts = await store.countsByType();
+      const official = counts.get(1) ?? 0;
+      const verified = counts.get(2) ?? 0;
+      const community = counts.get(3) ?? 0;
+      return { total: official + verified + community, official, verified, community };
+    },
+  };
+}
+
+export type BotsService = ReturnType<typeof makeBotsService>;

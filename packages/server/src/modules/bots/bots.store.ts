@@ -1,0 +1,71 @@
+import { and, asc, count, desc, eq, ilike, isNull, sql } from 'drizzle-orm';
+import type { Db } from '../../platform/db/index.js';
+import { botCommands, bots } from '../../platform/db/schema.js';
+import { likeEscape } from '../users/users.store.js';
+
+export type BotRow = typeof bots.$inferSelect;
+
+const live = isNull(bots.deletedAt);
+
+export function makeBotsStore(db: Db) {
+  return {
+    async insert(values: typeof bots.$inferInsert): Promise<BotRow> {
+      const [row] = await db.insert(bots).values(values).returning();
+      if (!row) throw new Error('insert returned no row');
+      return row;
+    },
+    async byId(id: number): Promise<BotRow | undefined> {
+      const [row] = await db
+        .select()
+        .from(bots)
+        .where(and(eq(bots.id, id), live))
+        .limit(1);
+      return row;
+    },
+    async byKeyHash(hash: string): Promise<BotRow | undefined> {
+      const [row] = await db
+        .select()
+        .from(bots)
+        .where(and(eq(bots.keyHash, hash), live))
+        .limit(1);
+      return row;
+    },
+    async update(id: number, values: Partial<typeof bots.$inferInsert>): Promise<BotRow | undefined> {
+      const [row] = await db
+        .update(bots)
+        .set(values)
+        .where(and(eq(bots.id, id), live))
+        .returning();
+      return row;
+    },
+    async list(offset: number, limit: number): Promise<BotRow[]> {
+      return db
+        .select()
+        .from(bots)
+        .where(live)
+        .orderBy(asc(bots.type), desc(sql`coalesce(${bots.statsUsers}, 0)`), asc(bots.id))
+        .offset(offset)
+        .limit(limit);
+    },
+    async search(q: string, offset: number, limit: number): Promise<BotRow[]> {
+      return db
+        .select()
+        .from(bots)
+        .where(and(live, ilike(bots.name, `%${likeEscape(q)}%`)))
+        .orderBy(asc(bots.type), asc(bots.name), asc(bots.id))
+        .offset(offset)
+        .limit(limit);
+    },
+    async recordCommands(rows: (typeof botCommands.$inferInsert)[]): Promise<number> {
+      if (rows.length === 0) return 0;
+      const inserted = await db.insert(botCommands).values(rows).returning({ id: botCommands.id });
+      return inserted.length;
+    },
+    async countsByType(): Promise<Map<number, number>> {
+      const rows = await db.select({ type: bots.type, n: count() }).from(bots).where(live).groupBy(bots.type);
+      return new Map(rows.map((r) => [r.type, r.n]));
+    },
+  };
+}
+
+export type BotsStore = ReturnType<typeof makeBotsStore>;

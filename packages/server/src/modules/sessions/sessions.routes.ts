@@ -1,0 +1,48 @@
+import { EmptyBody, SessionsResponse, TokenSuffixParam } from '@parlor/protocol';
+import { Type } from '@sinclair/typebox';
+import { currentSession, type Guards } from '../../platform/auth.js';
+import { type App, errorResponses, security } from '../../platform/routing.js';
+import type { SessionsService } from './sessions.service.js';
+
+const tags = ['sessions'];
+
+export function registerSessionsRoutes(app: App, { sessions, guards }: { sessions: SessionsService; guards: Guards }) {
+  app.get('/v1/users/me/sessions', {
+    schema: { tags, security: security.session, response: { 200: SessionsResponse, ...errorResponses } },
+    onRequest: guards.session,
+    handler: async (req) => {
+      const s = currentSession(req);
+      return sessions.list(s.userId, s.id);
+    },
+  });
+
+  app.post('/v1/users/me/sessions/:token_suffix/destroy', {
+    schema: {
+      tags,
+      security: security.session,
+      params: TokenSuffixParam,
+      body: EmptyBody,
+      response: { 200: Type.Object({ destroyed: Type.Boolean() }), ...errorResponses },
+    },
+    onRequest: guards.session,
+    handler: async (req) => {
+      const s = currentSession(req);
+      return { destroyed: await sessions.destroyBySuffix(s.userId, s.id, req.params.token_suffix) };
+    },
+  });
+
+  app.post('/v1/users/me/sessions/destroy', {
+    schema: {
+      tags,
+      security: security.session,
+      description: 'Ends every session but the current one.',
+      body: EmptyBody,
+      response: { 200: Type.Object({ destroyed: Type.Integer() }), ...errorResponses },
+    },
+    onRequest: guards.session,
+    handler: async (req) => {
+      const s = currentSession(req);
+      return { destroyed: await sessions.destroyOthers(s.userId, s.id) };
+    },
+  });
+}

@@ -1,0 +1,151 @@
+import { Limits } from '@parlor/protocol';
+import type { SessionResolver } from '../../platform/auth.js';
+import type { Clock } from '../../platform/clock.js';
+import type { Db } from '../../platform/db/index.js';
+import { appError } from '../../platform/errors.js';
+import type { GeoLookup } from '../../platform/geo.js';
+import { randomToken, sha256Hex } from '../../platform/secrets.js';
+import { effectiveState } from '../users/users.service.js';
+import type { Tx } from '../users/users.store.js';
+import { toActiveSession, toHistoryEntry } from './sessions.presenter.js';
+import type { SessionRow, SessionsStore } from './sessions.store.js';
+
+/** How often a live session records activity; reads in between cost no write. */
+const TOUCH_EVERY_MS = 60_000;
+const HISTORY_LIMIT = 50;
+export const TOKEN_SUFFIX_LENGTH = 6;
+
+/** Admin and Owner sessions last 1 day, others 30 (spec 5). */
+export function sessionTtlMs(permissionLevel: number): number {
+  return permissionLevel >= 2 ? Limits.SESSION_TTL_STAFF_MS : Limits.SESSION_TTL_USER_MS;
+}
+
+export type SessionsEndedListener = (e: { userId: number; sessionIds: number[]; reason: string }) => void;
+
+export interface SessionsDeps {
+  db: Db;
+  store: SessionsStore;
+  clock: Clock;
+  geo: GeoLookup;
+}
+
+export function makeSessionsService({ db, store, clock, geo }: SessionsDeps) {
+  const listeners: SessionsEndedListener[] = [];
+  const ended = (userId: number, sessionIds: number[], reason: string) => {
+    if (sessionIds.length === 0) return;
+    for (const l of listeners) l({ userId, sessionIds, reason });
+  };
+
+  const service = {
+    /** Called whenever sessions end (logout, destroy, eviction, ban), e.g. to drop their sockets. */
+    onEnded(listener: SessionsEndedListener) {
+      listeners.push(listener);
+    },
+
+    /**
+     * Opens a session inside the caller's transaction, after the caller locked the user row.
+     * Evicts the oldest live sessions beyond MAX_SESSIONS_PER_USER. Returns the raw token once.
+     */
+    async create(
+      input: { userId: number; permissionLevel: number; ip: string; userAgent: string },
+      tx: Tx,
+    ): Promise<{ token: string; session: SessionRow; evicted: number[] }> {
+      const now = clock.now();
+      const live = await store.activeOf(input.userId, now, tx);
+      let token = randomToken(32);
+      // A user's live sessions are told apart by suffix; draw again on the rare clash.
+      while (live.some((s) => s.tokenSuffix === token.slice(-TOKEN_SUFFIX_LENGTH))) token = randomToken(32);
+      const session = await store.insert(
+        {
+          userId: input.userId,
+          tokenHash: sha256Hex(token),
+          tokenSuffix: token.slice(-TOKEN_SUFFIX_LENGTH),
+          createdAt: now,
+          expiresAt: new Date(now.getTime() + sessionTtlMs(input.permissionLevel)),
+          clientIp: input.ip,
+          userAgent: input.userAgent,
+          geo: await geo.lookup(input.ip),
+          lastSeenAt: now,
+        },
+        tx,
+      );
+      const overflow = live.slice(Limits.MAX_SESSIONS_PER_USER - 1).map((s) => s.id);
+      const evicted = await store.end(overflow, 'evicted', now, tx);
+      return { token, session, evicted };
+    },
+
+    /** Announces evictions once the creating transaction has committed. */
+    announceEvicted(userId: number, evicted: number[]) {
+      ended(userId, evicted, 'evicted');
+    },
+
+    resolver(): SessionResolver {
+      return {
+        async resolve(token) {
+          const now = clock.now();
+          const found = await store.resolve(sha256Hex(token), now);
+          if (!found) return null;
+          const { session, user } = found;
+          if (now.getTime() - session.lastSeenAt.getTime() > TOUCH_EVERY_MS) await store.touch(session.id, now);
+          return {
+            session: {
+              id: session.id,
+              userId: user.id,
+              expiresAt: session.expiresAt,
+              tokenSuffix: session.tokenSuffix,
+            },
+            user: {
+              id: user.id,
+              username: user.username,
+              permissionLevel: user.permissionLevel,
+              state: effectiveState(user, now),
+              stateExpiresAt: user.stateExpiresAt,
+            },
+          };
+        },
+      };
+    },
+
+    async list(userId: number, currentId: number) {
+      const now = clock.now();
+      const [live, past] = await Promise.all([
+        store.activeOf(userId, now),
+        store.historyOf(userId, now, HISTORY_LIMIT),
+      ]);
+      return { sessions: live.map((s) => toActiveSession(s, currentId)), history: past.map(toHistoryEntry) };
+    },
+
+    /** Spec 4.2 rule 2: the current session → 400, an unknown suffix → 404. */
+    async destroyBySuffix(userId: number, currentId: number, suffix: string): Promise<boolean> {
+      const now = clock.now();
+      const target = (await store.activeOf(userId, now)).find((s) => s.tokenSuffix === suffix);
+      if (!target) throw appError('ERR_SESSION_NOT_FOUND');
+      if (target.id === currentId) throw appError('ERR_CANNOT_DESTROY_CURRENT_SESSION');
+      const done = await store.end([target.id], 'destroyed', now);
+      ended(userId, done, 'destroyed');
+      return done.length === 1;
+    },
+
+    async destroyOthers(userId: number, currentId: number): Promise<number> {
+      const done = await store.endAllOf(userId, currentId, 'destroyed', clock.now());
+      ended(userId, done, 'destroyed');
+      return done.length;
+    },
+
+    async logout(userId: number, sessionId: number): Promise<void> {
+      const done = await store.end([sessionId], 'logout', clock.now());
+      ended(userId, done, 'logout');
+    },
+
+    /** Ends every session of a user (ban, deletion); their sockets drop through onEnded. */
+    async endAll(userId: number, reason: string, tx?: Tx): Promise<number[]> {
+      return store.endAllOf(userId, null, reason, clock.now(), tx ?? db);
+    },
+
+    announceEnded: ended,
+    store,
+  };
+  return service;
+}
+
+export type SessionsService = ReturnType<typeof makeSessionsService>;

@@ -1,0 +1,80 @@
+import { and, count, desc, eq, gt, inArray, isNotNull, isNull, lte, ne, or } from 'drizzle-orm';
+import type { Db } from '../../platform/db/index.js';
+import { sessions, users } from '../../platform/db/schema.js';
+import type { Tx } from '../users/users.store.js';
+
+export type SessionRow = typeof sessions.$inferSelect;
+
+const active = (now: Date) => and(isNull(sessions.endedAt), gt(sessions.expiresAt, now));
+
+export function makeSessionsStore(db: Db) {
+  return {
+    async insert(values: typeof sessions.$inferInsert, tx: Tx): Promise<SessionRow> {
+      const [row] = await tx.insert(sessions).values(values).returning();
+      if (!row) throw new Error('insert returned no row');
+      return row;
+    },
+    /** The live session for a token hash, with its user. */
+    async resolve(tokenHash: string, now: Date) {
+      const [row] = await db
+        .select({ session: sessions, user: users })
+        .from(sessions)
+        .innerJoin(users, eq(users.id, sessions.userId))
+        .where(and(eq(sessions.tokenHash, tokenHash), active(now)))
+        .limit(1);
+      return row;
+    },
+    async activeOf(userId: number, now: Date, tx: Tx = db): Promise<SessionRow[]> {
+      return tx
+        .select()
+        .from(sessions)
+        .where(and(eq(sessions.userId, userId), active(now)))
+        .orderBy(desc(sessions.createdAt), desc(sessions.id));
+    },
+    async historyOf(userId: number, now: Date, limit: number): Promise<SessionRow[]> {
+      return db
+        .select()
+        .from(sessions)
+        .where(and(eq(sessions.userId, userId), or(isNotNull(sessions.endedAt), lte(sessions.expiresAt, now))))
+        .orderBy(desc(sessions.createdAt), desc(sessions.id))
+        .limit(limit);
+    },
+    async hasSessionFromIp(userId: number, ip: string, exceptId: number, tx: Tx = db): Promise<boolean> {
+      const [row] = await tx
+        .select({ n: count() })
+        .from(sessions)
+        .where(and(eq(sessions.userId, userId), eq(sessions.clientIp, ip), ne(sessions.id, exceptId)));
+      return (row?.n ?? 0) > 0;
+    },
+    /** Ends the given sessions if still live; returns the ids actually ended. */
+    async end(ids: number[], reason: string, now: Date, tx: Tx = db): Promise<number[]> {
+      if (ids.length === 0) return [];
+      const rows = await tx
+        .update(sessions)
+        .set({ endedAt: now, endReason: reason })
+        .where(and(inArray(sessions.id, ids), active(now)))
+        .returning({ id: sessions.id });
+      return rows.map((r) => r.id);
+    },
+    async endAllOf(userId: number, exceptId: number | null, reason: string, now: Date, tx: Tx = db): Promise<number[]> {
+      const rows = await tx
+        .update(sessions)
+        .set({ endedAt: now, endReason: reason })
+        .where(and(eq(sessions.userId, userId), active(now), exceptId === null ? undefined : ne(sessions.id, exceptId)))
+        .returning({ id: sessions.id });
+      return rows.map((r) => r.id);
+    },
+    async touch(id: number, now: Date): Promise<void> {
+      await db.update(sessions).set({ lastSeenAt: now }).where(eq(sessions.id, id));
+    },
+    /** Shortens live sessions to at most `maxExpiry` (after a promotion to a staff level). */
+    async clampExpiry(userId: number, maxExpiry: Date, now: Date, tx: Tx = db): Promise<void> {
+      await tx
+        .update(sessions)
+        .set({ expiresAt: maxExpiry })
+        .where(and(eq(sessions.userId, userId), active(now), gt(sessions.expiresAt, maxExpiry)));
+    },
+  };
+}
+
+export type SessionsStore = ReturnType<typeof makeSessionsStore>;

@@ -1,0 +1,166 @@
+import {
+  AuditCodes,
+  DefaultAvatarKeys,
+  type FullUser,
+  type PublicUser,
+  type SubscriptionStatus,
+  SubscriptionTier,
+  type UpdateMeBody,
+  USERNAME_PATTERN,
+  type User,
+} from '@parlor/protocol';
+import type { Clock } from '../../platform/clock.js';
+import { appError } from '../../platform/errors.js';
+import {
+  effectiveAvatar,
+  hasPremium,
+  toBotUser,
+  toFullUser,
+  toPublicUser,
+  toPunishment,
+  toUser,
+} from './users.presenter.js';
+import { isUniqueViolation, type UserRow, type UsersStore } from './users.store.js';
+
+const usernameRe = new RegExp(USERNAME_PATTERN);
+export const USERNAME_RULE = 'must be 3-32 characters: letters, digits, dots, underscores or hyphens';
+
+const TIER_NAMES = ['basic', 'trial', 'premium', 'lifetime'] as const;
+const SUBSCRIPTION_CODES = [AuditCodes.SUBSCRIPTION_GRANT, AuditCodes.SUBSCRIPTION_REVOKE];
+
+export function isValidUsername(name: string): boolean {
+  return usernameRe.test(name);
+}
+
+/** The state that applies now: a timeout whose deadline has passed no longer restricts. */
+export function effectiveState(u: Pick<UserRow, 'state' | 'stateExpiresAt'>, now: Date): number {
+  if (u.state !== 0 && u.stateExpiresAt && u.stateExpiresAt <= now) return 0;
+  return u.state;
+}
+
+/** Whether a viewer sees another user's full detail: Admins for users below them, Owners for all. */
+export function seesFullDetail(viewerLevel: number | null, targetLevel: number): boolean {
+  if (viewerLevel === null || viewerLevel < 2) return false;
+  return viewerLevel === 3 || targetLevel < viewerLevel;
+}
+
+export interface UsersDeps {
+  store: UsersStore;
+  clock: Clock;
+  publicUrl: string;
+}
+
+export function makeUsersService({ store, clock, publicUrl }: UsersDeps) {
+  const present = async (u: UserRow): Promise<User> => toUser(u, await store.platformsOf(u.id), publicUrl);
+
+  const presentFor = async (u: UserRow, viewerLevel: number | null): Promise<FullUser | PublicUser> => {
+    const platforms = await store.platformsOf(u.id);
+    if (seesFullDetail(viewerLevel, u.permissionLevel)) {
+      return toFullUser(u, platforms, await store.auditFor(u.id, SUBSCRIPTION_CODES), publicUrl, clock.now());
+    }
+    return toPublicUser(u, platforms, publicUrl, clock.now());
+  };
+
+  const mustGet = async (id: number): Promise<UserRow> => {
+    const u = await store.byId(id);
+    if (!u) throw appError('ERR_USER_NOT_FOUND');
+    return u;
+  };
+
+  /** Tries to rename; returns the error message for the `errors` object, or null on success. */
+  const rename = async (id: number, username: string): Promise<string | null> => {
+    if (!isValidUsername(username)) return USERNAME_RULE;
+    const holder = await store.byUsername(username);
+    if (holder && holder.id !== id) return 'is taken';
+    try {
+      await store.update(id, { username, updatedAt: clock.now() });
+      return null;
+    } catch (e) {
+      if (isUniqueViolation(e)) return 'is taken';
+      throw e;
+    }
+  };
+
+  return {
+    present,
+    mustGet,
+    rename,
+
+    async me(userId: number): Promise<User> {
+      return present(await mustGet(userId));
+    },
+
+    /** Spec 4.2 rule 1: fields succeed or fail independently; `errors` names the failures. */
+    async updateMe(userId: number, body: UpdateMeBody): Promise<{ user: User; errors: Record<string, string> | null }> {
+      const errors: Record<string, string> = {};
+      if (body.username !== undefined) {
+        const problem = await rename(userId, body.username);
+        if (problem) errors.username = problem;
+      }
+      if (body.avatar_source !== undefined) {
+        const source = body.avatar_source;
+        const platforms = await store.platformsOf(userId);
+        const ok = source === '' || DefaultAvatarKeys.includes(source) || platforms.some((p) => p.platform === source);
+        if (ok) await store.update(userId, { avatarSource: source, updatedAt: clock.now() });
+        else
+          errors.avatar_source =
+            'must be a linked platform, a default avatar key (platform_a_0 to platform_a_5), or empty';
+      }
+      const user = await present(await mustGet(userId));
+      return { user, errors: Object.keys(errors).length > 0 ? errors : null };
+    },
+
+    async subscription(userId: number): Promise<SubscriptionStatus> {
+      const u = await mustGet(userId);
+      const now = clock.now();
+      const active = hasPremium(u, now);
+      const tier = active ? u.subscriptionTier : SubscriptionTier.BASIC;
+      return {
+        tier,
+        tier_name: TIER_NAMES[tier] ?? 'basic',
+        has_premium: active,
+        expires_at: active && u.subscriptionExpiresAt ? u.subscriptionExpiresAt.toISOString() : null,
+        granted_by: active ? u.subscriptionGrantedBy : null,
+        trial_used: await store.hasAudit(userId, AuditCodes.SUBSCRIPTION_GRANT, 'trial'),
+      };
+    },
+
+    async punishments(userId: number, offset: number, limit: number) {
+      return (await store.punishments(userId, offset, limit)).map(toPunishment);
+    },
+
+    /** Admins see full detail of users below their level only; everyone else public profiles. */
+    async search(q: string, viewerLevel: number, offset: number, limit: number) {
+      const staff = viewerLevel >= 2;
+      const belowLevel = staff && viewerLevel < 3 ? viewerLevel : null;
+      const rows = await store.search(q, { belowLevel, offset, limit });
+      return Promise.all(rows.map((u) => presentFor(u, staff ? viewerLevel : null)));
+    },
+
+    async profile(id: number, viewerLevel: number | null) {
+      return presentFor(await mustGet(id), viewerLevel);
+    },
+
+    async botView(id: number) {
+      return toBotUser(await mustGet(id), clock.now());
+    },
+
+    /** A bot renames a user: a bad name is 400, a taken one 409 (one field, so no errors object). */
+    async botRename(id: number, username: string | undefined) {
+      await mustGet(id);
+      if (username !== undefined) {
+        const problem = await rename(id, username);
+        if (problem === 'is taken') throw appError('ERR_USERNAME_TAKEN');
+        if (problem) {
+          throw appError('ERR_VALIDATION', undefined, { errors: [{ path: 'body/username', message: problem }] });
+        }
+      }
+      const u = await mustGet(id);
+      const { id: uid, username: name, subscription_tier, permission_level, state } = toBotUser(u, clock.now());
+      const avatar = effectiveAvatar(u.avatarSource, await store.platformsOf(u.id), publicUrl);
+      return { id: uid, username: name, avatar_url: avatar.url, subscription_tier, permission_level, state };
+    },
+  };
+}
+
+export type UsersService = ReturnType<typeof makeUsersService>;

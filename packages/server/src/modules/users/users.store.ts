@@ -1,0 +1,153 @@
+import { and, asc, count, desc, eq, gt, ilike, inArray, isNull, lt, sql } from 'drizzle-orm';
+import type { Db } from '../../platform/db/index.js';
+import { auditLog, linkedPlatforms, moderationActions, sessions, users } from '../../platform/db/schema.js';
+
+export type UserRow = typeof users.$inferSelect;
+export type LinkedPlatformRow = typeof linkedPlatforms.$inferSelect;
+export type PunishmentRow = typeof moderationActions.$inferSelect;
+export type AuditRow = typeof auditLog.$inferSelect;
+
+/** Any drizzle handle: the database or a transaction inside it. */
+export type Tx = Pick<Db, 'select' | 'insert' | 'update' | 'delete' | 'execute'>;
+
+/** True when a query failed on a unique index (PostgreSQL 23505), whichever driver raised it. */
+export function isUniqueViolation(e: unknown): boolean {
+  let cur: unknown = e;
+  for (let i = 0; i < 4 && cur && typeof cur === 'object'; i++) {
+    if ((cur as { code?: unknown }).code === '23505') return true;
+    cur = (cur as { cause?: unknown }).cause;
+  }
+  return false;
+}
+
+/** Escapes LIKE wildcards so a search for "a_b" finds "a_b" only. */
+export function likeEscape(s: string): string {
+  return s.replace(/[\\%_]/g, (c) => `\\${c}`);
+}
+
+export function makeUsersStore(db: Db) {
+  return {
+    async byId(id: number, tx: Tx = db): Promise<UserRow | undefined> {
+      const [row] = await tx.select().from(users).where(eq(users.id, id)).limit(1);
+      return row;
+    },
+    async byIdForUpdate(id: number, tx: Tx): Promise<UserRow | undefined> {
+      const [row] = await tx.select().from(users).where(eq(users.id, id)).limit(1).for('update');
+      return row;
+    },
+    async byUsername(username: string): Promise<UserRow | undefined> {
+      const [row] = await db.select().from(users).where(sql`lower(${users.username}) = lower(${username})`).limit(1);
+      return row;
+    },
+    async byIdentity(platform: string, platformUserId: string, tx: Tx = db): Promise<UserRow | undefined> {
+      const [row] = await tx
+        .select({ user: users })
+        .from(linkedPlatforms)
+        .innerJoin(users, eq(users.id, linkedPlatforms.userId))
+        .where(and(eq(linkedPlatforms.platform, platform), eq(linkedPlatforms.platformUserId, platformUserId)))
+        .limit(1);
+      return row?.user;
+    },
+    async platformsOf(userId: number, tx: Tx = db): Promise<LinkedPlatformRow[]> {
+      return tx
+        .select()
+        .from(linkedPlatforms)
+        .where(eq(linkedPlatforms.userId, userId))
+        .orderBy(asc(linkedPlatforms.linkedAt), asc(linkedPlatforms.id));
+    },
+    async platformsOfMany(userIds: number[]): Promise<LinkedPlatformRow[]> {
+      if (userIds.length === 0) return [];
+      return db
+        .select()
+        .from(linkedPlatforms)
+        .where(inArray(linkedPlatforms.userId, userIds))
+        .orderBy(asc(linkedPlatforms.linkedAt), asc(linkedPlatforms.id));
+    },
+    async insertUser(values: typeof users.$inferInsert, tx: Tx): Promise<UserRow> {
+      const [row] = await tx.insert(users).values(values).returning();
+      if (!row) throw new Error('insert returned no row');
+      return row;
+    },
+    async insertPlatform(values: typeof linkedPlatforms.$inferInsert, tx: Tx): Promise<void> {
+      await tx.insert(linkedPlatforms).values(values);
+    },
+    async touchPlatform(
+      platform: string,
+      platformUserId: string,
+      at: Date,
+      profile: { username: string; avatarUrl: string } | null,
+      tx: Tx,
+    ): Promise<void> {
+      await tx
+        .update(linkedPlatforms)
+        .set({
+          lastAuthenticatedAt: at,
+          ...(profile ? { platformUsername: profile.username, platformAvatarUrl: profile.avatarUrl } : {}),
+        })
+        .where(and(eq(linkedPlatforms.platform, platform), eq(linkedPlatforms.platformUserId, platformUserId)));
+    },
+    async update(id: number, values: Partial<typeof users.$inferInsert>, tx: Tx = db): Promise<UserRow | undefined> {
+      const [row] = await tx.update(users).set(values).where(eq(users.id, id)).returning();
+      return row;
+    },
+    async touchActivity(id: number, at: Date): Promise<void> {
+      await db.update(users).set({ lastActivityAt: at }).where(eq(users.id, id));
+    },
+    async search(q: string, opts: { belowLevel: number | null; offset: number; limit: number }): Promise<UserRow[]> {
+      const filters = [ilike(users.username, `%${likeEscape(q)}%`)];
+      if (opts.belowLevel !== null) filters.push(lt(users.permissionLevel, opts.belowLevel));
+      return db
+        .select()
+        .from(users)
+        .where(and(...filters))
+        .orderBy(asc(sql`length(${users.username})`), asc(users.username))
+        .offset(opts.offset)
+        .limit(opts.limit);
+    },
+    async punishments(userId: number, offset: number, limit: number): Promise<PunishmentRow[]> {
+      return db
+        .select()
+        .from(moderationActions)
+        .where(eq(moderationActions.userId, userId))
+        .orderBy(desc(moderationActions.createdAt), desc(moderationActions.id))
+        .offset(offset)
+        .limit(limit);
+    },
+    async auditFor(userId: number, codes: number[]): Promise<AuditRow[]> {
+      return db
+        .select()
+        .from(auditLog)
+        .where(and(eq(auditLog.targetUserId, userId), inArray(auditLog.code, codes)))
+        .orderBy(desc(auditLog.createdAt), desc(auditLog.id));
+    },
+    async hasAudit(userId: number, code: number, action: string, tx: Tx = db): Promise<boolean> {
+      const [row] = await tx
+        .select({ n: count() })
+        .from(auditLog)
+        .where(and(eq(auditLog.targetUserId, userId), eq(auditLog.code, code), eq(auditLog.action, action)));
+      return (row?.n ?? 0) > 0;
+    },
+    async statistics(now: Date) {
+      const dayAgo = new Date(now.getTime() - 24 * 3600 * 1000);
+      const [row] = await db
+        .select({
+          total: count(),
+          active24h: sql<number>`count(*) filter (where ${users.lastActivityAt} > ${dayAgo})`.mapWith(Number),
+          new24h: sql<number>`count(*) filter (where ${users.createdAt} > ${dayAgo})`.mapWith(Number),
+          premium:
+            sql<number>`count(*) filter (where ${users.subscriptionTier} > 0 and (${users.subscriptionExpiresAt} is null or ${users.subscriptionExpiresAt} > ${now}))`.mapWith(
+              Number,
+            ),
+          banned: sql<number>`count(*) filter (where ${users.state} = 2)`.mapWith(Number),
+        })
+        .from(users);
+      const [s] = await db
+        .select({ n: count() })
+        .from(sessions)
+        .where(and(isNull(sessions.endedAt), gt(sessions.expiresAt, now)));
+      return { ...(row ?? { total: 0, active24h: 0, new24h: 0, premium: 0, banned: 0 }), sessionsActive: s?.n ?? 0 };
+    },
+  };
+}
+
+export type UsersStore = ReturnType<typeof makeUsersStore>;

@@ -1,0 +1,172 @@
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { Config } from './config.js';
+import { appError } from './errors.js';
+import { SESSION_COOKIE } from './http.js';
+import { safeEqual } from './secrets.js';
+
+/** Who is calling. Filled by the guards below; handlers read it through the accessors. */
+export interface Principal {
+  /** The active session and its user, when the psession cookie is valid. */
+  session: { id: number; userId: number; expiresAt: Date; tokenSuffix: string } | null;
+  user: AuthUser | null;
+  bot: { id: number; type: number } | null;
+  operator: boolean;
+  publicKey: boolean;
+}
+
+/** The fields of the stored user every permission check reads (never the cookie). */
+export interface AuthUser {
+  id: number;
+  username: string;
+  permissionLevel: number;
+  state: number;
+  stateExpiresAt: Date | null;
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    principal: Principal;
+  }
+}
+
+export interface SessionResolver {
+  /** The live session and its user for a raw token, or null; also records activity. */
+  resolve(token: string): Promise<{ session: NonNullable<Principal['session']>; user: AuthUser } | null>;
+}
+
+export interface BotResolver {
+  /** The bot for a raw API key (with its rate limits spent), or null. */
+  resolve(apiKey: string): Promise<{ id: number; type: number } | null>;
+}
+
+export interface GuardDeps {
+  config: Pick<Config, 'allowedOrigins'>;
+  publicApiKey: string;
+  operatorToken: string;
+  sessions: SessionResolver;
+  bots: BotResolver;
+}
+
+type Guard = (request: FastifyRequest, reply: FastifyReply) => Promise<void>;
+
+export function emptyPrincipal(): Principal {
+  return { session: null, user: null, bot: null, operator: false, publicKey: false };
+}
+
+function apiKeyHeader(request: FastifyRequest): string | null {
+  const v = request.headers['x-api-key'];
+  return typeof v === 'string' && v.length > 0 && v.length <= 256 ? v : null;
+}
+
+function bearer(request: FastifyRequest): string | null {
+  const v = request.headers.authorization;
+  if (typeof v !== 'string' || !v.startsWith('Bearer ')) return null;
+  const t = v.slice(7).trim();
+  return t.length > 0 && t.length <= 256 ? t : null;
+}
+
+/**
+ * Guards, one per kind of caller of spec 5: K (public key), S (session), B (bot), and the
+ * operator token of the CLI. Each throws the error body's 401/403; none trusts the cookie alone.
+ */
+export function makeGuards(deps: GuardDeps) {
+  const checkOrigin = (request: FastifyRequest) => {
+    // Cookie-authenticated mutations from a browser must come from an allowed origin (CSRF).
+    const origin = request.headers.origin;
+    if (request.method === 'GET' || request.method === 'HEAD' || origin === undefined) return;
+    if (!deps.config.allowedOrigins.includes(origin)) throw appError('ERR_ORIGIN_NOT_ALLOWED');
+  };
+
+  const loadSession = async (request: FastifyRequest): Promise<boolean> => {
+    const token = request.cookies[SESSION_COOKIE];
+    if (!token || token.length > 256) return false;
+    const found = await deps.sessions.resolve(token);
+    if (!found) return false;
+    request.principal.session = found.session;
+    request.principal.user = found.user;
+    return true;
+  };
+
+  const assertUsable = (user: AuthUser) => {
+    if (user.state === 2) throw appError('ERR_BANNED');
+    if (user.state === 1) throw appError('ERR_TIMED_OUT');
+  };
+
+  const publicKey: Guard = async (request) => {
+    const key = apiKeyHeader(request);
+    if (!key || !safeEqual(key, deps.publicApiKey)) throw appError('ERR_INVALID_API_KEY');
+    request.principal.publicKey = true;
+  };
+
+  const session: Guard = async (request) => {
+    if (!(await loadSession(request))) throw appError('ERR_UNAUTHENTICATED');
+    checkOrigin(request);
+    assertUsable(request.principal.user as AuthUser);
+  };
+
+  /** K required, session optional (public reads that show more to Admins). */
+  const publicKeyOptionalSession: Guard = async (request, reply) => {
+    await publicKey(request, reply);
+    if (await loadSession(request)) {
+      const user = request.principal.user as AuthUser;
+      if (user.state !== 0) {
+        request.principal.session = null;
+        request.principal.user = null;
+      }
+    }
+  };
+
+  /** The public key or a session (GET /v1/users/{id}: public, with more for Admins). */
+  const publicKeyOrSession: Guard = async (request, reply) => {
+    const key = apiKeyHeader(request);
+    if (key && safeEqual(key, deps.publicApiKey)) {
+      request.principal.publicKey = true;
+      if (request.cookies[SESSION_COOKIE]) await publicKeyOptionalSession(request, reply);
+      return;
+    }
+    await session(request, reply);
+  };
+
+  const bot: Guard = async (request) => {
+    const key = apiKeyHeader(request);
+    const found = key ? await deps.bots.resolve(key) : null;
+    if (!found) throw appError('ERR_INVALID_API_KEY');
+    request.principal.bot = found;
+  };
+
+  /** The operator token, or an Admin-or-above session; services check levels per target. */
+  const operatorOrAdmin: Guard = async (request, reply) => {
+    const token = bearer(request);
+    if (token) {
+      if (!safeEqual(token, deps.operatorToken))
+        throw appError('ERR_UNAUTHENTICATED', 'The operator token is not valid.');
+      request.principal.operator = true;
+      return;
+    }
+    await session(request, reply);
+    if ((request.principal.user as AuthUser).permissionLevel < 2) throw appError('ERR_FORBIDDEN');
+  };
+
+  return { publicKey, session, publicKeyOptionalSession, publicKeyOrSession, bot, operatorOrAdmin };
+}
+
+export type Guards = ReturnType<typeof makeGuards>;
+
+/** The signed-in user; only call behind the session guard. */
+export function currentUser(request: FastifyRequest): AuthUser {
+  const u = request.principal.user;
+  if (!u) throw appError('ERR_UNAUTHENTICATED');
+  return u;
+}
+
+export function currentSession(request: FastifyRequest): NonNullable<Principal['session']> {
+  const s = request.principal.session;
+  if (!s) throw appError('ERR_UNAUTHENTICATED');
+  return s;
+}
+
+export function currentBot(request: FastifyRequest): NonNullable<Principal['bot']> {
+  const b = request.principal.bot;
+  if (!b) throw appError('ERR_INVALID_API_KEY');
+  return b;
+}

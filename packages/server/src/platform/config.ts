@@ -1,0 +1,151 @@
+import { execFileSync } from 'node:child_process';
+import { isIP } from 'node:net';
+import path from 'node:path';
+
+/** Validated configuration. Built once from the environment; nothing else reads process.env. */
+export interface Config {
+  /** TCP port to listen on (8080). 0 picks a free port (tests). */
+  port: number;
+  /** Interface to bind (127.0.0.1: only this machine, put a proxy in front for the world). */
+  host: string;
+  /** Where the embedded database, the generated API key and the operator token live (./data). */
+  dataDir: string;
+  /** PostgreSQL URL; unset means the embedded PGlite store under dataDir. */
+  databaseUrl: string | null;
+  /** Redis URL; unset means in-process coordination (one node only). */
+  redisUrl: string | null;
+  /** Prefix of every Redis key, so several deployments (or test runs) can share one Redis. */
+  redisPrefix: string;
+  /** Public API key (K); null means generate once into dataDir. */
+  publicApiKey: string | null;
+  /** Operator token for the CLI; null means generate once into dataDir/operator-token (0600). */
+  operatorToken: string | null;
+  /** The URL users reach the service at; used for links and the default allowed origin. */
+  publicUrl: string;
+  /** Base of the guild interface; defaults to publicUrl (same app). */
+  guildApiUrl: string;
+  /** Domain attribute of the session cookie; null means a host-only cookie. */
+  cookieDomain: string | null;
+  /** Honour X-Forwarded-For (only behind a proxy you control). */
+  trustProxy: boolean;
+  /** Origins allowed for cookie-authenticated mutations and sockets. */
+  allowedOrigins: string[];
+  /** Browser binary for room VMs. */
+  chromiumPath: string;
+  /** Most room VMs one node runs at once. */
+  vmMaxPerNode: number;
+  /** Let room browsers reach private networks (tests, trusted intranets). */
+  vmAllowPrivateNetworks: boolean;
+  logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+  /** Git commit of the running build, for GET /v1/health. */
+  sourceHash: string;
+}
+
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+
+type Env = Record<string, string | undefined>;
+
+export class ConfigError extends Error {
+  constructor(readonly problems: string[]) {
+    super(`invalid configuration: ${problems.join('; ')}`);
+  }
+}
+
+function gitHead(): string {
+  try {
+    return execFileSync('git', ['rev-parse', 'HEAD'], { stdio: ['ignore', 'pipe', 'ignore'], timeout: 2000 })
+      .toString()
+      .trim();
+  } catch {
+    return 'unknown';
+  }
+}
+
+/** Reads and validates the environment; every invalid variable is listed in one ConfigError. */
+export function loadConfig(env: Env = process.env, overrides: Partial<Config> = {}): Readonly<Config> {
+  const problems: string[] = [];
+  const str = (name: string) => {
+    const v = env[name];
+    return v === undefined || v === '' ? null : v;
+  };
+  const int = (name: string, def: number, min: number, max: number) => {
+    const v = str(name);
+    if (v === null) return def;
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < min || n > max) {
+      problems.push(`${name} must be an integer from ${min} to ${max} (got "${v}")`);
+      return def;
+    }
+    return n;
+  };
+  const bool = (name: string) => {
+    const v = str(name);
+    if (v === null) return false;
+    if (['1', 'true', 'yes', 'on'].includes(v.toLowerCase())) return true;
+    if (['0', 'false', 'no', 'off'].includes(v.toLowerCase())) return false;
+    problems.push(`${name} must be 1/0, true/false, yes/no or on/off (got "${v}")`);
+    return false;
+  };
+  const url = (name: string, protocols: string[]) => {
+    const v = str(name);
+    if (v === null) return null;
+    try {
+      const u = new URL(v);
+      if (!protocols.includes(u.protocol)) throw new Error();
+      return v;
+    } catch {
+      problems.push(`${name} must be a ${protocols.join(' or ')} URL`);
+      return null;
+    }
+  };
+
+  const port = int('PORT', 8080, 0, 65535);
+  const host = str('HOST') ?? '127.0.0.1';
+  if (isIP(host) === 0 && !/^[a-zA-Z0-9.-]+$/.test(host)) problems.push('HOST must be an IP address or host name');
+  const publicUrl = (url('PUBLIC_URL', ['http:', 'https:']) ?? `http://${host}:${port}`).replace(/\/$/, '');
+  const publicApiKey = str('PUBLIC_API_KEY');
+  if (publicApiKey !== null && publicApiKey.length < 16) problems.push('PUBLIC_API_KEY must be at least 16 characters');
+  const operatorToken = str('OPERATOR_TOKEN');
+  if (operatorToken !== null && operatorToken.length < 24)
+    problems.push('OPERATOR_TOKEN must be at least 24 characters');
+  const origins = (str('ALLOWED_ORIGINS') ?? '')
+    .split(',')
+    .map((o) => o.trim())
+    .filter(Boolean);
+  for (const o of origins) {
+    try {
+      if (new URL(o).origin !== o) throw new Error();
+    } catch {
+      problems.push(`ALLOWED_ORIGINS has "${o}", which is not an origin like https://example.org`);
+    }
+  }
+  const logLevel = (str('LOG_LEVEL') ?? 'info') as Config['logLevel'];
+  if (!LOG_LEVELS.includes(logLevel)) problems.push(`LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}`);
+  const redisPrefix = str('REDIS_PREFIX') ?? 'parlor:';
+  if (!/^[A-Za-z0-9:_-]{1,64}$/.test(redisPrefix)) problems.push('REDIS_PREFIX must be 1-64 of A-Z a-z 0-9 : _ -');
+
+  const config: Config = {
+    port,
+    host,
+    dataDir: path.resolve(str('DATA_DIR') ?? './data'),
+    databaseUrl: url('DATABASE_URL', ['postgres:', 'postgresql:']),
+    redisUrl: url('REDIS_URL', ['redis:', 'rediss:']),
+    redisPrefix,
+    publicApiKey,
+    operatorToken,
+    publicUrl,
+    guildApiUrl: (url('GUILD_API_URL', ['http:', 'https:']) ?? publicUrl).replace(/\/$/, ''),
+    cookieDomain: str('COOKIE_DOMAIN'),
+    trustProxy: bool('TRUST_PROXY'),
+    allowedOrigins: origins.length > 0 ? origins : [new URL(publicUrl).origin],
+    chromiumPath: str('CHROMIUM_PATH') ?? '/usr/bin/chromium',
+    vmMaxPerNode: int('VM_MAX_PER_NODE', 4, 0, 1000),
+    vmAllowPrivateNetworks: bool('VM_ALLOW_PRIVATE_NETWORKS'),
+    logLevel,
+    sourceHash: str('SOURCE_HASH') ?? '',
+    ...overrides,
+  };
+  if (problems.length > 0) throw new ConfigError(problems);
+  if (config.sourceHash === '') config.sourceHash = gitHead();
+  return Object.freeze(config);
+}

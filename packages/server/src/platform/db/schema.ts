@@ -1,0 +1,173 @@
+import { sql } from 'drizzle-orm';
+import {
+  bigserial,
+  boolean,
+  index,
+  integer,
+  jsonb,
+  pgTable,
+  real,
+  serial,
+  text,
+  timestamp,
+  uniqueIndex,
+} from 'drizzle-orm/pg-core';
+
+const ts = (name: string) => timestamp(name, { withTimezone: true, mode: 'date' });
+
+export const users = pgTable(
+  'users',
+  {
+    id: serial('id').primaryKey(),
+    username: text('username').notNull(),
+    avatarSource: text('avatar_source').notNull().default(''),
+    subscriptionTier: integer('subscription_tier').notNull().default(0),
+    subscriptionExpiresAt: ts('subscription_expires_at'),
+    subscriptionGrantedBy: integer('subscription_granted_by'),
+    state: integer('state').notNull().default(0),
+    stateExpiresAt: ts('state_expires_at'),
+    permissionLevel: integer('permission_level').notNull().default(0),
+    permissionSince: ts('permission_since'),
+    /** Bot-initiated logins since the last website login (spec: every 5, the web is required). */
+    botLoginsSinceWeb: integer('bot_logins_since_web').notNull().default(0),
+    lastActivityAt: ts('last_activity_at').notNull(),
+    createdAt: ts('created_at').notNull(),
+    updatedAt: ts('updated_at').notNull(),
+  },
+  (t) => [uniqueIndex('users_username_lower_idx').on(sql`lower(${t.username})`)],
+);
+
+export const linkedPlatforms = pgTable(
+  'linked_platforms',
+  {
+    id: serial('id').primaryKey(),
+    userId: integer('user_id')
+      .notNull()
+      .references(() => users.id, { onDelete: 'cascade' }),
+    platform: text('platform').notNull(),
+    platformUserId: text('platform_user_id').notNull(),
+    platformUsername: text('platform_username').notNull(),
+    platformAvatarUrl: text('platform_avatar_url').notNull(),
+    linkedAt: ts('linked_at').notNull(),
+    lastAuthenticatedAt: ts('last_authenticated_at').notNull(),
+  },
+  (t) => [
+    uniqueIndex('linked_platforms_identity_idx').on(t.platform, t.platformUserId),
+    index('linked_platforms_user_idx').on(t.userId),
+  ],
+);
+
+export const sessions = pgTable(
+  'sessions',
+  {
+    id: serial('id').primaryKey(),
+    userId: integer('user_id')
+      .notNull()
+      .references(() => users.id, { onDelete: 'cascade' }),
+    /** sha256 of the token, hex. The token itself is never stored. */
+    tokenHash: text('token_hash').notNull(),
+    tokenSuffix: text('token_suffix').notNull(),
+    createdAt: ts('created_at').notNull(),
+    expiresAt: ts('expires_at').notNull(),
+    endedAt: ts('ended_at'),
+    endReason: text('end_reason'),
+    clientIp: text('client_ip').notNull(),
+    userAgent: text('user_agent').notNull(),
+    geo: jsonb('geo').notNull(),
+    lastSeenAt: ts('last_seen_at').notNull(),
+  },
+  (t) => [uniqueIndex('sessions_token_hash_idx').on(t.tokenHash), index('sessions_user_idx').on(t.userId, t.endedAt)],
+);
+
+export const moderationActions = pgTable(
+  'moderation_actions',
+  {
+    id: serial('id').primaryKey(),
+    userId: integer('user_id')
+      .notNull()
+      .references(() => users.id, { onDelete: 'cascade' }),
+    chatId: integer('chat_id'),
+    actionType: text('action_type').notNull(),
+    reason: text('reason'),
+    actorUserId: integer('actor_user_id'),
+    expiresAt: ts('expires_at'),
+    liftedAt: ts('lifted_at'),
+    isLifted: boolean('is_lifted').notNull().default(false),
+    createdAt: ts('created_at').notNull(),
+  },
+  (t) => [index('moderation_actions_user_idx').on(t.userId, t.createdAt)],
+);
+
+export const notifications = pgTable(
+  'notifications',
+  {
+    id: serial('id').primaryKey(),
+    userId: integer('user_id')
+      .notNull()
+      .references(() => users.id, { onDelete: 'cascade' }),
+    title: text('title').notNull(),
+    body: text('body').notNull(),
+    type: text('type').notNull(),
+    readAt: ts('read_at'),
+    createdBy: integer('created_by'),
+    createdAt: ts('created_at').notNull(),
+  },
+  (t) => [index('notifications_user_idx').on(t.userId, t.id)],
+);
+
+export const auditLog = pgTable(
+  'audit_log',
+  {
+    id: serial('id').primaryKey(),
+    /** 'user' | 'operator' | 'system' | 'bot' */
+    actorKind: text('actor_kind').notNull(),
+    actorId: integer('actor_id'),
+    targetUserId: integer('target_user_id'),
+    targetBotId: integer('target_bot_id'),
+    code: integer('code').notNull(),
+    action: text('action').notNull(),
+    reason: text('reason'),
+    data: jsonb('data').notNull().default({}),
+    createdAt: ts('created_at').notNull(),
+  },
+  (t) => [index('audit_log_target_user_idx').on(t.targetUserId, t.code)],
+);
+
+export const bots = pgTable(
+  'bots',
+  {
+    id: serial('id').primaryKey(),
+    name: text('name').notNull(),
+    avatarUrl: text('avatar_url'),
+    type: integer('type').notNull().default(3),
+    rateLimitPerHour: integer('rate_limit_per_hour').notNull(),
+    /** sha256 of the API key, hex. The key is shown once at registration and never stored. */
+    keyHash: text('key_hash').notNull(),
+    ownerUserId: integer('owner_user_id'),
+    statsUsers: integer('stats_users'),
+    statsLatencyMs: real('stats_latency_ms'),
+    statsReportedAt: ts('stats_reported_at'),
+    createdAt: ts('created_at').notNull(),
+    updatedAt: ts('updated_at').notNull(),
+    deletedAt: ts('deleted_at'),
+  },
+  (t) => [uniqueIndex('bots_key_hash_idx').on(t.keyHash)],
+);
+
+export const botCommands = pgTable(
+  'bot_commands',
+  {
+    id: bigserial('id', { mode: 'number' }).primaryKey(),
+    botId: integer('bot_id')
+      .notNull()
+      .references(() => bots.id, { onDelete: 'cascade' }),
+    command: text('command').notNull(),
+    userId: integer('user_id'),
+    guildId: text('guild_id'),
+    success: boolean('success'),
+    durationMs: integer('duration_ms'),
+    executedAt: ts('executed_at').notNull(),
+    createdAt: ts('created_at').notNull(),
+  },
+  (t) => [index('bot_commands_bot_idx').on(t.botId, t.executedAt)],
+);

@@ -1,0 +1,15 @@
+import type { Clock } from '../clock.js';
+import { MemoryState } from './memory.js';
+import { RedisState } from './redis.js';
+import type { StateStore } from './types.js';
+
+export type { Limiter, LimitResult, StateStore } from './types.js';
+export { MemoryState, RedisState };
+
+/** Redis when a URL is configured, else in-process. */
+export async function openState(opts: { url: string | null; prefix: string; clock: Clock }): Promise<StateStore> {
+  if (!opts.url) return new MemoryState(opts.clock);
+  const state = new RedisState(opts.url, opts.prefix, opts.clock);
+  await state.connect();
+  return state;
+}

@@ -1,0 +1,92 @@
+import { RateLimiterMemory } from 'rate-limiter-flexible';
+import { type Clock, systemClock } from '../clock.js';
+import { wrapLimiter } from './limiter.js';
+import type { Limiter, StateStore } from './types.js';
+
+interface Entry {
+  value: string;
+  expiresAt: number;
+}
+
+/** In-process coordination for the embedded (single node) mode. */
+export class MemoryState implements StateStore {
+  readonly kind = 'memory' as const;
+  private readonly values = new Map<string, Entry>();
+  private readonly sets = new Map<string, Map<string, number>>();
+  private readonly sweeper: NodeJS.Timeout;
+
+  constructor(private readonly clock: Clock = systemClock) {
+    // Expired entries are dropped on read; the sweep bounds memory for keys never read again.
+    this.sweeper = setInterval(() => this.sweep(), 60_000);
+    this.sweeper.unref();
+  }
+
+  private now() {
+    return this.clock.now().getTime();
+  }
+
+  private live(key: string): Entry | undefined {
+    const e = this.values.get(key);
+    if (e && e.expiresAt <= this.now()) {
+      this.values.delete(key);
+      return undefined;
+    }
+    return e;
+  }
+
+  private sweep() {
+    const now = this.now();
+    for (const [k, e] of this.values) if (e.expiresAt <= now) this.values.delete(k);
+    for (const [k, s] of this.sets) {
+      for (const [m, at] of s) if (at <= now) s.delete(m);
+      if (s.size === 0) this.sets.delete(k);
+    }
+  }
+
+  async get(key: string) {
+    return this.live(key)?.value ?? null;
+  }
+  async set(key: string, value: string, ttlMs: number) {
+    this.values.set(key, { value, expiresAt: this.now() + ttlMs });
+  }
+  async setIfAbsent(key: string, value: string, ttlMs: number) {
+    if (this.live(key)) return false;
+    this.values.set(key, { value, expiresAt: this.now() + ttlMs });
+    return true;
+  }
+  async take(key: string) {
+    const e = this.live(key);
+    this.values.delete(key);
+    return e?.value ?? null;
+  }
+  async del(...keys: string[]) {
+    for (const k of keys) this.values.delete(k);
+  }
+  private liveSet(setKey: string) {
+    const s = this.sets.get(setKey) ?? new Map<string, number>();
+    const now = this.now();
+    for (const [m, at] of s) if (at <= now) s.delete(m);
+    return s;
+  }
+  async addExpiring(setKey: string, member: string, expiresAtMs: number) {
+    const s = this.liveSet(setKey);
+    s.set(member, expiresAtMs);
+    this.sets.set(setKey, s);
+    return { count: s.size, earliest: Math.min(...s.values()) };
+  }
+  async removeExpiring(setKey: string, member: string) {
+    this.sets.get(setKey)?.delete(member);
+  }
+  async countExpiring(setKey: string) {
+    return this.liveSet(setKey).size;
+  }
+  limiter(name: string, points: number, durationMs: number): Limiter {
+    const rl = new RateLimiterMemory({ keyPrefix: name, points, duration: durationMs / 1000 });
+    return wrapLimiter(rl, points);
+  }
+  async close() {
+    clearInterval(this.sweeper);
+    this.values.clear();
+    this.sets.clear();
+  }
+}

@@ -1,0 +1,42 @@
+/**
+ * The coordination port: short-lived shared state (login codes, pending sets, rate limits).
+ * Embedded mode keeps it in process; cluster mode keeps it in Redis so every node sees the same.
+ * Both implementations pass one contract suite (state.contract.ts).
+ */
+export interface StateStore {
+  readonly kind: 'memory' | 'redis';
+  get(key: string): Promise<string | null>;
+  /** Sets a value that disappears after ttlMs. */
+  set(key: string, value: string, ttlMs: number): Promise<void>;
+  /** Sets only if the key is absent; true when this call set it. */
+  setIfAbsent(key: string, value: string, ttlMs: number): Promise<boolean>;
+  /** Atomically reads and deletes: of two concurrent takes, one gets the value. */
+  take(key: string): Promise<string | null>;
+  del(...keys: string[]): Promise<void>;
+  /**
+   * Adds `member` to an expiring set (each member has its own deadline), drops members whose
+   * deadline has passed, and returns how many remain (this one included) and the earliest
+   * remaining deadline.
+   */
+  addExpiring(setKey: string, member: string, expiresAtMs: number): Promise<{ count: number; earliest: number }>;
+  removeExpiring(setKey: string, member: string): Promise<void>;
+  countExpiring(setKey: string): Promise<number>;
+  /** A fixed-window limiter over `points` per `durationMs`, shared by every node. */
+  limiter(name: string, points: number, durationMs: number): Limiter;
+  close(): Promise<void>;
+}
+
+export interface LimitResult {
+  allowed: boolean;
+  remaining: number;
+  /** Milliseconds until the window allows another point. */
+  retryAfterMs: number;
+}
+
+export interface Limiter {
+  /** Spends `points` (default 1) for `key`. */
+  consume(key: string, points?: number): Promise<LimitResult>;
+  /** Reads without spending. */
+  peek(key: string): Promise<LimitResult>;
+  reset(key: string): Promise<void>;
+}

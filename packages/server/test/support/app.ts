@@ -1,0 +1,109 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { describe, inject } from 'vitest';
+import { type BuiltApp, buildApp } from '../../src/app.js';
+import type { Clock } from '../../src/platform/clock.js';
+import { type Config, loadConfig } from '../../src/platform/config.js';
+import { type Database, openDatabase } from '../../src/platform/db/index.js';
+import { openState, type StateStore } from '../../src/platform/state/index.js';
+import { clearRedisPrefix, createScratchDatabase, SERVICE_URLS } from './services.js';
+
+/** Which stores this run of the integration suite uses (set per vitest project). */
+export const MODE: 'embedded' | 'cluster' = process.env.PARLOR_TEST_MODE === 'cluster' ? 'cluster' : 'embedded';
+
+export interface TestApp extends BuiltApp {
+  url: string;
+  config: Readonly<Config>;
+  close(): Promise<void>;
+}
+
+/** Where one or more nodes keep their data: a scratch PostgreSQL database + Redis prefix, or PGlite. */
+export interface Backing {
+  databaseUrl: string | null;
+  redisUrl: string | null;
+  redisPrefix: string;
+  dataDir: string;
+  release(): Promise<void>;
+}
+
+const PUBLIC_KEY = 'ppk_test_public_key_0123456789abcdef';
+const OPERATOR_TOKEN = 'pop_test_operator_token_0123456789abcdef';
+
+export async function createBacking(opts: { persistentDataDir?: string } = {}): Promise<Backing> {
+  const dataDir = opts.persistentDataDir ?? mkdtempSync(path.join(tmpdir(), 'parlor-test-'));
+  const cleanupDir = () => {
+    if (!opts.persistentDataDir) rmSync(dataDir, { recursive: true, force: true });
+  };
+  if (MODE === 'embedded') {
+    return { databaseUrl: null, redisUrl: null, redisPrefix: 'parlor:', dataDir, release: async () => cleanupDir() };
+  }
+  const scratch = await createScratchDatabase();
+  const redisPrefix = `parlor-test:${path.basename(dataDir)}:`;
+  return {
+    databaseUrl: scratch.url,
+    redisUrl: SERVICE_URLS.redis,
+    redisPrefix,
+    dataDir,
+    release: async () => {
+      await scratch.drop();
+      await clearRedisPrefix(redisPrefix);
+      cleanupDir();
+    },
+  };
+}
+
+export interface StartOptions {
+  backing?: Backing;
+  clock?: Clock;
+  config?: Partial<Config>;
+  /** Keep PGlite on disk under the backing's dataDir (restart tests); default in memory. */
+  persistEmbedded?: boolean;
+}
+
+/**
+ * Starts the real app on a real port (127.0.0.1, port 0). Embedded mode: PGlite in memory and
+ * in-process state. Cluster mode: a scratch PostgreSQL database and a Redis key prefix. Pass the
+ * same `backing` to several calls to get several nodes over one store.
+ */
+export async function startApp(opts: StartOptions = {}): Promise<TestApp> {
+  const ownBacking = !opts.backing;
+  const backing = opts.backing ?? (await createBacking());
+  const config = loadConfig(
+    {},
+    {
+      port: 0,
+      host: '127.0.0.1',
+      dataDir: backing.dataDir,
+      databaseUrl: backing.databaseUrl,
+      redisUrl: backing.redisUrl,
+      redisPrefix: backing.redisPrefix,
+      publicApiKey: PUBLIC_KEY,
+      operatorToken: OPERATOR_TOKEN,
+      trustProxy: true,
+      logLevel: 'silent',
+      sourceHash: 'test-hash',
+      ...opts.config,
+    },
+  );
+  let database: Database | undefined;
+  let state: StateStore | undefined;
+  if (MODE === 'embedded') {
+    database = await openDatabase({ url: null, dataDir: opts.persistEmbedded ? backing.dataDir : null });
+    state = await openState({ url: null, prefix: 'parlor:', clock: opts.clock ?? { now: () => new Date() } });
+  }
+  const built = await buildApp({ config, clock: opts.clock, database, state, logger: false });
+  const address = await built.app.listen({ port: 0, host: '127.0.0.1' });
+  return {
+    ...built,
+    url: address,
+    config,
+    close: async () => {
+      await built.app.close();
+      if (ownBacking) await backing.release();
+    },
+  };
+}
+
+/** `describe` for integration suites: on the cluster project it is skipped when services are missing. */
+export const describeApp = describe.skipIf(MODE === 'cluster' && !inject('servicesAvailable'));
