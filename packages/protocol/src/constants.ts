@@ -10,7 +10,7 @@ export const Limits = {
   VERIFY_FAILURES_PER_IP: 10,
   VERIFY_FAILURE_WINDOW_MS: 15 * 60 * 1000,
   /** Failed verify attempts allowed service-wide per window, whatever the address. */
-  VERIFY_FAILURES_GLOBAL: 1000,
+  VERIFY_FAILURES_GLOBAL: 300,
   MAX_SESSIONS_PER_USER: 5,
   SESSION_TTL_STAFF_MS: 24 * 60 * 60 * 1000,
   SESSION_TTL_USER_MS: 30 * 24 * 60 * 60 * 1000,

@@ -35,10 +35,6 @@ export const ErrorCodes = {
   ERR_PAYLOAD_TOO_LARGE: { status: 413, message: 'The request body is too large.' },
   ERR_UNSUPPORTED_MEDIA_TYPE: { status: 415, message: 'Send the body as application/json.' },
   ERR_RATE_LIMITED: { status: 429, message: 'Too many requests; try again later.' },
-  ERR_TOO_MANY_PENDING_CODES: {
-    status: 429,
-    message: 'Too many pending login codes from this address; use one or wait for them to expire.',
-  },
   ERR_INTERNAL: { status: 500, message: 'Something went wrong on our side.' },
   ERR_SERVICE_UNAVAILABLE: { status: 503, message: 'The service is not available right now.' },
 } as const satisfies Record<string, { status: number; message: string }>;

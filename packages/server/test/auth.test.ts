@@ -77,7 +77,7 @@ describeApp('POST /v1/authentication/request', () => {
       platform_user_id: nextIdentity(),
     });
     expect(refused.status).toBe(429);
-    expect(refused.body.code).toBe('ERR_TOO_MANY_PENDING_CODES');
+    expect(refused.body.code).toBe('ERR_RATE_LIMITED');
     expect(refused.body.retry_after).toBeGreaterThan(0);
     expect(refused.headers.get('retry-after')).toBe(String(refused.body.retry_after));
     // Another address is not affected.

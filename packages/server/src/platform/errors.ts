@@ -99,9 +99,7 @@ export function installErrorHandler(app: FastifyInstance): void {
     const { status, body, unexpected } = toErrorBody(err);
     if (unexpected) request.log.error({ err, route: request.routeOptions.url }, 'unexpected error');
     else request.log.info({ code: body.code, status }, 'request refused');
-    if (body.code === 'ERR_RATE_LIMITED' || body.code === 'ERR_TOO_MANY_PENDING_CODES') {
-      if (body.retry_after !== undefined) void reply.header('retry-after', String(body.retry_after));
-    }
+    if (body.retry_after !== undefined) void reply.header('retry-after', String(body.retry_after));
     return reply.status(status).send(body);
   });
 }

@@ -27,6 +27,8 @@ export function safeEqual(a: string, b: string): boolean {
  */
 export function randomCode(alphabet: string, length: number): string {
   const n = alphabet.length;
+  // One random byte picks one symbol: with no symbols, or more than 256, no byte is ever accepted.
+  if (n < 1 || n > 256) throw new RangeError(`randomCode needs an alphabet of 1 to 256 symbols (got ${n})`);
   const limit = 256 - (256 % n);
   let out = '';
   while (out.length < length) {

@@ -48,15 +48,19 @@ export function makeAuthService(deps: AuthDeps) {
     if (u && effectiveState(u, clock.now()) === 2) throw appError('ERR_BANNED');
   };
 
-  /** Refuses once an address, or the whole service, has used up its failed attempts. */
+  /**
+   * Refuses an address that used up its failed attempts. When the service-wide failure budget is
+   * spent too, addresses that failed at least once in the window are refused as well, while clean
+   * addresses still verify (so an attacker cannot lock everyone out). docs/security.md has the sums.
+   */
   const assertAttemptsLeft = async (ip: string) => {
-    for (const [limiter, key] of [
-      [failuresPerIp, ip],
-      [failuresGlobal, 'all'],
-    ] as const) {
-      const r = await limiter.peek(key);
-      if (!r.allowed) throw appError('ERR_RATE_LIMITED', undefined, { retry_after: retryAfterSeconds(r.retryAfterMs) });
-    }
+    const own = await failuresPerIp.peek(ip);
+    if (!own.allowed)
+      throw appError('ERR_RATE_LIMITED', undefined, { retry_after: retryAfterSeconds(own.retryAfterMs) });
+    if (own.remaining === Limits.VERIFY_FAILURES_PER_IP) return;
+    const all = await failuresGlobal.peek('all');
+    if (!all.allowed)
+      throw appError('ERR_RATE_LIMITED', undefined, { retry_after: retryAfterSeconds(all.retryAfterMs) });
   };
 
   const failed = async (ip: string): Promise<never> => {
@@ -162,7 +166,13 @@ export function makeAuthService(deps: AuthDeps) {
       if (existing) await codes.revoke(existing.code, existing.rec);
       const issued = await codes.issue('web', platform, platformUserId, ip);
       if ('limited' in issued) {
-        throw appError('ERR_TOO_MANY_PENDING_CODES', undefined, { retry_after: retryAfterSeconds(issued.limited) });
+        throw appError(
+          'ERR_RATE_LIMITED',
+          'Too many pending login codes from this address; use one or wait for one to expire.',
+          {
+            retry_after: retryAfterSeconds(issued.limited),
+          },
+        );
       }
       return { expires_at: new Date(issued.rec.expiresAt).toISOString() };
     },

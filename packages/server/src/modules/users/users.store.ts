@@ -128,14 +128,16 @@ export function makeUsersStore(db: Db) {
       return (row?.n ?? 0) > 0;
     },
     async statistics(now: Date) {
-      const dayAgo = new Date(now.getTime() - 24 * 3600 * 1000);
+      // Raw sql`` parameters must be strings: the postgres-js driver does not serialise Date there.
+      const dayAgo = new Date(now.getTime() - 24 * 3600 * 1000).toISOString();
+      const at = now.toISOString();
       const [row] = await db
         .select({
           total: count(),
           active24h: sql<number>`count(*) filter (where ${users.lastActivityAt} > ${dayAgo})`.mapWith(Number),
           new24h: sql<number>`count(*) filter (where ${users.createdAt} > ${dayAgo})`.mapWith(Number),
           premium:
-            sql<number>`count(*) filter (where ${users.subscriptionTier} > 0 and (${users.subscriptionExpiresAt} is null or ${users.subscriptionExpiresAt} > ${now}))`.mapWith(
+            sql<number>`count(*) filter (where ${users.subscriptionTier} > 0 and (${users.subscriptionExpiresAt} is null or ${users.subscriptionExpiresAt} > ${at}))`.mapWith(
               Number,
             ),
           banned: sql<number>`count(*) filter (where ${users.state} = 2)`.mapWith(Number),

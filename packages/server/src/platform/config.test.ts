@@ -1,0 +1,244 @@
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { type Config, ConfigError, loadConfig } from './config.js';
+
+/** Every call passes SOURCE_HASH so loadConfig never shells out to git. */
+const load = (env: Record<string, string | undefined> = {}, overrides: Partial<Config> = {}) =>
+  loadConfig({ SOURCE_HASH: 'abc123', ...env }, overrides);
+
+/** The ConfigError a bad environment raises (fails the test when none is raised). */
+function problemsOf(env: Record<string, string>): string[] {
+  try {
+    load(env);
+  } catch (e) {
+    expect(e).toBeInstanceOf(ConfigError);
+    return (e as ConfigError).problems;
+  }
+  throw new Error(`expected a ConfigError for ${JSON.stringify(env)}`);
+}
+
+/** One invalid value per validated variable. */
+const INVALID: Record<string, string> = {
+  PORT: 'eighty',
+  HOST: 'not a host!',
+  PUBLIC_URL: 'ftp://example.org',
+  DATABASE_URL: 'mysql://db.example/parlor',
+  REDIS_URL: 'http://cache.example:6379',
+  REDIS_PREFIX: 'has spaces',
+  PUBLIC_API_KEY: 'short',
+  OPERATOR_TOKEN: 'also-too-short',
+  GUILD_API_URL: 'guilds.example.org',
+  TRUST_PROXY: 'sometimes',
+  ALLOWED_ORIGINS: 'https://ok.example,not-an-origin',
+  VM_MAX_PER_NODE: '-1',
+  VM_ALLOW_PRIVATE_NETWORKS: 'perhaps',
+  LOG_LEVEL: 'loud',
+};
+
+describe('loadConfig', () => {
+  it('fills every key with its documented default', () => {
+    const config = load();
+    expect(config).toEqual({
+      port: 8080,
+      host: '127.0.0.1',
+      dataDir: path.resolve('./data'),
+      databaseUrl: null,
+      redisUrl: null,
+      redisPrefix: 'parlor:',
+      publicApiKey: null,
+      operatorToken: null,
+      publicUrl: 'http://127.0.0.1:8080',
+      guildApiUrl: 'http://127.0.0.1:8080',
+      cookieDomain: null,
+      trustProxy: false,
+      allowedOrigins: ['http://127.0.0.1:8080'],
+      chromiumPath: '/usr/bin/chromium',
+      vmMaxPerNode: 4,
+      vmAllowPrivateNetworks: false,
+      logLevel: 'info',
+      sourceHash: 'abc123',
+    } satisfies Config);
+  });
+
+  it('treats an empty variable as unset', () => {
+    expect(load({ PORT: '', LOG_LEVEL: '', DATABASE_URL: '', TRUST_PROXY: '', ALLOWED_ORIGINS: '' })).toEqual(load());
+  });
+
+  it('reads every variable it knows', () => {
+    const config = load({
+      PORT: '9000',
+      HOST: '0.0.0.0',
+      DATA_DIR: '/var/lib/parlor',
+      DATABASE_URL: 'postgres://parlor@db.internal:5432/parlor',
+      REDIS_URL: 'rediss://cache.internal:6380',
+      REDIS_PREFIX: 'parlor-prod:',
+      PUBLIC_API_KEY: 'ppk_0123456789abcdef',
+      OPERATOR_TOKEN: 'pop_0123456789abcdef012345',
+      PUBLIC_URL: 'https://chat.example.org/',
+      GUILD_API_URL: 'https://guilds.example.org/',
+      COOKIE_DOMAIN: 'example.org',
+      TRUST_PROXY: 'true',
+      ALLOWED_ORIGINS: ' https://chat.example.org , https://app.example.org:8443 ',
+      CHROMIUM_PATH: '/opt/chromium/chrome',
+      VM_MAX_PER_NODE: '12',
+      VM_ALLOW_PRIVATE_NETWORKS: '1',
+      LOG_LEVEL: 'debug',
+    });
+    expect(config).toEqual({
+      port: 9000,
+      host: '0.0.0.0',
+      dataDir: '/var/lib/parlor',
+      databaseUrl: 'postgres://parlor@db.internal:5432/parlor',
+      redisUrl: 'rediss://cache.internal:6380',
+      redisPrefix: 'parlor-prod:',
+      publicApiKey: 'ppk_0123456789abcdef',
+      operatorToken: 'pop_0123456789abcdef012345',
+      publicUrl: 'https://chat.example.org',
+      guildApiUrl: 'https://guilds.example.org',
+      cookieDomain: 'example.org',
+      trustProxy: true,
+      allowedOrigins: ['https://chat.example.org', 'https://app.example.org:8443'],
+      chromiumPath: '/opt/chromium/chrome',
+      vmMaxPerNode: 12,
+      vmAllowPrivateNetworks: true,
+      logLevel: 'debug',
+      sourceHash: 'abc123',
+    } satisfies Config);
+  });
+
+  it('lists every invalid variable at once, one problem naming each', () => {
+    const problems = problemsOf(INVALID);
+    expect(problems).toHaveLength(Object.keys(INVALID).length);
+    for (const name of Object.keys(INVALID)) {
+      expect(problems.filter((p) => p.includes(name)), `problems naming ${name}`).toHaveLength(1);
+    }
+  });
+
+  it.each(Object.entries(INVALID))('refuses %s=%j alone with exactly one problem that names it', (name, value) => {
+    const problems = problemsOf({ [name]: value });
+    expect(problems).toHaveLength(1);
+    expect(problems[0]).toMatch(new RegExp(`^${name}\\b`));
+  });
+
+  it('puts every problem in the error message, so start-up prints one clear line', () => {
+    try {
+      load({ PORT: '70000', LOG_LEVEL: 'LOUD' });
+      expect.unreachable('loadConfig accepted PORT=70000');
+    } catch (e) {
+      expect(e).toBeInstanceOf(ConfigError);
+      expect((e as Error).message).toContain('PORT');
+      expect((e as Error).message).toContain('LOG_LEVEL');
+      expect((e as Error).message).not.toContain('\n');
+    }
+  });
+
+  it.each([
+    ['PORT', '0', 0],
+    ['PORT', '65535', 65535],
+    ['VM_MAX_PER_NODE', '0', 0],
+    ['VM_MAX_PER_NODE', '1000', 1000],
+  ])('accepts %s=%s at the edge of its range', (name, value, expected) => {
+    const config = load({ [name]: value });
+    expect(name === 'PORT' ? config.port : config.vmMaxPerNode).toBe(expected);
+  });
+
+  it.each([
+    ['PORT', '65536'],
+    ['PORT', '-1'],
+    ['PORT', '80.5'],
+    ['PORT', '8080abc'],
+    ['VM_MAX_PER_NODE', '1001'],
+    ['VM_MAX_PER_NODE', '2.5'],
+  ])('refuses %s=%s just outside its range or not an integer', (name, value) => {
+    expect(problemsOf({ [name]: value })).toEqual([expect.stringMatching(new RegExp(`^${name} must be an integer`))]);
+  });
+
+  it.each(['1', 'true', 'TRUE', 'yes', 'on', 'On'])('reads TRUST_PROXY=%s as on', (v) => {
+    expect(load({ TRUST_PROXY: v }).trustProxy).toBe(true);
+  });
+
+  it.each(['0', 'false', 'no', 'OFF'])('reads TRUST_PROXY=%s as off', (v) => {
+    expect(load({ TRUST_PROXY: v }).trustProxy).toBe(false);
+  });
+
+  it.each(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'])('accepts LOG_LEVEL=%s', (level) => {
+    expect(load({ LOG_LEVEL: level }).logLevel).toBe(level);
+  });
+
+  it('accepts both postgres: and postgresql: database URLs, and redis: and rediss: Redis URLs', () => {
+    expect(load({ DATABASE_URL: 'postgresql://db/p' }).databaseUrl).toBe('postgresql://db/p');
+    expect(load({ DATABASE_URL: 'postgres://db/p' }).databaseUrl).toBe('postgres://db/p');
+    expect(load({ REDIS_URL: 'redis://r:6379' }).redisUrl).toBe('redis://r:6379');
+    expect(load({ REDIS_URL: 'rediss://r:6380' }).redisUrl).toBe('rediss://r:6380');
+  });
+
+  it.each(['https://chat.example.org/', 'https://chat.example.org/path', '*', 'chat.example.org'])(
+    'refuses ALLOWED_ORIGINS entry %j: only a bare origin is allowed',
+    (value) => {
+      expect(problemsOf({ ALLOWED_ORIGINS: value })).toEqual([expect.stringContaining(`"${value}"`)]);
+    },
+  );
+
+  it('ignores the empty entries of ALLOWED_ORIGINS (a trailing comma)', () => {
+    expect(load({ ALLOWED_ORIGINS: 'https://a.example,, https://b.example,' }).allowedOrigins).toEqual([
+      'https://a.example',
+      'https://b.example',
+    ]);
+  });
+
+  describe('the default allowed origin', () => {
+    it('is the origin of PUBLIC_URL, without its path or trailing slash', () => {
+      const config = load({ PUBLIC_URL: 'https://example.org/parlor/' });
+      expect(config.publicUrl).toBe('https://example.org/parlor');
+      expect(config.allowedOrigins).toEqual(['https://example.org']);
+      expect(config.guildApiUrl).toBe('https://example.org/parlor');
+    });
+
+    it('keeps a non-default port', () => {
+      expect(load({ PUBLIC_URL: 'http://chat.local:3000' }).allowedOrigins).toEqual(['http://chat.local:3000']);
+    });
+
+    it('follows HOST and PORT when PUBLIC_URL is unset', () => {
+      const config = load({ HOST: 'localhost', PORT: '9090' });
+      expect(config.publicUrl).toBe('http://localhost:9090');
+      expect(config.allowedOrigins).toEqual(['http://localhost:9090']);
+    });
+
+    it('is replaced, not extended, by ALLOWED_ORIGINS', () => {
+      const config = load({ PUBLIC_URL: 'https://example.org', ALLOWED_ORIGINS: 'https://other.example' });
+      expect(config.allowedOrigins).toEqual(['https://other.example']);
+    });
+  });
+
+  it('returns a frozen object that cannot be changed afterwards', () => {
+    const config = load();
+    expect(Object.isFrozen(config)).toBe(true);
+    expect(() => {
+      (config as Config).port = 1;
+    }).toThrow(TypeError);
+    expect(config.port).toBe(8080);
+  });
+
+  it('lets overrides replace values (tests start on port 0 with fixed secrets) and still freezes', () => {
+    const config = load({ PORT: '9000' }, { port: 0, publicApiKey: 'ppk_fixed', logLevel: 'silent' });
+    expect(config.port).toBe(0);
+    expect(config.publicApiKey).toBe('ppk_fixed');
+    expect(config.logLevel).toBe('silent');
+    expect(Object.isFrozen(config)).toBe(true);
+  });
+
+  it('still refuses an invalid environment when overrides are given', () => {
+    expect(() => loadConfig({ SOURCE_HASH: 'x', PORT: 'nope' }, { port: 0 })).toThrow(ConfigError);
+  });
+
+  it('reads nothing from process.env when given an environment', () => {
+    const saved = process.env.PORT;
+    process.env.PORT = 'not-a-port';
+    try {
+      expect(load().port).toBe(8080);
+    } finally {
+      if (saved === undefined) delete process.env.PORT;
+      else process.env.PORT = saved;
+    }
+  });
+});

@@ -1,0 +1,295 @@
+import { Limits } from '@parlor/protocol';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { describeApp, startApp, type TestApp } from './support/app.js';
+import { Client, nextIp } from './support/client.js';
+import { createBot, login, operator, setLevel } from './support/flows.js';
+
+let app: TestApp;
+
+beforeAll(async () => {
+  app = await startApp();
+});
+afterAll(async () => app?.close());
+
+const publicClient = () => new Client(app.url, nextIp(), app.publicApiKey);
+
+describeApp('bot registration and authentication', () => {
+  it('shows the key once, stores only its hash, and authenticates with it', async () => {
+    const { id, apiKey, client } = await createBot(app, { name: 'Greeter', type: 'verified', rate_limit_per_hour: 50 });
+    expect(apiKey).toMatch(/^pbk_[A-Za-z0-9_-]{43}$/);
+    const stored = (await app.database.db.execute(`select key_hash from bots where id = ${id}` as never)) as unknown as
+      | { rows: { key_hash: string }[] }
+      | { key_hash: string }[];
+    const rows = 'rows' in stored ? stored.rows : stored;
+    expect(rows[0]?.key_hash).toMatch(/^[0-9a-f]{64}$/);
+    expect(rows[0]?.key_hash).not.toContain(apiKey.slice(4));
+    const me = await client.get('/v1/bot/me');
+    expect(me.status).toBe(200);
+    expect(me.body).toEqual({
+      id,
+      name: 'Greeter',
+      avatar_url: null,
+      type: 2,
+      rate_limit_per_hour: 50,
+      owner_user_id: null,
+      stats: { users: null, latency_ms: null, reported_at: null },
+      created_at: expect.any(String),
+      updated_at: expect.any(String),
+    });
+  });
+
+  it('refuses a wrong key, the public key, and no key with 401 ERR_INVALID_API_KEY', async () => {
+    for (const key of [`pbk_${'a'.repeat(43)}`, app.publicApiKey, null]) {
+      const res = await new Client(app.url, nextIp(), key).get('/v1/bot/me');
+      expect(res.status).toBe(401);
+      expect(res.body.code).toBe('ERR_INVALID_API_KEY');
+    }
+  });
+
+  it('refuses bot creation without the operator token or an Admin session', async () => {
+    const user = await login(app);
+    expect((await user.client.post('/v1/admin/bots/create', { name: 'x' })).status).toBe(403);
+    const wrong = new Client(app.url, nextIp(), null, { authorization: 'Bearer wrong-token' });
+    expect((await wrong.post('/v1/admin/bots/create', { name: 'x' })).status).toBe(401);
+    await setLevel(app, user.user.id, 2);
+    expect((await user.client.post('/v1/admin/bots/create', { name: 'x' })).status).toBe(200);
+  });
+});
+
+describeApp('bot rate limits', () => {
+  it('allows rate_limit_per_hour requests and answers 429 with retry_after to the next', async () => {
+    const { client } = await createBot(app, { rate_limit_per_hour: 3 });
+    for (let i = 0; i < 3; i++) expect((await client.get('/v1/bot/me')).status).toBe(200);
+    const res = await client.get('/v1/bot/me');
+    expect(res.status).toBe(429);
+    expect(res.body.code).toBe('ERR_RATE_LIMITED');
+    expect(res.body.retry_after).toBeGreaterThan(60);
+    expect(res.headers.get('retry-after')).toBe(String(res.body.retry_after));
+  });
+
+  it(`allows ${Limits.BOT_REQUESTS_PER_MINUTE} requests a minute per key and refuses the next`, async () => {
+    const { client } = await createBot(app);
+    const results = [];
+    for (let i = 0; i < Limits.BOT_REQUESTS_PER_MINUTE; i += 50) {
+      const batch = await Promise.all(Array.from({ length: 50 }, () => client.get('/v1/bot/me')));
+      results.push(...batch.map((r) => r.status));
+    }
+    expect(results.filter((s) => s === 200)).toHaveLength(Limits.BOT_REQUESTS_PER_MINUTE);
+    const next = await client.get('/v1/bot/me');
+    expect(next.status).toBe(429);
+    expect(next.body.retry_after).toBeLessThanOrEqual(60);
+    // Another bot is not affected.
+    expect((await (await createBot(app)).client.get('/v1/bot/me')).status).toBe(200);
+  });
+});
+
+describeApp('POST /v1/bot/me/update and /v1/bot/batch', () => {
+  it('updates info and stats in one call', async () => {
+    const { client } = await createBot(app);
+    const res = await client.post('/v1/bot/me/update', {
+      name: 'Renamed',
+      avatar_url: 'https://cdn.example/bot.png',
+      stats: { users: 1234, latency_ms: 42.5 },
+    });
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({
+      name: 'Renamed',
+      avatar_url: 'https://cdn.example/bot.png',
+      stats: { users: 1234, latency_ms: 42.5 },
+    });
+    expect(res.body.stats.reported_at).toEqual(expect.any(String));
+    for (const body of [
+      {},
+      { stats: { users: -1 } },
+      { name: '' },
+      { avatar_url: 'javascript:alert(1)' },
+      { guilds: 3 },
+    ]) {
+      const bad = await client.post('/v1/bot/me/update', body);
+      expect(bad.status).toBe(400);
+      expect(bad.body.code).toBe('ERR_VALIDATION');
+    }
+  });
+
+  it(`records 1 to ${Limits.BOT_BATCH_MAX} command executions and refuses 0 or ${Limits.BOT_BATCH_MAX + 1}`, async () => {
+    const { client } = await createBot(app);
+    const cmd = { command: 'play', user_id: 1, guild_id: '123456789012345678', success: true, duration_ms: 12 };
+    expect((await client.post('/v1/bot/batch', { commands: [cmd] })).body).toEqual({ recorded: 1 });
+    const full = await client.post('/v1/bot/batch', {
+      commands: Array.from({ length: Limits.BOT_BATCH_MAX }, () => cmd),
+    });
+    expect(full.body).toEqual({ recorded: Limits.BOT_BATCH_MAX });
+    for (const commands of [[], Array.from({ length: Limits.BOT_BATCH_MAX + 1 }, () => cmd)]) {
+      expect((await client.post('/v1/bot/batch', { commands })).status).toBe(400);
+    }
+  });
+});
+
+describeApp('GET /v1/bot/users/{user_id} and update', () => {
+  it('shows the bot-visible user without subscription details', async () => {
+    const { client } = await createBot(app);
+    const { user } = await login(app);
+    const res = await client.get(`/v1/bot/users/${user.id}`);
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({
+      id: user.id,
+      username: user.username,
+      subscription_tier: 0,
+      permission_level: 0,
+      state: 0,
+      created_at: expect.any(String),
+      updated_at: expect.any(String),
+    });
+    expect((await client.get('/v1/bot/users/987654')).status).toBe(404);
+    expect((await client.get('/v1/bot/users/abc')).status).toBe(400);
+  });
+
+  it('renames a user: 3-32 characters, 409 when taken', async () => {
+    const { client } = await createBot(app);
+    const a = await login(app);
+    const b = await login(app);
+    const ok = await client.post(`/v1/bot/users/${a.user.id}/update`, { username: `bot_named_${a.user.id}` });
+    expect(ok.status).toBe(200);
+    expect(ok.body).toEqual({
+      id: a.user.id,
+      username: `bot_named_${a.user.id}`,
+      avatar_url: expect.any(String),
+      subscription_tier: 0,
+      permission_level: 0,
+      state: 0,
+    });
+    const taken = await client.post(`/v1/bot/users/${b.user.id}/update`, { username: `BOT_NAMED_${a.user.id}` });
+    expect(taken.status).toBe(409);
+    expect(taken.body.code).toBe('ERR_USERNAME_TAKEN');
+    const bad = await client.post(`/v1/bot/users/${b.user.id}/update`, { username: 'no' });
+    expect(bad.status).toBe(400);
+    expect(bad.body.errors).toEqual([{ path: 'body/username', message: expect.any(String) }]);
+  });
+});
+
+describeApp('public bot listings', () => {
+  it('lists, finds and searches bots with the public key, with and without /v1', async () => {
+    const { id } = await createBot(app, { name: 'Listing Finder', type: 'official' });
+    for (const prefix of ['', '/v1']) {
+      const list = await publicClient().get(`${prefix}/bots?limit=100`);
+      expect(list.status).toBe(200);
+      expect(list.body.bots.some((b: { id: number }) => b.id === id)).toBe(true);
+      const one = await publicClient().get(`${prefix}/bots/${id}`);
+      expect(one.body).toEqual({
+        id,
+        name: 'Listing Finder',
+        avatar_url: null,
+        verified: true,
+        users: null,
+        created_at: expect.any(String),
+      });
+      const found = await publicClient().get(`${prefix}/bots/search?q=finder`);
+      expect(found.body.bots.map((b: { id: number }) => b.id)).toEqual([id]);
+    }
+    expect((await new Client(app.url).get('/bots')).status).toBe(401);
+    expect((await publicClient().get('/bots/424242')).body.code).toBe('ERR_BOT_NOT_FOUND');
+  });
+
+  it('shows owner, rate limit and type to an Admin session', async () => {
+    const { id } = await createBot(app, { name: 'Admin Visible', rate_limit_per_hour: 77 });
+    const admin = await login(app);
+    await setLevel(app, admin.user.id, 2);
+    admin.client.apiKey = app.publicApiKey;
+    const res = await admin.client.get(`/bots/${id}`);
+    expect(res.body).toMatchObject({ id, type: 3, rate_limit_per_hour: 77, owner_user_id: null });
+    const search = await admin.client.get('/bots/search?q=admin%20visible');
+    expect(search.body.bots[0]).toMatchObject({ id, rate_limit_per_hour: 77 });
+  });
+});
+
+describeApp('statistics and health', () => {
+  it('counts users and bots', async () => {
+    const before = await publicClient().get('/statistics/bots');
+    await createBot(app, { type: 'verified' });
+    const after = await publicClient().get('/v1/statistics/bots');
+    expect(after.body.verified).toBe(before.body.verified + 1);
+    expect(after.body.total).toBe(after.body.official + after.body.verified + after.body.community);
+    const usersBefore = (await publicClient().get('/statistics/users')).body;
+    await login(app);
+    const usersAfter = (await publicClient().get('/statistics/users')).body;
+    expect(usersAfter.total).toBe(usersBefore.total + 1);
+    expect(usersAfter.new_24h).toBe(usersBefore.new_24h + 1);
+    expect(usersAfter.sessions_active).toBe(usersBefore.sessions_active + 1);
+    const appStats = (await publicClient().get('/statistics/app')).body;
+    const botsNow = (await publicClient().get('/statistics/bots')).body;
+    expect(appStats).toMatchObject({ version: expect.any(String), users: usersAfter.total, bots: botsNow.total });
+    expect((await publicClient().get('/statistics/chats')).body).toEqual({
+      active_browsers: 0,
+      viewers: 0,
+      controllers: 0,
+    });
+    expect((await new Client(app.url).get('/statistics/users')).status).toBe(401);
+  });
+
+  it('answers GET /v1/health without a key', async () => {
+    const res = await new Client(app.url).get('/v1/health');
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({
+      status: 'ok',
+      source_hash: 'test-hash',
+      uptime_seconds: expect.any(Number),
+      version: expect.any(String),
+      storage: app.config.databaseUrl ? 'cluster' : 'embedded',
+    });
+  });
+
+  it('serves the OpenAPI document and the docs page', async () => {
+    const doc = await new Client(app.url).get('/openapi.json');
+    expect(doc.body.openapi).toMatch(/^3\./);
+    expect(Object.keys(doc.body.paths)).toEqual(
+      expect.arrayContaining(['/v1/authentication/verify', '/v1/users/me', '/bots/{id}']),
+    );
+    expect((await new Client(app.url).get('/docs/')).status).toBe(200);
+    expect((await new Client(app.url).get('/')).status).toBe(200);
+  });
+});
+
+describeApp('operator routes', () => {
+  it('sets a permission level with the operator token and records it', async () => {
+    const { user, client } = await login(app);
+    const res = await operator(app).post(`/v1/admin/users/${user.id}/update`, { permission_level: 1 });
+    expect(res.status).toBe(200);
+    expect(res.body.permission_level).toBe(1);
+    const me = (await client.get('/v1/users/me')).body.user;
+    expect(me.permission_level).toBe(1);
+    expect(me.permission_since).toEqual(expect.any(String));
+    for (const body of [{ permission_level: 4 }, { permission_level: '1' }, {}]) {
+      expect((await operator(app).post(`/v1/admin/users/${user.id}/update`, body)).status).toBe(400);
+    }
+    expect((await operator(app).post('/v1/admin/users/999999/update', { permission_level: 1 })).status).toBe(404);
+  });
+
+  it('lets an Admin demote a Moderator to User but not touch another Admin; an Owner may', async () => {
+    const [admin, admin2, mod, owner] = [await login(app), await login(app), await login(app), await login(app)];
+    await setLevel(app, admin.user.id, 2);
+    await setLevel(app, admin2.user.id, 2);
+    await setLevel(app, mod.user.id, 1);
+    await setLevel(app, owner.user.id, 3);
+    expect((await admin.client.post(`/v1/admin/users/${mod.user.id}/update`, { permission_level: 0 })).status).toBe(
+      200,
+    );
+    expect((await admin.client.post(`/v1/admin/users/${mod.user.id}/update`, { permission_level: 1 })).status).toBe(
+      403,
+    );
+    expect((await admin.client.post(`/v1/admin/users/${admin2.user.id}/update`, { permission_level: 0 })).status).toBe(
+      403,
+    );
+    expect((await owner.client.post(`/v1/admin/users/${admin2.user.id}/update`, { permission_level: 0 })).status).toBe(
+      200,
+    );
+    expect((await owner.client.post(`/v1/admin/users/${mod.user.id}/update`, { permission_level: 3 })).status).toBe(
+      403,
+    );
+    expect((await owner.client.post(`/v1/admin/users/${owner.user.id}/update`, { permission_level: 2 })).status).toBe(
+      403,
+    );
+    expect((await mod.client.post(`/v1/admin/users/${admin.user.id}/update`, { permission_level: 0 })).status).toBe(
+      403,
+    );
+  });
+});

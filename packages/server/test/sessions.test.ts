@@ -1,0 +1,188 @@
+import { Limits } from '@parlor/protocol';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { FakeClock } from '../src/platform/clock.js';
+import { describeApp, startApp, type TestApp } from './support/app.js';
+import { Client, nextIp } from './support/client.js';
+import { createBot, login, setLevel } from './support/flows.js';
+
+let app: TestApp;
+let bot: Client;
+const clock = new FakeClock(Date.now());
+
+beforeAll(async () => {
+  app = await startApp({ clock });
+  bot = (await createBot(app)).client;
+});
+afterAll(async () => app?.close());
+
+/** Logs the same identity in again from a new client (a new device). */
+const device = async (platformUserId: string) => (await login(app, { bot, platformUserId })).client;
+
+describeApp('GET /v1/users/me/sessions', () => {
+  it('lists live sessions with suffix, address, agent, empty geo for private addresses, and is_current', async () => {
+    const client = new Client(app.url, '10.1.2.3', app.publicApiKey);
+    await login(app, { bot, client });
+    const res = await client.get('/v1/users/me/sessions');
+    expect(res.status).toBe(200);
+    expect(res.body.history).toEqual([]);
+    expect(res.body.sessions).toHaveLength(1);
+    const [s] = res.body.sessions;
+    expect(s).toMatchObject({
+      token_suffix: client.cookie?.slice(-6),
+      client_ip: client.ip,
+      user_agent: expect.any(String),
+      is_current: true,
+      geo: {
+        city: '',
+        region_name: '',
+        country_code: '',
+        lat: 0,
+        lon: 0,
+        isp: '',
+        org: '',
+        is_mobile: false,
+        is_proxy: false,
+        is_hosting: false,
+      },
+    });
+    expect(Date.parse(s.expires_at) - Date.parse(s.created_at)).toBe(Limits.SESSION_TTL_USER_MS);
+  });
+
+  it('fills geo from the offline database for a public address', async () => {
+    const client = new Client(app.url, '8.8.8.8', app.publicApiKey);
+    await login(app, { bot, client });
+    const res = await client.get('/v1/users/me/sessions');
+    expect(res.body.sessions[0].client_ip).toBe('8.8.8.8');
+    expect(res.body.sessions[0].geo.country_code).toBe('US');
+  });
+});
+
+describeApp('session limits', () => {
+  it(`keeps ${Limits.MAX_SESSIONS_PER_USER} live sessions; the next login evicts the oldest`, async () => {
+    const first = await login(app, { bot });
+    const devices = [first.client];
+    for (let i = 1; i < Limits.MAX_SESSIONS_PER_USER; i++) devices.push(await device(first.platformUserId));
+    for (const d of devices) expect((await d.get('/v1/users/me')).status).toBe(200);
+    const sixth = await device(first.platformUserId);
+    const listed = await sixth.get('/v1/users/me/sessions');
+    expect(listed.body.sessions).toHaveLength(Limits.MAX_SESSIONS_PER_USER);
+    expect((await devices[0]?.get('/v1/users/me'))?.status).toBe(401);
+    for (const d of devices.slice(1)) expect((await d.get('/v1/users/me')).status).toBe(200);
+    expect(listed.body.history.map((h: { token_suffix: string }) => h.token_suffix)).toEqual([
+      first.client.cookie?.slice(-6),
+    ]);
+  });
+
+  it('expires a user session after 30 days, not before', async () => {
+    const { client } = await login(app, { bot });
+    clock.advance(Limits.SESSION_TTL_USER_MS - 1000);
+    expect((await client.get('/v1/users/me')).status).toBe(200);
+    clock.advance(1000);
+    expect((await client.get('/v1/users/me')).status).toBe(401);
+  });
+
+  it('gives Admins 1-day sessions, and shortens live sessions on promotion', async () => {
+    const { client, user, platformUserId } = await login(app, { bot });
+    await setLevel(app, user.id, 2);
+    const live = await client.get('/v1/users/me/sessions');
+    expect(Date.parse(live.body.sessions[0].expires_at) - clock.now().getTime()).toBe(Limits.SESSION_TTL_STAFF_MS);
+    const fresh = await device(platformUserId);
+    const listed = await fresh.get('/v1/users/me/sessions');
+    const current = listed.body.sessions.find((s: { is_current: boolean }) => s.is_current);
+    expect(Date.parse(current.expires_at) - Date.parse(current.created_at)).toBe(Limits.SESSION_TTL_STAFF_MS);
+    clock.advance(Limits.SESSION_TTL_STAFF_MS);
+    expect((await fresh.get('/v1/users/me')).status).toBe(401);
+  });
+});
+
+describeApp('POST /v1/users/me/sessions/{token_suffix}/destroy', () => {
+  it('ends another session of mine', async () => {
+    const a = await login(app, { bot });
+    const b = await device(a.platformUserId);
+    const res = await a.client.post(`/v1/users/me/sessions/${b.cookie?.slice(-6)}/destroy`);
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({ destroyed: true });
+    expect((await b.get('/v1/users/me')).status).toBe(401);
+    expect((await a.client.get('/v1/users/me')).status).toBe(200);
+  });
+
+  it('answers 400 ERR_CANNOT_DESTROY_CURRENT_SESSION for the current session', async () => {
+    const { client } = await login(app, { bot });
+    const res = await client.post(`/v1/users/me/sessions/${client.cookie?.slice(-6)}/destroy`);
+    expect(res.status).toBe(400);
+    expect(res.body.code).toBe('ERR_CANNOT_DESTROY_CURRENT_SESSION');
+    expect((await client.get('/v1/users/me')).status).toBe(200);
+  });
+
+  it("answers 404 ERR_SESSION_NOT_FOUND for an unknown suffix or another user's session", async () => {
+    const a = await login(app, { bot });
+    const other = await login(app, { bot });
+    for (const suffix of ['zzzzzz', other.client.cookie?.slice(-6)]) {
+      const res = await a.client.post(`/v1/users/me/sessions/${suffix}/destroy`);
+      expect(res.status).toBe(404);
+      expect(res.body.code).toBe('ERR_SESSION_NOT_FOUND');
+    }
+    expect((await other.client.get('/v1/users/me')).status).toBe(200);
+  });
+});
+
+describeApp('POST /v1/users/me/sessions/destroy', () => {
+  it('ends every session but the current one and counts them', async () => {
+    const a = await login(app, { bot });
+    const others = [await device(a.platformUserId), await device(a.platformUserId)];
+    const res = await a.client.post('/v1/users/me/sessions/destroy', {});
+    expect(res.body).toEqual({ destroyed: 2 });
+    for (const o of others) expect((await o.get('/v1/users/me')).status).toBe(401);
+    expect((await a.client.get('/v1/users/me')).status).toBe(200);
+    expect((await a.client.post('/v1/users/me/sessions/destroy')).body).toEqual({ destroyed: 0 });
+  });
+
+  it('refuses a body with fields', async () => {
+    const a = await login(app, { bot });
+    const res = await a.client.post('/v1/users/me/sessions/destroy', { all: true });
+    expect(res.status).toBe(400);
+    expect(res.body.errors).toEqual([{ path: 'body/all', message: 'is not a known field' }]);
+  });
+});
+
+describeApp('login codes and time', () => {
+  it('accepts a code just before 10 minutes and refuses it at 10 minutes', async () => {
+    const ids = ['900001', '900002'];
+    const client = new Client(app.url, nextIp(), app.publicApiKey);
+    const codes: string[] = [];
+    for (const id of ids) {
+      await client.post('/v1/authentication/request', { platform: 'platform_a', platform_user_id: id });
+      const fetched = await bot.post('/v1/authentication/bot/login-code', {
+        platform: 'platform_a',
+        platform_user_id: id,
+        platform_username: 'x',
+        platform_avatar_url: '',
+      });
+      codes.push(fetched.body.code);
+    }
+    clock.advance(Limits.LOGIN_CODE_TTL_MS - 1);
+    expect((await client.post('/v1/authentication/verify', { code: codes[0] })).status).toBe(200);
+    clock.advance(1);
+    const late = await client.post('/v1/authentication/verify', { code: codes[1] });
+    expect(late.status).toBe(400);
+    expect(late.body.code).toBe('ERR_INVALID_CODE');
+  });
+});
+
+describeApp('notifications written at login', () => {
+  it('welcomes a new account, and tells a known account about a new address only', async () => {
+    const { user, platformUserId, client } = await login(app, { bot });
+    await login(app, { bot, platformUserId, client: new Client(app.url, client.ip, app.publicApiKey) });
+    const rows = async () =>
+      (await app.database.db.execute(
+        `select title, body from notifications where user_id = ${user.id} order by id` as never,
+      )) as unknown as { rows: { title: string; body: string }[] } | { title: string; body: string }[];
+    const list = (r: Awaited<ReturnType<typeof rows>>) => ('rows' in r ? r.rows : r);
+    expect(list(await rows()).map((n) => n.title)).toEqual(['Welcome to Parlor']);
+    const elsewhere = new Client(app.url, '203.0.113.77', app.publicApiKey);
+    await login(app, { bot, platformUserId, client: elsewhere });
+    const after = list(await rows());
+    expect(after.map((n) => n.title)).toEqual(['Welcome to Parlor', 'New login']);
+    expect(after[1]?.body).toContain('203.0.113.77');
+  });
+});
