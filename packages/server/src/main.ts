@@ -34,9 +34,8 @@ async function main() {
   process.on('SIGINT', () => void shutdown('SIGINT'));
 
   const address = await app.listen({ port: config.port, host: config.host });
-  const mode = config.databaseUrl
-    ? 'cluster (PostgreSQL' + (config.redisUrl ? ' + Redis)' : ', in-process coordination)')
-    : 'embedded';
+  const coordination = config.redisUrl ? 'Redis' : 'in-process coordination';
+  const mode = config.databaseUrl ? `cluster (PostgreSQL, ${coordination})` : 'embedded';
   process.stdout.write(
     [
       `Parlor is serving ${address} (${mode} mode)`,

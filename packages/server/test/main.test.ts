@@ -1,0 +1,72 @@
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, expect, it } from 'vitest';
+import { createBacking, describeApp, MODE } from './support/app.js';
+
+const MAIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../dist/main.js');
+const dirs: string[] = [];
+afterAll(() => {
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+
+function run(env: Record<string, string>) {
+  const child = spawn(process.execPath, [MAIN], {
+    env: { PATH: process.env.PATH ?? '', LOG_LEVEL: 'silent', SOURCE_HASH: 'main-test', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  let err = '';
+  child.stdout.on('data', (d) => {
+    out += d;
+  });
+  child.stderr.on('data', (d) => {
+    err += d;
+  });
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  return { child, exited, out: () => out, err: () => err };
+}
+
+async function waitFor(check: () => boolean, ms = 50_000) {
+  const until = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > until) throw new Error('timed out');
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+describeApp('the server process (npm start)', () => {
+  it('starts with no services, prints URL, public key and token file, serves, and stops cleanly on SIGTERM', async () => {
+    const dataDir = mkdtempSync(path.join(tmpdir(), 'parlor-main-'));
+    dirs.push(dataDir);
+    // Cluster runs point the process at a scratch PostgreSQL database and a Redis prefix.
+    const backing = MODE === 'cluster' ? await createBacking() : null;
+    const services: Record<string, string> = backing?.databaseUrl
+      ? { DATABASE_URL: backing.databaseUrl, REDIS_URL: backing.redisUrl ?? '', REDIS_PREFIX: backing.redisPrefix }
+      : {};
+    const p = run({ DATA_DIR: dataDir, PORT: '0', ...services });
+    await waitFor(() => p.out().includes('operator token'));
+    const url = /serving (http:\/\/\S+)/.exec(p.out())?.[1];
+    expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    expect(p.out()).toMatch(/public API key: ppk_/);
+    expect(p.out()).toContain(path.join(dataDir, 'operator-token'));
+    expect(statSync(path.join(dataDir, 'operator-token')).mode & 0o777).toBe(0o600);
+    const health = await fetch(`${url}/v1/health`);
+    expect((await health.json()).source_hash).toBe('main-test');
+    expect(p.out(), p.out()).toContain(MODE === 'cluster' ? '(cluster (PostgreSQL, Redis) mode)' : 'embedded mode');
+    p.child.kill('SIGTERM');
+    expect(await p.exited).toBe(0);
+    await backing?.release();
+  }, 60_000);
+
+  it('refuses to start on invalid configuration, one line per variable', async () => {
+    const p = run({ PORT: 'eighty', LOG_LEVEL: 'loud', DATA_DIR: tmpdir() });
+    expect(await p.exited).toBe(1);
+    const lines = p.err().trim().split('\n');
+    expect(lines).toHaveLength(2);
+    expect(lines[0]).toMatch(/^parlor: invalid configuration: PORT /);
+    expect(lines[1]).toMatch(/^parlor: invalid configuration: LOG_LEVEL /);
+  });
+});
