@@ -1,0 +1,60 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { send, UnreachableError } from './client.js';
+
+/** A stand-in server that records what it received and answers by path. */
+const seen: { method?: string; url?: string; authorization?: string; body: string }[] = [];
+const server = http.createServer((req, res) => {
+  let body = '';
+  req.on('data', (chunk: Buffer) => {
+    body += chunk.toString();
+  });
+  req.on('end', () => {
+    seen.push({ method: req.method, url: req.url, authorization: req.headers.authorization, body });
+    if (req.url?.endsWith('/redirect')) res.writeHead(301, { location: 'https://elsewhere.example/' }).end();
+    else if (req.url?.endsWith('/html')) res.writeHead(502, { 'content-type': 'text/html' }).end('<h1>Bad</h1>');
+    else if (req.url?.endsWith('/silent'))
+      return; // never answers
+    else res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}');
+  });
+});
+let base: URL;
+
+beforeAll(async () => {
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  base = new URL(`http://127.0.0.1:${(server.address() as AddressInfo).port}/prefix/`);
+});
+afterAll(async () => {
+  server.closeAllConnections();
+  await new Promise((resolve) => server.close(resolve));
+});
+
+describe('send', () => {
+  it('posts JSON under the base path with the Bearer token', async () => {
+    const answer = await send({ baseUrl: base, token: 'pop_t' }, { method: 'POST', path: 'v1/x', body: { a: 1 } });
+    expect(answer).toMatchObject({ status: 200, ok: true, body: { ok: true } });
+    expect(seen.at(-1)).toEqual({
+      method: 'POST',
+      url: '/prefix/v1/x',
+      authorization: 'Bearer pop_t',
+      body: '{"a":1}',
+    });
+  });
+
+  it('reports a redirect instead of following it', async () => {
+    const answer = await send({ baseUrl: base, token: 't' }, { method: 'POST', path: 'redirect' });
+    expect(answer).toMatchObject({ status: 301, ok: false, location: 'https://elsewhere.example/' });
+  });
+
+  it('keeps a non-JSON body as text', async () => {
+    const answer = await send({ baseUrl: base, token: 't' }, { method: 'GET', path: 'html' });
+    expect(answer).toMatchObject({ status: 502, ok: false, body: undefined, text: '<h1>Bad</h1>' });
+  });
+
+  it('gives up after the timeout with UnreachableError', async () => {
+    const pending = send({ baseUrl: base, token: 't' }, { method: 'GET', path: 'silent' }, undefined, 200);
+    await expect(pending).rejects.toThrow(UnreachableError);
+    await expect(pending).rejects.toThrow(/no answer within 0.2 s/);
+  });
+});

@@ -1,0 +1,70 @@
+import { CommanderError } from 'commander';
+import { describe, expect, it } from 'vitest';
+import type { RawResponse, Transport } from './http.js';
+import type { Io } from './io.js';
+import { buildProgram } from './program.js';
+
+/** Runs the program in-process against a scripted transport and collects what it printed. */
+async function run(args: string[], answer: RawResponse | Error) {
+  const out = { stdout: '', stderr: '', code: -1, requests: 0 };
+  const transport: Transport = async () => {
+    out.requests += 1;
+    if (answer instanceof Error) throw answer;
+    return answer;
+  };
+  const io: Io = {
+    env: { PARLOR_URL: 'http://parlor.test', OPERATOR_TOKEN: 'pop_secret_token' },
+    cwd: '/',
+    stdout: (t) => {
+      out.stdout += t;
+    },
+    stderr: (t) => {
+      out.stderr += t;
+    },
+    transport,
+    setExitCode: (c) => {
+      out.code = c;
+    },
+  };
+  try {
+    await buildProgram(io).parseAsync(args, { from: 'user' });
+  } catch (e) {
+    if (!(e instanceof CommanderError)) throw e;
+    out.code = e.exitCode;
+  }
+  return out;
+}
+
+const create = ['bots', 'create', '--name', 'B'];
+
+describe('parlor output and exit codes', () => {
+  it('prints a 2xx JSON answer on stdout, 2-space indented, exit 0', async () => {
+    const res = await run(create, { status: 200, headers: {}, text: '{"id":7,"api_key":"pbk_x"}' });
+    expect(res).toMatchObject({ code: 0, stderr: '', stdout: '{\n  "id": 7,\n  "api_key": "pbk_x"\n}\n' });
+  });
+
+  it('reports a redirect with its target, exit 1', async () => {
+    const res = await run(create, { status: 308, headers: { location: 'https://parlor.test/' }, text: '' });
+    expect(res.code).toBe(1);
+    expect(res.stderr).toContain('redirect to https://parlor.test/');
+  });
+
+  it('shows an excerpt of a non-JSON error page, exit 1', async () => {
+    const res = await run(create, { status: 502, headers: {}, text: '<html>Bad Gateway</html>' });
+    expect(res.code).toBe(1);
+    expect(res.stderr).toContain('HTTP 502 without a JSON body');
+    expect(res.stderr).toContain('Bad Gateway');
+  });
+
+  it('exits 2 on a network failure, without the token', async () => {
+    const res = await run(create, Object.assign(new Error('connect'), { code: 'ECONNRESET' }));
+    expect(res.code).toBe(2);
+    expect(res.stderr).toMatch(/^error: cannot reach the Parlor server at http:\/\/parlor\.test: connection reset/);
+    expect(res.stderr).not.toContain('pop_secret_token');
+  });
+
+  it('sends nothing when an argument is invalid', async () => {
+    const res = await run(['users', 'set-permission', '1', 'root'], { status: 200, headers: {}, text: '{}' });
+    expect(res).toMatchObject({ code: 1, requests: 0 });
+  });
+});

@@ -1,0 +1,57 @@
+import type { Command } from 'commander';
+import { type Answer, type ApiRequest, send, UnreachableError } from './client.js';
+import { ConfigError, resolveTarget, type Target } from './config.js';
+import { ExitCode, type Io } from './io.js';
+
+/** Longest slice of a non-JSON answer worth showing (an HTML error page from a proxy, say). */
+const RAW_EXCERPT = 500;
+
+/**
+ * Runs one operator request for `command` and reports it: the JSON answer on stdout (exit 0) on
+ * 2xx, the error body on stderr (exit 1) otherwise. Local problems go through `command.error`, so
+ * they read like commander's own usage errors; an unreachable server exits 2.
+ */
+export async function callServer(command: Command, io: Io, request: ApiRequest): Promise<void> {
+  let target: Target;
+  try {
+    target = resolveTarget(io.env, io.cwd);
+  } catch (e) {
+    if (e instanceof ConfigError) command.error(`error: ${e.message}`, { exitCode: ExitCode.REFUSED });
+    throw e;
+  }
+  let answer: Answer;
+  try {
+    answer = await send(target, request, io.transport);
+  } catch (e) {
+    if (e instanceof UnreachableError)
+      command.error(
+        `error: cannot reach the Parlor server at ${target.baseUrl.origin}: ${e.message}. Is it running? PARLOR_URL selects the server.`,
+        { exitCode: ExitCode.UNREACHABLE, code: 'parlor.unreachable' },
+      );
+    throw e;
+  }
+  report(io, answer);
+}
+
+function report(io: Io, answer: Answer): void {
+  if (answer.ok) {
+    if (answer.body !== undefined) io.stdout(pretty(answer.body));
+    else if (answer.text !== '') io.stdout(answer.text.endsWith('\n') ? answer.text : `${answer.text}\n`);
+    io.setExitCode(ExitCode.OK);
+    return;
+  }
+  io.stderr(answer.body !== undefined ? pretty(answer.body) : describeRaw(answer));
+  io.setExitCode(ExitCode.REFUSED);
+}
+
+function pretty(body: unknown): string {
+  return `${JSON.stringify(body, null, 2)}\n`;
+}
+
+/** A non-2xx answer without a JSON body: a redirect, or something in front of the server. */
+function describeRaw(answer: Answer): string {
+  if (answer.status >= 300 && answer.status < 400)
+    return `error: the server answered HTTP ${answer.status}, a redirect to ${answer.location ?? '(no location)'}; set PARLOR_URL to the final address\n`;
+  const excerpt = answer.text.trim().slice(0, RAW_EXCERPT);
+  return `error: the server answered HTTP ${answer.status} without a JSON body${excerpt ? `:\n${excerpt}` : ''}\n`;
+}
