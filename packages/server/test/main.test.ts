@@ -54,7 +54,7 @@ describeApp('the server process (npm start)', () => {
     expect(p.out()).toContain(path.join(dataDir, 'operator-token'));
     expect(statSync(path.join(dataDir, 'operator-token')).mode & 0o777).toBe(0o600);
     const health = await fetch(`${url}/v1/health`);
-    expect((await health.json()).source_hash).toBe('main-test');
+    expect(((await health.json()) as { source_hash: string }).source_hash).toBe('main-test');
     expect(p.out(), p.out()).toContain(MODE === 'cluster' ? '(cluster (PostgreSQL, Redis) mode)' : 'embedded mode');
     p.child.kill('SIGTERM');
     expect(await p.exited).toBe(0);
