@@ -59,7 +59,7 @@ export const BotUpdateBody = Type.Object(
 export const BotCommandSchema = Type.Object(
   {
     command: Type.String({ minLength: 1, maxLength: 64 }),
-    user_id: Type.Optional(Type.Integer({ minimum: 1 })),
+    user_id: Type.Optional(Type.Integer({ minimum: 1, maximum: 2147483647 })),
     guild_id: Type.Optional(Type.String({ pattern: '^[0-9]{1,20}$' })),
     success: Type.Optional(Type.Boolean()),
     duration_ms: Type.Optional(Type.Integer({ minimum: 0, maximum: 3600000 })),
@@ -98,7 +98,7 @@ export const BotCreateBody = Type.Object(
     name: Type.String({ minLength: 1, maxLength: Limits.BOT_NAME_MAX }),
     type: Type.Optional(Type.Union([Type.Literal('official'), Type.Literal('verified'), Type.Literal('community')])),
     rate_limit_per_hour: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_000_000 })),
-    owner_user_id: Type.Optional(Type.Integer({ minimum: 1 })),
+    owner_user_id: Type.Optional(Type.Integer({ minimum: 1, maximum: 2147483647 })),
   },
   strict,
 );
@@ -107,14 +107,14 @@ export const BotCreateResponse = Type.Object({ id: Type.Integer(), api_key: Type
 export const BotSearchQuery = Type.Object(
   {
     q: Type.String({ minLength: 1, maxLength: 64 }),
-    offset: Type.Integer({ minimum: 0, default: 0 }),
+    offset: Type.Integer({ minimum: 0, maximum: 2147483647, default: 0 }),
     limit: Type.Integer({ minimum: 1, maximum: 100, default: 20 }),
   },
   strict,
 );
 export const BotListQuery = Type.Object(
   {
-    offset: Type.Integer({ minimum: 0, default: 0 }),
+    offset: Type.Integer({ minimum: 0, maximum: 2147483647, default: 0 }),
     limit: Type.Integer({ minimum: 1, maximum: 100, default: 50 }),
   },
   strict,

@@ -25,6 +25,21 @@ export const Limits = {
   BOT_BATCH_MAX: 100,
   BOT_NAME_MAX: 64,
   URL_MAX: 2000,
+  CHAT_NAME_MAX: 64,
+  MESSAGE_CONTENT_MAX: 4096,
+  MESSAGES_PAGE_DEFAULT: 50,
+  MESSAGES_PAGE_MAX: 100,
+  BULK_DELETE_MAX: 100,
+  /** Messages one user may send to one chat per window, and to all chats per window. */
+  MESSAGES_PER_CHAT: 20,
+  MESSAGES_GLOBAL: 60,
+  MESSAGE_WINDOW_MS: 10_000,
+  INVITE_MAX_USES: 1000,
+  INVITE_MAX_TTL_S: 30 * 24 * 3600,
+  /** Chat slots by tier/level (spec 2.11). Owners: unlimited. */
+  CHAT_SLOTS_PREMIUM: 1,
+  CHAT_SLOTS_ADMIN: 5,
+  ACTIVITY_PAGE_MAX: 100,
   BODY_LIMIT_BYTES: 64 * 1024,
 } as const;
 
@@ -69,3 +84,6 @@ export const AuditCodes = {
 
 export const NotificationTypes = ['success', 'info', 'warning', 'danger', 'system'] as const;
 export type NotificationType = (typeof NotificationTypes)[number];
+
+export const ChatTypes = ['public', 'private', 'official', 'direct'] as const;
+export type ChatType = (typeof ChatTypes)[number];

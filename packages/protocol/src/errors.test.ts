@@ -9,7 +9,8 @@ const apiDoc = readFileSync(path.resolve(path.dirname(fileURLToPath(import.meta.
 describe('the error catalogue', () => {
   it('is listed in docs/api.md code for code, with the same statuses', () => {
     const documented = new Map<string, number>();
-    for (const m of apiDoc.matchAll(/^\| `(ERR_[A-Z_]+)` \| (\d{3}) \|/gm)) documented.set(m[1] as string, Number(m[2]));
+    for (const m of apiDoc.matchAll(/^\| `(ERR_[A-Z_]+)` \| (\d{3}) \|/gm))
+      documented.set(m[1] as string, Number(m[2]));
     const catalogue = new Map(Object.entries(ErrorCodes).map(([code, v]) => [code, v.status as number]));
     expect(documented).toEqual(catalogue);
   });

@@ -93,7 +93,7 @@ export const PunishmentSchema = Type.Object({
 });
 export const PunishmentsQuery = Type.Object(
   {
-    offset: Type.Integer({ minimum: 0, default: 0 }),
+    offset: Type.Integer({ minimum: 0, maximum: 2147483647, default: 0 }),
     limit: Type.Integer({ minimum: 1, maximum: Limits.PUNISHMENTS_PAGE_MAX, default: Limits.PUNISHMENTS_PAGE_DEFAULT }),
   },
   strict,
@@ -102,7 +102,7 @@ export const PunishmentsQuery = Type.Object(
 export const SearchQuery = Type.Object(
   {
     q: Type.String({ minLength: 1, maxLength: 32 }),
-    offset: Type.Integer({ minimum: 0, default: 0 }),
+    offset: Type.Integer({ minimum: 0, maximum: 2147483647, default: 0 }),
     limit: Type.Integer({ minimum: 1, maximum: Limits.SEARCH_PAGE_MAX, default: Limits.SEARCH_PAGE_DEFAULT }),
   },
   strict,

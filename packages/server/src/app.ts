@@ -7,7 +7,7 @@ import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { ErrorBodySchema, Limits } from '@parlor/protocol';
-import Fastify, { type FastifyInstance } from 'fastify';
+import Fastify, { type FastifyInstance, type FastifyReply } from 'fastify';
 import { registerAdminRoutes } from './modules/admin/admin.routes.js';
 import { makeAdminService } from './modules/admin/admin.service.js';
 import { makeAuditStore } from './modules/audit/audit.store.js';
@@ -17,6 +17,15 @@ import { makeAuthService } from './modules/auth/auth.service.js';
 import { registerBotRoutes, registerPublicBotRoutes } from './modules/bots/bots.routes.js';
 import { makeBotsService } from './modules/bots/bots.service.js';
 import { makeBotsStore } from './modules/bots/bots.store.js';
+import { registerChatSockets, registerChatsRoutes } from './modules/chats/chats.routes.js';
+import { makeChatsService } from './modules/chats/chats.service.js';
+import { makeChatsStore } from './modules/chats/chats.store.js';
+import { registerKeysRoutes } from './modules/keys/keys.routes.js';
+import { makeKeysService } from './modules/keys/keys.service.js';
+import { makeKeysStore } from './modules/keys/keys.store.js';
+import { registerMessagesRoutes } from './modules/messages/messages.routes.js';
+import { makeMessagesService } from './modules/messages/messages.service.js';
+import { makeMessagesStore } from './modules/messages/messages.store.js';
 import { makeNotificationsService } from './modules/notifications/notifications.service.js';
 import { makeNotificationsStore } from './modules/notifications/notifications.store.js';
 import { registerSessionsRoutes } from './modules/sessions/sessions.routes.js';
@@ -32,12 +41,13 @@ import { emptyPrincipal, makeGuards } from './platform/auth.js';
 import { type Clock, systemClock } from './platform/clock.js';
 import type { Config } from './platform/config.js';
 import { type Database, openDatabase, ping } from './platform/db/index.js';
-import { installErrorHandler } from './platform/errors.js';
+import { installErrorHandler, toErrorBody } from './platform/errors.js';
 import { GeoipLiteLookup, type GeoLookup } from './platform/geo.js';
 import { installMethodNotAllowed } from './platform/method-not-allowed.js';
+import { createRealtime, type SocketData } from './platform/realtime.js';
 import type { App } from './platform/routing.js';
 import { loadOrCreateSecret } from './platform/secret-files.js';
-import { openState, type StateStore } from './platform/state/index.js';
+import { openState, RedisState, type StateStore } from './platform/state/index.js';
 import { validatorCompiler } from './platform/validation.js';
 
 export type { Config } from './platform/config.js';
@@ -99,7 +109,14 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
     bodyLimit: Limits.BODY_LIMIT_BYTES,
     return503OnClosing: true,
     forceCloseConnections: true,
+    // Failures before routing (a malformed %-escape, an over-long path parameter) get the error body too.
+    frameworkErrors: (err, _request, reply) => {
+      const { status, body } = toErrorBody(err);
+      void (reply as FastifyReply).status(status).send(body);
+    },
   }).withTypeProvider<TypeBoxTypeProvider>() as unknown as App;
+  // The API speaks JSON only: Fastify's built-in text/plain parser would let a text body reach validation.
+  app.removeContentTypeParser('text/plain');
   app.setValidatorCompiler(validatorCompiler);
   installErrorHandler(app);
   installMethodNotAllowed(app);
@@ -178,11 +195,62 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
     },
     rooms: () => ({ active_browsers: 0, viewers: 0, controllers: 0 }),
   });
+  // Realtime: Socket.IO on the same HTTP server; in cluster mode through Redis streams.
+  const sessionResolver = sessions.resolver();
+  const realtime = createRealtime(app.server, {
+    allowedOrigins: config.allowedOrigins,
+    redis: state instanceof RedisState ? { client: state.client.duplicate(), prefix: config.redisPrefix } : null,
+    authenticate: async (cookieHeader): Promise<SocketData | null> => {
+      const token = cookieHeader ? app.parseCookie(cookieHeader).psession : undefined;
+      if (!token || token.length > 256) return null;
+      const found = await sessionResolver.resolve(token);
+      if (!found || found.user.state !== 0) return null;
+      return {
+        userId: found.user.id,
+        sessionId: found.session.id,
+        username: found.user.username,
+        permissionLevel: found.user.permissionLevel,
+      };
+    },
+  });
+  const chatsStore = makeChatsStore(db);
+  const keys = makeKeysService({
+    db,
+    store: makeKeysStore(db),
+    clock,
+    realtime,
+    membership: {
+      chatIdsOf: (userId, tx) => chatsStore.chatIdsOf(userId, tx),
+      lockEpoch: async (chatId, tx) => (await chatsStore.lockById(chatId, tx))?.epoch ?? null,
+    },
+  });
+  const messages = makeMessagesService({
+    db,
+    store: makeMessagesStore(db),
+    clock,
+    state,
+    realtime,
+    access: {
+      lockChat: async (chatId, tx) => {
+        const chat = await chatsStore.lockById(chatId, tx);
+        return chat ? { epoch: chat.epoch, archived: chat.archivedAt !== null, ownerId: chat.ownerUserId } : null;
+      },
+      isMember: (chatId, userId, tx) => chatsStore.isMember(chatId, userId, tx),
+      hasKey: (chatId, epoch, sessionId, tx) => keys.hasKey(chatId, epoch, sessionId, tx),
+    },
+  });
+  const chats = makeChatsService({ db, store: chatsStore, clock, keys, messages, users, realtime });
+  // Ended sessions (logout, destroy, eviction) lose their sockets and their keys, on every node.
+  sessions.onEnded(({ userId, sessionIds }) => {
+    realtime.disconnectSessions(sessionIds);
+    keys.removeSessions(userId, sessionIds).catch((err: unknown) => app.log.error({ err }, 'key removal failed'));
+  });
+
   const guards = makeGuards({
     config,
     publicApiKey: apiKey.value,
     operatorToken: operator.value,
-    sessions: sessions.resolver(),
+    sessions: sessionResolver,
     bots: bots.resolver(),
   });
 
@@ -193,9 +261,16 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
   registerPublicBotRoutes(app, { bots, guards });
   registerStatsRoutes(app, { stats, guards });
   registerAdminRoutes(app, { admin, bots, guards });
+  registerChatsRoutes(app, { chats, guards });
+  registerKeysRoutes(app, { keys, chats, guards });
+  registerMessagesRoutes(app, { messages, chats, guards });
+  registerChatSockets(realtime, chats);
   registerAvatarRoutes(app);
   registerWeb(app);
 
+  app.addHook('preClose', async () => {
+    await realtime.close();
+  });
   app.addHook('onClose', async () => {
     if (opts.ownsStores === false) return;
     await state.close();

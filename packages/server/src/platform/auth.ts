@@ -170,3 +170,9 @@ export function currentBot(request: FastifyRequest): NonNullable<Principal['bot'
   if (!b) throw appError('ERR_INVALID_API_KEY');
   return b;
 }
+
+/** The signed-in caller as chat rules see it. */
+export function viewerOf(request: FastifyRequest): { userId: number; sessionId: number; permissionLevel: number } {
+  const u = currentUser(request);
+  return { userId: u.id, sessionId: currentSession(request).id, permissionLevel: u.permissionLevel };
+}

@@ -110,7 +110,10 @@ describe('loadConfig', () => {
     const problems = problemsOf(INVALID);
     expect(problems).toHaveLength(Object.keys(INVALID).length);
     for (const name of Object.keys(INVALID)) {
-      expect(problems.filter((p) => p.includes(name)), `problems naming ${name}`).toHaveLength(1);
+      expect(
+        problems.filter((p) => p.includes(name)),
+        `problems naming ${name}`,
+      ).toHaveLength(1);
     }
   });
 
@@ -202,6 +205,14 @@ describe('loadConfig', () => {
       const config = load({ HOST: 'localhost', PORT: '9090' });
       expect(config.publicUrl).toBe('http://localhost:9090');
       expect(config.allowedOrigins).toEqual(['http://localhost:9090']);
+    });
+
+    it('brackets an IPv6 HOST in the public URL and its origin', () => {
+      const config = load({ HOST: '::1', PORT: '8443' });
+      expect(config.host).toBe('::1');
+      expect(config.publicUrl).toBe('http://[::1]:8443');
+      expect(config.allowedOrigins).toEqual(['http://[::1]:8443']);
+      expect(load({ HOST: '::' }).allowedOrigins).toEqual(['http://[::]:8080']);
     });
 
     it('is replaced, not extended, by ALLOWED_ORIGINS', () => {

@@ -102,7 +102,11 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
   const port = int('PORT', 8080, 0, 65535);
   const host = str('HOST') ?? '127.0.0.1';
   if (isIP(host) === 0 && !/^[a-zA-Z0-9.-]+$/.test(host)) problems.push('HOST must be an IP address or host name');
-  const publicUrl = (url('PUBLIC_URL', ['http:', 'https:']) ?? `http://${host}:${port}`).replace(/\/$/, '');
+  // An IPv6 address needs brackets in a URL (HOST=:: listens on every IPv6 interface).
+  const urlHost = isIP(host) === 6 ? `[${host}]` : host;
+  const publicUrl = (url('PUBLIC_URL', ['http:', 'https:']) ?? `http://${urlHost}:${port}`).replace(/\/$/, '');
+  // Null only when HOST makes no URL, which is listed as a problem above: no throw before the report.
+  const publicOrigin = URL.canParse(publicUrl) ? new URL(publicUrl).origin : null;
   const publicApiKey = str('PUBLIC_API_KEY');
   if (publicApiKey !== null && publicApiKey.length < 16) problems.push('PUBLIC_API_KEY must be at least 16 characters');
   const operatorToken = str('OPERATOR_TOKEN');
@@ -137,7 +141,7 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
     guildApiUrl: (url('GUILD_API_URL', ['http:', 'https:']) ?? publicUrl).replace(/\/$/, ''),
     cookieDomain: str('COOKIE_DOMAIN'),
     trustProxy: bool('TRUST_PROXY'),
-    allowedOrigins: origins.length > 0 ? origins : [new URL(publicUrl).origin],
+    allowedOrigins: origins.length > 0 ? origins : publicOrigin ? [publicOrigin] : [],
     chromiumPath: str('CHROMIUM_PATH') ?? '/usr/bin/chromium',
     vmMaxPerNode: int('VM_MAX_PER_NODE', 4, 0, 1000),
     vmAllowPrivateNetworks: bool('VM_ALLOW_PRIVATE_NETWORKS'),

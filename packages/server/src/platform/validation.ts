@@ -22,12 +22,43 @@ function makeAjv(coerce: boolean) {
 const bodyAjv = makeAjv(false);
 const textAjv = makeAjv(true);
 
+/** Where (a JSON pointer) the first string holding U+0000 is, or null: SQL text cannot store it. */
+function nulAt(data: unknown, at = ''): string | null {
+  if (typeof data === 'string') return data.includes('\u0000') ? at : null;
+  if (data === null || typeof data !== 'object') return null;
+  for (const [k, v] of Object.entries(data)) {
+    const found = nulAt(v, `${at}/${k}`);
+    if (found !== null) return found;
+  }
+  return null;
+}
+
 export const validatorCompiler: FastifySchemaCompiler<unknown> = ({ schema, httpPart }) => {
   const ajv = httpPart === 'body' ? bodyAjv : textAjv;
   const validate = ajv.compile(schema as object);
-  if (httpPart !== 'body' || !(schema as Record<string, unknown>)['x-empty-body']) return validate;
-  // Routes without input accept a request with no body at all.
-  const optional = (data: unknown) => data === undefined || data === null || validate(data);
-  Object.defineProperty(optional, 'errors', { get: () => validate.errors });
-  return optional;
+  const emptyBodyOk = httpPart === 'body' && (schema as Record<string, unknown>)['x-empty-body'] === true;
+  let errors: unknown = null;
+  const checked = (data: unknown) => {
+    // Routes without input accept a request with no body at all.
+    if (emptyBodyOk && (data === undefined || data === null)) return true;
+    if (!validate(data)) {
+      errors = validate.errors;
+      return false;
+    }
+    // Valid data is bounded by its schema, so this walk is too. A NUL would fail in the database as a 500.
+    const at = nulAt(data);
+    if (at === null) {
+      errors = null;
+      return true;
+    }
+    errors = [{ instancePath: at, keyword: 'nul', message: 'must not contain the NUL character', params: {} }];
+    return false;
+  };
+  Object.defineProperty(checked, 'errors', { get: () => errors });
+  return checked;
 };
+
+/** A strict validator for socket payloads (same rules as request bodies). */
+export function compilePayload<T>(schema: object): ((data: unknown) => data is T) & { errors?: unknown } {
+  return bodyAjv.compile(schema) as unknown as ((data: unknown) => data is T) & { errors?: unknown };
+}

@@ -99,7 +99,9 @@ export function makeBotsService({ store, audit, state, clock }: BotsDeps) {
       if (body.avatar_url !== undefined) values.avatarUrl = body.avatar_url;
       if (body.stats) {
         if (body.stats.users !== undefined) values.statsUsers = body.stats.users;
-        if (body.stats.latency_ms !== undefined) values.statsLatencyMs = body.stats.latency_ms;
+        // Microseconds at most: the column is a 4-byte real, which underflows on tiny doubles (5e-324).
+        if (body.stats.latency_ms !== undefined)
+          values.statsLatencyMs = Math.round(body.stats.latency_ms * 1000) / 1000;
         values.statsReportedAt = now;
       }
       const row = await store.update(botId, values);

@@ -141,6 +141,11 @@ export function makeUsersService({ store, clock, publicUrl }: UsersDeps) {
       return presentFor(await mustGet(id), viewerLevel);
     },
 
+    /** Whether a user has an active non-Basic tier now (chat slots, direct-chat slots). */
+    async hasPremium(id: number): Promise<boolean> {
+      return hasPremium(await mustGet(id), clock.now());
+    },
+
     async botView(id: number) {
       return toBotUser(await mustGet(id), clock.now());
     },

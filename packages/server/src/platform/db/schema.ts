@@ -1,11 +1,13 @@
 import { sql } from 'drizzle-orm';
 import {
+  bigint,
   bigserial,
   boolean,
   index,
   integer,
   jsonb,
   pgTable,
+  primaryKey,
   real,
   serial,
   text,
@@ -170,4 +172,130 @@ export const botCommands = pgTable(
     createdAt: ts('created_at').notNull(),
   },
   (t) => [index('bot_commands_bot_idx').on(t.botId, t.executedAt)],
+);
+
+export const chats = pgTable(
+  'chats',
+  {
+    id: serial('id').primaryKey(),
+    /** 'public' | 'private' | 'official' | 'direct' */
+    type: text('type').notNull(),
+    name: text('name').notNull(),
+    ownerUserId: integer('owner_user_id').references(() => users.id, { onDelete: 'set null' }),
+    /** Chat key generation (DESIGN.md 7); raised on membership loss and key removal. */
+    epoch: integer('epoch').notNull().default(1),
+    /** Last message id parts: ids are `<msgMs>-<msgSeq>`, strictly increasing per chat. */
+    msgMs: bigint('msg_ms', { mode: 'number' }).notNull().default(0),
+    msgSeq: integer('msg_seq').notNull().default(0),
+    /** Direct chats: when the chat ends by itself (24 h after the match). */
+    expiresAt: ts('expires_at'),
+    /** Direct chats: when it was archived (read-only, removed 24 h later). */
+    archivedAt: ts('archived_at'),
+    createdAt: ts('created_at').notNull(),
+    updatedAt: ts('updated_at').notNull(),
+    deletedAt: ts('deleted_at'),
+  },
+  (t) => [index('chats_owner_idx').on(t.ownerUserId)],
+);
+
+export const chatMembers = pgTable(
+  'chat_members',
+  {
+    chatId: integer('chat_id')
+      .notNull()
+      .references(() => chats.id, { onDelete: 'cascade' }),
+    userId: integer('user_id')
+      .notNull()
+      .references(() => users.id, { onDelete: 'cascade' }),
+    joinedAt: ts('joined_at').notNull(),
+    /** Null while a member; set on leave, kick or ban (the row stays for history). */
+    leftAt: ts('left_at'),
+  },
+  (t) => [primaryKey({ columns: [t.chatId, t.userId] }), index('chat_members_user_idx').on(t.userId)],
+);
+
+export const chatActivity = pgTable(
+  'chat_activity',
+  {
+    id: serial('id').primaryKey(),
+    chatId: integer('chat_id')
+      .notNull()
+      .references(() => chats.id, { onDelete: 'cascade' }),
+    userId: integer('user_id').notNull(),
+    /** 'join' | 'leave' | 'kick' | 'ban' */
+    action: text('action').notNull(),
+    /** For joins: 'direct' | 'vanity' | 'invite' */
+    method: text('method'),
+    inviteCode: text('invite_code'),
+    actorUserId: integer('actor_user_id'),
+    createdAt: ts('created_at').notNull(),
+  },
+  (t) => [index('chat_activity_chat_idx').on(t.chatId, t.id)],
+);
+
+export const chatInvites = pgTable(
+  'chat_invites',
+  {
+    code: text('code').primaryKey(),
+    chatId: integer('chat_id')
+      .notNull()
+      .references(() => chats.id, { onDelete: 'cascade' }),
+    createdBy: integer('created_by').notNull(),
+    maxUses: integer('max_uses'),
+    uses: integer('uses').notNull().default(0),
+    expiresAt: ts('expires_at'),
+    revokedAt: ts('revoked_at'),
+    createdAt: ts('created_at').notNull(),
+  },
+  (t) => [index('chat_invites_chat_idx').on(t.chatId)],
+);
+
+/** One X25519 public key per session (spec 2.9); removed when the session ends. */
+export const sessionKeys = pgTable(
+  'session_keys',
+  {
+    sessionId: integer('session_id')
+      .primaryKey()
+      .references(() => sessions.id, { onDelete: 'cascade' }),
+    userId: integer('user_id').notNull(),
+    publicKey: text('public_key').notNull(),
+    updatedAt: ts('updated_at').notNull(),
+  },
+  (t) => [index('session_keys_user_idx').on(t.userId)],
+);
+
+/** A chat key wrapped for one session at one epoch; never overwritten. */
+export const keyEnvelopes = pgTable(
+  'key_envelopes',
+  {
+    chatId: integer('chat_id')
+      .notNull()
+      .references(() => chats.id, { onDelete: 'cascade' }),
+    epoch: integer('epoch').notNull(),
+    recipientSessionId: integer('recipient_session_id').notNull(),
+    senderSessionId: integer('sender_session_id').notNull(),
+    wrapped: text('wrapped').notNull(),
+    createdAt: ts('created_at').notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.chatId, t.epoch, t.recipientSessionId] })],
+);
+
+export const messages = pgTable(
+  'messages',
+  {
+    chatId: integer('chat_id')
+      .notNull()
+      .references(() => chats.id, { onDelete: 'cascade' }),
+    ms: bigint('ms', { mode: 'number' }).notNull(),
+    seq: integer('seq').notNull(),
+    /** 'user' | 'system' */
+    type: text('type').notNull(),
+    senderId: integer('sender_id'),
+    /** The ciphertext bundle for user messages; empty for system messages. */
+    content: text('content').notNull(),
+    /** Structured details of a system message (kind, user ids, tags); null for user messages. */
+    system: jsonb('system'),
+    createdAt: ts('created_at').notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.chatId, t.ms, t.seq] }), index('messages_sender_idx').on(t.chatId, t.senderId)],
 );

@@ -13,6 +13,7 @@ export class MemoryState implements StateStore {
   readonly kind = 'memory' as const;
   private readonly values = new Map<string, Entry>();
   private readonly sets = new Map<string, Map<string, number>>();
+  private readonly limiters = new Map<string, Limiter>();
   private readonly sweeper: NodeJS.Timeout;
 
   constructor(private readonly clock: Clock = systemClock) {
@@ -81,12 +82,19 @@ export class MemoryState implements StateStore {
     return this.liveSet(setKey).size;
   }
   limiter(name: string, points: number, durationMs: number): Limiter {
-    const rl = new RateLimiterMemory({ keyPrefix: name, points, duration: durationMs / 1000 });
-    return wrapLimiter(rl, points);
+    // One counter per name, as in Redis: a second limiter of the same name shares the allowance.
+    const id = `${name}|${points}|${durationMs}`;
+    let limiter = this.limiters.get(id);
+    if (!limiter) {
+      limiter = wrapLimiter(new RateLimiterMemory({ keyPrefix: name, points, duration: durationMs / 1000 }), points);
+      this.limiters.set(id, limiter);
+    }
+    return limiter;
   }
   async close() {
     clearInterval(this.sweeper);
     this.values.clear();
     this.sets.clear();
+    this.limiters.clear();
   }
 }

@@ -1,0 +1,54 @@
+import { type Static, Type } from '@sinclair/typebox';
+import { type Chat, ChatSchema, InviteCode, KeyRingSchema, type Message } from './chats.js';
+import { IdParam } from './common.js';
+
+const strict = { additionalProperties: false } as const;
+
+/** room:join takes one of a chat id, an invite code or a guild vanity. */
+export const RoomJoinPayload = Type.Union([
+  Type.Object({ chat_id: IdParam }, strict),
+  Type.Object({ invite: InviteCode }, strict),
+  Type.Object({ vanity: Type.String({ pattern: '^[a-z0-9][a-z0-9-]{1,30}[a-z0-9]$' }) }, strict),
+]);
+export const RoomLeavePayload = Type.Object({ chat_id: IdParam }, strict);
+
+export const MemberEntrySchema = Type.Object({
+  user_id: Type.Integer(),
+  session_id: Type.Integer(),
+  username: Type.String(),
+});
+export const RoomJoinAck = Type.Object({
+  ok: Type.Literal(true),
+  chat: ChatSchema,
+  epoch: Type.Integer(),
+  members: Type.Array(MemberEntrySchema),
+  key_ring: KeyRingSchema,
+});
+
+export type RoomJoinPayload = Static<typeof RoomJoinPayload>;
+export type MemberEntry = Static<typeof MemberEntrySchema>;
+export type KeyRingWire = Static<typeof KeyRingSchema>;
+
+export type AckError = { ok: false; code: string; message: string };
+export type Ack<T extends object = object> = ({ ok: true } & T) | AckError;
+
+/** Events the server emits (socket.io typed map). */
+export interface ServerToClientEvents {
+  'message:new': (m: Message) => void;
+  'message:bulk_deleted': (e: { room_id: number; deleted_ids: string[]; deleted_by: number }) => void;
+  'portal:key_added': (e: { chat_id: number; user_id: number; session_id: number; public_key: string }) => void;
+  'portal:key_removed': (e: { chat_id: number; user_id: number; session_id: number | null }) => void;
+  'room:rekey': (e: { chat_id: number; epoch: number }) => void;
+  'room:key': (e: { chat_id: number; epoch: number; envelope: string; sender_session_id: number }) => void;
+  'room:members': (e: { chat_id: number; members: MemberEntry[] }) => void;
+  'portal:presence': (e: { chat_id: number; user_id: number; session_id: number; online: boolean }) => void;
+  'room:left': (e: { chat_id: number; reason: string }) => void;
+  'chat:list': (e: { chats: Chat[] }) => void;
+  'chat:updated': (e: { chat: Chat }) => void;
+}
+
+/** Events clients emit; each takes an ack callback. */
+export interface ClientToServerEvents {
+  'room:join': (payload: RoomJoinPayload, ack: (a: Ack<Static<typeof RoomJoinAck>>) => void) => void;
+  'room:leave': (payload: { chat_id: number }, ack: (a: Ack) => void) => void;
+}

@@ -1,0 +1,170 @@
+import {
+  ActivitySchema,
+  ChatConfigBody,
+  ChatEnvelope,
+  ChatIdParams,
+  ChatListResponse,
+  CreateChatBody,
+  CreateInviteBody,
+  EmptyBody,
+  InviteParams,
+  InviteSchema,
+  OkSchema,
+  PageQuery,
+  RoomJoinPayload,
+  RoomLeavePayload,
+} from '@parlor/protocol';
+import { Type } from '@sinclair/typebox';
+import { type Guards, viewerOf } from '../../platform/auth.js';
+import { type AppSocket, onEvent, type Realtime, rooms } from '../../platform/realtime.js';
+import { type App, errorResponses, security } from '../../platform/routing.js';
+import type { ChatsService } from './chats.service.js';
+
+const tags = ['chats'];
+const base = '/v1/portal/chats';
+
+export function registerChatsRoutes(app: App, { chats, guards }: { chats: ChatsService; guards: Guards }) {
+  const auth = { security: security.session };
+
+  app.post(`${base}/create`, {
+    schema: { tags, ...auth, body: CreateChatBody, response: { 200: ChatEnvelope, ...errorResponses } },
+    onRequest: guards.session,
+    handler: async (req) => ({ chat: await chats.create(viewerOf(req), req.body) }),
+  });
+
+  app.get(base, {
+    schema: {
+      tags,
+      ...auth,
+      description: 'Chats you are a member of, archived direct chats included.',
+      response: { 200: ChatListResponse, ...errorResponses },
+    },
+    onRequest: guards.session,
+    handler: async (req) => ({ chats: await chats.list(viewerOf(req).userId) }),
+  });
+
+  app.get(`${base}/:chat_id`, {
+    schema: { tags, ...auth, params: ChatIdParams, response: { 200: ChatEnvelope, ...errorResponses } },
+    onRequest: guards.session,
+    handler: async (req) => ({ chat: await chats.get(viewerOf(req), req.params.chat_id) }),
+  });
+
+  app.post(`${base}/:chat_id/config/update`, {
+    schema: {
+      tags,
+      ...auth,
+      params: ChatIdParams,
+      body: ChatConfigBody,
+      response: { 200: ChatEnvelope, ...errorResponses },
+    },
+    onRequest: guards.session,
+    handler: async (req) => ({ chat: await chats.updateConfig(viewerOf(req), req.params.chat_id, req.body) }),
+  });
+
+  app.post(`${base}/:chat_id/delete`, {
+    schema: { tags, ...auth, params: ChatIdParams, body: EmptyBody, response: { 200: OkSchema, ...errorResponses } },
+    onRequest: guards.session,
+    handler: async (req) => {
+      await chats.remove(viewerOf(req), req.params.chat_id);
+      return { ok: true };
+    },
+  });
+
+  app.post(`${base}/:chat_id/invites/create`, {
+    schema: {
+      tags,
+      ...auth,
+      params: ChatIdParams,
+      body: CreateInviteBody,
+      response: { 200: Type.Object({ invite: InviteSchema }), ...errorResponses },
+    },
+    onRequest: guards.session,
+    handler: async (req) => ({ invite: await chats.createInvite(viewerOf(req), req.params.chat_id, req.body ?? {}) }),
+  });
+
+  app.get(`${base}/:chat_id/invites`, {
+    schema: {
+      tags,
+      ...auth,
+      params: ChatIdParams,
+      response: { 200: Type.Object({ invites: Type.Array(InviteSchema) }), ...errorResponses },
+    },
+    onRequest: guards.session,
+    handler: async (req) => ({ invites: await chats.invites(viewerOf(req), req.params.chat_id) }),
+  });
+
+  app.post(`${base}/:chat_id/invites/:code/delete`, {
+    schema: { tags, ...auth, params: InviteParams, body: EmptyBody, response: { 200: OkSchema, ...errorResponses } },
+    onRequest: guards.session,
+    handler: async (req) => {
+      await chats.deleteInvite(viewerOf(req), req.params.chat_id, req.params.code);
+      return { ok: true };
+    },
+  });
+
+  app.get(`${base}/:chat_id/activity`, {
+    schema: {
+      tags,
+      ...auth,
+      description:
+        'Membership history: join (with method and invite code), leave, kick, ban. Chat owner and Moderators and above.',
+      params: ChatIdParams,
+      querystring: PageQuery,
+      response: { 200: Type.Object({ activity: Type.Array(ActivitySchema) }), ...errorResponses },
+    },
+    onRequest: guards.session,
+    handler: async (req) => ({
+      activity: await chats.activity(viewerOf(req), req.params.chat_id, req.query.offset, req.query.limit),
+    }),
+  });
+}
+
+/** Socket handlers: room:join, room:leave, the chat list on (re)connect, presence on disconnect. */
+export function registerChatSockets(realtime: Realtime, chats: ChatsService) {
+  realtime.io.on('connection', (socket: AppSocket) => {
+    chats
+      .list(socket.data.userId)
+      .then((list) => socket.emit('chat:list', { chats: list }))
+      .catch(() => {});
+    // A recovered connection is back in its chat rooms: tell the others it is present again.
+    for (const room of socket.rooms) {
+      const id = /^chat:(\d+)$/.exec(room)?.[1];
+      if (id) void chats.broadcastMembers(Number(id)).catch(() => {});
+    }
+
+    onEvent(socket, 'room:join', RoomJoinPayload, async (payload: Parameters<ChatsService['join']>[1]) => {
+      const joined = await chats.join(socket.data, payload);
+      await socket.join(rooms.chat(joined.chat.id));
+      realtime.emitTo(rooms.chat(joined.chat.id), 'portal:presence', {
+        chat_id: joined.chat.id,
+        user_id: socket.data.userId,
+        session_id: socket.data.sessionId,
+        online: true,
+      });
+      await chats.broadcastMembers(joined.chat.id);
+      return { ...joined, members: await chats.presence(joined.chat.id) };
+    });
+
+    onEvent(socket, 'room:leave', RoomLeavePayload, async (payload: { chat_id: number }) => {
+      await chats.leave(socket.data.userId, payload.chat_id);
+      return {};
+    });
+
+    socket.on('disconnecting', () => {
+      const chatIds = [...socket.rooms]
+        .map((r) => /^chat:(\d+)$/.exec(r)?.[1])
+        .filter((x): x is string => x !== undefined);
+      setImmediate(() => {
+        for (const id of chatIds) {
+          realtime.emitTo(rooms.chat(Number(id)), 'portal:presence', {
+            chat_id: Number(id),
+            user_id: socket.data.userId,
+            session_id: socket.data.sessionId,
+            online: false,
+          });
+          void chats.broadcastMembers(Number(id)).catch(() => {});
+        }
+      });
+    });
+  });
+}

@@ -1,0 +1,204 @@
+import { and, count, desc, eq, gt, inArray, isNull, ne, or, sql } from 'drizzle-orm';
+import type { Db } from '../../platform/db/index.js';
+import { chatActivity, chatInvites, chatMembers, chats, users } from '../../platform/db/schema.js';
+import type { Tx } from '../users/users.store.js';
+
+export type ChatRow = typeof chats.$inferSelect;
+export type InviteRow = typeof chatInvites.$inferSelect;
+export type ActivityRow = typeof chatActivity.$inferSelect;
+export type ChatWithCount = ChatRow & { memberCount: number };
+
+const memberCount =
+  sql<number>`(select count(*) from ${chatMembers} where ${chatMembers.chatId} = ${chats.id} and ${chatMembers.leftAt} is null)`.mapWith(
+    Number,
+  );
+const live = isNull(chats.deletedAt);
+
+export function makeChatsStore(db: Db) {
+  return {
+    async insert(values: typeof chats.$inferInsert, tx: Tx = db): Promise<ChatRow> {
+      const [row] = await tx.insert(chats).values(values).returning();
+      if (!row) throw new Error('insert returned no row');
+      return row;
+    },
+    async byId(id: number, tx: Tx = db): Promise<ChatWithCount | undefined> {
+      const [row] = await tx
+        .select({ chat: chats, memberCount })
+        .from(chats)
+        .where(and(eq(chats.id, id), live))
+        .limit(1);
+      return row ? { ...row.chat, memberCount: row.memberCount } : undefined;
+    },
+    async lockById(id: number, tx: Tx): Promise<ChatRow | undefined> {
+      const [row] = await tx
+        .select()
+        .from(chats)
+        .where(and(eq(chats.id, id), live))
+        .limit(1)
+        .for('update');
+      return row;
+    },
+    async update(id: number, values: Partial<typeof chats.$inferInsert>, tx: Tx = db): Promise<ChatRow | undefined> {
+      const [row] = await tx
+        .update(chats)
+        .set(values)
+        .where(and(eq(chats.id, id), live))
+        .returning();
+      return row;
+    },
+    /** Chats counting against a user's creation slots (public and private ones they own). */
+    async countOwned(userId: number, tx: Tx = db): Promise<number> {
+      const [row] = await tx
+        .select({ n: count() })
+        .from(chats)
+        .where(and(eq(chats.ownerUserId, userId), live, inArray(chats.type, ['public', 'private'])));
+      return row?.n ?? 0;
+    },
+    /** The chats a user is a member of, newest first (archived direct chats included). */
+    async listFor(userId: number): Promise<ChatWithCount[]> {
+      const rows = await db
+        .select({ chat: chats, memberCount })
+        .from(chatMembers)
+        .innerJoin(chats, eq(chats.id, chatMembers.chatId))
+        .where(and(eq(chatMembers.userId, userId), isNull(chatMembers.leftAt), live))
+        .orderBy(desc(chats.id));
+      return rows.map((r) => ({ ...r.chat, memberCount: r.memberCount }));
+    },
+    async isMember(chatId: number, userId: number, tx: Tx = db): Promise<boolean> {
+      const [row] = await tx
+        .select({ n: count() })
+        .from(chatMembers)
+        .where(and(eq(chatMembers.chatId, chatId), eq(chatMembers.userId, userId), isNull(chatMembers.leftAt)));
+      return (row?.n ?? 0) > 0;
+    },
+    /** Adds or re-adds a member; returns false when already a member. */
+    async addMember(chatId: number, userId: number, at: Date, tx: Tx): Promise<boolean> {
+      const rows = await tx
+        .insert(chatMembers)
+        .values({ chatId, userId, joinedAt: at, leftAt: null })
+        .onConflictDoUpdate({
+          target: [chatMembers.chatId, chatMembers.userId],
+          set: { joinedAt: at, leftAt: null },
+          setWhere: sql`${chatMembers.leftAt} is not null`,
+        })
+        .returning({ userId: chatMembers.userId });
+      return rows.length > 0;
+    },
+    async removeMember(chatId: number, userId: number, at: Date, tx: Tx): Promise<boolean> {
+      const rows = await tx
+        .update(chatMembers)
+        .set({ leftAt: at })
+        .where(and(eq(chatMembers.chatId, chatId), eq(chatMembers.userId, userId), isNull(chatMembers.leftAt)))
+        .returning({ userId: chatMembers.userId });
+      return rows.length > 0;
+    },
+    async memberIds(chatId: number, tx: Tx = db): Promise<number[]> {
+      const rows = await tx
+        .select({ userId: chatMembers.userId })
+        .from(chatMembers)
+        .where(and(eq(chatMembers.chatId, chatId), isNull(chatMembers.leftAt)));
+      return rows.map((r) => r.userId);
+    },
+    async chatIdsOf(userId: number, tx: Tx = db): Promise<number[]> {
+      const rows = await tx
+        .select({ chatId: chatMembers.chatId })
+        .from(chatMembers)
+        .innerJoin(chats, eq(chats.id, chatMembers.chatId))
+        .where(and(eq(chatMembers.userId, userId), isNull(chatMembers.leftAt), live));
+      return rows.map((r) => r.chatId);
+    },
+    async usernames(ids: number[]): Promise<Map<number, string>> {
+      if (ids.length === 0) return new Map();
+      const rows = await db
+        .select({ id: users.id, username: users.username })
+        .from(users)
+        .where(inArray(users.id, ids));
+      return new Map(rows.map((r) => [r.id, r.username]));
+    },
+    async logActivity(values: typeof chatActivity.$inferInsert, tx: Tx = db): Promise<void> {
+      await tx.insert(chatActivity).values(values);
+    },
+    async activity(chatId: number, offset: number, limit: number): Promise<ActivityRow[]> {
+      return db
+        .select()
+        .from(chatActivity)
+        .where(eq(chatActivity.chatId, chatId))
+        .orderBy(desc(chatActivity.id))
+        .offset(offset)
+        .limit(limit);
+    },
+    async insertInvite(values: typeof chatInvites.$inferInsert): Promise<InviteRow> {
+      const [row] = await db.insert(chatInvites).values(values).returning();
+      if (!row) throw new Error('insert returned no row');
+      return row;
+    },
+    async invitesOf(chatId: number, now: Date): Promise<InviteRow[]> {
+      return db
+        .select()
+        .from(chatInvites)
+        .where(
+          and(
+            eq(chatInvites.chatId, chatId),
+            isNull(chatInvites.revokedAt),
+            or(isNull(chatInvites.expiresAt), gt(chatInvites.expiresAt, now)),
+          ),
+        )
+        .orderBy(desc(chatInvites.createdAt));
+    },
+    /** The live invite with this code (unknown, expired, used up or revoked: none). */
+    async invitesOfCode(code: string, now: Date): Promise<InviteRow[]> {
+      return db
+        .select()
+        .from(chatInvites)
+        .where(
+          and(
+            eq(chatInvites.code, code),
+            isNull(chatInvites.revokedAt),
+            or(isNull(chatInvites.expiresAt), gt(chatInvites.expiresAt, now)),
+            or(isNull(chatInvites.maxUses), sql`${chatInvites.uses} < ${chatInvites.maxUses}`),
+          ),
+        );
+    },
+    /** Spends one use of a live invite atomically; undefined when it is unknown, expired or used up. */
+    async useInvite(code: string, now: Date, tx: Tx): Promise<InviteRow | undefined> {
+      const [row] = await tx
+        .update(chatInvites)
+        .set({ uses: sql`${chatInvites.uses} + 1` })
+        .where(
+          and(
+            eq(chatInvites.code, code),
+            isNull(chatInvites.revokedAt),
+            or(isNull(chatInvites.expiresAt), gt(chatInvites.expiresAt, now)),
+            or(isNull(chatInvites.maxUses), sql`${chatInvites.uses} < ${chatInvites.maxUses}`),
+          ),
+        )
+        .returning();
+      return row;
+    },
+    async revokeInvite(chatId: number, code: string, now: Date): Promise<boolean> {
+      const rows = await db
+        .update(chatInvites)
+        .set({ revokedAt: now })
+        .where(and(eq(chatInvites.chatId, chatId), eq(chatInvites.code, code), isNull(chatInvites.revokedAt)))
+        .returning({ code: chatInvites.code });
+      return rows.length > 0;
+    },
+    async endAllMemberships(chatId: number, at: Date, tx: Tx): Promise<number[]> {
+      const rows = await tx
+        .update(chatMembers)
+        .set({ leftAt: at })
+        .where(and(eq(chatMembers.chatId, chatId), isNull(chatMembers.leftAt)))
+        .returning({ userId: chatMembers.userId });
+      return rows.map((r) => r.userId);
+    },
+    async otherMembers(chatId: number, userId: number): Promise<number[]> {
+      const rows = await db
+        .select({ userId: chatMembers.userId })
+        .from(chatMembers)
+        .where(and(eq(chatMembers.chatId, chatId), isNull(chatMembers.leftAt), ne(chatMembers.userId, userId)));
+      return rows.map((r) => r.userId);
+    },
+  };
+}
+
+export type ChatsStore = ReturnType<typeof makeChatsStore>;

@@ -1,0 +1,67 @@
+import {
+  ChatIdParams,
+  ChatKeyResponse,
+  RegisterKeyBody,
+  RegisterKeyResponse,
+  ShareKeysBody,
+  ShareKeysResponse,
+} from '@parlor/protocol';
+import { type Guards, viewerOf } from '../../platform/auth.js';
+import { type App, errorResponses, security } from '../../platform/routing.js';
+import type { ChatsService } from '../chats/chats.service.js';
+import type { KeysService } from './keys.service.js';
+
+const tags = ['keys'];
+
+export function registerKeysRoutes(app: App, deps: { keys: KeysService; chats: ChatsService; guards: Guards }) {
+  const { keys, chats, guards } = deps;
+
+  app.post('/v1/portal/keys', {
+    schema: {
+      tags,
+      security: security.session,
+      description: "Registers this session's X25519 public key (base64 of 32 bytes).",
+      body: RegisterKeyBody,
+      response: { 200: RegisterKeyResponse, ...errorResponses },
+    },
+    onRequest: guards.session,
+    handler: async (req) => {
+      const v = viewerOf(req);
+      return { status: await keys.register(v.userId, v.sessionId, req.body.public_key) };
+    },
+  });
+
+  app.get('/v1/portal/chats/:chat_id/keys', {
+    schema: {
+      tags,
+      security: security.session,
+      description: "The current epoch, this session's envelope at it (null until shared) and the key ring.",
+      params: ChatIdParams,
+      response: { 200: ChatKeyResponse, ...errorResponses },
+    },
+    onRequest: guards.session,
+    handler: async (req) => {
+      const v = viewerOf(req);
+      await chats.assertMember(v.userId, req.params.chat_id);
+      const chat = await chats.get(v, req.params.chat_id);
+      return keys.chatKey(chat.id, chat.epoch, v.sessionId);
+    },
+  });
+
+  app.post('/v1/portal/chats/:chat_id/keys/share', {
+    schema: {
+      tags,
+      security: security.session,
+      description: 'Shares the chat key with sessions as envelopes (DESIGN.md 7).',
+      params: ChatIdParams,
+      body: ShareKeysBody,
+      response: { 200: ShareKeysResponse, ...errorResponses },
+    },
+    onRequest: guards.session,
+    handler: async (req) => {
+      const v = viewerOf(req);
+      await chats.assertMember(v.userId, req.params.chat_id);
+      return keys.share(req.params.chat_id, v.sessionId, req.body);
+    },
+  });
+}

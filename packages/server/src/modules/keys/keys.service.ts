@@ -1,0 +1,164 @@
+import type { KeyRing, ShareKeysBody } from '@parlor/protocol';
+import type { Clock } from '../../platform/clock.js';
+import type { Db } from '../../platform/db/index.js';
+import { appError } from '../../platform/errors.js';
+import { type Realtime, rooms } from '../../platform/realtime.js';
+import type { Tx } from '../users/users.store.js';
+import type { KeysStore, RingEntry } from './keys.store.js';
+
+/** What the keys rules need to know of chats, wired by hand from the chats store. */
+export interface Membership {
+  chatIdsOf(userId: number, tx?: Tx): Promise<number[]>;
+  /** Locks the chat row for the transaction and returns its current epoch, or null. */
+  lockEpoch(chatId: number, tx: Tx): Promise<number | null>;
+}
+
+export function toWireRing(entries: RingEntry[]): KeyRing {
+  const ring: KeyRing = {};
+  for (const e of entries) {
+    const perUser = ring[String(e.userId)] ?? {};
+    perUser[String(e.sessionId)] = e.publicKey;
+    ring[String(e.userId)] = perUser;
+  }
+  return ring;
+}
+
+/** True when the text is standard base64 of exactly 32 bytes. */
+export function isKey32(b64: string): boolean {
+  return /^[A-Za-z0-9+/]{43}=$/.test(b64) && Buffer.from(b64, 'base64').length === 32;
+}
+
+export interface KeysDeps {
+  db: Db;
+  store: KeysStore;
+  clock: Clock;
+  realtime: Pick<Realtime, 'emitTo'>;
+  membership: Membership;
+}
+
+/**
+ * DESIGN.md section 7 on the server side: public keys per session, the key ring, epochs and the
+ * envelopes that carry chat keys. The server never sees a chat key, only envelopes.
+ */
+export function makeKeysService({ db, store, clock, realtime, membership }: KeysDeps) {
+  /** Raises the epoch of chats and tells their members to rekey (call after the commit). */
+  const announceRekey = (bumped: { id: number; epoch: number }[]) => {
+    for (const c of bumped) realtime.emitTo(rooms.chat(c.id), 'room:rekey', { chat_id: c.id, epoch: c.epoch });
+  };
+
+  return {
+    announceRekey,
+    /** Raises epochs inside the caller's transaction; announce with announceRekey after commit. */
+    bumpEpochs: (chatIds: number[], tx?: Tx) => store.bumpEpochs(chatIds, tx),
+
+    async ring(chatId: number, tx?: Tx): Promise<KeyRing> {
+      return toWireRing(await store.ring(chatId, clock.now(), tx));
+    },
+
+    /** Spec 4.6 rule 5: a new or replaced key is registered; the identical key is unchanged. */
+    async register(userId: number, sessionId: number, publicKey: string): Promise<'registered' | 'unchanged'> {
+      if (!isKey32(publicKey)) throw appError('ERR_VALIDATION', 'public_key must be base64 of exactly 32 bytes.');
+      const result = await db.transaction(async (tx) => {
+        const old = await store.keyOf(sessionId, tx);
+        if (old === publicKey) return null;
+        await store.upsertKey(sessionId, userId, publicKey, clock.now(), tx);
+        const chatIds = await membership.chatIdsOf(userId, tx);
+        // A replaced key may be held by someone else now: the chats it could read move on.
+        const bumped = old === null ? [] : await store.bumpEpochs(chatIds, tx);
+        return { chatIds, bumped };
+      });
+      if (!result) return 'unchanged';
+      for (const chatId of result.chatIds) {
+        realtime.emitTo(rooms.chat(chatId), 'portal:key_added', {
+          chat_id: chatId,
+          user_id: userId,
+          session_id: sessionId,
+          public_key: publicKey,
+        });
+      }
+      announceRekey(result.bumped);
+      return 'registered';
+    },
+
+    /**
+     * Removes the keys of ended sessions; their chats move to a new epoch. `wholeUser` (ban, full
+     * disconnect) announces `session_id: null`, meaning every session of that user.
+     */
+    async removeSessions(userId: number, sessionIds: number[], wholeUser = false): Promise<void> {
+      const result = await db.transaction(async (tx) => {
+        const removed = await store.deleteKeys(sessionIds, tx);
+        if (removed.length === 0 && !wholeUser) return null;
+        const chatIds = await membership.chatIdsOf(userId, tx);
+        return { removed, chatIds, bumped: removed.length > 0 ? await store.bumpEpochs(chatIds, tx) : [] };
+      });
+      if (!result) return;
+      for (const chatId of result.chatIds) {
+        const ids: (number | null)[] = wholeUser ? [null] : result.removed;
+        for (const sessionId of ids) {
+          realtime.emitTo(rooms.chat(chatId), 'portal:key_removed', {
+            chat_id: chatId,
+            user_id: userId,
+            session_id: sessionId,
+          });
+        }
+      }
+      announceRekey(result.bumped);
+    },
+
+    /** The caller session's envelope at the current epoch (null until someone shares it). */
+    async chatKey(chatId: number, epoch: number, sessionId: number) {
+      const env = await store.envelope(chatId, epoch, sessionId);
+      return { epoch, envelope: env?.wrapped ?? null, key_ring: toWireRing(await store.ring(chatId, clock.now())) };
+    },
+
+    async hasKey(chatId: number, epoch: number, sessionId: number, tx?: Tx): Promise<boolean> {
+      return (await store.envelope(chatId, epoch, sessionId, tx)) !== undefined;
+    },
+
+    /**
+     * Stores envelopes at the current epoch. The first share of an epoch keys it and must cover
+     * every session of the key ring; later shares come from sessions that hold the key and only
+     * add envelopes for sessions still lacking one.
+     */
+    async share(chatId: number, sessionId: number, body: ShareKeysBody): Promise<{ epoch: number; stored: number }> {
+      const now = clock.now();
+      const { stored, epoch, sender } = await db.transaction(async (tx) => {
+        const epoch = await membership.lockEpoch(chatId, tx);
+        if (epoch === null) throw appError('ERR_CHAT_NOT_FOUND');
+        if (body.epoch !== epoch) throw appError('ERR_EPOCH_MISMATCH');
+        if ((await store.keyOf(sessionId, tx)) === null) throw appError('ERR_NO_SESSION_KEY');
+        const ring = await store.ring(chatId, now, tx);
+        const inRing = new Set(ring.map((e) => e.sessionId));
+        const targets = new Set(body.envelopes.map((e) => e.session_id));
+        if (targets.size !== body.envelopes.length) throw appError('ERR_VALIDATION', 'One envelope per session.');
+        if ([...targets].some((id) => !inRing.has(id))) throw appError('ERR_KEY_RING_CHANGED');
+        if ((await store.envelopeCount(chatId, epoch, tx)) === 0) {
+          if (inRing.size !== targets.size || !targets.has(sessionId)) throw appError('ERR_KEY_RING_CHANGED');
+        } else if (!(await store.envelope(chatId, epoch, sessionId, tx))) {
+          throw appError('ERR_EPOCH_ALREADY_KEYED');
+        }
+        const rows = body.envelopes.map((e) => ({
+          chatId,
+          epoch,
+          recipientSessionId: e.session_id,
+          senderSessionId: sessionId,
+          wrapped: e.wrapped,
+          createdAt: now,
+        }));
+        return { stored: await store.insertEnvelopes(rows, tx), epoch, sender: sessionId };
+      });
+      const wrappedFor = new Map(body.envelopes.map((e) => [e.session_id, e.wrapped]));
+      for (const recipient of stored) {
+        realtime.emitTo(rooms.session(recipient), 'room:key', {
+          chat_id: chatId,
+          epoch,
+          envelope: wrappedFor.get(recipient) ?? '',
+          sender_session_id: sender,
+        });
+      }
+      return { epoch, stored: stored.length };
+    },
+  };
+}
+
+export type KeysService = ReturnType<typeof makeKeysService>;

@@ -1,0 +1,94 @@
+import { and, count, eq, gt, inArray, isNull, sql } from 'drizzle-orm';
+import type { Db } from '../../platform/db/index.js';
+import { chatMembers, chats, keyEnvelopes, sessionKeys, sessions } from '../../platform/db/schema.js';
+import type { Tx } from '../users/users.store.js';
+
+export interface RingEntry {
+  userId: number;
+  sessionId: number;
+  publicKey: string;
+}
+
+export function makeKeysStore(db: Db) {
+  return {
+    async keyOf(sessionId: number, tx: Tx = db): Promise<string | null> {
+      const [row] = await tx
+        .select({ k: sessionKeys.publicKey })
+        .from(sessionKeys)
+        .where(eq(sessionKeys.sessionId, sessionId));
+      return row?.k ?? null;
+    },
+    async upsertKey(sessionId: number, userId: number, publicKey: string, at: Date, tx: Tx): Promise<void> {
+      await tx
+        .insert(sessionKeys)
+        .values({ sessionId, userId, publicKey, updatedAt: at })
+        .onConflictDoUpdate({ target: sessionKeys.sessionId, set: { publicKey, updatedAt: at } });
+    },
+    async deleteKeys(sessionIds: number[], tx: Tx = db): Promise<number[]> {
+      if (sessionIds.length === 0) return [];
+      const rows = await tx
+        .delete(sessionKeys)
+        .where(inArray(sessionKeys.sessionId, sessionIds))
+        .returning({ sessionId: sessionKeys.sessionId });
+      return rows.map((r) => r.sessionId);
+    },
+    /** The chat's key ring: active sessions with a key, of current members. */
+    async ring(chatId: number, now: Date, tx: Tx = db): Promise<RingEntry[]> {
+      return tx
+        .select({ userId: sessionKeys.userId, sessionId: sessionKeys.sessionId, publicKey: sessionKeys.publicKey })
+        .from(chatMembers)
+        .innerJoin(sessionKeys, eq(sessionKeys.userId, chatMembers.userId))
+        .innerJoin(sessions, eq(sessions.id, sessionKeys.sessionId))
+        .where(
+          and(
+            eq(chatMembers.chatId, chatId),
+            isNull(chatMembers.leftAt),
+            isNull(sessions.endedAt),
+            gt(sessions.expiresAt, now),
+          ),
+        )
+        .orderBy(sessionKeys.userId, sessionKeys.sessionId);
+    },
+    async envelope(chatId: number, epoch: number, sessionId: number, tx: Tx = db) {
+      const [row] = await tx
+        .select()
+        .from(keyEnvelopes)
+        .where(
+          and(
+            eq(keyEnvelopes.chatId, chatId),
+            eq(keyEnvelopes.epoch, epoch),
+            eq(keyEnvelopes.recipientSessionId, sessionId),
+          ),
+        );
+      return row;
+    },
+    async envelopeCount(chatId: number, epoch: number, tx: Tx): Promise<number> {
+      const [row] = await tx
+        .select({ n: count() })
+        .from(keyEnvelopes)
+        .where(and(eq(keyEnvelopes.chatId, chatId), eq(keyEnvelopes.epoch, epoch)));
+      return row?.n ?? 0;
+    },
+    /** Stores envelopes; one that exists already is kept (never overwritten). Returns those stored. */
+    async insertEnvelopes(rows: (typeof keyEnvelopes.$inferInsert)[], tx: Tx): Promise<number[]> {
+      if (rows.length === 0) return [];
+      const stored = await tx
+        .insert(keyEnvelopes)
+        .values(rows)
+        .onConflictDoNothing()
+        .returning({ sessionId: keyEnvelopes.recipientSessionId });
+      return stored.map((r) => r.sessionId);
+    },
+    /** Raises the epoch of the given chats; returns each chat's new epoch. */
+    async bumpEpochs(chatIds: number[], tx: Tx = db): Promise<{ id: number; epoch: number }[]> {
+      if (chatIds.length === 0) return [];
+      return tx
+        .update(chats)
+        .set({ epoch: sql`${chats.epoch} + 1` })
+        .where(inArray(chats.id, chatIds))
+        .returning({ id: chats.id, epoch: chats.epoch });
+    },
+  };
+}
+
+export type KeysStore = ReturnType<typeof makeKeysStore>;

@@ -1,0 +1,103 @@
+import {
+  ChatIdParams,
+  DeletedResponse,
+  DeleteLastBody,
+  DeleteMessagesBody,
+  EmptyBody,
+  MessageSchema,
+  MessagesQuery,
+  SendMessageBody,
+} from '@parlor/protocol';
+import { Type } from '@sinclair/typebox';
+import { type Guards, viewerOf } from '../../platform/auth.js';
+import { type App, errorResponses, security } from '../../platform/routing.js';
+import type { ChatsService } from '../chats/chats.service.js';
+import type { MessagesService } from './messages.service.js';
+
+const tags = ['messages'];
+const base = '/v1/portal/chats/:chat_id/messages';
+
+export function registerMessagesRoutes(
+  app: App,
+  deps: { messages: MessagesService; chats: ChatsService; guards: Guards },
+) {
+  const { messages, chats, guards } = deps;
+  const auth = { security: security.session };
+
+  app.post(base, {
+    schema: {
+      tags,
+      ...auth,
+      description: 'Sends a ciphertext bundle `{"v":2,"epoch":E,"ct":"…"}`; message:new carries the same id.',
+      params: ChatIdParams,
+      body: SendMessageBody,
+      response: { 200: Type.Object({ id: Type.String() }), ...errorResponses },
+    },
+    onRequest: guards.session,
+    handler: async (req) => messages.send(viewerOf(req), req.params.chat_id, req.body.content),
+  });
+
+  app.get(base, {
+    schema: {
+      tags,
+      ...auth,
+      description: 'Newest first; `before` is a message id (cursor).',
+      params: ChatIdParams,
+      querystring: MessagesQuery,
+      response: { 200: Type.Object({ messages: Type.Array(MessageSchema) }), ...errorResponses },
+    },
+    onRequest: guards.session,
+    handler: async (req) => {
+      await chats.assertReader(viewerOf(req), req.params.chat_id);
+      return { messages: await messages.history(req.params.chat_id, req.query.before, req.query.limit) };
+    },
+  });
+
+  app.post(`${base}/delete`, {
+    schema: {
+      tags,
+      ...auth,
+      params: ChatIdParams,
+      body: DeleteMessagesBody,
+      response: { 200: DeletedResponse, ...errorResponses },
+    },
+    onRequest: guards.session,
+    handler: async (req) => {
+      const v = viewerOf(req);
+      const chat = await chats.assertReader(v, req.params.chat_id);
+      return messages.remove(v, { id: chat.id, ownerId: chat.ownerUserId }, req.body.ids);
+    },
+  });
+
+  app.post(`${base}/delete-mine`, {
+    schema: {
+      tags,
+      ...auth,
+      params: ChatIdParams,
+      body: EmptyBody,
+      response: { 200: DeletedResponse, ...errorResponses },
+    },
+    onRequest: guards.session,
+    handler: async (req) => {
+      const v = viewerOf(req);
+      await chats.assertReader(v, req.params.chat_id);
+      return messages.removeMine(v, req.params.chat_id);
+    },
+  });
+
+  app.post(`${base}/delete-last`, {
+    schema: {
+      tags,
+      ...auth,
+      params: ChatIdParams,
+      body: DeleteLastBody,
+      response: { 200: DeletedResponse, ...errorResponses },
+    },
+    onRequest: guards.session,
+    handler: async (req) => {
+      const v = viewerOf(req);
+      const chat = await chats.assertReader(v, req.params.chat_id);
+      return messages.removeLast(v, { id: chat.id, ownerId: chat.ownerUserId }, req.body.count);
+    },
+  });
+}

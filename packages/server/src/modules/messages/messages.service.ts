@@ -1,0 +1,142 @@
+import { Limits, type Message } from '@parlor/protocol';
+import type { Clock } from '../../platform/clock.js';
+import type { Db } from '../../platform/db/index.js';
+import { appError } from '../../platform/errors.js';
+import { retryAfterSeconds } from '../../platform/http.js';
+import { type Realtime, rooms } from '../../platform/realtime.js';
+import type { StateStore } from '../../platform/state/index.js';
+import type { Tx } from '../users/users.store.js';
+import { parseBundle } from './messages.bundle.js';
+import { messageId, toMessage } from './messages.presenter.js';
+import { type MessagesStore, parseMessageId } from './messages.store.js';
+
+/** What sending needs of chats and keys, wired by hand. */
+export interface SendAccess {
+  /** Locks the chat row for the transaction: its epoch and whether it is archived; null if gone. */
+  lockChat(chatId: number, tx: Tx): Promise<{ epoch: number; archived: boolean; ownerId: number | null } | null>;
+  isMember(chatId: number, userId: number, tx: Tx): Promise<boolean>;
+  hasKey(chatId: number, epoch: number, sessionId: number, tx: Tx): Promise<boolean>;
+}
+
+export interface MessagesDeps {
+  db: Db;
+  store: MessagesStore;
+  clock: Clock;
+  state: StateStore;
+  realtime: Pick<Realtime, 'emitTo'>;
+  access: SendAccess;
+}
+
+export interface Sender {
+  userId: number;
+  sessionId: number;
+  permissionLevel: number;
+}
+
+export function makeMessagesService({ db, store, clock, state, realtime, access }: MessagesDeps) {
+  const perChat = state.limiter('msg-chat', Limits.MESSAGES_PER_CHAT, Limits.MESSAGE_WINDOW_MS);
+  const global = state.limiter('msg-user', Limits.MESSAGES_GLOBAL, Limits.MESSAGE_WINDOW_MS);
+
+  const spend = async (userId: number, chatId: number) => {
+    for (const [limiter, key] of [
+      [perChat, `${userId}:${chatId}`],
+      [global, String(userId)],
+    ] as const) {
+      const r = await limiter.consume(key);
+      if (!r.allowed) throw appError('ERR_RATE_LIMITED', undefined, { retry_after: retryAfterSeconds(r.retryAfterMs) });
+    }
+  };
+
+  const publish = (m: Message) => realtime.emitTo(rooms.chat(m.chat_id), 'message:new', m);
+
+  const bulkDeleted = (chatId: number, ids: string[], by: number) => {
+    if (ids.length > 0)
+      realtime.emitTo(rooms.chat(chatId), 'message:bulk_deleted', {
+        room_id: chatId,
+        deleted_ids: ids,
+        deleted_by: by,
+      });
+  };
+
+  return {
+    publish,
+
+    /** Persists a system message inside the caller's transaction; publish it after the commit. */
+    async appendSystem(chatId: number, system: Record<string, unknown>, tx: Tx): Promise<Message> {
+      const now = clock.now();
+      const id = await store.nextId(chatId, now.getTime(), tx);
+      return toMessage(
+        await store.insert({ chatId, ...id, type: 'system', senderId: null, content: '', system, createdAt: now }, tx),
+      );
+    },
+
+    async isChatBanned(chatId: number, userId: number): Promise<boolean> {
+      return (await store.activeRestriction(chatId, userId, ['CHAT_BAN'], clock.now())) !== undefined;
+    },
+
+    /** Spec 4.6 rule 1 and DESIGN.md 7: joined, not banned or muted, current epoch, holds the key. */
+    async send(sender: Sender, chatId: number, content: string): Promise<{ id: string }> {
+      const bundle = parseBundle(content);
+      if (!bundle) throw appError('ERR_INVALID_BUNDLE');
+      await spend(sender.userId, chatId);
+      const now = clock.now();
+      const message = await db.transaction(async (tx) => {
+        const chat = await access.lockChat(chatId, tx);
+        if (!chat) throw appError('ERR_CHAT_NOT_FOUND');
+        if (!(await access.isMember(chatId, sender.userId, tx))) throw appError('ERR_NOT_CHAT_MEMBER');
+        if (chat.archived) throw appError('ERR_CHAT_READ_ONLY');
+        const restriction = await store.activeRestriction(chatId, sender.userId, ['CHAT_BAN', 'CHAT_MUTE'], now, tx);
+        if (restriction?.actionType === 'CHAT_BAN') throw appError('ERR_CHAT_BANNED');
+        if (restriction) {
+          const ttl = restriction.expiresAt
+            ? Math.max(1, Math.ceil((restriction.expiresAt.getTime() - now.getTime()) / 1000))
+            : 0;
+          throw appError('ERR_MUTED', undefined, { ttl });
+        }
+        if (bundle.epoch !== chat.epoch) throw appError('ERR_EPOCH_MISMATCH');
+        if (!(await access.hasKey(chatId, chat.epoch, sender.sessionId, tx))) throw appError('ERR_NO_ROOM_KEY');
+        const id = await store.nextId(chatId, now.getTime(), tx);
+        return toMessage(
+          await store.insert(
+            { chatId, ...id, type: 'user', senderId: sender.userId, content, system: null, createdAt: now },
+            tx,
+          ),
+        );
+      });
+      publish(message);
+      return { id: message.id };
+    },
+
+    async history(chatId: number, before: string | undefined, limit: number): Promise<Message[]> {
+      return (await store.page(chatId, before ? parseMessageId(before) : null, limit)).map(toMessage);
+    },
+
+    /** Deletes by id: your own messages, or anyone's for the chat owner and Moderators and above. */
+    async remove(actor: Sender, chat: { id: number; ownerId: number | null }, ids: string[]) {
+      const parsed = [...new Set(ids)].map(parseMessageId);
+      const found = await store.byIds(chat.id, parsed);
+      const moderator = actor.permissionLevel >= 1 || actor.userId === chat.ownerId;
+      if (!moderator && found.some((m) => m.senderId !== actor.userId))
+        throw appError('ERR_FORBIDDEN', 'You may delete only your own messages.');
+      const deleted = (await store.remove(chat.id, found)).map(messageId);
+      bulkDeleted(chat.id, deleted, actor.userId);
+      return { deleted: deleted.length, deleted_ids: deleted };
+    },
+
+    async removeMine(actor: Sender, chatId: number) {
+      const deleted = (await store.removeBySender(chatId, actor.userId)).map(messageId);
+      bulkDeleted(chatId, deleted, actor.userId);
+      return { deleted: deleted.length, deleted_ids: deleted };
+    },
+
+    /** The last `count` user messages of a chat: Moderators and above, and the chat owner. */
+    async removeLast(actor: Sender, chat: { id: number; ownerId: number | null }, count: number) {
+      if (actor.permissionLevel < 1 && actor.userId !== chat.ownerId) throw appError('ERR_FORBIDDEN');
+      const deleted = (await store.remove(chat.id, await store.lastIds(chat.id, count))).map(messageId);
+      bulkDeleted(chat.id, deleted, actor.userId);
+      return { deleted: deleted.length, deleted_ids: deleted };
+    },
+  };
+}
+
+export type MessagesService = ReturnType<typeof makeMessagesService>;

@@ -1,0 +1,138 @@
+import type { Server as HttpServer } from 'node:http';
+import type { ClientToServerEvents, ServerToClientEvents } from '@parlor/protocol';
+import { createAdapter } from '@socket.io/redis-streams-adapter';
+import type { Redis } from 'ioredis';
+import { Server, type Socket } from 'socket.io';
+import { toErrorBody } from './errors.js';
+import { compilePayload } from './validation.js';
+
+/** Socket room names; every emit goes through these, never a hand-built string. */
+export const rooms = {
+  chat: (id: number) => `chat:${id}`,
+  user: (id: number) => `user:${id}`,
+  session: (id: number) => `session:${id}`,
+};
+
+/** What the server knows of a connected socket (set by the handshake, read by handlers). */
+export interface SocketData {
+  userId: number;
+  sessionId: number;
+  username: string;
+  permissionLevel: number;
+}
+
+export type Io = Server<ClientToServerEvents, ServerToClientEvents, Record<string, never>, SocketData>;
+export type AppSocket = Socket<ClientToServerEvents, ServerToClientEvents, Record<string, never>, SocketData>;
+
+export interface RealtimeOptions {
+  allowedOrigins: string[];
+  /** Authenticates the handshake from its Cookie header; null refuses the connection. */
+  authenticate(cookieHeader: string | undefined): Promise<SocketData | null>;
+  /** Cluster mode: a Redis connection of its own for the streams adapter, and the key prefix. */
+  redis: { client: Redis; prefix: string } | null;
+}
+
+/** How long a dropped client may come back and receive what it missed. */
+const RECOVERY_WINDOW_MS = 2 * 60 * 1000;
+
+export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
+  const io: Io = new Server(server, {
+    path: '/socket.io',
+    serveClient: false,
+    maxHttpBufferSize: 1e6,
+    allowRequest: (req, cb) => {
+      const origin = req.headers.origin;
+      cb(null, origin === undefined || opts.allowedOrigins.includes(origin));
+    },
+    connectionStateRecovery: { maxDisconnectionDuration: RECOVERY_WINDOW_MS, skipMiddlewares: false },
+    ...(opts.redis
+      ? {
+          adapter: createAdapter(opts.redis.client, {
+            streamName: `${opts.redis.prefix}socket.io`,
+            channelPrefix: `${opts.redis.prefix}socket.io`,
+            sessionKeyPrefix: `${opts.redis.prefix}sio:session:`,
+          }),
+        }
+      : {}),
+  });
+
+  io.use((socket, next) => {
+    opts
+      .authenticate(socket.handshake.headers.cookie)
+      .then((data) => {
+        if (!data) return next(new Error('ERR_UNAUTHENTICATED'));
+        socket.data = data;
+        next();
+      })
+      .catch(() => next(new Error('ERR_INTERNAL')));
+  });
+
+  io.on('connection', (socket) => {
+    void socket.join([rooms.user(socket.data.userId), rooms.session(socket.data.sessionId)]);
+  });
+
+  return {
+    io,
+    /** Typed emit to one or more rooms, on every node. */
+    emitTo<E extends keyof ServerToClientEvents>(
+      room: string | string[],
+      event: E,
+      ...args: Parameters<ServerToClientEvents[E]>
+    ) {
+      io.to(room).emit(event, ...args);
+    },
+    /** Drops the sockets of ended sessions, wherever they are connected. */
+    disconnectSessions(sessionIds: number[]) {
+      if (sessionIds.length > 0) io.in(sessionIds.map(rooms.session)).disconnectSockets(true);
+    },
+    /** Makes every socket of a user leave a chat room (kick, ban, leave), on every node. */
+    leaveChat(userId: number, chatId: number) {
+      io.in(rooms.user(userId)).socketsLeave(rooms.chat(chatId));
+    },
+    async close() {
+      io.disconnectSockets(true);
+      await new Promise<void>((resolve) => {
+        io.close(() => resolve());
+        // io.close also closes the HTTP server, which Fastify closes itself; tolerate either order.
+        setTimeout(resolve, 1000).unref();
+      });
+    },
+  };
+}
+
+export type Realtime = ReturnType<typeof createRealtime>;
+
+/**
+ * Registers a client event whose payload is schema-checked and whose ack carries `{ok: true, …}`
+ * or `{ok: false, code, message}`. Bad payloads and failures never throw out of the handler.
+ */
+export function onEvent<P, R extends object>(
+  socket: AppSocket,
+  event: keyof ClientToServerEvents,
+  schema: object,
+  handler: (payload: P) => Promise<R>,
+): void {
+  const valid = compilePayload<P>(schema);
+  (socket as unknown as { on(e: string, fn: (...args: unknown[]) => void): void }).on(
+    event,
+    (payload: unknown, ack: unknown) => {
+      const reply = typeof ack === 'function' ? (ack as (a: unknown) => void) : () => {};
+      if (!valid(payload)) {
+        reply({ ok: false, code: 'ERR_VALIDATION', message: 'The payload is not valid.' });
+        return;
+      }
+      handler(payload)
+        .then((result) => reply({ ok: true, ...result }))
+        .catch((err: unknown) => {
+          const { body, unexpected } = toErrorBody(err);
+          if (unexpected) console.error(`socket event ${event} failed`, err);
+          reply({
+            ok: false,
+            code: body.code,
+            message: body.message,
+            ...(body.ttl !== undefined ? { ttl: body.ttl } : {}),
+          });
+        });
+    },
+  );
+}

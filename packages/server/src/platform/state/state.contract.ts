@@ -1,0 +1,343 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { StateStore } from './types.js';
+
+/** Makes a store for one test; `release` (optional) runs once after the whole suite. */
+export interface StateHarness {
+  make(): Promise<StateStore>;
+  release?(): Promise<void>;
+}
+
+/** Short real TTLs: long enough to read back before expiry on a busy machine, short enough to wait out. */
+const TTL_MS = 80;
+const PAST_TTL_MS = 200;
+/** Long enough never to expire during a test. */
+const LONG_MS = 60_000;
+
+let keyCounter = 0;
+/** A key no other test (nor an earlier run sharing the store) uses. */
+function freshKey(label: string): string {
+  keyCounter += 1;
+  return `contract:${label}:${process.pid}:${Date.now().toString(36)}:${keyCounter}`;
+}
+
+/**
+ * The coordination port's contract (types.ts): every StateStore implementation runs this suite
+ * (state.test.ts runs it against MemoryState and RedisState). Times are real, so TTL expiry is
+ * exercised with short TTLs and waits.
+ */
+export function describeStateContract(name: string, harness: StateHarness, opts: { skip?: boolean } = {}): void {
+  describe.skipIf(opts.skip === true)(`StateStore contract: ${name}`, () => {
+    let state: StateStore;
+    beforeEach(async () => {
+      state = await harness.make();
+    });
+    afterEach(async () => {
+      await state?.close();
+    });
+    afterAll(async () => {
+      await harness.release?.();
+    });
+
+    describe('get / set', () => {
+      it('reads back what was set, and null for a key never set', async () => {
+        const k = freshKey('get');
+        await state.set(k, 'value-1', LONG_MS);
+        expect(await state.get(k)).toBe('value-1');
+        expect(await state.get(freshKey('missing'))).toBeNull();
+      });
+
+      it('keeps values exactly, including unicode, JSON and the empty string', async () => {
+        const values = ['', 'päß ✓ 日本 🎉', JSON.stringify({ a: [1, 'two', null] }), 'x'.repeat(10_000)];
+        for (const v of values) {
+          const k = freshKey('exact');
+          await state.set(k, v, LONG_MS);
+          expect(await state.get(k)).toBe(v);
+        }
+      });
+
+      it('overwrites a value and its TTL', async () => {
+        const k = freshKey('overwrite');
+        await state.set(k, 'old', TTL_MS);
+        await state.set(k, 'new', LONG_MS);
+        await sleep(PAST_TTL_MS);
+        expect(await state.get(k)).toBe('new');
+      });
+
+      it(`forgets a value after its TTL (${TTL_MS} ms)`, async () => {
+        const k = freshKey('ttl');
+        await state.set(k, 'short-lived', TTL_MS);
+        expect(await state.get(k)).toBe('short-lived');
+        await sleep(PAST_TTL_MS);
+        expect(await state.get(k)).toBeNull();
+      });
+
+      it('keeps separate keys separate', async () => {
+        const [a, b] = [freshKey('a'), freshKey('b')];
+        await state.set(a, 'A', LONG_MS);
+        await state.set(b, 'B', LONG_MS);
+        expect([await state.get(a), await state.get(b)]).toEqual(['A', 'B']);
+      });
+    });
+
+    describe('setIfAbsent', () => {
+      it('sets only the first time: later calls answer false and leave the value', async () => {
+        const k = freshKey('nx');
+        expect(await state.setIfAbsent(k, 'first', LONG_MS)).toBe(true);
+        expect(await state.setIfAbsent(k, 'second', LONG_MS)).toBe(false);
+        expect(await state.get(k)).toBe('first');
+      });
+
+      it('does not set over a value written by set', async () => {
+        const k = freshKey('nx-over-set');
+        await state.set(k, 'existing', LONG_MS);
+        expect(await state.setIfAbsent(k, 'other', LONG_MS)).toBe(false);
+        expect(await state.get(k)).toBe('existing');
+      });
+
+      it('sets again once the earlier value has expired', async () => {
+        const k = freshKey('nx-expired');
+        expect(await state.setIfAbsent(k, 'first', TTL_MS)).toBe(true);
+        await sleep(PAST_TTL_MS);
+        expect(await state.setIfAbsent(k, 'second', LONG_MS)).toBe(true);
+        expect(await state.get(k)).toBe('second');
+      });
+
+      it('gives its TTL to the value it sets', async () => {
+        const k = freshKey('nx-ttl');
+        expect(await state.setIfAbsent(k, 'v', TTL_MS)).toBe(true);
+        await sleep(PAST_TTL_MS);
+        expect(await state.get(k)).toBeNull();
+      });
+
+      it('of 20 concurrent calls, exactly one wins, and its value is the one kept', async () => {
+        const k = freshKey('nx-race');
+        const results = await Promise.all(
+          Array.from({ length: 20 }, (_, i) => state.setIfAbsent(k, `caller-${i}`, LONG_MS)),
+        );
+        expect(results.filter(Boolean)).toHaveLength(1);
+        expect(await state.get(k)).toBe(`caller-${results.indexOf(true)}`);
+      });
+    });
+
+    describe('take', () => {
+      it('returns the value once and deletes it', async () => {
+        const k = freshKey('take');
+        await state.set(k, 'once', LONG_MS);
+        expect(await state.take(k)).toBe('once');
+        expect(await state.take(k)).toBeNull();
+        expect(await state.get(k)).toBeNull();
+      });
+
+      it('returns null for a missing key and for an expired one', async () => {
+        expect(await state.take(freshKey('take-missing'))).toBeNull();
+        const k = freshKey('take-expired');
+        await state.set(k, 'gone', TTL_MS);
+        await sleep(PAST_TTL_MS);
+        expect(await state.take(k)).toBeNull();
+      });
+
+      it('is atomic: of 20 concurrent takes exactly one gets the value', async () => {
+        const k = freshKey('take-race');
+        await state.set(k, 'prize', LONG_MS);
+        const got = await Promise.all(Array.from({ length: 20 }, () => state.take(k)));
+        expect(got.filter((v) => v !== null)).toEqual(['prize']);
+        expect(await state.get(k)).toBeNull();
+      });
+
+      it('frees the key for setIfAbsent', async () => {
+        const k = freshKey('take-then-nx');
+        await state.set(k, 'a', LONG_MS);
+        await state.take(k);
+        expect(await state.setIfAbsent(k, 'b', LONG_MS)).toBe(true);
+      });
+    });
+
+    describe('del', () => {
+      it('deletes several keys at once and leaves the others', async () => {
+        const [a, b, c] = [freshKey('del-a'), freshKey('del-b'), freshKey('del-c')];
+        for (const k of [a, b, c]) await state.set(k, k, LONG_MS);
+        await state.del(a, b);
+        expect([await state.get(a), await state.get(b), await state.get(c)]).toEqual([null, null, c]);
+      });
+
+      it('accepts missing keys and an empty list', async () => {
+        await expect(state.del(freshKey('del-missing'))).resolves.toBeUndefined();
+        await expect(state.del()).resolves.toBeUndefined();
+      });
+
+      it('frees the key for setIfAbsent', async () => {
+        const k = freshKey('del-then-nx');
+        await state.set(k, 'a', LONG_MS);
+        await state.del(k);
+        expect(await state.setIfAbsent(k, 'b', LONG_MS)).toBe(true);
+        expect(await state.get(k)).toBe('b');
+      });
+    });
+
+    describe('expiring sets', () => {
+      it('counts members and reports the earliest deadline as members come', async () => {
+        const s = freshKey('set');
+        const now = Date.now();
+        expect(await state.addExpiring(s, 'a', now + 30_000)).toEqual({ count: 1, earliest: now + 30_000 });
+        expect(await state.addExpiring(s, 'b', now + 10_000)).toEqual({ count: 2, earliest: now + 10_000 });
+        expect(await state.addExpiring(s, 'c', now + 50_000)).toEqual({ count: 3, earliest: now + 10_000 });
+        expect(await state.countExpiring(s)).toBe(3);
+      });
+
+      it('counts a member added twice once, with its latest deadline', async () => {
+        const s = freshKey('set-readd');
+        const now = Date.now();
+        await state.addExpiring(s, 'a', now + 10_000);
+        await state.addExpiring(s, 'b', now + 20_000);
+        expect(await state.addExpiring(s, 'a', now + 40_000)).toEqual({ count: 2, earliest: now + 20_000 });
+        expect(await state.countExpiring(s)).toBe(2);
+      });
+
+      it('removes members, and ignores removing one that is not there', async () => {
+        const s = freshKey('set-remove');
+        const now = Date.now();
+        await state.addExpiring(s, 'a', now + 10_000);
+        await state.addExpiring(s, 'b', now + 20_000);
+        await state.removeExpiring(s, 'a');
+        await state.removeExpiring(s, 'never-added');
+        expect(await state.countExpiring(s)).toBe(1);
+        expect(await state.addExpiring(s, 'c', now + 30_000)).toEqual({ count: 2, earliest: now + 20_000 });
+      });
+
+      it('counts 0 for a set never used, and accepts removal from it', async () => {
+        const s = freshKey('set-empty');
+        expect(await state.countExpiring(s)).toBe(0);
+        await expect(state.removeExpiring(s, 'x')).resolves.toBeUndefined();
+      });
+
+      it('drops members whose deadline has passed, from the count and from the earliest deadline', async () => {
+        const s = freshKey('set-expire');
+        const now = Date.now();
+        await state.addExpiring(s, 'short', now + TTL_MS);
+        await state.addExpiring(s, 'long', now + 20_000);
+        expect(await state.countExpiring(s)).toBe(2);
+        await sleep(PAST_TTL_MS);
+        expect(await state.countExpiring(s)).toBe(1);
+        expect(await state.addExpiring(s, 'new', now + 30_000)).toEqual({ count: 2, earliest: now + 20_000 });
+      });
+
+      it('forgets a whole set once every deadline has passed', async () => {
+        const s = freshKey('set-all-expire');
+        const now = Date.now();
+        await state.addExpiring(s, 'a', now + TTL_MS);
+        await state.addExpiring(s, 'b', now + TTL_MS);
+        await sleep(PAST_TTL_MS);
+        expect(await state.countExpiring(s)).toBe(0);
+        expect(await state.addExpiring(s, 'c', now + 20_000)).toEqual({ count: 1, earliest: now + 20_000 });
+      });
+
+      it('keeps separate sets separate', async () => {
+        const [s1, s2] = [freshKey('set-1'), freshKey('set-2')];
+        const now = Date.now();
+        await state.addExpiring(s1, 'm', now + 10_000);
+        await state.addExpiring(s1, 'n', now + 10_000);
+        await state.addExpiring(s2, 'm', now + 10_000);
+        expect([await state.countExpiring(s1), await state.countExpiring(s2)]).toEqual([2, 1]);
+      });
+
+      it('counts every one of 20 concurrent adds', async () => {
+        const s = freshKey('set-race');
+        const now = Date.now();
+        await Promise.all(Array.from({ length: 20 }, (_, i) => state.addExpiring(s, `m${i}`, now + 10_000 + i)));
+        expect(await state.countExpiring(s)).toBe(20);
+        expect(await state.addExpiring(s, 'last', now + 60_000)).toEqual({ count: 21, earliest: now + 10_000 });
+      });
+    });
+
+    describe('limiter', () => {
+      it('allows N points and refuses the N+1st with a retry delay within the window', async () => {
+        const limiter = state.limiter(freshKey('lim'), 3, 10_000);
+        const key = 'client-1';
+        const allowed = [];
+        for (let i = 0; i < 3; i++) allowed.push(await limiter.consume(key));
+        expect(allowed.map((r) => [r.allowed, r.remaining, r.retryAfterMs])).toEqual([
+          [true, 2, 0],
+          [true, 1, 0],
+          [true, 0, 0],
+        ]);
+        const refused = await limiter.consume(key);
+        expect(refused.allowed).toBe(false);
+        expect(refused.remaining).toBe(0);
+        expect(refused.retryAfterMs).toBeGreaterThan(0);
+        expect(refused.retryAfterMs).toBeLessThanOrEqual(10_000);
+      });
+
+      it('spends several points at once', async () => {
+        const limiter = state.limiter(freshKey('lim-n'), 5, 10_000);
+        expect(await limiter.consume('k', 3)).toMatchObject({ allowed: true, remaining: 2 });
+        expect((await limiter.consume('k', 3)).allowed).toBe(false);
+      });
+
+      it('peek reads without spending', async () => {
+        const limiter = state.limiter(freshKey('lim-peek'), 2, 10_000);
+        expect(await limiter.peek('k')).toEqual({ allowed: true, remaining: 2, retryAfterMs: 0 });
+        for (let i = 0; i < 5; i++) await limiter.peek('k');
+        expect(await limiter.consume('k')).toMatchObject({ allowed: true, remaining: 1 });
+        expect(await limiter.peek('k')).toMatchObject({ allowed: true, remaining: 1 });
+        expect(await limiter.consume('k')).toMatchObject({ allowed: true, remaining: 0 });
+        const exhausted = await limiter.peek('k');
+        expect(exhausted.allowed).toBe(false);
+        expect(exhausted.remaining).toBe(0);
+        expect(exhausted.retryAfterMs).toBeGreaterThan(0);
+      });
+
+      it('reset gives the key its full allowance again', async () => {
+        const limiter = state.limiter(freshKey('lim-reset'), 2, 10_000);
+        await limiter.consume('k');
+        await limiter.consume('k');
+        expect((await limiter.consume('k')).allowed).toBe(false);
+        await limiter.reset('k');
+        expect(await limiter.peek('k')).toEqual({ allowed: true, remaining: 2, retryAfterMs: 0 });
+        expect(await limiter.consume('k')).toMatchObject({ allowed: true, remaining: 1 });
+      });
+
+      it('keeps keys independent', async () => {
+        const limiter = state.limiter(freshKey('lim-keys'), 1, 10_000);
+        expect((await limiter.consume('a')).allowed).toBe(true);
+        expect((await limiter.consume('a')).allowed).toBe(false);
+        expect((await limiter.consume('b')).allowed).toBe(true);
+        await limiter.reset('b');
+        expect((await limiter.consume('a')).allowed).toBe(false);
+      });
+
+      it('keeps limiters of different names independent for the same key', async () => {
+        const one = state.limiter(freshKey('lim-one'), 1, 10_000);
+        const two = state.limiter(freshKey('lim-two'), 1, 10_000);
+        expect((await one.consume('k')).allowed).toBe(true);
+        expect((await one.consume('k')).allowed).toBe(false);
+        expect((await two.consume('k')).allowed).toBe(true);
+      });
+
+      it('shares one allowance between two limiters of the same name (as between nodes)', async () => {
+        const name = freshKey('lim-shared');
+        const first = state.limiter(name, 2, 10_000);
+        const second = state.limiter(name, 2, 10_000);
+        expect((await first.consume('k')).allowed).toBe(true);
+        expect((await second.consume('k')).allowed).toBe(true);
+        expect((await first.consume('k')).allowed).toBe(false);
+      });
+
+      it('of 20 concurrent consumes against 5 points, exactly 5 are allowed', async () => {
+        const limiter = state.limiter(freshKey('lim-race'), 5, 10_000);
+        const results = await Promise.all(Array.from({ length: 20 }, () => limiter.consume('k')));
+        expect(results.filter((r) => r.allowed)).toHaveLength(5);
+      });
+
+      it('allows again once the window has passed (1 s window)', async () => {
+        const limiter = state.limiter(freshKey('lim-window'), 1, 1_000);
+        expect((await limiter.consume('k')).allowed).toBe(true);
+        const refused = await limiter.consume('k');
+        expect(refused.allowed).toBe(false);
+        expect(refused.retryAfterMs).toBeLessThanOrEqual(1_000);
+        await sleep(refused.retryAfterMs + 100);
+        expect(await limiter.consume('k')).toMatchObject({ allowed: true, remaining: 0 });
+      });
+    });
+  });
+}
