@@ -204,7 +204,7 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
       const token = cookieHeader ? app.parseCookie(cookieHeader).psession : undefined;
       if (!token || token.length > 256) return null;
       const found = await sessionResolver.resolve(token);
-      if (!found || found.user.state !== 0) return null;
+      if (found?.user.state !== 0) return null;
       return {
         userId: found.user.id,
         sessionId: found.session.id,

@@ -21,7 +21,8 @@ describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('two nodes o
     await backing?.release();
   });
 
-  const on = (node: TestApp, client: Client) => Object.assign(new Client(node.url, client.ip, client.apiKey), { cookie: client.cookie });
+  const on = (node: TestApp, client: Client) =>
+    Object.assign(new Client(node.url, client.ip, client.apiKey), { cookie: client.cookie });
 
   it('shares sessions: a login on node A works on node B, and ending it on A ends it on B', async () => {
     const { client, user } = await login(a);
@@ -45,7 +46,9 @@ describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('two nodes o
     expect(fetched.body.code).toMatch(/^[A-Z0-9]{8}$/);
     expect((await site.post('/v1/authentication/verify', { code: fetched.body.code })).status).toBe(200);
     // Used on A, so gone on B too.
-    const again = await new Client(b.url, site.ip, b.publicApiKey).post('/v1/authentication/verify', { code: fetched.body.code });
+    const again = await new Client(b.url, site.ip, b.publicApiKey).post('/v1/authentication/verify', {
+      code: fetched.body.code,
+    });
     expect(again.body.code).toBe('ERR_INVALID_CODE');
   });
 
@@ -53,9 +56,15 @@ describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('two nodes o
     const ip = nextIp();
     const nodes = [a, b, a, b, a].map((n) => new Client(n.url, ip, n.publicApiKey));
     for (const [i, c] of nodes.entries()) {
-      expect((await c.post('/v1/authentication/request', { platform: 'platform_a', platform_user_id: `shared-${ip}-${i}` })).status).toBe(200);
+      expect(
+        (await c.post('/v1/authentication/request', { platform: 'platform_a', platform_user_id: `shared-${ip}-${i}` }))
+          .status,
+      ).toBe(200);
     }
-    const sixth = await new Client(b.url, ip, b.publicApiKey).post('/v1/authentication/request', { platform: 'platform_a', platform_user_id: `shared-${ip}-x` });
+    const sixth = await new Client(b.url, ip, b.publicApiKey).post('/v1/authentication/request', {
+      platform: 'platform_a',
+      platform_user_id: `shared-${ip}-x`,
+    });
     expect(sixth.status).toBe(429);
     expect(Limits.PENDING_WEB_CODES_PER_IP).toBe(nodes.length);
   });

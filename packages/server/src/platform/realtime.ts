@@ -96,6 +96,7 @@ export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
         // io.close also closes the HTTP server, which Fastify closes itself; tolerate either order.
         setTimeout(resolve, 1000).unref();
       });
+      await opts.redis?.client.quit().catch(() => opts.redis?.client.disconnect());
     },
   };
 }
