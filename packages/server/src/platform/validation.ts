@@ -22,12 +22,15 @@ function makeAjv(coerce: boolean) {
 const bodyAjv = makeAjv(false);
 const textAjv = makeAjv(true);
 
-/** Where (a JSON pointer) the first string holding U+0000 is, or null: SQL text cannot store it. */
-function nulAt(data: unknown, at = ''): string | null {
-  if (typeof data === 'string') return data.includes('\u0000') ? at : null;
+/** A NUL, or half of a surrogate pair: text that SQL cannot store (a 500 there, so a 400 here). */
+const UNSTORABLE = /\u0000|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/** Where (a JSON pointer) the first string with unstorable text is, or null. */
+function unstorableAt(data: unknown, at = ''): string | null {
+  if (typeof data === 'string') return UNSTORABLE.test(data) ? at : null;
   if (data === null || typeof data !== 'object') return null;
   for (const [k, v] of Object.entries(data)) {
-    const found = nulAt(v, `${at}/${k}`);
+    const found = unstorableAt(v, `${at}/${k}`);
     if (found !== null) return found;
   }
   return null;
@@ -45,13 +48,15 @@ export const validatorCompiler: FastifySchemaCompiler<unknown> = ({ schema, http
       errors = validate.errors;
       return false;
     }
-    // Valid data is bounded by its schema, so this walk is too. A NUL would fail in the database as a 500.
-    const at = nulAt(data);
+    // Valid data is bounded by its schema, so this walk is too.
+    const at = unstorableAt(data);
     if (at === null) {
       errors = null;
       return true;
     }
-    errors = [{ instancePath: at, keyword: 'nul', message: 'must not contain the NUL character', params: {} }];
+    errors = [
+      { instancePath: at, keyword: 'text', message: 'must not contain NUL or unpaired surrogates', params: {} },
+    ];
     return false;
   };
   Object.defineProperty(checked, 'errors', { get: () => errors });

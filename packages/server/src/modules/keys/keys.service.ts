@@ -1,3 +1,4 @@
+import { createPrivateKey, createPublicKey, diffieHellman } from 'node:crypto';
 import type { KeyRing, ShareKeysBody } from '@parlor/protocol';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
@@ -23,9 +24,30 @@ export function toWireRing(entries: RingEntry[]): KeyRing {
   return ring;
 }
 
-/** True when the text is standard base64 of exactly 32 bytes. */
-export function isKey32(b64: string): boolean {
-  return /^[A-Za-z0-9+/]{43}=$/.test(b64) && Buffer.from(b64, 'base64').length === 32;
+/** A fixed private key used only to probe submitted public keys (never for secrecy). */
+const PROBE = createPrivateKey({
+  key: { kty: 'OKP', crv: 'X25519', d: Buffer.alloc(32, 7).toString('base64url'), x: '' },
+  format: 'jwk',
+});
+
+/**
+ * True when the text is standard base64 of exactly 32 bytes that is a usable X25519 public key:
+ * a low-order point would make every envelope to it readable by anyone (the shared secret is
+ * all zeros), so it is refused — node:crypto's X25519 fails on exactly those.
+ */
+export function isUsableX25519Key(b64: string): boolean {
+  if (!/^[A-Za-z0-9+/]{43}=$/.test(b64)) return false;
+  const raw = Buffer.from(b64, 'base64');
+  if (raw.length !== 32) return false;
+  try {
+    const publicKey = createPublicKey({
+      key: { kty: 'OKP', crv: 'X25519', x: raw.toString('base64url') },
+      format: 'jwk',
+    });
+    return !diffieHellman({ privateKey: PROBE, publicKey }).every((b) => b === 0);
+  } catch {
+    return false;
+  }
 }
 
 export interface KeysDeps {
@@ -57,7 +79,11 @@ export function makeKeysService({ db, store, clock, realtime, membership }: Keys
 
     /** Spec 4.6 rule 5: a new or replaced key is registered; the identical key is unchanged. */
     async register(userId: number, sessionId: number, publicKey: string): Promise<'registered' | 'unchanged'> {
-      if (!isKey32(publicKey)) throw appError('ERR_VALIDATION', 'public_key must be base64 of exactly 32 bytes.');
+      if (!isUsableX25519Key(publicKey)) {
+        throw appError('ERR_VALIDATION', 'public_key must be base64 of exactly 32 bytes of a usable X25519 key.', {
+          errors: [{ path: 'body/public_key', message: 'is not a usable X25519 public key' }],
+        });
+      }
       const result = await db.transaction(async (tx) => {
         const old = await store.keyOf(sessionId, tx);
         if (old === publicKey) return null;

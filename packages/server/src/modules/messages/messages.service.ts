@@ -85,8 +85,9 @@ export function makeMessagesService({ db, store, clock, state, realtime, access 
         if (!chat) throw appError('ERR_CHAT_NOT_FOUND');
         if (!(await access.isMember(chatId, sender.userId, tx))) throw appError('ERR_NOT_CHAT_MEMBER');
         if (chat.archived) throw appError('ERR_CHAT_READ_ONLY');
-        const restriction = await store.activeRestriction(chatId, sender.userId, ['CHAT_BAN', 'CHAT_MUTE'], now, tx);
-        if (restriction?.actionType === 'CHAT_BAN') throw appError('ERR_CHAT_BANNED');
+        if (await store.activeRestriction(chatId, sender.userId, ['CHAT_BAN'], now, tx))
+          throw appError('ERR_CHAT_BANNED');
+        const restriction = await store.activeRestriction(chatId, sender.userId, ['CHAT_MUTE'], now, tx);
         if (restriction) {
           const ttl = restriction.expiresAt
             ? Math.max(1, Math.ceil((restriction.expiresAt.getTime() - now.getTime()) / 1000))

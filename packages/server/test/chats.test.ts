@@ -1,0 +1,501 @@
+import { Limits } from '@parlor/protocol';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { describeApp, startApp, type TestApp } from './support/app.js';
+import { bundle, join, keyedChat, member } from './support/chat-flows.js';
+import { login, setLevel } from './support/flows.js';
+import { closeAllSockets, connectSocket } from './support/sockets.js';
+
+let app: TestApp;
+beforeAll(async () => {
+  app = await startApp();
+});
+afterAll(async () => {
+  closeAllSockets();
+  await app?.close();
+});
+
+const create = (client: { post: (p: string, b: unknown) => Promise<any> }, type = 'public', name = 'A chat') =>
+  client.post('/v1/portal/chats/create', { name, type });
+
+describeApp('POST /v1/portal/chats/create', () => {
+  it('refuses Basic users with 403 ERR_CHAT_CREATE_FORBIDDEN', async () => {
+    const { client } = await login(app);
+    const res = await create(client);
+    expect(res.status).toBe(403);
+    expect(res.body.code).toBe('ERR_CHAT_CREATE_FORBIDDEN');
+  });
+
+  it('gives a Premium user 1 slot: the second chat answers 409 ERR_CHAT_SLOT_LIMIT', async () => {
+    const { client, user } = await login(app);
+    await app.database.db.execute(
+      `update users set subscription_tier = 2, subscription_expires_at = now() + interval '7 days' where id = ${user.id}` as never,
+    );
+    const first = await create(client, 'private', 'Mine');
+    expect(first.status).toBe(200);
+    expect(first.body.chat).toMatchObject({
+      type: 'private',
+      name: 'Mine',
+      owner_id: user.id,
+      epoch: 1,
+      member_count: 1,
+      archived: false,
+    });
+    const second = await create(client);
+    expect(second.status).toBe(409);
+    expect(second.body.code).toBe('ERR_CHAT_SLOT_LIMIT');
+    // Deleting frees the slot.
+    expect((await client.post(`/v1/portal/chats/${first.body.chat.id}/delete`, {})).status).toBe(200);
+    expect((await create(client)).status).toBe(200);
+  });
+
+  it(`gives an Admin ${Limits.CHAT_SLOTS_ADMIN} slots and an Owner more`, async () => {
+    const admin = await login(app);
+    await setLevel(app, admin.user.id, 2);
+    const results = await Promise.all(Array.from({ length: Limits.CHAT_SLOTS_ADMIN + 1 }, () => create(admin.client)));
+    expect(results.filter((r) => r.status === 200)).toHaveLength(Limits.CHAT_SLOTS_ADMIN);
+    expect(results.filter((r) => r.status === 409)).toHaveLength(1);
+    const owner = await login(app);
+    await setLevel(app, owner.user.id, 3);
+    for (let i = 0; i < Limits.CHAT_SLOTS_ADMIN + 1; i++) expect((await create(owner.client)).status).toBe(200);
+  });
+
+  it('validates name and type', async () => {
+    const admin = await login(app);
+    await setLevel(app, admin.user.id, 2);
+    for (const body of [
+      { name: '', type: 'public' },
+      { name: '   ', type: 'public' },
+      { name: 'x'.repeat(65), type: 'public' },
+      { name: 'x', type: 'direct' },
+      { name: 'x' },
+    ]) {
+      const res = await admin.client.post('/v1/portal/chats/create', body);
+      expect(res.status).toBe(400);
+      expect(res.body.code).toBe('ERR_VALIDATION');
+    }
+    expect((await create(admin.client, 'public', 'x'.repeat(64))).status).toBe(200);
+  });
+});
+
+describeApp('private chats, invites and membership history', () => {
+  it('hides a private chat from non-members; an invite lets one in and is recorded', async () => {
+    const { owner, chatId } = await keyedChat(app, 'private');
+    const outsider = await member(app);
+    const get = await outsider.client.get(`/v1/portal/chats/${chatId}`);
+    expect(get.status).toBe(403);
+    expect(get.body.code).toBe('ERR_CANNOT_BROWSE_PRIVATE');
+    const denied = await join(outsider, { chat_id: chatId });
+    expect(denied).toEqual({ ok: false, code: 'ERR_CANNOT_BROWSE_PRIVATE', message: expect.any(String) });
+    const invite = await owner.client.post(`/v1/portal/chats/${chatId}/invites/create`, { max_uses: 1 });
+    expect(invite.status).toBe(200);
+    const code: string = invite.body.invite.code;
+    const joined = await join(outsider, { invite: code });
+    expect(joined).toMatchObject({ ok: true, chat: { id: chatId, member_count: 2 }, epoch: 1 });
+    expect(Object.keys(joined.key_ring).map(Number).sort()).toEqual(
+      [owner.user.id, outsider.user.id].sort((a, b) => a - b),
+    );
+    // The invite is used up.
+    const third = await member(app);
+    expect(await join(third, { invite: code })).toMatchObject({ ok: false, code: 'ERR_INVITE_NOT_FOUND' });
+    const activity = await owner.client.get(`/v1/portal/chats/${chatId}/activity`);
+    expect(activity.body.activity.map((a: any) => [a.user_id, a.action, a.method, a.invite_code])).toEqual([
+      [outsider.user.id, 'join', 'invite', code],
+      [owner.user.id, 'join', 'direct', null],
+    ]);
+    expect((await outsider.client.get(`/v1/portal/chats/${chatId}/activity`)).status).toBe(403);
+  });
+
+  it('lists, revokes and validates invites', async () => {
+    const { owner, chatId } = await keyedChat(app, 'private');
+    const a = await owner.client.post(`/v1/portal/chats/${chatId}/invites/create`, { expires_in_seconds: 3600 });
+    expect(a.body.invite.expires_at).toEqual(expect.any(String));
+    const list = await owner.client.get(`/v1/portal/chats/${chatId}/invites`);
+    expect(list.body.invites.map((i: any) => i.code)).toEqual([a.body.invite.code]);
+    expect(
+      (await owner.client.post(`/v1/portal/chats/${chatId}/invites/${a.body.invite.code}/delete`, {})).body,
+    ).toEqual({ ok: true });
+    expect((await owner.client.get(`/v1/portal/chats/${chatId}/invites`)).body.invites).toEqual([]);
+    const outsider = await member(app);
+    expect((await join(outsider, { invite: a.body.invite.code })).code).toBe('ERR_INVITE_NOT_FOUND');
+    for (const body of [
+      { max_uses: 0 },
+      { max_uses: Limits.INVITE_MAX_USES + 1 },
+      { expires_in_seconds: 59 },
+      { other: 1 },
+    ]) {
+      expect((await owner.client.post(`/v1/portal/chats/${chatId}/invites/create`, body)).status).toBe(400);
+    }
+    expect((await outsider.client.post(`/v1/portal/chats/${chatId}/invites/create`, {})).status).toBe(403);
+  });
+
+  it('lists my chats and sends chat:list on connection', async () => {
+    const { owner, chatId } = await keyedChat(app);
+    const list = await owner.client.get('/v1/portal/chats');
+    expect(list.body.chats.map((c: any) => c.id)).toContain(chatId);
+    const again = await connectSocket(app.url, owner.client);
+    const pushed = await again.next('chat:list');
+    expect(pushed.chats.map((c: any) => c.id)).toContain(chatId);
+  });
+
+  it('lets the owner rename and delete; members get chat:updated and room:left', async () => {
+    const { owner, chatId } = await keyedChat(app);
+    const guest = await member(app);
+    await join(guest, { chat_id: chatId });
+    const renamed = await owner.client.post(`/v1/portal/chats/${chatId}/config/update`, { name: 'Renamed' });
+    expect(renamed.body.chat.name).toBe('Renamed');
+    expect((await guest.socket.next('chat:updated')).chat.name).toBe('Renamed');
+    expect((await guest.client.post(`/v1/portal/chats/${chatId}/config/update`, { name: 'Mine now' })).status).toBe(
+      403,
+    );
+    expect((await guest.client.post(`/v1/portal/chats/${chatId}/delete`, {})).status).toBe(403);
+    expect((await owner.client.post(`/v1/portal/chats/${chatId}/delete`, {})).status).toBe(200);
+    expect(await guest.socket.next('room:left')).toEqual({ chat_id: chatId, reason: 'deleted' });
+    expect((await guest.client.get(`/v1/portal/chats/${chatId}`)).status).toBe(404);
+  });
+});
+
+describeApp('the socket', () => {
+  it('refuses a connection without a valid session, and from a foreign origin', async () => {
+    const { client } = await login(app);
+    await expect(connectSocket(app.url, { ...client, cookie: null } as never)).rejects.toThrow(/ERR_UNAUTHENTICATED/);
+    await expect(connectSocket(app.url, client, { origin: 'https://evil.example' })).rejects.toThrow();
+    const ok = await connectSocket(app.url, client, { origin: app.config.allowedOrigins[0] });
+    expect(ok.connected).toBe(true);
+  });
+
+  it('answers bad payloads with an error ack and stays up', async () => {
+    const m = await member(app);
+    for (const payload of [null, 42, 'x', {}, { chat_id: 'a' }, { chat_id: 1, extra: true }, { invite: '' }, [1]]) {
+      const ack: any = await m.socket.emitWithAck('room:join', payload as never);
+      expect(ack).toMatchObject({ ok: false, code: 'ERR_VALIDATION' });
+    }
+    expect(await join(m, { chat_id: 999999 })).toMatchObject({ ok: false, code: 'ERR_CHAT_NOT_FOUND' });
+    expect(m.socket.connected).toBe(true);
+  });
+
+  it('drops the socket of a session that logs out, or is destroyed from another session', async () => {
+    const a = await member(app);
+    const b = await member(app, { platformUserId: a.platformUserId });
+    const gone = new Promise((resolve) => b.socket.once('disconnect', resolve));
+    await a.client.post(`/v1/users/me/sessions/${b.client.cookie?.slice(-6)}/destroy`, {});
+    await gone;
+    const own = new Promise((resolve) => a.socket.once('disconnect', resolve));
+    await a.client.post('/v1/authentication/logout', {});
+    await own;
+  });
+
+  it('reports presence: one room:members entry per connected session', async () => {
+    const { owner, chatId } = await keyedChat(app);
+    const g1 = await member(app);
+    const g2 = await member(app, { platformUserId: g1.platformUserId });
+    await join(g1, { chat_id: chatId });
+    const ack = await join(g2, { chat_id: chatId });
+    expect(ack.members.map((m: any) => m.session_id).sort()).toEqual(
+      [owner.sessionId, g1.sessionId, g2.sessionId].sort(),
+    );
+    g2.socket.close();
+    const after = await owner.socket.next('room:members', (e) => e.members.length === 2);
+    expect(after.members.map((m: any) => m.user_id).sort()).toEqual([owner.user.id, g1.user.id].sort());
+    await owner.socket.next('portal:presence', (e) => e.session_id === g2.sessionId && e.online === false);
+  });
+});
+
+describeApp('POST /v1/portal/keys', () => {
+  it('registers, answers unchanged for the same key, and refuses non-keys', async () => {
+    const m = await member(app);
+    const same = await m.client.post('/v1/portal/keys', {
+      public_key: Buffer.from(m.keys.publicKey).toString('base64'),
+    });
+    expect(same.body).toEqual({ status: 'unchanged' });
+    const lowOrder = Buffer.alloc(32);
+    lowOrder[0] = 1;
+    for (const public_key of [
+      Buffer.alloc(31, 9).toString('base64'),
+      Buffer.alloc(33, 9).toString('base64'),
+      Buffer.alloc(32).toString('base64'),
+      lowOrder.toString('base64'),
+      Buffer.alloc(32, 9).toString('base64url'),
+      'not base64 at all',
+    ]) {
+      const res = await m.client.post('/v1/portal/keys', { public_key });
+      expect(res.status, public_key).toBe(400);
+      expect(res.body.code).toBe('ERR_VALIDATION');
+    }
+  });
+
+  it('announces a new key to my chats; replacing a key raises their epoch', async () => {
+    const { owner, chatId } = await keyedChat(app);
+    const other = await member(app);
+    await join(other, { chat_id: chatId });
+    const replacement = Buffer.alloc(32, 9).toString('base64');
+    expect((await other.client.post('/v1/portal/keys', { public_key: replacement })).body).toEqual({
+      status: 'registered',
+    });
+    expect(await owner.socket.next('portal:key_added', (e) => e.public_key === replacement)).toEqual({
+      chat_id: chatId,
+      user_id: other.user.id,
+      session_id: other.sessionId,
+      public_key: replacement,
+    });
+    expect(await owner.socket.next('room:rekey')).toEqual({ chat_id: chatId, epoch: 2 });
+  });
+});
+
+describeApp('POST /v1/portal/chats/{chat_id}/keys/share', () => {
+  it('keys an epoch once; a non-holder then gets 409 ERR_EPOCH_ALREADY_KEYED; a partial first share 409 ERR_KEY_RING_CHANGED', async () => {
+    const owner = await member(app, { level: 2 });
+    const chatId = (await create(owner.client)).body.chat.id;
+    await join(owner, { chat_id: chatId });
+    const guest = await member(app);
+    await join(guest, { chat_id: chatId });
+    const wrapped = (n: number) => Buffer.alloc(88, n).toString('base64');
+    const partial = await owner.client.post(`/v1/portal/chats/${chatId}/keys/share`, {
+      epoch: 1,
+      envelopes: [{ session_id: owner.sessionId, wrapped: wrapped(1) }],
+    });
+    expect(partial.status).toBe(409);
+    expect(partial.body.code).toBe('ERR_KEY_RING_CHANGED');
+    const wrongEpoch = await owner.client.post(`/v1/portal/chats/${chatId}/keys/share`, {
+      epoch: 2,
+      envelopes: [{ session_id: owner.sessionId, wrapped: wrapped(1) }],
+    });
+    expect(wrongEpoch.body.code).toBe('ERR_EPOCH_MISMATCH');
+    const all = [owner.sessionId, guest.sessionId].map((session_id, i) => ({ session_id, wrapped: wrapped(i + 1) }));
+    const first = await owner.client.post(`/v1/portal/chats/${chatId}/keys/share`, { epoch: 1, envelopes: all });
+    expect(first.body).toEqual({ epoch: 1, stored: 2 });
+    expect(await guest.socket.next('room:key')).toEqual({
+      chat_id: chatId,
+      epoch: 1,
+      envelope: wrapped(2),
+      sender_session_id: owner.sessionId,
+    });
+    // Envelopes are never overwritten: sharing again stores nothing.
+    const again = await guest.client.post(`/v1/portal/chats/${chatId}/keys/share`, { epoch: 1, envelopes: all });
+    expect(again.body).toEqual({ epoch: 1, stored: 0 });
+    expect((await guest.client.get(`/v1/portal/chats/${chatId}/keys`)).body.envelope).toBe(wrapped(2));
+    // A new member's session holds nothing, so it cannot key the epoch over the holders.
+    const late = await member(app);
+    await join(late, { chat_id: chatId });
+    const grab = await late.client.post(`/v1/portal/chats/${chatId}/keys/share`, {
+      epoch: 1,
+      envelopes: [{ session_id: late.sessionId, wrapped: wrapped(9) }],
+    });
+    expect(grab.status).toBe(409);
+    expect(grab.body.code).toBe('ERR_EPOCH_ALREADY_KEYED');
+    // A holder gives the late member an envelope.
+    const give = await owner.client.post(`/v1/portal/chats/${chatId}/keys/share`, {
+      epoch: 1,
+      envelopes: [{ session_id: late.sessionId, wrapped: wrapped(3) }],
+    });
+    expect(give.body).toEqual({ epoch: 1, stored: 1 });
+    const outsider = await member(app);
+    expect((await outsider.client.get(`/v1/portal/chats/${chatId}/keys`)).body.code).toBe('ERR_NOT_CHAT_MEMBER');
+  });
+});
+
+describeApp('POST /v1/portal/chats/{chat_id}/messages', () => {
+  it('accepts a bundle from a keyed member; message:new carries the same id; ids increase', async () => {
+    const { owner, chatId, chatKey, epoch } = await keyedChat(app);
+    const ids: string[] = [];
+    for (let i = 0; i < 5; i++) {
+      const res = await owner.client.post(`/v1/portal/chats/${chatId}/messages`, {
+        content: bundle(chatKey, chatId, epoch, `m${i}`),
+      });
+      expect(res.status).toBe(200);
+      expect(res.body.id).toMatch(/^\d+-\d+$/);
+      ids.push(res.body.id);
+      const event = await owner.socket.next('message:new', (m) => m.id === res.body.id);
+      expect(event).toMatchObject({ chat_id: chatId, type: 'user', sender_id: owner.user.id, system: null });
+    }
+    const key = (id: string) => id.split('-').map(Number) as [number, number];
+    for (let i = 1; i < ids.length; i++) {
+      const [a, b] = [key(ids[i - 1] as string), key(ids[i] as string)];
+      expect(a[0] < b[0] || (a[0] === b[0] && a[1] < b[1])).toBe(true);
+    }
+  });
+
+  it('answers 422 ERR_INVALID_BUNDLE to anything but the exact outer shape', async () => {
+    const { owner, chatId } = await keyedChat(app);
+    for (const content of [
+      'hello',
+      '{}',
+      '[1]',
+      '{"v":1,"epoch":1,"ct":"AAAA"}',
+      '{"v":2,"epoch":0,"ct":"AAAA"}',
+      '{"v":2,"epoch":1.5,"ct":"AAAA"}',
+      '{"v":2,"epoch":"1","ct":"AAAA"}',
+      '{"v":2,"epoch":1,"ct":"not base64!"}',
+      '{"v":2,"epoch":1,"ct":"AAAA","extra":1}',
+      '{"v":2,"epoch":1}',
+    ]) {
+      const res = await owner.client.post(`/v1/portal/chats/${chatId}/messages`, { content });
+      expect(res.status, content).toBe(422);
+      expect(res.body.code).toBe('ERR_INVALID_BUNDLE');
+    }
+  });
+
+  it('accepts 4096 characters of content and refuses 4097 with 400', async () => {
+    const { owner, chatId, epoch } = await keyedChat(app);
+    const shell = `{"v":2,"epoch":${epoch},"ct":""}`;
+    const ct = 'A'.repeat(Math.floor((Limits.MESSAGE_CONTENT_MAX - shell.length) / 4) * 4);
+    const exact = `{"v":2,"epoch":${epoch},"ct":"${ct}"}`.padEnd(Limits.MESSAGE_CONTENT_MAX, ' ');
+    expect(exact).toHaveLength(Limits.MESSAGE_CONTENT_MAX);
+    expect((await owner.client.post(`/v1/portal/chats/${chatId}/messages`, { content: exact })).status).toBe(200);
+    const over = await owner.client.post(`/v1/portal/chats/${chatId}/messages`, { content: `${exact} ` });
+    expect(over.status).toBe(400);
+    expect(over.body.code).toBe('ERR_VALIDATION');
+  });
+
+  it('refuses non-members, wrong epochs, sessions without the key, chat bans and mutes', async () => {
+    const { owner, chatId, chatKey, epoch } = await keyedChat(app);
+    const outsider = await member(app);
+    const notJoined = await outsider.client.post(`/v1/portal/chats/${chatId}/messages`, {
+      content: bundle(chatKey, chatId, epoch, 'x'),
+    });
+    expect(notJoined.status).toBe(403);
+    expect(notJoined.body.code).toBe('ERR_NOT_CHAT_MEMBER');
+    const wrongEpoch = await owner.client.post(`/v1/portal/chats/${chatId}/messages`, {
+      content: bundle(chatKey, chatId, epoch + 1, 'x'),
+    });
+    expect(wrongEpoch.body.code).toBe('ERR_EPOCH_MISMATCH');
+    await join(outsider, { chat_id: chatId });
+    const noKey = await outsider.client.post(`/v1/portal/chats/${chatId}/messages`, {
+      content: bundle(chatKey, chatId, epoch, 'x'),
+    });
+    expect(noKey.status).toBe(403);
+    expect(noKey.body.code).toBe('ERR_NO_ROOM_KEY');
+    const db = app.database.db;
+    await db.execute(
+      `insert into moderation_actions (user_id, chat_id, action_type, expires_at, created_at) values (${owner.user.id}, ${chatId}, 'CHAT_MUTE', now() + interval '90 seconds', now())` as never,
+    );
+    const muted = await owner.client.post(`/v1/portal/chats/${chatId}/messages`, {
+      content: bundle(chatKey, chatId, epoch, 'x'),
+    });
+    expect(muted.status).toBe(403);
+    expect(muted.body.code).toBe('ERR_MUTED');
+    expect(muted.body.ttl).toBeGreaterThan(80);
+    expect(muted.body.ttl).toBeLessThanOrEqual(90);
+    await db.execute(
+      `insert into moderation_actions (user_id, chat_id, action_type, expires_at, created_at) values (${owner.user.id}, ${chatId}, 'CHAT_MUTE', null, now())` as never,
+    );
+    expect(
+      (await owner.client.post(`/v1/portal/chats/${chatId}/messages`, { content: bundle(chatKey, chatId, epoch, 'x') }))
+        .body.ttl,
+    ).toBe(0);
+    await db.execute(
+      `insert into moderation_actions (user_id, chat_id, action_type, created_at) values (${owner.user.id}, ${chatId}, 'CHAT_BAN', now())` as never,
+    );
+    const banned = await owner.client.post(`/v1/portal/chats/${chatId}/messages`, {
+      content: bundle(chatKey, chatId, epoch, 'x'),
+    });
+    expect(banned.body.code).toBe('ERR_CHAT_BANNED');
+  });
+
+  it(`allows ${Limits.MESSAGES_PER_CHAT} messages per window in one chat and answers 429 to the next`, async () => {
+    const { owner, chatId, chatKey, epoch } = await keyedChat(app);
+    const content = bundle(chatKey, chatId, epoch, 'flood');
+    const statuses = await Promise.all(
+      Array.from({ length: Limits.MESSAGES_PER_CHAT }, () =>
+        owner.client.post(`/v1/portal/chats/${chatId}/messages`, { content }),
+      ),
+    );
+    expect(statuses.map((s) => s.status)).toEqual(Array(Limits.MESSAGES_PER_CHAT).fill(200));
+    const next = await owner.client.post(`/v1/portal/chats/${chatId}/messages`, { content });
+    expect(next.status).toBe(429);
+    expect(next.body.code).toBe('ERR_RATE_LIMITED');
+    expect(next.body.retry_after).toBeGreaterThan(0);
+  });
+});
+
+describeApp('history and deletion', () => {
+  it('pages history newest first with a before cursor', async () => {
+    const { owner, chatId, chatKey, epoch } = await keyedChat(app);
+    const ids: string[] = [];
+    for (let i = 0; i < 7; i++) {
+      ids.push(
+        (
+          await owner.client.post(`/v1/portal/chats/${chatId}/messages`, {
+            content: bundle(chatKey, chatId, epoch, `h${i}`),
+          })
+        ).body.id,
+      );
+    }
+    const page1 = await owner.client.get(`/v1/portal/chats/${chatId}/messages?limit=3`);
+    expect(page1.body.messages.map((m: any) => m.id)).toEqual(ids.slice(4).reverse());
+    const page2 = await owner.client.get(
+      `/v1/portal/chats/${chatId}/messages?limit=3&before=${page1.body.messages[2].id}`,
+    );
+    expect(page2.body.messages.map((m: any) => m.id)).toEqual(ids.slice(1, 4).reverse());
+    for (const q of ['limit=0', `limit=${Limits.MESSAGES_PAGE_MAX + 1}`, 'before=abc']) {
+      expect((await owner.client.get(`/v1/portal/chats/${chatId}/messages?${q}`)).status).toBe(400);
+    }
+    const outsider = await member(app);
+    expect((await outsider.client.get(`/v1/portal/chats/${chatId}/messages`)).body.code).toBe('ERR_NOT_CHAT_MEMBER');
+  });
+
+  it('deletes own messages, refuses others\u2019 to plain members, and announces message:bulk_deleted', async () => {
+    const { owner, chatId, chatKey, epoch } = await keyedChat(app);
+    const guest = await member(app);
+    await join(guest, { chat_id: chatId });
+    await owner.client.post(`/v1/portal/chats/${chatId}/keys/share`, {
+      epoch,
+      envelopes: [{ session_id: guest.sessionId, wrapped: Buffer.alloc(88, 1).toString('base64') }],
+    });
+    const send = async (who: typeof owner) =>
+      (await who.client.post(`/v1/portal/chats/${chatId}/messages`, { content: bundle(chatKey, chatId, epoch, 'd') }))
+        .body.id as string;
+    const [o1, g1, g2] = [await send(owner), await send(guest), await send(guest)];
+    expect((await guest.client.post(`/v1/portal/chats/${chatId}/messages/delete`, { ids: [o1] })).status).toBe(403);
+    const mine = await guest.client.post(`/v1/portal/chats/${chatId}/messages/delete`, { ids: [g1] });
+    expect(mine.body).toEqual({ deleted: 1, deleted_ids: [g1] });
+    expect(await owner.socket.next('message:bulk_deleted')).toEqual({
+      room_id: chatId,
+      deleted_ids: [g1],
+      deleted_by: guest.user.id,
+    });
+    expect((await guest.client.post(`/v1/portal/chats/${chatId}/messages/delete-mine`, {})).body).toEqual({
+      deleted: 1,
+      deleted_ids: [g2],
+    });
+    expect((await guest.client.post(`/v1/portal/chats/${chatId}/messages/delete-last`, { count: 1 })).status).toBe(403);
+    const last = await owner.client.post(`/v1/portal/chats/${chatId}/messages/delete-last`, {
+      count: Limits.BULK_DELETE_MAX,
+    });
+    expect(last.body).toEqual({ deleted: 1, deleted_ids: [o1] });
+    for (const body of [{ ids: [] }, { ids: Array(Limits.BULK_DELETE_MAX + 1).fill(o1) }]) {
+      expect((await owner.client.post(`/v1/portal/chats/${chatId}/messages/delete`, body)).status).toBe(400);
+    }
+    for (const count of [0, Limits.BULK_DELETE_MAX + 1]) {
+      expect((await owner.client.post(`/v1/portal/chats/${chatId}/messages/delete-last`, { count })).status).toBe(400);
+    }
+  });
+});
+
+describeApp('leaving', () => {
+  it('persists a system message, raises the epoch and tells the others', async () => {
+    const { owner, chatId } = await keyedChat(app);
+    const guest = await member(app);
+    await join(guest, { chat_id: chatId });
+    expect(await guest.socket.emitWithAck('room:leave', { chat_id: chatId })).toEqual({ ok: true });
+    expect(await owner.socket.next('room:rekey')).toEqual({ chat_id: chatId, epoch: 2 });
+    expect(await owner.socket.next('portal:key_removed')).toEqual({
+      chat_id: chatId,
+      user_id: guest.user.id,
+      session_id: null,
+    });
+    const system = await owner.socket.next('message:new', (m) => m.type === 'system');
+    expect(system).toMatchObject({
+      chat_id: chatId,
+      sender_id: null,
+      content: '',
+      system: { kind: 'leave', user_id: guest.user.id },
+    });
+    const history = await owner.client.get(`/v1/portal/chats/${chatId}/messages`);
+    expect(history.body.messages[0].id).toBe(system.id);
+    expect((await guest.client.get('/v1/portal/chats')).body.chats.map((c: any) => c.id)).not.toContain(chatId);
+    expect(await guest.socket.emitWithAck('room:leave', { chat_id: chatId })).toMatchObject({
+      ok: false,
+      code: 'ERR_NOT_CHAT_MEMBER',
+    });
+  });
+});
