@@ -1,8 +1,10 @@
 import { Limits } from '@parlor/protocol';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { type Backing, createBacking, describeApp, MODE, startApp, type TestApp } from './support/app.js';
+import { bundle, join, keyedChat, member } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
 import { createBot, login } from './support/flows.js';
+import { closeAllSockets, disconnected } from './support/sockets.js';
 
 /** Two nodes over one PostgreSQL database and one Redis: the cluster mode of DESIGN.md section 1. */
 describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('two nodes on one PostgreSQL + Redis', () => {
@@ -16,6 +18,7 @@ describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('two nodes o
     b = await startApp({ backing });
   });
   afterAll(async () => {
+    closeAllSockets();
     await a?.close();
     await b?.close();
     await backing?.release();
@@ -69,6 +72,31 @@ describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('two nodes o
     expect(Limits.PENDING_WEB_CODES_PER_IP).toBe(nodes.length);
   });
 
+  it('delivers messages sent on node A to sockets on node B, in order', async () => {
+    const { owner, chatId, chatKey, epoch } = await keyedChat(a);
+    const reader = await member(b);
+    expect((await join(reader, { chat_id: chatId })).ok).toBe(true);
+    const sent: string[] = [];
+    for (let i = 0; i < 10; i++) {
+      const res = await owner.client.post(`/v1/portal/chats/${chatId}/messages`, {
+        content: bundle(chatKey, chatId, epoch, `n${i}`),
+      });
+      expect(res.status).toBe(200);
+      sent.push(res.body.id);
+    }
+    await reader.socket.next('message:new', (m) => m.id === sent[9], 10_000);
+    const received = reader.socket.received.filter((r) => r.event === 'message:new').map((r) => r.payload.id);
+    expect(received).toEqual(sent);
+  });
+
+  it('drops, on node B, the socket of a session ended on node A', async () => {
+    const onB = await member(b);
+    const onA = on(a, onB.client);
+    const gone = disconnected(onB.socket, 10_000);
+    await onA.post('/v1/authentication/logout', {});
+    await gone;
+  });
+
   it('shares bot rate limits across nodes', async () => {
     const { apiKey } = await createBot(a, { rate_limit_per_hour: 4 });
     const [onA, onB] = [new Client(a.url, nextIp(), apiKey), new Client(b.url, nextIp(), apiKey)];
@@ -79,18 +107,25 @@ describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('two nodes o
 });
 
 describeApp('restart', () => {
-  it('keeps accounts, sessions and bots across a restart', async () => {
+  it('keeps accounts, sessions, bots and chat history across a restart', async () => {
     const backing = await createBacking();
     try {
       const first = await startApp({ backing, persistEmbedded: true });
       const { client, user } = await login(first);
       const { apiKey } = await createBot(first, { name: 'Survivor' });
+      const { owner, chatId, chatKey, epoch } = await keyedChat(first);
+      const content = bundle(chatKey, chatId, epoch, 'still here');
+      const sent = await owner.client.post(`/v1/portal/chats/${chatId}/messages`, { content });
+      closeAllSockets();
       await first.close();
       const second = await startApp({ backing, persistEmbedded: true });
       try {
         const again = Object.assign(new Client(second.url, client.ip), { cookie: client.cookie });
         expect((await again.get('/v1/users/me')).body.user).toMatchObject({ id: user.id, username: user.username });
         expect((await new Client(second.url, nextIp(), apiKey).get('/v1/bot/me')).body.name).toBe('Survivor');
+        const reader = Object.assign(new Client(second.url, owner.client.ip), { cookie: owner.client.cookie });
+        const history = await reader.get(`/v1/portal/chats/${chatId}/messages`);
+        expect(history.body.messages).toEqual([expect.objectContaining({ id: sent.body.id, content })]);
       } finally {
         await second.close();
       }
