@@ -199,7 +199,7 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
   const sessionResolver = sessions.resolver();
   const realtime = createRealtime(app.server, {
     allowedOrigins: config.allowedOrigins,
-    redis: state instanceof RedisState ? { client: state.client.duplicate(), prefix: config.redisPrefix } : null,
+    redis: state instanceof RedisState ? { client: adapterClient(state, app), prefix: config.redisPrefix } : null,
     authenticate: async (cookieHeader): Promise<SocketData | null> => {
       const token = cookieHeader ? app.parseCookie(cookieHeader).psession : undefined;
       if (!token || token.length > 256) return null;
@@ -286,6 +286,13 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
     database,
     state,
   };
+}
+
+/** A Redis connection of the socket adapter's own (it blocks on stream reads); errors are logged. */
+function adapterClient(state: RedisState, app: App) {
+  const client = state.client.duplicate();
+  client.on('error', (err: Error) => app.log.warn({ err: err.message }, 'socket adapter redis error'));
+  return client;
 }
 
 /** The web app's landing page until the single-page app lands (packages/web). */

@@ -499,3 +499,54 @@ describeApp('leaving', () => {
     });
   });
 });
+
+describeApp('connection state recovery', () => {
+  it('gives a client that reconnects within the window the messages it missed', async () => {
+    const { owner, chatId, chatKey, epoch } = await keyedChat(app);
+    const guest = await member(app);
+    await join(guest, { chat_id: chatId });
+    const { io } = await import('socket.io-client');
+    const socket = io(app.url, {
+      transports: ['websocket'],
+      extraHeaders: { cookie: `psession=${guest.client.cookie}` },
+      reconnectionDelay: 50,
+      reconnectionDelayMax: 100,
+      forceNew: true,
+    });
+    const seen: string[] = [];
+    socket.on('message:new', (m) => seen.push(m.id));
+    await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
+    await socket.emitWithAck('room:join', { chat_id: chatId });
+    // A first message establishes the recovery offset.
+    const first = (
+      await owner.client.post(`/v1/portal/chats/${chatId}/messages`, { content: bundle(chatKey, chatId, epoch, 'one') })
+    ).body.id;
+    await new Promise<void>((resolve) => {
+      const t = setInterval(() => {
+        if (seen.includes(first)) {
+          clearInterval(t);
+          resolve();
+        }
+      }, 10);
+    });
+    const down = new Promise<void>((resolve) => socket.once('disconnect', () => resolve()));
+    socket.io.engine.close();
+    await down;
+    const missed = (
+      await owner.client.post(`/v1/portal/chats/${chatId}/messages`, { content: bundle(chatKey, chatId, epoch, 'two') })
+    ).body.id;
+    await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
+    expect(socket.recovered).toBe(true);
+    await new Promise<void>((resolve, reject) => {
+      const t = setInterval(() => {
+        if (seen.includes(missed)) {
+          clearInterval(t);
+          resolve();
+        }
+      }, 10);
+      setTimeout(() => reject(new Error(`missed ${missed}; saw ${seen.join(',')}`)), 5000);
+    });
+    expect(seen).toEqual([first, missed]);
+    socket.close();
+  });
+});

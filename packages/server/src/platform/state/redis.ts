@@ -24,6 +24,8 @@ export class RedisState implements StateStore {
     private readonly clock: Clock = systemClock,
   ) {
     this.client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 3, enableOfflineQueue: true });
+    // ioredis reconnects by itself; without a listener a dropped connection is an unhandled error.
+    this.client.on('error', () => {});
   }
 
   async connect(): Promise<void> {
