@@ -32,6 +32,10 @@ export const users = pgTable(
     permissionSince: ts('permission_since'),
     /** Bot-initiated logins since the last website login (spec: every 5, the web is required). */
     botLoginsSinceWeb: integer('bot_logins_since_web').notNull().default(0),
+    /** Anonymous matchmaking-only account (POST /v1/portal/stranger). */
+    isStranger: boolean('is_stranger').notNull().default(false),
+    /** Set when a moderator blocks this (stranger) account from matchmaking. */
+    matchBlockedAt: ts('match_blocked_at'),
     lastActivityAt: ts('last_activity_at').notNull(),
     createdAt: ts('created_at').notNull(),
     updatedAt: ts('updated_at').notNull(),
@@ -189,13 +193,30 @@ export const chats = pgTable(
     msgSeq: integer('msg_seq').notNull().default(0),
     /** Direct chats: when the chat ends by itself (24 h after the match). */
     expiresAt: ts('expires_at'),
+    /** Direct chats: the opaque token of the match (match status, room:join {token}). */
+    matchToken: text('match_token'),
     /** Direct chats: when it was archived (read-only, removed 24 h later). */
     archivedAt: ts('archived_at'),
     createdAt: ts('created_at').notNull(),
     updatedAt: ts('updated_at').notNull(),
     deletedAt: ts('deleted_at'),
   },
-  (t) => [index('chats_owner_idx').on(t.ownerUserId)],
+  (t) => [index('chats_owner_idx').on(t.ownerUserId), uniqueIndex('chats_match_token_idx').on(t.matchToken)],
+);
+
+/** User-to-user blocks: a block keeps two users from being matched, in both directions. */
+export const userBlocks = pgTable(
+  'user_blocks',
+  {
+    blockerId: integer('blocker_id')
+      .notNull()
+      .references(() => users.id, { onDelete: 'cascade' }),
+    blockedId: integer('blocked_id')
+      .notNull()
+      .references(() => users.id, { onDelete: 'cascade' }),
+    createdAt: ts('created_at').notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.blockerId, t.blockedId] }), index('user_blocks_blocked_idx').on(t.blockedId)],
 );
 
 export const chatMembers = pgTable(
