@@ -1,0 +1,133 @@
+import type { Redis } from 'ioredis';
+import { CANDIDATES_PER_TAG, type EnqueueResult, type MatchQueue, type QueueEntry } from './match-queue.js';
+
+/**
+ * Shared Lua: `remove(uid, entry)` takes a user out of every structure. Keys: `mq:e:<uid>` (the
+ * entry, JSON), `mq:t:<tag>` (waiting users by enqueue time), `mq:d` (users by deadline),
+ * `mq:depth` (tag → waiting count). All under the deployment's prefix (ARGV[1]). The scripts name
+ * their keys through ARGV, which a single Redis (not Redis Cluster) allows.
+ */
+const REMOVE = `
+local function remove(p, uid, e)
+  for _, tag in ipairs(e.tags) do
+    if redis.call('ZREM', p .. 'mq:t:' .. tag, uid) == 1 then
+      if tonumber(redis.call('ZINCRBY', p .. 'mq:depth', -1, tag)) <= 0 then redis.call('ZREM', p .. 'mq:depth', tag) end
+    end
+  end
+  redis.call('DEL', p .. 'mq:e:' .. uid)
+  redis.call('ZREM', p .. 'mq:d', uid)
+end
+`;
+
+const ENQUEUE = `${REMOVE}
+local p, me, raw, now = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local entry = cjson.decode(raw)
+local existing = redis.call('GET', p .. 'mq:e:' .. me)
+if existing then
+  local cur = cjson.decode(existing)
+  if cur.deadline > now then return {'already'} end
+  remove(p, me, cur)
+end
+local excluded = {}
+for _, u in ipairs(entry.exclude) do excluded[tostring(u)] = true end
+for _, tag in ipairs(entry.tags) do
+  local candidates = redis.call('ZRANGE', p .. 'mq:t:' .. tag, 0, ${CANDIDATES_PER_TAG - 1})
+  for _, c in ipairs(candidates) do
+    if c ~= me and not excluded[c] then
+      local craw = redis.call('GET', p .. 'mq:e:' .. c)
+      if not craw then
+        if redis.call('ZREM', p .. 'mq:t:' .. tag, c) == 1 then redis.call('ZINCRBY', p .. 'mq:depth', -1, tag) end
+      else
+        local ce = cjson.decode(craw)
+        if ce.deadline <= now then
+          remove(p, c, ce)
+        else
+          local blocked = false
+          for _, u in ipairs(ce.exclude) do if tostring(u) == me then blocked = true end end
+          if not blocked then
+            remove(p, c, ce)
+            return {'paired', craw, tag}
+          end
+        end
+      end
+    end
+  end
+end
+for _, tag in ipairs(entry.tags) do
+  redis.call('ZADD', p .. 'mq:t:' .. tag, entry.enqueuedAt, me)
+  redis.call('ZINCRBY', p .. 'mq:depth', 1, tag)
+end
+redis.call('SET', p .. 'mq:e:' .. me, raw)
+redis.call('ZADD', p .. 'mq:d', entry.deadline, me)
+return {'queued'}`;
+
+const DEQUEUE = `${REMOVE}
+local p, me = ARGV[1], ARGV[2]
+local raw = redis.call('GET', p .. 'mq:e:' .. me)
+if not raw then return 0 end
+remove(p, me, cjson.decode(raw))
+return 1`;
+
+const POP_EXPIRED = `${REMOVE}
+local p, now, limit = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local ids = redis.call('ZRANGEBYSCORE', p .. 'mq:d', '-inf', now, 'LIMIT', 0, limit)
+local out = {}
+for _, uid in ipairs(ids) do
+  local raw = redis.call('GET', p .. 'mq:e:' .. uid)
+  if raw then
+    remove(p, uid, cjson.decode(raw))
+    table.insert(out, raw)
+  else
+    redis.call('ZREM', p .. 'mq:d', uid)
+  end
+end
+return out`;
+
+/** The cluster-mode queue: every operation is one Lua script, so pairing is atomic across nodes. */
+export class RedisMatchQueue implements MatchQueue {
+  constructor(
+    private readonly client: Redis,
+    private readonly prefix: string,
+  ) {}
+
+  async enqueue(entry: QueueEntry, now: number): Promise<EnqueueResult> {
+    const res = (await this.client.eval(
+      ENQUEUE,
+      0,
+      this.prefix,
+      String(entry.userId),
+      JSON.stringify(entry),
+      String(now),
+    )) as string[];
+    if (res[0] === 'already') return { kind: 'already' };
+    if (res[0] === 'paired')
+      return { kind: 'paired', peer: JSON.parse(res[1] as string) as QueueEntry, tag: res[2] as string };
+    return { kind: 'queued' };
+  }
+
+  async dequeue(userId: number): Promise<boolean> {
+    return (await this.client.eval(DEQUEUE, 0, this.prefix, String(userId))) === 1;
+  }
+
+  async get(userId: number, now: number): Promise<QueueEntry | null> {
+    const raw = await this.client.get(`${this.prefix}mq:e:${userId}`);
+    if (!raw) return null;
+    const e = JSON.parse(raw) as QueueEntry;
+    return e.deadline > now ? e : null;
+  }
+
+  async popExpired(now: number, limit: number): Promise<QueueEntry[]> {
+    const raws = (await this.client.eval(POP_EXPIRED, 0, this.prefix, String(now), String(limit))) as string[];
+    return raws.map((r) => JSON.parse(r) as QueueEntry);
+  }
+
+  async topTags(n: number) {
+    const flat = await this.client.zrevrange(`${this.prefix}mq:depth`, 0, n - 1, 'WITHSCORES');
+    const out: { tag: string; searching: number }[] = [];
+    for (let i = 0; i + 1 < flat.length; i += 2) {
+      const searching = Number(flat[i + 1]);
+      if (searching > 0) out.push({ tag: flat[i] as string, searching });
+    }
+    return out;
+  }
+}

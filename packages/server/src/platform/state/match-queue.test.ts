@@ -1,0 +1,134 @@
+import fc from 'fast-check';
+import { Redis } from 'ioredis';
+import { afterAll, describe, expect, it } from 'vitest';
+import { clearRedisPrefix, redisReachable, SERVICE_URLS } from '../../../test/support/services.js';
+import { type MatchQueue, MemoryMatchQueue, type QueueEntry } from './match-queue.js';
+import { RedisMatchQueue } from './match-queue.redis.js';
+
+const NOW = 1_000_000;
+const entry = (userId: number, tags: string[], over: Partial<QueueEntry> = {}): QueueEntry => ({
+  userId,
+  tags,
+  enqueuedAt: NOW + userId,
+  deadline: NOW + 120_000,
+  exclude: [],
+  country: null,
+  ...over,
+});
+
+const redisProblem = await redisReachable();
+if (redisProblem && process.env.REQUIRE_SERVICES === '1') throw new Error(`REQUIRE_SERVICES=1: ${redisProblem}`);
+if (redisProblem) process.stderr.write(`\n!! SKIPPING the Redis match queue contract: ${redisProblem}\n\n`);
+
+const clients: Redis[] = [];
+const prefixes: string[] = [];
+afterAll(async () => {
+  for (const p of prefixes) await clearRedisPrefix(p);
+  for (const c of clients) c.disconnect();
+});
+
+const implementations: [string, () => MatchQueue][] = [['memory', () => new MemoryMatchQueue()]];
+if (!redisProblem) {
+  implementations.push([
+    'redis',
+    () => {
+      const client = new Redis(SERVICE_URLS.redis);
+      clients.push(client);
+      const prefix = `parlor-test:mq:${Math.random().toString(36).slice(2)}:`;
+      prefixes.push(prefix);
+      return new RedisMatchQueue(client, prefix);
+    },
+  ]);
+}
+
+describe.each(implementations)('the %s match queue', (_name, make) => {
+  it('queues a lone user, then pairs the next user sharing a tag, first tag first', async () => {
+    const q = make();
+    expect(await q.enqueue(entry(1, ['music', 'games']), NOW)).toEqual({ kind: 'queued' });
+    expect(await q.enqueue(entry(2, ['books']), NOW)).toEqual({ kind: 'queued' });
+    const res = await q.enqueue(entry(3, ['books', 'games']), NOW);
+    expect(res).toMatchObject({ kind: 'paired', tag: 'books', peer: { userId: 2 } });
+    expect(await q.get(2, NOW)).toBeNull();
+    expect(await q.get(3, NOW)).toBeNull();
+    expect(await q.get(1, NOW)).toMatchObject({ userId: 1, tags: ['music', 'games'] });
+  });
+
+  it('answers already for a user searching, pairs the longest waiting, skips exclusions both ways', async () => {
+    const q = make();
+    expect(await q.enqueue(entry(1, ['chess'], { exclude: [9] }), NOW)).toEqual({ kind: 'queued' });
+    expect(await q.enqueue(entry(1, ['chess']), NOW)).toEqual({ kind: 'already' });
+    // 1 excludes 9, so 9 waits too.
+    expect(await q.enqueue(entry(9, ['chess']), NOW)).toEqual({ kind: 'queued' });
+    // 8 excludes 1 (the longest waiting), so it gets 9.
+    expect(await q.enqueue(entry(8, ['chess'], { exclude: [1] }), NOW)).toMatchObject({
+      kind: 'paired',
+      peer: { userId: 9 },
+    });
+    expect(await q.enqueue(entry(7, ['chess']), NOW)).toMatchObject({ kind: 'paired', peer: { userId: 1 } });
+  });
+
+  it('never pairs with an expired entry, and pops expired entries once', async () => {
+    const q = make();
+    await q.enqueue(entry(1, ['cats'], { deadline: NOW + 10 }), NOW);
+    await q.enqueue(entry(2, ['dogs'], { deadline: NOW + 10 }), NOW);
+    expect(await q.enqueue(entry(3, ['cats']), NOW + 20)).toEqual({ kind: 'queued' });
+    const popped = await q.popExpired(NOW + 20, 10);
+    expect(popped.map((e) => e.userId)).toEqual([2]);
+    expect(await q.popExpired(NOW + 20, 10)).toEqual([]);
+    expect(await q.topTags(5)).toEqual([{ tag: 'cats', searching: 1 }]);
+  });
+
+  it('dequeues and counts tags by depth', async () => {
+    const q = make();
+    await q.enqueue(entry(1, ['aaa', 'bbb'], { exclude: [2, 3] }), NOW);
+    await q.enqueue(entry(2, ['bbb']), NOW);
+    await q.enqueue(entry(3, ['bbb', 'ccc'], { exclude: [2] }), NOW);
+    expect(await q.topTags(1)).toEqual([{ tag: 'bbb', searching: 3 }]);
+    expect((await q.topTags(5)).map((t) => t.searching)).toEqual([3, 1, 1]);
+    for (const id of [1, 2, 3]) expect(await q.dequeue(id)).toBe(true);
+    expect(await q.dequeue(1)).toBe(false);
+    expect(await q.topTags(5)).toEqual([]);
+  });
+
+  it('under concurrency: nobody in two pairs, nobody with itself or an excluded user, every pair shares a tag', async () => {
+    const tags = ['t01', 't02', 't03', 't04', 't05'];
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(
+          fc.record({
+            tags: fc.uniqueArray(fc.constantFrom(...tags), { minLength: 1, maxLength: 3 }),
+            exclude: fc.uniqueArray(fc.integer({ min: 1, max: 30 }), { maxLength: 3 }),
+          }),
+          { minLength: 2, maxLength: 30 },
+        ),
+        async (users) => {
+          const q = make();
+          const results = await Promise.all(
+            users.map((u, i) => q.enqueue(entry(i + 1, u.tags, { exclude: u.exclude }), NOW)),
+          );
+          const seen = new Set<number>();
+          for (const [i, r] of results.entries()) {
+            if (r.kind !== 'paired') continue;
+            const me = i + 1;
+            const peer = r.peer.userId;
+            expect(peer).not.toBe(me);
+            expect(seen.has(me) || seen.has(peer)).toBe(false);
+            seen.add(me);
+            seen.add(peer);
+            const mine = users[i];
+            const theirs = users[peer - 1];
+            expect(mine?.tags).toContain(r.tag);
+            expect(theirs?.tags).toContain(r.tag);
+            expect(mine?.exclude).not.toContain(peer);
+            expect(theirs?.exclude).not.toContain(me);
+          }
+          // Whoever is still queued is not also in a pair.
+          for (let id = 1; id <= users.length; id++) {
+            if (seen.has(id)) expect(await q.get(id, NOW)).toBeNull();
+          }
+        },
+      ),
+      { numRuns: 25 },
+    );
+  });
+});

@@ -1,0 +1,105 @@
+/**
+ * The match queue port (coordination): users searching on interest tags, paired atomically so that
+ * nobody is ever matched twice, even when nodes race. Embedded: in process; cluster: Redis scripts.
+ * Both pass match-queue.contract.ts.
+ */
+export interface QueueEntry {
+  userId: number;
+  /** 1-3 tags, in the order the user gave them (pairing tries them in this order). */
+  tags: string[];
+  enqueuedAt: number;
+  /** When the search gives up (ms since epoch). */
+  deadline: number;
+  /** Users this one must not be paired with (blocks, in both directions). */
+  exclude: number[];
+  country: string | null;
+}
+
+export type EnqueueResult =
+  | { kind: 'queued' }
+  | { kind: 'already' }
+  /** Paired with `peer` (now out of the queue) on `tag`; the caller was never queued. */
+  | { kind: 'paired'; peer: QueueEntry; tag: string };
+
+export interface MatchQueue {
+  /** Pairs the entry with the longest-waiting compatible user on its first tag that has one, else queues it. */
+  enqueue(entry: QueueEntry, now: number): Promise<EnqueueResult>;
+  /** Removes a user from the queue; false when it was not searching. */
+  dequeue(userId: number): Promise<boolean>;
+  get(userId: number, now: number): Promise<QueueEntry | null>;
+  /** Takes out up to `limit` entries whose deadline passed; each is returned to exactly one caller. */
+  popExpired(now: number, limit: number): Promise<QueueEntry[]>;
+  /** Tags by number of searching users, most first. */
+  topTags(n: number): Promise<{ tag: string; searching: number }[]>;
+}
+
+/** How many waiting users one enqueue looks at per tag before giving up on that tag. */
+export const CANDIDATES_PER_TAG = 50;
+
+/** The in-process queue of the embedded mode. JavaScript runs one call at a time, so each is atomic. */
+export class MemoryMatchQueue implements MatchQueue {
+  private readonly entries = new Map<number, QueueEntry>();
+  private readonly byTag = new Map<string, number[]>();
+
+  private remove(userId: number): QueueEntry | undefined {
+    const e = this.entries.get(userId);
+    if (!e) return undefined;
+    this.entries.delete(userId);
+    for (const tag of e.tags) {
+      const list = (this.byTag.get(tag) ?? []).filter((id) => id !== userId);
+      if (list.length > 0) this.byTag.set(tag, list);
+      else this.byTag.delete(tag);
+    }
+    return e;
+  }
+
+  async enqueue(entry: QueueEntry, now: number): Promise<EnqueueResult> {
+    const current = this.entries.get(entry.userId);
+    if (current && current.deadline > now) return { kind: 'already' };
+    if (current) this.remove(entry.userId);
+    const excluded = new Set(entry.exclude);
+    for (const tag of entry.tags) {
+      for (const candidateId of (this.byTag.get(tag) ?? []).slice(0, CANDIDATES_PER_TAG)) {
+        if (candidateId === entry.userId || excluded.has(candidateId)) continue;
+        const candidate = this.entries.get(candidateId);
+        if (!candidate) continue;
+        if (candidate.deadline <= now) {
+          this.remove(candidateId);
+          continue;
+        }
+        if (candidate.exclude.includes(entry.userId)) continue;
+        this.remove(candidateId);
+        return { kind: 'paired', peer: candidate, tag };
+      }
+    }
+    this.entries.set(entry.userId, entry);
+    for (const tag of entry.tags) this.byTag.set(tag, [...(this.byTag.get(tag) ?? []), entry.userId]);
+    return { kind: 'queued' };
+  }
+
+  async dequeue(userId: number): Promise<boolean> {
+    return this.remove(userId) !== undefined;
+  }
+
+  async get(userId: number, now: number): Promise<QueueEntry | null> {
+    const e = this.entries.get(userId);
+    return e && e.deadline > now ? e : null;
+  }
+
+  async popExpired(now: number, limit: number): Promise<QueueEntry[]> {
+    const out: QueueEntry[] = [];
+    for (const e of [...this.entries.values()].sort((a, b) => a.deadline - b.deadline)) {
+      if (out.length >= limit || e.deadline > now) break;
+      this.remove(e.userId);
+      out.push(e);
+    }
+    return out;
+  }
+
+  async topTags(n: number) {
+    return [...this.byTag.entries()]
+      .map(([tag, ids]) => ({ tag, searching: ids.length }))
+      .sort((a, b) => b.searching - a.searching || a.tag.localeCompare(b.tag))
+      .slice(0, n);
+  }
+}
