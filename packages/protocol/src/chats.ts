@@ -68,7 +68,7 @@ export const ActivitySchema = Type.Object({
 });
 export const PageQuery = Type.Object(
   {
-    offset: Type.Integer({ minimum: 0, default: 0 }),
+    offset: Type.Integer({ minimum: 0, maximum: 2147483647, default: 0 }),
     limit: Type.Integer({ minimum: 1, maximum: Limits.ACTIVITY_PAGE_MAX, default: 50 }),
   },
   strict,

@@ -40,8 +40,35 @@ export const Limits = {
   CHAT_SLOTS_PREMIUM: 1,
   CHAT_SLOTS_ADMIN: 5,
   ACTIVITY_PAGE_MAX: 100,
+  INTERESTS_MIN: 1,
+  INTERESTS_MAX: 3,
+  /** How long a lone user waits in the match queue. */
+  MATCH_QUEUE_WAIT_MS: 120_000,
+  /** A matched direct chat lives 24 hours, then stays archived (read-only) 24 hours more. */
+  DIRECT_CHAT_TTL_MS: 24 * 3600_000,
+  DIRECT_ARCHIVE_TTL_MS: 24 * 3600_000,
+  DIRECT_SLOTS_FREE: 1,
+  DIRECT_SLOTS_PREMIUM: 3,
+  /** A user counts as online this long after its last connected socket was seen. */
+  ONLINE_TTL_MS: 75_000,
+  /** Timeouts, and the optional duration of bans and mutes (spec 4.6, 8). */
+  PUNISH_DURATION_MIN_S: 60,
+  PUNISH_DURATION_MAX_S: 2_592_000,
+  PUNISH_REASON_MAX: 500,
   BODY_LIMIT_BYTES: 64 * 1024,
+  /** Notifications (spec 2.7, 4.7): list page size, and what an admin may write. */
+  NOTIFICATIONS_PAGE_DEFAULT: 20,
+  NOTIFICATIONS_PAGE_MAX: 100,
+  NOTIFICATION_TITLE_MAX: 100,
+  NOTIFICATION_BODY_MAX: 2000,
+  /** Subscriptions (spec 2.11, 8): the trial is 7 days, once per user; Premium 1-3650 days. */
+  TRIAL_DAYS: 7,
+  SUBSCRIPTION_DAYS_MAX: 3650,
+  /** Free text an admin attaches to a subscription change (kept in the audit log). */
+  REASON_MAX: 500,
 } as const;
+
+export const INTEREST_PATTERN = '^[a-z0-9]{3,12}$';
 
 export const USERNAME_PATTERN = '^[A-Za-z0-9._-]{3,32}$';
 
@@ -77,6 +104,18 @@ export const AuditCodes = {
   BOT_DELETE: 203,
   SUBSCRIPTION_GRANT: 301,
   SUBSCRIPTION_REVOKE: 302,
+  PUNISH_BAN: 401,
+  PUNISH_UNBAN: 402,
+  PUNISH_TIMEOUT: 403,
+  PUNISH_WARN: 404,
+  CHAT_KICK: 405,
+  CHAT_BAN: 406,
+  CHAT_UNBAN: 407,
+  CHAT_MUTE: 408,
+  CHAT_UNMUTE: 409,
+  STRANGER_BLOCK: 410,
+  HARD_MUTE: 411,
+  HARD_UNMUTE: 412,
   NOTIFICATION_CREATE: 801,
   NOTIFICATION_BROADCAST: 802,
   NOTIFICATION_DELETE: 803,

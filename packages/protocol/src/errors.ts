@@ -12,6 +12,10 @@ export const ErrorCodes = {
     message: 'The current session cannot be destroyed this way; log out instead.',
   },
   ERR_UNSUPPORTED_PLATFORM: { status: 400, message: 'This platform is not supported.' },
+  ERR_MATCH_UNSUPPORTED_INTEREST: {
+    status: 400,
+    message: 'Interests are 1 to 3 tags of 3-12 lower-case letters and digits.',
+  },
   ERR_UNAUTHENTICATED: { status: 401, message: 'Authentication is required.' },
   ERR_INVALID_API_KEY: { status: 401, message: 'The API key is missing or not valid.' },
   ERR_FORBIDDEN: { status: 403, message: 'You are not allowed to do this.' },
@@ -30,6 +34,11 @@ export const ErrorCodes = {
   ERR_EPOCH_MISMATCH: { status: 403, message: 'The message was encrypted for another epoch of the chat key.' },
   ERR_NO_ROOM_KEY: { status: 403, message: 'This session has not received the current chat key yet.' },
   ERR_CHAT_READ_ONLY: { status: 403, message: 'This chat is archived and read-only.' },
+  ERR_STRANGER_BLOCKED: { status: 403, message: 'This session is blocked from matchmaking.' },
+  ERR_STRANGER_NOT_ALLOWED: {
+    status: 403,
+    message: 'Anonymous sessions can only match, chat in their direct chats and manage keys.',
+  },
   ERR_NOT_FOUND: { status: 404, message: 'Not found.' },
   ERR_USER_NOT_FOUND: { status: 404, message: 'No such user.' },
   ERR_PLATFORM_IDENTITY_NOT_FOUND: {
@@ -40,6 +49,11 @@ export const ErrorCodes = {
   ERR_BOT_NOT_FOUND: { status: 404, message: 'No such bot.' },
   ERR_CHAT_NOT_FOUND: { status: 404, message: 'No such chat.' },
   ERR_INVITE_NOT_FOUND: { status: 404, message: 'No such invite, or it expired or was used up.' },
+  ERR_NOTIFICATION_NOT_FOUND: { status: 404, message: 'No such notification.' },
+  ERR_NO_DIRECT_CHAT: { status: 404, message: 'You have no active direct chat.' },
+  ERR_MATCH_ALREADY_SEARCHING: { status: 409, message: 'You are already searching.' },
+  ERR_MATCH_SLOT_LIMIT: { status: 409, message: 'All your direct chat slots are in use.' },
+  ERR_MATCH_NO_PEERS_ONLINE: { status: 409, message: 'Nobody else is online right now.' },
   ERR_CHAT_SLOT_LIMIT: { status: 409, message: 'All your chat slots are in use.' },
   ERR_EPOCH_ALREADY_KEYED: { status: 409, message: 'This epoch already has a chat key.' },
   ERR_KEY_RING_CHANGED: {
@@ -48,6 +62,8 @@ export const ErrorCodes = {
   },
   ERR_NO_SESSION_KEY: { status: 409, message: 'Register this session’s public key first.' },
   ERR_USERNAME_TAKEN: { status: 409, message: 'This username is taken.' },
+  ERR_NOTIFICATION_ALREADY_READ: { status: 409, message: 'This notification is already read.' },
+  ERR_TRIAL_ALREADY_USED: { status: 409, message: 'This user has already had the trial; it is granted once.' },
   ERR_METHOD_NOT_ALLOWED: { status: 405, message: 'This method is not allowed on this path.' },
   ERR_PAYLOAD_TOO_LARGE: { status: 413, message: 'The request body is too large.' },
   ERR_UNSUPPORTED_MEDIA_TYPE: { status: 415, message: 'Send the body as application/json.' },

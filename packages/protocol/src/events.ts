@@ -1,6 +1,8 @@
 import { type Static, Type } from '@sinclair/typebox';
 import { type Chat, ChatSchema, InviteCode, KeyRingSchema, type Message } from './chats.js';
 import { IdParam } from './common.js';
+import type { Peer } from './match.js';
+import type { Notification } from './notifications.js';
 
 const strict = { additionalProperties: false } as const;
 
@@ -9,6 +11,7 @@ export const RoomJoinPayload = Type.Union([
   Type.Object({ chat_id: IdParam }, strict),
   Type.Object({ invite: InviteCode }, strict),
   Type.Object({ vanity: Type.String({ pattern: '^[a-z0-9][a-z0-9-]{1,30}[a-z0-9]$' }) }, strict),
+  Type.Object({ token: Type.String({ minLength: 8, maxLength: 64, pattern: '^[A-Za-z0-9_-]+$' }) }, strict),
 ]);
 export const RoomLeavePayload = Type.Object({ chat_id: IdParam }, strict);
 
@@ -45,6 +48,10 @@ export interface ServerToClientEvents {
   'room:left': (e: { chat_id: number; reason: string }) => void;
   'chat:list': (e: { chats: Chat[] }) => void;
   'chat:updated': (e: { chat: Chat }) => void;
+  'notification:new': (n: Notification) => void;
+  'match:found': (e: { chat_id: number; token: string; interests: string[]; expires_at: string; peer: Peer }) => void;
+  'match:timeout': (e: { interests: string[] }) => void;
+  'user:unmuted': (e: { chat_id: number; user_id: number }) => void;
 }
 
 /** Events clients emit; each takes an ack callback. */

@@ -18,14 +18,30 @@ import { registerBotRoutes, registerPublicBotRoutes } from './modules/bots/bots.
 import { makeBotsService } from './modules/bots/bots.service.js';
 import { makeBotsStore } from './modules/bots/bots.store.js';
 import { registerChatSockets, registerChatsRoutes } from './modules/chats/chats.routes.js';
-import { makeChatsService } from './modules/chats/chats.service.js';
+import { type ChatsService, makeChatsService } from './modules/chats/chats.service.js';
 import { makeChatsStore } from './modules/chats/chats.store.js';
 import { registerKeysRoutes } from './modules/keys/keys.routes.js';
 import { makeKeysService } from './modules/keys/keys.service.js';
 import { makeKeysStore } from './modules/keys/keys.store.js';
+import { makeBlocksService } from './modules/matchmaking/blocks.service.js';
+import { makeBlocksStore } from './modules/matchmaking/blocks.store.js';
+import {
+  localUserIds,
+  registerMatchmakingRoutes,
+  registerMatchmakingSockets,
+} from './modules/matchmaking/matchmaking.routes.js';
+import { type MatchmakingService, makeMatchmakingService } from './modules/matchmaking/matchmaking.service.js';
 import { registerMessagesRoutes } from './modules/messages/messages.routes.js';
 import { makeMessagesService } from './modules/messages/messages.service.js';
 import { makeMessagesStore } from './modules/messages/messages.store.js';
+import { registerModerationRoutes } from './modules/moderation/moderation.routes.js';
+import { type ModerationService, makeModerationService } from './modules/moderation/moderation.service.js';
+import { makeModerationStore } from './modules/moderation/moderation.store.js';
+import { realtimeNotificationEvents } from './modules/notifications/notifications.events.js';
+import {
+  registerAdminNotificationsRoutes,
+  registerNotificationsRoutes,
+} from './modules/notifications/notifications.routes.js';
 import { makeNotificationsService } from './modules/notifications/notifications.service.js';
 import { makeNotificationsStore } from './modules/notifications/notifications.store.js';
 import { registerSessionsRoutes } from './modules/sessions/sessions.routes.js';
@@ -33,11 +49,20 @@ import { makeSessionsService } from './modules/sessions/sessions.service.js';
 import { makeSessionsStore } from './modules/sessions/sessions.store.js';
 import { registerStatsRoutes } from './modules/stats/stats.routes.js';
 import { makeStatsService } from './modules/stats/stats.service.js';
+import { registerSubscriptionsRoutes } from './modules/subscriptions/subscriptions.routes.js';
+import { makeSubscriptionsService } from './modules/subscriptions/subscriptions.service.js';
+import { makeSubscriptionsStore } from './modules/subscriptions/subscriptions.store.js';
+import {
+  makeSubscriptionSweep,
+  type SubscriptionSweep,
+  SWEEP_INTERVAL_MS,
+} from './modules/subscriptions/subscriptions.sweep.js';
 import { registerAvatarRoutes } from './modules/users/avatars.routes.js';
 import { registerUsersRoutes } from './modules/users/users.routes.js';
 import { makeUsersService } from './modules/users/users.service.js';
 import { makeUsersStore } from './modules/users/users.store.js';
 import { emptyPrincipal, makeGuards } from './platform/auth.js';
+import { every } from './platform/background.js';
 import { type Clock, systemClock } from './platform/clock.js';
 import type { Config } from './platform/config.js';
 import { type Database, openDatabase, ping } from './platform/db/index.js';
@@ -48,6 +73,8 @@ import { createRealtime, type SocketData } from './platform/realtime.js';
 import type { App } from './platform/routing.js';
 import { loadOrCreateSecret } from './platform/secret-files.js';
 import { openState, RedisState, type StateStore } from './platform/state/index.js';
+import { type MatchQueue, MemoryMatchQueue } from './platform/state/match-queue.js';
+import { RedisMatchQueue } from './platform/state/match-queue.redis.js';
 import { validatorCompiler } from './platform/validation.js';
 
 export type { Config } from './platform/config.js';
@@ -77,6 +104,10 @@ export interface BuiltApp {
   publicApiKeyFile: string | null;
   database: Database;
   state: StateStore;
+  /** The subscription downgrade sweep, for tests to run directly with a fake clock. */
+  subscriptionSweep: SubscriptionSweep;
+  /** Services that tests drive directly (sweeps with a fake clock). */
+  services: { matchmaking: MatchmakingService; chats: ChatsService; moderation: ModerationService };
 }
 
 /** Builds the whole service from configuration: stores, services, routes. Nothing listens yet. */
@@ -162,13 +193,23 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
   const usersStore = makeUsersStore(db);
   const audit = makeAuditStore(db, clock);
   const users = makeUsersService({ store: usersStore, clock, publicUrl });
+  const sessionsStore = makeSessionsStore(db);
   const sessions = makeSessionsService({
     db,
-    store: makeSessionsStore(db),
+    store: sessionsStore,
     clock,
     geo: opts.geo ?? new GeoipLiteLookup(),
   });
-  const notifications = makeNotificationsService({ store: makeNotificationsStore(db), clock });
+  const notifications = makeNotificationsService({
+    db,
+    store: makeNotificationsStore(db),
+    clock,
+    audit,
+    users: usersStore,
+    // The socket server is created further down; notifications are only emitted once requests flow.
+    events: realtimeNotificationEvents(() => realtime),
+    log: app.log,
+  });
   const bots = makeBotsService({ store: makeBotsStore(db), audit, state, clock });
   const auth = makeAuthService({
     db,
@@ -181,6 +222,8 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
     present: users.present,
   });
   const admin = makeAdminService({ db, clock, usersStore, users, sessions, notifications, audit });
+  const subscriptions = makeSubscriptionsService({ db, clock, usersStore, users, notifications, audit });
+  const subscriptionSweep = makeSubscriptionSweep({ db, store: makeSubscriptionsStore(), clock, notifications });
   const stats = makeStatsService({
     clock,
     usersStore,
@@ -210,6 +253,7 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
         sessionId: found.session.id,
         username: found.user.username,
         permissionLevel: found.user.permissionLevel,
+        stranger: found.user.stranger,
       };
     },
   });
@@ -240,6 +284,34 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
     },
   });
   const chats = makeChatsService({ db, store: chatsStore, clock, keys, messages, users, realtime });
+  const queue: MatchQueue =
+    state instanceof RedisState ? new RedisMatchQueue(state.client, config.redisPrefix) : new MemoryMatchQueue();
+  const blocksStore = makeBlocksStore(db);
+  const matchmaking = makeMatchmakingService({
+    clock,
+    state,
+    queue,
+    chats,
+    users,
+    blocks: blocksStore,
+    countryOf: (sessionId) => sessionsStore.countryOf(sessionId),
+    realtime,
+  });
+  const blocks = makeBlocksService({ store: blocksStore, usersStore, users, queue, audit, clock });
+  const moderation = makeModerationService({
+    db,
+    clock,
+    store: makeModerationStore(db),
+    usersStore,
+    users,
+    chats,
+    sessions,
+    keys,
+    messages,
+    notifications,
+    audit,
+    realtime,
+  });
   // Ended sessions (logout, destroy, eviction) lose their sockets and their keys, on every node.
   sessions.onEnded(({ userId, sessionIds }) => {
     realtime.disconnectSessions(sessionIds);
@@ -265,10 +337,32 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
   registerKeysRoutes(app, { keys, chats, guards });
   registerMessagesRoutes(app, { messages, chats, guards });
   registerChatSockets(realtime, chats);
+  registerMatchmakingRoutes(app, { matchmaking, blocks, guards });
+  registerMatchmakingSockets(realtime, matchmaking);
+  registerModerationRoutes(app, { moderation, guards });
+
+  // Background work, safe on every node at once.
+  const stops = [
+    every(5_000, 'match-queue-deadlines', () => matchmaking.sweepQueue(), app.log),
+    every(30_000, 'online-refresh', () => matchmaking.markOnline(localUserIds(realtime)), app.log),
+    every(60_000, 'direct-chat-lifecycle', () => chats.sweepDirect(), app.log),
+    every(30_000, 'punishment-expiry', () => moderation.sweep(), app.log),
+  ];
+  registerNotificationsRoutes(app, { notifications, guards });
+  registerAdminNotificationsRoutes(app, { notifications, guards });
+  registerSubscriptionsRoutes(app, { subscriptions, guards });
+  // Every minute, on every node: expired Trial/Premium back to Basic (SKIP LOCKED keeps nodes apart).
+  const sweeping = subscriptionSweep.start(SWEEP_INTERVAL_MS, (err) =>
+    app.log.error({ err }, 'subscription sweep failed'),
+  );
+  app.addHook('preClose', async () => {
+    await sweeping.stop();
+  });
   registerAvatarRoutes(app);
   registerWeb(app);
 
   app.addHook('preClose', async () => {
+    for (const stop of stops) stop();
     await realtime.close();
   });
   app.addHook('onClose', async () => {
@@ -279,12 +373,14 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
 
   return {
     app: app as unknown as FastifyInstance,
+    services: { matchmaking, chats, moderation },
     publicApiKey: apiKey.value,
     operatorToken: operator.value,
     operatorTokenFile: operator.file,
     publicApiKeyFile: apiKey.file,
     database,
     state,
+    subscriptionSweep,
   };
 }
 

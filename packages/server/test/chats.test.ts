@@ -269,9 +269,13 @@ describeApp('POST /v1/portal/chats/{chat_id}/keys/share', () => {
       envelope: wrapped(2),
       sender_session_id: owner.sessionId,
     });
-    // Envelopes are never overwritten: sharing again stores nothing.
+    // A second keying attempt (it names the caller) loses: 409, and nothing is overwritten.
     const again = await guest.client.post(`/v1/portal/chats/${chatId}/keys/share`, { epoch: 1, envelopes: all });
-    expect(again.body).toEqual({ epoch: 1, stored: 0 });
+    expect(again.status).toBe(409);
+    expect(again.body.code).toBe('ERR_EPOCH_ALREADY_KEYED');
+    // A holder topping up a session that already has one stores nothing.
+    const topUp = await guest.client.post(`/v1/portal/chats/${chatId}/keys/share`, { epoch: 1, envelopes: [all[0]] });
+    expect(topUp.body).toEqual({ epoch: 1, stored: 0 });
     expect((await guest.client.get(`/v1/portal/chats/${chatId}/keys`)).body.envelope).toBe(wrapped(2));
     // A new member's session holds nothing, so it cannot key the epoch over the holders.
     const late = await member(app);

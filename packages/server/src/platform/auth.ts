@@ -21,6 +21,10 @@ export interface AuthUser {
   permissionLevel: number;
   state: number;
   stateExpiresAt: Date | null;
+  /** An anonymous matchmaking-only account (POST /v1/portal/stranger). */
+  stranger: boolean;
+  /** Blocked from matchmaking by a moderator. */
+  matchBlocked: boolean;
 }
 
 declare module 'fastify' {
@@ -98,10 +102,18 @@ export function makeGuards(deps: GuardDeps) {
     request.principal.publicKey = true;
   };
 
-  const session: Guard = async (request) => {
+  /** Any live session, anonymous strangers included (matchmaking, direct chats, keys). */
+  const anySession: Guard = async (request) => {
     if (!(await loadSession(request))) throw appError('ERR_UNAUTHENTICATED');
     checkOrigin(request);
     assertUsable(request.principal.user as AuthUser);
+  };
+
+  /** A registered account's session; a stranger's gets 401 (spec 4.5 statistics). */
+  const session: Guard = async (request, reply) => {
+    await anySession(request, reply);
+    if ((request.principal.user as AuthUser).stranger)
+      throw appError('ERR_UNAUTHENTICATED', 'This needs a registered account.');
   };
 
   /** K required, session optional (public reads that show more to Admins). */
@@ -147,7 +159,7 @@ export function makeGuards(deps: GuardDeps) {
     if ((request.principal.user as AuthUser).permissionLevel < 2) throw appError('ERR_FORBIDDEN');
   };
 
-  return { publicKey, session, publicKeyOptionalSession, publicKeyOrSession, bot, operatorOrAdmin };
+  return { publicKey, session, anySession, publicKeyOptionalSession, publicKeyOrSession, bot, operatorOrAdmin };
 }
 
 export type Guards = ReturnType<typeof makeGuards>;
@@ -172,7 +184,17 @@ export function currentBot(request: FastifyRequest): NonNullable<Principal['bot'
 }
 
 /** The signed-in caller as chat rules see it. */
-export function viewerOf(request: FastifyRequest): { userId: number; sessionId: number; permissionLevel: number } {
+export function viewerOf(request: FastifyRequest): {
+  userId: number;
+  sessionId: number;
+  permissionLevel: number;
+  stranger: boolean;
+} {
   const u = currentUser(request);
-  return { userId: u.id, sessionId: currentSession(request).id, permissionLevel: u.permissionLevel };
+  return {
+    userId: u.id,
+    sessionId: currentSession(request).id,
+    permissionLevel: u.permissionLevel,
+    stranger: u.stranger,
+  };
 }

@@ -19,6 +19,7 @@ export interface SocketData {
   sessionId: number;
   username: string;
   permissionLevel: number;
+  stranger: boolean;
 }
 
 export type Io = Server<ClientToServerEvents, ServerToClientEvents, Record<string, never>, SocketData>;

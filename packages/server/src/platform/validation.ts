@@ -22,16 +22,23 @@ function makeAjv(coerce: boolean) {
 const bodyAjv = makeAjv(false);
 const textAjv = makeAjv(true);
 
-/** A NUL, or half of a surrogate pair: text that SQL cannot store (a 500 there, so a 400 here). */
-const UNSTORABLE = /\u0000|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+/** Half of a surrogate pair, which no UTF-8 text (so no SQL text column) can hold. */
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
-/** Where (a JSON pointer) the first string with unstorable text is, or null. */
-function unstorableAt(data: unknown, at = ''): string | null {
-  if (typeof data === 'string') return UNSTORABLE.test(data) ? at : null;
-  if (data === null || typeof data !== 'object') return null;
-  for (const [k, v] of Object.entries(data)) {
-    const found = unstorableAt(v, `${at}/${k}`);
-    if (found !== null) return found;
+/**
+ * Where (a JSON pointer) the first string holding a NUL or a lone surrogate is, or null: the
+ * database refuses both, which would otherwise surface as a 500 instead of this 400. Iterative,
+ * so deeply nested input cannot overflow the stack.
+ */
+function unstorableAt(data: unknown): string | null {
+  const stack: [unknown, string][] = [[data, '']];
+  for (let item = stack.pop(); item !== undefined; item = stack.pop()) {
+    const [value, at] = item;
+    if (typeof value === 'string') {
+      if (value.includes('\u0000') || LONE_SURROGATE.test(value)) return at;
+    } else if (value !== null && typeof value === 'object') {
+      for (const [k, v] of Object.entries(value)) stack.push([v, `${at}/${k}`]);
+    }
   }
   return null;
 }
@@ -48,7 +55,6 @@ export const validatorCompiler: FastifySchemaCompiler<unknown> = ({ schema, http
       errors = validate.errors;
       return false;
     }
-    // Valid data is bounded by its schema, so this walk is too.
     const at = unstorableAt(data);
     if (at === null) {
       errors = null;

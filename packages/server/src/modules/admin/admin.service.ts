@@ -25,13 +25,13 @@ export function makeAdminService(deps: AdminDeps) {
   const { db, clock, usersStore, users, sessions, notifications, audit } = deps;
 
   const setPermission = async (actor: Actor, actorLevel: ActorLevel, targetId: number, level: number) => {
-    await db.transaction(async (tx) => {
+    const note = await db.transaction(async (tx) => {
       const target = await usersStore.byIdForUpdate(targetId, tx);
       if (!target) throw appError('ERR_USER_NOT_FOUND');
       if (actor.kind === 'user' && actor.id === targetId)
         throw appError('ERR_FORBIDDEN', 'You cannot change your own permission level.');
       if (!canSetLevel(actorLevel, target.permissionLevel, level)) throw appError('ERR_FORBIDDEN');
-      if (target.permissionLevel === level) return;
+      if (target.permissionLevel === level) return null;
       const now = clock.now();
       await usersStore.update(targetId, { permissionLevel: level, permissionSince: now, updatedAt: now }, tx);
       // Staff sessions last a day: a promotion shortens live sessions accordingly.
@@ -47,8 +47,14 @@ export function makeAdminService(deps: AdminDeps) {
         },
         tx,
       );
-      await notifications.automated(targetId, 'permission_changed', { level: LEVEL_NAMES[level] ?? String(level) }, tx);
+      return notifications.automated(
+        targetId,
+        'permission_changed',
+        { level: LEVEL_NAMES[level] ?? String(level) },
+        tx,
+      );
     });
+    if (note) notifications.publish(note);
   };
 
   return {

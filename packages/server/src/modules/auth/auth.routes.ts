@@ -9,6 +9,7 @@ import {
   RequestCodeResponse,
   SendCodeBody,
   SendCodeResponse,
+  StrangerResponse,
   UserSchema,
   VerifyBody,
 } from '@parlor/protocol';
@@ -78,9 +79,25 @@ export function registerAuthRoutes(app: App, { auth, guards, config, logout }: A
     },
   });
 
+  app.post('/v1/portal/stranger', {
+    schema: {
+      tags,
+      security: security.publicKey,
+      description: 'Creates an anonymous session that may match, use its direct chats and keys, nothing else.',
+      body: EmptyBody,
+      response: { 200: StrangerResponse, ...errorResponses },
+    },
+    onRequest: guards.publicKey,
+    handler: async (req, reply) => {
+      const s = await auth.stranger(clientIp(req), userAgent(req));
+      reply.setCookie(SESSION_COOKIE, s.token, cookieOptions(s.expiresAt));
+      return { user: { id: s.id, username: s.username, stranger: true as const } };
+    },
+  });
+
   app.post('/v1/authentication/logout', {
     schema: { tags, security: security.session, body: EmptyBody, response: { 200: OkSchema, ...errorResponses } },
-    onRequest: guards.session,
+    onRequest: guards.anySession,
     handler: async (req, reply) => {
       const s = currentSession(req);
       await logout(s.userId, s.id);

@@ -6,6 +6,7 @@ import { retryAfterSeconds } from '../../platform/http.js';
 import { randomCode } from '../../platform/secrets.js';
 import type { StateStore } from '../../platform/state/index.js';
 import type { NotificationsService } from '../notifications/notifications.service.js';
+import type { NotificationRow } from '../notifications/notifications.store.js';
 import type { SessionsService } from '../sessions/sessions.service.js';
 import { effectiveState } from '../users/users.service.js';
 import { isUniqueViolation, type Tx, type UserRow, type UsersStore } from '../users/users.store.js';
@@ -121,14 +122,16 @@ export function makeAuthService(deps: AuthDeps) {
         { userId: locked.id, permissionLevel: locked.permissionLevel, ip, userAgent },
         tx,
       );
+      let note: NotificationRow | null = null;
       if (newAccount) {
-        await notifications.automated(locked.id, 'welcome', { username: locked.username }, tx);
+        note = await notifications.automated(locked.id, 'welcome', { username: locked.username }, tx);
       } else if (!(await sessions.store.hasSessionFromIp(locked.id, ip, created.session.id, tx))) {
-        await notifications.automated(locked.id, 'new_ip_login', { ip }, tx);
+        note = await notifications.automated(locked.id, 'new_ip_login', { ip }, tx);
       }
-      return { user: updated ?? locked, newAccount, created };
+      return { user: updated ?? locked, newAccount, created, note };
     });
     sessions.announceEvicted(result.user.id, result.created.evicted);
+    if (result.note) notifications.publish(result.note);
     return {
       user: await deps.present(result.user),
       newAccount: result.newAccount,
@@ -204,6 +207,33 @@ export function makeAuthService(deps: AuthDeps) {
         (await codes.issue('bot', platform, platformUserId, null));
       if ('limited' in issued) throw appError('ERR_RATE_LIMITED');
       return { code: issued.code, expires_at: new Date(issued.rec.expiresAt).toISOString() };
+    },
+
+    /** An anonymous account and session for matchmaking (DESIGN.md 6, strangers). */
+    async stranger(
+      ip: string,
+      userAgent: string,
+    ): Promise<{ id: number; username: string; token: string; expiresAt: Date }> {
+      const now = clock.now();
+      const created = await db.transaction(async (tx) => {
+        const user = await users.insertUser(
+          {
+            username: `stranger_${randomCode(USERNAME_SUFFIX_ALPHABET, 12)}`,
+            isStranger: true,
+            lastActivityAt: now,
+            createdAt: now,
+            updatedAt: now,
+          },
+          tx,
+        );
+        return { user, session: await sessions.create({ userId: user.id, permissionLevel: 0, ip, userAgent }, tx) };
+      });
+      return {
+        id: created.user.id,
+        username: created.user.username,
+        token: created.session.token,
+        expiresAt: created.session.session.expiresAt,
+      };
     },
 
     /** Verifies a code of either pool; failures are counted per IP and service-wide. */

@@ -39,13 +39,13 @@ export function registerChatsRoutes(app: App, { chats, guards }: { chats: ChatsS
       description: 'Chats you are a member of, archived direct chats included.',
       response: { 200: ChatListResponse, ...errorResponses },
     },
-    onRequest: guards.session,
+    onRequest: guards.anySession,
     handler: async (req) => ({ chats: await chats.list(viewerOf(req).userId) }),
   });
 
   app.get(`${base}/:chat_id`, {
     schema: { tags, ...auth, params: ChatIdParams, response: { 200: ChatEnvelope, ...errorResponses } },
-    onRequest: guards.session,
+    onRequest: guards.anySession,
     handler: async (req) => ({ chat: await chats.get(viewerOf(req), req.params.chat_id) }),
   });
 

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import type { Chat, RoomJoinPayload } from '@parlor/protocol';
+import { type Chat, Limits, type RoomJoinPayload } from '@parlor/protocol';
 import { sql } from 'drizzle-orm';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
@@ -8,6 +8,7 @@ import { type Realtime, rooms, type SocketData } from '../../platform/realtime.j
 import type { KeysService } from '../keys/keys.service.js';
 import type { MessagesService } from '../messages/messages.service.js';
 import type { UsersService } from '../users/users.service.js';
+import type { Tx } from '../users/users.store.js';
 import { toActivity, toChat, toInvite } from './chats.presenter.js';
 import { canManage, canReadActivity, chatSlots, type Viewer } from './chats.rules.js';
 import type { ChatsStore, ChatWithCount } from './chats.store.js';
@@ -64,6 +65,11 @@ export function makeChatsService(deps: ChatsDeps) {
     payload: RoomJoinPayload,
   ): Promise<{ chatId: number; method: JoinMethod; invite: string | null }> => {
     if ('chat_id' in payload) return { chatId: payload.chat_id, method: 'direct', invite: null };
+    if ('token' in payload) {
+      const chat = await store.byToken(payload.token);
+      if (!chat) throw appError('ERR_CHAT_NOT_FOUND');
+      return { chatId: chat.id, method: 'direct', invite: null };
+    }
     if ('invite' in payload) {
       const live = (await store.invitesOfCode(payload.invite, clock.now()))[0];
       if (!live) throw appError('ERR_INVITE_NOT_FOUND');
@@ -73,9 +79,45 @@ export function makeChatsService(deps: ChatsDeps) {
     throw appError('ERR_INVITE_NOT_FOUND', 'No chat uses this vanity.');
   };
 
+  /** Ends a membership with its history entry, system message and rekey; announces after commit. */
+  const removeFromChat = async (
+    chatId: number,
+    userId: number,
+    opts: {
+      action: 'leave' | 'kick' | 'ban';
+      actorId: number | null;
+      system: Record<string, unknown>;
+      extra?: (tx: Tx) => Promise<void>;
+      tolerateNonMember?: boolean;
+    },
+  ): Promise<boolean> => {
+    const now = clock.now();
+    const result = await db.transaction(async (tx) => {
+      const removed = await store.removeMember(chatId, userId, now, tx);
+      if (!removed && !opts.tolerateNonMember) throw appError('ERR_NOT_CHAT_MEMBER');
+      if (opts.extra) await opts.extra(tx);
+      if (!removed) return null;
+      await store.logActivity({ chatId, userId, action: opts.action, actorUserId: opts.actorId, createdAt: now }, tx);
+      const system = await messages.appendSystem(chatId, opts.system, tx);
+      const bumped = await keys.bumpEpochs([chatId], tx);
+      return { system, bumped };
+    });
+    if (!result) return false;
+    realtime.leaveChat(userId, chatId);
+    messages.publish(result.system);
+    realtime.emitTo(rooms.chat(chatId), 'portal:key_removed', { chat_id: chatId, user_id: userId, session_id: null });
+    keys.announceRekey(result.bumped);
+    const reason = opts.action === 'leave' ? 'left' : opts.action === 'kick' ? 'kicked' : 'banned';
+    realtime.emitTo(rooms.user(userId), 'room:left', { chat_id: chatId, reason });
+    await broadcastMembers(chatId);
+    return true;
+  };
+
   return {
     presence,
     broadcastMembers,
+    /** The chat row (deleted chats: ERR_CHAT_NOT_FOUND). */
+    find: mustGet,
 
     /** Creates a public or private chat within the creator's slots; the creator is its first member. */
     async create(viewer: Viewer, body: { name: string; type: 'public' | 'private' }): Promise<Chat> {
@@ -115,6 +157,7 @@ export function makeChatsService(deps: ChatsDeps) {
       const viewer: Viewer = { userId: data.userId, permissionLevel: data.permissionLevel };
       const target = await resolveJoin(payload);
       const chat = await mustGet(target.chatId);
+      if (data.stranger && chat.type !== 'direct') throw appError('ERR_STRANGER_NOT_ALLOWED');
       if (target.method === 'direct') await assertCanSee(viewer, chat);
       if (chat.type === 'direct' && !(await store.isMember(chat.id, viewer.userId)))
         throw appError('ERR_CANNOT_BROWSE_PRIVATE');
@@ -157,20 +200,33 @@ export function makeChatsService(deps: ChatsDeps) {
       const chat = await mustGet(chatId);
       if (chat.type === 'direct')
         throw appError('ERR_FORBIDDEN', 'Leave a direct chat with POST /v1/portal/match/leave.');
-      const now = clock.now();
-      const result = await db.transaction(async (tx) => {
-        if (!(await store.removeMember(chatId, userId, now, tx))) throw appError('ERR_NOT_CHAT_MEMBER');
-        await store.logActivity({ chatId, userId, action: 'leave', createdAt: now }, tx);
-        const system = await messages.appendSystem(chatId, { kind: 'leave', user_id: userId }, tx);
-        const bumped = await keys.bumpEpochs([chatId], tx);
-        return { system, bumped };
+      await removeFromChat(chatId, userId, {
+        action: 'leave',
+        actorId: null,
+        system: { kind: 'leave', user_id: userId },
       });
-      realtime.leaveChat(userId, chatId);
-      messages.publish(result.system);
-      realtime.emitTo(rooms.chat(chatId), 'portal:key_removed', { chat_id: chatId, user_id: userId, session_id: null });
-      keys.announceRekey(result.bumped);
-      realtime.emitTo(rooms.user(userId), 'room:left', { chat_id: chatId, reason: 'left' });
-      await broadcastMembers(chatId);
+    },
+
+    /**
+     * Kick or ban: the member leaves the chat at once (sockets leave its room), the chat moves to a
+     * new epoch, and a system message says so. `extra` runs inside the same transaction (records).
+     */
+    async expel(
+      chatId: number,
+      userId: number,
+      action: 'kick' | 'ban',
+      actorId: number,
+      reason: string | null,
+      extra?: (tx: Tx) => Promise<void>,
+    ): Promise<boolean> {
+      await mustGet(chatId);
+      return removeFromChat(chatId, userId, {
+        action,
+        actorId,
+        system: { kind: action, user_id: userId, actor_id: actorId, reason },
+        extra,
+        tolerateNonMember: action === 'ban',
+      });
     },
 
     async updateConfig(
@@ -251,6 +307,82 @@ export function makeChatsService(deps: ChatsDeps) {
         throw appError('ERR_NOT_CHAT_MEMBER');
       }
       return chat;
+    },
+
+    /** A matched direct chat for two users: 24 h expiry, both members, the opening system message. */
+    async createDirect(
+      users: { userId: number; username: string }[],
+      tags: string[],
+    ): Promise<{ chat: Chat; token: string }> {
+      const now = clock.now();
+      const token = randomBytes(18).toString('base64url');
+      const { chatId, system } = await db.transaction(async (tx) => {
+        const chat = await store.insert(
+          {
+            type: 'direct',
+            name: users.map((u) => u.username).join(' & '),
+            ownerUserId: null,
+            matchToken: token,
+            expiresAt: new Date(now.getTime() + Limits.DIRECT_CHAT_TTL_MS),
+            createdAt: now,
+            updatedAt: now,
+          },
+          tx,
+        );
+        for (const u of users) {
+          await store.addMember(chat.id, u.userId, now, tx);
+          await store.logActivity(
+            { chatId: chat.id, userId: u.userId, action: 'join', method: 'direct', createdAt: now },
+            tx,
+          );
+        }
+        const system = await messages.appendSystem(
+          chat.id,
+          { kind: 'match', tags, user_ids: users.map((u) => u.userId) },
+          tx,
+        );
+        return { chatId: chat.id, system };
+      });
+      // Both users' sockets enter the room so the opening message and keys reach them.
+      for (const u of users) realtime.io.in(rooms.user(u.userId)).socketsJoin(rooms.chat(chatId));
+      messages.publish(system);
+      return { chat: toChat(await mustGet(chatId)), token };
+    },
+
+    async activeDirect(userId: number) {
+      return store.activeDirectOf(userId);
+    },
+
+    /** Leaves (archives) a direct chat: read-only for 24 hours; the peer sees a system message. */
+    async leaveDirect(userId: number, chatId: number | undefined): Promise<number> {
+      const active = await store.activeDirectOf(userId);
+      const chat = chatId === undefined ? active[0] : active.find((c) => c.id === chatId);
+      if (!chat) throw appError('ERR_NO_DIRECT_CHAT');
+      const now = clock.now();
+      const system = await db.transaction(async (tx) => {
+        await store.update(chat.id, { archivedAt: now, updatedAt: now }, tx);
+        await store.logActivity({ chatId: chat.id, userId, action: 'leave', createdAt: now }, tx);
+        return messages.appendSystem(chat.id, { kind: 'leave', user_id: userId }, tx);
+      });
+      messages.publish(system);
+      realtime.emitTo(rooms.chat(chat.id), 'chat:updated', { chat: toChat(await mustGet(chat.id)) });
+      return chat.id;
+    },
+
+    /** The direct-chat lifecycle sweep: expired → archived, archived 24 h → removed. Safe on many nodes. */
+    async sweepDirect(limit = 200): Promise<{ archived: number; removed: number }> {
+      const now = clock.now();
+      const archived = await store.sweepDirect('archive', now, now, limit);
+      for (const c of archived)
+        realtime.emitTo(rooms.chat(c.id), 'chat:updated', { chat: toChat({ ...c, memberCount: 2 }) });
+      const removed = await store.sweepDirect(
+        'remove',
+        new Date(now.getTime() - Limits.DIRECT_ARCHIVE_TTL_MS),
+        now,
+        limit,
+      );
+      for (const c of removed) realtime.emitTo(rooms.chat(c.id), 'room:left', { chat_id: c.id, reason: 'deleted' });
+      return { archived: archived.length, removed: removed.length };
     },
 
     async assertMember(userId: number, chatId: number): Promise<void> {

@@ -191,6 +191,48 @@ export function makeChatsStore(db: Db) {
         .returning({ userId: chatMembers.userId });
       return rows.map((r) => r.userId);
     },
+    /** Active (not archived) direct chats of a user, newest first. */
+    async activeDirectOf(userId: number): Promise<ChatRow[]> {
+      const rows = await db
+        .select({ chat: chats })
+        .from(chatMembers)
+        .innerJoin(chats, eq(chats.id, chatMembers.chatId))
+        .where(
+          and(
+            eq(chatMembers.userId, userId),
+            isNull(chatMembers.leftAt),
+            live,
+            eq(chats.type, 'direct'),
+            isNull(chats.archivedAt),
+          ),
+        )
+        .orderBy(desc(chats.id));
+      return rows.map((r) => r.chat);
+    },
+    async byToken(token: string): Promise<ChatRow | undefined> {
+      const [row] = await db
+        .select()
+        .from(chats)
+        .where(and(eq(chats.matchToken, token), live))
+        .limit(1);
+      return row;
+    },
+    /**
+     * Archives active direct chats past their expiry, or deletes archived ones past the archive
+     * window, up to `limit` at a time. Rows another node is handling are skipped (SKIP LOCKED).
+     */
+    async sweepDirect(kind: 'archive' | 'remove', cutoff: Date, now: Date, limit: number): Promise<ChatRow[]> {
+      const due =
+        kind === 'archive'
+          ? sql`${chats.archivedAt} is null and ${chats.expiresAt} <= ${cutoff.toISOString()}`
+          : sql`${chats.archivedAt} <= ${cutoff.toISOString()}`;
+      const picked = sql`select ${chats.id} from ${chats} where ${chats.type} = 'direct' and ${chats.deletedAt} is null and ${due} order by ${chats.id} limit ${limit} for update skip locked`;
+      return db
+        .update(chats)
+        .set(kind === 'archive' ? { archivedAt: now, updatedAt: now } : { deletedAt: now, updatedAt: now })
+        .where(sql`${chats.id} in (${picked})`)
+        .returning();
+    },
     async otherMembers(chatId: number, userId: number): Promise<number[]> {
       const rows = await db
         .select({ userId: chatMembers.userId })

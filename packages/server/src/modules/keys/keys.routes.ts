@@ -24,7 +24,7 @@ export function registerKeysRoutes(app: App, deps: { keys: KeysService; chats: C
       body: RegisterKeyBody,
       response: { 200: RegisterKeyResponse, ...errorResponses },
     },
-    onRequest: guards.session,
+    onRequest: guards.anySession,
     handler: async (req) => {
       const v = viewerOf(req);
       return { status: await keys.register(v.userId, v.sessionId, req.body.public_key) };
@@ -39,7 +39,7 @@ export function registerKeysRoutes(app: App, deps: { keys: KeysService; chats: C
       params: ChatIdParams,
       response: { 200: ChatKeyResponse, ...errorResponses },
     },
-    onRequest: guards.session,
+    onRequest: guards.anySession,
     handler: async (req) => {
       const v = viewerOf(req);
       await chats.assertMember(v.userId, req.params.chat_id);
@@ -57,7 +57,7 @@ export function registerKeysRoutes(app: App, deps: { keys: KeysService; chats: C
       body: ShareKeysBody,
       response: { 200: ShareKeysResponse, ...errorResponses },
     },
-    onRequest: guards.session,
+    onRequest: guards.anySession,
     handler: async (req) => {
       const v = viewerOf(req);
       await chats.assertMember(v.userId, req.params.chat_id);

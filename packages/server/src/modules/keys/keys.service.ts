@@ -160,7 +160,9 @@ export function makeKeysService({ db, store, clock, realtime, membership }: Keys
         if ([...targets].some((id) => !inRing.has(id))) throw appError('ERR_KEY_RING_CHANGED');
         if ((await store.envelopeCount(chatId, epoch, tx)) === 0) {
           if (inRing.size !== targets.size || !targets.has(sessionId)) throw appError('ERR_KEY_RING_CHANGED');
-        } else if (!(await store.envelope(chatId, epoch, sessionId, tx))) {
+        } else if (targets.has(sessionId) || !(await store.envelope(chatId, epoch, sessionId, tx))) {
+          // A holder tops up other sessions and never itself; a share naming the caller is a
+          // keying attempt that lost the race.
           throw appError('ERR_EPOCH_ALREADY_KEYED');
         }
         const rows = body.envelopes.map((e) => ({

@@ -33,7 +33,7 @@ export function registerMessagesRoutes(
       body: SendMessageBody,
       response: { 200: Type.Object({ id: Type.String() }), ...errorResponses },
     },
-    onRequest: guards.session,
+    onRequest: guards.anySession,
     handler: async (req) => messages.send(viewerOf(req), req.params.chat_id, req.body.content),
   });
 
@@ -46,7 +46,7 @@ export function registerMessagesRoutes(
       querystring: MessagesQuery,
       response: { 200: Type.Object({ messages: Type.Array(MessageSchema) }), ...errorResponses },
     },
-    onRequest: guards.session,
+    onRequest: guards.anySession,
     handler: async (req) => {
       await chats.assertReader(viewerOf(req), req.params.chat_id);
       return { messages: await messages.history(req.params.chat_id, req.query.before, req.query.limit) };
@@ -61,7 +61,7 @@ export function registerMessagesRoutes(
       body: DeleteMessagesBody,
       response: { 200: DeletedResponse, ...errorResponses },
     },
-    onRequest: guards.session,
+    onRequest: guards.anySession,
     handler: async (req) => {
       const v = viewerOf(req);
       const chat = await chats.assertReader(v, req.params.chat_id);
@@ -77,7 +77,7 @@ export function registerMessagesRoutes(
       body: EmptyBody,
       response: { 200: DeletedResponse, ...errorResponses },
     },
-    onRequest: guards.session,
+    onRequest: guards.anySession,
     handler: async (req) => {
       const v = viewerOf(req);
       await chats.assertReader(v, req.params.chat_id);

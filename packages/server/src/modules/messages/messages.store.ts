@@ -77,14 +77,17 @@ export function makeMessagesStore(db: Db) {
         .orderBy(desc(messages.ms), desc(messages.seq))
         .limit(count);
     },
-    /** The active chat restriction (CHAT_BAN, CHAT_MUTE) of a user, if any. */
+    /**
+     * The active chat restriction (CHAT_BAN, CHAT_MUTE) of a user in a chat, if any; a record
+     * without a chat (a hard mute) applies to every chat. Permanent ones come first.
+     */
     async activeRestriction(chatId: number, userId: number, actionTypes: string[], now: Date, tx: Tx = db) {
       const [row] = await tx
         .select()
         .from(moderationActions)
         .where(
           and(
-            eq(moderationActions.chatId, chatId),
+            or(eq(moderationActions.chatId, chatId), isNull(moderationActions.chatId)),
             eq(moderationActions.userId, userId),
             inArray(moderationActions.actionType, actionTypes),
             eq(moderationActions.isLifted, false),

@@ -1,12 +1,28 @@
-import type { NotificationType } from '@parlor/protocol';
+import { randomUUID } from 'node:crypto';
+import {
+  type AdminNotificationBody,
+  type AdminNotificationCreated,
+  type AdminNotificationDeleted,
+  AuditCodes,
+  type Notification,
+  type NotificationsPage,
+  type NotificationType,
+} from '@parlor/protocol';
 import type { Clock } from '../../platform/clock.js';
-import type { Tx } from '../users/users.store.js';
+import type { Db } from '../../platform/db/index.js';
+import { appError } from '../../platform/errors.js';
+import { type ActorLevel, canActOn } from '../admin/admin.rules.js';
+import type { Actor, AuditStore } from '../audit/audit.store.js';
+import type { Tx, UsersStore } from '../users/users.store.js';
+import type { NotificationEvents } from './notifications.events.js';
+import { toNotification } from './notifications.presenter.js';
+import { richTextProblem } from './notifications.richtext.js';
 import type { NotificationRow, NotificationsStore } from './notifications.store.js';
 
 /**
- * The automated notifications of spec 2.7. Bodies are a small rich-text subset: **bold** and
- * [label](https://link). Clients render that subset only, never HTML, so a username cannot inject
- * markup; values put into a body are escaped with `plain()`.
+ * The automated notifications of spec 2.7. Bodies are the small rich-text subset of
+ * notifications.richtext.ts: **bold** and [label](https://link). Clients render that subset only,
+ * never HTML; values put into a body are escaped with `plain()`, so a username cannot add markup.
  */
 const TEMPLATES = {
   welcome: {
@@ -20,7 +36,44 @@ const TEMPLATES = {
     body: 'Your account was signed in from a new address: **{ip}**. If this was not you, end that session in your session list.',
   },
   permission_changed: { type: 'info', title: 'Permission changed', body: 'Your permission level is now **{level}**.' },
+  trial_started: {
+    type: 'success',
+    title: 'Trial started',
+    body: 'Your **Premium trial** is active until **{until}**. Enjoy creating your own chat!',
+  },
+  subscription_upgraded: {
+    type: 'success',
+    title: 'Subscription upgraded',
+    body: 'Your subscription is now **{tier}**, {until}.',
+  },
+  subscription_revoked: {
+    type: 'warning',
+    title: 'Subscription revoked',
+    body: 'Your **{tier}** subscription was revoked. Your account is now Basic.',
+  },
+  subscription_expired: {
+    type: 'info',
+    title: 'Subscription expired',
+    body: 'Your **{tier}** subscription ended on **{until}**. Your account is now Basic.',
+  },
+  // Moderation (spec 2.7's banned, unbanned, timed out, warned, kicked); `duration` is written by the caller.
+  banned: {
+    type: 'danger',
+    title: 'Account banned',
+    body: 'Your account was **banned**. Duration: **{duration}**. Reason: {reason}',
+  },
+  unbanned: { type: 'success', title: 'Ban lifted', body: 'Your ban was lifted. Welcome back!' },
+  timed_out: {
+    type: 'warning',
+    title: 'Timed out',
+    body: 'Your account was **timed out**. Duration: **{duration}**. Reason: {reason}',
+  },
+  warned: { type: 'warning', title: 'Warning', body: 'A moderator gave you a **warning**. Reason: {reason}' },
+  kicked: { type: 'warning', title: 'Removed from a chat', body: 'You were **kicked** from a chat. Reason: {reason}' },
 } as const satisfies Record<string, { type: NotificationType; title: string; body: string }>;
+
+/** What an empty value reads as, where a bare gap would look broken. */
+const FALLBACKS: Record<string, string> = { reason: 'none given' };
 
 export type AutomatedKind = keyof typeof TEMPLATES;
 
@@ -29,17 +82,164 @@ export function plain(value: string): string {
   return value.replace(/[\\*_[\]()`<>]/g, (c) => `\\${c}`);
 }
 
-export function makeNotificationsService({ store, clock }: { store: NotificationsStore; clock: Clock }) {
+/** A moment as notification text: `2026-01-08 00:00 UTC`. */
+export function formatMoment(d: Date): string {
+  return `${d.toISOString().slice(0, 16).replace('T', ' ')} UTC`;
+}
+
+export interface NotificationsDeps {
+  db: Db;
+  store: NotificationsStore;
+  clock: Clock;
+  events: NotificationEvents;
+  audit: AuditStore;
+  users: Pick<UsersStore, 'byId'>;
+  log: { error(obj: object, msg: string): void };
+}
+
+export function makeNotificationsService(deps: NotificationsDeps) {
+  const { db, store, clock, events, audit, users, log } = deps;
+
+  const render = (userId: number, kind: AutomatedKind, vars: Record<string, string>, at: Date) => {
+    const t = TEMPLATES[kind];
+    const body = t.body.replace(/\{(\w+)\}/g, (_, k: string) => plain(vars[k] || FALLBACKS[k] || ''));
+    return { userId, title: t.title, body, type: t.type, createdBy: null, createdAt: at };
+  };
+
+  /** Emits `notification:new` to each recipient's sockets. Call after the transaction commits. */
+  const publish = (rows: NotificationRow | readonly NotificationRow[]): void => {
+    for (const row of Array.isArray(rows) ? rows : [rows]) events.toUser(row.userId, toNotification(row));
+  };
+
+  /** Tells each connected recipient of a broadcast about its own copy (each copy has its own id). */
+  const publishBroadcast = async (broadcastId: string) => {
+    const online = await events.onlineUserIds();
+    for (const row of await store.broadcastCopies(broadcastId, online)) events.toUser(row.userId, toNotification(row));
+  };
+
+  const assertValidBody = (body: string) => {
+    const problem = richTextProblem(body);
+    if (problem) throw appError('ERR_VALIDATION', undefined, { errors: [{ path: 'body/body', message: problem }] });
+  };
+
+  /** The level rule of spec 2.11 applies to notifications aimed at one user. */
+  const assertMayTarget = async (actorLevel: ActorLevel, userId: number) => {
+    const target = await users.byId(userId);
+    if (!target) throw appError('ERR_USER_NOT_FOUND');
+    if (!canActOn(actorLevel, target.permissionLevel)) throw appError('ERR_FORBIDDEN');
+  };
+
   return {
-    async automated(
-      userId: number,
-      kind: AutomatedKind,
-      vars: Record<string, string>,
-      tx?: Tx,
-    ): Promise<NotificationRow> {
-      const t = TEMPLATES[kind];
-      const body = t.body.replace(/\{(\w+)\}/g, (_, k: string) => plain(vars[k] ?? ''));
-      return store.insert({ userId, title: t.title, body, type: t.type, createdBy: null, createdAt: clock.now() }, tx);
+    /** Writes an automated notification inside the caller's transaction; `publish` it after commit. */
+    async automated(userId: number, kind: AutomatedKind, vars: Record<string, string>, tx?: Tx) {
+      return store.insert(render(userId, kind, vars, clock.now()), tx);
+    },
+
+    /** Many automated notifications in one INSERT (the subscription sweep). */
+    async automatedMany(items: { userId: number; kind: AutomatedKind; vars: Record<string, string> }[], tx?: Tx) {
+      const now = clock.now();
+      return store.insertMany(
+        items.map((i) => render(i.userId, i.kind, i.vars, now)),
+        tx,
+      );
+    },
+
+    publish,
+
+    async list(userId: number, before: number | undefined, limit: number): Promise<NotificationsPage> {
+      const rows = await store.page(userId, before, limit + 1);
+      const page = rows.slice(0, limit);
+      const last = page[page.length - 1];
+      return { notifications: page.map(toNotification), next_before: rows.length > limit && last ? last.id : null };
+    },
+
+    async unread(userId: number): Promise<{ unread: number }> {
+      return { unread: await store.unreadCount(userId) };
+    },
+
+    /** Unread → read (spec 3): 404 when absent or someone else's, 409 when already read. */
+    async read(userId: number, id: number): Promise<Notification> {
+      const row = await store.markRead(userId, id, clock.now());
+      if (row) return toNotification(row);
+      const existing = await store.byId(id);
+      if (!existing || existing.userId !== userId) throw appError('ERR_NOTIFICATION_NOT_FOUND');
+      throw appError('ERR_NOTIFICATION_ALREADY_READ');
+    },
+
+    async readAll(userId: number): Promise<{ marked: number }> {
+      return { marked: await store.markAllRead(userId, clock.now()) };
+    },
+
+    /** POST /v1/admin/notifications: to one user (801) or, without user_id, to every user (802). */
+    async send(actor: Actor, actorLevel: ActorLevel, body: AdminNotificationBody): Promise<AdminNotificationCreated> {
+      assertValidBody(body.body);
+      const createdBy = actor.kind === 'user' ? actor.id : null;
+      const now = clock.now();
+      const content = { title: body.title, body: body.body, type: body.type, createdBy, createdAt: now };
+      if (body.user_id !== undefined) {
+        const userId = body.user_id;
+        await assertMayTarget(actorLevel, userId);
+        const row = await db.transaction(async (tx) => {
+          const inserted = await store.insert({ ...content, userId }, tx);
+          await audit.record(
+            {
+              actor,
+              code: AuditCodes.NOTIFICATION_CREATE,
+              action: 'create',
+              targetUserId: userId,
+              data: { notification_id: inserted.id, title: body.title, type: body.type },
+            },
+            tx,
+          );
+          return inserted;
+        });
+        publish(row);
+        return { id: row.id, broadcast_id: null, recipients: 1 };
+      }
+      const broadcastId = randomUUID();
+      const result = await db.transaction(async (tx) => {
+        const written = await store.insertBroadcast({ ...content, broadcastId }, tx);
+        await audit.record(
+          {
+            actor,
+            code: AuditCodes.NOTIFICATION_BROADCAST,
+            action: 'broadcast',
+            data: { broadcast_id: broadcastId, recipients: written.recipients, title: body.title, type: body.type },
+          },
+          tx,
+        );
+        return written;
+      });
+      // Committed whatever happens next: a failed emit is logged, not answered as a failure to retry.
+      await publishBroadcast(broadcastId).catch((err: unknown) => log.error({ err }, 'broadcast emit failed'));
+      return { id: result.firstId, broadcast_id: broadcastId, recipients: result.recipients };
+    },
+
+    /**
+     * POST /v1/admin/notifications/{id}/delete (803). A targeted notification is deleted alone; a
+     * copy of a broadcast deletes the whole broadcast (every recipient's copy).
+     */
+    async remove(actor: Actor, actorLevel: ActorLevel, id: number): Promise<AdminNotificationDeleted> {
+      const row = await store.byId(id);
+      if (!row) throw appError('ERR_NOTIFICATION_NOT_FOUND');
+      if (row.broadcastId === null) await assertMayTarget(actorLevel, row.userId);
+      const broadcastId = row.broadcastId;
+      const deleted = await db.transaction(async (tx) => {
+        const n = broadcastId ? await store.deleteBroadcast(broadcastId, tx) : await store.deleteById(id, tx);
+        if (n === 0) throw appError('ERR_NOTIFICATION_NOT_FOUND');
+        await audit.record(
+          {
+            actor,
+            code: AuditCodes.NOTIFICATION_DELETE,
+            action: broadcastId ? 'delete-broadcast' : 'delete',
+            targetUserId: broadcastId ? null : row.userId,
+            data: { notification_id: id, broadcast_id: broadcastId, deleted: n, title: row.title },
+          },
+          tx,
+        );
+        return n;
+      });
+      return { deleted, broadcast_id: broadcastId };
     },
   };
 }

@@ -1,15 +1,129 @@
+import { and, count, desc, eq, inArray, isNull, lt, sql } from 'drizzle-orm';
 import type { Db } from '../../platform/db/index.js';
 import { notifications } from '../../platform/db/schema.js';
 import type { Tx } from '../users/users.store.js';
 
 export type NotificationRow = typeof notifications.$inferSelect;
+export type NotificationInsert = typeof notifications.$inferInsert;
+
+/** The rows of a raw `execute`: PGlite answers `{rows}`, postgres-js the row list itself. */
+function rowsOf<T>(result: unknown): T[] {
+  if (Array.isArray(result)) return result as T[];
+  return ((result as { rows?: T[] }).rows ?? []) as T[];
+}
 
 export function makeNotificationsStore(db: Db) {
   return {
-    async insert(values: typeof notifications.$inferInsert, tx: Tx = db): Promise<NotificationRow> {
+    async insert(values: NotificationInsert, tx: Tx = db): Promise<NotificationRow> {
       const [row] = await tx.insert(notifications).values(values).returning();
       if (!row) throw new Error('insert returned no row');
       return row;
+    },
+
+    async insertMany(values: NotificationInsert[], tx: Tx = db): Promise<NotificationRow[]> {
+      if (values.length === 0) return [];
+      return tx.insert(notifications).values(values).returning();
+    },
+
+    /**
+     * One copy per registered user (anonymous strangers have no notifications), in one
+     * INSERT … SELECT over the users table: no loop, however many users.
+     * Answers how many were written and the lowest id among them (null when there are no users).
+     */
+    async insertBroadcast(
+      values: {
+        title: string;
+        body: string;
+        type: string;
+        createdBy: number | null;
+        createdAt: Date;
+        broadcastId: string;
+      },
+      tx: Tx = db,
+    ): Promise<{ recipients: number; firstId: number | null }> {
+      // Raw sql`` parameters must be strings or numbers: postgres-js does not serialise Date there.
+      const result = await tx.execute(sql`
+        with inserted as (
+          insert into notifications (user_id, title, body, type, created_by, created_at, broadcast_id)
+          select id, ${values.title}, ${values.body}, ${values.type}, ${values.createdBy}::integer,
+                 ${values.createdAt.toISOString()}::timestamptz, ${values.broadcastId}::uuid
+          from users
+          where not is_stranger
+          returning id
+        )
+        select count(*)::integer as recipients, min(id)::integer as first_id from inserted`);
+      const [row] = rowsOf<{ recipients: number | string; first_id: number | string | null }>(result);
+      return {
+        recipients: Number(row?.recipients ?? 0),
+        firstId: row?.first_id === null || row?.first_id === undefined ? null : Number(row.first_id),
+      };
+    },
+
+    async byId(id: number, tx: Tx = db): Promise<NotificationRow | undefined> {
+      const [row] = await tx.select().from(notifications).where(eq(notifications.id, id)).limit(1);
+      return row;
+    },
+
+    /** The copies of a broadcast held by some users (to tell each connected recipient its own id). */
+    async broadcastCopies(broadcastId: string, userIds: number[]): Promise<NotificationRow[]> {
+      if (userIds.length === 0) return [];
+      return db
+        .select()
+        .from(notifications)
+        .where(and(eq(notifications.broadcastId, broadcastId), inArray(notifications.userId, userIds)));
+    },
+
+    /** A page of one user's notifications, newest first, strictly older than `before` when given. */
+    async page(userId: number, before: number | undefined, limit: number): Promise<NotificationRow[]> {
+      const filters = [eq(notifications.userId, userId)];
+      if (before !== undefined) filters.push(lt(notifications.id, before));
+      return db
+        .select()
+        .from(notifications)
+        .where(and(...filters))
+        .orderBy(desc(notifications.id))
+        .limit(limit);
+    },
+
+    async unreadCount(userId: number): Promise<number> {
+      const [row] = await db
+        .select({ n: count() })
+        .from(notifications)
+        .where(and(eq(notifications.userId, userId), isNull(notifications.readAt)));
+      return row?.n ?? 0;
+    },
+
+    /** Marks one unread notification of the user read; undefined when it is absent, not theirs or read. */
+    async markRead(userId: number, id: number, at: Date): Promise<NotificationRow | undefined> {
+      const [row] = await db
+        .update(notifications)
+        .set({ readAt: at })
+        .where(and(eq(notifications.id, id), eq(notifications.userId, userId), isNull(notifications.readAt)))
+        .returning();
+      return row;
+    },
+
+    /** Marks every unread notification of the user read; answers how many changed. */
+    async markAllRead(userId: number, at: Date): Promise<number> {
+      const rows = await db
+        .update(notifications)
+        .set({ readAt: at })
+        .where(and(eq(notifications.userId, userId), isNull(notifications.readAt)))
+        .returning({ id: notifications.id });
+      return rows.length;
+    },
+
+    async deleteById(id: number, tx: Tx = db): Promise<number> {
+      const rows = await tx.delete(notifications).where(eq(notifications.id, id)).returning({ id: notifications.id });
+      return rows.length;
+    },
+
+    /** Deletes every copy of a broadcast; answers how many (counted in SQL: a broadcast may be large). */
+    async deleteBroadcast(broadcastId: string, tx: Tx = db): Promise<number> {
+      const result = await tx.execute(sql`
+        with deleted as (delete from notifications where broadcast_id = ${broadcastId}::uuid returning 1)
+        select count(*)::integer as n from deleted`);
+      return Number(rowsOf<{ n: number | string }>(result)[0]?.n ?? 0);
     },
   };
 }

@@ -100,6 +100,8 @@ export function makeSessionsService({ db, store, clock, geo }: SessionsDeps) {
               permissionLevel: user.permissionLevel,
               state: effectiveState(user, now),
               stateExpiresAt: user.stateExpiresAt,
+              stranger: user.isStranger,
+              matchBlocked: user.matchBlockedAt !== null,
             },
           };
         },

@@ -64,6 +64,11 @@ export function makeSessionsStore(db: Db) {
         .returning({ id: sessions.id });
       return rows.map((r) => r.id);
     },
+    async countryOf(id: number): Promise<string | null> {
+      const [row] = await db.select({ geo: sessions.geo }).from(sessions).where(eq(sessions.id, id));
+      const code = (row?.geo as { country_code?: string } | undefined)?.country_code;
+      return code ? code : null;
+    },
     async touch(id: number, now: Date): Promise<void> {
       await db.update(sessions).set({ lastSeenAt: now }).where(eq(sessions.id, id));
     },

@@ -13,6 +13,7 @@ import {
   text,
   timestamp,
   uniqueIndex,
+  uuid,
 } from 'drizzle-orm/pg-core';
 
 const ts = (name: string) => timestamp(name, { withTimezone: true, mode: 'date' });
@@ -40,7 +41,11 @@ export const users = pgTable(
     createdAt: ts('created_at').notNull(),
     updatedAt: ts('updated_at').notNull(),
   },
-  (t) => [uniqueIndex('users_username_lower_idx').on(sql`lower(${t.username})`)],
+  (t) => [
+    uniqueIndex('users_username_lower_idx').on(sql`lower(${t.username})`),
+    // The subscription sweep's lookup: only Trial and Premium expire.
+    index('users_subscription_expiry_idx').on(t.subscriptionExpiresAt).where(sql`${t.subscriptionTier} in (1, 2)`),
+  ],
 );
 
 export const linkedPlatforms = pgTable(
@@ -117,8 +122,13 @@ export const notifications = pgTable(
     readAt: ts('read_at'),
     createdBy: integer('created_by'),
     createdAt: ts('created_at').notNull(),
+    /** Every copy of one admin broadcast shares this id, so the broadcast can be deleted as a whole. */
+    broadcastId: uuid('broadcast_id'),
   },
-  (t) => [index('notifications_user_idx').on(t.userId, t.id)],
+  (t) => [
+    index('notifications_user_idx').on(t.userId, t.id),
+    index('notifications_broadcast_idx').on(t.broadcastId).where(sql`${t.broadcastId} is not null`),
+  ],
 );
 
 export const auditLog = pgTable(

@@ -81,6 +81,9 @@ export class MemoryState implements StateStore {
   async countExpiring(setKey: string) {
     return this.liveSet(setKey).size;
   }
+  async hasExpiring(setKey: string, member: string) {
+    return this.liveSet(setKey).has(member);
+  }
   limiter(name: string, points: number, durationMs: number): Limiter {
     // One counter per name, as in Redis: a second limiter of the same name shares the allowance.
     const id = `${name}|${points}|${durationMs}`;

@@ -68,6 +68,10 @@ export class RedisState implements StateStore {
   async countExpiring(setKey: string) {
     return this.client.zcount(this.k(setKey), `(${this.clock.now().getTime()}`, '+inf');
   }
+  async hasExpiring(setKey: string, member: string) {
+    const score = await this.client.zscore(this.k(setKey), member);
+    return score !== null && Number(score) > this.clock.now().getTime();
+  }
   limiter(name: string, points: number, durationMs: number): Limiter {
     const rl = new RateLimiterRedis({
       storeClient: this.client,

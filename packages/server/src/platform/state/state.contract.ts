@@ -232,6 +232,23 @@ export function describeStateContract(name: string, harness: StateHarness, opts:
         expect(await state.addExpiring(s, 'c', now + 20_000)).toEqual({ count: 1, earliest: now + 20_000 });
       });
 
+      it('tells whether a member is present and not expired', async () => {
+        const s = freshKey('set-has');
+        const now = Date.now();
+        await state.addExpiring(s, 'live', now + 20_000);
+        await state.addExpiring(s, 'short', now + TTL_MS);
+        await state.addExpiring(s, 'removed', now + 20_000);
+        await state.removeExpiring(s, 'removed');
+        expect(await state.hasExpiring(s, 'live')).toBe(true);
+        expect(await state.hasExpiring(s, 'short')).toBe(true);
+        expect(await state.hasExpiring(s, 'removed')).toBe(false);
+        expect(await state.hasExpiring(s, 'never-added')).toBe(false);
+        expect(await state.hasExpiring(freshKey('set-has-none'), 'live')).toBe(false);
+        await sleep(PAST_TTL_MS);
+        expect(await state.hasExpiring(s, 'short')).toBe(false);
+        expect(await state.hasExpiring(s, 'live')).toBe(true);
+      });
+
       it('keeps separate sets separate', async () => {
         const [s1, s2] = [freshKey('set-1'), freshKey('set-2')];
         const now = Date.now();

@@ -21,6 +21,8 @@ export interface StateStore {
   addExpiring(setKey: string, member: string, expiresAtMs: number): Promise<{ count: number; earliest: number }>;
   removeExpiring(setKey: string, member: string): Promise<void>;
   countExpiring(setKey: string): Promise<number>;
+  /** Whether a member is in the expiring set and not expired. */
+  hasExpiring(setKey: string, member: string): Promise<boolean>;
   /** A fixed-window limiter over `points` per `durationMs`, shared by every node. */
   limiter(name: string, points: number, durationMs: number): Limiter;
   close(): Promise<void>;

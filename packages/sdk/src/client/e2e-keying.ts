@@ -1,0 +1,321 @@
+import type { KeyRing } from '@parlor/protocol';
+import { buildKeyShare, generateChatKey, type SkippedSession, unwrapChatKey } from '../crypto/index.js';
+import type { ParlorClient } from './api.js';
+import { ChatKeyStore, type EpochKey } from './e2e-keys.js';
+import { type E2EChatSessionEvents, E2ESessionError } from './e2e-types.js';
+import { isApiError } from './errors.js';
+
+/** How long `portal:key_added` events are gathered into one share. */
+const KEY_ADDED_COALESCE_MS = 15;
+
+type KeyEvent = Parameters<E2EChatSessionEvents['key']>[0];
+type Envelope = { chatId: number; epoch: number; envelope: string; sender: number | null };
+
+export interface ChatKeyingOptions {
+  client: ParlorClient;
+  publicKey: string;
+  privateKey: Uint8Array;
+  keyWaitMs: number;
+  jitterMs: number;
+  attempts: number;
+  /** Whether a chat is joined (rekeys and shares are only done for those). */
+  isJoined: (chatId: number) => boolean;
+  onKey: (e: KeyEvent) => void;
+  onError: (error: E2ESessionError) => void;
+}
+
+/**
+ * The key management of one session (DESIGN.md 7): learns its session id from key rings, opens
+ * envelopes, keys new epochs (first complete share wins; losers wait for `room:key`), and gives
+ * the current key to sessions that lack it. Every wait is bounded by `keyWaitMs`.
+ */
+export class ChatKeying {
+  readonly keys = new ChatKeyStore();
+  readonly #o: ChatKeyingOptions;
+  readonly #pendingEnvelopes: Envelope[] = [];
+  readonly #pendingShares = new Map<number, Map<number, { userId: string; publicKey: string }>>();
+  readonly #running = new Map<number, Promise<boolean>>();
+  readonly #timers = new Set<ReturnType<typeof setTimeout>>();
+  readonly #tasks = new Set<Promise<unknown>>();
+  #sessionId: number | null = null;
+  #closed = false;
+
+  constructor(opts: ChatKeyingOptions) {
+    this.#o = opts;
+  }
+
+  get sessionId(): number | null {
+    return this.#sessionId;
+  }
+
+  /** Learns our session id from a key ring: the session whose public key is ours. */
+  learn(ring: KeyRing): void {
+    if (this.#sessionId !== null) return;
+    for (const sessions of Object.values(ring)) {
+      for (const [sessionId, publicKey] of Object.entries(sessions)) {
+        if (publicKey === this.#o.publicKey) this.#sessionId = Number(sessionId);
+      }
+    }
+    if (this.#sessionId === null) return;
+    for (const e of this.#pendingEnvelopes.splice(0)) this.accept(e);
+  }
+
+  /** Opens an envelope addressed to this session (kept for later if our id is not known yet). */
+  accept(e: Envelope): boolean {
+    if (this.keys.get(e.chatId, e.epoch)) return true;
+    if (this.#sessionId === null) {
+      if (this.#pendingEnvelopes.length < 1000) this.#pendingEnvelopes.push(e);
+      return false;
+    }
+    let key: Uint8Array;
+    try {
+      key = unwrapChatKey({
+        envelope: e.envelope,
+        chatId: e.chatId,
+        epoch: e.epoch,
+        recipientPrivateKey: this.#o.privateKey,
+        recipientSessionId: this.#sessionId,
+      });
+    } catch (error) {
+      this.#error('ENVELOPE_REJECTED', `An envelope for chat ${e.chatId} epoch ${e.epoch} did not open.`, e.chatId, {
+        cause: error,
+        details: { epoch: e.epoch, senderSessionId: e.sender },
+      });
+      return false;
+    }
+    this.#store(e.chatId, e.epoch, key, 'envelope', e.sender);
+    return true;
+  }
+
+  /** `room:rekey`: after a random delay (so members do not all race), try to key the new epoch. */
+  rekey(chatId: number, epoch: number): void {
+    this.keys.raiseEpoch(chatId, epoch);
+    if (this.#o.isJoined(chatId) && !this.keys.get(chatId, epoch)) this.schedule(chatId);
+  }
+
+  schedule(chatId: number): void {
+    if (this.#closed) return;
+    const timer = setTimeout(
+      () => {
+        this.#timers.delete(timer);
+        if (!this.#closed && !this.hasKey(chatId)) this.background(chatId, this.ensure(chatId));
+      },
+      Math.floor(Math.random() * this.#o.jitterMs),
+    );
+    this.#timers.add(timer);
+  }
+
+  /** `portal:key_added`: give the current key to that session (as soon as we hold it). */
+  keyAdded(chatId: number, userId: number, sessionId: number, publicKey: string): void {
+    if (sessionId === this.#sessionId || !this.#o.isJoined(chatId)) return;
+    const pending = this.#pendingShares.get(chatId) ?? new Map();
+    pending.set(sessionId, { userId: String(userId), publicKey });
+    this.#pendingShares.set(chatId, pending);
+    if (pending.size > 1 || this.#closed) return; // A flush is already scheduled.
+    // The server announces all sessions of a user together: serve them in one share, so that no
+    // session of theirs holds the key while another still lacks it.
+    const timer = setTimeout(() => {
+      this.#timers.delete(timer);
+      this.#track(chatId, this.#flushShares(chatId));
+    }, KEY_ADDED_COALESCE_MS);
+    this.#timers.add(timer);
+  }
+
+  forget(chatId: number): void {
+    this.#pendingShares.delete(chatId);
+  }
+
+  hasKey(chatId: number): boolean {
+    return this.keys.current(chatId) !== undefined;
+  }
+
+  /** Runs a keying in the background: its failure becomes an `error` event. */
+  background(chatId: number, run: Promise<unknown>): void {
+    this.#track(chatId, run);
+  }
+
+  /** Keeps a background task until it settles (so `close()` can wait); a failure becomes an `error` event. */
+  #track(chatId: number, task: Promise<unknown>): void {
+    const settled = task
+      .catch((error: unknown) => {
+        if (error instanceof E2ESessionError) this.#emitError(error);
+        else this.#error('BACKGROUND_FAILURE', `A key operation of chat ${chatId} failed.`, chatId, { cause: error });
+      })
+      .finally(() => this.#tasks.delete(settled));
+    this.#tasks.add(settled);
+  }
+
+  /** Obtains the key of the current epoch (one run per chat at a time); true when held at the end. */
+  ensure(chatId: number): Promise<boolean> {
+    const running = this.#running.get(chatId);
+    if (running) return running;
+    const startEpoch = this.keys.epochOf(chatId) ?? 0;
+    const run = this.#loop(chatId).finally(() => {
+      this.#running.delete(chatId);
+      // A rekey that arrived while this run was finishing still needs a key.
+      const moved = (this.keys.epochOf(chatId) ?? 0) > startEpoch;
+      if (moved && this.#o.isJoined(chatId) && !this.hasKey(chatId)) this.schedule(chatId);
+    });
+    this.#running.set(chatId, run);
+    return run;
+  }
+
+  /**
+   * Waits (bounded) for the current key at `minEpoch` or later, keying the epoch if nobody has.
+   * @throws E2ESessionError NO_CHAT_KEY on timeout; the server's errors (e.g. not a member).
+   */
+  async current(chatId: number, minEpoch: number): Promise<EpochKey> {
+    const deadline = Date.now() + this.#o.keyWaitMs;
+    if (!this.hasKey(chatId)) await this.ensure(chatId);
+    const key = await this.keys.waitForCurrent(chatId, minEpoch, Math.max(0, deadline - Date.now()));
+    if (key) return key;
+    if (this.#closed) throw new E2ESessionError('CLOSED', 'This E2E session is closed.', { chatId });
+    throw new E2ESessionError('NO_CHAT_KEY', `No key for the current epoch of chat ${chatId} arrived in time.`, {
+      chatId,
+    });
+  }
+
+  /** Asks the server for the current epoch and our envelope at it (after a refused send). */
+  async refresh(chatId: number): Promise<void> {
+    const state = await this.#o.client.chatKey(chatId);
+    this.learn(state.key_ring);
+    this.keys.raiseEpoch(chatId, state.epoch);
+    if (state.envelope !== null) this.accept({ chatId, epoch: state.epoch, envelope: state.envelope, sender: null });
+  }
+
+  /** {@link shareWith} in the background (awaited by `close()`). */
+  shareInBackground(chatId: number, ring: KeyRing): void {
+    this.#track(chatId, this.shareWith(chatId, ring, true));
+  }
+
+  /**
+   * Shares the current key with sessions of `ring` (the server stores only missing envelopes and
+   * never overwrites). "The epoch or ring moved on" is expected: the next keying covers them.
+   */
+  async shareWith(chatId: number, ring: KeyRing, skipSelf: boolean): Promise<void> {
+    const current = this.keys.current(chatId);
+    if (!current || this.#closed) return;
+    const skip = skipSelf && this.#sessionId !== null ? [this.#sessionId] : [];
+    const share = buildKeyShare({
+      keyRing: ring,
+      chatKey: current.key,
+      chatId,
+      epoch: current.epoch,
+      skipSessionIds: skip,
+    });
+    this.#reportSkipped(chatId, share.skipped);
+    if (share.envelopes.length === 0) return;
+    try {
+      await this.#o.client.shareKeys(chatId, { epoch: current.epoch, envelopes: share.envelopes });
+    } catch (error) {
+      if (isApiError(error, 'ERR_EPOCH_MISMATCH', 'ERR_KEY_RING_CHANGED', 'ERR_EPOCH_ALREADY_KEYED')) return;
+      if (isApiError(error, 'ERR_NOT_CHAT_MEMBER', 'ERR_CHAT_NOT_FOUND')) return;
+      this.#error('BACKGROUND_FAILURE', `Could not share the key of chat ${chatId}.`, chatId, { cause: error });
+    }
+  }
+
+  /** Ends timers and waits; resolves when running keyings have stopped. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    for (const timer of this.#timers) clearTimeout(timer);
+    this.#timers.clear();
+    this.keys.cancelAll();
+    await Promise.allSettled([...this.#running.values(), ...this.#tasks]);
+  }
+
+  async #loop(chatId: number): Promise<boolean> {
+    const deadline = Date.now() + this.#o.keyWaitMs;
+    for (let attempt = 0; attempt < this.#o.attempts && !this.#closed && Date.now() < deadline; attempt++) {
+      if (this.hasKey(chatId)) return true;
+      const state = await this.#o.client.chatKey(chatId);
+      this.learn(state.key_ring);
+      this.keys.raiseEpoch(chatId, state.epoch);
+      const epoch = state.epoch;
+      if (this.keys.get(chatId, epoch)) continue;
+      if (state.envelope !== null) {
+        if (this.accept({ chatId, epoch, envelope: state.envelope, sender: null })) continue;
+        return false; // The server never replaces an envelope: only the next epoch can help.
+      }
+      if (this.#sessionId === null) {
+        throw new E2ESessionError('SESSION_UNKNOWN', 'This session’s public key is not in the key ring.', { chatId });
+      }
+      if ((await this.#keyEpoch(chatId, epoch, state.key_ring)) === 'taken') {
+        // Someone keyed it first: their envelope for us comes as room:key (or the epoch moves on).
+        const moved = () => ((this.keys.epochOf(chatId) ?? 0) > epoch ? true : undefined);
+        await this.keys.waitFor(() => this.keys.get(chatId, epoch) ?? moved(), deadline - Date.now());
+      }
+    }
+    return this.hasKey(chatId);
+  }
+
+  /** Makes a chat key and shares it with the whole ring: the first complete share keys the epoch. */
+  async #keyEpoch(chatId: number, epoch: number, ring: KeyRing): Promise<'keyed' | 'taken' | 'retry'> {
+    const chatKey = generateChatKey();
+    const share = buildKeyShare({ keyRing: ring, chatKey, chatId, epoch });
+    this.#reportSkipped(chatId, share.skipped);
+    let stored: number;
+    try {
+      stored = (await this.#o.client.shareKeys(chatId, { epoch, envelopes: share.envelopes })).stored;
+    } catch (error) {
+      if (isApiError(error, 'ERR_EPOCH_ALREADY_KEYED')) return 'taken';
+      if (isApiError(error, 'ERR_KEY_RING_CHANGED', 'ERR_EPOCH_MISMATCH')) return 'retry';
+      throw error;
+    }
+    // A session that received the winner's envelope meanwhile counts as a holder, so its late
+    // attempt is taken as a top-up and answers 200 with fewer envelopes stored (our own not among
+    // them): our key is the epoch's key only when every envelope was stored.
+    if (stored !== share.envelopes.length) {
+      if (stored > 0) {
+        // Sessions that still lacked an envelope got ours, whose key is not the epoch's key: they
+        // cannot read the others until the next epoch. The server cannot tell the keys apart.
+        this.#error(
+          'KEY_CONFLICT',
+          `A late keying of chat ${chatId} epoch ${epoch} reached ${stored} sessions.`,
+          chatId,
+          {
+            details: { epoch, stored },
+          },
+        );
+      }
+      return 'retry';
+    }
+    this.#store(chatId, epoch, chatKey, 'keyed', this.#sessionId);
+    return 'keyed';
+  }
+
+  #store(chatId: number, epoch: number, key: Uint8Array, source: KeyEvent['source'], sender: number | null): void {
+    if (!this.keys.store(chatId, epoch, key)) return;
+    if (!this.#closed) this.#o.onKey({ chatId, epoch, source, senderSessionId: sender });
+    if (this.keys.current(chatId)?.epoch === epoch) this.#track(chatId, this.#flushShares(chatId));
+  }
+
+  async #flushShares(chatId: number): Promise<void> {
+    const pending = this.#pendingShares.get(chatId);
+    if (!pending || pending.size === 0 || !this.hasKey(chatId)) return;
+    this.#pendingShares.delete(chatId);
+    const ring: Record<string, Record<string, string>> = {};
+    for (const [sessionId, { userId, publicKey }] of pending) {
+      ring[userId] = { ...ring[userId], [String(sessionId)]: publicKey };
+    }
+    await this.shareWith(chatId, ring, false);
+  }
+
+  #reportSkipped(chatId: number, skipped: SkippedSession[]): void {
+    if (skipped.length > 0) {
+      this.#error('SHARE_SKIPPED', `${skipped.length} key ring entries got no envelope.`, chatId, { details: skipped });
+    }
+  }
+
+  #error(
+    code: E2ESessionError['code'],
+    message: string,
+    chatId: number,
+    extra: { cause?: unknown; details?: unknown },
+  ): void {
+    this.#emitError(new E2ESessionError(code, message, { chatId, ...extra }));
+  }
+
+  #emitError(error: E2ESessionError): void {
+    if (!this.#closed) this.#o.onError(error);
+  }
+}

@@ -1,0 +1,321 @@
+import type { Message, RoomJoinPayload, ServerToClientEvents } from '@parlor/protocol';
+import {
+  decryptMessage,
+  E2EError,
+  encryptMessage,
+  generateKeyPair,
+  type KeyPair,
+  parseBundle,
+  publicKeyToBase64,
+} from '../crypto/index.js';
+import type { ParlorClient } from './api.js';
+import { ChatKeying } from './e2e-keying.js';
+import type { EpochKey } from './e2e-keys.js';
+import {
+  type ChatEntry,
+  type E2EChatSessionEvents,
+  type E2EChatSessionOptions,
+  E2ESessionError,
+  type JoinedChat,
+  type JoinOptions,
+} from './e2e-types.js';
+import { AsyncQueue, TypedEmitter } from './emitter.js';
+import { isApiError } from './errors.js';
+import { connect, joinRoom, leaveRoom, type ParlorSocket } from './socket.js';
+import type { HistoryInput } from './types.js';
+
+/**
+ * The client side of DESIGN.md section 7 for one logged-in session: registers this session's
+ * X25519 key, keeps the chat keys of every epoch it obtains, keys new epochs (the first member to
+ * share for the whole key ring wins; the others wait for `room:key`), gives the current key to
+ * new sessions (`portal:key_added`), encrypts what it sends and decrypts what it receives.
+ * Every wait is bounded (`keyWaitMs`); background failures are reported as `error` events.
+ */
+export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
+  readonly client: ParlorClient;
+  readonly socket: ParlorSocket;
+  /** This session's public key, base64 (as registered and as it appears in key rings). */
+  readonly publicKey: string;
+  readonly #keying: ChatKeying;
+  readonly #joined = new Set<number>();
+  readonly #deliveries = new Map<number, Promise<void>>();
+  readonly #gaveUp = new Set<string>();
+  readonly #iterators = new Set<AsyncQueue<ChatEntry>>();
+  readonly #unsubscribe: (() => void)[] = [];
+  readonly #ownsSocket: boolean;
+  readonly #keyWaitMs: number;
+  readonly #shareOnJoin: boolean;
+  #closed = false;
+
+  private constructor(opts: E2EChatSessionOptions, socket: ParlorSocket, ownsSocket: boolean) {
+    super();
+    this.client = opts.client;
+    this.socket = socket;
+    this.#ownsSocket = ownsSocket;
+    const keyPair: KeyPair = opts.keyPair ?? generateKeyPair();
+    this.publicKey = publicKeyToBase64(keyPair.publicKey);
+    this.#keyWaitMs = opts.keyWaitMs ?? 5000;
+    this.#shareOnJoin = opts.shareOnJoin ?? true;
+    this.#keying = new ChatKeying({
+      client: opts.client,
+      publicKey: this.publicKey,
+      privateKey: keyPair.privateKey,
+      keyWaitMs: this.#keyWaitMs,
+      jitterMs: opts.rekeyJitterMs ?? 300,
+      attempts: opts.keyingAttempts ?? 5,
+      isJoined: (chatId) => this.#joined.has(chatId),
+      onKey: (e) => this.emit('key', e),
+      onError: (e) => this.emit('error', e),
+    });
+    this.#listen();
+  }
+
+  /**
+   * Opens the session: connects the socket (unless one is given, already connected), then
+   * registers the public key (`POST /v1/portal/keys`), so that envelopes shared in answer to it
+   * already reach this socket.
+   */
+  static async open(opts: E2EChatSessionOptions): Promise<E2EChatSession> {
+    const socket = opts.socket ?? (await connect(opts.client));
+    const session = new E2EChatSession(opts, socket, !opts.socket);
+    try {
+      await opts.client.registerKey(session.publicKey);
+    } catch (error) {
+      await session.close();
+      throw error;
+    }
+    return session;
+  }
+
+  /** This session's id, learned from the first key ring that lists our public key (null before). */
+  get sessionId(): number | null {
+    return this.#keying.sessionId;
+  }
+
+  /** The newest epoch known for a chat. */
+  epochOf(chatId: number): number | undefined {
+    return this.#keying.keys.epochOf(chatId);
+  }
+
+  /** True when the key of the newest known epoch is held. */
+  hasKey(chatId: number): boolean {
+    return this.#keying.hasKey(chatId);
+  }
+
+  /** Every chat key this session holds for the chat, by epoch (a copy; for export or inspection). */
+  chatKeys(chatId: number): Map<number, Uint8Array> {
+    return this.#keying.keys.keysOf(chatId);
+  }
+
+  /** Restores chat keys kept from an earlier run (see {@link chatKeys}); held epochs are not replaced. */
+  importKeys(chatId: number, keys: ReadonlyMap<number, Uint8Array>): void {
+    for (const [epoch, key] of keys) this.#keying.keys.store(chatId, epoch, key);
+  }
+
+  /** Waits (bounded) until the key of the newest known epoch is held; true when it is. */
+  async waitForKey(chatId: number, timeoutMs = this.#keyWaitMs): Promise<boolean> {
+    const keys = this.#keying.keys;
+    return (await keys.waitForCurrent(chatId, keys.epochOf(chatId) ?? 0, timeoutMs)) !== undefined;
+  }
+
+  /**
+   * `room:join`, then obtains the current chat key: from our envelope, by keying an epoch nobody
+   * keyed, or from a holder (waiting at most `keyWaitMs`, unless `waitForKey: false`).
+   * @throws ParlorApiError when the server refuses the join or the key lookup.
+   */
+  async join(payload: RoomJoinPayload, opts: JoinOptions = {}): Promise<JoinedChat> {
+    this.#assertOpen();
+    const joined = await joinRoom(this.socket, payload);
+    const chatId = joined.chat.id;
+    this.#joined.add(chatId);
+    this.#keying.learn(joined.key_ring);
+    this.#keying.keys.raiseEpoch(chatId, joined.epoch);
+    const keying = this.#keying.ensure(chatId);
+    let hasKey: boolean;
+    if (opts.waitForKey === false) {
+      this.#keying.background(chatId, keying);
+      hasKey = this.hasKey(chatId);
+    } else {
+      hasKey = await keying;
+    }
+    // Sessions of the ring that missed their envelope (their holders were offline) get it now.
+    if (hasKey && this.#shareOnJoin) this.#keying.shareInBackground(chatId, joined.key_ring);
+    return { ...joined, hasKey };
+  }
+
+  /** `room:leave`: ends the membership. Keys of past epochs are kept (history stays readable). */
+  async leave(chatId: number): Promise<void> {
+    this.#assertOpen();
+    await leaveRoom(this.socket, chatId);
+    this.#forget(chatId);
+  }
+
+  /**
+   * Encrypts with the current epoch's key and sends. When the server answers ERR_EPOCH_MISMATCH or
+   * ERR_NO_ROOM_KEY (a rekey this session had not seen yet), it waits (bounded) for the new key
+   * and retries once.
+   * @throws E2ESessionError NO_CHAT_KEY when no key comes in time; ParlorApiError for refusals.
+   */
+  async send(chatId: number, plaintext: string): Promise<{ id: string; epoch: number }> {
+    this.#assertOpen();
+    const first = this.#keying.keys.current(chatId) ?? (await this.#keying.current(chatId, 0));
+    try {
+      return await this.#post(chatId, first, plaintext);
+    } catch (error) {
+      if (!isApiError(error, 'ERR_EPOCH_MISMATCH', 'ERR_NO_ROOM_KEY')) throw error;
+      await this.#keying.refresh(chatId);
+      const minEpoch = first.epoch + (error.code === 'ERR_EPOCH_MISMATCH' ? 1 : 0);
+      return this.#post(chatId, await this.#keying.current(chatId, minEpoch), plaintext);
+    }
+  }
+
+  /**
+   * The plaintext of a user message (from `message:new` or history).
+   * @throws E2EError NO_KEY_FOR_EPOCH for an epoch this session never held, DECRYPT_FAILED or
+   *   BUNDLE_INVALID for bad content; E2ESessionError SYSTEM_MESSAGE for a system message.
+   */
+  decrypt(message: Message): string {
+    const chatId = message.chat_id;
+    if (message.type === 'system') {
+      throw new E2ESessionError('SYSTEM_MESSAGE', 'System messages carry no ciphertext.', { chatId });
+    }
+    return decryptMessage({ chatKey: this.#keying.keys.lookup(chatId), chatId, content: message.content }).plaintext;
+  }
+
+  /** Reads a message without throwing: decrypted, system, or undecryptable with its E2EError. */
+  open(message: Message): ChatEntry {
+    const chatId = message.chat_id;
+    if (message.type === 'system') return { kind: 'system', chatId, message };
+    try {
+      const lookup = this.#keying.keys.lookup(chatId);
+      const { epoch, plaintext } = decryptMessage({ chatKey: lookup, chatId, content: message.content });
+      return { kind: 'user', chatId, message, epoch, plaintext };
+    } catch (error) {
+      if (error instanceof E2EError) return { kind: 'undecryptable', chatId, message, error };
+      throw error;
+    }
+  }
+
+  /** A page of history (newest first), each message read with {@link open}. */
+  async history(chatId: number, input: HistoryInput = {}): Promise<ChatEntry[]> {
+    const { messages } = await this.client.history(chatId, input);
+    return messages.map((m) => this.open(m));
+  }
+
+  /** Incoming entries as an async iterator (of one chat, or all); it ends at `close()` or `return()`. */
+  messages(chatId?: number): AsyncIterableIterator<ChatEntry> {
+    const queue: AsyncQueue<ChatEntry> = new AsyncQueue<ChatEntry>(
+      10_000,
+      () => this.#iterators.delete(queue),
+      (entry) => chatId === undefined || entry.chatId === chatId,
+    );
+    if (this.#closed) queue.end();
+    else this.#iterators.add(queue);
+    return queue;
+  }
+
+  /** Stops everything: socket listeners, timers, waits and iterators; closes the socket it opened. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    for (const off of this.#unsubscribe.splice(0)) off();
+    for (const it of this.#iterators) it.end();
+    this.#iterators.clear();
+    if (this.#ownsSocket) this.socket.disconnect();
+    await this.#keying.close();
+    await Promise.allSettled([...this.#deliveries.values()]);
+    this.removeAllListeners();
+  }
+
+  #listen(): void {
+    const on = <E extends keyof ServerToClientEvents>(event: E, handler: ServerToClientEvents[E]) => {
+      (this.socket.on as (e: E, h: ServerToClientEvents[E]) => void)(event, handler);
+      this.#unsubscribe.push(() => (this.socket.off as (e: E, h: ServerToClientEvents[E]) => void)(event, handler));
+    };
+    on('room:key', (e) =>
+      this.#keying.accept({ chatId: e.chat_id, epoch: e.epoch, envelope: e.envelope, sender: e.sender_session_id }),
+    );
+    on('room:rekey', (e) => this.#keying.rekey(e.chat_id, e.epoch));
+    on('portal:key_added', (e) => this.#keying.keyAdded(e.chat_id, e.user_id, e.session_id, e.public_key));
+    on('message:new', (m) => this.#enqueue(m));
+    on('room:left', (e) => {
+      this.#forget(e.chat_id);
+      this.emit('left', { chatId: e.chat_id, reason: e.reason });
+    });
+    // The socket is connected when the session starts, so every later `connect` is a reconnection.
+    const onConnect = () => {
+      if (!this.socket.recovered) void this.#rejoin();
+    };
+    this.socket.on('connect', onConnect);
+    this.#unsubscribe.push(() => this.socket.off('connect', onConnect));
+  }
+
+  /** After a reconnection the server could not recover, enter the chat rooms again. */
+  async #rejoin(): Promise<void> {
+    for (const chatId of [...this.#joined]) {
+      try {
+        const joined = await joinRoom(this.socket, { chat_id: chatId });
+        this.#keying.keys.raiseEpoch(chatId, joined.epoch);
+        this.#keying.background(chatId, this.#keying.ensure(chatId));
+      } catch (error) {
+        if (this.#closed) return;
+        this.emit(
+          'error',
+          new E2ESessionError('BACKGROUND_FAILURE', `Could not rejoin chat ${chatId}.`, { chatId, cause: error }),
+        );
+      }
+    }
+  }
+
+  #forget(chatId: number): void {
+    this.#joined.delete(chatId);
+    this.#keying.forget(chatId);
+  }
+
+  async #post(chatId: number, key: EpochKey, plaintext: string): Promise<{ id: string; epoch: number }> {
+    const content = encryptMessage({ chatKey: key.key, chatId, epoch: key.epoch, plaintext });
+    const { id } = await this.client.sendMessage(chatId, content);
+    return { id, epoch: key.epoch };
+  }
+
+  /** Delivers in arrival order per chat; a message of an epoch whose key is on its way waits for it. */
+  #enqueue(message: Message): void {
+    const chatId = message.chat_id;
+    const next = (this.#deliveries.get(chatId) ?? Promise.resolve()).then(() => this.#deliver(message)).catch(() => {}); // Delivery never throws past its listeners; keep the chain alive regardless.
+    this.#deliveries.set(chatId, next);
+    void next.finally(() => {
+      if (this.#deliveries.get(chatId) === next) this.#deliveries.delete(chatId);
+    });
+  }
+
+  async #deliver(message: Message): Promise<void> {
+    if (message.type === 'user') await this.#awaitEpochOf(message);
+    if (this.#closed) return;
+    const entry = this.open(message);
+    for (const it of this.#iterators) it.push(entry);
+    this.emit('message', entry);
+  }
+
+  async #awaitEpochOf(message: Message): Promise<void> {
+    let epoch: number;
+    try {
+      epoch = parseBundle(message.content).epoch;
+    } catch {
+      return; // open() reports BUNDLE_INVALID.
+    }
+    const chatId = message.chat_id;
+    const keys = this.#keying.keys;
+    const known = keys.epochOf(chatId);
+    const tag = `${chatId}:${epoch}`;
+    // Keys of past epochs never arrive later; the current or a newer one may be on its way.
+    if (keys.get(chatId, epoch) || (known !== undefined && epoch < known) || this.#gaveUp.has(tag)) return;
+    if (!(await keys.waitForEpoch(chatId, epoch, this.#keyWaitMs))) {
+      if (this.#gaveUp.size > 1000) this.#gaveUp.clear();
+      this.#gaveUp.add(tag);
+    }
+  }
+
+  #assertOpen(): void {
+    if (this.#closed) throw new E2ESessionError('CLOSED', 'This E2E session is closed.');
+  }
+}

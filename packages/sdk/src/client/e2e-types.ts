@@ -1,0 +1,90 @@
+import type { Message } from '@parlor/protocol';
+import type { E2EError, KeyPair } from '../crypto/index.js';
+import type { ParlorClient } from './api.js';
+import type { ParlorSocket, RoomJoined } from './socket.js';
+
+/** Failures of the E2E session layer (the crypto layer's own failures are `E2EError`). */
+export const E2ESessionErrorCode = {
+  /** No chat key for the current epoch arrived in time (nobody online holds it, or keying lost). */
+  NO_CHAT_KEY: 'NO_CHAT_KEY',
+  /** This session's public key is not in the chat's key ring (not a member, or not registered). */
+  SESSION_UNKNOWN: 'SESSION_UNKNOWN',
+  /** The session was closed. */
+  CLOSED: 'CLOSED',
+  /** `decrypt` was given a system message (it has no ciphertext). */
+  SYSTEM_MESSAGE: 'SYSTEM_MESSAGE',
+  /** An envelope addressed to this session did not open (tampered, or wrapped for another key). */
+  ENVELOPE_REJECTED: 'ENVELOPE_REJECTED',
+  /** Key ring entries got no envelope (bad public keys); see `details`. */
+  SHARE_SKIPPED: 'SHARE_SKIPPED',
+  /**
+   * This session's keying share lost a race but was taken as a top-up (it had meanwhile received
+   * the winner's envelope), so sessions that lacked an envelope got a key other than the epoch's.
+   */
+  KEY_CONFLICT: 'KEY_CONFLICT',
+  /** A background step (keying, sharing, rejoining) failed; `cause` has the error. */
+  BACKGROUND_FAILURE: 'BACKGROUND_FAILURE',
+} as const;
+export type E2ESessionErrorCode = (typeof E2ESessionErrorCode)[keyof typeof E2ESessionErrorCode];
+
+export class E2ESessionError extends Error {
+  readonly code: E2ESessionErrorCode;
+  readonly chatId: number | undefined;
+  readonly details: unknown;
+
+  constructor(
+    code: E2ESessionErrorCode,
+    message: string,
+    opts: { chatId?: number; cause?: unknown; details?: unknown } = {},
+  ) {
+    super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
+    this.name = 'E2ESessionError';
+    this.code = code;
+    this.chatId = opts.chatId;
+    this.details = opts.details;
+  }
+}
+
+/** A chat message as this session reads it. */
+export type ChatEntry =
+  | { kind: 'user'; chatId: number; message: Message; epoch: number; plaintext: string }
+  | { kind: 'system'; chatId: number; message: Message }
+  /** A user message this session cannot open: `error.code` is `NO_KEY_FOR_EPOCH` for epochs it never held. */
+  | { kind: 'undecryptable'; chatId: number; message: Message; error: E2EError };
+
+/** Events of {@link E2EChatSession}. */
+export interface E2EChatSessionEvents {
+  /** A `message:new`, decrypted (in arrival order per chat). */
+  message: (entry: ChatEntry) => void;
+  /** A chat key was obtained: from an envelope (`senderSessionId` when known) or made here. */
+  key: (e: { chatId: number; epoch: number; source: 'envelope' | 'keyed'; senderSessionId: number | null }) => void;
+  /** The membership ended (`room:left`). */
+  left: (e: { chatId: number; reason: string }) => void;
+  /** A background failure; never thrown, since no caller is waiting for it. */
+  error: (error: E2ESessionError) => void;
+}
+
+export interface E2EChatSessionOptions {
+  /** A logged-in client (its session cookie authenticates the socket too). */
+  client: ParlorClient;
+  /** An open socket of the same session; by default one is opened, and `close()` closes it. */
+  socket?: ParlorSocket;
+  /** This session's X25519 keypair (default: a fresh one). The private key never leaves this object. */
+  keyPair?: KeyPair;
+  /** Longest wait for a chat key: in `join`, `send`, and before giving up on an incoming message (ms, default 5000). */
+  keyWaitMs?: number;
+  /** Upper bound of the random delay before trying to key a new epoch after `room:rekey` (ms, default 300). */
+  rekeyJitterMs?: number;
+  /** Keying attempts while the key ring keeps changing (default 5). */
+  keyingAttempts?: number;
+  /** On join, give the current key to ring sessions that lack it (idempotent on the server; default true). */
+  shareOnJoin?: boolean;
+}
+
+export interface JoinOptions {
+  /** Wait (at most `keyWaitMs`) until the current chat key is held (default true). */
+  waitForKey?: boolean;
+}
+
+/** `room:join`'s answer, plus whether this session holds the current chat key. */
+export type JoinedChat = RoomJoined & { hasKey: boolean };

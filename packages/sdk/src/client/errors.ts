@@ -1,0 +1,63 @@
+import { type ErrorBody, type ErrorCode, ErrorCodes } from '@parlor/protocol';
+
+/** Where a {@link ParlorApiError} came from: an HTTP answer or a socket acknowledgement. */
+export type ParlorErrorSource = 'http' | 'socket';
+
+/**
+ * A non-2xx answer of the REST API, or an `{ok: false}` socket acknowledgement. `code` is one of
+ * the catalogue's `ERR_*` codes (docs/api.md) when the server sent one; `body` is the whole error
+ * body (with `errors`, `retry_after` or `ttl` where the server adds them).
+ */
+export class ParlorApiError extends Error {
+  /** HTTP status; for socket acks, the catalogue's status of `code` (0 when the code is unknown). */
+  readonly status: number;
+  readonly code: ErrorCode | (string & {});
+  readonly body: Partial<ErrorBody> & Record<string, unknown>;
+  readonly source: ParlorErrorSource;
+
+  constructor(
+    status: number,
+    code: string,
+    message: string,
+    body: Record<string, unknown> = {},
+    source: ParlorErrorSource = 'http',
+  ) {
+    super(message);
+    this.name = 'ParlorApiError';
+    this.status = status;
+    this.code = code;
+    this.body = body;
+    this.source = source;
+  }
+
+  /** Seconds the server asks to wait (429 `retry_after`), if any. */
+  get retryAfter(): number | undefined {
+    return typeof this.body.retry_after === 'number' ? this.body.retry_after : undefined;
+  }
+
+  /** Builds the error of an HTTP answer from its status and parsed body (JSON or not). */
+  static fromResponse(status: number, body: unknown): ParlorApiError {
+    const record = isRecord(body) ? body : {};
+    const code = typeof record.code === 'string' ? record.code : `ERR_HTTP_${status}`;
+    const message = typeof record.message === 'string' ? record.message : `HTTP ${status}`;
+    return new ParlorApiError(status, code, message, record, 'http');
+  }
+
+  /** Builds the error of an `{ok: false, code, message}` socket acknowledgement. */
+  static fromAck(ack: unknown): ParlorApiError {
+    const record = isRecord(ack) ? ack : {};
+    const code = typeof record.code === 'string' ? record.code : 'ERR_INTERNAL';
+    const known = (ErrorCodes as Record<string, { status: number; message: string }>)[code];
+    const message = typeof record.message === 'string' ? record.message : (known?.message ?? code);
+    return new ParlorApiError(known?.status ?? 0, code, message, record, 'socket');
+  }
+}
+
+/** True when `error` is a {@link ParlorApiError} with one of the given codes. */
+export function isApiError(error: unknown, ...codes: ErrorCode[]): error is ParlorApiError {
+  return error instanceof ParlorApiError && (codes.length === 0 || (codes as string[]).includes(error.code));
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}

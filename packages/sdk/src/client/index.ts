@@ -1,0 +1,26 @@
+/** The typed Parlor client: REST, Socket.IO, and the E2E chat session built on both. */
+export { BotClient, type BotClientOptions, ParlorClient, type ParlorClientOptions } from './api.js';
+export { ChatKeyStore, type EpochKey } from './e2e-keys.js';
+export { E2EChatSession } from './e2e-session.js';
+export {
+  type ChatEntry,
+  type E2EChatSessionEvents,
+  type E2EChatSessionOptions,
+  E2ESessionError,
+  E2ESessionErrorCode,
+  type JoinedChat,
+  type JoinOptions,
+} from './e2e-types.js';
+export { AsyncQueue, TypedEmitter } from './emitter.js';
+export { isApiError, ParlorApiError, type ParlorErrorSource } from './errors.js';
+export { HttpClient, type HttpClientOptions, parseSetCookie, type Query, SESSION_COOKIE } from './http.js';
+export {
+  type ConnectOptions,
+  connect,
+  emitAck,
+  joinRoom,
+  leaveRoom,
+  type ParlorSocket,
+  type RoomJoined,
+} from './socket.js';
+export type * from './types.js';

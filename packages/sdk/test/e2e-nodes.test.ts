@@ -1,0 +1,59 @@
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { type Backing, createBacking, MODE, startApp, type TestApp } from '../../server/test/support/app.js';
+import { ParlorClient } from '../src/index.js';
+import { closeSessions, collector, loginUser, openSession, plaintexts, testBot } from './support.js';
+
+/** The E2E session across two nodes over one PostgreSQL + Redis (cluster mode only). */
+describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('E2EChatSession on two nodes', () => {
+  let backing: Backing;
+  let a: TestApp;
+  let b: TestApp;
+
+  beforeAll(async () => {
+    backing = await createBacking();
+    [a, b] = await Promise.all([startApp({ backing }), startApp({ backing })]);
+  });
+  afterAll(async () => {
+    await closeSessions();
+    await a?.close();
+    await b?.close();
+    await backing?.release();
+  });
+
+  /** The same session (cookie and address) talking to another node. */
+  const onNode = (node: TestApp, client: ParlorClient) =>
+    new ParlorClient({ baseUrl: node.url, headers: { ...client.headers }, session: client.session });
+
+  it('keys, shares, rekeys and delivers when the members sit on different nodes', async () => {
+    const bot = await testBot(a);
+    const [alice, bob, carol] = await Promise.all([
+      loginUser(a, bot, { level: 2 }),
+      loginUser(a, bot),
+      loginUser(a, bot),
+    ]);
+    const onA = await openSession(alice.client);
+    const onB = await openSession(onNode(b, bob.client));
+    const { chat } = await alice.client.createChat({ name: 'Two nodes', type: 'public' });
+    expect((await onA.join({ chat_id: chat.id })).hasKey).toBe(true);
+    // Bob's envelope is made on node A (portal:key_added crossed to A, room:key crossed back to B).
+    expect((await onB.join({ chat_id: chat.id })).hasKey).toBe(true);
+    const carolOnB = await openSession(onNode(b, carol.client));
+    expect((await carolOnB.join({ chat_id: chat.id })).hasKey).toBe(true);
+
+    const inboxA = collector(onA, chat.id);
+    const inboxB = collector(onB, chat.id);
+    await onA.send(chat.id, 'from node A');
+    await onB.send(chat.id, 'from node B');
+    expect(plaintexts(await inboxA.waitFor(2, (e) => e.kind === 'user'))).toEqual(['from node A', 'from node B']);
+    expect(plaintexts(await inboxB.waitFor(2, (e) => e.kind === 'user'))).toEqual(['from node A', 'from node B']);
+
+    // Carol leaves on node B; node A's member sees the rekey and the next epoch works for both.
+    const before = onA.epochOf(chat.id) as number;
+    await carolOnB.leave(chat.id);
+    const sent = await onB.send(chat.id, 'after carol left');
+    expect(sent.epoch).toBe(before + 1);
+    const [entry] = await inboxA.waitFor(1, (e) => e.message.id === sent.id);
+    expect(entry).toMatchObject({ kind: 'user', plaintext: 'after carol left' });
+    expect(carolOnB.chatKeys(chat.id).has(sent.epoch)).toBe(false);
+  });
+});

@@ -1,0 +1,304 @@
+import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
+import { describeApp, startApp, type TestApp } from '../../server/test/support/app.js';
+import {
+  type BotClient,
+  type ChatEntry,
+  decryptMessage,
+  type E2EChatSession,
+  E2EError,
+  type E2ESessionError,
+  generateKeyPair,
+  type Message,
+  parseBundle,
+} from '../src/index.js';
+import { closeSessions, collector, loginUser, openSession, plaintexts, storedContents, testBot } from './support.js';
+
+let app: TestApp;
+let bot: BotClient;
+beforeAll(async () => {
+  app = await startApp();
+  bot = await testBot(app);
+});
+afterEach(async () => {
+  await closeSessions();
+});
+afterAll(async () => {
+  await app?.close();
+});
+
+/** A user logged in on two sessions, each with its E2E session open. */
+async function twoSessionUser(level?: number): Promise<{ userId: number; sessions: [E2EChatSession, E2EChatSession] }> {
+  const first = await loginUser(app, bot, { level });
+  const second = await loginUser(app, bot, { platformUserId: first.platformUserId });
+  return { userId: first.user.id, sessions: [await openSession(first.client), await openSession(second.client)] };
+}
+
+/** Fails the test on any background error of these sessions. */
+function noErrors(...sessions: E2EChatSession[]): E2ESessionError[] {
+  const errors: E2ESessionError[] = [];
+  for (const s of sessions) s.on('error', (e) => errors.push(e));
+  return errors;
+}
+
+const userMessages = (entries: ChatEntry[]) => entries.filter((e) => e.kind === 'user');
+
+describeApp('E2EChatSession', () => {
+  it('lets two users with two sessions each read every message, and stores only ciphertext', async () => {
+    const [alice, bob] = await Promise.all([twoSessionUser(2), twoSessionUser()]);
+    const all = [...alice.sessions, ...bob.sessions];
+    const errors = noErrors(...all);
+    const { chat } = await alice.sessions[0].client.createChat({ name: 'Four sessions', type: 'public' });
+    const inboxes = all.map((s) => collector(s, chat.id));
+    const joins = await Promise.all(all.map((s) => s.join({ chat_id: chat.id })));
+    expect(joins.map((j) => j.hasKey)).toEqual([true, true, true, true]);
+    expect(new Set(all.map((s) => s.sessionId).filter((id) => id !== null)).size).toBe(4);
+    // Everyone holds the same key of the same epoch.
+    const epoch = all[0]?.epochOf(chat.id) as number;
+    const keys = all.map((s) => Buffer.from(s.chatKeys(chat.id).get(epoch) ?? []).toString('hex'));
+    expect(new Set(keys).size).toBe(1);
+
+    const texts = all.map((_, i) => `secret message ${i} — ünïcødé ✓`);
+    const sent = await Promise.all(all.map((s, i) => s.send(chat.id, texts[i] as string)));
+    expect(sent.every((m) => m.epoch === epoch)).toBe(true);
+    for (const inbox of inboxes) {
+      const got = await inbox.waitFor(4, (e) => e.kind === 'user');
+      expect(plaintexts(got)).toEqual([...texts].sort());
+    }
+
+    const stored = await storedContents(app);
+    for (const text of texts) expect(stored.some((c) => c.includes(text) || c.includes('secret message'))).toBe(false);
+    const mine = stored.filter((c) => c !== '').map((c) => parseBundle(c));
+    expect(mine.length).toBeGreaterThanOrEqual(4);
+    expect(errors).toEqual([]);
+  });
+
+  it('rekeys when a member leaves: the leaver cannot read what is sent afterwards', async () => {
+    const [alice, bob] = await Promise.all([twoSessionUser(2), twoSessionUser()]);
+    const errors = noErrors(...alice.sessions, ...bob.sessions);
+    const { chat } = await alice.sessions[0].client.createChat({ name: 'Leaving', type: 'public' });
+    for (const s of [...alice.sessions, ...bob.sessions]) await s.join({ chat_id: chat.id });
+    const before = await alice.sessions[0].send(chat.id, 'before the leave');
+    const inbox = collector(alice.sessions[1], chat.id);
+
+    await bob.sessions[0].leave(chat.id);
+    const after = await alice.sessions[0].send(chat.id, 'after the leave');
+    expect(after.epoch).toBeGreaterThan(before.epoch);
+    const [entry] = await inbox.waitFor(1, (e) => e.kind === 'user' && e.message.id === after.id);
+    expect(entry).toMatchObject({ kind: 'user', plaintext: 'after the leave', epoch: after.epoch });
+
+    const { messages } = await alice.sessions[0].client.history(chat.id, { limit: 10 });
+    const afterMessage = messages.find((m) => m.id === after.id) as Message;
+    const beforeMessage = messages.find((m) => m.id === before.id) as Message;
+    for (const leaver of bob.sessions) {
+      expect(leaver.decrypt(beforeMessage)).toBe('before the leave');
+      expect(() => leaver.decrypt(afterMessage)).toThrow(expect.objectContaining({ code: 'NO_KEY_FOR_EPOCH' }));
+      // Not with any key it ever held either.
+      const held = [...leaver.chatKeys(chat.id).values()];
+      expect(held.length).toBeGreaterThan(0);
+      for (const chatKey of held) {
+        const content = afterMessage.content.replace(`"epoch":${after.epoch}`, `"epoch":${before.epoch}`);
+        expect(() => decryptMessage({ chatKey, chatId: chat.id, content: afterMessage.content })).toThrow(E2EError);
+        expect(() => decryptMessage({ chatKey, chatId: chat.id, content })).toThrow(E2EError);
+      }
+      expect(leaver.chatKeys(chat.id).has(after.epoch)).toBe(false);
+    }
+    // The server no longer answers the leaver's key requests.
+    const leftOut = await bob.sessions[0].client.chatKey(chat.id).catch((e: unknown) => e);
+    expect(leftOut).toMatchObject({ code: 'ERR_NOT_CHAT_MEMBER' });
+    expect(errors).toEqual([]);
+  });
+
+  it('gives a late joiner and a late session the current key through portal:key_added', async () => {
+    const alice = await twoSessionUser(2);
+    const errors = noErrors(...alice.sessions);
+    const { chat } = await alice.sessions[0].client.createChat({ name: 'Late', type: 'public' });
+    for (const s of alice.sessions) await s.join({ chat_id: chat.id });
+    const early = await alice.sessions[0].send(chat.id, 'sent before anyone else came');
+    const epoch = alice.sessions[0].epochOf(chat.id) as number;
+    const aliceKey = alice.sessions[0].chatKeys(chat.id).get(epoch);
+
+    const bobLogin = await loginUser(app, bot);
+    const bob = await openSession(bobLogin.client);
+    const sources: string[] = [];
+    bob.on('key', (e) => sources.push(e.source));
+    const joined = await bob.join({ chat_id: chat.id });
+    expect(joined.hasKey).toBe(true);
+    expect(sources).toEqual(['envelope']);
+    expect(bob.chatKeys(chat.id).get(epoch)).toEqual(aliceKey);
+    const history = await bob.history(chat.id);
+    expect(history.find((e) => e.message.id === early.id)).toMatchObject({
+      kind: 'user',
+      plaintext: 'sent before anyone else came',
+    });
+
+    // A second session of a member: registering its key prompts the holders to share with it,
+    // before it even joins the room.
+    const bobAgain = await loginUser(app, bot, { platformUserId: bobLogin.platformUserId });
+    const bob2 = await openSession(bobAgain.client);
+    const deadline = Date.now() + 5000;
+    while ((await bobAgain.client.chatKey(chat.id)).envelope === null && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    expect((await bobAgain.client.chatKey(chat.id)).envelope).not.toBeNull();
+    expect((await bob2.join({ chat_id: chat.id })).hasKey).toBe(true);
+    const inbox = collector(alice.sessions[1], chat.id);
+    const fromBob2 = await bob2.send(chat.id, 'hello from the new device');
+    expect((await inbox.waitFor(1, (e) => e.message.id === fromBob2.id))[0]).toMatchObject({
+      plaintext: 'hello from the new device',
+    });
+    expect(errors).toEqual([]);
+  });
+
+  it('decrypts history, reports epochs it never held, and delivers through the iterator', async () => {
+    const alice = await loginUser(app, bot, { level: 2 });
+    const a1 = await openSession(alice.client);
+    const { chat } = await alice.client.createChat({ name: 'History', type: 'public' });
+    await a1.join({ chat_id: chat.id });
+    const bobLogin = await loginUser(app, bot);
+    const bob = await openSession(bobLogin.client);
+    await bob.join({ chat_id: chat.id });
+    await a1.send(chat.id, 'epoch one');
+    await bob.leave(chat.id); // the chat moves to epoch two
+
+    const stream = a1.messages(chat.id);
+    await a1.send(chat.id, 'epoch two');
+    const seen: ChatEntry[] = [];
+    for await (const entry of stream) {
+      seen.push(entry);
+      if (entry.kind === 'user') break;
+    }
+    expect(seen.at(-1)).toMatchObject({ kind: 'user', plaintext: 'epoch two' });
+
+    // A newcomer at epoch two reads it, and reports epoch one as never held.
+    const carol = await openSession((await loginUser(app, bot)).client);
+    expect((await carol.join({ chat_id: chat.id })).hasKey).toBe(true);
+    const history = await carol.history(chat.id, { limit: 10 });
+    expect(history.map((e) => e.kind)).toEqual(['user', 'system', 'undecryptable']);
+    expect(history[0]).toMatchObject({ kind: 'user', plaintext: 'epoch two' });
+    expect(history[1]).toMatchObject({
+      kind: 'system',
+      message: { system: { kind: 'leave', user_id: bobLogin.user.id } },
+    });
+    const old = history[2];
+    expect(old?.kind === 'undecryptable' && old.error.code).toBe('NO_KEY_FOR_EPOCH');
+    expect(() => carol.decrypt(history[1]?.message as Message)).toThrow(
+      expect.objectContaining({ code: 'SYSTEM_MESSAGE' }),
+    );
+    expect(() => carol.decrypt(history[2]?.message as Message)).toThrow(
+      expect.objectContaining({ code: 'NO_KEY_FOR_EPOCH' }),
+    );
+    // The first session kept the older key.
+    expect(userMessages(await a1.history(chat.id)).map((e) => e.kind === 'user' && e.plaintext)).toEqual([
+      'epoch two',
+      'epoch one',
+    ]);
+  });
+
+  it('retries a send refused with ERR_EPOCH_MISMATCH after keying the new epoch itself', async () => {
+    const alice = await loginUser(app, bot, { level: 2 });
+    const a1 = await openSession(alice.client);
+    const { chat } = await alice.client.createChat({ name: 'Missed rekey', type: 'public' });
+    await a1.join({ chat_id: chat.id });
+    const bob = await openSession((await loginUser(app, bot)).client);
+    await bob.join({ chat_id: chat.id });
+    const first = await a1.send(chat.id, 'one');
+    // This session misses the room:rekey event (as if it were lost), so it sends at the old epoch.
+    a1.socket.off('room:rekey');
+    await bob.leave(chat.id);
+    const second = await a1.send(chat.id, 'two');
+    expect(second.epoch).toBe(first.epoch + 1);
+    expect(userMessages(await a1.history(chat.id)).map((e) => e.kind === 'user' && e.plaintext)).toEqual([
+      'two',
+      'one',
+    ]);
+  });
+
+  it('keeps every session in step through leaves, rejoins and a logout', async () => {
+    const users = await Promise.all([twoSessionUser(2), twoSessionUser(), twoSessionUser()]);
+    const sessions = users.map((u) => [...u.sessions]);
+    const errors = noErrors(...sessions.flat());
+    const owner = users[0]?.sessions[0] as E2EChatSession;
+    const { chat } = await owner.client.createChat({ name: 'Churn', type: 'public' });
+    await Promise.all(sessions.flat().map((s) => s.join({ chat_id: chat.id })));
+    let lastEpoch = 1;
+    for (const round of [0, 1, 2]) {
+      const user = sessions[1 + (round % 2)] as E2EChatSession[];
+      if (round === 2) {
+        // One session logs out (its key goes, the epoch rises); the user logs in on a new one.
+        const gone = user[1] as E2EChatSession;
+        const { user: me } = await gone.client.me();
+        await gone.client.logout();
+        await gone.close();
+        const platformUserId = me.linked_platforms[0]?.platform_user_id;
+        const fresh = await openSession((await loginUser(app, bot, { platformUserId })).client);
+        fresh.on('error', (e) => errors.push(e));
+        user[1] = fresh;
+        await fresh.join({ chat_id: chat.id });
+      } else {
+        await user[0]?.leave(chat.id);
+        await Promise.all(user.map((s) => s.join({ chat_id: chat.id })));
+      }
+      const all = sessions.flat();
+      const inboxes = all.map((s) => collector(s, chat.id));
+      const sent = await Promise.all(all.map((s, i) => s.send(chat.id, `round ${round} from ${i}`)));
+      const epochs = new Set(sent.map((m) => m.epoch));
+      expect(epochs.size).toBe(1);
+      expect([...epochs][0]).toBeGreaterThan(lastEpoch);
+      lastEpoch = [...epochs][0] as number;
+      for (const inbox of inboxes) {
+        const got = await inbox.waitFor(
+          all.length,
+          (e) => e.kind === 'user' && e.plaintext.startsWith(`round ${round} `),
+        );
+        expect(got).toHaveLength(all.length);
+      }
+    }
+    expect(errors).toEqual([]);
+  });
+
+  it('restores a session from its keypair (same login) and the chat keys it kept', async () => {
+    const alice = await loginUser(app, bot, { level: 2 });
+    const keyPair = generateKeyPair();
+    const first = await openSession(alice.client, { keyPair });
+    const { chat } = await alice.client.createChat({ name: 'Restore', type: 'public' });
+    await first.join({ chat_id: chat.id });
+    const bob = await openSession((await loginUser(app, bot)).client);
+    await bob.join({ chat_id: chat.id });
+    const old = await first.send(chat.id, 'epoch one');
+    await bob.leave(chat.id);
+    const recent = await first.send(chat.id, 'epoch two');
+    const kept = first.chatKeys(chat.id);
+    await first.close();
+
+    const again = await openSession(alice.client, { keyPair });
+    expect(again.publicKey).toBe(first.publicKey);
+    expect((await again.join({ chat_id: chat.id })).hasKey).toBe(true);
+    const read = async () =>
+      Object.fromEntries(
+        (await again.history(chat.id)).map((e) => [e.message.id, e.kind === 'user' ? e.plaintext : e.kind]),
+      );
+    expect(await read()).toMatchObject({ [recent.id]: 'epoch two', [old.id]: 'undecryptable' });
+    again.importKeys(chat.id, kept);
+    expect(await read()).toMatchObject({ [recent.id]: 'epoch two', [old.id]: 'epoch one' });
+  });
+
+  it('bounds its waits: send without any key holder fails with NO_CHAT_KEY, and close() ends everything', async () => {
+    const alice = await loginUser(app, bot, { level: 2 });
+    const { chat } = await alice.client.createChat({ name: 'Bounded', type: 'public' });
+    const bobLogin = await loginUser(app, bot);
+    // Alice keys the epoch, then goes offline: Bob finds it keyed and nobody to share with him.
+    const a1 = await openSession(alice.client);
+    await a1.join({ chat_id: chat.id });
+    await a1.close();
+    const bob = await openSession(bobLogin.client, { keyWaitMs: 500 });
+    const joined = await bob.join({ chat_id: chat.id });
+    expect(joined.hasKey).toBe(false);
+    await expect(bob.send(chat.id, 'nobody can read this')).rejects.toMatchObject({ code: 'NO_CHAT_KEY' });
+    const stream = bob.messages();
+    const pending = stream.next();
+    await bob.close();
+    expect(await pending).toEqual({ value: undefined, done: true });
+    expect(bob.socket.connected).toBe(false);
+    await expect(bob.send(chat.id, 'x')).rejects.toMatchObject({ code: 'CLOSED' });
+  });
+});

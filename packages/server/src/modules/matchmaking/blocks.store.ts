@@ -1,0 +1,36 @@
+import { and, desc, eq, or } from 'drizzle-orm';
+import type { Db } from '../../platform/db/index.js';
+import { userBlocks } from '../../platform/db/schema.js';
+
+/** User-to-user blocks (a block keeps two users from being matched, both ways). */
+export function makeBlocksStore(db: Db) {
+  return {
+    async add(blockerId: number, blockedId: number, at: Date): Promise<void> {
+      await db.insert(userBlocks).values({ blockerId, blockedId, createdAt: at }).onConflictDoNothing();
+    },
+    async remove(blockerId: number, blockedId: number): Promise<boolean> {
+      const rows = await db
+        .delete(userBlocks)
+        .where(and(eq(userBlocks.blockerId, blockerId), eq(userBlocks.blockedId, blockedId)))
+        .returning({ id: userBlocks.blockedId });
+      return rows.length > 0;
+    },
+    async listBy(blockerId: number) {
+      return db
+        .select()
+        .from(userBlocks)
+        .where(eq(userBlocks.blockerId, blockerId))
+        .orderBy(desc(userBlocks.createdAt));
+    },
+    /** Everyone this user blocked or was blocked by. */
+    async excludedFor(userId: number): Promise<number[]> {
+      const rows = await db
+        .select()
+        .from(userBlocks)
+        .where(or(eq(userBlocks.blockerId, userId), eq(userBlocks.blockedId, userId)));
+      return [...new Set(rows.map((r) => (r.blockerId === userId ? r.blockedId : r.blockerId)))];
+    },
+  };
+}
+
+export type BlocksStore = ReturnType<typeof makeBlocksStore>;

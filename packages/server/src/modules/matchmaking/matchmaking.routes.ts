@@ -1,0 +1,139 @@
+import {
+  BlockSchema,
+  EmptyBody,
+  MatchBody,
+  MatchLeaveBody,
+  MatchLeaveResponse,
+  MatchStatisticsSchema,
+  MatchStatusSchema,
+  OkSchema,
+  UserIdBody,
+} from '@parlor/protocol';
+import { Type } from '@sinclair/typebox';
+import { currentUser, type Guards, viewerOf } from '../../platform/auth.js';
+import { appError } from '../../platform/errors.js';
+import type { AppSocket, Realtime } from '../../platform/realtime.js';
+import { type App, errorResponses, security } from '../../platform/routing.js';
+import type { BlocksService } from './blocks.service.js';
+import type { MatchmakingService } from './matchmaking.service.js';
+
+const tags = ['matchmaking'];
+
+export function registerMatchmakingRoutes(
+  app: App,
+  deps: { matchmaking: MatchmakingService; blocks: BlocksService; guards: Guards },
+) {
+  const { matchmaking, blocks, guards } = deps;
+  const auth = { security: security.session };
+
+  app.post('/v1/portal/match', {
+    schema: {
+      tags,
+      ...auth,
+      description: 'Queues on every tag at once; when a peer is waiting, pairs at once (state matched).',
+      body: MatchBody,
+      response: { 200: MatchStatusSchema, ...errorResponses },
+    },
+    onRequest: guards.anySession,
+    handler: async (req) => {
+      const u = currentUser(req);
+      return matchmaking.enqueue(
+        { userId: u.id, sessionId: viewerOf(req).sessionId, stranger: u.stranger, matchBlocked: u.matchBlocked },
+        req.body.interests,
+      );
+    },
+  });
+
+  app.get('/v1/portal/match/status', {
+    schema: { tags, ...auth, response: { 200: MatchStatusSchema, ...errorResponses } },
+    onRequest: guards.anySession,
+    handler: async (req) => matchmaking.status(currentUser(req).id),
+  });
+
+  app.post('/v1/portal/match/dequeue', {
+    schema: { tags, ...auth, body: EmptyBody, response: { 200: MatchStatusSchema, ...errorResponses } },
+    onRequest: guards.anySession,
+    handler: async (req) => matchmaking.dequeue(currentUser(req).id),
+  });
+
+  app.post('/v1/portal/match/leave', {
+    schema: {
+      tags,
+      ...auth,
+      description: 'Leaves (archives) your newest active direct chat, or the one named.',
+      body: MatchLeaveBody,
+      response: { 200: MatchLeaveResponse, ...errorResponses },
+    },
+    onRequest: guards.anySession,
+    handler: async (req) => matchmaking.leave(currentUser(req).id, req.body?.chat_id),
+  });
+
+  app.get('/v1/portal/match/statistics', {
+    schema: {
+      tags,
+      ...auth,
+      description: 'Registered sessions only.',
+      response: { 200: MatchStatisticsSchema, ...errorResponses },
+    },
+    onRequest: guards.session,
+    handler: async () => matchmaking.statistics(),
+  });
+
+  app.post('/v1/portal/strangers/block', {
+    schema: {
+      tags,
+      ...auth,
+      description: 'Moderators and above: blocks an anonymous (stranger) account from matchmaking.',
+      body: UserIdBody,
+      response: { 200: OkSchema, ...errorResponses },
+    },
+    onRequest: guards.session,
+    handler: async (req) => {
+      const u = currentUser(req);
+      if (u.permissionLevel < 1) throw appError('ERR_FORBIDDEN');
+      await blocks.blockStranger({ kind: 'user', id: u.id }, req.body.user_id);
+      return { ok: true };
+    },
+  });
+
+  app.get('/v1/users/me/blocks', {
+    schema: { tags, ...auth, response: { 200: Type.Object({ blocks: Type.Array(BlockSchema) }), ...errorResponses } },
+    onRequest: guards.anySession,
+    handler: async (req) => ({ blocks: await blocks.list(currentUser(req).id) }),
+  });
+
+  app.post('/v1/users/me/blocks/create', {
+    schema: {
+      tags,
+      ...auth,
+      description: 'Blocked users are never matched with you.',
+      body: UserIdBody,
+      response: { 200: OkSchema, ...errorResponses },
+    },
+    onRequest: guards.anySession,
+    handler: async (req) => {
+      await blocks.block(currentUser(req).id, req.body.user_id);
+      return { ok: true };
+    },
+  });
+
+  app.post('/v1/users/me/blocks/delete', {
+    schema: { tags, ...auth, body: UserIdBody, response: { 200: OkSchema, ...errorResponses } },
+    onRequest: guards.anySession,
+    handler: async (req) => ({ ok: await blocks.unblock(currentUser(req).id, req.body.user_id) }),
+  });
+}
+
+/** Sockets make their users count as online (for ERR_MATCH_NO_PEERS_ONLINE and statistics). */
+export function registerMatchmakingSockets(realtime: Realtime, matchmaking: MatchmakingService) {
+  realtime.io.on('connection', (socket: AppSocket) => {
+    void matchmaking.markOnline([socket.data.userId]).catch(() => {});
+  });
+}
+
+/** The users with a socket on this node, for the online refresh. */
+export function localUserIds(realtime: Realtime): number[] {
+  return [...realtime.io.of('/').sockets.values()]
+    .map((s) => (s as AppSocket).data.userId)
+    .filter((id) => id !== undefined);
+}

@@ -1,0 +1,37 @@
+/**
+ * Who may moderate a chat (spec 4.6 rules 2-3), as pure functions so every combination is tested.
+ * Levels: 0 User, 1 Moderator, 2 Admin, 3 Owner.
+ */
+export interface ChatForRules {
+  type: string;
+  ownerId: number | null;
+  /** The chat owner's permission level (0 when the chat has no owner). */
+  ownerLevel: number;
+}
+
+export interface ActorForRules {
+  userId: number;
+  level: number;
+}
+
+/**
+ * Kick, ban, mute, warn, timeout in a chat: the chat owner always; in public and official chats,
+ * anyone who outranks the chat owner (and is at least a Moderator); in private chats only the owner
+ * or Admin and above (moderators cannot). Direct chats have no owner: Moderators and above.
+ */
+export function canModerateChat(actor: ActorForRules, chat: ChatForRules): boolean {
+  if (chat.ownerId !== null && actor.userId === chat.ownerId) return true;
+  if (chat.type === 'private') return actor.level >= 2;
+  return actor.level >= 1 && actor.level > chat.ownerLevel;
+}
+
+/** Unmute: the chat owner, or Admin and above (any chat). */
+export function canUnmute(actor: ActorForRules, chat: ChatForRules): boolean {
+  return (chat.ownerId !== null && actor.userId === chat.ownerId) || actor.level >= 2;
+}
+
+/** Nobody moderates themselves, and a target at or above the actor's level is out of reach (Owners excepted). */
+export function canTarget(actor: ActorForRules, target: { userId: number; level: number }): boolean {
+  if (actor.userId === target.userId) return false;
+  return actor.level === 3 || target.level < Math.max(actor.level, 1);
+}

@@ -1,0 +1,52 @@
+import { and, eq, inArray, isNull, lte, sql } from 'drizzle-orm';
+import type { Db } from '../../platform/db/index.js';
+import { moderationActions, users } from '../../platform/db/schema.js';
+import type { Tx } from '../users/users.store.js';
+
+export type ModerationRow = typeof moderationActions.$inferSelect;
+
+export function makeModerationStore(db: Db) {
+  return {
+    async record(values: typeof moderationActions.$inferInsert, tx: Tx = db): Promise<ModerationRow> {
+      const [row] = await tx.insert(moderationActions).values(values).returning();
+      if (!row) throw new Error('insert returned no row');
+      return row;
+    },
+    /** Lifts the active records of these types (for a chat, or platform-wide with chatId null). */
+    async lift(userId: number, types: string[], chatId: number | null, at: Date, tx: Tx = db): Promise<number> {
+      const rows = await tx
+        .update(moderationActions)
+        .set({ isLifted: true, liftedAt: at })
+        .where(
+          and(
+            eq(moderationActions.userId, userId),
+            inArray(moderationActions.actionType, types),
+            chatId === null ? isNull(moderationActions.chatId) : eq(moderationActions.chatId, chatId),
+            eq(moderationActions.isLifted, false),
+          ),
+        )
+        .returning({ id: moderationActions.id });
+      return rows.length;
+    },
+    /** Marks records whose expiry passed as lifted; returns them. Safe on many nodes. */
+    async liftExpired(now: Date, limit: number): Promise<ModerationRow[]> {
+      const due = sql`select ${moderationActions.id} from ${moderationActions} where ${moderationActions.isLifted} = false and ${moderationActions.expiresAt} <= ${now.toISOString()} order by ${moderationActions.id} limit ${limit} for update skip locked`;
+      return db
+        .update(moderationActions)
+        .set({ isLifted: true, liftedAt: now })
+        .where(sql`${moderationActions.id} in (${due})`)
+        .returning();
+    },
+    /** Users whose timeout or temporary ban ended: back to Active. */
+    async restoreExpiredStates(now: Date): Promise<number[]> {
+      const rows = await db
+        .update(users)
+        .set({ state: 0, stateExpiresAt: null, updatedAt: now })
+        .where(and(inArray(users.state, [1, 2]), lte(users.stateExpiresAt, now)))
+        .returning({ id: users.id });
+      return rows.map((r) => r.id);
+    },
+  };
+}
+
+export type ModerationStore = ReturnType<typeof makeModerationStore>;

@@ -1,0 +1,137 @@
+import {
+  AuditCodes,
+  type SubscriptionChangeResponse,
+  type SubscriptionGrantBody,
+  type SubscriptionRevokeBody,
+} from '@parlor/protocol';
+import type { Clock } from '../../platform/clock.js';
+import type { Db } from '../../platform/db/index.js';
+import { appError } from '../../platform/errors.js';
+import { type ActorLevel, canActOn } from '../admin/admin.rules.js';
+import type { Actor, AuditStore } from '../audit/audit.store.js';
+import { formatMoment, type NotificationsService } from '../notifications/notifications.service.js';
+import type { UsersService } from '../users/users.service.js';
+import type { Tx, UserRow, UsersStore } from '../users/users.store.js';
+import { planGrant, tierTitle } from './subscriptions.rules.js';
+
+export interface SubscriptionsDeps {
+  db: Db;
+  clock: Clock;
+  usersStore: Pick<UsersStore, 'byIdForUpdate' | 'update' | 'hasAudit'>;
+  users: Pick<UsersService, 'subscription'>;
+  notifications: Pick<NotificationsService, 'automated' | 'publish'>;
+  audit: AuditStore;
+}
+
+/** Subscription grant and revoke (spec 2.11, 4.8): the operator, or Admins on users below them. */
+export function makeSubscriptionsService(deps: SubscriptionsDeps) {
+  const { db, clock, usersStore, users, notifications, audit } = deps;
+
+  /** Locks the target row for the change and applies the level rule. */
+  const lockTarget = async (actorLevel: ActorLevel, userId: number, tx: Tx): Promise<UserRow> => {
+    const target = await usersStore.byIdForUpdate(userId, tx);
+    if (!target) throw appError('ERR_USER_NOT_FOUND');
+    if (!canActOn(actorLevel, target.permissionLevel)) throw appError('ERR_FORBIDDEN');
+    return target;
+  };
+
+  const answer = async (userId: number): Promise<SubscriptionChangeResponse> => ({
+    user_id: userId,
+    subscription: await users.subscription(userId),
+  });
+
+  return {
+    /**
+     * Sets the tier as asked, replacing whatever the user had. A trial is refused when the audit
+     * log shows one was ever granted (checked under the user's row lock, so two grants cannot race).
+     */
+    async grant(actor: Actor, actorLevel: ActorLevel, body: SubscriptionGrantBody) {
+      const now = clock.now();
+      const plan = planGrant(body.tier, body.duration_days, now);
+      if (typeof plan === 'string')
+        throw appError('ERR_VALIDATION', undefined, { errors: [{ path: 'body/duration_days', message: plan }] });
+      const note = await db.transaction(async (tx) => {
+        const target = await lockTarget(actorLevel, body.user_id, tx);
+        if (
+          plan.action === 'trial' &&
+          (await usersStore.hasAudit(target.id, AuditCodes.SUBSCRIPTION_GRANT, 'trial', tx))
+        )
+          throw appError('ERR_TRIAL_ALREADY_USED');
+        await usersStore.update(
+          target.id,
+          {
+            subscriptionTier: plan.tier,
+            subscriptionExpiresAt: plan.expiresAt,
+            subscriptionGrantedBy: actor.kind === 'user' ? actor.id : null,
+            updatedAt: now,
+          },
+          tx,
+        );
+        await audit.record(
+          {
+            actor,
+            code: AuditCodes.SUBSCRIPTION_GRANT,
+            action: plan.action,
+            targetUserId: target.id,
+            reason: body.reason ?? null,
+            data: { tier: plan.tier, expires_at: plan.expiresAt ? plan.expiresAt.toISOString() : null },
+          },
+          tx,
+        );
+        const until = plan.expiresAt ? formatMoment(plan.expiresAt) : '';
+        return plan.action === 'trial'
+          ? notifications.automated(target.id, 'trial_started', { until }, tx)
+          : notifications.automated(
+              target.id,
+              'subscription_upgraded',
+              { tier: tierTitle(plan.tier), until: plan.expiresAt ? `until ${until}` : 'with no expiry' },
+              tx,
+            );
+      });
+      notifications.publish(note);
+      return answer(body.user_id);
+    },
+
+    /**
+     * Back to Basic. Revoking from a user who is already Basic changes nothing and records nothing
+     * (idempotent, so a retried CLI call is harmless); the answer is the status either way.
+     */
+    async revoke(actor: Actor, actorLevel: ActorLevel, body: SubscriptionRevokeBody) {
+      const now = clock.now();
+      const note = await db.transaction(async (tx) => {
+        const target = await lockTarget(actorLevel, body.user_id, tx);
+        if (target.subscriptionTier === 0) return null;
+        await usersStore.update(
+          target.id,
+          { subscriptionTier: 0, subscriptionExpiresAt: null, subscriptionGrantedBy: null, updatedAt: now },
+          tx,
+        );
+        await audit.record(
+          {
+            actor,
+            code: AuditCodes.SUBSCRIPTION_REVOKE,
+            action: 'revoke',
+            targetUserId: target.id,
+            reason: body.reason ?? null,
+            // The tier taken away, so the history reads "revoke Premium".
+            data: {
+              tier: target.subscriptionTier,
+              expires_at: target.subscriptionExpiresAt ? target.subscriptionExpiresAt.toISOString() : null,
+            },
+          },
+          tx,
+        );
+        return notifications.automated(
+          target.id,
+          'subscription_revoked',
+          { tier: tierTitle(target.subscriptionTier) },
+          tx,
+        );
+      });
+      if (note) notifications.publish(note);
+      return answer(body.user_id);
+    },
+  };
+}
+
+export type SubscriptionsService = ReturnType<typeof makeSubscriptionsService>;

@@ -1,0 +1,58 @@
+import { AuditCodes } from '@parlor/protocol';
+import { and, asc, eq, inArray, lte } from 'drizzle-orm';
+import { auditLog, users } from '../../platform/db/schema.js';
+import type { Tx } from '../users/users.store.js';
+
+/** A subscription the sweep ended: who, and what they had. */
+export interface ExpiredSubscription {
+  userId: number;
+  tier: number;
+  expiresAt: Date;
+}
+
+/** The SQL of the subscription sweep; grants and revokes go through the users store. */
+export function makeSubscriptionsStore() {
+  return {
+    /**
+     * Sets up to `limit` users whose Trial or Premium has expired back to Basic, in one statement.
+     * The rows are claimed with FOR UPDATE SKIP LOCKED, so sweeps on several nodes never take the
+     * same user twice and never wait for each other (or for a grant holding the row).
+     */
+    async expireDue(now: Date, limit: number, tx: Tx): Promise<ExpiredSubscription[]> {
+      const due = tx
+        .select({ id: users.id, tier: users.subscriptionTier, expiresAt: users.subscriptionExpiresAt })
+        .from(users)
+        .where(and(inArray(users.subscriptionTier, [1, 2]), lte(users.subscriptionExpiresAt, now)))
+        .orderBy(asc(users.subscriptionExpiresAt), asc(users.id))
+        .limit(limit)
+        .for('update', { skipLocked: true })
+        .as('due');
+      const rows = await tx
+        .update(users)
+        .set({ subscriptionTier: 0, subscriptionExpiresAt: null, subscriptionGrantedBy: null, updatedAt: now })
+        .from(due)
+        .where(eq(users.id, due.id))
+        .returning({ userId: users.id, tier: due.tier, expiresAt: due.expiresAt });
+      // The WHERE above guarantees an expiry; the filter only narrows the type.
+      return rows.filter((r): r is ExpiredSubscription => r.expiresAt !== null);
+    },
+
+    /** One audit entry per ended subscription (SUBSCRIPTION_REVOKE, action `expire`, the system as actor). */
+    async recordExpiries(expired: ExpiredSubscription[], now: Date, tx: Tx): Promise<void> {
+      if (expired.length === 0) return;
+      await tx.insert(auditLog).values(
+        expired.map((e) => ({
+          actorKind: 'system',
+          actorId: null,
+          targetUserId: e.userId,
+          code: AuditCodes.SUBSCRIPTION_REVOKE,
+          action: 'expire',
+          data: { tier: e.tier, expires_at: e.expiresAt.toISOString() },
+          createdAt: now,
+        })),
+      );
+    },
+  };
+}
+
+export type SubscriptionsStore = ReturnType<typeof makeSubscriptionsStore>;

@@ -1,0 +1,88 @@
+import type { Clock } from '../../platform/clock.js';
+import type { Db } from '../../platform/db/index.js';
+import { formatMoment, type NotificationsService } from '../notifications/notifications.service.js';
+import { tierTitle } from './subscriptions.rules.js';
+import type { SubscriptionsStore } from './subscriptions.store.js';
+
+/** How often every node looks for expired subscriptions (spec 3: "expiry → Basic, background task"). */
+export const SWEEP_INTERVAL_MS = 60_000;
+/** Users taken per transaction, so one sweep never holds many row locks for long. */
+export const SWEEP_BATCH = 500;
+
+export interface SweepDeps {
+  db: Db;
+  store: SubscriptionsStore;
+  clock: Clock;
+  notifications: Pick<NotificationsService, 'automatedMany' | 'publish'>;
+  batchSize?: number;
+}
+
+/**
+ * The automatic downgrade: expired Trial and Premium users go back to Basic, with an audit entry
+ * (actor system) and a "subscription expired" notification, written in the same transaction and
+ * emitted after it commits. Safe to run on every node at once (see the store's SKIP LOCKED).
+ */
+export function makeSubscriptionSweep(deps: SweepDeps) {
+  const { db, store, clock, notifications } = deps;
+  const batchSize = deps.batchSize ?? SWEEP_BATCH;
+
+  const runBatch = async (): Promise<number> => {
+    const now = clock.now();
+    const { count, notes } = await db.transaction(async (tx) => {
+      const expired = await store.expireDue(now, batchSize, tx);
+      if (expired.length === 0) return { count: 0, notes: [] };
+      await store.recordExpiries(expired, now, tx);
+      const written = await notifications.automatedMany(
+        expired.map((e) => ({
+          userId: e.userId,
+          kind: 'subscription_expired' as const,
+          vars: { tier: tierTitle(e.tier), until: formatMoment(e.expiresAt) },
+        })),
+        tx,
+      );
+      return { count: expired.length, notes: written };
+    });
+    notifications.publish(notes);
+    return count;
+  };
+
+  /** Sweeps until nothing is due; answers how many users were downgraded. */
+  const run = async (): Promise<number> => {
+    let total = 0;
+    for (;;) {
+      const n = await runBatch();
+      total += n;
+      if (n < batchSize) return total;
+    }
+  };
+
+  return {
+    run,
+
+    /**
+     * Runs `run` every `intervalMs` on an unref'd timer (it never keeps the process alive). A tick
+     * that finds the previous run still going is skipped. `stop` clears the timer and waits for a
+     * run in progress, so the database is not closed under it.
+     */
+    start(intervalMs: number, onError: (err: unknown) => void): { stop(): Promise<void> } {
+      let running: Promise<void> | null = null;
+      const timer = setInterval(() => {
+        if (running) return;
+        running = run()
+          .then(() => undefined, onError)
+          .finally(() => {
+            running = null;
+          });
+      }, intervalMs);
+      timer.unref();
+      return {
+        async stop() {
+          clearInterval(timer);
+          await running;
+        },
+      };
+    },
+  };
+}
+
+export type SubscriptionSweep = ReturnType<typeof makeSubscriptionSweep>;

@@ -1,0 +1,297 @@
+import { Limits } from '@parlor/protocol';
+import { decryptMessage } from '@parlor/sdk';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { FakeClock } from '../src/platform/clock.js';
+import { describeApp, startApp, type TestApp } from './support/app.js';
+import { bundle, join, keyEpoch, type Member, member, receiveKey } from './support/chat-flows.js';
+import { Client, nextIp } from './support/client.js';
+import { login } from './support/flows.js';
+import { closeAllSockets, connectSocket } from './support/sockets.js';
+
+let app: TestApp;
+const clock = new FakeClock(Date.now());
+let tagCounter = 0;
+/** A tag no other test uses, so tests do not pair across each other. */
+const tag = () => `tag${Date.now() % 1000}x${++tagCounter}`;
+
+beforeAll(async () => {
+  app = await startApp({ clock });
+});
+afterAll(async () => {
+  closeAllSockets();
+  await app?.close();
+});
+
+const match = (m: { client: Client }, interests: unknown) => m.client.post('/v1/portal/match', { interests });
+
+/** Two online members searching the same fresh tag: the second enqueue pairs them. */
+async function pair(): Promise<{ a: Member; b: Member; t: string; chatId: number; token: string }> {
+  const t = tag();
+  const [a, b] = [await member(app), await member(app)];
+  const first = await match(a, [t]);
+  expect(first.body).toEqual({ state: 'searching', interests: [t], expires_at: expect.any(String) });
+  const second = await match(b, ['other1', t]);
+  expect(second.body).toMatchObject({ state: 'matched', token: expect.any(String), chat_id: expect.any(Number) });
+  return { a, b, t, chatId: second.body.chat_id, token: second.body.token };
+}
+
+describeApp('POST /v1/portal/match', () => {
+  it('pairs two users on a shared tag: direct chat, opening message, match:found to both with the peer', async () => {
+    const { a, b, t, chatId, token } = await pair();
+    const foundA = await a.socket.next('match:found');
+    const foundB = await b.socket.next('match:found');
+    const bGeo = (await b.client.get('/v1/users/me/sessions')).body.sessions[0].geo.country_code || null;
+    expect(foundA).toEqual({
+      chat_id: chatId,
+      token,
+      interests: [t],
+      expires_at: expect.any(String),
+      peer: { id: b.user.id, username: b.user.username, stranger: false, country_code: bGeo },
+    });
+    expect(foundB.peer.id).toBe(a.user.id);
+    expect(Date.parse(foundA.expires_at) - clock.now().getTime()).toBe(Limits.DIRECT_CHAT_TTL_MS);
+    const opening = await a.socket.next('message:new', (m) => m.chat_id === chatId);
+    expect(opening).toMatchObject({
+      type: 'system',
+      system: { kind: 'match', tags: [t], user_ids: [a.user.id, b.user.id] },
+    });
+    const status = await a.client.get('/v1/portal/match/status');
+    expect(status.body).toEqual({ state: 'matched', token, chat_id: chatId, expires_at: foundA.expires_at });
+    const chats = await b.client.get('/v1/portal/chats');
+    expect(chats.body.chats.find((c: any) => c.id === chatId)).toMatchObject({
+      type: 'direct',
+      archived: false,
+      member_count: 2,
+    });
+  });
+
+  it('refuses bad interests with 400 ERR_MATCH_UNSUPPORTED_INTEREST, at the boundaries', async () => {
+    const m = await member(app);
+    for (const interests of [
+      [],
+      ['ab'],
+      ['a'.repeat(13)],
+      ['Music'],
+      ['has space'],
+      ['ok1', 'ok2', 'ok3', 'ok4'],
+      ['dup', 'dup'],
+    ]) {
+      const res = await match(m, interests);
+      expect(res.status, JSON.stringify(interests)).toBe(400);
+      expect(res.body.code).toBe('ERR_MATCH_UNSUPPORTED_INTEREST');
+    }
+    expect((await match(m, [`${'a'.repeat(9)}${tagCounter}`.slice(0, 12), 'abc', 'x12'])).status).toBe(200);
+    expect((await match(m, 'music')).status).toBe(400);
+  });
+
+  it('answers 409 ERR_MATCH_ALREADY_SEARCHING, also from another session of the same user', async () => {
+    const t = tag();
+    const a = await member(app);
+    expect((await match(a, [t])).status).toBe(200);
+    const again = await match(a, [tag()]);
+    expect(again.status).toBe(409);
+    expect(again.body.code).toBe('ERR_MATCH_ALREADY_SEARCHING');
+    const otherSession = await member(app, { platformUserId: a.platformUserId });
+    expect((await match(otherSession, [t])).body.code).toBe('ERR_MATCH_ALREADY_SEARCHING');
+    expect((await a.client.post('/v1/portal/match/dequeue', {})).body).toEqual({ state: 'idle' });
+    expect((await a.client.get('/v1/portal/match/status')).body).toEqual({ state: 'idle' });
+  });
+
+  it(`answers 409 ERR_MATCH_SLOT_LIMIT at ${Limits.DIRECT_SLOTS_FREE} active direct chat for a free account`, async () => {
+    const { a } = await pair();
+    const res = await match(a, [tag()]);
+    expect(res.status).toBe(409);
+    expect(res.body.code).toBe('ERR_MATCH_SLOT_LIMIT');
+    expect((await a.client.post('/v1/portal/match/leave', {})).status).toBe(200);
+    expect((await match(a, [tag()])).status).toBe(200);
+  });
+
+  it(`lets a premium account hold ${Limits.DIRECT_SLOTS_PREMIUM} direct chats`, async () => {
+    const p = await member(app);
+    await app.database.db.execute(
+      `update users set subscription_tier = 2, subscription_expires_at = now() + interval '30 days' where id = ${p.user.id}` as never,
+    );
+    for (let i = 0; i < Limits.DIRECT_SLOTS_PREMIUM; i++) {
+      const t = tag();
+      const peer = await member(app);
+      await match(peer, [t]);
+      expect((await match(p, [t])).body.state).toBe('matched');
+    }
+    expect((await match(p, [tag()])).body.code).toBe('ERR_MATCH_SLOT_LIMIT');
+  });
+
+  it('never pairs users who blocked each other', async () => {
+    const t = tag();
+    const [a, b, c] = [await member(app), await member(app), await member(app)];
+    expect((await a.client.post('/v1/users/me/blocks/create', { user_id: b.user.id })).body).toEqual({ ok: true });
+    await match(a, [t]);
+    expect((await match(b, [t])).body.state).toBe('searching');
+    expect((await match(c, [t])).body).toMatchObject({ state: 'matched' });
+    expect((await a.client.get('/v1/users/me/blocks')).body.blocks).toEqual([
+      { user_id: b.user.id, created_at: expect.any(String) },
+    ]);
+  });
+
+  it('answers 409 ERR_MATCH_NO_PEERS_ONLINE when nobody else has a socket', async () => {
+    const lone = await startApp({ clock });
+    try {
+      const who = await login(lone);
+      const res = await who.client.post('/v1/portal/match', { interests: ['alone'] });
+      expect(res.status).toBe(409);
+      expect(res.body.code).toBe('ERR_MATCH_NO_PEERS_ONLINE');
+      const other = await login(lone);
+      await connectSocket(lone.url, other.client);
+      expect((await who.client.post('/v1/portal/match', { interests: ['alone'] })).status).toBe(200);
+    } finally {
+      closeAllSockets();
+      await lone.close();
+    }
+  });
+});
+
+describeApp('queue deadline, leave and the direct chat lifecycle', () => {
+  it('drops a lone user at the deadline and tells it (match:timeout)', async () => {
+    const t = tag();
+    const a = await member(app);
+    await match(a, [t]);
+    clock.advance(Limits.MATCH_QUEUE_WAIT_MS - 1);
+    expect(await app.services.matchmaking.sweepQueue()).toBe(0);
+    clock.advance(1);
+    expect(await app.services.matchmaking.sweepQueue()).toBeGreaterThanOrEqual(1);
+    expect(await a.socket.next('match:timeout')).toEqual({ interests: [t] });
+    expect((await a.client.get('/v1/portal/match/status')).body).toEqual({ state: 'idle' });
+  });
+
+  it('leave archives the chat read-only with a system message; 404 ERR_NO_DIRECT_CHAT without one', async () => {
+    const { a, b, chatId } = await pair();
+    const left = await a.client.post('/v1/portal/match/leave', {});
+    expect(left.body).toEqual({ ok: true, chat_id: chatId });
+    const system = await b.socket.next('message:new', (m) => m.chat_id === chatId && m.system?.kind === 'leave');
+    expect(system.system).toEqual({ kind: 'leave', user_id: a.user.id });
+    const listed = (await b.client.get('/v1/portal/chats')).body.chats.find((c: any) => c.id === chatId);
+    expect(listed.archived).toBe(true);
+    const none = await a.client.post('/v1/portal/match/leave', {});
+    expect(none.status).toBe(404);
+    expect(none.body.code).toBe('ERR_NO_DIRECT_CHAT');
+    // Read-only: history is readable, sending is refused.
+    expect((await b.client.get(`/v1/portal/chats/${chatId}/messages`)).status).toBe(200);
+    const send = await b.client.post(`/v1/portal/chats/${chatId}/messages`, {
+      content: '{"v":2,"epoch":1,"ct":"AAAA"}',
+    });
+    expect(send.body.code).toBe('ERR_CHAT_READ_ONLY');
+  });
+
+  it('archives a direct chat 24 h after the match and removes it 24 h later', async () => {
+    const { a, chatId } = await pair();
+    clock.advance(Limits.DIRECT_CHAT_TTL_MS - 1);
+    await app.services.chats.sweepDirect();
+    expect((await a.client.get(`/v1/portal/chats/${chatId}`)).body.chat.archived).toBe(false);
+    clock.advance(1);
+    await app.services.chats.sweepDirect();
+    expect((await a.client.get(`/v1/portal/chats/${chatId}`)).body.chat.archived).toBe(true);
+    clock.advance(Limits.DIRECT_ARCHIVE_TTL_MS);
+    await app.services.chats.sweepDirect();
+    expect((await a.client.get(`/v1/portal/chats/${chatId}`)).status).toBe(404);
+    expect((await a.client.get('/v1/portal/chats')).body.chats.map((c: any) => c.id)).not.toContain(chatId);
+  });
+});
+
+describeApp('strangers', () => {
+  const stranger = async () => {
+    const client = new Client(app.url, nextIp(), app.publicApiKey);
+    const res = await client.post('/v1/portal/stranger', {});
+    expect(res.status).toBe(200);
+    expect(res.body.user).toEqual({
+      id: expect.any(Number),
+      username: expect.stringMatching(/^stranger_/),
+      stranger: true,
+    });
+    return { client, user: res.body.user };
+  };
+
+  it('may match, register a key and chat end to end in its direct chat, and nothing else', async () => {
+    const s = await stranger();
+    const socket = await connectSocket(app.url, s.client);
+    const t = tag();
+    const peer = await member(app);
+    const queued = await match(s, [t]);
+    expect(queued.body, JSON.stringify(queued.body)).toMatchObject({ state: 'searching' });
+    expect((await match(peer, [t])).body.state).toBe('matched');
+    const found = await socket.next('match:found');
+    expect(found.peer.id).toBe(peer.user.id);
+    expect((await peer.socket.next('match:found')).peer).toMatchObject({ id: s.user.id, stranger: true });
+    for (const path of ['/v1/users/me', '/v1/portal/match/statistics', '/v1/notifications']) {
+      expect((await s.client.get(path)).status, path).toBe(401);
+    }
+    expect((await s.client.post('/v1/portal/chats/create', { name: 'x', type: 'public' })).status).toBe(401);
+    // End to end in the direct chat: the stranger keys the epoch, the peer receives the key.
+    const { generateKeyPair, publicKeyToBase64 } = await import('@parlor/sdk');
+    const keys = generateKeyPair();
+    expect(
+      (await s.client.post('/v1/portal/keys', { public_key: publicKeyToBase64(keys.publicKey) })).body.status,
+    ).toBe('registered');
+    const { sessionIdOf } = await import('./support/chat-flows.js');
+    const strangerMember: Member = {
+      client: s.client,
+      user: s.user,
+      platformUserId: '',
+      keys,
+      socket: socket as never,
+      sessionId: await sessionIdOf(app, s.client),
+    };
+    expect((await join(strangerMember, { token: found.token } as never)).ok).toBe(true);
+    expect((await join(peer, { chat_id: found.chat_id })).ok).toBe(true);
+    const { chatKey, epoch } = await keyEpoch(strangerMember, found.chat_id);
+    const received = await receiveKey(peer, found.chat_id);
+    const sent = await peer.client.post(`/v1/portal/chats/${found.chat_id}/messages`, {
+      content: bundle(received.chatKey, found.chat_id, received.epoch, 'hello stranger'),
+    });
+    expect(sent.status).toBe(200);
+    const msg = await socket.next('message:new', (m) => m.id === sent.body.id);
+    expect(decryptMessage({ chatKey, chatId: found.chat_id, content: msg.content }).plaintext).toBe('hello stranger');
+    expect(epoch).toBe(received.epoch);
+  });
+
+  it('is blocked from matchmaking by a moderator (403 ERR_STRANGER_BLOCKED), and cannot join public chats', async () => {
+    const s = await stranger();
+    const mod = await member(app, { level: 1 });
+    const plain = await member(app);
+    expect((await plain.client.post('/v1/portal/strangers/block', { user_id: s.user.id })).status).toBe(403);
+    expect((await mod.client.post('/v1/portal/strangers/block', { user_id: plain.user.id })).status).toBe(403);
+    expect((await mod.client.post('/v1/portal/strangers/block', { user_id: s.user.id })).body).toEqual({ ok: true });
+    const res = await match(s, [tag()]);
+    expect(res.status).toBe(403);
+    expect(res.body.code).toBe('ERR_STRANGER_BLOCKED');
+    const admin = await member(app, { level: 2 });
+    const chatId = (await admin.client.post('/v1/portal/chats/create', { name: 'Public', type: 'public' })).body.chat
+      .id;
+    const socket = await connectSocket(app.url, s.client);
+    expect(await socket.emitWithAck('room:join', { chat_id: chatId })).toMatchObject({
+      ok: false,
+      code: 'ERR_STRANGER_NOT_ALLOWED',
+    });
+  });
+});
+
+describeApp('GET /v1/portal/match/statistics', () => {
+  it('counts online users and the top 5 tags by queue depth', async () => {
+    const tags = Array.from({ length: 6 }, () => tag());
+    const searchers = [];
+    for (const [i, t] of tags.entries()) {
+      const group: Member[] = [];
+      for (let k = 0; k <= i; k++) {
+        const m = await member(app);
+        // Everyone in a group blocks the others, so they wait side by side instead of pairing.
+        for (const other of group) await m.client.post('/v1/users/me/blocks/create', { user_id: other.user.id });
+        expect((await match(m, [t])).body.state).toBe('searching');
+        group.push(m);
+      }
+      searchers.push(...group);
+    }
+    const stats = await searchers[0]?.client.get('/v1/portal/match/statistics');
+    expect(stats?.body.online).toBeGreaterThanOrEqual(searchers.length);
+    expect(stats?.body.top_tags).toHaveLength(5);
+    expect(stats?.body.top_tags.slice(0, 5).map((x: any) => x.tag)).toEqual(tags.slice(1).reverse());
+    expect(stats?.body.top_tags[0].searching).toBe(6);
+  });
+});

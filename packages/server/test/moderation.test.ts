@@ -1,0 +1,257 @@
+import { Limits } from '@parlor/protocol';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { FakeClock } from '../src/platform/clock.js';
+import { describeApp, startApp, type TestApp } from './support/app.js';
+import { bundle, join, keyedChat, type Member, member } from './support/chat-flows.js';
+import { Client, nextIp } from './support/client.js';
+import { login, operator } from './support/flows.js';
+import { closeAllSockets, disconnected } from './support/sockets.js';
+
+let app: TestApp;
+const clock = new FakeClock(Date.now());
+beforeAll(async () => {
+  app = await startApp({ clock });
+});
+afterAll(async () => {
+  closeAllSockets();
+  await app?.close();
+});
+
+/** A keyed public chat with a guest member who also holds the chat key. */
+async function chatWithGuest(type: 'public' | 'private' = 'public') {
+  const base = await keyedChat(app, type);
+  const guest = await member(app);
+  if (type === 'private') {
+    const invite = await base.owner.client.post(`/v1/portal/chats/${base.chatId}/invites/create`, {});
+    expect((await join(guest, { invite: invite.body.invite.code })).ok).toBe(true);
+  } else {
+    expect((await join(guest, { chat_id: base.chatId })).ok).toBe(true);
+  }
+  const share = await base.owner.client.post(`/v1/portal/chats/${base.chatId}/keys/share`, {
+    epoch: base.epoch,
+    envelopes: [{ session_id: guest.sessionId, wrapped: Buffer.alloc(88, 7).toString('base64') }],
+  });
+  expect(share.status).toBe(200);
+  return { ...base, guest };
+}
+
+const send = (m: Member, chatId: number, chatKey: Uint8Array, epoch: number) =>
+  m.client.post(`/v1/portal/chats/${chatId}/messages`, { content: bundle(chatKey, chatId, epoch, 'x') });
+
+describeApp('platform punishments (operator and Admins)', () => {
+  it('a ban ends every session and socket, refuses login, and an unban restores it', async () => {
+    const target = await member(app);
+    const gone = disconnected(target.socket);
+    const res = await operator(app).post('/v1/admin/punishments/ban', { user_id: target.user.id, reason: 'spam' });
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({
+      ok: true,
+      punishment: { action_type: 'PLATFORM_BAN', reason: 'spam', expires_at: null, is_lifted: false },
+    });
+    await gone;
+    expect((await target.client.get('/v1/users/me')).status).toBe(401);
+    const again = await new Client(app.url, nextIp(), app.publicApiKey).post('/v1/authentication/request', {
+      platform: 'platform_a',
+      platform_user_id: target.platformUserId,
+    });
+    expect(again.body.code).toBe('ERR_BANNED');
+    expect((await operator(app).post('/v1/admin/punishments/unban', { user_id: target.user.id })).status).toBe(200);
+    const back = await login(app, { platformUserId: target.platformUserId });
+    const punishments = await back.client.get('/v1/users/me/punishments');
+    expect(punishments.body[0]).toMatchObject({
+      action_type: 'PLATFORM_BAN',
+      is_lifted: true,
+      lifted_at: expect.any(String),
+    });
+    const notes = (await back.client.get('/v1/notifications')).body.notifications.map((n: any) => n.title);
+    expect(notes).toEqual(expect.arrayContaining(['Account banned', 'Ban lifted']));
+  });
+
+  it('a timeout drops sockets and answers 403 ERR_TIMED_OUT until it ends', async () => {
+    const target = await member(app);
+    const gone = disconnected(target.socket);
+    const res = await operator(app).post('/v1/admin/punishments/timeout', { user_id: target.user.id, duration: 600 });
+    expect(res.body.punishment).toMatchObject({ action_type: 'PLATFORM_TIMEOUT', expires_at: expect.any(String) });
+    await gone;
+    const blocked = await target.client.get('/v1/users/me');
+    expect(blocked.status).toBe(403);
+    expect(blocked.body.code).toBe('ERR_TIMED_OUT');
+    clock.advance(600_000);
+    expect((await target.client.get('/v1/users/me')).status).toBe(200);
+    await app.services.moderation.sweep();
+    expect((await target.client.get('/v1/users/me/punishments')).body[0]).toMatchObject({ is_lifted: true });
+  });
+
+  it('applies the level rules: an Admin cannot ban an Admin, an Owner can', async () => {
+    const [admin, otherAdmin, owner] = [
+      await member(app, { level: 2 }),
+      await member(app, { level: 2 }),
+      await member(app, { level: 3 }),
+    ];
+    const refused = await admin.client.post('/v1/admin/punishments/warn', { user_id: otherAdmin.user.id, reason: 'x' });
+    expect(refused.status).toBe(403);
+    const plain = await member(app);
+    expect((await plain.client.post('/v1/admin/punishments/warn', { user_id: admin.user.id })).status).toBe(403);
+    expect(
+      (await owner.client.post('/v1/admin/punishments/warn', { user_id: otherAdmin.user.id, reason: 'x' })).status,
+    ).toBe(200);
+    expect((await otherAdmin.client.get('/v1/users/me/punishments')).body[0]).toMatchObject({
+      action_type: 'PLATFORM_WARNING',
+      reason: 'x',
+    });
+  });
+
+  it(`accepts timeouts of ${Limits.PUNISH_DURATION_MIN_S} to ${Limits.PUNISH_DURATION_MAX_S} s and reasons up to ${Limits.PUNISH_REASON_MAX}`, async () => {
+    const target = await member(app);
+    for (const body of [
+      { duration: Limits.PUNISH_DURATION_MIN_S - 1 },
+      { duration: Limits.PUNISH_DURATION_MAX_S + 1 },
+      { duration: 60, reason: 'r'.repeat(Limits.PUNISH_REASON_MAX + 1) },
+      { duration: '60' },
+    ]) {
+      expect(
+        (await operator(app).post('/v1/admin/punishments/timeout', { user_id: target.user.id, ...body })).status,
+      ).toBe(400);
+    }
+    for (const duration of [Limits.PUNISH_DURATION_MIN_S, Limits.PUNISH_DURATION_MAX_S]) {
+      const ok = await operator(app).post('/v1/admin/punishments/timeout', {
+        user_id: target.user.id,
+        duration,
+        reason: 'r'.repeat(Limits.PUNISH_REASON_MAX),
+      });
+      expect(ok.status).toBe(200);
+    }
+  });
+});
+
+describeApp('chat moderation (spec 4.6 rules 2-3)', () => {
+  it('kick: the member leaves at once, with a system message and a new epoch', async () => {
+    const { owner, chatId, guest } = await chatWithGuest();
+    const res = await owner.client.post(`/v1/portal/chats/${chatId}/kick`, { user_id: guest.user.id, reason: 'rude' });
+    expect(res.body).toEqual({ ok: true });
+    expect(await guest.socket.next('room:left')).toEqual({ chat_id: chatId, reason: 'kicked' });
+    expect(await owner.socket.next('room:rekey')).toEqual({ chat_id: chatId, epoch: 2 });
+    const system = await owner.socket.next('message:new', (m) => m.system?.kind === 'kick');
+    expect(system.system).toMatchObject({ user_id: guest.user.id, actor_id: owner.user.id, reason: 'rude' });
+    const activity = await owner.client.get(`/v1/portal/chats/${chatId}/activity`);
+    expect(activity.body.activity[0]).toMatchObject({
+      user_id: guest.user.id,
+      action: 'kick',
+      actor_user_id: owner.user.id,
+    });
+    // A kick is not a ban: the guest may come back.
+    expect((await join(guest, { chat_id: chatId })).ok).toBe(true);
+    expect((await owner.client.post(`/v1/portal/chats/${chatId}/kick`, { user_id: 999999 })).status).toBe(404);
+  });
+
+  it('ban keeps the user out until unban', async () => {
+    const { owner, chatId, guest } = await chatWithGuest();
+    expect((await owner.client.post(`/v1/portal/chats/${chatId}/ban`, { user_id: guest.user.id })).status).toBe(200);
+    expect(await guest.socket.next('room:left')).toEqual({ chat_id: chatId, reason: 'banned' });
+    expect(await join(guest, { chat_id: chatId })).toMatchObject({ ok: false, code: 'ERR_CHAT_BANNED' });
+    expect(
+      (await owner.client.post(`/v1/portal/chats/${chatId}/unban`, { user_id: guest.user.id, reason: 'ok' })).status,
+    ).toBe(200);
+    expect((await join(guest, { chat_id: chatId })).ok).toBe(true);
+  });
+
+  it('mute refuses sending with ttl; unmute lifts it and tells the chat; a hard mute outlives chat unmutes', async () => {
+    const { owner, chatId, chatKey, epoch, guest } = await chatWithGuest();
+    expect((await send(guest, chatId, chatKey, epoch)).status).toBe(200);
+    await owner.client.post(`/v1/portal/chats/${chatId}/mute`, { user_id: guest.user.id, duration: 300 });
+    const muted = await send(guest, chatId, chatKey, epoch);
+    expect(muted.status).toBe(403);
+    expect(muted.body).toMatchObject({ code: 'ERR_MUTED', ttl: 300 });
+    expect((await owner.socket.next('message:new', (m) => m.system?.kind === 'mute')).system.user_id).toBe(
+      guest.user.id,
+    );
+    expect((await owner.client.post(`/v1/portal/chats/${chatId}/unmute`, { user_id: guest.user.id })).body).toEqual({
+      ok: true,
+    });
+    expect(await owner.socket.next('user:unmuted')).toEqual({ chat_id: chatId, user_id: guest.user.id });
+    expect((await send(guest, chatId, chatKey, epoch)).status).toBe(200);
+    const mod = await member(app, { level: 1 });
+    expect((await mod.client.post('/v1/portal/hard-mute', { user_id: guest.user.id })).status).toBe(200);
+    expect((await send(guest, chatId, chatKey, epoch)).body).toMatchObject({ code: 'ERR_MUTED', ttl: 0 });
+    await owner.client.post(`/v1/portal/chats/${chatId}/unmute`, { user_id: guest.user.id });
+    expect((await send(guest, chatId, chatKey, epoch)).body.code).toBe('ERR_MUTED');
+    expect((await mod.client.post('/v1/portal/hard-unmute', { user_id: guest.user.id })).status).toBe(200);
+    expect((await send(guest, chatId, chatKey, epoch)).status).toBe(200);
+  });
+
+  it('a timed mute is lifted by the expiry sweep', async () => {
+    const { owner, chatId, chatKey, epoch, guest } = await chatWithGuest();
+    await owner.client.post(`/v1/portal/chats/${chatId}/mute`, { user_id: guest.user.id, duration: 60 });
+    expect((await send(guest, chatId, chatKey, epoch)).body.ttl).toBe(60);
+    clock.advance(60_000);
+    expect((await send(guest, chatId, chatKey, epoch)).status).toBe(200);
+    await app.services.moderation.sweep();
+    const records = (await guest.client.get('/v1/users/me/punishments')).body;
+    expect(records.find((r: any) => r.action_type === 'CHAT_MUTE')).toMatchObject({ is_lifted: true });
+  });
+
+  it('authorises by chat type: moderators in public chats of lower owners, only owner/Admins in private chats', async () => {
+    const pub = await chatWithGuest('public');
+    const mod = await member(app, { level: 1 });
+    const plain = await member(app);
+    // The public chat's owner is an Admin: a Moderator does not outrank it.
+    expect((await mod.client.post(`/v1/portal/chats/${pub.chatId}/warn`, { user_id: pub.guest.user.id })).status).toBe(
+      403,
+    );
+    expect(
+      (await plain.client.post(`/v1/portal/chats/${pub.chatId}/warn`, { user_id: pub.guest.user.id })).status,
+    ).toBe(403);
+    const owner3 = await member(app, { level: 3 });
+    expect(
+      (await owner3.client.post(`/v1/portal/chats/${pub.chatId}/warn`, { user_id: pub.guest.user.id, reason: 'w' }))
+        .status,
+    ).toBe(200);
+    expect((await pub.owner.socket.next('message:new', (m) => m.system?.kind === 'warn')).system.reason).toBe('w');
+    // A premium user's public chat: a Moderator outranks its owner.
+    const premium = await member(app);
+    await app.database.db.execute(
+      `update users set subscription_tier = 2, subscription_expires_at = now() + interval '30 days' where id = ${premium.user.id}` as never,
+    );
+    const chatId = (await premium.client.post('/v1/portal/chats/create', { name: 'Mine', type: 'public' })).body.chat
+      .id;
+    await join(premium, { chat_id: chatId });
+    await join(plain, { chat_id: chatId });
+    expect((await mod.client.post(`/v1/portal/chats/${chatId}/kick`, { user_id: plain.user.id })).status).toBe(200);
+    // Private chats: moderators cannot; Admins can.
+    const priv = await chatWithGuest('private');
+    expect(
+      (await mod.client.post(`/v1/portal/chats/${priv.chatId}/mute`, { user_id: priv.guest.user.id })).status,
+    ).toBe(403);
+    const admin = await member(app, { level: 2 });
+    expect(
+      (await admin.client.post(`/v1/portal/chats/${priv.chatId}/mute`, { user_id: priv.guest.user.id })).status,
+    ).toBe(200);
+    // Unmute: owner or Admin, not a moderator.
+    expect(
+      (await mod.client.post(`/v1/portal/chats/${priv.chatId}/unmute`, { user_id: priv.guest.user.id })).status,
+    ).toBe(403);
+    expect(
+      (await priv.owner.client.post(`/v1/portal/chats/${priv.chatId}/unmute`, { user_id: priv.guest.user.id })).status,
+    ).toBe(200);
+    // Nobody moderates themselves.
+    expect(
+      (await priv.owner.client.post(`/v1/portal/chats/${priv.chatId}/kick`, { user_id: priv.owner.user.id })).status,
+    ).toBe(403);
+  });
+
+  it('a chat timeout applies platform-wide', async () => {
+    const { owner, chatId, guest } = await chatWithGuest();
+    const gone = disconnected(guest.socket);
+    expect(
+      (
+        await owner.client.post(`/v1/portal/chats/${chatId}/timeout`, {
+          user_id: guest.user.id,
+          duration: 120,
+          reason: 'cool off',
+        })
+      ).status,
+    ).toBe(200);
+    await gone;
+    expect((await guest.client.get('/v1/portal/chats')).body.code).toBe('ERR_TIMED_OUT');
+  });
+});

@@ -1,0 +1,406 @@
+import { AuditCodes, Limits } from '@parlor/protocol';
+import { and, desc, eq, sql } from 'drizzle-orm';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { auditLog, notifications, users } from '../src/platform/db/schema.js';
+import { describeApp, startApp, type TestApp } from './support/app.js';
+import { Client, nextIp } from './support/client.js';
+import { createBot, type LoggedIn, login, operator, setLevel } from './support/flows.js';
+import { closeAllSockets, connectSocket } from './support/sockets.js';
+
+let app: TestApp;
+let bot: Client;
+let op: Client;
+
+beforeAll(async () => {
+  app = await startApp();
+  bot = (await createBot(app)).client;
+  op = operator(app);
+});
+afterAll(async () => {
+  closeAllSockets();
+  await app?.close();
+});
+
+const SPEC_FIELDS = ['body', 'created_at', 'created_by', 'id', 'read_at', 'title', 'type'];
+
+/** A targeted notification from the operator; answers the new notification's id. */
+async function send(userId: number, title = 'Hello', body = 'A **bold** hello.', type = 'info'): Promise<number> {
+  const res = await op.post('/v1/admin/notifications', { title, body, type, user_id: userId });
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
+  return res.body.id;
+}
+
+const lastAudit = async (code: number) =>
+  (await app.database.db.select().from(auditLog).where(eq(auditLog.code, code)).orderBy(desc(auditLog.id)).limit(1))[0];
+
+const expectError = (res: { status: number; body: any }, status: number, code: string) => {
+  expect(res.status, JSON.stringify(res.body)).toBe(status);
+  expect(res.body.code).toBe(code);
+};
+
+describeApp('GET /v1/notifications', () => {
+  it('lists the welcome notification of a new account as exactly the spec 2.7 object', async () => {
+    const { client, user } = await login(app, { bot });
+    const res = await client.get('/v1/notifications');
+    expect(res.status).toBe(200);
+    expect(Object.keys(res.body).sort()).toEqual(['next_before', 'notifications']);
+    expect(res.body.next_before).toBeNull();
+    expect(res.body.notifications).toHaveLength(1);
+    const [welcome] = res.body.notifications;
+    expect(Object.keys(welcome).sort()).toEqual(SPEC_FIELDS);
+    expect(welcome).toEqual({
+      id: expect.any(Number),
+      title: 'Welcome to Parlor',
+      body: `Welcome, **${user.username.replace(/_/g, '\\_')}**! Set your username and avatar in your profile.`,
+      type: 'success',
+      read_at: null,
+      created_at: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/),
+      created_by: null,
+    });
+  });
+
+  it('pages newest first: default 20, `before` continues where `next_before` points', async () => {
+    const { client, user } = await login(app, { bot });
+    const ids = [];
+    for (let i = 0; i < 24; i++) ids.push(await send(user.id, `n${i}`));
+    const first = await client.get('/v1/notifications');
+    expect(first.body.notifications).toHaveLength(Limits.NOTIFICATIONS_PAGE_DEFAULT);
+    expect(first.body.notifications[0].title).toBe('n23');
+    const firstIds = first.body.notifications.map((n: { id: number }) => n.id);
+    expect(firstIds).toEqual([...firstIds].sort((a, b) => b - a));
+    expect(first.body.next_before).toBe(firstIds[19]);
+    const second = await client.get(`/v1/notifications?before=${first.body.next_before}`);
+    expect(second.body.notifications.map((n: { title: string }) => n.title)).toEqual([
+      'n3',
+      'n2',
+      'n1',
+      'n0',
+      'Welcome to Parlor',
+    ]);
+    expect(second.body.next_before).toBeNull();
+    const one = await client.get('/v1/notifications?limit=1');
+    expect(one.body.notifications).toHaveLength(1);
+    expect(one.body.next_before).toBe(ids[23]);
+    const max = await client.get(`/v1/notifications?limit=${Limits.NOTIFICATIONS_PAGE_MAX}`);
+    expect(max.status).toBe(200);
+    expect(max.body.notifications).toHaveLength(25);
+    expect(max.body.next_before).toBeNull();
+  });
+
+  it('refuses limit 0 and 101, a bad cursor and unknown parameters with 400 ERR_VALIDATION', async () => {
+    const { client } = await login(app, { bot });
+    for (const q of [
+      'limit=0',
+      `limit=${Limits.NOTIFICATIONS_PAGE_MAX + 1}`,
+      'limit=x',
+      'before=0',
+      'before=-3',
+      'page=2',
+    ]) {
+      expectError(await client.get(`/v1/notifications?${q}`), 400, 'ERR_VALIDATION');
+    }
+  });
+
+  it('shows only the caller’s notifications, and needs a session', async () => {
+    const a = await login(app, { bot });
+    const b = await login(app, { bot });
+    await send(b.user.id, 'for b only');
+    const list = await a.client.get('/v1/notifications');
+    expect(list.body.notifications.map((n: { title: string }) => n.title)).toEqual(['Welcome to Parlor']);
+    expectError(await new Client(app.url).get('/v1/notifications'), 401, 'ERR_UNAUTHENTICATED');
+    expectError(await new Client(app.url).get('/v1/notifications/unread'), 401, 'ERR_UNAUTHENTICATED');
+  });
+});
+
+describeApp('reading notifications', () => {
+  let me: LoggedIn;
+  beforeAll(async () => {
+    me = await login(app, { bot });
+  });
+
+  it('counts unread, reads one (read_at set), then answers 409 ERR_NOTIFICATION_ALREADY_READ', async () => {
+    const id = await send(me.user.id, 'read me');
+    expect((await me.client.get('/v1/notifications/unread')).body).toEqual({ unread: 2 });
+    const read = await me.client.post(`/v1/notifications/${id}/read`);
+    expect(read.status).toBe(200);
+    expect(Object.keys(read.body).sort()).toEqual(SPEC_FIELDS);
+    expect(read.body).toMatchObject({ id, title: 'read me', read_at: expect.any(String) });
+    expect((await me.client.get('/v1/notifications/unread')).body).toEqual({ unread: 1 });
+    expectError(await me.client.post(`/v1/notifications/${id}/read`), 409, 'ERR_NOTIFICATION_ALREADY_READ');
+    const listed = (await me.client.get('/v1/notifications')).body.notifications.find(
+      (n: { id: number }) => n.id === id,
+    );
+    expect(listed.read_at).toBe(read.body.read_at);
+  });
+
+  it('answers 404 ERR_NOTIFICATION_NOT_FOUND for someone else’s or a missing notification', async () => {
+    const other = await login(app, { bot });
+    const theirs = await send(other.user.id, 'not yours');
+    expectError(await me.client.post(`/v1/notifications/${theirs}/read`), 404, 'ERR_NOTIFICATION_NOT_FOUND');
+    expectError(await me.client.post('/v1/notifications/2147483647/read'), 404, 'ERR_NOTIFICATION_NOT_FOUND');
+    expectError(await me.client.post('/v1/notifications/0/read'), 400, 'ERR_VALIDATION');
+    expectError(await me.client.post('/v1/notifications/abc/read'), 400, 'ERR_VALIDATION');
+    // Still unread for its owner.
+    expect((await other.client.get('/v1/notifications/unread')).body).toEqual({ unread: 2 });
+  });
+
+  it('read-all answers how many changed, and 0 when nothing is unread', async () => {
+    const fresh = await login(app, { bot });
+    await send(fresh.user.id, 'a');
+    await send(fresh.user.id, 'b');
+    const some = await fresh.client.post('/v1/notifications/read-all');
+    expect(some.status).toBe(200);
+    expect(some.body).toEqual({ marked: 3 });
+    expect((await fresh.client.get('/v1/notifications/unread')).body).toEqual({ unread: 0 });
+    expect((await fresh.client.post('/v1/notifications/read-all', {})).body).toEqual({ marked: 0 });
+    const list = (await fresh.client.get('/v1/notifications')).body.notifications;
+    expect(list.every((n: { read_at: string | null }) => n.read_at !== null)).toBe(true);
+    expectError(await fresh.client.post('/v1/notifications/read-all', { all: true }), 400, 'ERR_VALIDATION');
+  });
+});
+
+describeApp('POST /v1/admin/notifications (targeted)', () => {
+  it('sends from the operator: created_by null, audit 801, notification:new on the recipient’s socket', async () => {
+    const target = await login(app, { bot });
+    const socket = await connectSocket(app.url, target.client);
+    const res = await op.post('/v1/admin/notifications', {
+      title: 'Heads up',
+      body: 'Read [the rules](https://parlor.example/rules).',
+      type: 'warning',
+      user_id: target.user.id,
+    });
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({ id: expect.any(Number), broadcast_id: null, recipients: 1 });
+    const event = await socket.next('notification:new', (n) => n.id === res.body.id);
+    const listed = (await target.client.get('/v1/notifications')).body.notifications[0];
+    expect(event).toEqual(listed);
+    expect(listed).toMatchObject({ title: 'Heads up', type: 'warning', created_by: null, read_at: null });
+    expect(await lastAudit(AuditCodes.NOTIFICATION_CREATE)).toMatchObject({
+      actorKind: 'operator',
+      targetUserId: target.user.id,
+      action: 'create',
+      data: { notification_id: res.body.id, title: 'Heads up', type: 'warning' },
+    });
+  });
+
+  it('records the sending Admin in created_by', async () => {
+    const admin = await login(app, { bot });
+    await setLevel(app, admin.user.id, 2);
+    const target = await login(app, { bot });
+    const res = await admin.client.post('/v1/admin/notifications', {
+      title: 'From an admin',
+      body: 'Hi',
+      type: 'success',
+      user_id: target.user.id,
+    });
+    expect(res.status).toBe(200);
+    const listed = (await target.client.get('/v1/notifications')).body.notifications[0];
+    expect(listed).toMatchObject({ id: res.body.id, created_by: admin.user.id });
+    expect(await lastAudit(AuditCodes.NOTIFICATION_CREATE)).toMatchObject({
+      actorKind: 'user',
+      actorId: admin.user.id,
+    });
+  });
+
+  it('accepts a 100-character title and a 2000-character body; refuses 101 and 2001', async () => {
+    const { user } = await login(app, { bot });
+    const body = (title: string, text: string) => ({ title, body: text, type: 'info', user_id: user.id });
+    expect((await op.post('/v1/admin/notifications', body('t'.repeat(100), 'b'.repeat(2000)))).status).toBe(200);
+    for (const [title, text, field] of [
+      ['t'.repeat(101), 'ok', 'body/title'],
+      ['ok', 'b'.repeat(2001), 'body/body'],
+      ['', 'ok', 'body/title'],
+      ['   ', 'ok', 'body/title'],
+      ['two\nlines', 'ok', 'body/title'],
+      ['ok', '', 'body/body'],
+    ] as const) {
+      const res = await op.post('/v1/admin/notifications', body(title, text));
+      expectError(res, 400, 'ERR_VALIDATION');
+      expect(res.body.errors[0].path).toBe(field);
+    }
+  });
+
+  it('refuses links that are not http or https, unknown types and unknown fields', async () => {
+    const { client, user } = await login(app, { bot });
+    for (const text of [
+      '[x](javascript:alert(1))',
+      '[x](data:text/html,hi)',
+      '[x](/relative)',
+      '[x](https://a.example',
+    ]) {
+      const res = await op.post('/v1/admin/notifications', { title: 't', body: text, type: 'info', user_id: user.id });
+      expectError(res, 400, 'ERR_VALIDATION');
+      expect(res.body.errors).toEqual([{ path: 'body/body', message: expect.any(String) }]);
+    }
+    for (const extra of [{ type: 'urgent' }, { type: undefined }, { html: '<b>' }, { user_id: '5' }]) {
+      const res = await op.post('/v1/admin/notifications', {
+        title: 't',
+        body: 'b',
+        type: 'info',
+        user_id: user.id,
+        ...extra,
+      });
+      expectError(res, 400, 'ERR_VALIDATION');
+    }
+    expect((await client.get('/v1/notifications/unread')).body).toEqual({ unread: 1 });
+    for (const type of ['success', 'info', 'warning', 'danger', 'system']) {
+      expect(
+        (await op.post('/v1/admin/notifications', { title: type, body: 'b', type, user_id: user.id })).status,
+      ).toBe(200);
+    }
+  });
+
+  it('applies the level rules: an Admin cannot notify another Admin, an Owner can; Users are refused', async () => {
+    const [admin, otherAdmin, owner, plain] = [
+      await login(app, { bot }),
+      await login(app, { bot }),
+      await login(app, { bot }),
+      await login(app, { bot }),
+    ];
+    await setLevel(app, admin.user.id, 2);
+    await setLevel(app, otherAdmin.user.id, 2);
+    await setLevel(app, owner.user.id, 3);
+    const to = (userId: number) => ({ title: 't', body: 'b', type: 'info', user_id: userId });
+    expectError(await admin.client.post('/v1/admin/notifications', to(otherAdmin.user.id)), 403, 'ERR_FORBIDDEN');
+    expect((await owner.client.post('/v1/admin/notifications', to(otherAdmin.user.id))).status).toBe(200);
+    expect((await admin.client.post('/v1/admin/notifications', to(plain.user.id))).status).toBe(200);
+    expectError(await plain.client.post('/v1/admin/notifications', to(admin.user.id)), 403, 'ERR_FORBIDDEN');
+    expectError(
+      await new Client(app.url).post('/v1/admin/notifications', to(plain.user.id)),
+      401,
+      'ERR_UNAUTHENTICATED',
+    );
+    expectError(await op.post('/v1/admin/notifications', to(2147483646)), 404, 'ERR_USER_NOT_FOUND');
+  });
+});
+
+describeApp('POST /v1/admin/notifications (broadcast) and deletion', () => {
+  it('reaches every registered user with one copy each, and each connected user gets its own copy live', async () => {
+    const a = await login(app, { bot });
+    const b = await login(app, { bot });
+    const [sa, sb] = [await connectSocket(app.url, a.client), await connectSocket(app.url, b.client)];
+    const res = await op.post('/v1/admin/notifications', {
+      title: 'To all',
+      body: 'Maintenance at **02:00**.',
+      type: 'system',
+    });
+    expect(res.status).toBe(200);
+    const [row] = await app.database.db
+      .select({ n: sql<number>`count(*)::int` })
+      .from(users)
+      .where(eq(users.isStranger, false));
+    const n = row?.n;
+    expect(res.body).toEqual({
+      id: expect.any(Number),
+      broadcast_id: expect.stringMatching(/^[0-9a-f-]{36}$/),
+      recipients: Number(n),
+    });
+    const copies = await app.database.db
+      .select()
+      .from(notifications)
+      .where(eq(notifications.broadcastId, res.body.broadcast_id));
+    expect(copies).toHaveLength(Number(n));
+    expect(new Set(copies.map((c) => c.userId)).size).toBe(Number(n));
+    for (const [who, socket] of [
+      [a, sa],
+      [b, sb],
+    ] as const) {
+      const event = await socket.next('notification:new', (x) => x.title === 'To all');
+      const listed = (await who.client.get('/v1/notifications')).body.notifications[0];
+      expect(event).toEqual(listed);
+      expect(listed).toMatchObject({ title: 'To all', type: 'system', created_by: null });
+    }
+    expect(await lastAudit(AuditCodes.NOTIFICATION_BROADCAST)).toMatchObject({
+      actorKind: 'operator',
+      action: 'broadcast',
+      targetUserId: null,
+      data: { broadcast_id: res.body.broadcast_id, recipients: Number(n) },
+    });
+  });
+
+  it('deletes a targeted notification alone (audit 803); a second delete is 404', async () => {
+    const { client, user } = await login(app, { bot });
+    const keep = await send(user.id, 'keep');
+    const gone = await send(user.id, 'gone');
+    const res = await op.post(`/v1/admin/notifications/${gone}/delete`);
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({ deleted: 1, broadcast_id: null });
+    const titles = (await client.get('/v1/notifications')).body.notifications.map((x: { id: number }) => x.id);
+    expect(titles).toContain(keep);
+    expect(titles).not.toContain(gone);
+    expectError(await client.post(`/v1/notifications/${gone}/read`), 404, 'ERR_NOTIFICATION_NOT_FOUND');
+    expect(await lastAudit(AuditCodes.NOTIFICATION_DELETE)).toMatchObject({
+      actorKind: 'operator',
+      action: 'delete',
+      targetUserId: user.id,
+      data: { notification_id: gone, deleted: 1, broadcast_id: null },
+    });
+    expectError(await op.post(`/v1/admin/notifications/${gone}/delete`), 404, 'ERR_NOTIFICATION_NOT_FOUND');
+  });
+
+  it('deletes the whole broadcast through any one of its copies', async () => {
+    const a = await login(app, { bot });
+    const b = await login(app, { bot });
+    const sent = await op.post('/v1/admin/notifications', { title: 'Oops', body: 'Wrong text', type: 'danger' });
+    const copyOfB = (await b.client.get('/v1/notifications')).body.notifications[0];
+    expect(copyOfB.title).toBe('Oops');
+    const admin = await login(app, { bot });
+    await setLevel(app, admin.user.id, 2);
+    const res = await admin.client.post(`/v1/admin/notifications/${copyOfB.id}/delete`, {});
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({ deleted: sent.body.recipients, broadcast_id: sent.body.broadcast_id });
+    for (const who of [a, b, admin]) {
+      const titles = (await who.client.get('/v1/notifications')).body.notifications.map(
+        (x: { title: string }) => x.title,
+      );
+      expect(titles).not.toContain('Oops');
+    }
+    const left = await app.database.db
+      .select()
+      .from(notifications)
+      .where(and(eq(notifications.broadcastId, sent.body.broadcast_id)));
+    expect(left).toEqual([]);
+    expect(await lastAudit(AuditCodes.NOTIFICATION_DELETE)).toMatchObject({
+      actorKind: 'user',
+      actorId: admin.user.id,
+      action: 'delete-broadcast',
+      data: { broadcast_id: sent.body.broadcast_id, deleted: sent.body.recipients },
+    });
+  });
+
+  it('refuses deletion to Users and the level rule applies to targeted notifications', async () => {
+    const admin = await login(app, { bot });
+    const otherAdmin = await login(app, { bot });
+    await setLevel(app, admin.user.id, 2);
+    await setLevel(app, otherAdmin.user.id, 2);
+    const id = await send(otherAdmin.user.id, 'admin only');
+    expectError(await admin.client.post(`/v1/admin/notifications/${id}/delete`), 403, 'ERR_FORBIDDEN');
+    const plain = await login(app, { bot });
+    expectError(await plain.client.post(`/v1/admin/notifications/${id}/delete`), 403, 'ERR_FORBIDDEN');
+    expect((await op.post(`/v1/admin/notifications/${id}/delete`)).status).toBe(200);
+  });
+});
+
+describeApp('automated notifications reach the socket', () => {
+  it('sends "permission changed" live when the operator changes a level', async () => {
+    const { client, user } = await login(app, { bot });
+    const socket = await connectSocket(app.url, client);
+    await setLevel(app, user.id, 1);
+    const event = await socket.next('notification:new', (n) => n.title === 'Permission changed');
+    expect(event).toMatchObject({
+      body: 'Your permission level is now **Moderator**.',
+      type: 'info',
+      created_by: null,
+    });
+  });
+
+  it('sends "new login" live to the sessions already open when the account signs in from a new address', async () => {
+    const first = await login(app, { bot });
+    const socket = await connectSocket(app.url, first.client);
+    const elsewhere = new Client(app.url, nextIp(), app.publicApiKey);
+    await login(app, { bot, platformUserId: first.platformUserId, client: elsewhere });
+    const event = await socket.next('notification:new', (n) => n.title === 'New login');
+    expect(event.body).toContain(`**${elsewhere.ip}**`);
+    expect((await first.client.get('/v1/notifications/unread')).body).toEqual({ unread: 2 });
+  });
+});

@@ -1,0 +1,390 @@
+import { AuditCodes, Limits } from '@parlor/protocol';
+import { and, eq } from 'drizzle-orm';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { FakeClock } from '../src/platform/clock.js';
+import { auditLog, users } from '../src/platform/db/schema.js';
+import { describeApp, startApp, type TestApp } from './support/app.js';
+import { Client, nextIp } from './support/client.js';
+import { createBot, type LoggedIn, login, operator, setLevel } from './support/flows.js';
+import { closeAllSockets, connectSocket } from './support/sockets.js';
+
+const DAY = 24 * 3600 * 1000;
+
+let app: TestApp;
+let bot: Client;
+let op: Client;
+const clock = new FakeClock(Date.now());
+
+beforeAll(async () => {
+  app = await startApp({ clock });
+  bot = (await createBot(app)).client;
+  op = operator(app);
+});
+afterAll(async () => {
+  closeAllSockets();
+  await app?.close();
+});
+
+const grant = (by: Client, body: Record<string, unknown>) => by.post('/v1/admin/subscriptions/grant', body);
+const revoke = (by: Client, body: Record<string, unknown>) => by.post('/v1/admin/subscriptions/revoke', body);
+
+const expectError = (res: { status: number; body: any }, status: number, code: string) => {
+  expect(res.status, JSON.stringify(res.body)).toBe(status);
+  expect(res.body.code).toBe(code);
+};
+
+const subscriptionAudits = (userId: number) =>
+  app.database.db
+    .select()
+    .from(auditLog)
+    .where(and(eq(auditLog.targetUserId, userId)))
+    .then((rows) =>
+      rows.filter((r) => r.code === AuditCodes.SUBSCRIPTION_GRANT || r.code === AuditCodes.SUBSCRIPTION_REVOKE),
+    );
+
+const titles = async (who: LoggedIn) =>
+  (await who.client.get('/v1/notifications')).body.notifications.map((n: { title: string }) => n.title);
+
+const createChat = (who: LoggedIn, name = 'Mine') =>
+  who.client.post('/v1/portal/chats/create', { name, type: 'public' });
+
+describeApp('POST /v1/admin/subscriptions/grant', () => {
+  it('grants Premium for duration_days from now: user, subscription view, audit and notification agree', async () => {
+    const target = await login(app, { bot });
+    const socket = await connectSocket(app.url, target.client);
+    const res = await grant(op, { user_id: target.user.id, tier: 'PREMIUM', duration_days: 30, reason: 'promo' });
+    const expiresAt = new Date(clock.now().getTime() + 30 * DAY).toISOString();
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(res.body).toEqual({
+      user_id: target.user.id,
+      subscription: {
+        tier: 2,
+        tier_name: 'premium',
+        has_premium: true,
+        expires_at: expiresAt,
+        granted_by: null,
+        trial_used: false,
+      },
+    });
+    expect((await target.client.get('/v1/users/me/subscription')).body).toEqual(res.body.subscription);
+    expect((await target.client.get('/v1/users/me')).body.user).toMatchObject({
+      subscription_tier: 2,
+      subscription_expires_at: expiresAt,
+      subscription_granted_by: null,
+    });
+    expect(await subscriptionAudits(target.user.id)).toEqual([
+      expect.objectContaining({
+        actorKind: 'operator',
+        code: AuditCodes.SUBSCRIPTION_GRANT,
+        action: 'premium',
+        reason: 'promo',
+        data: { tier: 2, expires_at: expiresAt },
+      }),
+    ]);
+    const event = await socket.next('notification:new', (n) => n.title === 'Subscription upgraded');
+    expect(event.body).toMatch(/^Your subscription is now \*\*Premium\*\*, until \d{4}-\d\d-\d\d \d\d:\d\d UTC\.$/);
+  });
+
+  it('records the granting Admin in subscription_granted_by; Lifetime has no expiry', async () => {
+    const admin = await login(app, { bot });
+    await setLevel(app, admin.user.id, 2);
+    const target = await login(app, { bot });
+    const res = await grant(admin.client, { user_id: target.user.id, tier: 'LIFETIME' });
+    expect(res.status).toBe(200);
+    expect(res.body.subscription).toMatchObject({
+      tier: 3,
+      tier_name: 'lifetime',
+      expires_at: null,
+      granted_by: admin.user.id,
+    });
+    expect((await target.client.get('/v1/users/me')).body.user).toMatchObject({
+      subscription_tier: 3,
+      subscription_expires_at: null,
+      subscription_granted_by: admin.user.id,
+    });
+    expect(await titles(target)).toContain('Subscription upgraded');
+  });
+
+  it('accepts duration_days 1 and 3650; refuses 0, 3651, a missing one for PREMIUM and one for TRIAL or LIFETIME', async () => {
+    const { user } = await login(app, { bot });
+    for (const days of [1, Limits.SUBSCRIPTION_DAYS_MAX]) {
+      const res = await grant(op, { user_id: user.id, tier: 'PREMIUM', duration_days: days });
+      expect(res.status).toBe(200);
+      expect(Date.parse(res.body.subscription.expires_at) - clock.now().getTime()).toBe(days * DAY);
+    }
+    for (const body of [
+      { tier: 'PREMIUM', duration_days: 0 },
+      { tier: 'PREMIUM', duration_days: Limits.SUBSCRIPTION_DAYS_MAX + 1 },
+      { tier: 'PREMIUM' },
+      { tier: 'PREMIUM', duration_days: '30' },
+      { tier: 'PREMIUM', duration_days: 1.5 },
+      { tier: 'TRIAL', duration_days: 30 },
+      { tier: 'LIFETIME', duration_days: 30 },
+    ]) {
+      const res = await grant(op, { user_id: user.id, ...body });
+      expectError(res, 400, 'ERR_VALIDATION');
+      expect(res.body.errors[0].path).toBe('body/duration_days');
+    }
+    for (const body of [{ tier: 'BASIC' }, { tier: 'premium', duration_days: 3 }, { tier: 'LIFETIME', extra: 1 }, {}]) {
+      expectError(await grant(op, { user_id: user.id, ...body }), 400, 'ERR_VALIDATION');
+    }
+    expectError(
+      await grant(op, { user_id: user.id, tier: 'LIFETIME', reason: 'r'.repeat(501) }),
+      400,
+      'ERR_VALIDATION',
+    );
+    expectError(await grant(op, { user_id: 2147483646, tier: 'LIFETIME' }), 404, 'ERR_USER_NOT_FOUND');
+    // Nothing refused above changed the last good grant (3650 days) or left an audit entry.
+    expect((await subscriptionAudits(user.id)).map((a) => a.action)).toEqual(['premium', 'premium']);
+    const after = await app.database.db.select().from(users).where(eq(users.id, user.id));
+    expect(after[0]?.subscriptionExpiresAt?.getTime()).toBe(clock.now().getTime() + Limits.SUBSCRIPTION_DAYS_MAX * DAY);
+  });
+
+  it('grants the trial once per user ever: grant, revoke, grant again → 409 ERR_TRIAL_ALREADY_USED', async () => {
+    const target = await login(app, { bot });
+    const first = await grant(op, { user_id: target.user.id, tier: 'TRIAL' });
+    expect(first.status).toBe(200);
+    expect(first.body.subscription).toMatchObject({
+      tier: 1,
+      tier_name: 'trial',
+      has_premium: true,
+      trial_used: true,
+      expires_at: new Date(clock.now().getTime() + Limits.TRIAL_DAYS * DAY).toISOString(),
+    });
+    expect(await titles(target)).toContain('Trial started');
+    expect((await revoke(op, { user_id: target.user.id })).status).toBe(200);
+    expectError(await grant(op, { user_id: target.user.id, tier: 'TRIAL' }), 409, 'ERR_TRIAL_ALREADY_USED');
+    const owner = await login(app, { bot });
+    await setLevel(app, owner.user.id, 3);
+    expectError(await grant(owner.client, { user_id: target.user.id, tier: 'TRIAL' }), 409, 'ERR_TRIAL_ALREADY_USED');
+    expect((await target.client.get('/v1/users/me/subscription')).body).toMatchObject({ tier: 0, trial_used: true });
+    // Other tiers are still grantable.
+    expect((await grant(op, { user_id: target.user.id, tier: 'PREMIUM', duration_days: 5 })).status).toBe(200);
+  });
+
+  it('lets only one of two simultaneous trial grants through', async () => {
+    const target = await login(app, { bot });
+    const results = await Promise.all([
+      grant(op, { user_id: target.user.id, tier: 'TRIAL' }),
+      grant(op, { user_id: target.user.id, tier: 'TRIAL' }),
+    ]);
+    expect(results.map((r) => r.status).sort()).toEqual([200, 409]);
+    expect((await subscriptionAudits(target.user.id)).filter((a) => a.action === 'trial')).toHaveLength(1);
+  });
+
+  it('applies the level rules: an Admin cannot grant to an Admin, an Owner can; Users and Moderators are refused', async () => {
+    const [admin, otherAdmin, owner, moderator, plain] = [
+      await login(app, { bot }),
+      await login(app, { bot }),
+      await login(app, { bot }),
+      await login(app, { bot }),
+      await login(app, { bot }),
+    ];
+    await setLevel(app, admin.user.id, 2);
+    await setLevel(app, otherAdmin.user.id, 2);
+    await setLevel(app, owner.user.id, 3);
+    await setLevel(app, moderator.user.id, 1);
+    const lifetime = (userId: number) => ({ user_id: userId, tier: 'LIFETIME' });
+    expectError(await grant(admin.client, lifetime(otherAdmin.user.id)), 403, 'ERR_FORBIDDEN');
+    expectError(await grant(admin.client, lifetime(admin.user.id)), 403, 'ERR_FORBIDDEN');
+    expectError(await grant(admin.client, lifetime(owner.user.id)), 403, 'ERR_FORBIDDEN');
+    expect((await otherAdmin.client.get('/v1/users/me')).body.user.subscription_tier).toBe(0);
+    expect((await grant(owner.client, lifetime(otherAdmin.user.id))).status).toBe(200);
+    expect((await otherAdmin.client.get('/v1/users/me')).body.user.subscription_tier).toBe(3);
+    expectError(await revoke(admin.client, { user_id: otherAdmin.user.id }), 403, 'ERR_FORBIDDEN');
+    expect((await grant(admin.client, lifetime(moderator.user.id))).status).toBe(200);
+    expectError(await grant(moderator.client, lifetime(plain.user.id)), 403, 'ERR_FORBIDDEN');
+    expectError(await grant(plain.client, lifetime(plain.user.id)), 403, 'ERR_FORBIDDEN');
+    expectError(await grant(new Client(app.url), lifetime(plain.user.id)), 401, 'ERR_UNAUTHENTICATED');
+  });
+});
+
+describeApp('POST /v1/admin/subscriptions/revoke', () => {
+  it('sets the user back to Basic with audit and notification; revoking Basic changes nothing', async () => {
+    const target = await login(app, { bot });
+    await grant(op, { user_id: target.user.id, tier: 'PREMIUM', duration_days: 10 });
+    const socket = await connectSocket(app.url, target.client);
+    const res = await revoke(op, { user_id: target.user.id, reason: 'chargeback' });
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({
+      user_id: target.user.id,
+      subscription: {
+        tier: 0,
+        tier_name: 'basic',
+        has_premium: false,
+        expires_at: null,
+        granted_by: null,
+        trial_used: false,
+      },
+    });
+    expect((await target.client.get('/v1/users/me')).body.user).toMatchObject({
+      subscription_tier: 0,
+      subscription_expires_at: null,
+      subscription_granted_by: null,
+    });
+    const event = await socket.next('notification:new', (n) => n.title === 'Subscription revoked');
+    expect(event).toMatchObject({
+      type: 'warning',
+      body: 'Your **Premium** subscription was revoked. Your account is now Basic.',
+    });
+    const audits = await subscriptionAudits(target.user.id);
+    expect(audits.map((a) => [a.code, a.action, a.reason])).toEqual([
+      [AuditCodes.SUBSCRIPTION_GRANT, 'premium', null],
+      [AuditCodes.SUBSCRIPTION_REVOKE, 'revoke', 'chargeback'],
+    ]);
+    const again = await revoke(op, { user_id: target.user.id });
+    expect(again.status).toBe(200);
+    expect(again.body.subscription.tier).toBe(0);
+    expect(await subscriptionAudits(target.user.id)).toHaveLength(2);
+    expect((await titles(target)).filter((t: string) => t === 'Subscription revoked')).toHaveLength(1);
+    expectError(await revoke(op, { user_id: target.user.id, tier: 'PREMIUM' }), 400, 'ERR_VALIDATION');
+    expectError(await revoke(op, { user_id: 2147483646 }), 404, 'ERR_USER_NOT_FOUND');
+  });
+
+  it('shows grants and revokes in the full user view’s subscription_history, newest first', async () => {
+    const target = await login(app, { bot });
+    const owner = await login(app, { bot });
+    await setLevel(app, owner.user.id, 3);
+    await grant(owner.client, { user_id: target.user.id, tier: 'TRIAL', reason: 'welcome' });
+    clock.advance(1000);
+    await revoke(op, { user_id: target.user.id, reason: 'abuse' });
+    const view = await owner.client.get(`/v1/users/${target.user.id}`);
+    expect(view.body.has_premium).toBe(false);
+    expect(view.body.subscription_history).toEqual([
+      {
+        action: 'revoke',
+        tier: 1,
+        expires_at: expect.any(String),
+        actor_user_id: null,
+        reason: 'abuse',
+        created_at: expect.any(String),
+      },
+      {
+        action: 'grant',
+        tier: 1,
+        expires_at: expect.any(String),
+        actor_user_id: owner.user.id,
+        reason: 'welcome',
+        created_at: expect.any(String),
+      },
+    ]);
+  });
+});
+
+describeApp('has_premium and chat slots follow the tier', () => {
+  it('Basic cannot create a chat; Premium creates one (the second is 409); after revoke has_premium is false', async () => {
+    const who = await login(app, { bot });
+    const publicView = () => new Client(app.url, nextIp(), app.publicApiKey).get(`/v1/users/${who.user.id}`);
+    expect((await publicView()).body.has_premium).toBe(false);
+    expectError(await createChat(who), 403, 'ERR_CHAT_CREATE_FORBIDDEN');
+    await grant(op, { user_id: who.user.id, tier: 'PREMIUM', duration_days: 1 });
+    expect((await publicView()).body.has_premium).toBe(true);
+    const created = await createChat(who);
+    expect(created.status).toBe(200);
+    expect(created.body.chat.owner_id).toBe(who.user.id);
+    expectError(await createChat(who, 'Second'), 409, 'ERR_CHAT_SLOT_LIMIT');
+    await revoke(op, { user_id: who.user.id });
+    expect((await publicView()).body.has_premium).toBe(false);
+    expectError(await createChat(who, 'Third'), 403, 'ERR_CHAT_CREATE_FORBIDDEN');
+  });
+
+  it('gives a Trial user the same slot as Premium', async () => {
+    const who = await login(app, { bot });
+    await grant(op, { user_id: who.user.id, tier: 'TRIAL' });
+    expect((await createChat(who)).status).toBe(200);
+    expectError(await createChat(who, 'Second'), 409, 'ERR_CHAT_SLOT_LIMIT');
+  });
+});
+
+describeApp('the automatic downgrade (sweep, fake clock)', () => {
+  let sweepApp: TestApp;
+  const sweepClock = new FakeClock(Date.now());
+  let sweepOp: Client;
+  beforeAll(async () => {
+    sweepApp = await startApp({ clock: sweepClock });
+    sweepOp = operator(sweepApp);
+  });
+  afterAll(async () => sweepApp?.close());
+
+  it('downgrades expired Trial and Premium to Basic at their expiry, never Lifetime', async () => {
+    const sweepBot = (await createBot(sweepApp)).client;
+    const [trial, premium, lifetime] = [
+      await login(sweepApp, { bot: sweepBot }),
+      await login(sweepApp, { bot: sweepBot }),
+      await login(sweepApp, { bot: sweepBot }),
+    ];
+    await grant(sweepOp, { user_id: trial.user.id, tier: 'TRIAL' });
+    await grant(sweepOp, { user_id: premium.user.id, tier: 'PREMIUM', duration_days: 1 });
+    await grant(sweepOp, { user_id: lifetime.user.id, tier: 'LIFETIME' });
+    const socket = await connectSocket(sweepApp.url, premium.client);
+    const tier = async (who: LoggedIn) => (await who.client.get('/v1/users/me')).body.user.subscription_tier;
+
+    sweepClock.advance(DAY - 1);
+    expect(await sweepApp.subscriptionSweep.run()).toBe(0);
+    expect(await tier(premium)).toBe(2);
+
+    sweepClock.advance(1);
+    expect(await sweepApp.subscriptionSweep.run()).toBe(1);
+    expect((await premium.client.get('/v1/users/me')).body.user).toMatchObject({
+      subscription_tier: 0,
+      subscription_expires_at: null,
+      subscription_granted_by: null,
+    });
+    const event = await socket.next('notification:new', (n) => n.title === 'Subscription expired');
+    expect(event.body).toMatch(
+      /^Your \*\*Premium\*\* subscription ended on \*\*.+ UTC\*\*\. Your account is now Basic\.$/,
+    );
+    expect(await tier(trial)).toBe(1);
+
+    sweepClock.advance((Limits.TRIAL_DAYS - 1) * DAY);
+    expect(await sweepApp.subscriptionSweep.run()).toBe(1);
+    expect(await tier(trial)).toBe(0);
+    expect((await trial.client.get('/v1/users/me/subscription')).body).toMatchObject({
+      tier: 0,
+      has_premium: false,
+      trial_used: true,
+    });
+    expect(await titles(trial)).toContain('Subscription expired');
+
+    expect(await tier(lifetime)).toBe(3);
+    sweepClock.advance(Limits.SUBSCRIPTION_DAYS_MAX * DAY);
+    expect(await sweepApp.subscriptionSweep.run()).toBe(0);
+    // Sessions have expired by now: read the row.
+    const [row] = await sweepApp.database.db.select().from(users).where(eq(users.id, lifetime.user.id));
+    expect(row).toMatchObject({ subscriptionTier: 3, subscriptionExpiresAt: null });
+
+    const audits = await sweepApp.database.db
+      .select()
+      .from(auditLog)
+      .where(and(eq(auditLog.code, AuditCodes.SUBSCRIPTION_REVOKE), eq(auditLog.action, 'expire')));
+    expect(audits.map((a) => [a.targetUserId, a.actorKind, (a.data as { tier: number }).tier]).sort()).toEqual(
+      [
+        [premium.user.id, 'system', 2],
+        [trial.user.id, 'system', 1],
+      ].sort(),
+    );
+  });
+
+  it('takes each expired user exactly once when sweeps run at the same time (several nodes)', async () => {
+    const sweepBot = (await createBot(sweepApp)).client;
+    const ids: number[] = [];
+    for (let i = 0; i < 6; i++) {
+      const who = await login(sweepApp, { bot: sweepBot });
+      await grant(sweepOp, { user_id: who.user.id, tier: 'PREMIUM', duration_days: 2 });
+      ids.push(who.user.id);
+    }
+    sweepClock.advance(2 * DAY);
+    const counts = await Promise.all([
+      sweepApp.subscriptionSweep.run(),
+      sweepApp.subscriptionSweep.run(),
+      sweepApp.subscriptionSweep.run(),
+    ]);
+    expect(counts.reduce((a, b) => a + b, 0)).toBe(6);
+    const expired = await sweepApp.database.db
+      .select()
+      .from(auditLog)
+      .where(and(eq(auditLog.code, AuditCodes.SUBSCRIPTION_REVOKE), eq(auditLog.action, 'expire')));
+    const mine = expired.map((a) => a.targetUserId).filter((id): id is number => id !== null && ids.includes(id));
+    expect(mine.sort()).toEqual([...ids].sort());
+  });
+});
