@@ -1,6 +1,7 @@
 import { Type } from '@sinclair/typebox';
-import { IdParam, Nullable, Timestamp } from './common.js';
+import { IdParam } from './common.js';
 import { Limits } from './constants.js';
+import { PunishmentSchema } from './users.js';
 
 const strict = { additionalProperties: false } as const;
 const Reason = Type.String({ maxLength: Limits.PUNISH_REASON_MAX });
@@ -16,13 +17,4 @@ export const PunishBody = Type.Object(
 export const ReasonBody = Type.Object({ user_id: IdParam, reason: Type.Optional(Reason) }, strict);
 export const TargetBody = Type.Object({ user_id: IdParam }, strict);
 
-export const PunishmentRecordSchema = Type.Object({
-  id: Type.Integer(),
-  action_type: Type.String(),
-  reason: Nullable(Type.String()),
-  is_lifted: Type.Boolean(),
-  expires_at: Nullable(Timestamp),
-  lifted_at: Nullable(Timestamp),
-  created_at: Timestamp,
-});
-export const PunishResponse = Type.Object({ ok: Type.Boolean(), punishment: Type.Optional(PunishmentRecordSchema) });
+export const PunishResponse = Type.Object({ ok: Type.Boolean(), punishment: Type.Optional(PunishmentSchema) });

@@ -14,6 +14,15 @@ const memberCount =
   );
 const live = isNull(chats.deletedAt);
 
+/** An invite that can still be used: not revoked, not expired, not used up. */
+const liveInvite = (code: string, now: Date) =>
+  and(
+    eq(chatInvites.code, code),
+    isNull(chatInvites.revokedAt),
+    or(isNull(chatInvites.expiresAt), gt(chatInvites.expiresAt, now)),
+    or(isNull(chatInvites.maxUses), sql`${chatInvites.uses} < ${chatInvites.maxUses}`),
+  );
+
 export function makeChatsStore(db: Db) {
   return {
     async insert(values: typeof chats.$inferInsert, tx: Tx = db): Promise<ChatRow> {
@@ -147,31 +156,14 @@ export function makeChatsStore(db: Db) {
     },
     /** The live invite with this code (unknown, expired, used up or revoked: none). */
     async invitesOfCode(code: string, now: Date): Promise<InviteRow[]> {
-      return db
-        .select()
-        .from(chatInvites)
-        .where(
-          and(
-            eq(chatInvites.code, code),
-            isNull(chatInvites.revokedAt),
-            or(isNull(chatInvites.expiresAt), gt(chatInvites.expiresAt, now)),
-            or(isNull(chatInvites.maxUses), sql`${chatInvites.uses} < ${chatInvites.maxUses}`),
-          ),
-        );
+      return db.select().from(chatInvites).where(liveInvite(code, now));
     },
     /** Spends one use of a live invite atomically; undefined when it is unknown, expired or used up. */
     async useInvite(code: string, now: Date, tx: Tx): Promise<InviteRow | undefined> {
       const [row] = await tx
         .update(chatInvites)
         .set({ uses: sql`${chatInvites.uses} + 1` })
-        .where(
-          and(
-            eq(chatInvites.code, code),
-            isNull(chatInvites.revokedAt),
-            or(isNull(chatInvites.expiresAt), gt(chatInvites.expiresAt, now)),
-            or(isNull(chatInvites.maxUses), sql`${chatInvites.uses} < ${chatInvites.maxUses}`),
-          ),
-        )
+        .where(liveInvite(code, now))
         .returning();
       return row;
     },

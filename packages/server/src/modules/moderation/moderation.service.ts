@@ -72,50 +72,78 @@ export function makeModerationService(deps: ModerationDeps) {
     return chat;
   };
 
+  /**
+   * One platform punishment inside a transaction: the user's state (for bans and timeouts), the
+   * record of spec 2.6, the audit entry and the automated notification. Publish `note` after commit.
+   */
+  const punish = async (
+    tx: Tx,
+    p: {
+      actor: Actor;
+      targetId: number;
+      chatId: number | null;
+      actionType: 'PLATFORM_BAN' | 'PLATFORM_TIMEOUT' | 'PLATFORM_WARNING';
+      code: number;
+      action: string;
+      body: { duration?: number; reason?: string };
+      notice: AutomatedKind;
+      state?: 1 | 2;
+    },
+  ) => {
+    const now = clock.now();
+    const expiresAt = until(now, p.body.duration);
+    if (p.state) await usersStore.update(p.targetId, { state: p.state, stateExpiresAt: expiresAt, updatedAt: now }, tx);
+    const record = await store.record(
+      {
+        userId: p.targetId,
+        chatId: p.chatId,
+        actionType: p.actionType,
+        reason: p.body.reason ?? null,
+        actorUserId: 'id' in p.actor ? p.actor.id : null,
+        expiresAt,
+        createdAt: now,
+      },
+      tx,
+    );
+    await audit.record(
+      {
+        actor: p.actor,
+        code: p.code,
+        action: p.action,
+        targetUserId: p.targetId,
+        reason: p.body.reason,
+        data: { duration: p.body.duration ?? null, chat_id: p.chatId },
+      },
+      tx,
+    );
+    const note = await notify(
+      p.targetId,
+      p.notice,
+      { duration: human(p.body.duration), reason: p.body.reason ?? '' },
+      tx,
+    );
+    return { record, note };
+  };
+
+  type Body = { duration?: number; reason?: string };
+
   const platform = {
     /** Bans platform-wide: every session ends (sockets drop, keys go), login is refused until lifted. */
-    async ban(
-      actor: Actor,
-      level: ActorLevel,
-      targetId: number,
-      body: { duration?: number; reason?: string },
-      chatId: number | null = null,
-    ) {
+    async ban(actor: Actor, level: ActorLevel, targetId: number, body: Body, chatId: number | null = null) {
       await assertPlatformTarget(actor, level, targetId);
-      const now = clock.now();
       const { record, note, ended } = await db.transaction(async (tx) => {
-        await usersStore.update(targetId, { state: 2, stateExpiresAt: until(now, body.duration), updatedAt: now }, tx);
-        const record = await store.record(
-          {
-            userId: targetId,
-            chatId,
-            actionType: 'PLATFORM_BAN',
-            reason: body.reason ?? null,
-            actorUserId: 'id' in actor ? actor.id : null,
-            expiresAt: until(now, body.duration),
-            createdAt: now,
-          },
-          tx,
-        );
-        await audit.record(
-          {
-            actor,
-            code: AuditCodes.PUNISH_BAN,
-            action: 'ban',
-            targetUserId: targetId,
-            reason: body.reason,
-            data: { duration: body.duration ?? null },
-          },
-          tx,
-        );
-        const note = await notify(
+        const done = await punish(tx, {
+          actor,
           targetId,
-          'banned',
-          { duration: human(body.duration), reason: body.reason ?? '' },
-          tx,
-        );
-        const ended = await deps.sessions.endAll(targetId, 'banned', tx);
-        return { record, note, ended };
+          chatId,
+          actionType: 'PLATFORM_BAN',
+          code: AuditCodes.PUNISH_BAN,
+          action: 'ban',
+          body,
+          notice: 'banned',
+          state: 2,
+        });
+        return { ...done, ended: await deps.sessions.endAll(targetId, 'banned', tx) };
       });
       notifications.publish(note);
       realtime.disconnectSessions(ended);
@@ -144,41 +172,23 @@ export function makeModerationService(deps: ModerationDeps) {
       actor: Actor,
       level: ActorLevel,
       targetId: number,
-      body: { duration: number; reason?: string },
+      body: Body & { duration: number },
       chatId: number | null = null,
     ) {
       await assertPlatformTarget(actor, level, targetId);
-      const now = clock.now();
-      const { record, note } = await db.transaction(async (tx) => {
-        await usersStore.update(targetId, { state: 1, stateExpiresAt: until(now, body.duration), updatedAt: now }, tx);
-        const record = await store.record(
-          {
-            userId: targetId,
-            chatId,
-            actionType: 'PLATFORM_TIMEOUT',
-            reason: body.reason ?? null,
-            actorUserId: 'id' in actor ? actor.id : null,
-            expiresAt: until(now, body.duration),
-            createdAt: now,
-          },
-          tx,
-        );
-        await audit.record(
-          {
-            actor,
-            code: AuditCodes.PUNISH_TIMEOUT,
-            action: 'timeout',
-            targetUserId: targetId,
-            reason: body.reason,
-            data: { duration: body.duration },
-          },
-          tx,
-        );
-        return {
-          record,
-          note: await notify(targetId, 'timed_out', { duration: human(body.duration), reason: body.reason ?? '' }, tx),
-        };
-      });
+      const { record, note } = await db.transaction((tx) =>
+        punish(tx, {
+          actor,
+          targetId,
+          chatId,
+          actionType: 'PLATFORM_TIMEOUT',
+          code: AuditCodes.PUNISH_TIMEOUT,
+          action: 'timeout',
+          body,
+          notice: 'timed_out',
+          state: 1,
+        }),
+      );
       notifications.publish(note);
       dropSockets(targetId);
       return toPunishment(record);
@@ -192,25 +202,18 @@ export function makeModerationService(deps: ModerationDeps) {
       chatId: number | null = null,
     ) {
       await assertPlatformTarget(actor, level, targetId);
-      const now = clock.now();
-      const { record, note } = await db.transaction(async (tx) => {
-        const record = await store.record(
-          {
-            userId: targetId,
-            chatId,
-            actionType: 'PLATFORM_WARNING',
-            reason: body.reason ?? null,
-            actorUserId: 'id' in actor ? actor.id : null,
-            createdAt: now,
-          },
-          tx,
-        );
-        await audit.record(
-          { actor, code: AuditCodes.PUNISH_WARN, action: 'warn', targetUserId: targetId, reason: body.reason },
-          tx,
-        );
-        return { record, note: await notify(targetId, 'warned', { reason: body.reason ?? '' }, tx) };
-      });
+      const { record, note } = await db.transaction((tx) =>
+        punish(tx, {
+          actor,
+          targetId,
+          chatId,
+          actionType: 'PLATFORM_WARNING',
+          code: AuditCodes.PUNISH_WARN,
+          action: 'warn',
+          body,
+          notice: 'warned',
+        }),
+      );
       notifications.publish(note);
       return toPunishment(record);
     },
