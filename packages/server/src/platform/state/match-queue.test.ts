@@ -27,21 +27,34 @@ afterAll(async () => {
   for (const c of clients) c.disconnect();
 });
 
-const implementations: [string, () => MatchQueue][] = [['memory', () => new MemoryMatchQueue()]];
+/**
+ * Each implementation gives two handles on one queue: two nodes. In memory that is one instance
+ * (one node by definition); in Redis, two connections sharing a prefix, as two nodes would.
+ */
+const implementations: [string, () => [MatchQueue, MatchQueue]][] = [
+  [
+    'memory',
+    () => {
+      const q = new MemoryMatchQueue();
+      return [q, q];
+    },
+  ],
+];
 if (!redisProblem) {
   implementations.push([
     'redis',
     () => {
-      const client = new Redis(SERVICE_URLS.redis);
-      clients.push(client);
       const prefix = `parlor-test:mq:${Math.random().toString(36).slice(2)}:`;
       prefixes.push(prefix);
-      return new RedisMatchQueue(client, prefix);
+      const nodes = [new Redis(SERVICE_URLS.redis), new Redis(SERVICE_URLS.redis)];
+      clients.push(...nodes);
+      return nodes.map((c) => new RedisMatchQueue(c, prefix)) as [MatchQueue, MatchQueue];
     },
   ]);
 }
 
-describe.each(implementations)('the %s match queue', (_name, make) => {
+describe.each(implementations)('the %s match queue', (_name, makeNodes) => {
+  const make = () => makeNodes()[0];
   it('queues a lone user, then pairs the next user sharing a tag, first tag first', async () => {
     const q = make();
     expect(await q.enqueue(entry(1, ['music', 'games']), NOW)).toEqual({ kind: 'queued' });
@@ -90,7 +103,7 @@ describe.each(implementations)('the %s match queue', (_name, make) => {
     expect(await q.topTags(5)).toEqual([]);
   });
 
-  it('under concurrency: nobody in two pairs, nobody with itself or an excluded user, every pair shares a tag', async () => {
+  it('under concurrency on two nodes: nobody in two pairs, nobody with itself or an excluded user, every pair shares a tag', async () => {
     const tags = ['t01', 't02', 't03', 't04', 't05'];
     await fc.assert(
       fc.asyncProperty(
