@@ -25,7 +25,7 @@ const botIp = (k) => `203.0.113.${(k % 254) + 1}`;
  *   POST /v1/authentication/verify    (public key, same address) → psession cookie
  * Flow i uses identity `${idPrefix}${i}` and address benchIp(i), i from firstIndex on.
  * Returns counts, latency samples (whole flow and per step, Float64Array ms), failures by step
- * and status, up to `keepCookies` session cookies, and with `capture` the raw answers of the
+ * and status, up to `keepCookies` session cookies (and their addresses, `ips`), and with `capture` the raw answers of the
  * first flow. Summarise one or several parts with summarizeFlows().
  */
 export async function loginFlowsTask(opts) {
@@ -46,6 +46,7 @@ export async function loginFlowsTask(opts) {
   const steps = { request: [], loginCode: [], verify: [] };
   const failures = {};
   const cookies = [];
+  const ips = [];
   let captured = null;
   let failed = 0;
   let next = firstIndex;
@@ -96,7 +97,10 @@ export async function loginFlowsTask(opts) {
     steps.request.push(t1 - t0);
     steps.loginCode.push(t2 - t1);
     steps.verify.push(t3 - t2);
-    if (cookies.length < keepCookies) cookies.push(cookie);
+    if (cookies.length < keepCookies) {
+      cookies.push(cookie);
+      ips.push(ip);
+    }
     if (capture && !captured) {
       captured = {
         request: r1.text(),
@@ -135,6 +139,8 @@ export async function loginFlowsTask(opts) {
       verify: Float64Array.from(steps.verify),
     },
     cookies,
+    /** The address each kept cookie logged in from (same order). */
+    ips,
     captured,
     nextIndex: next,
   };

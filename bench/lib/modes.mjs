@@ -142,9 +142,11 @@ async function clearRedisPrefix(prefix) {
  *   cluster:  a scratch PostgreSQL database + Redis under a unique key prefix, both removed on close
  * Resolves { skipped } instead when the cluster services are unreachable.
  * `config` overrides any Config field (trustProxy is on: benches send X-Forwarded-For).
+ * `attach` (from provisionStorage, possibly in another process) starts the app over storage that
+ * already exists and that the caller removes: nothing is created or removed here but the app.
  */
-export async function startMode(mode, { pglite = 'disk', config = {} } = {}) {
-  if (mode === 'cluster') {
+export async function startMode(mode, { pglite = 'disk', config = {}, attach = null } = {}) {
+  if (mode === 'cluster' && !attach) {
     const why = await clusterUnavailable();
     if (why) return { mode, skipped: why };
   }
@@ -164,15 +166,17 @@ export async function startMode(mode, { pglite = 'disk', config = {} } = {}) {
   };
   const removeCleanup = addCleanup(release);
 
-  const dataDir = mkdtempSync(path.join(tmpdir(), 'parlor-bench-'));
-  undo.push(async () => rmSync(dataDir, { recursive: true, force: true }));
+  const dataDir = attach ? attach.dataDir : mkdtempSync(path.join(tmpdir(), 'parlor-bench-'));
+  if (!attach) undo.push(async () => rmSync(dataDir, { recursive: true, force: true }));
   try {
     let databaseUrl = null;
     let redisUrl = null;
     let redisPrefix = 'parlor:';
     let label;
     let database;
-    if (mode === 'cluster') {
+    if (attach) {
+      ({ databaseUrl, redisUrl, redisPrefix, label } = attach);
+    } else if (mode === 'cluster') {
       const scratch = await createScratchDatabase();
       undo.push(() => scratch.drop());
       redisPrefix = `parlor-bench:${uniq()}:`;
@@ -223,6 +227,77 @@ export async function startMode(mode, { pglite = 'disk', config = {} } = {}) {
       close: async () => {
         if (closed) return;
         closed = true;
+        try {
+          await release();
+        } finally {
+          removeCleanup();
+        }
+      },
+    };
+  } catch (e) {
+    await release();
+    removeCleanup();
+    throw e;
+  }
+}
+
+/**
+ * The storage of a mode without an app: a temp dir (PGlite on disk), or a scratch PostgreSQL
+ * database and a Redis prefix. Pass `storage` to startMode({ attach }) (here or in a child
+ * process) to run apps over it one after the other; `release()` removes it all. Resolves
+ * { skipped } when the cluster services are unreachable.
+ */
+export async function provisionStorage(mode) {
+  if (mode === 'cluster') {
+    const why = await clusterUnavailable();
+    if (why) return { mode, skipped: why };
+  }
+  const undo = [];
+  const release = async () => {
+    let first = null;
+    while (undo.length) {
+      try {
+        await undo.pop()();
+      } catch (e) {
+        first ??= e;
+      }
+    }
+    if (first) throw first;
+  };
+  const removeCleanup = addCleanup(release);
+  try {
+    const dataDir = mkdtempSync(path.join(tmpdir(), 'parlor-bench-'));
+    undo.push(async () => rmSync(dataDir, { recursive: true, force: true }));
+    let storage;
+    if (mode === 'cluster') {
+      const scratch = await createScratchDatabase();
+      undo.push(() => scratch.drop());
+      const redisPrefix = `parlor-bench:${uniq()}:`;
+      undo.push(() => clearRedisPrefix(redisPrefix));
+      storage = {
+        dataDir,
+        databaseUrl: scratch.url,
+        redisUrl: SERVICE_URLS.redis,
+        redisPrefix,
+        label: `cluster: PostgreSQL scratch db ${scratch.name} + Redis prefix ${redisPrefix}`,
+      };
+    } else {
+      storage = {
+        dataDir,
+        databaseUrl: null,
+        redisUrl: null,
+        redisPrefix: 'parlor:',
+        label: 'embedded: PGlite in a temp dir + in-process state',
+      };
+    }
+    let released = false;
+    return {
+      mode,
+      storage,
+      label: storage.label,
+      release: async () => {
+        if (released) return;
+        released = true;
         try {
           await release();
         } finally {

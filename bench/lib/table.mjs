@@ -9,6 +9,7 @@ export const fmt = {
   },
   ms(v) {
     if (v === null || v === undefined || Number.isNaN(v)) return '—';
+    if (v < 0.1) return `${(v * 1000).toFixed(1)} µs`;
     return v < 10 ? `${v.toFixed(2)} ms` : `${v.toFixed(1)} ms`;
   },
   ratio(v) {

@@ -66,11 +66,35 @@ export const Limits = {
   SUBSCRIPTION_DAYS_MAX: 3650,
   /** Free text an admin attaches to a subscription change (kept in the audit log). */
   REASON_MAX: 500,
+  /** The admin audit log listing (GET /v1/admin/audit). */
+  AUDIT_PAGE_DEFAULT: 50,
+  AUDIT_PAGE_MAX: 100,
+  /** Guilds (spec 2.3, 2.4, 4.3, 4.4): names as the chat platform allows, command prefixes, premium days. */
+  GUILD_NAME_MAX: 100,
+  GUILD_PREFIX_MAX: 32,
+  GUILD_PREMIUM_DAYS_MAX: 3650,
+  /** Room settings start_url (spec 8). */
+  START_URL_MAX: 2000,
 } as const;
 
 export const INTEREST_PATTERN = '^[a-z0-9]{3,12}$';
 
 export const USERNAME_PATTERN = '^[A-Za-z0-9._-]{3,32}$';
+
+/** A chat-platform snowflake id (guilds, guild owners): 1-20 decimal digits, compared as text. */
+export const SNOWFLAKE_PATTERN = '^[0-9]{1,20}$';
+
+/** Guild vanity invites (spec 4.4): 3-32 lower-case letters, digits and inner hyphens. */
+export const VANITY_PATTERN = '^[a-z0-9][a-z0-9-]{1,30}[a-z0-9]$';
+
+/** Room settings of a guild before its owner changes any (spec 2.4). */
+export const RoomSettingsDefaults = {
+  browser: 'brave',
+  proxy: 'none',
+  start_url: 'https://duckduckgo.com/',
+  kiosk: false,
+  allow_control_requests: true,
+} as const;
 
 /**
  * Login code alphabet: digits and upper-case letters without 0/O and 1/I, so a code read aloud or
@@ -93,7 +117,7 @@ export const PermissionNames = { user: 0, moderator: 1, admin: 2, owner: 3 } as 
 
 /**
  * Audit event codes. 801-803 are the spec's; the others are Parlor's, grouped by hundreds:
- * 1xx users, 2xx bots, 3xx subscriptions, 4xx punishments, 8xx notifications.
+ * 1xx users, 2xx bots, 3xx subscriptions, 4xx punishments, 5xx guilds, 6xx chats (admin), 8xx notifications.
  */
 export const AuditCodes = {
   USER_UPDATE: 101,
@@ -116,6 +140,15 @@ export const AuditCodes = {
   STRANGER_BLOCK: 410,
   HARD_MUTE: 411,
   HARD_UNMUTE: 412,
+  GUILD_PREMIUM_GRANT: 501,
+  GUILD_PREMIUM_REVOKE: 502,
+  GUILD_SPONSOR_ADD: 503,
+  GUILD_SPONSOR_REMOVE: 504,
+  GUILD_VANITY_SET: 505,
+  GUILD_ROOM_SETTINGS_UPDATE: 506,
+  CHAT_CREATE_OFFICIAL: 601,
+  CHAT_ADMIN_UPDATE: 602,
+  CHAT_ADMIN_DELETE: 603,
   NOTIFICATION_CREATE: 801,
   NOTIFICATION_BROADCAST: 802,
   NOTIFICATION_DELETE: 803,

@@ -35,6 +35,11 @@ export const ErrorCodes = {
   ERR_NO_ROOM_KEY: { status: 403, message: 'This session has not received the current chat key yet.' },
   ERR_CHAT_READ_ONLY: { status: 403, message: 'This chat is archived and read-only.' },
   ERR_STRANGER_BLOCKED: { status: 403, message: 'This session is blocked from matchmaking.' },
+  ERR_VM_TOKEN_INVALID: {
+    status: 403,
+    message: 'The viewer token is not valid, has expired, or is for another chat or user.',
+  },
+  ERR_GUILD_PREMIUM_REQUIRED: { status: 403, message: 'This needs the guild to have active premium.' },
   ERR_STRANGER_NOT_ALLOWED: {
     status: 403,
     message: 'Anonymous sessions can only match, chat in their direct chats and manage keys.',
@@ -50,6 +55,7 @@ export const ErrorCodes = {
   ERR_CHAT_NOT_FOUND: { status: 404, message: 'No such chat.' },
   ERR_INVITE_NOT_FOUND: { status: 404, message: 'No such invite, or it expired or was used up.' },
   ERR_NOTIFICATION_NOT_FOUND: { status: 404, message: 'No such notification.' },
+  ERR_GUILD_NOT_FOUND: { status: 404, message: 'No such guild.' },
   ERR_NO_DIRECT_CHAT: { status: 404, message: 'You have no active direct chat.' },
   ERR_MATCH_ALREADY_SEARCHING: { status: 409, message: 'You are already searching.' },
   ERR_MATCH_SLOT_LIMIT: { status: 409, message: 'All your direct chat slots are in use.' },
@@ -64,6 +70,8 @@ export const ErrorCodes = {
   ERR_USERNAME_TAKEN: { status: 409, message: 'This username is taken.' },
   ERR_NOTIFICATION_ALREADY_READ: { status: 409, message: 'This notification is already read.' },
   ERR_TRIAL_ALREADY_USED: { status: 409, message: 'This user has already had the trial; it is granted once.' },
+  ERR_ROOM_NOT_RUNNING: { status: 409, message: 'The chat’s room VM is not running.' },
+  ERR_VANITY_TAKEN: { status: 409, message: 'Another guild uses this vanity invite.' },
   ERR_METHOD_NOT_ALLOWED: { status: 405, message: 'This method is not allowed on this path.' },
   ERR_PAYLOAD_TOO_LARGE: { status: 413, message: 'The request body is too large.' },
   ERR_UNSUPPORTED_MEDIA_TYPE: { status: 415, message: 'Send the body as application/json.' },
@@ -71,6 +79,7 @@ export const ErrorCodes = {
   ERR_RATE_LIMITED: { status: 429, message: 'Too many requests; try again later.' },
   ERR_INTERNAL: { status: 500, message: 'Something went wrong on our side.' },
   ERR_SERVICE_UNAVAILABLE: { status: 503, message: 'The service is not available right now.' },
+  ERR_ROOM_START_FAILED: { status: 503, message: 'The room VM could not be started; try again later.' },
 } as const satisfies Record<string, { status: number; message: string }>;
 
 export type ErrorCode = keyof typeof ErrorCodes;

@@ -3,6 +3,7 @@ import { type Chat, ChatSchema, InviteCode, KeyRingSchema, type Message } from '
 import { IdParam } from './common.js';
 import type { Peer } from './match.js';
 import type { Notification } from './notifications.js';
+import type { VmClientToServerEvents, VmServerToClientEvents } from './vm.js';
 
 const strict = { additionalProperties: false } as const;
 
@@ -36,7 +37,7 @@ export type AckError = { ok: false; code: string; message: string };
 export type Ack<T extends object = object> = ({ ok: true } & T) | AckError;
 
 /** Events the server emits (socket.io typed map). */
-export interface ServerToClientEvents {
+export interface ServerToClientEvents extends VmServerToClientEvents {
   'message:new': (m: Message) => void;
   'message:bulk_deleted': (e: { room_id: number; deleted_ids: string[]; deleted_by: number }) => void;
   'portal:key_added': (e: { chat_id: number; user_id: number; session_id: number; public_key: string }) => void;
@@ -55,7 +56,7 @@ export interface ServerToClientEvents {
 }
 
 /** Events clients emit; each takes an ack callback. */
-export interface ClientToServerEvents {
+export interface ClientToServerEvents extends VmClientToServerEvents {
   'room:join': (payload: RoomJoinPayload, ack: (a: Ack<Static<typeof RoomJoinAck>>) => void) => void;
   'room:leave': (payload: { chat_id: number }, ack: (a: Ack) => void) => void;
 }

@@ -1,4 +1,4 @@
-import { Type } from '@sinclair/typebox';
+import { type Static, Type } from '@sinclair/typebox';
 import { IdParam } from './common.js';
 import { Limits } from './constants.js';
 import { PunishmentSchema } from './users.js';
@@ -18,3 +18,7 @@ export const ReasonBody = Type.Object({ user_id: IdParam, reason: Type.Optional(
 export const TargetBody = Type.Object({ user_id: IdParam }, strict);
 
 export const PunishResponse = Type.Object({ ok: Type.Boolean(), punishment: Type.Optional(PunishmentSchema) });
+
+export type TimeoutBody = Static<typeof TimeoutBody>;
+export type PunishBody = Static<typeof PunishBody>;
+export type ReasonBody = Static<typeof ReasonBody>;

@@ -20,6 +20,9 @@ import { makeBotsStore } from './modules/bots/bots.store.js';
 import { registerChatSockets, registerChatsRoutes } from './modules/chats/chats.routes.js';
 import { type ChatsService, makeChatsService } from './modules/chats/chats.service.js';
 import { makeChatsStore } from './modules/chats/chats.store.js';
+import { registerGuildsRoutes } from './modules/guilds/guilds.routes.js';
+import { makeGuildsService } from './modules/guilds/guilds.service.js';
+import { makeGuildsStore } from './modules/guilds/guilds.store.js';
 import { registerKeysRoutes } from './modules/keys/keys.routes.js';
 import { makeKeysService } from './modules/keys/keys.service.js';
 import { makeKeysStore } from './modules/keys/keys.store.js';
@@ -44,6 +47,7 @@ import {
 } from './modules/notifications/notifications.routes.js';
 import { makeNotificationsService } from './modules/notifications/notifications.service.js';
 import { makeNotificationsStore } from './modules/notifications/notifications.store.js';
+import { makeAuthCache } from './modules/sessions/sessions.cache.js';
 import { registerSessionsRoutes } from './modules/sessions/sessions.routes.js';
 import { makeSessionsService } from './modules/sessions/sessions.service.js';
 import { makeSessionsStore } from './modules/sessions/sessions.store.js';
@@ -58,13 +62,19 @@ import {
   SWEEP_INTERVAL_MS,
 } from './modules/subscriptions/subscriptions.sweep.js';
 import { registerAvatarRoutes } from './modules/users/avatars.routes.js';
+import { makeProfileCache } from './modules/users/users.cache.js';
+import { makeUserChanges } from './modules/users/users.changes.js';
 import { registerUsersRoutes } from './modules/users/users.routes.js';
 import { makeUsersService } from './modules/users/users.service.js';
 import { makeUsersStore } from './modules/users/users.store.js';
+import { registerVmRoutes, registerVmSockets } from './modules/vm/vm.routes.js';
+import { makeVmService, type VmService } from './modules/vm/vm.service.js';
+import { makeViewerTokens } from './modules/vm/vm.tokens.js';
 import { emptyPrincipal, makeGuards } from './platform/auth.js';
 import { every } from './platform/background.js';
 import { type Clock, systemClock } from './platform/clock.js';
 import type { Config } from './platform/config.js';
+import { trackCommits } from './platform/db/after-commit.js';
 import { type Database, openDatabase, ping } from './platform/db/index.js';
 import { installErrorHandler, toErrorBody } from './platform/errors.js';
 import { GeoipLiteLookup, type GeoLookup } from './platform/geo.js';
@@ -76,6 +86,7 @@ import { openState, RedisState, type StateStore } from './platform/state/index.j
 import { type MatchQueue, MemoryMatchQueue } from './platform/state/match-queue.js';
 import { RedisMatchQueue } from './platform/state/match-queue.redis.js';
 import { validatorCompiler } from './platform/validation.js';
+import { LocalChromiumProvider } from './platform/vm/local-provider.js';
 
 export type { Config } from './platform/config.js';
 export { ConfigError, loadConfig } from './platform/config.js';
@@ -107,7 +118,9 @@ export interface BuiltApp {
   /** The subscription downgrade sweep, for tests to run directly with a fake clock. */
   subscriptionSweep: SubscriptionSweep;
   /** Services that tests drive directly (sweeps with a fake clock). */
-  services: { matchmaking: MatchmakingService; chats: ChatsService; moderation: ModerationService };
+  services: { matchmaking: MatchmakingService; chats: ChatsService; moderation: ModerationService; vm: VmService };
+  /** The room VM provider of this node (tests reach its browsers: pid, page state, memory). */
+  vmProvider: LocalChromiumProvider;
 }
 
 /** Builds the whole service from configuration: stores, services, routes. Nothing listens yet. */
@@ -118,7 +131,8 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
   const state = opts.state ?? (await openState({ url: config.redisUrl, prefix: config.redisPrefix, clock }));
   const apiKey = loadOrCreateSecret(config.publicApiKey, config.dataDir, 'public-api-key', 'ppk_');
   const operator = loadOrCreateSecret(config.operatorToken, config.dataDir, 'operator-token', 'pop_');
-  const { db } = database;
+  // Transactions run work queued with afterCommit once committed (the user-change channel's publishes).
+  const db = trackCommits(database.db);
 
   const app = Fastify({
     logger:
@@ -190,15 +204,29 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
 
   // Stores and services, wired by hand: each gets only what it uses.
   const publicUrl = config.publicUrl;
-  const usersStore = makeUsersStore(db);
+  // Per-node read caches of sessions and own profiles. Every write to a user, their sessions or
+  // linked platforms drops their entries on every node once it commits (users.changes.ts).
+  const userChanges = makeUserChanges({
+    state,
+    onError: (err) => app.log.error({ err }, 'user change not published; other nodes may lag up to the cache TTL'),
+  });
+  const authCache = makeAuthCache(clock);
+  const profileCache = makeProfileCache(clock);
+  userChanges.attach(authCache, profileCache);
+  await userChanges.start();
+  app.addHook('onClose', async () => {
+    await userChanges.stop();
+  });
+  const usersStore = makeUsersStore(db, userChanges.changed);
   const audit = makeAuditStore(db, clock);
-  const users = makeUsersService({ store: usersStore, clock, publicUrl });
-  const sessionsStore = makeSessionsStore(db);
+  const users = makeUsersService({ store: usersStore, clock, publicUrl, profiles: profileCache });
+  const sessionsStore = makeSessionsStore(db, userChanges.changed);
   const sessions = makeSessionsService({
     db,
     store: sessionsStore,
     clock,
     geo: opts.geo ?? new GeoipLiteLookup(),
+    cache: authCache,
   });
   const notifications = makeNotificationsService({
     db,
@@ -210,7 +238,7 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
     events: realtimeNotificationEvents(() => realtime),
     log: app.log,
   });
-  const bots = makeBotsService({ store: makeBotsStore(db), audit, state, clock });
+  const bots = makeBotsService({ db, store: makeBotsStore(db), audit, state, clock, users });
   const auth = makeAuthService({
     db,
     clock,
@@ -221,9 +249,13 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
     notifications,
     present: users.present,
   });
-  const admin = makeAdminService({ db, clock, usersStore, users, sessions, notifications, audit });
   const subscriptions = makeSubscriptionsService({ db, clock, usersStore, users, notifications, audit });
-  const subscriptionSweep = makeSubscriptionSweep({ db, store: makeSubscriptionsStore(), clock, notifications });
+  const subscriptionSweep = makeSubscriptionSweep({
+    db,
+    store: makeSubscriptionsStore(userChanges.changed),
+    clock,
+    notifications,
+  });
   const stats = makeStatsService({
     clock,
     usersStore,
@@ -236,7 +268,7 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
       await ping(db);
       await state.get('health-probe');
     },
-    rooms: () => ({ active_browsers: 0, viewers: 0, controllers: 0 }),
+    rooms: () => vm.statistics(),
   });
   // Realtime: Socket.IO on the same HTTP server; in cluster mode through Redis streams.
   const sessionResolver = sessions.resolver();
@@ -283,7 +315,29 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
       hasKey: (chatId, epoch, sessionId, tx) => keys.hasKey(chatId, epoch, sessionId, tx),
     },
   });
-  const chats = makeChatsService({ db, store: chatsStore, clock, keys, messages, users, realtime });
+  // Guilds: each guild's public chat (no owner, so it takes nobody's slot) is made through the chats store.
+  const guilds = makeGuildsService({
+    db,
+    store: makeGuildsStore(db),
+    clock,
+    audit,
+    users: usersStore,
+    chats: {
+      create: async (name, at, tx) =>
+        (await chatsStore.insert({ type: 'public', name, ownerUserId: null, createdAt: at, updatedAt: at }, tx)).id,
+      isLive: async (chatId, tx) => (await chatsStore.byId(chatId, tx)) !== undefined,
+    },
+  });
+  const chats = makeChatsService({
+    db,
+    store: chatsStore,
+    clock,
+    keys,
+    messages,
+    users,
+    realtime,
+    vanityChat: guilds.vanityChat,
+  });
   const queue: MatchQueue =
     state instanceof RedisState ? new RedisMatchQueue(state.client, config.redisPrefix) : new MemoryMatchQueue();
   const blocksStore = makeBlocksStore(db);
@@ -298,10 +352,26 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
     realtime,
   });
   const blocks = makeBlocksService({ store: blocksStore, usersStore, users, queue, audit, clock });
+  const admin = makeAdminService({
+    db,
+    clock,
+    usersStore,
+    users,
+    sessions,
+    notifications,
+    audit,
+    bots,
+    chats,
+    keys,
+    chatIdsOf: (userId, tx) => chatsStore.chatIdsOf(userId, tx),
+    matchmaking,
+    realtime,
+    log: app.log,
+  });
   const moderation = makeModerationService({
     db,
     clock,
-    store: makeModerationStore(db),
+    store: makeModerationStore(db, userChanges.changed),
     usersStore,
     users,
     chats,
@@ -312,6 +382,29 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
     audit,
     realtime,
   });
+  // Room VMs: browsers of this node (local chromium), viewers and control kept by the vm service.
+  const vmProvider = new LocalChromiumProvider({
+    chromiumPath: config.chromiumPath,
+    maxRooms: config.vmMaxPerNode,
+    log: (message) => app.log.warn(message),
+  });
+  const vm = makeVmService({
+    provider: vmProvider,
+    chats,
+    realtime,
+    clock,
+    tokens: makeViewerTokens(),
+    allowPrivateNetworks: config.vmAllowPrivateNetworks,
+    idleMs: config.vmIdleTimeoutSeconds * 1000,
+    log: app.log,
+  });
+  const stopVmSweep = every(1_000, 'room-vm-sweep', () => vm.sweep(), app.log);
+  // Before the socket server closes (viewers hear room:stopped); kills every browser of this node.
+  app.addHook('preClose', async () => {
+    stopVmSweep();
+    await vm.close();
+  });
+
   // Ended sessions (logout, destroy, eviction) lose their sockets and their keys, on every node.
   sessions.onEnded(({ userId, sessionIds }) => {
     realtime.disconnectSessions(sessionIds);
@@ -340,6 +433,11 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
   registerMatchmakingRoutes(app, { matchmaking, blocks, guards });
   registerMatchmakingSockets(realtime, matchmaking);
   registerModerationRoutes(app, { moderation, guards });
+  registerVmRoutes(app, { vm, guards });
+  registerVmSockets(realtime, vm);
+  registerGuildsRoutes(app, { guilds, guards });
+  // A guild chat's room VM starts with its guild's room settings (other chats: the vm defaults).
+  vm.useSettings(guilds.roomSettingsOfChat);
 
   // Background work, safe on every node at once.
   const stops = [
@@ -373,7 +471,8 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
 
   return {
     app: app as unknown as FastifyInstance,
-    services: { matchmaking, chats, moderation },
+    services: { matchmaking, chats, moderation, vm },
+    vmProvider,
     publicApiKey: apiKey.value,
     operatorToken: operator.value,
     operatorTokenFile: operator.file,

@@ -1,6 +1,9 @@
 import type { Command } from 'commander';
 import type { Io } from '../io.js';
+import { registerAudit } from './audit.js';
 import { registerBots } from './bots.js';
+import { registerChats } from './chats.js';
+import { registerGuilds } from './guilds.js';
 import { registerNotifications } from './notifications.js';
 import { registerSubscriptions } from './subscriptions.js';
 import { registerUsers } from './users.js';
@@ -14,4 +17,7 @@ export const commandGroups: readonly CommandGroup[] = [
   registerUsers,
   registerSubscriptions,
   registerNotifications,
+  registerGuilds,
+  registerChats,
+  registerAudit,
 ];

@@ -32,6 +32,7 @@ const INVALID: Record<string, string> = {
   ALLOWED_ORIGINS: 'https://ok.example,not-an-origin',
   VM_MAX_PER_NODE: '-1',
   VM_ALLOW_PRIVATE_NETWORKS: 'perhaps',
+  VM_IDLE_TIMEOUT_SECONDS: '5',
   LOG_LEVEL: 'loud',
 };
 
@@ -55,6 +56,7 @@ describe('loadConfig', () => {
       chromiumPath: '/usr/bin/chromium',
       vmMaxPerNode: 4,
       vmAllowPrivateNetworks: false,
+      vmIdleTimeoutSeconds: 300,
       logLevel: 'info',
       sourceHash: 'abc123',
     } satisfies Config);
@@ -82,6 +84,7 @@ describe('loadConfig', () => {
       CHROMIUM_PATH: '/opt/chromium/chrome',
       VM_MAX_PER_NODE: '12',
       VM_ALLOW_PRIVATE_NETWORKS: '1',
+      VM_IDLE_TIMEOUT_SECONDS: '600',
       LOG_LEVEL: 'debug',
     });
     expect(config).toEqual({
@@ -101,6 +104,7 @@ describe('loadConfig', () => {
       chromiumPath: '/opt/chromium/chrome',
       vmMaxPerNode: 12,
       vmAllowPrivateNetworks: true,
+      vmIdleTimeoutSeconds: 600,
       logLevel: 'debug',
       sourceHash: 'abc123',
     } satisfies Config);

@@ -36,6 +36,8 @@ export interface Config {
   vmMaxPerNode: number;
   /** Let room browsers reach private networks (tests, trusted intranets). */
   vmAllowPrivateNetworks: boolean;
+  /** Seconds a room VM may run with nobody watching before it is stopped (300). */
+  vmIdleTimeoutSeconds: number;
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
   /** Git commit of the running build, for GET /v1/health. */
   sourceHash: string;
@@ -145,6 +147,7 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
     chromiumPath: str('CHROMIUM_PATH') ?? '/usr/bin/chromium',
     vmMaxPerNode: int('VM_MAX_PER_NODE', 4, 0, 1000),
     vmAllowPrivateNetworks: bool('VM_ALLOW_PRIVATE_NETWORKS'),
+    vmIdleTimeoutSeconds: int('VM_IDLE_TIMEOUT_SECONDS', 300, 10, 86_400),
     logLevel,
     sourceHash: str('SOURCE_HASH') ?? '',
     ...overrides,

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { type ActorLevel, canActOn, canSetLevel, maxAssignableLevel } from './admin.rules.js';
+import { type ActorLevel, canActOn, canManageOfficial, canSetLevel, maxAssignableLevel } from './admin.rules.js';
 
 /**
  * The level rules of spec 2.11, written out by hand as the expected answer for every actor ×
@@ -54,6 +54,9 @@ const ACT_ON: Record<string, string> = {
   '3': 'YYYY',
   operator: 'YYYY',
 };
+
+/** Who manages official bots and chats: Owners and the operator only. */
+const MANAGES_OFFICIAL: Record<string, boolean> = { '0': false, '1': false, '2': false, '3': true, operator: true };
 
 /** The highest level each actor may assign; -1 means none. */
 const MAX_ASSIGNABLE: Record<string, number> = { '0': -1, '1': -1, '2': 0, '3': 2, operator: 3 };
@@ -114,4 +117,11 @@ describe('admin rules (spec 2.11)', () => {
   it('never lets an Owner create another Owner', () => {
     for (const target of LEVELS) expect(canSetLevel(3, target, 3)).toBe(false);
   });
+
+  it.each(ACTORS.map((actor) => ({ actor, allowed: MANAGES_OFFICIAL[String(actor)] })))(
+    'canManageOfficial($actor) is $allowed',
+    ({ actor, allowed }) => {
+      expect(canManageOfficial(actor)).toBe(allowed);
+    },
+  );
 });

@@ -25,3 +25,12 @@ export function maxAssignableLevel(actor: ActorLevel): number {
 export function canSetLevel(actor: ActorLevel, targetLevel: number, newLevel: number): boolean {
   return canActOn(actor, targetLevel) && newLevel <= maxAssignableLevel(actor);
 }
+
+/**
+ * Official bots and official chats are the platform's own (DESIGN.md: "official created by
+ * Owner/CLI"): only Owners and the operator create them, change them or remove them, and only
+ * they make a bot official. Admins manage every other bot and chat.
+ */
+export function canManageOfficial(actor: ActorLevel): boolean {
+  return actor === 'operator' || actor >= OWNER;
+}

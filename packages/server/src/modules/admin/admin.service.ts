@@ -1,13 +1,28 @@
-import { type AdminUserUpdateBody, AuditCodes, Limits } from '@parlor/protocol';
+import {
+  type AdminChatCreateBody,
+  type AdminUserUpdateBody,
+  AuditCodes,
+  type AuditPage,
+  type AuditQuery,
+  type Chat,
+  Limits,
+} from '@parlor/protocol';
+import type { FastifyBaseLogger } from 'fastify';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
+import { type Realtime, rooms } from '../../platform/realtime.js';
+import { toAuditEntry } from '../audit/audit.presenter.js';
 import type { Actor, AuditStore } from '../audit/audit.store.js';
+import type { BotsService } from '../bots/bots.service.js';
+import type { ChatsService } from '../chats/chats.service.js';
+import type { KeysService } from '../keys/keys.service.js';
+import type { MatchmakingService } from '../matchmaking/matchmaking.service.js';
 import type { NotificationsService } from '../notifications/notifications.service.js';
 import type { SessionsService } from '../sessions/sessions.service.js';
-import type { UsersService } from '../users/users.service.js';
-import type { UsersStore } from '../users/users.store.js';
-import { type ActorLevel, canActOn, canSetLevel } from './admin.rules.js';
+import { isValidUsername, USERNAME_RULE, type UsersService } from '../users/users.service.js';
+import type { Tx, UsersStore } from '../users/users.store.js';
+import { type ActorLevel, canActOn, canManageOfficial, canSetLevel } from './admin.rules.js';
 
 const LEVEL_NAMES = ['User', 'Moderator', 'Admin', 'Owner'];
 
@@ -19,7 +34,26 @@ export interface AdminDeps {
   sessions: SessionsService;
   notifications: NotificationsService;
   audit: AuditStore;
+  bots: Pick<BotsService, 'releaseOwner'>;
+  chats: Pick<ChatsService, 'createOfficial' | 'updateConfig' | 'remove'>;
+  keys: Pick<KeysService, 'bumpEpochs' | 'announceRekey'>;
+  /** The chats a user is a member of, read inside the deletion's transaction. */
+  chatIdsOf: (userId: number, tx: Tx) => Promise<number[]>;
+  matchmaking: Pick<MatchmakingService, 'dequeue'>;
+  realtime: Pick<Realtime, 'disconnectSessions' | 'emitTo' | 'io'>;
+  log: Pick<FastifyBaseLogger, 'error'>;
 }
+
+/**
+ * How the chat rules see an admin caller. The operator stands above every level, so for them it
+ * is an Owner; id 0 is no user's (ids start at 1), so the operator never counts as a chat's owner.
+ */
+const chatViewer = (actor: Actor, level: ActorLevel) => ({
+  userId: actor.kind === 'user' ? actor.id : 0,
+  permissionLevel: level === 'operator' ? 3 : level,
+});
+
+const selfError = (what: string) => appError('ERR_FORBIDDEN', `You cannot ${what} yourself.`);
 
 export function makeAdminService(deps: AdminDeps) {
   const { db, clock, usersStore, users, sessions, notifications, audit } = deps;
@@ -57,17 +91,43 @@ export function makeAdminService(deps: AdminDeps) {
     if (note) notifications.publish(note);
   };
 
+  /** 400 ERR_VALIDATION naming one body field, as the schema validator would. */
+  const invalid = (field: string, message: string) =>
+    appError('ERR_VALIDATION', undefined, { errors: [{ path: `body/${field}`, message }] });
+
+  /** Audits a chat action of the admin routes inside the chat change's own transaction. */
+  const chatAudit =
+    (actor: Actor, code: number, action: string, data: Record<string, unknown> = {}) =>
+    (tx: Tx, chat: { id: number; name: string; type: string; ownerUserId: number | null }) =>
+      audit.record(
+        {
+          actor,
+          code,
+          action,
+          targetUserId: chat.ownerUserId,
+          data: { chat_id: chat.id, name: chat.name, type: chat.type, ...data },
+        },
+        tx,
+      );
+
   return {
-    /** POST /v1/admin/users/{id}/update and `parlor users set-permission`. */
+    /**
+     * POST /v1/admin/users/{id}/update and `parlor users set-permission|update`. Every field is
+     * checked before any is applied, so a bad username or avatar source changes nothing.
+     */
     async updateUser(actor: Actor, actorLevel: ActorLevel, targetId: number, body: AdminUserUpdateBody) {
       const target = await users.mustGet(targetId);
       if (!canActOn(actorLevel, target.permissionLevel)) throw appError('ERR_FORBIDDEN');
+      if (body.username !== undefined && !isValidUsername(body.username)) throw invalid('username', USERNAME_RULE);
+      const avatarProblem =
+        body.avatar_source === undefined ? null : await users.avatarSourceProblem(targetId, body.avatar_source);
+      if (avatarProblem) throw invalid('avatar_source', avatarProblem);
+
       if (body.permission_level !== undefined) await setPermission(actor, actorLevel, targetId, body.permission_level);
-      if (body.username !== undefined) {
+      if (body.username !== undefined && body.username !== target.username) {
         const problem = await users.rename(targetId, body.username);
         if (problem === 'is taken') throw appError('ERR_USERNAME_TAKEN');
-        if (problem)
-          throw appError('ERR_VALIDATION', undefined, { errors: [{ path: 'body/username', message: problem }] });
+        if (problem) throw invalid('username', problem);
         await audit.record({
           actor,
           code: AuditCodes.USER_UPDATE,
@@ -76,7 +136,119 @@ export function makeAdminService(deps: AdminDeps) {
           data: { from: target.username, to: body.username },
         });
       }
+      if (body.avatar_source !== undefined && body.avatar_source !== target.avatarSource) {
+        await db.transaction(async (tx) => {
+          await usersStore.update(targetId, { avatarSource: body.avatar_source, updatedAt: clock.now() }, tx);
+          await audit.record(
+            {
+              actor,
+              code: AuditCodes.USER_UPDATE,
+              action: 'avatar',
+              targetUserId: targetId,
+              data: { from: target.avatarSource, to: body.avatar_source },
+            },
+            tx,
+          );
+        });
+      }
       return users.profile(targetId, actorLevel === 'operator' ? 3 : actorLevel);
+    },
+
+    /**
+     * POST /v1/admin/users/{id}/delete and `parlor users delete`: the account row is deleted (see
+     * docs/api.md). In one transaction: every session ends, the user's chats move to a new epoch,
+     * owned bots lose their owner, the audit entry (103) is written and the row goes, with its
+     * linked identities (so the person can sign up again), memberships, notifications and records.
+     * Then, as a ban does: sockets drop on every node, chats hear the keys are gone, and the user
+     * leaves the match queue.
+     */
+    async deleteUser(actor: Actor, actorLevel: ActorLevel, targetId: number): Promise<void> {
+      if (actor.kind === 'user' && actor.id === targetId) throw selfError('delete');
+      const done = await db.transaction(async (tx) => {
+        const target = await usersStore.byIdForUpdate(targetId, tx);
+        if (!target) throw appError('ERR_USER_NOT_FOUND');
+        if (!canActOn(actorLevel, target.permissionLevel)) throw appError('ERR_FORBIDDEN');
+        const ended = await sessions.endAll(targetId, 'deleted', tx);
+        const chatIds = await deps.chatIdsOf(targetId, tx);
+        const bumped = await deps.keys.bumpEpochs(chatIds, tx);
+        const bots = await deps.bots.releaseOwner(targetId, tx);
+        await audit.record(
+          {
+            actor,
+            code: AuditCodes.USER_DELETE,
+            action: 'delete',
+            targetUserId: targetId,
+            data: { username: target.username, permission_level: target.permissionLevel, released_bots: bots },
+          },
+          tx,
+        );
+        await usersStore.remove(targetId, tx);
+        return { ended, chatIds, bumped };
+      });
+      const { realtime } = deps;
+      realtime.disconnectSessions(done.ended);
+      realtime.io.in(rooms.user(targetId)).disconnectSockets(true);
+      for (const chatId of done.chatIds)
+        realtime.emitTo(rooms.chat(chatId), 'portal:key_removed', {
+          chat_id: chatId,
+          user_id: targetId,
+          session_id: null,
+        });
+      deps.keys.announceRekey(done.bumped);
+      // The deletion is committed: a failure here is logged, not reported as a failed deletion.
+      await deps.matchmaking
+        .dequeue(targetId)
+        .catch((err: unknown) => deps.log.error({ err, userId: targetId }, 'match queue cleanup failed'));
+    },
+
+    /** POST /v1/admin/chats/create and `parlor chats create-official`: Owners and the operator. */
+    async createOfficialChat(actor: Actor, level: ActorLevel, body: AdminChatCreateBody): Promise<Chat> {
+      if (!canManageOfficial(level))
+        throw appError('ERR_FORBIDDEN', 'Only Owners and the operator create official chats.');
+      return deps.chats.createOfficial(body.name, (tx, chatId) =>
+        chatAudit(
+          actor,
+          AuditCodes.CHAT_CREATE_OFFICIAL,
+          'create-official',
+        )(tx, {
+          id: chatId,
+          name: body.name.trim(),
+          type: 'official',
+          ownerUserId: null,
+        }),
+      );
+    },
+
+    /** POST /v1/admin/chats/{id}/update: Admins and above, as the chat settings route; official chats: Owners. */
+    async updateChat(
+      actor: Actor,
+      level: ActorLevel,
+      chatId: number,
+      body: { name?: string; type?: 'public' | 'private' },
+    ) {
+      return deps.chats.updateConfig(chatViewer(actor, level), chatId, body, (tx, before) =>
+        chatAudit(actor, AuditCodes.CHAT_ADMIN_UPDATE, 'update', { changes: body })(tx, before),
+      );
+    },
+
+    /** POST /v1/admin/chats/{id}/delete: Admins and above; official chats: Owners and the operator. */
+    async deleteChat(actor: Actor, level: ActorLevel, chatId: number): Promise<void> {
+      await deps.chats.remove(
+        chatViewer(actor, level),
+        chatId,
+        chatAudit(actor, AuditCodes.CHAT_ADMIN_DELETE, 'delete'),
+      );
+    },
+
+    /** GET /v1/admin/audit: newest first, `next_before` while more remain. */
+    async auditLog(query: AuditQuery): Promise<AuditPage> {
+      const rows = await audit.page(
+        { before: query.before, code: query.code, targetUserId: query.target_user_id },
+        query.limit + 1,
+      );
+      const page = rows.slice(0, query.limit);
+      const last = page.at(-1);
+      return { entries: page.map(toAuditEntry), next_before: rows.length > query.limit && last ? last.id : null };
     },
   };
 }

@@ -1,4 +1,4 @@
-import { desc } from 'drizzle-orm';
+import { and, desc, eq, lt, type SQL } from 'drizzle-orm';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
 import { auditLog } from '../../platform/db/schema.js';
@@ -40,7 +40,28 @@ export function makeAuditStore(db: Db, clock: Clock) {
     async recent(limit: number) {
       return db.select().from(auditLog).orderBy(desc(auditLog.id)).limit(limit);
     },
+    /** A page of the log, newest first, narrowed by the filter. */
+    async page(filter: AuditFilter, limit: number): Promise<AuditRow[]> {
+      const where: SQL[] = [];
+      if (filter.before !== undefined) where.push(lt(auditLog.id, filter.before));
+      if (filter.code !== undefined) where.push(eq(auditLog.code, filter.code));
+      if (filter.targetUserId !== undefined) where.push(eq(auditLog.targetUserId, filter.targetUserId));
+      return db
+        .select()
+        .from(auditLog)
+        .where(and(...where))
+        .orderBy(desc(auditLog.id))
+        .limit(limit);
+    },
   };
 }
 
 export type AuditStore = ReturnType<typeof makeAuditStore>;
+export type AuditRow = typeof auditLog.$inferSelect;
+
+export interface AuditFilter {
+  /** Only entries with a smaller id (the page cursor). */
+  before?: number;
+  code?: number;
+  targetUserId?: number;
+}

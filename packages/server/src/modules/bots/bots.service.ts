@@ -1,4 +1,5 @@
 import {
+  type AdminBotUpdateBody,
   AuditCodes,
   type BotBatchBody,
   type BotCreateBody,
@@ -8,11 +9,15 @@ import {
 } from '@parlor/protocol';
 import type { BotResolver } from '../../platform/auth.js';
 import type { Clock } from '../../platform/clock.js';
+import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
 import { retryAfterSeconds } from '../../platform/http.js';
 import { randomToken, sha256Hex } from '../../platform/secrets.js';
 import type { Limiter, StateStore } from '../../platform/state/index.js';
+import { type ActorLevel, canManageOfficial } from '../admin/admin.rules.js';
 import type { Actor, AuditStore } from '../audit/audit.store.js';
+import type { UsersService } from '../users/users.service.js';
+import type { Tx } from '../users/users.store.js';
 import { toBotProfile, toPublicBot } from './bots.presenter.js';
 import type { BotRow, BotsStore } from './bots.store.js';
 
@@ -21,13 +26,18 @@ const HOUR_MS = 3600_000;
 export const BOT_KEY_PREFIX = 'pbk_';
 
 export interface BotsDeps {
+  db: Db;
   store: BotsStore;
   audit: AuditStore;
   state: StateStore;
   clock: Clock;
+  /** Owners named by admins must exist (404 ERR_USER_NOT_FOUND). */
+  users: Pick<UsersService, 'mustGet'>;
 }
 
-export function makeBotsService({ store, audit, state, clock }: BotsDeps) {
+const OFFICIAL = BotTypeNames.official;
+
+export function makeBotsService({ db, store, audit, state, clock, users }: BotsDeps) {
   const perMinute = state.limiter('bot-minute', Limits.BOT_REQUESTS_PER_MINUTE, 60_000);
   // One hourly limiter per distinct configured rate: rate-limiter-flexible fixes points per limiter.
   const perHour = new Map<number, Limiter>();
@@ -47,8 +57,11 @@ export function makeBotsService({ store, audit, state, clock }: BotsDeps) {
   };
 
   return {
-    /** Registers a bot; the API key is in this answer only and stored as its hash. */
-    async create(body: BotCreateBody, actor: Actor): Promise<{ id: number; api_key: string }> {
+    /** Registers a bot; the API key is in this answer only and stored as its hash. Official: Owners and the operator. */
+    async create(body: BotCreateBody, actor: Actor, level: ActorLevel): Promise<{ id: number; api_key: string }> {
+      if (body.type === 'official' && !canManageOfficial(level))
+        throw appError('ERR_FORBIDDEN', 'Only Owners and the operator register official bots.');
+      if (body.owner_user_id !== undefined) await users.mustGet(body.owner_user_id);
       const now = clock.now();
       const apiKey = BOT_KEY_PREFIX + randomToken(32);
       const bot = await store.insert({
@@ -69,6 +82,52 @@ export function makeBotsService({ store, audit, state, clock }: BotsDeps) {
       });
       return { id: bot.id, api_key: apiKey };
     },
+
+    /**
+     * POST /v1/admin/bots/{id}/update: Admins and above; an official bot, or making one official,
+     * needs an Owner or the operator. Audited (202) with the fields that changed.
+     */
+    async adminUpdate(botId: number, body: AdminBotUpdateBody, actor: Actor, level: ActorLevel) {
+      const bot = await mustGet(botId);
+      if ((bot.type === OFFICIAL || body.type === 'official') && !canManageOfficial(level))
+        throw appError('ERR_FORBIDDEN', 'Only Owners and the operator manage official bots.');
+      if (body.owner_user_id) await users.mustGet(body.owner_user_id);
+      const now = clock.now();
+      const values: Parameters<BotsStore['update']>[1] = { updatedAt: now };
+      if (body.name !== undefined) values.name = body.name;
+      if (body.type !== undefined) values.type = BotTypeNames[body.type];
+      if (body.rate_limit_per_hour !== undefined) values.rateLimitPerHour = body.rate_limit_per_hour;
+      if (body.owner_user_id !== undefined) values.ownerUserId = body.owner_user_id;
+      if (body.avatar_url !== undefined) values.avatarUrl = body.avatar_url;
+      const row = await db.transaction(async (tx) => {
+        const row = await store.update(botId, values, tx);
+        if (!row) throw appError('ERR_BOT_NOT_FOUND');
+        await audit.record(
+          { actor, code: AuditCodes.BOT_UPDATE, action: 'update', targetBotId: botId, data: changes(bot, row) },
+          tx,
+        );
+        return row;
+      });
+      return toBotProfile(row);
+    },
+
+    /** POST /v1/admin/bots/{id}/delete: a soft delete; the key stops working with the next request. */
+    async remove(botId: number, actor: Actor, level: ActorLevel): Promise<void> {
+      const bot = await mustGet(botId);
+      if (bot.type === OFFICIAL && !canManageOfficial(level))
+        throw appError('ERR_FORBIDDEN', 'Only Owners and the operator manage official bots.');
+      const now = clock.now();
+      await db.transaction(async (tx) => {
+        if (!(await store.update(botId, { deletedAt: now, updatedAt: now }, tx))) throw appError('ERR_BOT_NOT_FOUND');
+        await audit.record(
+          { actor, code: AuditCodes.BOT_DELETE, action: 'delete', targetBotId: botId, data: { name: bot.name } },
+          tx,
+        );
+      });
+    },
+
+    /** A deleted account's bots keep running without an owner (inside the deletion's transaction). */
+    releaseOwner: (userId: number, tx: Tx) => store.clearOwner(userId, clock.now(), tx),
 
     /** Authenticates a key and spends one request of both of its limits (per minute, per hour). */
     resolver(): BotResolver {
@@ -150,6 +209,22 @@ export function makeBotsService({ store, audit, state, clock }: BotsDeps) {
       return { total: official + verified + community, official, verified, community };
     },
   };
+}
+
+/** The admin-editable fields that differ between two versions of a bot, as `{field: {from, to}}`. */
+function changes(before: BotRow, after: BotRow): Record<string, { from: unknown; to: unknown }> {
+  const fields = {
+    name: 'name',
+    type: 'type',
+    rate_limit_per_hour: 'rateLimitPerHour',
+    owner_user_id: 'ownerUserId',
+    avatar_url: 'avatarUrl',
+  } as const;
+  const out: Record<string, { from: unknown; to: unknown }> = {};
+  for (const [wire, column] of Object.entries(fields)) {
+    if (before[column] !== after[column]) out[wire] = { from: before[column], to: after[column] };
+  }
+  return out;
 }
 
 export type BotsService = ReturnType<typeof makeBotsService>;

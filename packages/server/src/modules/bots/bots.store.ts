@@ -1,7 +1,7 @@
 import { and, asc, count, desc, eq, ilike, isNull, sql } from 'drizzle-orm';
 import type { Db } from '../../platform/db/index.js';
 import { botCommands, bots } from '../../platform/db/schema.js';
-import { likeEscape } from '../users/users.store.js';
+import { likeEscape, type Tx } from '../users/users.store.js';
 
 export type BotRow = typeof bots.$inferSelect;
 
@@ -30,13 +30,22 @@ export function makeBotsStore(db: Db) {
         .limit(1);
       return row;
     },
-    async update(id: number, values: Partial<typeof bots.$inferInsert>): Promise<BotRow | undefined> {
-      const [row] = await db
+    async update(id: number, values: Partial<typeof bots.$inferInsert>, tx: Tx = db): Promise<BotRow | undefined> {
+      const [row] = await tx
         .update(bots)
         .set(values)
         .where(and(eq(bots.id, id), live))
         .returning();
       return row;
+    },
+    /** Live bots owned by a user lose their owner (the account is being deleted). */
+    async clearOwner(userId: number, at: Date, tx: Tx): Promise<number[]> {
+      const rows = await tx
+        .update(bots)
+        .set({ ownerUserId: null, updatedAt: at })
+        .where(eq(bots.ownerUserId, userId))
+        .returning({ id: bots.id });
+      return rows.map((r) => r.id);
     },
     async list(offset: number, limit: number): Promise<BotRow[]> {
       return db

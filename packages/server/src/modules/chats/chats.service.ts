@@ -5,6 +5,7 @@ import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
 import { type Realtime, rooms, type SocketData } from '../../platform/realtime.js';
+import { canManageOfficial } from '../admin/admin.rules.js';
 import type { KeysService } from '../keys/keys.service.js';
 import type { MessagesService } from '../messages/messages.service.js';
 import type { UsersService } from '../users/users.service.js';
@@ -21,6 +22,8 @@ export interface ChatsDeps {
   messages: MessagesService;
   users: Pick<UsersService, 'hasPremium'>;
   realtime: Pick<Realtime, 'emitTo' | 'leaveChat' | 'io'>;
+  /** The chat a guild vanity opens (the guilds module), or null; without it no vanity resolves. */
+  vanityChat?: (vanity: string) => Promise<number | null>;
 }
 
 type JoinMethod = 'direct' | 'invite' | 'vanity';
@@ -44,6 +47,13 @@ export function makeChatsService(deps: ChatsDeps) {
 
   const assertManager = (viewer: Viewer, chat: ChatWithCount) => {
     if (!canManage(viewer, chat.ownerUserId)) throw appError('ERR_FORBIDDEN');
+  };
+
+  /** Official chats are the platform's own: only Owners (and the operator) change or delete them. */
+  const assertSettingsManager = (viewer: Viewer, chat: ChatWithCount) => {
+    assertManager(viewer, chat);
+    if (chat.type === 'official' && !canManageOfficial(viewer.permissionLevel))
+      throw appError('ERR_FORBIDDEN', 'Only Owners and the operator manage official chats.');
   };
 
   /** One entry per connected session in the chat room, across nodes. */
@@ -75,8 +85,9 @@ export function makeChatsService(deps: ChatsDeps) {
       if (!live) throw appError('ERR_INVITE_NOT_FOUND');
       return { chatId: live.chatId, method: 'invite', invite: payload.invite };
     }
-    // Guild vanities arrive with the guilds work; until then no chat has one.
-    throw appError('ERR_INVITE_NOT_FOUND', 'No chat uses this vanity.');
+    const chatId = deps.vanityChat ? await deps.vanityChat(payload.vanity) : null;
+    if (chatId === null) throw appError('ERR_INVITE_NOT_FOUND', 'No chat uses this vanity.');
+    return { chatId, method: 'vanity', invite: null };
   };
 
   /** Ends a membership with its history entry, system message and rekey; announces after commit. */
@@ -137,6 +148,23 @@ export function makeChatsService(deps: ChatsDeps) {
           { chatId: chat.id, userId: viewer.userId, action: 'join', method: 'direct', createdAt: now },
           tx,
         );
+        return chat.id;
+      });
+      return toChat(await mustGet(chatId));
+    },
+
+    /**
+     * An official chat (POST /v1/admin/chats/create): the platform's own, so it has no owner and
+     * no members until people join; it uses nobody's slots. The caller checks who may create it.
+     */
+    async createOfficial(name: string, extra?: (tx: Tx, chatId: number) => Promise<void>): Promise<Chat> {
+      const now = clock.now();
+      const chatId = await db.transaction(async (tx) => {
+        const chat = await store.insert(
+          { type: 'official', name: name.trim(), ownerUserId: null, createdAt: now, updatedAt: now },
+          tx,
+        );
+        if (extra) await extra(tx, chat.id);
         return chat.id;
       });
       return toChat(await mustGet(chatId));
@@ -229,31 +257,46 @@ export function makeChatsService(deps: ChatsDeps) {
       });
     },
 
+    /** Name and type; `extra` runs in the same transaction (the admin routes' audit entry). */
     async updateConfig(
       viewer: Viewer,
       chatId: number,
       body: { name?: string; type?: 'public' | 'private' },
+      extra?: (tx: Tx, before: ChatWithCount) => Promise<void>,
     ): Promise<Chat> {
       const chat = await mustGet(chatId);
-      assertManager(viewer, chat);
+      assertSettingsManager(viewer, chat);
       if (chat.type !== 'public' && chat.type !== 'private' && body.type)
         throw appError('ERR_FORBIDDEN', 'Only public and private chats change type.');
-      await store.update(chatId, {
-        ...(body.name ? { name: body.name.trim() } : {}),
-        ...(body.type ? { type: body.type } : {}),
-        updatedAt: clock.now(),
+      await db.transaction(async (tx) => {
+        await store.update(
+          chatId,
+          {
+            ...(body.name ? { name: body.name.trim() } : {}),
+            ...(body.type ? { type: body.type } : {}),
+            updatedAt: clock.now(),
+          },
+          tx,
+        );
+        if (extra) await extra(tx, chat);
       });
       const updated = toChat(await mustGet(chatId));
       realtime.emitTo(rooms.chat(chatId), 'chat:updated', { chat: updated });
       return updated;
     },
 
-    async remove(viewer: Viewer, chatId: number): Promise<void> {
+    /** Deletes a chat; `extra` runs in the same transaction (the admin routes' audit entry). */
+    async remove(
+      viewer: Viewer,
+      chatId: number,
+      extra?: (tx: Tx, chat: ChatWithCount) => Promise<void>,
+    ): Promise<void> {
       const chat = await mustGet(chatId);
-      assertManager(viewer, chat);
+      assertSettingsManager(viewer, chat);
       const now = clock.now();
       const members = await db.transaction(async (tx) => {
-        await store.update(chatId, { deletedAt: now, updatedAt: now }, tx);
+        if (!(await store.update(chatId, { deletedAt: now, updatedAt: now }, tx))) throw appError('ERR_CHAT_NOT_FOUND');
+        if (extra) await extra(tx, chat);
         return store.endAllMemberships(chatId, now, tx);
       });
       realtime.emitTo(rooms.chat(chatId), 'room:left', { chat_id: chatId, reason: 'deleted' });

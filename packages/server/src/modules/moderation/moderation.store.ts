@@ -1,11 +1,13 @@
 import { and, eq, inArray, isNull, lte, sql } from 'drizzle-orm';
 import type { Db } from '../../platform/db/index.js';
 import { moderationActions, users } from '../../platform/db/schema.js';
+import { noUsersChanged, type UsersChanged } from '../users/users.changes.js';
 import type { Tx } from '../users/users.store.js';
 
 export type ModerationRow = typeof moderationActions.$inferSelect;
 
-export function makeModerationStore(db: Db) {
+/** `onChanged` hears of the users whose state the expiry sweep restored (read caches, users.changes.ts). */
+export function makeModerationStore(db: Db, onChanged: UsersChanged = noUsersChanged) {
   return {
     async record(values: typeof moderationActions.$inferInsert, tx: Tx = db): Promise<ModerationRow> {
       const [row] = await tx.insert(moderationActions).values(values).returning();
@@ -44,7 +46,9 @@ export function makeModerationStore(db: Db) {
         .set({ state: 0, stateExpiresAt: null, updatedAt: now })
         .where(and(inArray(users.state, [1, 2]), lte(users.stateExpiresAt, now)))
         .returning({ id: users.id });
-      return rows.map((r) => r.id);
+      const ids = rows.map((r) => r.id);
+      await onChanged(ids, db);
+      return ids;
     },
   };
 }

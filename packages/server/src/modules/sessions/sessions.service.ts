@@ -5,8 +5,8 @@ import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
 import type { GeoLookup } from '../../platform/geo.js';
 import { randomToken, sha256Hex } from '../../platform/secrets.js';
-import { effectiveState } from '../users/users.service.js';
 import type { Tx } from '../users/users.store.js';
+import { type AuthCache, resolvedOf, toAuthEntry } from './sessions.cache.js';
 import { toActiveSession, toHistoryEntry } from './sessions.presenter.js';
 import type { SessionRow, SessionsStore } from './sessions.store.js';
 
@@ -27,9 +27,11 @@ export interface SessionsDeps {
   store: SessionsStore;
   clock: Clock;
   geo: GeoLookup;
+  /** Token hash → live session and user, kept right by the user-change channel; none: SQL every time. */
+  cache?: AuthCache;
 }
 
-export function makeSessionsService({ db, store, clock, geo }: SessionsDeps) {
+export function makeSessionsService({ db, store, clock, geo, cache }: SessionsDeps) {
   const listeners: SessionsEndedListener[] = [];
   const ended = (userId: number, sessionIds: number[], reason: string) => {
     if (sessionIds.length === 0) return;
@@ -79,31 +81,34 @@ export function makeSessionsService({ db, store, clock, geo }: SessionsDeps) {
       ended(userId, evicted, 'evicted');
     },
 
+    /**
+     * Token → live session and user. A cache hit costs no SQL: expiry and timeouts are checked
+     * against the clock on every read, and every change to the user or its sessions drops the
+     * entry on every node (users.changes.ts). Activity is still recorded once a minute per node.
+     */
     resolver(): SessionResolver {
       return {
         async resolve(token) {
           const now = clock.now();
-          const found = await store.resolve(sha256Hex(token), now);
-          if (!found) return null;
-          const { session, user } = found;
-          if (now.getTime() - session.lastSeenAt.getTime() > TOUCH_EVERY_MS) await store.touch(session.id, now);
-          return {
-            session: {
-              id: session.id,
-              userId: user.id,
-              expiresAt: session.expiresAt,
-              tokenSuffix: session.tokenSuffix,
-            },
-            user: {
-              id: user.id,
-              username: user.username,
-              permissionLevel: user.permissionLevel,
-              state: effectiveState(user, now),
-              stateExpiresAt: user.stateExpiresAt,
-              stranger: user.isStranger,
-              matchBlocked: user.matchBlockedAt !== null,
-            },
-          };
+          const hash = sha256Hex(token);
+          let entry = cache?.get(hash);
+          if (entry && entry.session.expiresAt <= now) {
+            cache?.delete(hash);
+            return null;
+          }
+          if (!entry) {
+            const stamp = cache?.begin() ?? 0;
+            const found = await store.resolve(hash, now);
+            if (!found) return null;
+            entry = toAuthEntry(found.session, found.user);
+            cache?.set(hash, entry, stamp);
+          }
+          if (now.getTime() - entry.lastSeenAt > TOUCH_EVERY_MS) {
+            // Set first, so concurrent hits of this entry write once.
+            entry.lastSeenAt = now.getTime();
+            await store.touch(entry.session.id, now);
+          }
+          return resolvedOf(entry, now);
         },
       };
     },

@@ -1,13 +1,18 @@
 import { and, count, desc, eq, gt, inArray, isNotNull, isNull, lte, ne, or } from 'drizzle-orm';
 import type { Db } from '../../platform/db/index.js';
 import { sessions, users } from '../../platform/db/schema.js';
+import { noUsersChanged, type UsersChanged } from '../users/users.changes.js';
 import type { Tx } from '../users/users.store.js';
 
 export type SessionRow = typeof sessions.$inferSelect;
 
 const active = (now: Date) => and(isNull(sessions.endedAt), gt(sessions.expiresAt, now));
 
-export function makeSessionsStore(db: Db) {
+/**
+ * `onChanged` hears of every write that ends or shortens live sessions (the read caches'
+ * invalidation, users.changes.ts); inside a transaction it publishes once that commits.
+ */
+export function makeSessionsStore(db: Db, onChanged: UsersChanged = noUsersChanged) {
   return {
     async insert(values: typeof sessions.$inferInsert, tx: Tx): Promise<SessionRow> {
       const [row] = await tx.insert(sessions).values(values).returning();
@@ -53,7 +58,8 @@ export function makeSessionsStore(db: Db) {
         .update(sessions)
         .set({ endedAt: now, endReason: reason })
         .where(and(inArray(sessions.id, ids), active(now)))
-        .returning({ id: sessions.id });
+        .returning({ id: sessions.id, userId: sessions.userId });
+      await onChanged([...new Set(rows.map((r) => r.userId))], tx);
       return rows.map((r) => r.id);
     },
     async endAllOf(userId: number, exceptId: number | null, reason: string, now: Date, tx: Tx = db): Promise<number[]> {
@@ -62,6 +68,7 @@ export function makeSessionsStore(db: Db) {
         .set({ endedAt: now, endReason: reason })
         .where(and(eq(sessions.userId, userId), active(now), exceptId === null ? undefined : ne(sessions.id, exceptId)))
         .returning({ id: sessions.id });
+      if (rows.length > 0) await onChanged([userId], tx);
       return rows.map((r) => r.id);
     },
     async countryOf(id: number): Promise<string | null> {
@@ -78,6 +85,7 @@ export function makeSessionsStore(db: Db) {
         .update(sessions)
         .set({ expiresAt: maxExpiry })
         .where(and(eq(sessions.userId, userId), active(now), gt(sessions.expiresAt, maxExpiry)));
+      await onChanged([userId], tx);
     },
   };
 }

@@ -1,6 +1,7 @@
 import { AuditCodes } from '@parlor/protocol';
 import { and, asc, eq, inArray, lte } from 'drizzle-orm';
 import { auditLog, users } from '../../platform/db/schema.js';
+import { noUsersChanged, type UsersChanged } from '../users/users.changes.js';
 import type { Tx } from '../users/users.store.js';
 
 /** A subscription the sweep ended: who, and what they had. */
@@ -10,8 +11,11 @@ export interface ExpiredSubscription {
   expiresAt: Date;
 }
 
-/** The SQL of the subscription sweep; grants and revokes go through the users store. */
-export function makeSubscriptionsStore() {
+/**
+ * The SQL of the subscription sweep; grants and revokes go through the users store. `onChanged`
+ * hears of the users the sweep downgraded (read caches, users.changes.ts), once its transaction commits.
+ */
+export function makeSubscriptionsStore(onChanged: UsersChanged = noUsersChanged) {
   return {
     /**
      * Sets up to `limit` users whose Trial or Premium has expired back to Basic, in one statement.
@@ -33,6 +37,10 @@ export function makeSubscriptionsStore() {
         .from(due)
         .where(eq(users.id, due.id))
         .returning({ userId: users.id, tier: due.tier, expiresAt: due.expiresAt });
+      await onChanged(
+        rows.map((r) => r.userId),
+        tx,
+      );
       // The WHERE above guarantees an expiry; the filter only narrows the type.
       return rows.filter((r): r is ExpiredSubscription => r.expiresAt !== null);
     },

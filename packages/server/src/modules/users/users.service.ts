@@ -11,6 +11,7 @@ import {
 } from '@parlor/protocol';
 import type { Clock } from '../../platform/clock.js';
 import { appError } from '../../platform/errors.js';
+import { frozenProfile, type ProfileCache } from './users.cache.js';
 import {
   effectiveAvatar,
   hasPremium,
@@ -24,6 +25,8 @@ import { isUniqueViolation, type UserRow, type UsersStore } from './users.store.
 
 const usernameRe = new RegExp(USERNAME_PATTERN);
 export const USERNAME_RULE = 'must be 3-32 characters: letters, digits, dots, underscores or hyphens';
+export const AVATAR_SOURCE_RULE =
+  'must be a linked platform, a default avatar key (platform_a_0 to platform_a_5), or empty';
 
 const TIER_NAMES = ['basic', 'trial', 'premium', 'lifetime'] as const;
 const SUBSCRIPTION_CODES = [AuditCodes.SUBSCRIPTION_GRANT, AuditCodes.SUBSCRIPTION_REVOKE];
@@ -48,9 +51,11 @@ export interface UsersDeps {
   store: UsersStore;
   clock: Clock;
   publicUrl: string;
+  /** Own profiles for GET /v1/users/me, kept right by the user-change channel; none: SQL every time. */
+  profiles?: ProfileCache;
 }
 
-export function makeUsersService({ store, clock, publicUrl }: UsersDeps) {
+export function makeUsersService({ store, clock, publicUrl, profiles }: UsersDeps) {
   const present = async (u: UserRow): Promise<User> => toUser(u, await store.platformsOf(u.id), publicUrl);
 
   const presentFor = async (u: UserRow, viewerLevel: number | null): Promise<FullUser | PublicUser> => {
@@ -81,13 +86,27 @@ export function makeUsersService({ store, clock, publicUrl }: UsersDeps) {
     }
   };
 
+  /** Why this user cannot use an avatar source, or null when it can (spec 2.1 avatar_source). */
+  const avatarSourceProblem = async (id: number, source: string): Promise<string | null> => {
+    if (source === '' || DefaultAvatarKeys.includes(source)) return null;
+    if ((await store.platformsOf(id)).some((p) => p.platform === source)) return null;
+    return AVATAR_SOURCE_RULE;
+  };
+
   return {
     present,
     mustGet,
     rename,
+    avatarSourceProblem,
 
+    /** The own profile: from the profile cache when it holds it (no SQL), else read and cached. */
     async me(userId: number): Promise<User> {
-      return present(await mustGet(userId));
+      const cached = profiles?.get(userId);
+      if (cached) return cached;
+      const stamp = profiles?.begin() ?? 0;
+      const user = frozenProfile(await present(await mustGet(userId)));
+      profiles?.set(userId, user, stamp);
+      return user;
     },
 
     /** Spec 4.2 rule 1: fields succeed or fail independently; `errors` names the failures. */
@@ -98,13 +117,9 @@ export function makeUsersService({ store, clock, publicUrl }: UsersDeps) {
         if (problem) errors.username = problem;
       }
       if (body.avatar_source !== undefined) {
-        const source = body.avatar_source;
-        const platforms = await store.platformsOf(userId);
-        const ok = source === '' || DefaultAvatarKeys.includes(source) || platforms.some((p) => p.platform === source);
-        if (ok) await store.update(userId, { avatarSource: source, updatedAt: clock.now() });
-        else
-          errors.avatar_source =
-            'must be a linked platform, a default avatar key (platform_a_0 to platform_a_5), or empty';
+        const problem = await avatarSourceProblem(userId, body.avatar_source);
+        if (problem) errors.avatar_source = problem;
+        else await store.update(userId, { avatarSource: body.avatar_source, updatedAt: clock.now() });
       }
       const user = await present(await mustGet(userId));
       return { user, errors: Object.keys(errors).length > 0 ? errors : null };

@@ -1,6 +1,7 @@
 import { and, asc, count, desc, eq, gt, ilike, inArray, isNull, lt, sql } from 'drizzle-orm';
 import type { Db } from '../../platform/db/index.js';
 import { auditLog, linkedPlatforms, moderationActions, sessions, users } from '../../platform/db/schema.js';
+import { noUsersChanged, type UsersChanged } from './users.changes.js';
 
 export type UserRow = typeof users.$inferSelect;
 export type LinkedPlatformRow = typeof linkedPlatforms.$inferSelect;
@@ -25,7 +26,11 @@ export function likeEscape(s: string): string {
   return s.replace(/[\\%_]/g, (c) => `\\${c}`);
 }
 
-export function makeUsersStore(db: Db) {
+/**
+ * `onChanged` hears of every write to a user row or its linked platforms (the read caches'
+ * invalidation, users.changes.ts); inside a transaction it publishes once that commits.
+ */
+export function makeUsersStore(db: Db, onChanged: UsersChanged = noUsersChanged) {
   return {
     async byId(id: number, tx: Tx = db): Promise<UserRow | undefined> {
       const [row] = await tx.select().from(users).where(eq(users.id, id)).limit(1);
@@ -70,6 +75,7 @@ export function makeUsersStore(db: Db) {
     },
     async insertPlatform(values: typeof linkedPlatforms.$inferInsert, tx: Tx): Promise<void> {
       await tx.insert(linkedPlatforms).values(values);
+      await onChanged([values.userId], tx);
     },
     async touchPlatform(
       platform: string,
@@ -78,20 +84,37 @@ export function makeUsersStore(db: Db) {
       profile: { username: string; avatarUrl: string } | null,
       tx: Tx,
     ): Promise<void> {
-      await tx
+      const rows = await tx
         .update(linkedPlatforms)
         .set({
           lastAuthenticatedAt: at,
           ...(profile ? { platformUsername: profile.username, platformAvatarUrl: profile.avatarUrl } : {}),
         })
-        .where(and(eq(linkedPlatforms.platform, platform), eq(linkedPlatforms.platformUserId, platformUserId)));
+        .where(and(eq(linkedPlatforms.platform, platform), eq(linkedPlatforms.platformUserId, platformUserId)))
+        .returning({ userId: linkedPlatforms.userId });
+      await onChanged(
+        rows.map((r) => r.userId),
+        tx,
+      );
     },
     async update(id: number, values: Partial<typeof users.$inferInsert>, tx: Tx = db): Promise<UserRow | undefined> {
       const [row] = await tx.update(users).set(values).where(eq(users.id, id)).returning();
+      if (row) await onChanged([id], tx);
       return row;
+    },
+    /**
+     * Deletes the account row. Its linked identities, sessions (and their keys), memberships,
+     * notifications, punishments and blocks go with it (ON DELETE CASCADE); chats it owned keep
+     * going without an owner (SET NULL).
+     */
+    async remove(id: number, tx: Tx): Promise<boolean> {
+      const rows = await tx.delete(users).where(eq(users.id, id)).returning({ id: users.id });
+      if (rows.length > 0) await onChanged([id], tx);
+      return rows.length > 0;
     },
     async touchActivity(id: number, at: Date): Promise<void> {
       await db.update(users).set({ lastActivityAt: at }).where(eq(users.id, id));
+      await onChanged([id], db);
     },
     async search(q: string, opts: { belowLevel: number | null; offset: number; limit: number }): Promise<UserRow[]> {
       const filters = [ilike(users.username, `%${likeEscape(q)}%`)];

@@ -146,7 +146,11 @@ export const auditLog = pgTable(
     data: jsonb('data').notNull().default({}),
     createdAt: ts('created_at').notNull(),
   },
-  (t) => [index('audit_log_target_user_idx').on(t.targetUserId, t.code)],
+  (t) => [
+    index('audit_log_target_user_idx').on(t.targetUserId, t.code),
+    // GET /v1/admin/audit?code=: newest first within one code without scanning the whole log.
+    index('audit_log_code_idx').on(t.code, t.id),
+  ],
 );
 
 export const bots = pgTable(
@@ -329,4 +333,62 @@ export const messages = pgTable(
     createdAt: ts('created_at').notNull(),
   },
   (t) => [primaryKey({ columns: [t.chatId, t.ms, t.seq] }), index('messages_sender_idx').on(t.chatId, t.senderId)],
+);
+
+/**
+ * Chat-platform guilds (spec 2.3), created and updated by the bot upsert. The owner is the user
+ * whose linked platform identity has `owner_chatplatform_id` as its platform user id.
+ */
+export const guilds = pgTable(
+  'guilds',
+  {
+    id: serial('id').primaryKey(),
+    /** The platform snowflake, kept as text (up to 20 digits, beyond JavaScript's safe integers). */
+    chatplatformId: text('chatplatform_id').notNull(),
+    name: text('name').notNull(),
+    avatarUrl: text('avatar_url'),
+    prefix: text('prefix'),
+    memberCount: integer('member_count').notNull().default(0),
+    isWhitelisted: boolean('is_whitelisted').notNull().default(false),
+    ownerChatplatformId: text('owner_chatplatform_id'),
+    /** 0 active; other values reserved. */
+    state: integer('state').notNull().default(0),
+    hasBot: boolean('has_bot').notNull().default(false),
+    /** Who created the record: 'bot' (the upsert). */
+    source: text('source').notNull(),
+    /** Guild premium, set by admins: active while in the future. */
+    subscriptionExpiresAt: ts('subscription_expires_at'),
+    vanityInvite: text('vanity_invite'),
+    /** The guild's public chat (created when the vanity is first set), joined by room:join {vanity}. */
+    chatId: integer('chat_id').references(() => chats.id, { onDelete: 'set null' }),
+    /** Room settings (spec 2.4); the service writes the defaults at creation. */
+    roomBrowser: text('room_browser').notNull(),
+    roomProxy: text('room_proxy').notNull(),
+    roomStartUrl: text('room_start_url').notNull(),
+    roomKiosk: boolean('room_kiosk').notNull(),
+    roomAllowControlRequests: boolean('room_allow_control_requests').notNull(),
+    createdAt: ts('created_at').notNull(),
+    updatedAt: ts('updated_at').notNull(),
+  },
+  (t) => [
+    uniqueIndex('guilds_chatplatform_id_idx').on(t.chatplatformId),
+    uniqueIndex('guilds_vanity_invite_idx').on(t.vanityInvite),
+    index('guilds_owner_idx').on(t.ownerChatplatformId),
+    uniqueIndex('guilds_chat_idx').on(t.chatId),
+  ],
+);
+
+/** Users an admin made sponsors of a guild: they manage its vanity and room settings like its owner. */
+export const guildSponsors = pgTable(
+  'guild_sponsors',
+  {
+    guildId: integer('guild_id')
+      .notNull()
+      .references(() => guilds.id, { onDelete: 'cascade' }),
+    userId: integer('user_id')
+      .notNull()
+      .references(() => users.id, { onDelete: 'cascade' }),
+    createdAt: ts('created_at').notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.guildId, t.userId] }), index('guild_sponsors_user_idx').on(t.userId)],
 );

@@ -3,7 +3,7 @@ import { MemoryState } from './memory.js';
 import { RedisState } from './redis.js';
 import type { StateStore } from './types.js';
 
-export type { Limiter, LimitResult, StateStore } from './types.js';
+export type { Limiter, LimitResult, StateStore, Unsubscribe } from './types.js';
 export { MemoryState, RedisState };
 
 /** Redis when a URL is configured, else in-process. */

@@ -1,7 +1,7 @@
 import { RateLimiterMemory } from 'rate-limiter-flexible';
 import { type Clock, systemClock } from '../clock.js';
 import { wrapLimiter } from './limiter.js';
-import type { Limiter, StateStore } from './types.js';
+import type { Limiter, StateStore, Unsubscribe } from './types.js';
 
 interface Entry {
   value: string;
@@ -14,6 +14,7 @@ export class MemoryState implements StateStore {
   private readonly values = new Map<string, Entry>();
   private readonly sets = new Map<string, Map<string, number>>();
   private readonly limiters = new Map<string, Limiter>();
+  private readonly channels = new Map<string, Set<(message: string) => void>>();
   private readonly sweeper: NodeJS.Timeout;
 
   constructor(private readonly clock: Clock = systemClock) {
@@ -94,8 +95,37 @@ export class MemoryState implements StateStore {
     }
     return limiter;
   }
+  /** Delivers synchronously: every handler has run when this resolves (one process, one node). */
+  async publish(channel: string, message: string) {
+    const handlers = this.channels.get(channel);
+    if (!handlers) return;
+    // A copy, so a handler that unsubscribes (or subscribes) does not disturb this delivery.
+    for (const handler of [...handlers]) {
+      try {
+        handler(message);
+      } catch {
+        // The contract: handlers must not throw, and one that does never stops the others.
+      }
+    }
+  }
+  async subscribe(channel: string, handler: (message: string) => void): Promise<Unsubscribe> {
+    // A wrapper per call, so the same function subscribed twice is two subscriptions.
+    const own = (message: string) => handler(message);
+    let handlers = this.channels.get(channel);
+    if (!handlers) {
+      handlers = new Set();
+      this.channels.set(channel, handlers);
+    }
+    handlers.add(own);
+    return async () => {
+      const current = this.channels.get(channel);
+      current?.delete(own);
+      if (current?.size === 0) this.channels.delete(channel);
+    };
+  }
   async close() {
     clearInterval(this.sweeper);
+    this.channels.clear();
     this.values.clear();
     this.sets.clear();
     this.limiters.clear();

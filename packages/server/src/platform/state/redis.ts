@@ -2,7 +2,7 @@ import { Redis } from 'ioredis';
 import { RateLimiterRedis } from 'rate-limiter-flexible';
 import { type Clock, systemClock } from '../clock.js';
 import { wrapLimiter } from './limiter.js';
-import type { Limiter, StateStore } from './types.js';
+import type { Limiter, StateStore, Unsubscribe } from './types.js';
 
 /** Adds a member with its deadline, drops expired members, returns the live count; atomic. */
 const ADD_EXPIRING = `
@@ -13,10 +13,23 @@ redis.call('PEXPIREAT', KEYS[1], top[2])
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 return {redis.call('ZCARD', KEYS[1]), first[2]}`;
 
-/** Redis coordination for the cluster mode; every key carries the configured prefix. */
+/** One `subscribe` call: its handler and its delivery listener. */
+interface Subscription {
+  handler: (message: string) => void;
+  onDelivery?: (live: boolean) => void;
+}
+
+/** Redis coordination for the cluster mode; every key and channel carries the configured prefix. */
 export class RedisState implements StateStore {
   readonly kind = 'redis' as const;
   readonly client: Redis;
+  /** The connection in subscriber mode (Redis allows no other commands on it); made on first use. */
+  private subscriber: Redis | null = null;
+  /** Prefixed channel name → this node's subscriptions to it. */
+  private readonly subscriptions = new Map<string, Set<Subscription>>();
+  /** Whether the subscriber connection is up with every channel subscribed. */
+  private delivering = false;
+  private closing = false;
 
   constructor(
     url: string,
@@ -81,7 +94,109 @@ export class RedisState implements StateStore {
     });
     return wrapLimiter(rl, points);
   }
+  async publish(channel: string, message: string) {
+    await this.client.publish(this.k(channel), message);
+  }
+  async subscribe(
+    channel: string,
+    handler: (message: string) => void,
+    onDelivery?: (live: boolean) => void,
+  ): Promise<Unsubscribe> {
+    const name = this.k(channel);
+    const subscription: Subscription = { handler, onDelivery };
+    let subs = this.subscriptions.get(name);
+    if (!subs) {
+      subs = new Set();
+      this.subscriptions.set(name, subs);
+    }
+    subs.add(subscription);
+    try {
+      // Every call waits for a SUBSCRIBE of its own (a no-op in Redis when the channel is already
+      // subscribed): replies come in order, so the channel is live for this caller once it answers.
+      await this.subscriberConnection().subscribe(name);
+    } catch (err) {
+      this.forget(name, subscription);
+      throw err;
+    }
+    let done = false;
+    return async () => {
+      if (done) return;
+      done = true;
+      if (this.forget(name, subscription) && this.subscriber && !this.closing)
+        await this.subscriber.unsubscribe(name).catch(() => {});
+    };
+  }
+
+  /** Drops one subscription; true when it was the channel's last on this node. */
+  private forget(name: string, subscription: Subscription): boolean {
+    const subs = this.subscriptions.get(name);
+    subs?.delete(subscription);
+    if (subs?.size !== 0) return false;
+    this.subscriptions.delete(name);
+    return true;
+  }
+
+  private subscriberConnection(): Redis {
+    if (this.subscriber) return this.subscriber;
+    // Re-subscribing after a reconnection is done here, so delivery is announced only once the
+    // channels are really subscribed again (ioredis's own resubscription gives no such signal).
+    const sub = this.client.duplicate({ autoResubscribe: false });
+    sub.on('error', () => {});
+    sub.on('message', (name: string, message: string) => {
+      const subs = this.subscriptions.get(name);
+      if (!subs) return;
+      for (const s of [...subs]) {
+        try {
+          s.handler(message);
+        } catch {
+          // The contract: handlers must not throw, and one that does never stops the others.
+        }
+      }
+    });
+    let connectedBefore = false;
+    sub.on('ready', () => {
+      if (!connectedBefore) {
+        connectedBefore = true;
+        this.delivering = true;
+        return;
+      }
+      const names = [...this.subscriptions.keys()];
+      (names.length > 0 ? sub.subscribe(...names) : Promise.resolve()).then(
+        () => this.announceDelivery(true),
+        // Not subscribed again: reconnect and try once more, still announcing nothing.
+        () => sub.disconnect(true),
+      );
+    });
+    sub.on('close', () => {
+      if (!this.closing) this.announceDelivery(false);
+    });
+    this.subscriber = sub;
+    return sub;
+  }
+
+  private announceDelivery(live: boolean) {
+    if (this.delivering === live) return;
+    this.delivering = live;
+    for (const subs of this.subscriptions.values()) {
+      for (const s of [...subs]) {
+        try {
+          s.onDelivery?.(live);
+        } catch {
+          // As for handlers: a listener that throws never stops the others.
+        }
+      }
+    }
+  }
+
   async close() {
+    this.closing = true;
+    const sub = this.subscriber;
+    this.subscriber = null;
+    this.subscriptions.clear();
+    if (sub) {
+      if (sub.status === 'ready') await sub.quit().catch(() => sub.disconnect());
+      else sub.disconnect();
+    }
     await this.client.quit().catch(() => this.client.disconnect());
   }
 }

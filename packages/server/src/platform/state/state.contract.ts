@@ -5,6 +5,11 @@ import type { StateStore } from './types.js';
 /** Makes a store for one test; `release` (optional) runs once after the whole suite. */
 export interface StateHarness {
   make(): Promise<StateStore>;
+  /**
+   * A store as another node sees the same coordination (Redis: another connection, same prefix).
+   * Without it the suite uses `state` itself (one process is one node in memory).
+   */
+  peer?(of: StateStore): Promise<StateStore>;
   release?(): Promise<void>;
 }
 
@@ -13,6 +18,18 @@ const TTL_MS = 80;
 const PAST_TTL_MS = 200;
 /** Long enough never to expire during a test. */
 const LONG_MS = 60_000;
+
+/** How long a published message may take to arrive (Redis delivers asynchronously). */
+const DELIVERY_MS = 2_000;
+
+/** Resolves once `done()` holds, failing after DELIVERY_MS. */
+async function until(done: () => boolean, what: string): Promise<void> {
+  const deadline = Date.now() + DELIVERY_MS;
+  while (!done()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(5);
+  }
+}
 
 let keyCounter = 0;
 /** A key no other test (nor an earlier run sharing the store) uses. */
@@ -354,6 +371,107 @@ export function describeStateContract(name: string, harness: StateHarness, opts:
         expect(refused.retryAfterMs).toBeLessThanOrEqual(1_000);
         await sleep(refused.retryAfterMs + 100);
         expect(await limiter.consume('k')).toMatchObject({ allowed: true, remaining: 0 });
+      });
+    });
+
+    describe('publish / subscribe', () => {
+      /** Subscribes and collects what arrives, in order. */
+      const collect = async (store: StateStore, channel: string) => {
+        const got: string[] = [];
+        const unsubscribe = await store.subscribe(channel, (m) => got.push(m));
+        return { got, unsubscribe };
+      };
+
+      it('delivers each message exactly, in publish order, to a subscriber of the channel', async () => {
+        const channel = freshKey('ch');
+        const { got } = await collect(state, channel);
+        const messages = ['first', '', 'päß ✓ 日本 🎉', JSON.stringify({ user_ids: [1, 2, 3] }), 'x'.repeat(10_000)];
+        for (const m of messages) await state.publish(channel, m);
+        await until(() => got.length === messages.length, 'five messages');
+        expect(got).toEqual(messages);
+      });
+
+      it('delivers to every subscriber of the channel, and to none of another channel', async () => {
+        const [channel, other] = [freshKey('ch-all'), freshKey('ch-other')];
+        const one = await collect(state, channel);
+        const two = await collect(state, channel);
+        const elsewhere = await collect(state, other);
+        await state.publish(channel, 'm1');
+        // Published after m1 on the same connection: once it is in, m1 would have been too.
+        await state.publish(other, 'sentinel');
+        await until(() => one.got.length === 1 && two.got.length === 1 && elsewhere.got.length === 1, 'delivery');
+        expect([one.got, two.got, elsewhere.got]).toEqual([['m1'], ['m1'], ['sentinel']]);
+      });
+
+      it('delivers to a subscriber on another node of the same store', async () => {
+        const peer = (await harness.peer?.(state)) ?? state;
+        try {
+          const channel = freshKey('ch-peer');
+          const there = await collect(peer, channel);
+          const here = await collect(state, channel);
+          await state.publish(channel, 'to-every-node');
+          await until(() => there.got.length === 1 && here.got.length === 1, 'delivery on both nodes');
+          expect([there.got, here.got]).toEqual([['to-every-node'], ['to-every-node']]);
+        } finally {
+          if (peer !== state) await peer.close();
+        }
+      });
+
+      it('stops delivering to a subscription once unsubscribed, and leaves the others', async () => {
+        const channel = freshKey('ch-unsub');
+        const gone = await collect(state, channel);
+        const stays = await collect(state, channel);
+        await state.publish(channel, 'before');
+        await until(() => gone.got.length === 1 && stays.got.length === 1, 'the first message');
+        await gone.unsubscribe();
+        await gone.unsubscribe();
+        await state.publish(channel, 'after');
+        await until(() => stays.got.length === 2, 'the second message');
+        expect(gone.got).toEqual(['before']);
+        expect(stays.got).toEqual(['before', 'after']);
+      });
+
+      it('counts the same handler subscribed twice as two subscriptions', async () => {
+        const channel = freshKey('ch-twice');
+        const got: string[] = [];
+        const handler = (m: string) => got.push(m);
+        const first = await state.subscribe(channel, handler);
+        await state.subscribe(channel, handler);
+        await state.publish(channel, 'm');
+        await until(() => got.length === 2, 'two deliveries');
+        await first();
+        await state.publish(channel, 'n');
+        await until(() => got.length === 3, 'one more delivery');
+        expect(got).toEqual(['m', 'm', 'n']);
+      });
+
+      it('accepts a publish nobody hears, and keeps delivering after a handler throws', async () => {
+        await expect(state.publish(freshKey('ch-nobody'), 'lost')).resolves.toBeUndefined();
+        const channel = freshKey('ch-throw');
+        await state.subscribe(channel, () => {
+          throw new Error('a bad handler');
+        });
+        const { got } = await collect(state, channel);
+        await state.publish(channel, 'one');
+        await state.publish(channel, 'two');
+        await until(() => got.length === 2, 'both messages');
+        expect(got).toEqual(['one', 'two']);
+      });
+
+      it('ends subscriptions on close', async () => {
+        const closing = await harness.make();
+        const publisher = (await harness.peer?.(closing)) ?? closing;
+        try {
+          const channel = freshKey('ch-close');
+          const { got } = await collect(closing, channel);
+          await closing.close();
+          const witness = await collect(publisher, channel);
+          await publisher.publish(channel, 'after-close');
+          await until(() => witness.got.length === 1, 'the witness');
+          expect(got).toEqual([]);
+        } finally {
+          if (publisher !== closing) await publisher.close();
+        }
       });
     });
   });

@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { clearRedisPrefix, redisReachable, SERVICE_URLS } from '../../../test/support/services.js';
@@ -37,6 +38,12 @@ describeStateContract(
       await state.connect();
       return state;
     },
+    // Another node: its own connections under the same prefix.
+    peer: async () => {
+      const state = new RedisState(SERVICE_URLS.redis, prefix);
+      await state.connect();
+      return state;
+    },
     release: () => clearRedisPrefix(prefix),
   },
   { skip: redisProblem !== null },
@@ -66,6 +73,58 @@ describe.skipIf(redisProblem !== null)('RedisState keys', () => {
         expect(ttl).toBeLessThanOrEqual(60_000);
       }
       expect(await raw.exists('plain', 'set', 'rl:lim:who')).toBe(0);
+    } finally {
+      await state.close();
+    }
+  });
+
+  it('publishes and subscribes on channels under its prefix', async () => {
+    const listener = raw.duplicate();
+    const state = new RedisState(SERVICE_URLS.redis, ownPrefix);
+    await state.connect();
+    try {
+      const heard: [string, string][] = [];
+      listener.on('message', (channel: string, message: string) => heard.push([channel, message]));
+      await listener.subscribe(`${ownPrefix}news`, 'news');
+      const got: string[] = [];
+      await state.subscribe('news', (m) => got.push(m));
+      await state.publish('news', 'from-state');
+      await raw.publish(`${ownPrefix}news`, 'from-raw');
+      await raw.publish('news', 'unprefixed');
+      for (let i = 0; i < 200 && (heard.length < 3 || got.length < 2); i++) await sleep(10);
+      expect(heard).toEqual([
+        [`${ownPrefix}news`, 'from-state'],
+        [`${ownPrefix}news`, 'from-raw'],
+        ['news', 'unprefixed'],
+      ]);
+      expect(got).toEqual(['from-state', 'from-raw']);
+    } finally {
+      listener.disconnect();
+      await state.close();
+    }
+  });
+
+  it('tells subscribers when delivery stops and when it is back, and delivers again after a reconnection', async () => {
+    const state = new RedisState(SERVICE_URLS.redis, ownPrefix);
+    await state.connect();
+    try {
+      const got: string[] = [];
+      const delivery: boolean[] = [];
+      await state.subscribe(
+        'flaky',
+        (m) => got.push(m),
+        (live) => delivery.push(live),
+      );
+      // Kill the subscriber connection from the server side, as a network drop would. Its address
+      // tells it apart from other clients of the same Redis (a private field, read for this test).
+      const { stream } = (state as unknown as { subscriber: Redis }).subscriber;
+      const addr = `${stream.localAddress}:${stream.localPort}`;
+      expect(await raw.client('KILL', 'ADDR', addr)).toBe(1);
+      for (let i = 0; i < 300 && delivery.length < 2; i++) await sleep(10);
+      expect(delivery).toEqual([false, true]);
+      await state.publish('flaky', 'after');
+      for (let i = 0; i < 200 && got.length < 1; i++) await sleep(10);
+      expect(got).toEqual(['after']);
     } finally {
       await state.close();
     }

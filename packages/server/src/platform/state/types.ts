@@ -25,8 +25,30 @@ export interface StateStore {
   hasExpiring(setKey: string, member: string): Promise<boolean>;
   /** A fixed-window limiter over `points` per `durationMs`, shared by every node. */
   limiter(name: string, points: number, durationMs: number): Limiter;
+  /**
+   * Sends `message` to every subscriber of `channel` on every node, this one included. Nothing is
+   * stored: a node that is not subscribed at that moment never sees it. Resolves once the message
+   * is on its way to every subscriber (in Redis, PUBLISH has answered; in memory, the handlers ran).
+   */
+  publish(channel: string, message: string): Promise<void>;
+  /**
+   * Calls `handler` with each message published on `channel` from the moment the returned promise
+   * resolves, in publish order (per publisher). Handlers must not throw; what they throw is dropped.
+   * `onDelivery(false)` says messages may be missed from now on (the subscriber connection dropped),
+   * `onDelivery(true)` that delivery is back; a cache fed by the channel must forget everything on
+   * both. The in-process store never calls it. Resolves to the function that unsubscribes.
+   */
+  subscribe(
+    channel: string,
+    handler: (message: string) => void,
+    onDelivery?: (live: boolean) => void,
+  ): Promise<Unsubscribe>;
+  /** Also ends every subscription. */
   close(): Promise<void>;
 }
+
+/** Ends one subscription; calling it again does nothing. */
+export type Unsubscribe = () => Promise<void>;
 
 export interface LimitResult {
   allowed: boolean;

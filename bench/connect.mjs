@@ -1,0 +1,198 @@
+/**
+ * connect: a storm of authenticated socket connections. Accepts per second and memory per
+ * connection, against a raw `ws` server in the same run.
+ *
+ *   - `--sockets` (1000) socket.io-client sockets, each with the psession cookie of its own logged-in
+ *     user (the real login flow), opened as fast as the client can with `--window` (100)
+ *     handshakes in flight. An accept is the client's `connect` (the auth middleware resolved the
+ *     session and the namespace connected); "settled" is the `chat:list` the server sends once
+ *     it has handled the connection (one more query).
+ *   - the baseline: a bare `ws` WebSocketServer (lib/raw-ws.mjs, no authentication) in a process
+ *     of its own, the same number of bare `ws` clients, the same window.
+ *   - memory per connection: the server process's heap (after a full GC) and RSS with all sockets
+ *     open, minus the same just before the storm, over the number of sockets. The clients run in
+ *     a separate process, so none of their memory counts. RSS after the first storm partly reuses
+ *     pages freed by earlier ones, so the RSS row is the first storm's; the heap row is the mean.
+ * Parlor and the baseline alternate (storm, measure, close all; then the other), `--rounds` (3) each.
+ *
+ * Options: --mode, --sockets N (1000), --window N (100), --rounds N (3).
+ * --duration is not used (a storm is a fixed number of sockets).
+ */
+import os from 'node:os';
+import { createBots, loginUsers } from './lib/accounts.mjs';
+import { startChild } from './lib/child.mjs';
+import { machineLine } from './lib/machine.mjs';
+import { provisionStorage } from './lib/modes.mjs';
+import { ratio, summarize } from './lib/stats.mjs';
+import { fmt, printTable } from './lib/table.mjs';
+
+export const description = 'socket connect storm: accepts/s and memory per connection vs raw ws';
+export const defaults = { duration: 10 };
+export const usage = `options:
+  --mode embedded|cluster|both   (both)
+  --sockets N                    authenticated sockets per storm, one logged-in user each (1000)
+  --window N                     handshakes in flight (100)
+  --rounds N                     storms per side, alternating Parlor / raw ws (3)
+  --json                         also print the results as one BENCH_JSON line
+(--duration is not used: a storm is a fixed number of sockets)`;
+
+const TARGET = { accepts: 0.4, memory: 3 };
+const APP_CHILD = new URL('./lib/app-child.mjs', import.meta.url);
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const intOpt = (v, def, min, max) => {
+  if (v === undefined) return def;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < min || n > max) throw new Error(`option must be an integer ${min}..${max} (got ${v})`);
+  return n;
+};
+const kib = (bytes) => (Number.isFinite(bytes) ? `${(bytes / 1024).toFixed(1)} KiB` : '—');
+
+export async function run({ modes, options }) {
+  const sockets = intOpt(options.sockets, 1000, 1, 20000);
+  const window = intOpt(options.window, 100, 1, 5000);
+  const rounds = intOpt(options.rounds, 3, 1, 20);
+  console.log(`[connect] ${machineLine()}`);
+  console.log(
+    `[connect] ${sockets} sockets per storm (one user each), ${window} handshakes in flight, ${rounds} storms per side alternating Parlor / raw ws; clients and the raw server in processes of their own`,
+  );
+  const results = {};
+  for (const mode of modes) {
+    const provisioned = await provisionStorage(mode);
+    if (provisioned.skipped) {
+      console.log(`\n[connect] ${mode}: SKIPPED, cluster services not usable: ${provisioned.skipped}`);
+      results[mode] = { skipped: provisioned.skipped };
+      continue;
+    }
+    let app;
+    let raw;
+    let clients;
+    try {
+      // Users log in against a first app process; the storms run against a fresh one over the
+      // same storage, so its memory holds nothing of the logins.
+      app = await startChild(APP_CHILD, { name: 'app (logins)' });
+      const first = await app.call('start', { mode, storage: provisioned.storage });
+      const started = { mode, url: first.url, built: { publicApiKey: first.publicApiKey } };
+      const botKeys = await createBots(first.url, Math.max(2, Math.ceil(sockets / 500)));
+      const logged = await loginUsers(started, sockets, { botKeys, concurrency: 16 });
+      const cookies = logged.users.map((u) => u.cookie);
+      await app.close();
+      // BENCH_PROFILE_DIR=dir: a CPU profile of the storms' app process (written when it exits).
+      const prof = process.env.BENCH_PROFILE_DIR;
+      app = await startChild(APP_CHILD, {
+        name: 'app',
+        execArgv: prof ? ['--cpu-prof', `--cpu-prof-dir=${prof}`, '--cpu-prof-interval=500'] : [],
+      });
+      const fresh = await app.call('start', { mode, storage: provisioned.storage });
+      console.log(
+        `\n[connect] ${provisioned.label}; ${sockets} users logged in in ${logged.seconds.toFixed(1)} s; fresh app process up in ${fmt.ms(fresh.startMs)}; load ${os.loadavg()[0].toFixed(2)}`,
+      );
+      raw = await startChild(new URL('./lib/raw-ws-child.mjs', import.meta.url), { name: 'raw ws server' });
+      clients = await startChild(new URL('./lib/connect-clients.mjs', import.meta.url), { name: 'connect clients' });
+      const rawUrls = await raw.call('start');
+
+      const storm = async (side, n) => {
+        const server = side === 'parlor' ? app : raw;
+        const before = await server.call('memory');
+        const r = await clients.call('storm', {
+          kind: side,
+          url: side === 'parlor' ? fresh.url : rawUrls.wsUrl,
+          cookies,
+          n,
+          window,
+        });
+        await sleep(300);
+        const during = await server.call('memory');
+        await clients.call('drop');
+        if (side === 'raw') await raw.call('dropClients');
+        await sleep(500);
+        return { ...r, before, during };
+      };
+      // The first storm of each side, in fresh processes, gives the RSS figure; then a warm-up.
+      const parts = { parlor: [], raw: [] };
+      const firstParlor = await storm('parlor', sockets);
+      const firstRaw = await storm('raw', sockets);
+      await storm('parlor', Math.min(100, sockets));
+      await storm('raw', Math.min(100, sockets));
+      for (let i = 0; i < rounds; i++) {
+        for (const side of ['parlor', 'raw']) parts[side].push(await storm(side, sockets));
+      }
+      results[mode] = report(mode, provisioned.label, parts, { first: { parlor: firstParlor, raw: firstRaw }, sockets, window });
+    } finally {
+      await clients?.close();
+      await raw?.close();
+      await app?.close();
+      await provisioned.release();
+    }
+  }
+  return results;
+}
+
+function summarizeSide(parts, first) {
+  const connected = parts.reduce((a, p) => a + p.connected, 0);
+  const elapsedS = parts.reduce((a, p) => a + p.elapsedMs, 0) / 1000;
+  const acc = summarize(parts.flatMap((p) => Array.from(p.accepted)));
+  const settled = parts[0].settled ? summarize(parts.flatMap((p) => Array.from(p.settled))) : null;
+  const per = (p, k) => (p.during[k] - p.before[k]) / p.connected;
+  const mean = (k) => parts.reduce((a, p) => a + per(p, k), 0) / parts.length;
+  const failures = {};
+  for (const p of [first, ...parts]) {
+    for (const [k, n] of Object.entries(p.failures)) failures[k] = (failures[k] ?? 0) + n;
+  }
+  return {
+    rounds: parts.length,
+    connected,
+    elapsedS,
+    acceptsPerSec: connected / elapsedS,
+    firstAcceptsPerSec: first.connected / (first.elapsedMs / 1000),
+    accept: acc,
+    settled,
+    settleTimeouts: parts.reduce((a, p) => a + (p.settleTimeouts ?? 0), 0),
+    heapPerConn: mean('heapUsed'),
+    externalPerConn: mean('external'),
+    rssPerConnFirst: per(first, 'rss'),
+    heapPerConnFirst: per(first, 'heapUsed'),
+    rssPerConnMean: mean('rss'),
+    rssBefore: first.before.rss,
+    rssDuring: first.during.rss,
+    failures,
+  };
+}
+
+function report(mode, label, parts, { first, sockets, window }) {
+  const p = summarizeSide(parts.parlor, first.parlor);
+  const b = summarizeSide(parts.raw, first.raw);
+  const r = (x, y) => fmt.ratio(ratio(x, y));
+  printTable(
+    `connect — ${label}`,
+    ['metric', 'Parlor', 'raw ws', 'ratio'],
+    [
+      [`accepts/s (${sockets} sockets, ${window} in flight)`, fmt.num(p.acceptsPerSec), fmt.num(b.acceptsPerSec), r(p.acceptsPerSec, b.acceptsPerSec)],
+      ['accept latency p50', fmt.ms(p.accept.p50), fmt.ms(b.accept.p50), r(p.accept.p50, b.accept.p50)],
+      ['accept latency p99', fmt.ms(p.accept.p99), fmt.ms(b.accept.p99), r(p.accept.p99, b.accept.p99)],
+      ['settled (chat:list received) p50 / p99', `${fmt.ms(p.settled.p50)} / ${fmt.ms(p.settled.p99)}`, '', ''],
+      ['heap per connection (after GC, mean)', kib(p.heapPerConn), kib(b.heapPerConn), r(p.heapPerConn, b.heapPerConn)],
+      ['RSS per connection (first storm)', kib(p.rssPerConnFirst), kib(b.rssPerConnFirst), r(p.rssPerConnFirst, b.rssPerConnFirst)],
+      ['RSS per connection (later storms, mean)', kib(p.rssPerConnMean), kib(b.rssPerConnMean), r(p.rssPerConnMean, b.rssPerConnMean)],
+      ['connected / failed', `${p.connected} / ${sum(p.failures)}`, `${b.connected} / ${sum(b.failures)}`, ''],
+    ],
+  );
+  console.log('');
+  if (sum(p.failures)) console.log(`  Parlor connect failures: ${JSON.stringify(p.failures)}`);
+  if (sum(b.failures)) console.log(`  baseline connect failures: ${JSON.stringify(b.failures)}`);
+  if (p.settleTimeouts) console.log(`  Parlor sockets that never got chat:list (30 s): ${p.settleTimeouts}`);
+  const mib = (x) => `${(x / 2 ** 20).toFixed(0)} MiB`;
+  console.log(
+    `  first storm (fresh processes, not in the rates above): Parlor ${fmt.num(p.firstAcceptsPerSec)} accepts/s, server RSS ${mib(p.rssBefore)} → ${mib(p.rssDuring)}, heap ${kib(p.heapPerConnFirst)}/conn; raw ${fmt.num(b.firstAcceptsPerSec)} accepts/s, RSS ${mib(b.rssBefore)} → ${mib(b.rssDuring)}, heap ${kib(b.heapPerConnFirst)}/conn`,
+  );
+  console.log(`  load average after the mode: ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}`);
+  const accRatio = ratio(p.acceptsPerSec, b.acceptsPerSec);
+  const memRatio = ratio(p.heapPerConn, b.heapPerConn);
+  const rssRatio = ratio(p.rssPerConnFirst, b.rssPerConnFirst);
+  const met = accRatio >= TARGET.accepts && memRatio <= TARGET.memory && rssRatio <= TARGET.memory;
+  console.log(
+    `  target (${mode}): accepts/s ≥ ${TARGET.accepts}× raw and memory per connection ≤ ${TARGET.memory}× raw (heap and first-storm RSS): ${met ? 'MET' : 'NOT MET'} (${fmt.ratio(accRatio)}; heap ${fmt.ratio(memRatio)}, RSS ${fmt.ratio(rssRatio)}) [informational; never fails the run]`,
+  );
+  return { parlor: p, raw: b, acceptsRatio: accRatio, heapRatio: memRatio, rssRatio };
+}
+
+const sum = (o) => Object.values(o).reduce((a, n) => a + n, 0);

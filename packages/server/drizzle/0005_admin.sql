@@ -1,0 +1,1 @@
+CREATE INDEX "audit_log_code_idx" ON "audit_log" USING btree ("code","id");

@@ -1,0 +1,125 @@
+import { and, asc, eq, gt, inArray, sql } from 'drizzle-orm';
+import type { Db } from '../../platform/db/index.js';
+import { guildSponsors, guilds, linkedPlatforms } from '../../platform/db/schema.js';
+import type { Tx } from '../users/users.store.js';
+
+export type GuildRow = typeof guilds.$inferSelect;
+export type GuildInsert = typeof guilds.$inferInsert;
+
+/** What the bot upsert writes: the columns of a new row, and the subset it changes on an existing one. */
+export interface GuildUpsert {
+  insert: GuildInsert;
+  update: Partial<GuildInsert>;
+}
+
+/** The guilds' SQL: records, ownership through linked platform identities, sponsors. */
+export function makeGuildsStore(db: Db) {
+  return {
+    /** Inserts or updates by chatplatform_id in one statement, so concurrent upserts of one guild cannot collide. */
+    async upsert(values: GuildUpsert): Promise<GuildRow> {
+      const [row] = await db
+        .insert(guilds)
+        .values(values.insert)
+        .onConflictDoUpdate({ target: guilds.chatplatformId, set: values.update })
+        .returning();
+      if (!row) throw new Error('upsert returned no row');
+      return row;
+    },
+    async byChatplatformId(chatplatformId: string, tx: Tx = db): Promise<GuildRow | undefined> {
+      const [row] = await tx.select().from(guilds).where(eq(guilds.chatplatformId, chatplatformId)).limit(1);
+      return row;
+    },
+    async lockByChatplatformId(chatplatformId: string, tx: Tx): Promise<GuildRow | undefined> {
+      const [row] = await tx
+        .select()
+        .from(guilds)
+        .where(eq(guilds.chatplatformId, chatplatformId))
+        .limit(1)
+        .for('update');
+      return row;
+    },
+    async update(id: number, values: Partial<GuildInsert>, tx: Tx = db): Promise<GuildRow | undefined> {
+      const [row] = await tx.update(guilds).set(values).where(eq(guilds.id, id)).returning();
+      return row;
+    },
+    /** Guilds owned by one of the user's linked platform identities, oldest first. */
+    async ownedBy(userId: number): Promise<GuildRow[]> {
+      const identities = db
+        .select({ id: linkedPlatforms.platformUserId })
+        .from(linkedPlatforms)
+        .where(eq(linkedPlatforms.userId, userId));
+      return db.select().from(guilds).where(inArray(guilds.ownerChatplatformId, identities)).orderBy(asc(guilds.id));
+    },
+    /** True when one of the user's linked platform identities is this platform user id. */
+    async hasIdentity(userId: number, platformUserId: string): Promise<boolean> {
+      const rows = await db
+        .select({ id: linkedPlatforms.id })
+        .from(linkedPlatforms)
+        .where(and(eq(linkedPlatforms.userId, userId), eq(linkedPlatforms.platformUserId, platformUserId)))
+        .limit(1);
+      return rows.length > 0;
+    },
+    /** The guild holding this vanity, other than `exceptId`. */
+    async vanityHolder(vanity: string, exceptId: number, tx: Tx = db): Promise<number | null> {
+      const [row] = await tx
+        .select({ id: guilds.id })
+        .from(guilds)
+        .where(and(eq(guilds.vanityInvite, vanity), sql`${guilds.id} <> ${exceptId}`))
+        .limit(1);
+      return row?.id ?? null;
+    },
+    /** The chat of the guild with this vanity, while its premium is active and it is active. */
+    async chatOfVanity(vanity: string, now: Date): Promise<number | null> {
+      const [row] = await db
+        .select({ chatId: guilds.chatId })
+        .from(guilds)
+        .where(and(eq(guilds.vanityInvite, vanity), eq(guilds.state, 0), gt(guilds.subscriptionExpiresAt, now)))
+        .limit(1);
+      return row?.chatId ?? null;
+    },
+    /** The guild whose public chat this is. */
+    async byChatId(chatId: number): Promise<GuildRow | undefined> {
+      const [row] = await db.select().from(guilds).where(eq(guilds.chatId, chatId)).limit(1);
+      return row;
+    },
+    async isSponsor(guildId: number, userId: number): Promise<boolean> {
+      const rows = await db
+        .select({ userId: guildSponsors.userId })
+        .from(guildSponsors)
+        .where(and(eq(guildSponsors.guildId, guildId), eq(guildSponsors.userId, userId)))
+        .limit(1);
+      return rows.length > 0;
+    },
+    /** Sponsor user ids per guild id, ascending. */
+    async sponsorsOf(guildIds: number[]): Promise<Map<number, number[]>> {
+      const out = new Map<number, number[]>(guildIds.map((id) => [id, []]));
+      if (guildIds.length === 0) return out;
+      const rows = await db
+        .select({ guildId: guildSponsors.guildId, userId: guildSponsors.userId })
+        .from(guildSponsors)
+        .where(inArray(guildSponsors.guildId, guildIds))
+        .orderBy(asc(guildSponsors.userId));
+      for (const r of rows) out.get(r.guildId)?.push(r.userId);
+      return out;
+    },
+    /** Adds a sponsor; false when they already were one. */
+    async addSponsor(guildId: number, userId: number, at: Date, tx: Tx): Promise<boolean> {
+      const rows = await tx
+        .insert(guildSponsors)
+        .values({ guildId, userId, createdAt: at })
+        .onConflictDoNothing()
+        .returning({ userId: guildSponsors.userId });
+      return rows.length > 0;
+    },
+    /** Removes a sponsor; false when they were not one. */
+    async removeSponsor(guildId: number, userId: number, tx: Tx): Promise<boolean> {
+      const rows = await tx
+        .delete(guildSponsors)
+        .where(and(eq(guildSponsors.guildId, guildId), eq(guildSponsors.userId, userId)))
+        .returning({ userId: guildSponsors.userId });
+      return rows.length > 0;
+    },
+  };
+}
+
+export type GuildsStore = ReturnType<typeof makeGuildsStore>;

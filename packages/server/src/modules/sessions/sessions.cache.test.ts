@@ -1,0 +1,125 @@
+import { describe, expect, it } from 'vitest';
+import { FakeClock } from '../../platform/clock.js';
+import type { Db } from '../../platform/db/index.js';
+import type { GeoLookup } from '../../platform/geo.js';
+import { sha256Hex } from '../../platform/secrets.js';
+import type { UserRow } from '../users/users.store.js';
+import { AUTH_CACHE_TTL_MS, makeAuthCache } from './sessions.cache.js';
+import { makeSessionsService } from './sessions.service.js';
+import type { SessionRow, SessionsStore } from './sessions.store.js';
+
+const TOKEN = 'a-session-token';
+
+/** The session resolver over a store that counts its queries, with a cache and a fake clock. */
+function setup(opts: { ttlMs?: number } = {}) {
+  const clock = new FakeClock(Date.UTC(2026, 0, 1));
+  const now = clock.now();
+  const user = {
+    id: 7,
+    username: 'ada',
+    permissionLevel: 0,
+    state: 0,
+    stateExpiresAt: null,
+    isStranger: false,
+    matchBlockedAt: null,
+  } as Partial<UserRow> as UserRow;
+  const session = {
+    id: 70,
+    userId: 7,
+    tokenHash: sha256Hex(TOKEN),
+    tokenSuffix: 'suffix',
+    expiresAt: new Date(now.getTime() + 3600_000),
+    endedAt: null,
+    lastSeenAt: now,
+  } as Partial<SessionRow> as SessionRow;
+  const calls = { resolve: 0, touch: [] as number[] };
+  const store = {
+    async resolve(hash: string, at: Date) {
+      calls.resolve += 1;
+      const live = hash === session.tokenHash && session.endedAt === null && session.expiresAt > at;
+      return live ? { session: { ...session }, user: { ...user } } : undefined;
+    },
+    async touch(_id: number, at: Date) {
+      calls.touch.push(at.getTime());
+      session.lastSeenAt = at;
+    },
+  } as Partial<SessionsStore> as SessionsStore;
+  const cache = makeAuthCache(clock, opts);
+  const geo: GeoLookup = { lookup: async () => ({}) } as unknown as GeoLookup;
+  const resolver = makeSessionsService({ db: {} as Db, store, clock, geo, cache }).resolver();
+  return { clock, user, session, calls, cache, resolver };
+}
+
+describe('session resolver with the auth cache', () => {
+  it('reads SQL once, then answers from the cache', async () => {
+    const { calls, resolver } = setup();
+    const first = await resolver.resolve(TOKEN);
+    const second = await resolver.resolve(TOKEN);
+    expect(calls.resolve).toBe(1);
+    expect(second).toEqual(first);
+    expect(second?.user).toMatchObject({ id: 7, username: 'ada', state: 0, stranger: false, matchBlocked: false });
+    expect(second?.session).toMatchObject({ id: 70, userId: 7, tokenSuffix: 'suffix' });
+  });
+
+  it('hands out copies: changing an answer does not change the next one', async () => {
+    const { resolver } = setup();
+    const first = await resolver.resolve(TOKEN);
+    if (first) first.user.permissionLevel = 3;
+    expect((await resolver.resolve(TOKEN))?.user.permissionLevel).toBe(0);
+  });
+
+  it('reads SQL again once the user is invalidated', async () => {
+    const { calls, cache, user, resolver } = setup();
+    await resolver.resolve(TOKEN);
+    user.username = 'ada2';
+    cache.invalidate([7]);
+    expect((await resolver.resolve(TOKEN))?.user.username).toBe('ada2');
+    expect(calls.resolve).toBe(2);
+  });
+
+  it('reads SQL again after the TTL', async () => {
+    const { clock, calls, resolver } = setup();
+    await resolver.resolve(TOKEN);
+    clock.advance(AUTH_CACHE_TTL_MS);
+    await resolver.resolve(TOKEN);
+    expect(calls.resolve).toBe(2);
+  });
+
+  it('does not cache an unknown token', async () => {
+    const { calls, resolver } = setup();
+    expect(await resolver.resolve('unknown')).toBeNull();
+    expect(await resolver.resolve('unknown')).toBeNull();
+    expect(calls.resolve).toBe(2);
+  });
+
+  it('answers null for a cached session whose expiry has passed, without SQL', async () => {
+    const { clock, session, calls, resolver } = setup();
+    session.expiresAt = new Date(clock.now().getTime() + 5_000);
+    await resolver.resolve(TOKEN);
+    clock.advance(5_000);
+    expect(await resolver.resolve(TOKEN)).toBeNull();
+    expect(calls.resolve).toBe(1);
+  });
+
+  it('sees a timeout run out on a cached entry (state from the deadline, not the stored value)', async () => {
+    const { clock, user, resolver } = setup();
+    user.state = 1;
+    user.stateExpiresAt = new Date(clock.now().getTime() + 3_000);
+    expect((await resolver.resolve(TOKEN))?.user.state).toBe(1);
+    clock.advance(3_000);
+    expect((await resolver.resolve(TOKEN))?.user.state).toBe(0);
+  });
+
+  it('records activity at most once a minute, hits included', async () => {
+    const { clock, calls, resolver } = setup({ ttlMs: 600_000 });
+    const start = clock.now().getTime();
+    await resolver.resolve(TOKEN);
+    clock.advance(30_000);
+    await resolver.resolve(TOKEN);
+    clock.advance(31_000);
+    await Promise.all([resolver.resolve(TOKEN), resolver.resolve(TOKEN)]);
+    clock.advance(30_000);
+    await resolver.resolve(TOKEN);
+    expect(calls.touch).toEqual([start + 61_000]);
+  });
+});

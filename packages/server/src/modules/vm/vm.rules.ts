@@ -1,0 +1,31 @@
+/** Who acts: a user and their platform permission level. */
+export interface Actor {
+  userId: number;
+  permissionLevel: number;
+}
+
+/** The facts about a chat that the room VM rules read. */
+export interface RoomChat {
+  ownerUserId: number | null;
+  type: string;
+}
+
+/**
+ * Who starts a chat's VM (spec 4.6 rule 4): its owner or a platform Owner. Chats without an owner
+ * (direct chats from matchmaking) are started by either of their members (`isMember`).
+ */
+export function canStart(viewer: Actor, chat: RoomChat, isMember: boolean): boolean {
+  if (viewer.permissionLevel >= 3 || viewer.userId === chat.ownerUserId) return true;
+  return chat.type === 'direct' && isMember;
+}
+
+/** Who stops it (DESIGN.md 6): its owner or Admin and above; direct chats: either member too. */
+export function canStop(viewer: Actor, chat: RoomChat, isMember: boolean): boolean {
+  if (viewer.permissionLevel >= 2 || viewer.userId === chat.ownerUserId) return true;
+  return chat.type === 'direct' && isMember;
+}
+
+/** Who hands control over or takes it back: the chat owner, or Moderator and above. */
+export function canGrant(viewer: Actor, chat: RoomChat): boolean {
+  return viewer.userId === chat.ownerUserId || viewer.permissionLevel >= 1;
+}

@@ -1,0 +1,43 @@
+/**
+ * Room settings (spec 2.4) as the room VM reads them when it starts. Guild room settings are not
+ * wired yet: until they are, every chat gets the defaults below. The guilds module plugs in by
+ * giving the vm service a `SettingsSource` (app.ts; `vm.useSettings`), nothing else changes.
+ */
+export interface RoomVmSettings {
+  browser: 'brave' | 'tor';
+  proxy: 'us' | 'eu' | 'none';
+  start_url: string;
+  kiosk: boolean;
+  allow_control_requests: boolean;
+}
+
+/** The settings of a chat's room, or null for the defaults. */
+export type SettingsSource = (chatId: number) => Promise<Partial<RoomVmSettings> | null>;
+
+export const DEFAULT_ROOM_SETTINGS: Readonly<RoomVmSettings> = Object.freeze({
+  browser: 'brave',
+  proxy: 'none',
+  start_url: 'about:blank',
+  kiosk: false,
+  allow_control_requests: true,
+});
+
+export const defaultSettingsSource: SettingsSource = async () => null;
+
+/** Whether a start URL may be opened: about:blank or an absolute http(s) URL (never file: and the like). */
+export function isOpenableUrl(url: string): boolean {
+  if (url === 'about:blank') return true;
+  if (url.length > 2000) return false;
+  try {
+    const u = new URL(url);
+    return (u.protocol === 'http:' || u.protocol === 'https:') && u.hostname !== '';
+  } catch {
+    return false;
+  }
+}
+
+/** The defaults overlaid with what the source gives; an unusable start URL falls back to about:blank. */
+export function resolveSettings(given: Partial<RoomVmSettings> | null): RoomVmSettings {
+  const s = { ...DEFAULT_ROOM_SETTINGS, ...(given ?? {}) };
+  return { ...s, start_url: isOpenableUrl(s.start_url) ? s.start_url : 'about:blank' };
+}

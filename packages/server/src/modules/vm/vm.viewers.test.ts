@@ -1,0 +1,85 @@
+import { describe, expect, it } from 'vitest';
+import type { VmFrame } from '../../platform/vm/provider.js';
+import { RoomViewers } from './vm.viewers.js';
+
+const frame = (seq: number): VmFrame => ({ seq, mime: 'image/jpeg', data: Buffer.from([seq]), width: 4, height: 3 });
+
+function setUp() {
+  let t = 0;
+  const sent: [string, number][] = [];
+  const viewers = new RoomViewers(
+    (id, f) => sent.push([id, f.seq]),
+    () => t,
+  );
+  return { viewers, sent, advance: (ms: number) => (t += ms) };
+}
+
+describe('RoomViewers', () => {
+  it('sends the next frame only after the one in flight is acknowledged, skipping the ones between', () => {
+    const { viewers, sent } = setUp();
+    viewers.add('a', 1);
+    viewers.frame(frame(1));
+    viewers.frame(frame(2));
+    viewers.frame(frame(3));
+    expect(sent).toEqual([['a', 1]]);
+    viewers.ack('a', 1);
+    expect(sent).toEqual([
+      ['a', 1],
+      ['a', 3],
+    ]);
+    viewers.ack('a', 3);
+    expect(sent).toHaveLength(2);
+    viewers.frame(frame(4));
+    expect(sent.at(-1)).toEqual(['a', 4]);
+  });
+
+  it('lets a slow viewer lag without holding back a fast one', () => {
+    const { viewers, sent } = setUp();
+    viewers.add('slow', 1);
+    viewers.add('fast', 2);
+    for (let seq = 1; seq <= 5; seq++) {
+      viewers.frame(frame(seq));
+      viewers.ack('fast', seq);
+    }
+    expect(sent.filter(([id]) => id === 'fast').map(([, s]) => s)).toEqual([1, 2, 3, 4, 5]);
+    expect(sent.filter(([id]) => id === 'slow').map(([, s]) => s)).toEqual([1]);
+  });
+
+  it('gives a new viewer the latest frame at once, and ignores stale or foreign acks', () => {
+    const { viewers, sent } = setUp();
+    viewers.frame(frame(7));
+    viewers.add('late', 3);
+    expect(sent).toEqual([['late', 7]]);
+    expect(viewers.ack('late', 6)).toBe(true);
+    viewers.frame(frame(8));
+    expect(sent).toHaveLength(1);
+    expect(viewers.ack('nobody', 7)).toBe(false);
+  });
+
+  it('resends the newest frame when an acknowledgement never comes', () => {
+    const { viewers, sent, advance } = setUp();
+    viewers.add('a', 1);
+    viewers.frame(frame(1));
+    viewers.frame(frame(2));
+    advance(1000);
+    viewers.resendStale(3000);
+    expect(sent).toHaveLength(1);
+    advance(2500);
+    viewers.resendStale(3000);
+    expect(sent).toEqual([
+      ['a', 1],
+      ['a', 2],
+    ]);
+  });
+
+  it('counts distinct users, not sockets', () => {
+    const { viewers } = setUp();
+    viewers.add('a1', 1);
+    viewers.add('a2', 1);
+    viewers.add('b', 2);
+    expect(viewers.size).toBe(3);
+    expect(viewers.users()).toEqual(new Set([1, 2]));
+    viewers.remove('a1');
+    expect(viewers.users()).toEqual(new Set([1, 2]));
+  });
+});

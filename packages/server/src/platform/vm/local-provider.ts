@@ -1,0 +1,172 @@
+import { appError } from '../errors.js';
+import { LocalRoom } from './local-room.js';
+import { makeNetworkGuard, type NetworkGuard } from './network-guard.js';
+import type { VmFrame, VmInfo, VmInput, VmNavigation, VmProvider, VmProviderStop, VmStartSpec } from './provider.js';
+
+export interface LocalProviderOptions {
+  /** The browser binary (CHROMIUM_PATH). */
+  chromiumPath: string;
+  /** Most rooms this node runs at once (VM_MAX_PER_NODE); 0 turns room VMs off. */
+  maxRooms: number;
+  guard?: NetworkGuard;
+  log?: (message: string) => void;
+  /** More browser flags (tests map test host names with --host-resolver-rules). */
+  extraArgs?: string[];
+}
+
+interface Entry {
+  room: LocalRoom;
+  info: VmInfo;
+  /** Settles when the current launch (first start or restart) is done. */
+  ready: Promise<void>;
+}
+
+/**
+ * Room VMs as Debian chromium processes on this node, one per room, driven over the DevTools
+ * pipe. A browser that exits on its own is restarted once per run; a second crash stops the room
+ * and is reported through `onStopped`. `close` kills every browser (the server's shutdown path);
+ * and since each browser exits when its DevTools pipe closes, even a killed server leaves none.
+ */
+export class LocalChromiumProvider implements VmProvider {
+  private readonly rooms = new Map<string, Entry>();
+  private readonly stopListeners = new Set<(roomId: string, reason: VmProviderStop) => void>();
+  private readonly guard: NetworkGuard;
+  private readonly log: (message: string) => void;
+  private closed = false;
+
+  constructor(private readonly opts: LocalProviderOptions) {
+    this.guard = opts.guard ?? makeNetworkGuard();
+    this.log = opts.log ?? (() => {});
+  }
+
+  async start(roomId: string, spec: VmStartSpec): Promise<VmInfo> {
+    const existing = this.rooms.get(roomId);
+    if (existing) {
+      await existing.ready;
+      return { ...existing.info };
+    }
+    if (this.closed) throw appError('ERR_ROOM_START_FAILED', 'This node is shutting down.');
+    if (spec.browser === 'tor')
+      throw appError('ERR_ROOM_START_FAILED', 'This room uses the Tor browser, but no Tor proxy is configured here.');
+    if (spec.proxy !== 'none')
+      throw appError(
+        'ERR_ROOM_START_FAILED',
+        `This room uses the ${spec.proxy} proxy, but no proxies are configured here.`,
+      );
+    if (this.rooms.size >= this.opts.maxRooms)
+      throw appError(
+        'ERR_ROOM_START_FAILED',
+        `No capacity: this node already runs ${this.rooms.size} of ${this.opts.maxRooms} room VMs (VM_MAX_PER_NODE).`,
+      );
+    const room = new LocalRoom(spec, {
+      chromiumPath: this.opts.chromiumPath,
+      guard: this.guard,
+      log: this.log,
+      extraArgs: this.opts.extraArgs,
+    });
+    const info: VmInfo = {
+      roomId,
+      state: 'starting',
+      width: spec.width,
+      height: spec.height,
+      startedAt: new Date(),
+      restarts: 0,
+    };
+    const entry: Entry = { room, info, ready: room.launch() };
+    room.onCrash = () => this.crashed(roomId, entry);
+    this.rooms.set(roomId, entry);
+    try {
+      await entry.ready;
+    } catch (err) {
+      if (this.rooms.get(roomId) === entry) this.rooms.delete(roomId);
+      throw err;
+    }
+    info.state = 'running';
+    return { ...info };
+  }
+
+  /** A browser exited by itself: one restart per run, then the room stops. */
+  private crashed(roomId: string, entry: Entry): void {
+    if (this.rooms.get(roomId) !== entry) return;
+    if (entry.info.restarts >= 1 || this.closed) {
+      this.log(`room ${roomId}: browser crashed again; stopping the room`);
+      this.rooms.delete(roomId);
+      entry.info.state = 'stopped';
+      void entry.room.stop();
+      for (const l of this.stopListeners) l(roomId, 'crashed');
+      return;
+    }
+    this.log(`room ${roomId}: browser crashed; restarting it`);
+    entry.info.restarts += 1;
+    entry.info.state = 'starting';
+    entry.ready = entry.room.launch().then(
+      () => {
+        entry.info.state = 'running';
+      },
+      () => this.crashed(roomId, entry),
+    );
+  }
+
+  async stop(roomId: string): Promise<void> {
+    const entry = this.rooms.get(roomId);
+    if (!entry) return;
+    this.rooms.delete(roomId);
+    entry.info.state = 'stopped';
+    await entry.ready.catch(() => {});
+    await entry.room.stop();
+  }
+
+  status(roomId: string): VmInfo | null {
+    const entry = this.rooms.get(roomId);
+    return entry ? { ...entry.info } : null;
+  }
+
+  list(): VmInfo[] {
+    return [...this.rooms.values()].map((e) => ({ ...e.info }));
+  }
+
+  subscribe(roomId: string, onFrame: (frame: VmFrame) => void): () => void {
+    const entry = this.rooms.get(roomId);
+    if (!entry) throw appError('ERR_ROOM_NOT_RUNNING');
+    return entry.room.subscribe(onFrame);
+  }
+
+  async input(roomId: string, input: VmInput): Promise<void> {
+    await this.running(roomId).input(input);
+  }
+
+  async navigate(roomId: string, nav: VmNavigation): Promise<void> {
+    await this.running(roomId).navigate(nav);
+  }
+
+  onStopped(listener: (roomId: string, reason: VmProviderStop) => void): () => void {
+    this.stopListeners.add(listener);
+    return () => this.stopListeners.delete(listener);
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    await Promise.all([...this.rooms.keys()].map((id) => this.stop(id)));
+  }
+
+  /** The browser's process id (tests: crash it, check it is gone after close). */
+  pidOf(roomId: string): number | undefined {
+    return this.rooms.get(roomId)?.room.pid;
+  }
+
+  /** Evaluates an expression in the room's page (tests, diagnostics; no client reaches this). */
+  evaluate(roomId: string, expression: string): Promise<unknown> {
+    return this.running(roomId).evaluate(expression);
+  }
+
+  /** Resident memory of the room's whole browser process tree, in bytes. */
+  async memoryBytes(roomId: string): Promise<number> {
+    return (await this.rooms.get(roomId)?.room.process?.memoryBytes()) ?? 0;
+  }
+
+  private running(roomId: string): LocalRoom {
+    const entry = this.rooms.get(roomId);
+    if (entry?.info.state !== 'running') throw appError('ERR_ROOM_NOT_RUNNING');
+    return entry.room;
+  }
+}

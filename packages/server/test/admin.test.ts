@@ -1,0 +1,332 @@
+import { AuditCodes } from '@parlor/protocol';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { describeApp, startApp, type TestApp } from './support/app.js';
+import { join, keyedChat, member } from './support/chat-flows.js';
+import { Client, nextIp } from './support/client.js';
+import { createBot, type LoggedIn, login, operator, setLevel } from './support/flows.js';
+import { closeAllSockets, connectSocket, disconnected } from './support/sockets.js';
+
+/** The admin surface's own behaviour; who may call each route is admin-levels.test.ts. */
+
+let app: TestApp;
+let op: Client;
+let loginBot: Client;
+let admin: LoggedIn;
+let owner: LoggedIn;
+
+beforeAll(async () => {
+  app = await startApp();
+  op = operator(app);
+  loginBot = (await createBot(app)).client;
+  admin = await login(app, { bot: loginBot });
+  await setLevel(app, admin.user.id, 2);
+  owner = await login(app, { bot: loginBot });
+  await setLevel(app, owner.user.id, 3);
+});
+afterAll(async () => {
+  closeAllSockets();
+  await app?.close();
+});
+
+const expectError = (res: { status: number; body: any }, status: number, code: string) => {
+  expect(res.status, JSON.stringify(res.body)).toBe(status);
+  expect(res.body.code).toBe(code);
+};
+
+/** The newest audit entries about a user or a bot, read through the admin route. */
+const auditOf = async (query: string) => {
+  const res = await op.get(`/v1/admin/audit?${query}`);
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
+  return res.body.entries as any[];
+};
+
+describeApp('POST /v1/admin/bots/{bot_id}/update', () => {
+  it('changes every field, answers the full profile and audits the changes (202)', async () => {
+    const bot = await createBot(app, { name: 'Before' });
+    const res = await admin.client.post(`/v1/admin/bots/${bot.id}/update`, {
+      name: 'After',
+      type: 'verified',
+      rate_limit_per_hour: 1234,
+      owner_user_id: admin.user.id,
+      avatar_url: 'https://cdn.example/bot.png',
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(res.body).toEqual({
+      id: bot.id,
+      name: 'After',
+      avatar_url: 'https://cdn.example/bot.png',
+      type: 2,
+      rate_limit_per_hour: 1234,
+      owner_user_id: admin.user.id,
+      stats: { users: null, latency_ms: null, reported_at: null },
+      created_at: expect.any(String),
+      updated_at: expect.any(String),
+    });
+    expect((await bot.client.get('/v1/bot/me')).body).toEqual(res.body);
+    const [entry] = (await auditOf(`code=${AuditCodes.BOT_UPDATE}`)).filter((e) => e.target_bot_id === bot.id);
+    expect(entry).toMatchObject({
+      actor_kind: 'user',
+      actor_id: admin.user.id,
+      action: 'update',
+      data: { name: { from: 'Before', to: 'After' }, type: { from: 3, to: 2 }, rate_limit_per_hour: { to: 1234 } },
+    });
+
+    const cleared = await op.post(`/v1/admin/bots/${bot.id}/update`, { owner_user_id: null, avatar_url: null });
+    expect(cleared.body).toMatchObject({ owner_user_id: null, avatar_url: null, name: 'After' });
+  });
+
+  it('refuses an unknown owner (404 ERR_USER_NOT_FOUND), an unknown bot (404) and an empty body (400)', async () => {
+    const bot = await createBot(app);
+    expectError(
+      await op.post(`/v1/admin/bots/${bot.id}/update`, { owner_user_id: 2_000_000_000 }),
+      404,
+      'ERR_USER_NOT_FOUND',
+    );
+    expectError(await op.post('/v1/admin/bots/2000000000/update', { name: 'x' }), 404, 'ERR_BOT_NOT_FOUND');
+    expectError(await op.post(`/v1/admin/bots/${bot.id}/update`, {}), 400, 'ERR_VALIDATION');
+    expectError(await op.post(`/v1/admin/bots/${bot.id}/update`, { avatar_url: 'ftp://x' }), 400, 'ERR_VALIDATION');
+  });
+
+  it('lets only Owners and the operator register an official bot', async () => {
+    expectError(
+      await admin.client.post('/v1/admin/bots/create', { name: 'Official?', type: 'official' }),
+      403,
+      'ERR_FORBIDDEN',
+    );
+    const res = await owner.client.post('/v1/admin/bots/create', { name: 'Official', type: 'official' });
+    expect(res.status).toBe(200);
+  });
+});
+
+describeApp('POST /v1/admin/bots/{bot_id}/delete', () => {
+  it('stops the key at once (401), hides the bot, and audits the deletion (203)', async () => {
+    const bot = await createBot(app, { name: 'Doomed' });
+    expect((await bot.client.get('/v1/bot/me')).status).toBe(200);
+    const res = await admin.client.post(`/v1/admin/bots/${bot.id}/delete`);
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({ ok: true });
+    expectError(await bot.client.get('/v1/bot/me'), 401, 'ERR_INVALID_API_KEY');
+    const publicView = await new Client(app.url, nextIp(), app.publicApiKey).get(`/v1/bots/${bot.id}`);
+    expectError(publicView, 404, 'ERR_BOT_NOT_FOUND');
+    expectError(await admin.client.post(`/v1/admin/bots/${bot.id}/delete`), 404, 'ERR_BOT_NOT_FOUND');
+    expectError(await admin.client.post(`/v1/admin/bots/${bot.id}/update`, { name: 'x' }), 404, 'ERR_BOT_NOT_FOUND');
+    const entries = (await auditOf(`code=${AuditCodes.BOT_DELETE}`)).filter((e) => e.target_bot_id === bot.id);
+    expect(entries).toEqual([
+      expect.objectContaining({
+        actor_kind: 'user',
+        actor_id: admin.user.id,
+        action: 'delete',
+        data: { name: 'Doomed' },
+      }),
+    ]);
+  });
+});
+
+describeApp('POST /v1/admin/users/{user_id}/update', () => {
+  it('sets the avatar source (audit 101 avatar) and refuses one the user cannot use', async () => {
+    const target = await login(app, { bot: loginBot });
+    const res = await admin.client.post(`/v1/admin/users/${target.user.id}/update`, { avatar_source: 'platform_a_3' });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(res.body).toMatchObject({ avatar_source: 'platform_a_3' });
+    expect((await target.client.get('/v1/users/me')).body.user.avatar_source).toBe('platform_a_3');
+    const [entry] = await auditOf(`target_user_id=${target.user.id}&code=${AuditCodes.USER_UPDATE}`);
+    expect(entry).toMatchObject({ action: 'avatar', actor_id: admin.user.id, data: { from: '', to: 'platform_a_3' } });
+
+    // platform_b is not linked to this account.
+    const bad = await admin.client.post(`/v1/admin/users/${target.user.id}/update`, {
+      avatar_source: 'platform_b',
+      username: 'never_applied',
+    });
+    expectError(bad, 400, 'ERR_VALIDATION');
+    expect(bad.body.errors).toEqual([{ path: 'body/avatar_source', message: expect.any(String) }]);
+    expect((await target.client.get('/v1/users/me')).body.user).toMatchObject({
+      avatar_source: 'platform_a_3',
+      username: target.user.username,
+    });
+  });
+
+  it('checks the username before changing anything else', async () => {
+    const target = await login(app, { bot: loginBot });
+    const bad = await op.post(`/v1/admin/users/${target.user.id}/update`, { permission_level: 1, username: 'x' });
+    expectError(bad, 400, 'ERR_VALIDATION');
+    expect((await target.client.get('/v1/users/me')).body.user.permission_level).toBe(0);
+    expectError(await op.post(`/v1/admin/users/${target.user.id}/update`, { state: 2 }), 400, 'ERR_VALIDATION');
+  });
+});
+
+describeApp('POST /v1/admin/users/{user_id}/delete', () => {
+  it('ends every session and socket at once, and the identity can sign up anew', async () => {
+    const target = await login(app, { bot: loginBot });
+    const second = await login(app, { bot: loginBot, platformUserId: target.platformUserId });
+    const socket = await connectSocket(app.url, target.client);
+    const gone = disconnected(socket);
+
+    const res = await admin.client.post(`/v1/admin/users/${target.user.id}/delete`);
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(res.body).toEqual({ ok: true });
+    await gone;
+    expectError(await target.client.get('/v1/users/me'), 401, 'ERR_UNAUTHENTICATED');
+    expectError(await second.client.get('/v1/users/me'), 401, 'ERR_UNAUTHENTICATED');
+    expectError(await op.get(`/v1/users/${target.user.id}`, { apiKey: app.publicApiKey }), 404, 'ERR_USER_NOT_FOUND');
+    expectError(await op.post(`/v1/admin/users/${target.user.id}/delete`), 404, 'ERR_USER_NOT_FOUND');
+
+    const lookup = await new Client(app.url, nextIp(), app.publicApiKey).post('/v1/authentication/lookup', {
+      username: target.user.username,
+    });
+    expectError(lookup, 404, 'ERR_USER_NOT_FOUND');
+
+    // The same platform identity logs in again: a brand-new account.
+    const client = new Client(app.url, nextIp(), app.publicApiKey);
+    await client.post('/v1/authentication/request', {
+      platform: 'platform_a',
+      platform_user_id: target.platformUserId,
+    });
+    const code = await loginBot.post('/v1/authentication/bot/login-code', {
+      platform: 'platform_a',
+      platform_user_id: target.platformUserId,
+      platform_username: 'again',
+      platform_avatar_url: 'https://cdn.example/again.png',
+    });
+    const verify = await client.post('/v1/authentication/verify', { code: code.body.code });
+    expect(verify.status, JSON.stringify(verify.body)).toBe(200);
+    expect(verify.body.new_account).toBe(true);
+    expect(verify.body.user.id).not.toBe(target.user.id);
+    expect(verify.body.user.linked_platforms).toEqual([
+      expect.objectContaining({ platform: 'platform_a', platform_user_id: target.platformUserId }),
+    ]);
+  });
+
+  it('leaves the chats: they move to a new epoch; owned chats and bots lose their owner', async () => {
+    const { owner: chatOwner, chatId, epoch } = await keyedChat(app);
+    const peer = await member(app);
+    expect((await join(peer, { chat_id: chatId })).ok).toBe(true);
+    const bot = await createBot(app, { name: 'Owned' });
+    await op.post(`/v1/admin/bots/${bot.id}/update`, { owner_user_id: chatOwner.user.id });
+
+    const removed = peer.socket.next('portal:key_removed', (p) => p.user_id === chatOwner.user.id);
+    const rekey = peer.socket.next('room:rekey', (p) => p.chat_id === chatId);
+    const res = await owner.client.post(`/v1/admin/users/${chatOwner.user.id}/delete`);
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(await removed).toEqual({ chat_id: chatId, user_id: chatOwner.user.id, session_id: null });
+    expect((await rekey).epoch).toBe(epoch + 1);
+
+    const chat = await peer.client.get(`/v1/portal/chats/${chatId}`);
+    expect(chat.body.chat).toMatchObject({ owner_id: null, member_count: 1, epoch: epoch + 1 });
+    expect((await bot.client.get('/v1/bot/me')).body.owner_user_id).toBeNull();
+
+    const [entry] = await auditOf(`target_user_id=${chatOwner.user.id}&code=${AuditCodes.USER_DELETE}`);
+    expect(entry).toMatchObject({
+      actor_kind: 'user',
+      actor_id: owner.user.id,
+      action: 'delete',
+      data: { username: chatOwner.user.username, permission_level: 2, released_bots: [bot.id] },
+    });
+  });
+
+  it('refuses deleting yourself, even as an Owner', async () => {
+    expectError(await owner.client.post(`/v1/admin/users/${owner.user.id}/delete`), 403, 'ERR_FORBIDDEN');
+    expect((await owner.client.get('/v1/users/me')).status).toBe(200);
+  });
+});
+
+describeApp('admin chat routes', () => {
+  it('an Owner creates an official chat: no owner, no slots used, anyone may join', async () => {
+    const res = await owner.client.post('/v1/admin/chats/create', { name: '  Announcements ' });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(res.body.chat).toMatchObject({ type: 'official', name: 'Announcements', owner_id: null, member_count: 0 });
+    const chatId = res.body.chat.id;
+    const someone = await member(app);
+    const joined = await join(someone, { chat_id: chatId });
+    expect(joined.ok).toBe(true);
+    expect(joined.chat.type).toBe('official');
+    const [entry] = await auditOf(`code=${AuditCodes.CHAT_CREATE_OFFICIAL}&limit=1`);
+    expect(entry).toMatchObject({ actor_id: owner.user.id, action: 'create-official', data: { chat_id: chatId } });
+
+    // Admins manage other chats but not official ones, on the chat settings routes too.
+    expectError(await admin.client.post(`/v1/portal/chats/${chatId}/delete`), 403, 'ERR_FORBIDDEN');
+    expectError(await admin.client.post('/v1/admin/chats/create', { name: 'Nope' }), 403, 'ERR_FORBIDDEN');
+    expectError(await owner.client.post(`/v1/admin/chats/${chatId}/update`, { type: 'public' }), 403, 'ERR_FORBIDDEN');
+    const renamed = await owner.client.post(`/v1/admin/chats/${chatId}/update`, { name: 'News' });
+    expect(renamed.body.chat).toMatchObject({ name: 'News', type: 'official' });
+  });
+
+  it('an Admin renames and deletes a user’s chat: members hear chat:updated and room:left; audited', async () => {
+    const { owner: chatOwner, chatId } = await keyedChat(app);
+    const updated = chatOwner.socket.next('chat:updated', (p) => p.chat.id === chatId);
+    const res = await admin.client.post(`/v1/admin/chats/${chatId}/update`, { name: 'Tidied', type: 'private' });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(res.body.chat).toMatchObject({ id: chatId, name: 'Tidied', type: 'private' });
+    expect((await updated).chat.name).toBe('Tidied');
+
+    const left = chatOwner.socket.next('room:left', (p) => p.chat_id === chatId);
+    expect((await op.post(`/v1/admin/chats/${chatId}/delete`)).body).toEqual({ ok: true });
+    expect(await left).toEqual({ chat_id: chatId, reason: 'deleted' });
+    expectError(await chatOwner.client.get(`/v1/portal/chats/${chatId}`), 404, 'ERR_CHAT_NOT_FOUND');
+    expectError(await op.post(`/v1/admin/chats/${chatId}/delete`), 404, 'ERR_CHAT_NOT_FOUND');
+
+    const entries = (await auditOf(`target_user_id=${chatOwner.user.id}`)).filter((e) => e.data.chat_id === chatId);
+    expect(entries.map((e) => [e.code, e.action, e.actor_kind])).toEqual([
+      [AuditCodes.CHAT_ADMIN_DELETE, 'delete', 'operator'],
+      [AuditCodes.CHAT_ADMIN_UPDATE, 'update', 'user'],
+    ]);
+  });
+});
+
+describeApp('GET /v1/admin/audit', () => {
+  it('lists the actions newest first with their actors, filters by code and target, and pages', async () => {
+    const target = await login(app, { bot: loginBot });
+    const id = target.user.id;
+    await admin.client.post('/v1/admin/punishments/warn', { user_id: id, reason: 'first' });
+    await op.post('/v1/admin/punishments/timeout', { user_id: id, duration: 60, reason: 'second' });
+    await owner.client.post('/v1/admin/subscriptions/grant', { user_id: id, tier: 'PREMIUM', duration_days: 30 });
+
+    const all = await admin.client.get(`/v1/admin/audit?target_user_id=${id}`);
+    expect(all.status).toBe(200);
+    expect(all.body).toEqual({
+      entries: [
+        {
+          id: expect.any(Number),
+          actor_kind: 'user',
+          actor_id: owner.user.id,
+          target_user_id: id,
+          target_bot_id: null,
+          code: AuditCodes.SUBSCRIPTION_GRANT,
+          action: 'premium',
+          reason: null,
+          data: expect.objectContaining({ tier: 2 }),
+          created_at: expect.any(String),
+        },
+        expect.objectContaining({
+          actor_kind: 'operator',
+          actor_id: null,
+          code: AuditCodes.PUNISH_TIMEOUT,
+          reason: 'second',
+        }),
+        expect.objectContaining({ actor_kind: 'user', actor_id: admin.user.id, code: AuditCodes.PUNISH_WARN }),
+      ],
+      next_before: null,
+    });
+
+    const first = await op.get(`/v1/admin/audit?target_user_id=${id}&limit=2`);
+    expect(first.body.entries).toHaveLength(2);
+    expect(first.body.next_before).toBe(first.body.entries[1].id);
+    const rest = await op.get(`/v1/admin/audit?target_user_id=${id}&limit=2&before=${first.body.next_before}`);
+    expect(rest.body).toEqual({ entries: [all.body.entries[2]], next_before: null });
+
+    const warns = await op.get(`/v1/admin/audit?code=${AuditCodes.PUNISH_WARN}&target_user_id=${id}`);
+    expect(warns.body.entries.map((e: any) => e.reason)).toEqual(['first']);
+  });
+
+  it('is for Admins and above and the operator; checks its query', async () => {
+    const moderator = await login(app, { bot: loginBot });
+    await setLevel(app, moderator.user.id, 1);
+    expectError(await moderator.client.get('/v1/admin/audit'), 403, 'ERR_FORBIDDEN');
+    expectError(await new Client(app.url).get('/v1/admin/audit'), 401, 'ERR_UNAUTHENTICATED');
+    for (const q of ['limit=0', 'limit=101', 'code=abc', 'before=0', 'actor=1']) {
+      expectError(await op.get(`/v1/admin/audit?${q}`), 400, 'ERR_VALIDATION');
+    }
+    const page = await op.get('/v1/admin/audit');
+    expect(page.body.entries.length).toBeGreaterThan(0);
+    expect(page.body.entries.length).toBeLessThanOrEqual(50);
+  });
+});

@@ -1,0 +1,125 @@
+import { existsSync } from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { describe, inject } from 'vitest';
+import { MODE } from './app.js';
+import type { TestSocket } from './sockets.js';
+
+/** The browser the room VM suites drive (Debian's chromium, as in production). */
+export const CHROMIUM = '/usr/bin/chromium';
+export const browserAvailable = existsSync(CHROMIUM);
+
+if (!browserAvailable) {
+  if (process.env.REQUIRE_BROWSER === '1') {
+    throw new Error(`REQUIRE_BROWSER=1 but ${CHROMIUM} is missing: apt-get install chromium`);
+  }
+  const line = '!'.repeat(78);
+  process.stderr.write(
+    `\n${line}\n!! SKIPPING room VM browser suites: ${CHROMIUM} is missing (apt-get install chromium)\n${line}\n\n`,
+  );
+}
+
+/** `describe` for suites that need a real browser (and, on the cluster project, PostgreSQL + Redis). */
+export const describeBrowser = describe.skipIf(
+  !browserAvailable || (MODE === 'cluster' && !inject('servicesAvailable')),
+);
+
+const PAGES: Record<string, string> = {
+  '/button': `<!doctype html><html><head><title>button</title><style>
+    body { margin: 0; background: #ffffff; font: 24px sans-serif; }
+    #go { position: absolute; left: 100px; top: 100px; width: 300px; height: 200px; font-size: 32px; }
+    #field { position: absolute; left: 500px; top: 100px; width: 300px; height: 40px; font-size: 24px; }
+    body.clicked { background: #1040c0; }
+  </style></head><body>
+    <button id="go" onclick="document.body.classList.add('clicked'); document.body.dataset.clicked = 'yes'">Go</button>
+    <input id="field">
+  </body></html>`,
+  '/anim': `<!doctype html><html><head><title>anim</title></head><body style="margin:0">
+    <div id="box" style="width:1280px;height:720px"></div>
+    <script>let n = 0; const box = document.getElementById('box');
+      (function tick() { n++; box.style.background = 'hsl(' + (n * 7 % 360) + ',80%,50%)'; box.textContent = n;
+        requestAnimationFrame(tick); })();</script>
+  </body></html>`,
+  '/page2': '<!doctype html><html><head><title>page2</title></head><body style="background:#c04010">two</body></html>',
+  '/secret': '<!doctype html><html><body>internal secret</body></html>',
+};
+
+/** A tiny site on 127.0.0.1 for the room browser: pages by path, redirects, and the paths it served. */
+export async function startTestSite() {
+  const hits: string[] = [];
+  const server = http.createServer((req, res) => {
+    const url = req.url ?? '/';
+    hits.push(url);
+    if (url.startsWith('/redirect?to=')) {
+      res.writeHead(302, { location: decodeURIComponent(url.slice('/redirect?to='.length)) });
+      res.end();
+      return;
+    }
+    const page = PAGES[url];
+    res.writeHead(page ? 200 : 404, { 'content-type': 'text/html; charset=utf-8' });
+    res.end(page ?? 'not found');
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = (server.address() as AddressInfo).port;
+  return {
+    port,
+    url: (path: string) => `http://127.0.0.1:${port}${path}`,
+    hits,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
+
+/** Width and height of a baseline or progressive JPEG, read from its SOF marker. */
+export function jpegSize(data: Uint8Array): { width: number; height: number } | null {
+  const b = Buffer.from(data);
+  if (b[0] !== 0xff || b[1] !== 0xd8) return null;
+  let i = 2;
+  while (i + 9 < b.length) {
+    if (b[i] !== 0xff) return null;
+    const marker = b[i + 1] as number;
+    const length = b.readUInt16BE(i + 2);
+    if (marker >= 0xc0 && marker <= 0xc3) return { height: b.readUInt16BE(i + 5), width: b.readUInt16BE(i + 7) };
+    i += 2 + length;
+  }
+  return null;
+}
+
+export interface Watcher {
+  /** Frames received for the chat, in order. */
+  frames: { seq: number; data: Buffer }[];
+  latest(): { seq: number; data: Buffer } | undefined;
+  stop(): void;
+}
+
+/** Receives a chat's frames on a socket and acknowledges each at once (a fast viewer). */
+export function autoAck(socket: TestSocket, chatId: number): Watcher {
+  const frames: Watcher['frames'] = [];
+  const onFrame = (p: { chat_id: number; seq: number; data: Uint8Array }) => {
+    if (p.chat_id !== chatId) return;
+    frames.push({ seq: p.seq, data: Buffer.from(p.data) });
+    socket.emit('vm:frame:ack', { chat_id: chatId, seq: p.seq }, () => {});
+  };
+  socket.on('vm:frame', onFrame);
+  return { frames, latest: () => frames.at(-1), stop: () => socket.off('vm:frame', onFrame) };
+}
+
+/** Polls `check` until it returns a truthy value, or fails after `ms`. */
+export async function eventually<T>(check: () => Promise<T> | T, ms = 8000, what = 'condition'): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const value = await check();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`${what} not met within ${ms} ms`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/** Whether a process exists. */
+export function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}

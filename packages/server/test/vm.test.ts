@@ -1,0 +1,352 @@
+import { execFileSync } from 'node:child_process';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { buildApp } from '../src/app.js';
+import type { RoomVmSettings } from '../src/modules/vm/vm.settings.js';
+import { describeApp, startApp, type TestApp } from './support/app.js';
+import { join, type Member, member } from './support/chat-flows.js';
+import { Client } from './support/client.js';
+import { closeAllSockets } from './support/sockets.js';
+import {
+  alive,
+  autoAck,
+  describeBrowser,
+  eventually,
+  jpegSize,
+  startTestSite,
+  type Watcher,
+} from './support/vm-browser.js';
+
+/**
+ * Room VMs against real Chromium: one app (cap 2 browsers), one test site on 127.0.0.1, and the
+ * tests below in order, sharing the chats they set up (they tell one story: start, watch, control,
+ * flow control, capacity, kick, crash, stop, idle, shutdown).
+ */
+let app: TestApp;
+let site: Awaited<ReturnType<typeof startTestSite>>;
+let appClosed = false;
+const settings = new Map<number, Partial<RoomVmSettings>>();
+
+let owner: Member;
+let alice: Member;
+let admin: Member;
+let bob: Member;
+let outsider: Member;
+let chat1: number;
+let chat2: number;
+let aliceToken: string;
+let bobToken: string;
+let aliceWatch: Watcher;
+
+const stats = async () => (await new Client(app.url, undefined, app.publicApiKey).get('/v1/statistics/chats')).body;
+const createChat = async (m: Member, name: string) => {
+  const res = await m.client.post('/v1/portal/chats/create', { name, type: 'public' });
+  expect(res.status).toBe(200);
+  return res.body.chat.id as number;
+};
+const ack = (m: Member, event: string, payload: object): Promise<any> =>
+  (m.socket as any).emitWithAck(event, payload);
+const evaluate = (chatId: number, expression: string) => app.vmProvider.evaluate(String(chatId), expression);
+
+beforeAll(async () => {
+  site = await startTestSite();
+  app = await startApp({ config: { vmAllowPrivateNetworks: true, vmMaxPerNode: 2, vmIdleTimeoutSeconds: 60 } });
+  app.services.vm.useSettings(async (chatId) => settings.get(chatId) ?? null);
+});
+
+afterAll(async () => {
+  closeAllSockets();
+  if (!appClosed) await app?.close();
+  await site?.close();
+});
+
+describeApp('room VM without a browser binary', () => {
+  it('answers 503 ERR_ROOM_START_FAILED when CHROMIUM_PATH does not exist', async () => {
+    // A second node over the same stores, configured with a browser path that does not exist.
+    const bare = await buildApp({
+      config: { ...app.config, chromiumPath: '/nonexistent/chromium' },
+      database: app.database,
+      state: app.state,
+      ownsStores: false,
+      logger: false,
+    });
+    try {
+      const url = await bare.app.listen({ port: 0, host: '127.0.0.1' });
+      const m = await member(app, { level: 2 });
+      const chatId = await createChat(m, 'No browser');
+      const there = new Client(url, m.client.ip);
+      there.cookie = m.client.cookie;
+      const start = await there.post(`/v1/portal/chats/${chatId}/start`, {});
+      expect(start.status).toBe(503);
+      expect(start.body).toMatchObject({ code: 'ERR_ROOM_START_FAILED', message: expect.stringMatching(/CHROMIUM_PATH/) });
+      expect(bare.vmProvider.list()).toEqual([]);
+    } finally {
+      await bare.app.close();
+    }
+  });
+});
+
+describeBrowser('room VM (real Chromium)', () => {
+  it('POST …/start: the owner starts it; members in the chat get room:started with their own credentials', async () => {
+    [owner, alice, admin, outsider] = await Promise.all([
+      member(app, { level: 2 }),
+      member(app),
+      member(app, { level: 2 }),
+      member(app),
+    ]);
+    chat1 = await createChat(owner, 'Room one');
+    settings.set(chat1, { start_url: site.url('/button') });
+    for (const m of [owner, alice, admin]) expect((await join(m, { chat_id: chat1 })).ok).toBe(true);
+
+    for (const m of [alice, admin]) {
+      const refused = await m.client.post(`/v1/portal/chats/${chat1}/start`, {});
+      expect(refused.status).toBe(403);
+      expect(refused.body.code).toBe('ERR_FORBIDDEN');
+    }
+    const started = await owner.client.post(`/v1/portal/chats/${chat1}/start`, {});
+    expect(started.status, JSON.stringify(started.body)).toBe(200);
+    expect(started.body).toEqual({ ok: true });
+
+    const forAlice = await alice.socket.next('room:started', (p) => p.chat_id === chat1);
+    const forOwner = await owner.socket.next('room:started', (p) => p.chat_id === chat1);
+    expect(forAlice.credentials).toEqual({ token: expect.any(String), expires_at: expect.any(String) });
+    expect(forAlice.credentials.token).not.toBe(forOwner.credentials.token);
+    expect(Date.parse(forAlice.credentials.expires_at)).toBeGreaterThan(Date.now());
+    aliceToken = forAlice.credentials.token;
+
+    const t0 = Date.now();
+    const again = await owner.client.post(`/v1/portal/chats/${chat1}/start`, {});
+    expect(again.status).toBe(200);
+    expect(Date.now() - t0).toBeLessThan(1000);
+    expect(app.vmProvider.list()).toHaveLength(1);
+    const platformOwner = await member(app, { level: 3 });
+    expect((await platformOwner.client.post(`/v1/portal/chats/${chat1}/start`, {})).status).toBe(200);
+  });
+
+  it('pushes room:started to a member who joins while it runs; vm:credentials answers members only', async () => {
+    bob = await member(app);
+    expect((await join(bob, { chat_id: chat1 })).ok).toBe(true);
+    bobToken = (await bob.socket.next('room:started', (p) => p.chat_id === chat1)).credentials.token;
+    const fresh = await ack(bob, 'vm:credentials', { chat_id: chat1 });
+    expect(fresh).toMatchObject({ ok: true, credentials: { token: expect.any(String) } });
+    const refused = await ack(outsider, 'vm:credentials', { chat_id: chat1 });
+    expect(refused).toMatchObject({ ok: false, code: 'ERR_NOT_CHAT_MEMBER' });
+    expect(await ack(bob, 'vm:credentials', { chat_id: 'x' })).toMatchObject({ ok: false, code: 'ERR_VALIDATION' });
+  });
+
+  it('vm:watch refuses non-members and bad or foreign tokens; frames are JPEGs of the announced size', async () => {
+    expect(await ack(outsider, 'vm:watch', { chat_id: chat1, token: aliceToken })).toMatchObject({
+      ok: false,
+      code: 'ERR_NOT_CHAT_MEMBER',
+    });
+    const tampered = `${aliceToken.slice(0, -2)}${aliceToken.endsWith('AA') ? 'BB' : 'AA'}`;
+    for (const token of ['nonsense', bobToken, tampered]) {
+      expect(await ack(alice, 'vm:watch', { chat_id: chat1, token })).toMatchObject({
+        ok: false,
+        code: 'ERR_VM_TOKEN_INVALID',
+      });
+    }
+    aliceWatch = autoAck(alice.socket, chat1);
+    const watching = await ack(alice, 'vm:watch', { chat_id: chat1, token: aliceToken });
+    expect(watching).toEqual({ ok: true, width: 1280, height: 720, controller_user_id: null });
+    const frame = await alice.socket.next('vm:frame', (p) => p.chat_id === chat1);
+    expect(frame.mime).toBe('image/jpeg');
+    expect(jpegSize(frame.data)).toEqual({ width: 1280, height: 720 });
+    expect(await evaluate(chat1, 'location.pathname')).toBe('/button');
+    expect(site.hits).toContain('/button');
+  });
+
+  it('hands control over by request and grant; only the controller’s clicks and keys reach the page', async () => {
+    const click = { chat_id: chat1, kind: 'mouse', x: 250, y: 200, button: 'left' };
+    expect(await ack(alice, 'vm:input', { ...click, type: 'down' })).toMatchObject({ ok: false, code: 'ERR_FORBIDDEN' });
+    expect(await ack(alice, 'vm:control:request', { chat_id: chat1 })).toEqual({
+      ok: true,
+      granted: true,
+      controller_user_id: alice.user.id,
+    });
+    await owner.socket.next('vm:control', (p) => p.chat_id === chat1 && p.controller_user_id === alice.user.id);
+    expect(await ack(bob, 'vm:control:request', { chat_id: chat1 })).toMatchObject({ ok: true, granted: false });
+    await owner.socket.next('vm:control:request', (p) => p.user_id === bob.user.id);
+    expect(await ack(bob, 'vm:control:grant', { chat_id: chat1, user_id: bob.user.id })).toMatchObject({
+      ok: false,
+      code: 'ERR_FORBIDDEN',
+    });
+    expect(await ack(bob, 'vm:input', { ...click, type: 'down' })).toMatchObject({ ok: false, code: 'ERR_FORBIDDEN' });
+    expect(await ack(alice, 'vm:input', { ...click, type: 'down', x: -1 })).toMatchObject({ code: 'ERR_VALIDATION' });
+
+    await eventually(() => aliceWatch.frames.length > 0, 5000, 'a first frame');
+    const before = aliceWatch.latest()?.data as Buffer;
+    expect(await evaluate(chat1, 'document.body.dataset.clicked ?? null')).toBeNull();
+    for (const type of ['move', 'down', 'up']) expect((await ack(alice, 'vm:input', { ...click, type })).ok).toBe(true);
+    await eventually(async () => (await evaluate(chat1, 'document.body.dataset.clicked')) === 'yes', 5000, 'the click');
+    await eventually(() => !aliceWatch.latest()?.data.equals(before), 5000, 'a changed frame');
+
+    for (const type of ['down', 'up'])
+      await ack(alice, 'vm:input', { chat_id: chat1, kind: 'mouse', type, x: 650, y: 120, button: 'left' });
+    expect((await ack(alice, 'vm:input', { chat_id: chat1, kind: 'text', text: 'hello' })).ok).toBe(true);
+    for (const type of ['down', 'up'])
+      await ack(alice, 'vm:input', { chat_id: chat1, kind: 'key', type, key: '!', code: 'Digit1' });
+    await eventually(async () => (await evaluate(chat1, 'document.activeElement.value')) === 'hello!', 5000, 'typing');
+    expect((await ack(alice, 'vm:input', { chat_id: chat1, kind: 'wheel', x: 10, y: 10, dx: 0, dy: 100 })).ok).toBe(true);
+
+    expect((await ack(alice, 'vm:input', { chat_id: chat1, kind: 'navigate', url: site.url('/page2') })).ok).toBe(true);
+    await eventually(async () => (await evaluate(chat1, 'location.pathname')) === '/page2', 5000, 'navigation');
+    expect((await ack(alice, 'vm:input', { chat_id: chat1, kind: 'navigate', action: 'back' })).ok).toBe(true);
+    await eventually(async () => (await evaluate(chat1, 'location.pathname')) === '/button', 5000, 'back');
+    expect(
+      await ack(alice, 'vm:input', { chat_id: chat1, kind: 'navigate', url: 'file:///etc/passwd' }),
+    ).toMatchObject({ ok: false, code: 'ERR_VALIDATION' });
+
+    expect(await stats()).toEqual({ active_browsers: 1, viewers: 1, controllers: 1 });
+  });
+
+  it('sends a viewer the next frame only after its ack; kiosk rooms refuse navigation; start_url is honoured', async () => {
+    chat2 = await createChat(owner, 'Room two');
+    expect((await join(owner, { chat_id: chat2 })).ok).toBe(true);
+    settings.set(chat2, { start_url: site.url('/anim'), kiosk: true });
+    expect((await owner.client.post(`/v1/portal/chats/${chat2}/start`, {})).status).toBe(200);
+    const token = (await ack(owner, 'vm:credentials', { chat_id: chat2 })).credentials.token;
+    expect((await ack(owner, 'vm:watch', { chat_id: chat2, token })).ok).toBe(true);
+    const first = await owner.socket.next('vm:frame', (p) => p.chat_id === chat2, 8000);
+    await new Promise((r) => setTimeout(r, 1200));
+    const count = () => owner.socket.received.filter((r) => r.event === 'vm:frame' && r.payload.chat_id === chat2).length;
+    expect(count()).toBe(1);
+    expect((await ack(owner, 'vm:frame:ack', { chat_id: chat2, seq: first.seq })).ok).toBe(true);
+    const second = await owner.socket.next('vm:frame', (p) => p.chat_id === chat2 && p.seq > first.seq);
+    expect(second.seq).toBeGreaterThan(first.seq + 1); // the frames in between were skipped, not queued
+
+    expect(await evaluate(chat2, 'location.pathname')).toBe('/anim');
+    expect((await ack(owner, 'vm:control:grant', { chat_id: chat2, user_id: owner.user.id })).ok).toBe(true);
+    const served = site.hits.length;
+    for (const nav of [{ url: site.url('/page2') }, { action: 'reload' }]) {
+      expect(await ack(owner, 'vm:input', { chat_id: chat2, kind: 'navigate', ...nav })).toMatchObject({
+        ok: false,
+        code: 'ERR_FORBIDDEN',
+        message: expect.stringMatching(/kiosk/),
+      });
+    }
+    await new Promise((r) => setTimeout(r, 200));
+    expect(site.hits.slice(served).filter((h) => h !== '/anim' && h !== '/favicon.ico')).toEqual([]);
+  });
+
+  it('answers 503 ERR_ROOM_START_FAILED when the node runs its maximum, and for a Tor room', async () => {
+    const chat3 = await createChat(owner, 'Room three');
+    const full = await owner.client.post(`/v1/portal/chats/${chat3}/start`, {});
+    expect(full.status).toBe(503);
+    expect(full.body).toMatchObject({ code: 'ERR_ROOM_START_FAILED', message: expect.stringMatching(/no capacity/i) });
+    settings.set(chat3, { browser: 'tor' });
+    const tor = await owner.client.post(`/v1/portal/chats/${chat3}/start`, {});
+    expect(tor.status).toBe(503);
+    expect(tor.body.message).toMatch(/Tor/);
+  });
+
+  it('ends a kicked member’s stream at once and drops their control', async () => {
+    const bobWatch = autoAck(bob.socket, chat1);
+    expect((await ack(bob, 'vm:watch', { chat_id: chat1, token: bobToken })).ok).toBe(true);
+    await eventually(() => bobWatch.frames.length > 0, 5000, 'bob’s first frame');
+    expect((await ack(owner, 'vm:control:grant', { chat_id: chat1, user_id: bob.user.id })).ok).toBe(true);
+    expect((await stats()).viewers).toBe(3);
+
+    const kicked = await owner.client.post(`/v1/portal/chats/${chat1}/kick`, { user_id: bob.user.id });
+    expect(kicked.status, JSON.stringify(kicked.body)).toBe(200);
+    await bob.socket.next('room:left', (p) => p.chat_id === chat1);
+    await owner.socket.next('vm:control', (p) => p.chat_id === chat1 && p.controller_user_id === null);
+    const bobFrames = bobWatch.frames.length;
+    const aliceFrames = aliceWatch.frames.length;
+    // The page changes (alice takes control and navigates): alice sees it, bob gets nothing more.
+    expect((await ack(alice, 'vm:control:request', { chat_id: chat1 })).granted).toBe(true);
+    expect((await ack(alice, 'vm:input', { chat_id: chat1, kind: 'navigate', url: site.url('/page2') })).ok).toBe(true);
+    await eventually(() => aliceWatch.frames.length > aliceFrames, 5000, 'alice’s next frame');
+    await new Promise((r) => setTimeout(r, 300));
+    expect(bobWatch.frames.length).toBe(bobFrames);
+    expect(await ack(bob, 'vm:frame:ack', { chat_id: chat1, seq: 1 })).toMatchObject({ ok: false });
+    expect(await ack(bob, 'vm:watch', { chat_id: chat1, token: bobToken })).toMatchObject({
+      ok: false,
+      code: 'ERR_NOT_CHAT_MEMBER',
+    });
+    expect(await stats()).toMatchObject({ active_browsers: 2, viewers: 2, controllers: 2 });
+  });
+
+  it('restarts a crashed browser once, then stops the room (room:stopped, reason crashed)', async () => {
+    const first = app.vmProvider.pidOf(String(chat2)) as number;
+    process.kill(first, 'SIGKILL');
+    const second = await eventually(() => {
+      const pid = app.vmProvider.pidOf(String(chat2));
+      return pid !== first && app.vmProvider.status(String(chat2))?.state === 'running' ? pid : undefined;
+    });
+    expect(app.vmProvider.status(String(chat2))?.restarts).toBe(1);
+    // The viewer keeps receiving frames from the new browser.
+    const latest = owner.socket.received.filter((r) => r.event === 'vm:frame' && r.payload.chat_id === chat2).at(-1);
+    await ack(owner, 'vm:frame:ack', { chat_id: chat2, seq: latest?.payload.seq });
+    await owner.socket.next('vm:frame', (p) => p.chat_id === chat2 && p.seq > latest?.payload.seq, 8000);
+
+    process.kill(second as number, 'SIGKILL');
+    expect(await owner.socket.next('room:stopped', (p) => p.chat_id === chat2)).toEqual({
+      chat_id: chat2,
+      reason: 'crashed',
+    });
+    expect(app.vmProvider.status(String(chat2))).toBeNull();
+    await eventually(() => !alive(first) && !alive(second as number), 5000, 'both browsers gone');
+  });
+
+  it('POST …/stop: members other than the owner and Admins are refused; viewers get room:stopped, frames end', async () => {
+    const refused = await alice.client.post(`/v1/portal/chats/${chat1}/stop`, {});
+    expect(refused.status).toBe(403);
+    expect((await admin.client.post(`/v1/portal/chats/${chat1}/stop`, {})).status).toBe(200);
+    expect(await alice.socket.next('room:stopped', (p) => p.chat_id === chat1)).toEqual({
+      chat_id: chat1,
+      reason: 'stopped',
+    });
+    const frames = aliceWatch.frames.length;
+    expect(await ack(alice, 'vm:frame:ack', { chat_id: chat1, seq: 1 })).toMatchObject({
+      ok: false,
+      code: 'ERR_ROOM_NOT_RUNNING',
+    });
+    expect(await ack(alice, 'vm:watch', { chat_id: chat1, token: aliceToken })).toMatchObject({
+      code: 'ERR_ROOM_NOT_RUNNING',
+    });
+    await new Promise((r) => setTimeout(r, 300));
+    expect(aliceWatch.frames.length).toBe(frames);
+    expect((await owner.client.post(`/v1/portal/chats/${chat1}/stop`, {})).status).toBe(200);
+    expect(await stats()).toEqual({ active_browsers: 0, viewers: 0, controllers: 0 });
+    expect(app.vmProvider.list()).toEqual([]);
+  });
+
+  it('stops a room nobody has watched for the idle time, and not one being watched', async () => {
+    expect((await owner.client.post(`/v1/portal/chats/${chat1}/start`, {})).status).toBe(200);
+    const token = (await ack(alice, 'vm:credentials', { chat_id: chat1 })).credentials.token;
+    expect((await ack(alice, 'vm:watch', { chat_id: chat1, token })).ok).toBe(true);
+    const later = () => new Date(Date.now() + 61_000);
+    await app.services.vm.sweep(later());
+    expect(app.services.vm.isRunning(chat1)).toBe(true);
+    expect((await ack(alice, 'vm:unwatch', { chat_id: chat1 })).ok).toBe(true);
+    await app.services.vm.sweep(new Date(Date.now() + 30_000));
+    expect(app.services.vm.isRunning(chat1)).toBe(true);
+    await app.services.vm.sweep(later());
+    expect(await alice.socket.next('room:stopped', (p) => p.chat_id === chat1 && p.reason === 'idle')).toBeTruthy();
+    expect(app.vmProvider.list()).toEqual([]);
+  });
+
+  it('leaves no browser process behind after the app closes', async () => {
+    expect((await owner.client.post(`/v1/portal/chats/${chat1}/start`, {})).status).toBe(200);
+    expect((await owner.client.post(`/v1/portal/chats/${chat2}/start`, {})).status).toBe(200);
+    const memory = await app.vmProvider.memoryBytes(String(chat1));
+    process.stdout.write(`room VM memory (browser process tree, /button page): ${Math.round(memory / 2 ** 20)} MiB\n`);
+    const pids = [chat1, chat2].map((id) => app.vmProvider.pidOf(String(id)) as number);
+    expect(pids.every(alive)).toBe(true);
+    await app.close();
+    appClosed = true;
+    for (const pid of pids) expect(alive(pid)).toBe(false);
+    // Renderers, zygotes, GPU and network processes of each browser: killed (zombies wait for init).
+    const living = () => {
+      try {
+        return execFileSync('ps', ['-o', 'stat=', '-s', pids.join(',')])
+          .toString()
+          .split('\n')
+          .filter((stat) => stat.trim() !== '' && !stat.trim().startsWith('Z')).length;
+      } catch {
+        return 0; // ps exits 1 when nothing matches.
+      }
+    };
+    await eventually(() => living() === 0, 5000, 'no browser process left');
+  });
+});
