@@ -72,7 +72,11 @@ function providerContract(name: string, make: (maxRooms: number) => VmProvider) 
       expect(jpegSize(frames[0]?.data as Buffer)).toEqual({ width: 640, height: 360 });
       const before = frames.at(-1) as VmFrame;
       await provider.navigate('one', { url: site.url('/page2') });
-      await eventually(() => frames.some((f) => f.seq > before.seq && !f.data.equals(before.data)), 8000, 'a new frame');
+      await eventually(
+        () => frames.some((f) => f.seq > before.seq && !f.data.equals(before.data)),
+        8000,
+        'a new frame',
+      );
       const seqs = frames.map((f) => f.seq);
       expect([...seqs].sort((a, b) => a - b)).toEqual(seqs);
       await provider.input('one', { kind: 'mouse', type: 'move', x: 10, y: 10 });
@@ -105,6 +109,19 @@ describeLocal('local Chromium provider', () => {
     const missing = new LocalChromiumProvider({ chromiumPath: '/nonexistent/chromium', maxRooms: 1 });
     await rejectsWith(missing.start('x', spec()), 'ERR_ROOM_START_FAILED', /CHROMIUM_PATH/);
     expect(missing.list()).toEqual([]);
+  });
+
+  it('shows a tab the page opens (target=_blank) in the room’s own tab', async () => {
+    const provider = new LocalChromiumProvider({ chromiumPath: CHROMIUM, maxRooms: 1 });
+    try {
+      await provider.start('popup', spec({ startUrl: site.url('/popup') }));
+      const laidOut = "document.elementFromPoint(50, 50)?.id === 'out'";
+      await eventually(async () => (await provider.evaluate('popup', laidOut)) === true, 8000, 'the link');
+      for (const type of ['down', 'up'] as const) await provider.input('popup', { kind: 'mouse', type, x: 50, y: 50 });
+      await eventually(async () => (await provider.evaluate('popup', 'location.pathname')) === '/page2', 8000, 'page2');
+    } finally {
+      await provider.close();
+    }
   });
 
   it('keeps the room browser off loopback and private addresses, redirects included (DESIGN.md 9)', async () => {

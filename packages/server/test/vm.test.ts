@@ -43,8 +43,7 @@ const createChat = async (m: Member, name: string) => {
   expect(res.status).toBe(200);
   return res.body.chat.id as number;
 };
-const ack = (m: Member, event: string, payload: object): Promise<any> =>
-  (m.socket as any).emitWithAck(event, payload);
+const ack = (m: Member, event: string, payload: object): Promise<any> => (m.socket as any).emitWithAck(event, payload);
 const evaluate = (chatId: number, expression: string) => app.vmProvider.evaluate(String(chatId), expression);
 
 beforeAll(async () => {
@@ -77,7 +76,10 @@ describeApp('room VM without a browser binary', () => {
       there.cookie = m.client.cookie;
       const start = await there.post(`/v1/portal/chats/${chatId}/start`, {});
       expect(start.status).toBe(503);
-      expect(start.body).toMatchObject({ code: 'ERR_ROOM_START_FAILED', message: expect.stringMatching(/CHROMIUM_PATH/) });
+      expect(start.body).toMatchObject({
+        code: 'ERR_ROOM_START_FAILED',
+        message: expect.stringMatching(/CHROMIUM_PATH/),
+      });
       expect(bare.vmProvider.list()).toEqual([]);
     } finally {
       await bare.app.close();
@@ -157,7 +159,10 @@ describeBrowser('room VM (real Chromium)', () => {
 
   it('hands control over by request and grant; only the controller’s clicks and keys reach the page', async () => {
     const click = { chat_id: chat1, kind: 'mouse', x: 250, y: 200, button: 'left' };
-    expect(await ack(alice, 'vm:input', { ...click, type: 'down' })).toMatchObject({ ok: false, code: 'ERR_FORBIDDEN' });
+    expect(await ack(alice, 'vm:input', { ...click, type: 'down' })).toMatchObject({
+      ok: false,
+      code: 'ERR_FORBIDDEN',
+    });
     expect(await ack(alice, 'vm:control:request', { chat_id: chat1 })).toEqual({
       ok: true,
       granted: true,
@@ -186,15 +191,17 @@ describeBrowser('room VM (real Chromium)', () => {
     for (const type of ['down', 'up'])
       await ack(alice, 'vm:input', { chat_id: chat1, kind: 'key', type, key: '!', code: 'Digit1' });
     await eventually(async () => (await evaluate(chat1, 'document.activeElement.value')) === 'hello!', 5000, 'typing');
-    expect((await ack(alice, 'vm:input', { chat_id: chat1, kind: 'wheel', x: 10, y: 10, dx: 0, dy: 100 })).ok).toBe(true);
+    expect((await ack(alice, 'vm:input', { chat_id: chat1, kind: 'wheel', x: 10, y: 10, dx: 0, dy: 100 })).ok).toBe(
+      true,
+    );
 
     expect((await ack(alice, 'vm:input', { chat_id: chat1, kind: 'navigate', url: site.url('/page2') })).ok).toBe(true);
     await eventually(async () => (await evaluate(chat1, 'location.pathname')) === '/page2', 5000, 'navigation');
     expect((await ack(alice, 'vm:input', { chat_id: chat1, kind: 'navigate', action: 'back' })).ok).toBe(true);
     await eventually(async () => (await evaluate(chat1, 'location.pathname')) === '/button', 5000, 'back');
-    expect(
-      await ack(alice, 'vm:input', { chat_id: chat1, kind: 'navigate', url: 'file:///etc/passwd' }),
-    ).toMatchObject({ ok: false, code: 'ERR_VALIDATION' });
+    expect(await ack(alice, 'vm:input', { chat_id: chat1, kind: 'navigate', url: 'file:///etc/passwd' })).toMatchObject(
+      { ok: false, code: 'ERR_VALIDATION' },
+    );
 
     expect(await stats()).toEqual({ active_browsers: 1, viewers: 1, controllers: 1 });
   });
@@ -208,7 +215,8 @@ describeBrowser('room VM (real Chromium)', () => {
     expect((await ack(owner, 'vm:watch', { chat_id: chat2, token })).ok).toBe(true);
     const first = await owner.socket.next('vm:frame', (p) => p.chat_id === chat2, 8000);
     await new Promise((r) => setTimeout(r, 1200));
-    const count = () => owner.socket.received.filter((r) => r.event === 'vm:frame' && r.payload.chat_id === chat2).length;
+    const count = () =>
+      owner.socket.received.filter((r) => r.event === 'vm:frame' && r.payload.chat_id === chat2).length;
     expect(count()).toBe(1);
     expect((await ack(owner, 'vm:frame:ack', { chat_id: chat2, seq: first.seq })).ok).toBe(true);
     const second = await owner.socket.next('vm:frame', (p) => p.chat_id === chat2 && p.seq > first.seq);

@@ -120,6 +120,51 @@ describe('UserCache', () => {
     });
   });
 
+  describe('load (read through, one read per key at a time)', () => {
+    /** A read the test settles by hand, counting how often it was started. */
+    const manual = () => {
+      const calls: ((v: Entry | null) => void)[] = [];
+      const read = () => new Promise<Entry | null>((resolve) => calls.push(resolve));
+      return { calls, read };
+    };
+
+    it('reads a miss once for all concurrent callers, stores it, then serves it', async () => {
+      const { cache } = make();
+      const { calls, read } = manual();
+      const both = Promise.all([cache.load('a', read), cache.load('a', read)]);
+      expect(calls).toHaveLength(1);
+      calls[0]?.({ userId: 1, v: 'a' });
+      expect(await both).toEqual([
+        { userId: 1, v: 'a' },
+        { userId: 1, v: 'a' },
+      ]);
+      expect(await cache.load('a', read)).toEqual({ userId: 1, v: 'a' });
+      expect(calls).toHaveLength(1);
+    });
+
+    it('does not let a caller join a read begun before an invalidation, nor store that read', async () => {
+      const { cache } = make();
+      const { calls, read } = manual();
+      const early = cache.load('a', read);
+      cache.invalidate([1]);
+      const late = cache.load('a', read);
+      expect(calls).toHaveLength(2);
+      calls[0]?.({ userId: 1, v: 'before the write' });
+      calls[1]?.({ userId: 1, v: 'after the write' });
+      expect((await early)?.v).toBe('before the write');
+      expect((await late)?.v).toBe('after the write');
+      expect(cache.get('a')?.v).toBe('after the write');
+    });
+
+    it('stores nothing for a null read or a failed one, and reads again next time', async () => {
+      const { cache } = make();
+      expect(await cache.load('a', async () => null)).toBeNull();
+      await expect(cache.load('a', async () => Promise.reject(new Error('db down')))).rejects.toThrow('db down');
+      expect(cache.size).toBe(0);
+      expect(await cache.load('a', async () => ({ userId: 1, v: 'a' }))).toEqual({ userId: 1, v: 'a' });
+    });
+  });
+
   describe('reset (invalidation delivery lost or back)', () => {
     it('empties the cache, and while not live neither serves nor stores', () => {
       const { cache, put } = make();

@@ -25,9 +25,15 @@ interface Slot<V> {
  * read, every invalidation moves a counter on, and `set` refuses a value whose user was
  * invalidated after its stamp. `reset` (delivery of invalidations lost or back) empties the cache
  * and refuses every read begun before it.
+ *
+ * `load` also coalesces concurrent misses of one key into one read (no stampede on a hot user when
+ * an entry expires), but a caller only joins a read begun since the last invalidation: joining an
+ * older one could hand it a value read before a write that has already answered.
  */
 export class UserCache<K, V> {
   private readonly slots = new Map<K, Slot<V>>();
+  /** Reads in flight by key, with the epoch they began in. */
+  private readonly loading = new Map<K, { stamp: number; value: Promise<V | null> }>();
   private readonly keysOf = new Map<number, Set<K>>();
   /** Moves on with every invalidation and reset. */
   private epoch = 0;
@@ -59,6 +65,29 @@ export class UserCache<K, V> {
     this.slots.delete(key);
     this.slots.set(key, slot);
     return slot.value;
+  }
+
+  /**
+   * The entry for `key` from the cache, or else from `read` (null: nothing to cache), stored
+   * unless its user changed meanwhile. Concurrent misses of a key share one read (see above).
+   */
+  async load(key: K, read: () => Promise<V | null>): Promise<V | null> {
+    const cached = this.get(key);
+    if (cached !== undefined) return cached;
+    const pending = this.loading.get(key);
+    if (pending && pending.stamp === this.epoch) return pending.value;
+    const stamp = this.epoch;
+    const value = read().then((v) => {
+      if (v !== null) this.set(key, v, stamp);
+      return v;
+    });
+    const mine = { stamp, value };
+    this.loading.set(key, mine);
+    try {
+      return await value;
+    } finally {
+      if (this.loading.get(key) === mine) this.loading.delete(key);
+    }
   }
 
   /** Stamps a read that is about to go to the source; pass the stamp to `set`. */

@@ -42,6 +42,9 @@ const PAGES: Record<string, string> = {
   </body></html>`,
   '/page2': '<!doctype html><html><head><title>page2</title></head><body style="background:#c04010">two</body></html>',
   '/secret': '<!doctype html><html><body>internal secret</body></html>',
+  '/popup': `<!doctype html><html><body style="margin:0">
+    <a id="out" href="/page2" target="_blank" style="position:absolute;left:0;top:0;width:300px;height:100px;display:block">open</a>
+  </body></html>`,
 };
 
 /** A tiny site on 127.0.0.1 for the room browser: pages by path, redirects, and the paths it served. */

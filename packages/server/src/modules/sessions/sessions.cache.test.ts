@@ -61,6 +61,13 @@ describe('session resolver with the auth cache', () => {
     expect(second?.session).toMatchObject({ id: 70, userId: 7, tokenSuffix: 'suffix' });
   });
 
+  it('reads SQL once for concurrent requests of a token the cache does not hold', async () => {
+    const { calls, resolver } = setup();
+    const answers = await Promise.all(Array.from({ length: 5 }, () => resolver.resolve(TOKEN)));
+    expect(calls.resolve).toBe(1);
+    expect(answers.every((a) => a?.user.id === 7)).toBe(true);
+  });
+
   it('hands out copies: changing an answer does not change the next one', async () => {
     const { resolver } = setup();
     const first = await resolver.resolve(TOKEN);

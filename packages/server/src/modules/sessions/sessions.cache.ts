@@ -52,9 +52,17 @@ export function toAuthEntry(session: SessionRow, user: UserRow): AuthEntry {
 
 /** What the resolver answers for an entry at `now`: fresh objects, so callers cannot touch the cache. */
 export function resolvedOf(entry: AuthEntry, now: Date): { session: AuthEntry['session']; user: AuthUser } {
-  const { storedState, ...user } = entry.user;
+  const { session: s, user: u } = entry;
   return {
-    session: { ...entry.session },
-    user: { ...user, state: effectiveState({ state: storedState, stateExpiresAt: user.stateExpiresAt }, now) },
+    session: { id: s.id, userId: s.userId, expiresAt: s.expiresAt, tokenSuffix: s.tokenSuffix },
+    user: {
+      id: u.id,
+      username: u.username,
+      permissionLevel: u.permissionLevel,
+      state: effectiveState({ state: u.storedState, stateExpiresAt: u.stateExpiresAt }, now),
+      stateExpiresAt: u.stateExpiresAt,
+      stranger: u.stranger,
+      matchBlocked: u.matchBlocked,
+    },
   };
 }

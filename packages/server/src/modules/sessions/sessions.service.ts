@@ -91,17 +91,15 @@ export function makeSessionsService({ db, store, clock, geo, cache }: SessionsDe
         async resolve(token) {
           const now = clock.now();
           const hash = sha256Hex(token);
-          let entry = cache?.get(hash);
-          if (entry && entry.session.expiresAt <= now) {
+          const read = async () => {
+            const found = await store.resolve(hash, now);
+            return found ? toAuthEntry(found.session, found.user) : null;
+          };
+          const entry = cache ? (cache.get(hash) ?? (await cache.load(hash, read))) : await read();
+          if (!entry) return null;
+          if (entry.session.expiresAt <= now) {
             cache?.delete(hash);
             return null;
-          }
-          if (!entry) {
-            const stamp = cache?.begin() ?? 0;
-            const found = await store.resolve(hash, now);
-            if (!found) return null;
-            entry = toAuthEntry(found.session, found.user);
-            cache?.set(hash, entry, stamp);
           }
           if (now.getTime() - entry.lastSeenAt > TOUCH_EVERY_MS) {
             // Set first, so concurrent hits of this entry write once.

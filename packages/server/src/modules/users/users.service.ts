@@ -101,11 +101,11 @@ export function makeUsersService({ store, clock, publicUrl, profiles }: UsersDep
 
     /** The own profile: from the profile cache when it holds it (no SQL), else read and cached. */
     async me(userId: number): Promise<User> {
-      const cached = profiles?.get(userId);
-      if (cached) return cached;
-      const stamp = profiles?.begin() ?? 0;
-      const user = frozenProfile(await present(await mustGet(userId)));
-      profiles?.set(userId, user, stamp);
+      const read = async () => frozenProfile(await present(await mustGet(userId)));
+      if (!profiles) return read();
+      const user = profiles.get(userId) ?? (await profiles.load(userId, read));
+      // `read` answers a profile or throws, so this never happens.
+      if (!user) throw appError('ERR_USER_NOT_FOUND');
       return user;
     },
 

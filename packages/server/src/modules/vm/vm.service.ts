@@ -46,10 +46,14 @@ interface Room {
   /** Since when nobody watches (ms), or null while someone does. */
   idleSince: number | null;
   unsubscribe: (() => void) | null;
+  /** Input events sent to the browser and not yet answered (a flood is refused, not queued). */
+  inputsInFlight: number;
 }
 
 /** An unacknowledged frame is sent again after this long (it may have been dropped). */
 const ACK_TIMEOUT_MS = 3000;
+/** A controller may have this many input events waiting for the browser; more are refused. */
+const MAX_INPUTS_IN_FLIGHT = 64;
 
 /**
  * Room VMs of chats (spec 4.6 rule 4, DESIGN.md 6): start/stop, viewer credentials, watching with
@@ -123,6 +127,7 @@ export function makeVmService(deps: VmDeps) {
       controller: null,
       idleSince: now(),
       unsubscribe: null,
+      inputsInFlight: 0,
     });
     await announceStarted(chatId);
   };
@@ -267,13 +272,21 @@ export function makeVmService(deps: VmDeps) {
       const room = mustRun(chatId);
       if (room.controller !== caller.userId)
         throw appError('ERR_FORBIDDEN', 'Only the member in control sends input (vm:control:request).');
-      if (payload.kind === 'navigate') {
-        if (room.settings.kiosk) throw appError('ERR_FORBIDDEN', 'This room is in kiosk mode: it does not navigate.');
-        await provider.navigate(String(chatId), 'url' in payload ? { url: payload.url } : { action: payload.action });
-        return;
+      if (payload.kind === 'navigate' && room.settings.kiosk)
+        throw appError('ERR_FORBIDDEN', 'This room is in kiosk mode: it does not navigate.');
+      if (room.inputsInFlight >= MAX_INPUTS_IN_FLIGHT)
+        throw appError('ERR_RATE_LIMITED', 'Too many input events at once; wait for their acks.', { retry_after: 1 });
+      room.inputsInFlight += 1;
+      try {
+        if (payload.kind === 'navigate')
+          await provider.navigate(String(chatId), 'url' in payload ? { url: payload.url } : { action: payload.action });
+        else {
+          const { chat_id: _, ...input } = payload;
+          await provider.input(String(chatId), input);
+        }
+      } finally {
+        room.inputsInFlight -= 1;
       }
-      const { chat_id: _, ...input } = payload;
-      await provider.input(String(chatId), input);
     },
 
     /** Background: stops rooms nobody watched for `idleMs`, resends frames whose ack never came. */

@@ -20,6 +20,7 @@ describe('viewer tokens', () => {
     expect(tokens.verify(`12.35.${expiry}.${mac}`, now)).toBeNull();
     expect(tokens.verify(`12.${user}.${Number(expiry) + 1000}.${mac}`, now)).toBeNull();
     expect(makeViewerTokens().verify(token, now)).toBeNull();
-    for (const bad of ['', 'a.b.c.d', `${token}x`, token.slice(0, -1), `${token}.1`]) expect(tokens.verify(bad, now)).toBeNull();
+    for (const bad of ['', 'a.b.c.d', `${token}x`, token.slice(0, -1), `${token}.1`])
+      expect(tokens.verify(bad, now)).toBeNull();
   });
 });

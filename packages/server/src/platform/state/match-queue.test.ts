@@ -46,9 +46,9 @@ if (!redisProblem) {
     () => {
       const prefix = `parlor-test:mq:${Math.random().toString(36).slice(2)}:`;
       prefixes.push(prefix);
-      const nodes = [new Redis(SERVICE_URLS.redis), new Redis(SERVICE_URLS.redis)];
-      clients.push(...nodes);
-      return nodes.map((c) => new RedisMatchQueue(c, prefix)) as [MatchQueue, MatchQueue];
+      const [a, b] = [new Redis(SERVICE_URLS.redis), new Redis(SERVICE_URLS.redis)];
+      clients.push(a, b);
+      return [new RedisMatchQueue(a, prefix), new RedisMatchQueue(b, prefix)];
     },
   ]);
 }

@@ -161,7 +161,14 @@ export class ChromiumProcess {
     if (pid === undefined || this.exited) return 0;
     const pids = await new Promise<string[]>((resolve) => {
       execFile('ps', ['-o', 'pid=', '-s', String(pid)], (err, stdout) =>
-        resolve(err ? [] : stdout.split('\n').map((l) => l.trim()).filter(Boolean)),
+        resolve(
+          err
+            ? []
+            : stdout
+                .split('\n')
+                .map((l) => l.trim())
+                .filter(Boolean),
+        ),
       );
     });
     let kb = 0;

@@ -1,43 +1,9 @@
 import { appError } from '../errors.js';
-import type { CdpEvent } from './cdp.js';
+import type { CdpEvent, CdpPipe } from './cdp.js';
 import { ChromiumProcess } from './chromium-process.js';
+import { InputMapper } from './input-events.js';
 import type { NetworkGuard } from './network-guard.js';
 import type { VmFrame, VmInput, VmNavigation, VmStartSpec } from './provider.js';
-
-const MOUSE_BUTTON_BITS = { left: 1, right: 2, middle: 4 } as const;
-const MODIFIER_BITS: Record<string, number> = { Alt: 1, Control: 2, Meta: 4, Shift: 8 };
-const SHIFT = 8;
-/** Windows virtual key codes of the keys that act without producing text. */
-const KEY_CODES: Record<string, number> = {
-  Backspace: 8,
-  Tab: 9,
-  Enter: 13,
-  Shift: 16,
-  Control: 17,
-  Alt: 18,
-  Escape: 27,
-  ' ': 32,
-  PageUp: 33,
-  PageDown: 34,
-  End: 35,
-  Home: 36,
-  ArrowLeft: 37,
-  ArrowUp: 38,
-  ArrowRight: 39,
-  ArrowDown: 40,
-  Delete: 46,
-  Meta: 91,
-};
-
-function virtualKeyCode(key: string, code: string): number {
-  const known = KEY_CODES[key];
-  if (known !== undefined) return known;
-  const letter = /^Key([A-Z])$/.exec(code)?.[1];
-  if (letter) return letter.charCodeAt(0);
-  const digit = /^Digit([0-9])$/.exec(code)?.[1];
-  if (digit) return digit.charCodeAt(0);
-  return key.length === 1 ? key.toUpperCase().charCodeAt(0) : 0;
-}
 
 export interface LocalRoomOptions {
   chromiumPath: string;
@@ -53,12 +19,14 @@ export interface LocalRoomOptions {
 export class LocalRoom {
   private proc: ChromiumProcess | null = null;
   private session = '';
+  private targetId = '';
+  /** Tabs the page opened (window.open, target=_blank) that have not shown a URL yet. */
+  private readonly popups = new Set<string>();
   private seq = 0;
   private lastFrame: VmFrame | null = null;
   private readonly subscribers = new Set<(f: VmFrame) => void>();
   private screencasting = false;
-  private buttons = 0;
-  private modifiers = 0;
+  private readonly inputs = new InputMapper();
   /** Called when the browser exits without being asked to. */
   onCrash: () => void = () => {};
 
@@ -81,8 +49,7 @@ export class LocalRoom {
     const proc = await ChromiumProcess.launch(this.opts.chromiumPath, size, this.opts.log, this.opts.extraArgs);
     this.proc = proc;
     this.screencasting = false;
-    this.buttons = 0;
-    this.modifiers = 0;
+    this.inputs.reset();
     proc.onExit = () => {
       if (this.proc === proc) {
         this.proc = null;
@@ -116,6 +83,9 @@ export class LocalRoom {
     }
     const attached = (await cdp.send('Target.attachToTarget', { targetId, flatten: true })) as { sessionId: string };
     this.session = attached.sessionId;
+    this.targetId = targetId;
+    this.popups.clear();
+    await cdp.send('Target.setDiscoverTargets', { discover: true });
     await cdp.send('Page.enable', {}, this.session);
     await cdp.send(
       'Emulation.setDeviceMetricsOverride',
@@ -132,6 +102,10 @@ export class LocalRoom {
     if (!cdp) return;
     if (e.method === 'Fetch.requestPaused') {
       void this.screenRequest(e);
+      return;
+    }
+    if (e.method === 'Target.targetCreated' || e.method === 'Target.targetInfoChanged') {
+      this.onTarget(cdp, e.params.targetInfo as { targetId: string; type: string; url: string; openerId?: string });
       return;
     }
     if (e.sessionId !== this.session) return;
@@ -151,6 +125,28 @@ export class LocalRoom {
         this.proc?.killGroup();
         break;
     }
+  }
+
+  /**
+   * Viewers see one tab. A tab the page opens is closed, and the room's tab goes to its URL
+   * instead (as soon as it has one; one that never gets one is closed after a few seconds).
+   */
+  private onTarget(cdp: CdpPipe, info: { targetId: string; type: string; url: string; openerId?: string }): void {
+    if (info.type !== 'page' || info.targetId === this.targetId) return;
+    const known = this.popups.has(info.targetId);
+    if (!known && info.openerId !== this.targetId) return;
+    if (!known) {
+      this.popups.add(info.targetId);
+      setTimeout(() => this.closePopup(cdp, info.targetId), 5000).unref();
+    }
+    if (info.url === '' || info.url === 'about:blank') return;
+    if (/^https?:/i.test(info.url)) cdp.send('Page.navigate', { url: info.url }, this.session).catch(() => {});
+    this.closePopup(cdp, info.targetId);
+  }
+
+  private closePopup(cdp: CdpPipe, targetId: string): void {
+    if (!this.popups.delete(targetId)) return;
+    cdp.send('Target.closeTarget', { targetId }).catch(() => {});
   }
 
   /** Lets a paused request go on only if its host resolves to public addresses only. */
@@ -199,7 +195,13 @@ export class LocalRoom {
     const cdp = this.proc?.cdp;
     if (!cdp || this.screencasting) return;
     this.screencasting = true;
-    const params = { format: 'jpeg', quality: 70, maxWidth: this.spec.width, maxHeight: this.spec.height, everyNthFrame: 1 };
+    const params = {
+      format: 'jpeg',
+      quality: 70,
+      maxWidth: this.spec.width,
+      maxHeight: this.spec.height,
+      everyNthFrame: 1,
+    };
     try {
       await cdp.send('Page.startScreencast', params, this.session);
     } catch {
@@ -227,60 +229,8 @@ export class LocalRoom {
 
   async input(i: VmInput): Promise<void> {
     const cdp = this.cdpOrThrow();
-    const s = this.session;
-    switch (i.kind) {
-      case 'mouse': {
-        const button = i.button ?? 'left';
-        if (i.type === 'down') this.buttons |= MOUSE_BUTTON_BITS[button];
-        if (i.type === 'up') this.buttons &= ~MOUSE_BUTTON_BITS[button];
-        const type = i.type === 'move' ? 'mouseMoved' : i.type === 'down' ? 'mousePressed' : 'mouseReleased';
-        await cdp.send(
-          'Input.dispatchMouseEvent',
-          {
-            type,
-            x: i.x,
-            y: i.y,
-            button: i.type === 'move' ? 'none' : button,
-            buttons: this.buttons,
-            clickCount: i.type === 'move' ? 0 : 1,
-            modifiers: this.modifiers,
-          },
-          s,
-        );
-        return;
-      }
-      case 'wheel':
-        await cdp.send(
-          'Input.dispatchMouseEvent',
-          { type: 'mouseWheel', x: i.x, y: i.y, deltaX: i.dx, deltaY: i.dy, modifiers: this.modifiers },
-          s,
-        );
-        return;
-      case 'key': {
-        const bit = MODIFIER_BITS[i.key];
-        if (bit !== undefined) this.modifiers = i.type === 'down' ? this.modifiers | bit : this.modifiers & ~bit;
-        const printable = i.key.length === 1 && (this.modifiers & ~SHIFT) === 0;
-        const code = virtualKeyCode(i.key, i.code);
-        await cdp.send(
-          'Input.dispatchKeyEvent',
-          {
-            type: i.type === 'up' ? 'keyUp' : printable ? 'keyDown' : 'rawKeyDown',
-            key: i.key,
-            code: i.code,
-            windowsVirtualKeyCode: code,
-            nativeVirtualKeyCode: code,
-            modifiers: this.modifiers,
-            ...(i.type === 'down' && printable ? { text: i.key } : {}),
-            ...(i.type === 'down' && i.key === 'Enter' ? { text: '\r' } : {}),
-          },
-          s,
-        );
-        return;
-      }
-      case 'text':
-        await cdp.send('Input.insertText', { text: i.text }, s);
-        return;
-    }
+    const { method, params } = this.inputs.toCommand(i);
+    await cdp.send(method, params, this.session);
   }
 
   async navigate(nav: VmNavigation): Promise<void> {

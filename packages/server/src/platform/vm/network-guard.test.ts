@@ -33,19 +33,24 @@ describe('isPublicAddress', () => {
     expect(isPublicAddress(address)).toBe(false);
   });
 
-  it.each(['93.184.216.34', '1.1.1.1', '8.8.8.8', '172.32.0.1', '100.128.0.1', '2606:4700:4700::1111', '::ffff:8.8.8.8'])(
-    'allows %s',
-    (address) => {
-      expect(isPublicAddress(address)).toBe(true);
-    },
-  );
+  it.each([
+    '93.184.216.34',
+    '1.1.1.1',
+    '8.8.8.8',
+    '172.32.0.1',
+    '100.128.0.1',
+    '2606:4700:4700::1111',
+    '::ffff:8.8.8.8',
+  ])('allows %s', (address) => {
+    expect(isPublicAddress(address)).toBe(true);
+  });
 });
 
 describe('makeNetworkGuard', () => {
   const dns: Record<string, string[]> = {
     'public.example': ['93.184.216.34'],
     'mixed.example': ['93.184.216.34', '10.0.0.5'],
-    'localhost': ['127.0.0.1', '::1'],
+    localhost: ['127.0.0.1', '::1'],
     'rebind.example': ['169.254.169.254'],
   };
   const guard = makeNetworkGuard({

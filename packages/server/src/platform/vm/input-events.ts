@@ -1,0 +1,101 @@
+import type { VmInput } from './provider.js';
+
+const MOUSE_BUTTON_BITS = { left: 1, right: 2, middle: 4 } as const;
+const MODIFIER_BITS: Record<string, number> = { Alt: 1, Control: 2, Meta: 4, Shift: 8 };
+const SHIFT = 8;
+/** Windows virtual key codes of the keys that act without producing text. */
+const KEY_CODES: Record<string, number> = {
+  Backspace: 8,
+  Tab: 9,
+  Enter: 13,
+  Shift: 16,
+  Control: 17,
+  Alt: 18,
+  Escape: 27,
+  ' ': 32,
+  PageUp: 33,
+  PageDown: 34,
+  End: 35,
+  Home: 36,
+  ArrowLeft: 37,
+  ArrowUp: 38,
+  ArrowRight: 39,
+  ArrowDown: 40,
+  Delete: 46,
+  Meta: 91,
+};
+
+function virtualKeyCode(key: string, code: string): number {
+  const known = KEY_CODES[key];
+  if (known !== undefined) return known;
+  const letter = /^Key([A-Z])$/.exec(code)?.[1];
+  if (letter) return letter.charCodeAt(0);
+  const digit = /^Digit([0-9])$/.exec(code)?.[1];
+  if (digit) return digit.charCodeAt(0);
+  return key.length === 1 ? key.toUpperCase().charCodeAt(0) : 0;
+}
+
+/**
+ * Turns the controller's input into DevTools `Input.*` commands, keeping what the browser expects
+ * to be told on every event: the mouse buttons held and the modifier keys held.
+ */
+export class InputMapper {
+  private buttons = 0;
+  private modifiers = 0;
+
+  /** A new browser: nothing is held. */
+  reset(): void {
+    this.buttons = 0;
+    this.modifiers = 0;
+  }
+
+  toCommand(i: VmInput): { method: string; params: Record<string, unknown> } {
+    switch (i.kind) {
+      case 'mouse': {
+        const button = i.button ?? 'left';
+        if (i.type === 'down') this.buttons |= MOUSE_BUTTON_BITS[button];
+        if (i.type === 'up') this.buttons &= ~MOUSE_BUTTON_BITS[button];
+        const type = i.type === 'move' ? 'mouseMoved' : i.type === 'down' ? 'mousePressed' : 'mouseReleased';
+        return {
+          method: 'Input.dispatchMouseEvent',
+          params: {
+            type,
+            x: i.x,
+            y: i.y,
+            button: i.type === 'move' ? 'none' : button,
+            buttons: this.buttons,
+            clickCount: i.type === 'move' ? 0 : 1,
+            modifiers: this.modifiers,
+          },
+        };
+      }
+      case 'wheel':
+        return {
+          method: 'Input.dispatchMouseEvent',
+          params: { type: 'mouseWheel', x: i.x, y: i.y, deltaX: i.dx, deltaY: i.dy, modifiers: this.modifiers },
+        };
+      case 'key':
+        return { method: 'Input.dispatchKeyEvent', params: this.key(i) };
+      case 'text':
+        return { method: 'Input.insertText', params: { text: i.text } };
+    }
+  }
+
+  private key(i: Extract<VmInput, { kind: 'key' }>): Record<string, unknown> {
+    const bit = MODIFIER_BITS[i.key];
+    if (bit !== undefined) this.modifiers = i.type === 'down' ? this.modifiers | bit : this.modifiers & ~bit;
+    // A key that types: one character (or Enter) without Control/Alt/Meta held.
+    const text = i.key === 'Enter' ? '\r' : i.key.length === 1 ? i.key : null;
+    const types = text !== null && (this.modifiers & ~SHIFT) === 0;
+    const code = virtualKeyCode(i.key, i.code);
+    return {
+      type: i.type === 'up' ? 'keyUp' : types ? 'keyDown' : 'rawKeyDown',
+      key: i.key,
+      code: i.code,
+      windowsVirtualKeyCode: code,
+      nativeVirtualKeyCode: code,
+      modifiers: this.modifiers,
+      ...(i.type === 'down' && types ? { text } : {}),
+    };
+  }
+}
