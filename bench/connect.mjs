@@ -42,7 +42,8 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const intOpt = (v, def, min, max) => {
   if (v === undefined) return def;
   const n = Number(v);
-  if (!Number.isInteger(n) || n < min || n > max) throw new Error(`option must be an integer ${min}..${max} (got ${v})`);
+  if (!Number.isInteger(n) || n < min || n > max)
+    throw new Error(`option must be an integer ${min}..${max} (got ${v})`);
   return n;
 };
 const kib = (bytes) => (Number.isFinite(bytes) ? `${(bytes / 1024).toFixed(1)} KiB` : '—');
@@ -116,7 +117,11 @@ export async function run({ modes, options }) {
       for (let i = 0; i < rounds; i++) {
         for (const side of ['parlor', 'raw']) parts[side].push(await storm(side, sockets));
       }
-      results[mode] = report(mode, provisioned.label, parts, { first: { parlor: firstParlor, raw: firstRaw }, sockets, window });
+      results[mode] = report(mode, provisioned.label, parts, {
+        first: { parlor: firstParlor, raw: firstRaw },
+        sockets,
+        window,
+      });
     } finally {
       await clients?.close();
       await raw?.close();
@@ -166,13 +171,28 @@ function report(mode, label, parts, { first, sockets, window }) {
     `connect — ${label}`,
     ['metric', 'Parlor', 'raw ws', 'ratio'],
     [
-      [`accepts/s (${sockets} sockets, ${window} in flight)`, fmt.num(p.acceptsPerSec), fmt.num(b.acceptsPerSec), r(p.acceptsPerSec, b.acceptsPerSec)],
+      [
+        `accepts/s (${sockets} sockets, ${window} in flight)`,
+        fmt.num(p.acceptsPerSec),
+        fmt.num(b.acceptsPerSec),
+        r(p.acceptsPerSec, b.acceptsPerSec),
+      ],
       ['accept latency p50', fmt.ms(p.accept.p50), fmt.ms(b.accept.p50), r(p.accept.p50, b.accept.p50)],
       ['accept latency p99', fmt.ms(p.accept.p99), fmt.ms(b.accept.p99), r(p.accept.p99, b.accept.p99)],
       ['settled (chat:list received) p50 / p99', `${fmt.ms(p.settled.p50)} / ${fmt.ms(p.settled.p99)}`, '', ''],
       ['heap per connection (after GC, mean)', kib(p.heapPerConn), kib(b.heapPerConn), r(p.heapPerConn, b.heapPerConn)],
-      ['RSS per connection (first storm)', kib(p.rssPerConnFirst), kib(b.rssPerConnFirst), r(p.rssPerConnFirst, b.rssPerConnFirst)],
-      ['RSS per connection (later storms, mean)', kib(p.rssPerConnMean), kib(b.rssPerConnMean), r(p.rssPerConnMean, b.rssPerConnMean)],
+      [
+        'RSS per connection (first storm)',
+        kib(p.rssPerConnFirst),
+        kib(b.rssPerConnFirst),
+        r(p.rssPerConnFirst, b.rssPerConnFirst),
+      ],
+      [
+        'RSS per connection (later storms, mean)',
+        kib(p.rssPerConnMean),
+        kib(b.rssPerConnMean),
+        r(p.rssPerConnMean, b.rssPerConnMean),
+      ],
       ['connected / failed', `${p.connected} / ${sum(p.failures)}`, `${b.connected} / ${sum(b.failures)}`, ''],
     ],
   );
@@ -184,7 +204,12 @@ function report(mode, label, parts, { first, sockets, window }) {
   console.log(
     `  first storm (fresh processes, not in the rates above): Parlor ${fmt.num(p.firstAcceptsPerSec)} accepts/s, server RSS ${mib(p.rssBefore)} → ${mib(p.rssDuring)}, heap ${kib(p.heapPerConnFirst)}/conn; raw ${fmt.num(b.firstAcceptsPerSec)} accepts/s, RSS ${mib(b.rssBefore)} → ${mib(b.rssDuring)}, heap ${kib(b.heapPerConnFirst)}/conn`,
   );
-  console.log(`  load average after the mode: ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}`);
+  console.log(
+    `  load average after the mode: ${os
+      .loadavg()
+      .map((l) => l.toFixed(2))
+      .join(' ')}`,
+  );
   const accRatio = ratio(p.acceptsPerSec, b.acceptsPerSec);
   const memRatio = ratio(p.heapPerConn, b.heapPerConn);
   const rssRatio = ratio(p.rssPerConnFirst, b.rssPerConnFirst);

@@ -29,7 +29,8 @@ import { ratio, summarize } from './lib/stats.mjs';
 import { fmt, printTable } from './lib/table.mjs';
 import { inWorker } from './lib/worker.mjs';
 
-export const description = 'message fan-out to N members on sockets (deliveries/s, send→receive p50/p99) vs raw ws broadcast';
+export const description =
+  'message fan-out to N members on sockets (deliveries/s, send→receive p50/p99) vs raw ws broadcast';
 export const defaults = { duration: 4 };
 export const usage = `options:
   --mode embedded|cluster|both   (both)
@@ -47,7 +48,8 @@ const ROUND_S = 2;
 const intOpt = (v, def, min, max) => {
   if (v === undefined) return def;
   const n = Number(v);
-  if (!Number.isInteger(n) || n < min || n > max) throw new Error(`option must be an integer ${min}..${max} (got ${v})`);
+  if (!Number.isInteger(n) || n < min || n > max)
+    throw new Error(`option must be an integer ${min}..${max} (got ${v})`);
   return n;
 };
 
@@ -72,7 +74,9 @@ export async function run({ modes, duration, options }) {
       results[mode] = { skipped: started.skipped };
       continue;
     }
-    console.log(`\n[fanout] ${started.label}; app up in ${fmt.ms(started.startMs)}; load ${os.loadavg()[0].toFixed(2)}`);
+    console.log(
+      `\n[fanout] ${started.label}; app up in ${fmt.ms(started.startMs)}; load ${os.loadavg()[0].toFixed(2)}`,
+    );
     const raw = await startRawWs();
     try {
       const maxLogins = senders + sizes[sizes.length - 1];
@@ -137,8 +141,18 @@ function report(mode, label, r, { senders, concurrency }) {
     const b = summarizeSide(s.parts.raw);
     const m = `${s.members}${s.reached ? '' : ` (of ${s.size})`}`;
     rows.push(
-      [`${m}: deliveries/s`, fmt.num(p.deliveriesPerSec), fmt.num(b.deliveriesPerSec), fmt.ratio(ratio(p.deliveriesPerSec, b.deliveriesPerSec))],
-      [`${m}: messages/s sent`, fmt.num(p.messagesPerSec), fmt.num(b.messagesPerSec), fmt.ratio(ratio(p.messagesPerSec, b.messagesPerSec))],
+      [
+        `${m}: deliveries/s`,
+        fmt.num(p.deliveriesPerSec),
+        fmt.num(b.deliveriesPerSec),
+        fmt.ratio(ratio(p.deliveriesPerSec, b.deliveriesPerSec)),
+      ],
+      [
+        `${m}: messages/s sent`,
+        fmt.num(p.messagesPerSec),
+        fmt.num(b.messagesPerSec),
+        fmt.ratio(ratio(p.messagesPerSec, b.messagesPerSec)),
+      ],
       [`${m}: send→receive p50`, fmt.ms(p.p50), fmt.ms(b.p50), fmt.ratio(ratio(p.p50, b.p50))],
       [`${m}: send→receive p99`, fmt.ms(p.p99), fmt.ms(b.p99), fmt.ratio(ratio(p.p99, b.p99))],
       [`${m}: delivered / expected`, `${p.delivered} / ${p.expected}`, `${b.delivered} / ${b.expected}`, ''],
@@ -185,7 +199,12 @@ function report(mode, label, r, { senders, concurrency }) {
   console.log(
     `  set-up: ${r.setup.logins} logins in ${r.setup.loginS.toFixed(1)} s, joins ${r.setup.joinS.toFixed(1)} s; presence events ignored by the clients: ${r.presence.packets} (${(r.presence.bytes / 1e6).toFixed(0)} MB); teardown ${fmt.ms(r.teardownMs)}`,
   );
-  console.log(`  load average after the mode: ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}`);
+  console.log(
+    `  load average after the mode: ${os
+      .loadavg()
+      .map((l) => l.toFixed(2))
+      .join(' ')}`,
+  );
   const t = out.sizes.find((s) => s.members === TARGET.members && s.parlor);
   if (t) {
     const met = t.deliveriesRatio >= TARGET.deliveries && t.p99Ratio <= TARGET.p99;

@@ -53,7 +53,8 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 const intOpt = (v, def, min, max) => {
   if (v === undefined) return def;
   const n = Number(v);
-  if (!Number.isInteger(n) || n < min || n > max) throw new Error(`option must be an integer ${min}..${max} (got ${v})`);
+  if (!Number.isInteger(n) || n < min || n > max)
+    throw new Error(`option must be an integer ${min}..${max} (got ${v})`);
   return n;
 };
 
@@ -75,7 +76,9 @@ export async function run({ modes, duration, options }) {
       results[mode] = { skipped: started.skipped };
       continue;
     }
-    console.log(`\n[history] ${started.label}; app up in ${fmt.ms(started.startMs)}; load ${os.loadavg()[0].toFixed(2)}`);
+    console.log(
+      `\n[history] ${started.label}; app up in ${fmt.ms(started.startMs)}; load ${os.loadavg()[0].toFixed(2)}`,
+    );
     try {
       const r = await measure(started, schema, { duration, messages, readers, connections });
       results[mode] = report(mode, started.label, r, { connections });
@@ -110,7 +113,12 @@ async function measure(started, schema, { duration, messages: count, readers, co
   // The history: one INSERT … SELECT through the app's database handle.
   const chatKey = generateChatKey();
   const bundles = Array.from({ length: 8 }, (_, i) =>
-    encryptMessage({ chatKey, chatId, epoch: 1, plaintext: `history message ${i} ${'lorem ipsum dolor sit amet '.repeat(4)}`.slice(0, 100) }),
+    encryptMessage({
+      chatKey,
+      chatId,
+      epoch: 1,
+      plaintext: `history message ${i} ${'lorem ipsum dolor sit amet '.repeat(4)}`.slice(0, 100),
+    }),
   );
   for (const b of bundles) if (b.includes("'")) throw new Error('unexpected quote in a bundle');
   const ms0 = Date.now() - count * 1000 - 60_000;
@@ -126,6 +134,8 @@ async function measure(started, schema, { duration, messages: count, readers, co
   );
   const lastMs = ms0 + (count - 1) * 1000;
   await db.execute(sql.raw(`update chats set msg_ms = ${lastMs}, msg_seq = 0 where id = ${chatId}`));
+  // Statistics as autovacuum would have them on a live table (a fresh one has none).
+  await db.execute(sql.raw('analyze messages'));
   const fillMs = performance.now() - tf;
 
   // Cursors spread over the history, and the newest page.
@@ -173,6 +183,20 @@ async function measure(started, schema, { duration, messages: count, readers, co
     throw new Error(`page sizes differ: SQL ${rows.length}, HTTP ${viaHttp.messages.length}`);
   }
   const pageBytes = JSON.stringify(viaHttp).length;
+  // How the database runs a page near the newest messages and the oldest page (EXPLAIN ANALYZE).
+  const explain = async (q) => {
+    const text = `explain (analyze, format json) ${q.sql}`;
+    const res = await (kind === 'postgres'
+      ? client.unsafe(text, q.params, { prepare: false })
+      : client.query(text, q.params));
+    const cell = (kind === 'postgres' ? res[0] : res.rows[0])['QUERY PLAN'];
+    return planLine((typeof cell === 'string' ? JSON.parse(cell) : cell)[0].Plan);
+  };
+  const plans = {
+    newest: await explain(queries[queries.length - 1]),
+    middle: await explain(queries[1 + CURSORS / 2]),
+    oldest: await explain(queries[1]),
+  };
 
   const sqlLoop = async (seconds) => {
     const lat = [];
@@ -202,9 +226,16 @@ async function measure(started, schema, { duration, messages: count, readers, co
 
   await autocannon({ url, connections, requests, duration: 1 });
   await sqlLoop(1);
-  const parts = await interleaved(['parlor', 'raw'], duration, ROUND_S, (side, seconds) =>
-    side === 'parlor' ? autocannon({ url, connections, requests, duration: seconds }) : sqlLoop(seconds),
-  );
+  // Measured rounds are announced on the 'bench-phase' channel (for a profiler).
+  const phase = new BroadcastChannel('bench-phase');
+  const parts = await interleaved(['parlor', 'raw'], duration, ROUND_S, async (side, seconds) => {
+    phase.postMessage({ scenario: 'history', side, state: 'start' });
+    const part =
+      side === 'parlor' ? await autocannon({ url, connections, requests, duration: seconds }) : await sqlLoop(seconds);
+    phase.postMessage({ scenario: 'history', side, state: 'end' });
+    return part;
+  });
+  phase.close();
   const http = summarizeAutocannon(parts.parlor);
   const durationS = parts.raw.reduce((a, p) => a + p.durationS, 0);
   const done = parts.raw.reduce((a, p) => a + p.done, 0);
@@ -216,7 +247,36 @@ async function measure(started, schema, { duration, messages: count, readers, co
     p50: lat.p50,
     p99: lat.p99,
   };
-  return { chatId, count, fillMs, setupS, pageBytes, sqlText: queries[1].sql, http, raw, ratio: ratio(http.rps, raw.rps), kind };
+  return {
+    chatId,
+    count,
+    fillMs,
+    setupS,
+    pageBytes,
+    sqlText: queries[1].sql,
+    plans,
+    http,
+    raw,
+    ratio: ratio(http.rps, raw.rps),
+    kind,
+  };
+}
+
+/** One line for an EXPLAIN (ANALYZE, FORMAT JSON) plan: each node, outermost first, with its rows. */
+function planLine(node) {
+  const parts = [];
+  for (let n = node; n; n = n.Plans?.[0]) {
+    let d = n['Node Type'];
+    if (n['Sort Method']) d += ` (${n['Sort Method']})`;
+    if (n['Scan Direction'] === 'Backward') d += ' Backward';
+    if (n['Index Name']) d += ` on ${n['Index Name']}`;
+    d += ` rows=${n['Actual Rows']}`;
+    if (n['Rows Removed by Filter']) d += ` removed-by-filter=${n['Rows Removed by Filter']}`;
+    if (n['Index Cond']) d += ` cond ${n['Index Cond']}`;
+    if (n.Filter) d += ' +filter';
+    parts.push(d);
+  }
+  return `${parts.join(' ← ')} (${node['Actual Total Time']} ms)`;
 }
 
 function report(mode, label, r, { connections }) {
@@ -237,10 +297,28 @@ function report(mode, label, r, { connections }) {
   console.log(
     `  ${r.count} messages inserted in ${fmt.ms(r.fillMs)} (one INSERT … SELECT); a page of ${PAGE} is ${r.pageBytes} bytes of JSON; set-up ${r.setupS.toFixed(1)} s`,
   );
-  console.log(`  the query (${r.kind === 'postgres' ? 'postgres.js, unprepared like drizzle' : 'PGlite'}): ${r.sqlText}`);
-  console.log(`  load average after the mode: ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}`);
+  console.log(
+    `  the query (${r.kind === 'postgres' ? 'postgres.js, unprepared like drizzle' : 'PGlite'}): ${r.sqlText}`,
+  );
+  console.log(`  EXPLAIN ANALYZE, a page just below the newest: ${r.plans.newest}`);
+  console.log(`  EXPLAIN ANALYZE, the middle of the history: ${r.plans.middle}`);
+  console.log(`  EXPLAIN ANALYZE, the oldest page: ${r.plans.oldest}`);
+  console.log(
+    `  load average after the mode: ${os
+      .loadavg()
+      .map((l) => l.toFixed(2))
+      .join(' ')}`,
+  );
   console.log(
     `  target (${mode}): pages/s ≥ ${TARGET}× the raw query loop: ${r.ratio >= TARGET ? 'MET' : 'NOT MET'} (${fmt.ratio(r.ratio)}) [informational; never fails the run]`,
   );
-  return { pagesPerSec: p.rps, rawPerSec: b.rps, ratio: r.ratio, http: p, raw: b, pageBytes: r.pageBytes, messages: r.count };
+  return {
+    pagesPerSec: p.rps,
+    rawPerSec: b.rps,
+    ratio: r.ratio,
+    http: p,
+    raw: b,
+    pageBytes: r.pageBytes,
+    messages: r.count,
+  };
 }

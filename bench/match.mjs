@@ -43,7 +43,8 @@ const TARGET = 0.1;
 const intOpt = (v, def, min, max) => {
   if (v === undefined) return def;
   const n = Number(v);
-  if (!Number.isInteger(n) || n < min || n > max) throw new Error(`option must be an integer ${min}..${max} (got ${v})`);
+  if (!Number.isInteger(n) || n < min || n > max)
+    throw new Error(`option must be an integer ${min}..${max} (got ${v})`);
   return n;
 };
 
@@ -114,8 +115,18 @@ function report(mode, label, r, { concurrency, users, tags }) {
     ['metric', 'Parlor', 'bare enqueue', 'ratio'],
     [
       [`pairs/s (${users} users, ${tags} tags)`, fmt.num(pRate), fmt.num(bRate), fmt.ratio(rr)],
-      ['pairing request → match:found p50', fmt.ms(pairing.p50), fmt.ms(bLat.p50), fmt.ratio(ratio(pairing.p50, bLat.p50))],
-      ['pairing request → match:found p99', fmt.ms(pairing.p99), fmt.ms(bLat.p99), fmt.ratio(ratio(pairing.p99, bLat.p99))],
+      [
+        'pairing request → match:found p50',
+        fmt.ms(pairing.p50),
+        fmt.ms(bLat.p50),
+        fmt.ratio(ratio(pairing.p50, bLat.p50)),
+      ],
+      [
+        'pairing request → match:found p99',
+        fmt.ms(pairing.p99),
+        fmt.ms(bLat.p99),
+        fmt.ratio(ratio(pairing.p99, bLat.p99)),
+      ],
       ['waiting user: enqueue → match:found p50 / p99', `${fmt.ms(waiting.p50)} / ${fmt.ms(waiting.p99)}`, '', ''],
       ['POST /v1/portal/match answer p50 / p99', `${fmt.ms(answer.p50)} / ${fmt.ms(answer.p99)}`, '', ''],
       [

@@ -66,7 +66,11 @@ export async function loginUsers(started, n, { botKeys, concurrency = 16, firstI
 /** A small JSON client speaking as one user (its psession cookie and address). */
 export function userClient(url, { cookie, ip }, { maxSockets = 4 } = {}) {
   const c = makeClient(url, { maxSockets });
-  const headers = { cookie: `psession=${cookie}`, 'x-forwarded-for': ip ?? '198.18.255.1', 'user-agent': 'parlor-bench/1' };
+  const headers = {
+    cookie: `psession=${cookie}`,
+    'x-forwarded-for': ip ?? '198.18.255.1',
+    'user-agent': 'parlor-bench/1',
+  };
   const parse = (res) => {
     const text = res.text();
     let body = null;

@@ -14,11 +14,12 @@
  * Receivers never register a key: they are not in the key ring, which therefore stays the
  * senders' and never changes while the room grows (no rekeying during the run).
  */
-import { buildKeyShare, encryptMessage, generateChatKey, generateKeyPair, publicKeyToBase64 } from './sdk.mjs';
+
 import WebSocket from 'ws';
 import { makeClient } from './http-client.mjs';
 import { loginFlowsTask } from './login-flows.mjs';
 import { BENCH_OPERATOR_TOKEN } from './modes.mjs';
+import { buildKeyShare, encryptMessage, generateChatKey, generateKeyPair, publicKeyToBase64 } from './sdk.mjs';
 import { connectSio, ignored } from './sio-client.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -115,7 +116,10 @@ export async function fanoutTask(opts) {
     headers: { authorization: `Bearer ${BENCH_OPERATOR_TOKEN}` },
     body: { permission_level: 2 },
   });
-  const created = await api.ok('POST', '/v1/portal/chats/create', { ...senders[0], body: { name: 'fanout', type: 'public' } });
+  const created = await api.ok('POST', '/v1/portal/chats/create', {
+    ...senders[0],
+    body: { name: 'fanout', type: 'public' },
+  });
   const chatId = created.chat.id;
   await pool(senders, 8, async (s) => {
     const kp = generateKeyPair();

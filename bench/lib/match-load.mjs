@@ -38,7 +38,19 @@ async function pool(items, concurrency, fn) {
 }
 
 export async function matchTask(opts) {
-  const { url, publicKey, botKeys, mode, users: measured, warmup, tags, batch, concurrency, loginConcurrency, redis } = opts;
+  const {
+    url,
+    publicKey,
+    botKeys,
+    mode,
+    users: measured,
+    warmup,
+    tags,
+    batch,
+    concurrency,
+    loginConcurrency,
+    redis,
+  } = opts;
   const userCount = measured + warmup;
   const log = (m) => console.log(`[match] ${mode}: ${m}`);
 

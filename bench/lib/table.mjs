@@ -14,6 +14,9 @@ export const fmt = {
   },
   ratio(v) {
     if (v === null || v === undefined || Number.isNaN(v)) return '—';
+    // Very small and very large ratios keep two significant digits instead of printing 0.00×.
+    if (v !== 0 && Math.abs(v) < 0.01) return `${v.toPrecision(2)}×`;
+    if (Math.abs(v) >= 1000) return `${Math.round(v).toLocaleString('en-US')}×`;
     return `${v.toFixed(2)}×`;
   },
 };

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { type Backing, createBacking, describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { bundle, join, keyedChat, member } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
-import { createBot, login } from './support/flows.js';
+import { createBot, login, operator } from './support/flows.js';
 import { closeAllSockets, disconnected } from './support/sockets.js';
 
 /** Two nodes over one PostgreSQL database and one Redis: the cluster mode of DESIGN.md section 1. */
@@ -95,6 +95,19 @@ describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('two nodes o
     const gone = disconnected(onB.socket, 10_000);
     await onA.post('/v1/authentication/logout', {});
     await gone;
+  });
+
+  it('delivers a notification sent through node A to the recipient socket on node B', async () => {
+    const target = await member(b);
+    const sent = await operator(a).post('/v1/admin/notifications', {
+      title: 'Across nodes',
+      body: 'Hello from **A**.',
+      type: 'info',
+      user_id: target.user.id,
+    });
+    expect(sent.status).toBe(200);
+    const note = await target.socket.next('notification:new', (n) => n.title === 'Across nodes', 10_000);
+    expect(note).toMatchObject({ title: 'Across nodes', body: 'Hello from **A**.', type: 'info', read_at: null });
   });
 
   it('shares bot rate limits across nodes', async () => {

@@ -1,4 +1,4 @@
-import { and, desc, eq, gt, inArray, isNull, lt, or, sql } from 'drizzle-orm';
+import { and, desc, eq, gt, inArray, isNull, or, sql } from 'drizzle-orm';
 import type { Db } from '../../platform/db/index.js';
 import { chats, messages, moderationActions } from '../../platform/db/schema.js';
 import type { Tx } from '../users/users.store.js';
@@ -37,9 +37,8 @@ export function makeMessagesStore(db: Db) {
     },
     /** Newest first, strictly before the cursor when one is given. */
     async page(chatId: number, before: { ms: number; seq: number } | null, limit: number): Promise<MessageRow[]> {
-      const cursor = before
-        ? or(lt(messages.ms, before.ms), and(eq(messages.ms, before.ms), lt(messages.seq, before.seq)))
-        : undefined;
+      // A row comparison lets the (chat_id, ms, seq) index bound the scan at the cursor.
+      const cursor = before ? sql`(${messages.ms}, ${messages.seq}) < (${before.ms}, ${before.seq})` : undefined;
       return db
         .select()
         .from(messages)
