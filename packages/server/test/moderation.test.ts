@@ -239,6 +239,22 @@ describeApp('chat moderation (spec 4.6 rules 2-3)', () => {
     ).toBe(403);
   });
 
+  it('lets a Moderator delete the last messages of a public chat without joining it', async () => {
+    const { owner, chatId, chatKey, epoch, guest } = await chatWithGuest();
+    const ids = [
+      (await send(guest, chatId, chatKey, epoch)).body.id,
+      (await send(owner, chatId, chatKey, epoch)).body.id,
+    ];
+    const mod = await member(app, { level: 1 });
+    const res = await mod.client.post(`/v1/portal/chats/${chatId}/messages/delete-last`, { count: 2 });
+    expect(res.body.deleted).toBe(2);
+    expect([...res.body.deleted_ids].sort()).toEqual([...ids].sort());
+    const priv = await chatWithGuest('private');
+    expect((await mod.client.post(`/v1/portal/chats/${priv.chatId}/messages/delete-last`, { count: 1 })).status).toBe(
+      403,
+    );
+  });
+
   it('a chat timeout applies platform-wide', async () => {
     const { owner, chatId, guest } = await chatWithGuest();
     const gone = disconnected(guest.socket);
