@@ -1,8 +1,3 @@
-import { execFile } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { AuditCodes } from '@parlor/protocol';
 import { CommanderError } from 'commander';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -11,37 +6,9 @@ import { Client, nextIp } from '../../server/test/support/client.js';
 import { createBot, login } from '../../server/test/support/flows.js';
 import type { Transport } from '../src/http.js';
 import { buildProgram } from '../src/program.js';
+import { NOWHERE, parlor, SOME_TOKEN, useCli } from './support.js';
 
 /** The CLI twins of the admin routes (DESIGN.md 6): users, bots, chats, audit. */
-
-const CLI = fileURLToPath(new URL('../dist/main.js', import.meta.url));
-/** Nothing listens on port 1: a request that is actually sent fails with exit 2, so exit 1 proves none was. */
-const NOWHERE = 'http://127.0.0.1:1';
-const SOME_TOKEN = 'pop_some_token_0123456789abcdefghij';
-
-interface Run {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-let emptyCwd: string;
-
-/** Runs the built CLI with exactly the given PARLOR_URL / OPERATOR_TOKEN (none inherited). */
-function parlor(args: string[], env: Record<string, string>): Promise<Run> {
-  const { PARLOR_URL: _u, OPERATOR_TOKEN: _t, DATA_DIR: _d, ...base } = process.env;
-  return new Promise((resolve, reject) => {
-    execFile(
-      process.execPath,
-      [CLI, ...args],
-      { env: { ...base, ...env }, cwd: emptyCwd, timeout: 20_000 },
-      (error, stdout, stderr) => {
-        if (error && typeof error.code !== 'number') reject(error);
-        else resolve({ code: error ? Number(error.code) : 0, stdout, stderr });
-      },
-    );
-  });
-}
 
 /** Runs the program in-process against a transport that records requests and answers 200 {ok}. */
 async function inProcess(args: string[]) {
@@ -77,13 +44,7 @@ async function inProcess(args: string[]) {
   return out;
 }
 
-beforeAll(() => {
-  if (!existsSync(CLI)) throw new Error(`${CLI} is missing: build first (npx tsc -b packages/cli)`);
-  emptyCwd = mkdtempSync(path.join(tmpdir(), 'parlor-cli-'));
-});
-afterAll(() => {
-  if (emptyCwd) rmSync(emptyCwd, { recursive: true, force: true });
-});
+useCli();
 
 describe('parlor users|bots|chats|audit: the request each command sends', () => {
   const cases: [string[], string, string, unknown][] = [

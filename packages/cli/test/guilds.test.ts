@@ -1,49 +1,10 @@
-import { execFile } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { describeApp, startApp, type TestApp } from '../../server/test/support/app.js';
 import type { Client } from '../../server/test/support/client.js';
 import { createBot, login, nextIdentity } from '../../server/test/support/flows.js';
+import { NOWHERE, parlor, SOME_TOKEN, useCli } from './support.js';
 
-const CLI = fileURLToPath(new URL('../dist/main.js', import.meta.url));
-/** Nothing listens on port 1: a request that is actually sent fails with exit 2, so exit 1 proves none was. */
-const NOWHERE = 'http://127.0.0.1:1';
-const SOME_TOKEN = 'pop_some_token_0123456789abcdefghij';
-
-interface Run {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-let emptyCwd: string;
-
-/** Runs the built CLI with exactly the given PARLOR_URL / OPERATOR_TOKEN (none inherited). */
-function parlor(args: string[], env: Record<string, string>): Promise<Run> {
-  const { PARLOR_URL: _u, OPERATOR_TOKEN: _t, DATA_DIR: _d, ...base } = process.env;
-  return new Promise((resolve, reject) => {
-    execFile(
-      process.execPath,
-      [CLI, ...args],
-      { env: { ...base, ...env }, cwd: emptyCwd, timeout: 20_000 },
-      (error, stdout, stderr) => {
-        if (error && typeof error.code !== 'number') reject(error);
-        else resolve({ code: error ? Number(error.code) : 0, stdout, stderr });
-      },
-    );
-  });
-}
-
-beforeAll(() => {
-  if (!existsSync(CLI)) throw new Error(`${CLI} is missing: build first (npx tsc -b packages/cli)`);
-  emptyCwd = mkdtempSync(path.join(tmpdir(), 'parlor-cli-'));
-});
-afterAll(() => {
-  if (emptyCwd) rmSync(emptyCwd, { recursive: true, force: true });
-});
+useCli();
 
 describe('parlor guilds argument checks (before anything is sent)', () => {
   it('lists the group in the help', async () => {
