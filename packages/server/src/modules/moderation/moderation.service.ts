@@ -219,14 +219,16 @@ export function makeModerationService(deps: ModerationDeps) {
     },
   };
 
+  /** A chat restriction record and its audit entry; `chatId` null is a hard (every-chat) one. */
   const recordChat = async (
     actor: ChatActor,
-    chatId: number,
+    chatId: number | null,
     targetId: number,
     actionType: string,
     code: number,
     body: { duration?: number; reason?: string },
     tx: Tx,
+    action = actionType.toLowerCase(),
   ) => {
     const now = clock.now();
     const record = await store.record(
@@ -245,7 +247,7 @@ export function makeModerationService(deps: ModerationDeps) {
       {
         actor: { kind: 'user', id: actor.userId },
         code,
-        action: actionType.toLowerCase(),
+        action,
         targetUserId: targetId,
         reason: body.reason,
         data: { chat_id: chatId, duration: body.duration ?? null },
@@ -253,6 +255,15 @@ export function makeModerationService(deps: ModerationDeps) {
       tx,
     );
     return record;
+  };
+
+  /** Hard mutes: Moderators and above, on users they reach. */
+  const hardMuteTarget = async (actor: ChatActor, userId: number) => {
+    const target = await users.mustGet(userId);
+    if (actor.level < 1 || !canTarget(actor, { userId: target.id, level: target.permissionLevel })) {
+      throw appError('ERR_FORBIDDEN');
+    }
+    return target;
   };
 
   /** A system message in the chat, persisted so late joiners see it. */
@@ -346,41 +357,14 @@ export function makeModerationService(deps: ModerationDeps) {
 
     /** Hard mute: a mute in every chat (Moderators and above); chat unmutes do not lift it. */
     async hardMute(actor: ChatActor, body: { user_id: number; duration?: number; reason?: string }) {
-      const target = await users.mustGet(body.user_id);
-      if (actor.level < 1 || !canTarget(actor, { userId: target.id, level: target.permissionLevel }))
-        throw appError('ERR_FORBIDDEN');
-      const now = clock.now();
-      await db.transaction(async (tx) => {
-        await store.record(
-          {
-            userId: target.id,
-            chatId: null,
-            actionType: 'CHAT_MUTE',
-            reason: body.reason ?? null,
-            actorUserId: actor.userId,
-            expiresAt: until(now, body.duration),
-            createdAt: now,
-          },
-          tx,
-        );
-        await audit.record(
-          {
-            actor: { kind: 'user', id: actor.userId },
-            code: AuditCodes.HARD_MUTE,
-            action: 'hard-mute',
-            targetUserId: target.id,
-            reason: body.reason,
-            data: { duration: body.duration ?? null },
-          },
-          tx,
-        );
-      });
+      const target = await hardMuteTarget(actor, body.user_id);
+      await db.transaction((tx) =>
+        recordChat(actor, null, target.id, 'CHAT_MUTE', AuditCodes.HARD_MUTE, body, tx, 'hard-mute'),
+      );
     },
 
     async hardUnmute(actor: ChatActor, body: { user_id: number }) {
-      const target = await users.mustGet(body.user_id);
-      if (actor.level < 1 || !canTarget(actor, { userId: target.id, level: target.permissionLevel }))
-        throw appError('ERR_FORBIDDEN');
+      const target = await hardMuteTarget(actor, body.user_id);
       await store.lift(target.id, ['CHAT_MUTE'], null, clock.now());
       await audit.record({
         actor: { kind: 'user', id: actor.userId },
