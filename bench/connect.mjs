@@ -9,11 +9,16 @@
  *     it has handled the connection (one more query).
  *   - the baseline: a bare `ws` WebSocketServer (lib/raw-ws.mjs, no authentication) in a process
  *     of its own, the same number of bare `ws` clients, the same window.
+ *   - a reference between the two: a bare Socket.IO server (lib/sio-bare-child.mjs: Parlor's
+ *     socket.io options, no authentication, no storage) stormed by the same socket.io-client
+ *     sockets as Parlor. Parlor / bare Socket.IO is what Parlor's own work costs; bare Socket.IO /
+ *     raw ws is what the protocol (engine.io handshake, namespace connect, its objects) costs.
  *   - memory per connection: the server process's heap (after a full GC) and RSS with all sockets
  *     open, minus the same just before the storm, over the number of sockets. The clients run in
  *     a separate process, so none of their memory counts. RSS after the first storm partly reuses
  *     pages freed by earlier ones, so the RSS row is the first storm's; the heap row is the mean.
- * Parlor and the baseline alternate (storm, measure, close all; then the other), `--rounds` (3) each.
+ * Parlor, bare Socket.IO and the baseline take turns (storm, measure, close all; then the next),
+ * `--rounds` (3) each.
  *
  * Options: --mode, --sockets N (1000), --window N (100), --rounds N (3).
  * --duration is not used (a storm is a fixed number of sockets).
@@ -23,6 +28,7 @@ import { createBots, loginUsers } from './lib/accounts.mjs';
 import { startChild } from './lib/child.mjs';
 import { machineLine } from './lib/machine.mjs';
 import { provisionStorage } from './lib/modes.mjs';
+import { intOpt } from './lib/options.mjs';
 import { ratio, summarize } from './lib/stats.mjs';
 import { fmt, printTable } from './lib/table.mjs';
 
@@ -32,20 +38,13 @@ export const usage = `options:
   --mode embedded|cluster|both   (both)
   --sockets N                    authenticated sockets per storm, one logged-in user each (1000)
   --window N                     handshakes in flight (100)
-  --rounds N                     storms per side, alternating Parlor / raw ws (3)
+  --rounds N                     storms per side, in turn Parlor / bare socket.io / raw ws (3)
   --json                         also print the results as one BENCH_JSON line
 (--duration is not used: a storm is a fixed number of sockets)`;
 
 const TARGET = { accepts: 0.4, memory: 3 };
 const APP_CHILD = new URL('./lib/app-child.mjs', import.meta.url);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const intOpt = (v, def, min, max) => {
-  if (v === undefined) return def;
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < min || n > max)
-    throw new Error(`option must be an integer ${min}..${max} (got ${v})`);
-  return n;
-};
 const kib = (bytes) => (Number.isFinite(bytes) ? `${(bytes / 1024).toFixed(1)} KiB` : '—');
 
 export async function run({ modes, options }) {
@@ -54,7 +53,7 @@ export async function run({ modes, options }) {
   const rounds = intOpt(options.rounds, 3, 1, 20);
   console.log(`[connect] ${machineLine()}`);
   console.log(
-    `[connect] ${sockets} sockets per storm (one user each), ${window} handshakes in flight, ${rounds} storms per side alternating Parlor / raw ws; clients and the raw server in processes of their own`,
+    `[connect] ${sockets} sockets per storm (one user each), ${window} handshakes in flight, ${rounds} storms per side in turn Parlor / bare socket.io / raw ws; clients and the reference servers in processes of their own`,
   );
   const results = {};
   for (const mode of modes) {
@@ -66,6 +65,7 @@ export async function run({ modes, options }) {
     }
     let app;
     let raw;
+    let sio;
     let clients;
     try {
       // Users log in against a first app process; the storms run against a fresh one over the
@@ -88,15 +88,17 @@ export async function run({ modes, options }) {
         `\n[connect] ${provisioned.label}; ${sockets} users logged in in ${logged.seconds.toFixed(1)} s; fresh app process up in ${fmt.ms(fresh.startMs)}; load ${os.loadavg()[0].toFixed(2)}`,
       );
       raw = await startChild(new URL('./lib/raw-ws-child.mjs', import.meta.url), { name: 'raw ws server' });
+      sio = await startChild(new URL('./lib/sio-bare-child.mjs', import.meta.url), { name: 'bare socket.io server' });
       clients = await startChild(new URL('./lib/connect-clients.mjs', import.meta.url), { name: 'connect clients' });
       const rawUrls = await raw.call('start');
+      const sioUrl = (await sio.call('start')).url;
 
       const storm = async (side, n) => {
-        const server = side === 'parlor' ? app : raw;
+        const server = { parlor: app, sio, raw }[side];
         const before = await server.call('memory');
         const r = await clients.call('storm', {
-          kind: side,
-          url: side === 'parlor' ? fresh.url : rawUrls.wsUrl,
+          kind: side === 'raw' ? 'raw' : 'parlor',
+          url: { parlor: fresh.url, sio: sioUrl, raw: rawUrls.wsUrl }[side],
           cookies,
           n,
           window,
@@ -109,21 +111,22 @@ export async function run({ modes, options }) {
         return { ...r, before, during };
       };
       // The first storm of each side, in fresh processes, gives the RSS figure; then a warm-up.
-      const parts = { parlor: [], raw: [] };
-      const firstParlor = await storm('parlor', sockets);
-      const firstRaw = await storm('raw', sockets);
-      await storm('parlor', Math.min(100, sockets));
-      await storm('raw', Math.min(100, sockets));
+      const sides = ['parlor', 'sio', 'raw'];
+      const parts = { parlor: [], sio: [], raw: [] };
+      const firstStorms = {};
+      for (const side of sides) firstStorms[side] = await storm(side, sockets);
+      for (const side of sides) await storm(side, Math.min(100, sockets));
       for (let i = 0; i < rounds; i++) {
-        for (const side of ['parlor', 'raw']) parts[side].push(await storm(side, sockets));
+        for (const side of sides) parts[side].push(await storm(side, sockets));
       }
       results[mode] = report(mode, provisioned.label, parts, {
-        first: { parlor: firstParlor, raw: firstRaw },
+        first: firstStorms,
         sockets,
         window,
       });
     } finally {
       await clients?.close();
+      await sio?.close();
       await raw?.close();
       await app?.close();
       await provisioned.release();
@@ -165,44 +168,55 @@ function summarizeSide(parts, first) {
 
 function report(mode, label, parts, { first, sockets, window }) {
   const p = summarizeSide(parts.parlor, first.parlor);
+  const s = summarizeSide(parts.sio, first.sio);
   const b = summarizeSide(parts.raw, first.raw);
   const r = (x, y) => fmt.ratio(ratio(x, y));
+  // One row: the three sides, then Parlor / raw (the target's ratio), Parlor / bare socket.io, bare / raw.
+  const row = (name, pick, show) => [
+    name,
+    show(pick(p)),
+    show(pick(s)),
+    show(pick(b)),
+    r(pick(p), pick(b)),
+    r(pick(p), pick(s)),
+    r(pick(s), pick(b)),
+  ];
   printTable(
     `connect — ${label}`,
-    ['metric', 'Parlor', 'raw ws', 'ratio'],
+    ['metric', 'Parlor', 'bare socket.io', 'raw ws', 'Parlor/raw', 'Parlor/sio', 'sio/raw'],
     [
+      row(`accepts/s (${sockets} sockets, ${window} in flight)`, (x) => x.acceptsPerSec, fmt.num),
+      row('accept latency p50', (x) => x.accept.p50, fmt.ms),
+      row('accept latency p99', (x) => x.accept.p99, fmt.ms),
+      row('settled (chat:list received) p50', (x) => x.settled?.p50 ?? Number.NaN, fmt.ms),
+      row('heap per connection (after GC, mean)', (x) => x.heapPerConn, kib),
+      row('RSS per connection (first storm)', (x) => x.rssPerConnFirst, kib),
+      row('RSS per connection (later storms, mean)', (x) => x.rssPerConnMean, kib),
       [
-        `accepts/s (${sockets} sockets, ${window} in flight)`,
-        fmt.num(p.acceptsPerSec),
-        fmt.num(b.acceptsPerSec),
-        r(p.acceptsPerSec, b.acceptsPerSec),
+        'connected / failed',
+        `${p.connected} / ${sum(p.failures)}`,
+        `${s.connected} / ${sum(s.failures)}`,
+        `${b.connected} / ${sum(b.failures)}`,
+        '',
+        '',
+        '',
       ],
-      ['accept latency p50', fmt.ms(p.accept.p50), fmt.ms(b.accept.p50), r(p.accept.p50, b.accept.p50)],
-      ['accept latency p99', fmt.ms(p.accept.p99), fmt.ms(b.accept.p99), r(p.accept.p99, b.accept.p99)],
-      ['settled (chat:list received) p50 / p99', `${fmt.ms(p.settled.p50)} / ${fmt.ms(p.settled.p99)}`, '', ''],
-      ['heap per connection (after GC, mean)', kib(p.heapPerConn), kib(b.heapPerConn), r(p.heapPerConn, b.heapPerConn)],
-      [
-        'RSS per connection (first storm)',
-        kib(p.rssPerConnFirst),
-        kib(b.rssPerConnFirst),
-        r(p.rssPerConnFirst, b.rssPerConnFirst),
-      ],
-      [
-        'RSS per connection (later storms, mean)',
-        kib(p.rssPerConnMean),
-        kib(b.rssPerConnMean),
-        r(p.rssPerConnMean, b.rssPerConnMean),
-      ],
-      ['connected / failed', `${p.connected} / ${sum(p.failures)}`, `${b.connected} / ${sum(b.failures)}`, ''],
     ],
   );
   console.log('');
-  if (sum(p.failures)) console.log(`  Parlor connect failures: ${JSON.stringify(p.failures)}`);
-  if (sum(b.failures)) console.log(`  baseline connect failures: ${JSON.stringify(b.failures)}`);
-  if (p.settleTimeouts) console.log(`  Parlor sockets that never got chat:list (30 s): ${p.settleTimeouts}`);
+  for (const [name, side] of [
+    ['Parlor', p],
+    ['bare socket.io', s],
+    ['baseline', b],
+  ]) {
+    if (sum(side.failures)) console.log(`  ${name} connect failures: ${JSON.stringify(side.failures)}`);
+    if (side.settleTimeouts) console.log(`  ${name} sockets that never got chat:list (30 s): ${side.settleTimeouts}`);
+  }
   const mib = (x) => `${(x / 2 ** 20).toFixed(0)} MiB`;
+  const firstLine = (name, x) =>
+    `${name} ${fmt.num(x.firstAcceptsPerSec)} accepts/s, RSS ${mib(x.rssBefore)} → ${mib(x.rssDuring)}, heap ${kib(x.heapPerConnFirst)}/conn`;
   console.log(
-    `  first storm (fresh processes, not in the rates above): Parlor ${fmt.num(p.firstAcceptsPerSec)} accepts/s, server RSS ${mib(p.rssBefore)} → ${mib(p.rssDuring)}, heap ${kib(p.heapPerConnFirst)}/conn; raw ${fmt.num(b.firstAcceptsPerSec)} accepts/s, RSS ${mib(b.rssBefore)} → ${mib(b.rssDuring)}, heap ${kib(b.heapPerConnFirst)}/conn`,
+    `  first storm (fresh processes, not in the rates above): ${firstLine('Parlor', p)}; ${firstLine('bare socket.io', s)}; ${firstLine('raw', b)}`,
   );
   console.log(
     `  load average after the mode: ${os
@@ -217,7 +231,19 @@ function report(mode, label, parts, { first, sockets, window }) {
   console.log(
     `  target (${mode}): accepts/s ≥ ${TARGET.accepts}× raw and memory per connection ≤ ${TARGET.memory}× raw (heap and first-storm RSS): ${met ? 'MET' : 'NOT MET'} (${fmt.ratio(accRatio)}; heap ${fmt.ratio(memRatio)}, RSS ${fmt.ratio(rssRatio)}) [informational; never fails the run]`,
   );
-  return { parlor: p, raw: b, acceptsRatio: accRatio, heapRatio: memRatio, rssRatio };
+  console.log(
+    `  bare socket.io against raw ws (the protocol's own share): accepts ${r(s.acceptsPerSec, b.acceptsPerSec)}, heap ${r(s.heapPerConn, b.heapPerConn)}, first-storm RSS ${r(s.rssPerConnFirst, b.rssPerConnFirst)}`,
+  );
+  return {
+    parlor: p,
+    sio: s,
+    raw: b,
+    acceptsRatio: accRatio,
+    heapRatio: memRatio,
+    rssRatio,
+    sioAcceptsRatio: ratio(s.acceptsPerSec, b.acceptsPerSec),
+    sioHeapRatio: ratio(s.heapPerConn, b.heapPerConn),
+  };
 }
 
 const sum = (o) => Object.values(o).reduce((a, n) => a + n, 0);

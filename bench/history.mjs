@@ -10,7 +10,9 @@
  *     past them.
  *   - Parlor: autocannon, `--connections` (50), cycling through 64 requests: the readers' cookies ×
  *     32 `before` cursors spread over the history (and the newest page), `limit` 50 (the default).
- *   - baseline: the query messages.store.ts `page` runs, built by drizzle from the app's schema
+ *   - baseline: the page query alone (the chat's messages before the cursor as the row comparison
+ *     `(ms, seq) < (…)`, newest first; the store's statement also checks the reader's right and
+ *     shapes the rows, which is Parlor's cost), built by drizzle from the app's schema
  *     (`toSQL()`, the exact text and parameters), sent straight to the driver the way drizzle
  *     sends it (postgres.js `unsafe(text, params, { prepare: false }).values()`; PGlite `query`
  *     in array row mode), same cursors, same limit, `--connections` loops at once, on the app's own
@@ -23,11 +25,12 @@
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { and, desc, eq, lt, or, sql } from 'drizzle-orm';
+import { and, desc, eq, sql } from 'drizzle-orm';
 import { createBots, loginUsers, setLevel, userClient } from './lib/accounts.mjs';
 import { autocannon, interleaved, summarizeAutocannon } from './lib/load.mjs';
 import { machineLine } from './lib/machine.mjs';
-import { startMode } from './lib/modes.mjs';
+import { startModeOrSkip } from './lib/modes.mjs';
+import { intOpt } from './lib/options.mjs';
 import { encryptMessage, generateChatKey } from './lib/sdk.mjs';
 import { connectSio } from './lib/sio-client.mjs';
 import { ratio, summarize } from './lib/stats.mjs';
@@ -50,14 +53,6 @@ const PAGE = 50;
 const CURSORS = 32;
 const here = path.dirname(fileURLToPath(import.meta.url));
 
-const intOpt = (v, def, min, max) => {
-  if (v === undefined) return def;
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < min || n > max)
-    throw new Error(`option must be an integer ${min}..${max} (got ${v})`);
-  return n;
-};
-
 export async function run({ modes, duration, options }) {
   const messages = intOpt(options.messages, 5000, 100, 1_000_000);
   const readers = intOpt(options.readers, 8, 1, 200);
@@ -70,12 +65,8 @@ export async function run({ modes, duration, options }) {
   const schema = await import(pathToFileURL(path.resolve(here, '../packages/server/dist/platform/db/schema.js')).href);
   const results = {};
   for (const mode of modes) {
-    const started = await startMode(mode, { pglite });
-    if (started.skipped) {
-      console.log(`\n[history] ${mode}: SKIPPED, cluster services not usable: ${started.skipped}`);
-      results[mode] = { skipped: started.skipped };
-      continue;
-    }
+    const started = await startModeOrSkip('history', mode, { pglite }, results);
+    if (!started) continue;
     console.log(
       `\n[history] ${started.label}; app up in ${fmt.ms(started.startMs)}; load ${os.loadavg()[0].toFixed(2)}`,
     );
@@ -158,7 +149,8 @@ async function measure(started, schema, { duration, messages: count, readers, co
   // The store's query, exactly: drizzle builds it, the driver runs it.
   const { messages: m } = schema;
   const queries = cursors.map((before) => {
-    const cursor = before ? or(lt(m.ms, before.ms), and(eq(m.ms, before.ms), lt(m.seq, before.seq))) : undefined;
+    // The same row comparison as the store's page (the (chat_id, ms, seq) key bounds the scan).
+    const cursor = before ? sql`(${m.ms}, ${m.seq}) < (${before.ms}, ${before.seq})` : undefined;
     return db
       .select()
       .from(m)

@@ -20,7 +20,8 @@ import { makeClient } from './lib/http-client.mjs';
 import { autocannon, interleaved, summarizeAutocannon } from './lib/load.mjs';
 import { loginFlows, loginFlowsTask, summarizeFlows } from './lib/login-flows.mjs';
 import { machineLine } from './lib/machine.mjs';
-import { BENCH_OPERATOR_TOKEN, startMode } from './lib/modes.mjs';
+import { BENCH_OPERATOR_TOKEN, startModeOrSkip } from './lib/modes.mjs';
+import { intOpt } from './lib/options.mjs';
 import { ratio } from './lib/stats.mjs';
 import { fmt, printTable } from './lib/table.mjs';
 
@@ -47,14 +48,6 @@ const WARMUP_S = 2;
 /** Parlor and the baseline are measured in alternating rounds of about this many seconds. */
 const ROUND_S = 2.5;
 
-const intOpt = (v, def, min, max) => {
-  if (v === undefined) return def;
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < min || n > max)
-    throw new Error(`option must be an integer ${min}..${max} (got ${v})`);
-  return n;
-};
-
 export async function run({ modes, duration, options }) {
   const concurrency = intOpt(options.concurrency, 16, 1, 256);
   const connections = intOpt(options.connections, 50, 1, 1000);
@@ -65,12 +58,8 @@ export async function run({ modes, duration, options }) {
   );
   const results = {};
   for (const mode of modes) {
-    const started = await startMode(mode, { pglite });
-    if (started.skipped) {
-      console.log(`\n[login] ${mode}: SKIPPED, cluster services not usable: ${started.skipped}`);
-      results[mode] = { skipped: started.skipped };
-      continue;
-    }
+    const started = await startModeOrSkip('login', mode, { pglite }, results);
+    if (!started) continue;
     const load = os.loadavg()[0].toFixed(2);
     console.log(`\n[login] ${started.label}; app up in ${fmt.ms(started.startMs)} at ${started.url}; load ${load}`);
     try {

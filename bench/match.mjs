@@ -21,7 +21,8 @@
 import os from 'node:os';
 import { createBots } from './lib/accounts.mjs';
 import { machineLine } from './lib/machine.mjs';
-import { startMode } from './lib/modes.mjs';
+import { startModeOrSkip } from './lib/modes.mjs';
+import { intOpt } from './lib/options.mjs';
 import { ratio, summarize } from './lib/stats.mjs';
 import { fmt, printTable } from './lib/table.mjs';
 import { inWorker } from './lib/worker.mjs';
@@ -40,14 +41,6 @@ export const usage = `options:
 
 const TARGET = 0.1;
 
-const intOpt = (v, def, min, max) => {
-  if (v === undefined) return def;
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < min || n > max)
-    throw new Error(`option must be an integer ${min}..${max} (got ${v})`);
-  return n;
-};
-
 export async function run({ modes, options }) {
   const tags = intOpt(options.tags, 50, 1, 500);
   const batch = intOpt(options.batch, 200, 2, 10_000);
@@ -63,12 +56,8 @@ export async function run({ modes, options }) {
   );
   const results = {};
   for (const mode of modes) {
-    const started = await startMode(mode, { pglite });
-    if (started.skipped) {
-      console.log(`\n[match] ${mode}: SKIPPED, cluster services not usable: ${started.skipped}`);
-      results[mode] = { skipped: started.skipped };
-      continue;
-    }
+    const started = await startModeOrSkip('match', mode, { pglite }, results);
+    if (!started) continue;
     console.log(`\n[match] ${started.label}; app up in ${fmt.ms(started.startMs)}; load ${os.loadavg()[0].toFixed(2)}`);
     try {
       const botKeys = await createBots(started.url, Math.max(2, Math.ceil((users + warmup) / 500)));
@@ -110,6 +99,8 @@ function report(mode, label, r, { concurrency, users, tags }) {
   const errors = {};
   for (const p of P) for (const [k, n] of Object.entries(p.errors)) errors[k] = (errors[k] ?? 0) + n;
   const rr = ratio(pRate, bRate);
+  // The app thread's CPU per pair over the Parlor rounds (both requests, the chat, the events).
+  const cpuPerPair = P.every((p) => p.appCpuMs !== null) ? sum(P, 'appCpuMs') / pPairs : null;
   printTable(
     `match — ${label}`,
     ['metric', 'Parlor', 'bare enqueue', 'ratio'],
@@ -129,6 +120,7 @@ function report(mode, label, r, { concurrency, users, tags }) {
       ],
       ['waiting user: enqueue → match:found p50 / p99', `${fmt.ms(waiting.p50)} / ${fmt.ms(waiting.p99)}`, '', ''],
       ['POST /v1/portal/match answer p50 / p99', `${fmt.ms(answer.p50)} / ${fmt.ms(answer.p99)}`, '', ''],
+      ['app thread CPU per pair', cpuPerPair === null ? 'n/a' : fmt.ms(cpuPerPair), '', ''],
       [
         'pairs formed (both notified) / expected',
         `${sum(P, 'foundPairs')} / ${pPairs}`,
@@ -153,5 +145,15 @@ function report(mode, label, r, { concurrency, users, tags }) {
   console.log(
     `  target (${mode}): pairs/s ≥ ${TARGET}× the bare enqueue's: ${rr >= TARGET ? 'MET' : 'NOT MET'} (${fmt.ratio(rr)}) [informational; never fails the run]`,
   );
-  return { pairsPerSec: pRate, barePairsPerSec: bRate, ratio: rr, pairing, waiting, answer, bare: bLat, errors };
+  return {
+    pairsPerSec: pRate,
+    barePairsPerSec: bRate,
+    ratio: rr,
+    cpuPerPair,
+    pairing,
+    waiting,
+    answer,
+    bare: bLat,
+    errors,
+  };
 }

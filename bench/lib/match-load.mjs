@@ -15,6 +15,7 @@
  *        synthetic entries in the same tag order, `concurrency` calls in flight.
  * Users are fresh for every pair: a free account holds one active direct chat, so it matches once.
  */
+import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { makeClient } from './http-client.mjs';
@@ -23,6 +24,20 @@ import { connectSio } from './sio-client.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+/**
+ * CPU time (ms) the app's thread (the process's main thread: its tid is the pid) has used, from
+ * /proc (Linux; null elsewhere). Unlike throughput, it hardly moves with the machine's load.
+ */
+function appThreadCpuMs() {
+  try {
+    const stat = readFileSync(`/proc/${process.pid}/task/${process.pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    // utime and stime (fields 14 and 15 of stat), in clock ticks of 10 ms.
+    return (Number(fields[11]) + Number(fields[12])) * 10;
+  } catch {
+    return null;
+  }
+}
 export const tagName = (i) => `tag${String(i).padStart(2, '0')}`;
 
 async function pool(items, concurrency, fn) {
@@ -111,6 +126,7 @@ export async function matchTask(opts) {
     const errors = {};
     const answerLat = [];
     const start = performance.now();
+    const cpuStart = appThreadCpuMs();
     await pool(members, concurrency, async (u, j) => {
       const tag = tagName(j % tags);
       const t = performance.now();
@@ -134,6 +150,7 @@ export async function matchTask(opts) {
     const expected = 2 * Math.floor(answers.matched);
     const got = () => members.filter((u) => found.has(u.i)).length;
     while (got() < expected && performance.now() - sendEnd < 10_000) await sleep(5);
+    const cpuEnd = appThreadCpuMs();
     let last = sendEnd;
     const waiting = [];
     const pairing = [];
@@ -148,6 +165,7 @@ export async function matchTask(opts) {
     return {
       users: members.length,
       elapsedS: (last - start) / 1000,
+      appCpuMs: cpuStart === null || cpuEnd === null ? null : cpuEnd - cpuStart,
       pairs: answers.matched,
       foundPairs: [...chats].filter((c) => members.filter((u) => found.get(u.i)?.chatId === c).length === 2).length,
       notified: got(),
@@ -191,16 +209,27 @@ export async function matchTask(opts) {
   };
 
   // 2. Rounds: a warm-up of each (the first `warmup` users), then alternate until the users run out.
+  // Measured rounds are announced on the 'bench-phase' channel (for bench/tools/profile.mjs).
+  const phase = new BroadcastChannel('bench-phase');
+  const announced = async (side, fn) => {
+    phase.postMessage({ scenario: 'match', side, state: 'start' });
+    try {
+      return await fn();
+    } finally {
+      phase.postMessage({ scenario: 'match', side, state: 'end' });
+    }
+  };
   const parts = { parlor: [], raw: [] };
   const warm = await parlorRound(warmup);
   await baselineRound(0.5);
   log(`warm-up: ${warm.users} users, ${warm.pairs} pairs in ${warm.elapsedS.toFixed(1)} s`);
   while (nextUser + batch <= users.length) {
-    const p = await parlorRound(batch);
+    const p = await announced('parlor', () => parlorRound(batch));
     parts.parlor.push(p);
-    parts.raw.push(await baselineRound(Math.max(0.5, p.elapsedS)));
+    parts.raw.push(await announced('raw', () => baselineRound(Math.max(0.5, p.elapsedS))));
   }
 
+  phase.close();
   for (const s of sockets) s.disconnect();
   http.close();
   if (redisClient) {

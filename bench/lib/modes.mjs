@@ -311,3 +311,15 @@ export async function provisionStorage(mode) {
     throw e;
   }
 }
+
+/**
+ * startMode for a scenario's loop over modes: when the cluster services are not usable it prints
+ * the scenario's SKIPPED line, records `{ skipped }` in `results[mode]` and returns null.
+ */
+export async function startModeOrSkip(scenario, mode, opts, results) {
+  const started = await startMode(mode, opts);
+  if (!started.skipped) return started;
+  console.log(`\n[${scenario}] ${mode}: SKIPPED, cluster services not usable: ${started.skipped}`);
+  results[mode] = { skipped: started.skipped };
+  return null;
+}

@@ -7,7 +7,7 @@
  *   node bench/tools/profile-summary.mjs /tmp/bench-profile-<scenario>-<side>.json
  *
  * Scenarios that announce their rounds on the BroadcastChannel 'bench-phase' ({ side, state:
- * 'start'|'end' }: fanout, history) are sampled between start and end of every round of <side>
+ * 'start'|'end' }: fanout, history, match) are sampled between start and end of every round of <side>
  * ('parlor' or 'raw'), at 0.5 ms. The profiles (one per round) are written as a JSON array when
  * the run ends. `Profiler.stop` itself shows up as a native `dispatch`: ignore it.
  */

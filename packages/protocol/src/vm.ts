@@ -22,7 +22,7 @@ export const VmCredentialsSchema = Type.Object({
 export type VmCredentials = Static<typeof VmCredentialsSchema>;
 
 /** Why a room VM stopped (`room:stopped`). */
-export const VmStopReasons = ['stopped', 'idle', 'crashed', 'shutdown'] as const;
+export const VmStopReasons = ['stopped', 'idle', 'crashed', 'shutdown', 'deleted'] as const;
 export type VmStopReason = (typeof VmStopReasons)[number];
 
 const Pixel = Type.Integer({ minimum: 0, maximum: 10_000 });

@@ -2,7 +2,6 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import cookie from '@fastify/cookie';
-import helmet from '@fastify/helmet';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
@@ -34,6 +33,7 @@ import {
   registerMatchmakingSockets,
 } from './modules/matchmaking/matchmaking.routes.js';
 import { type MatchmakingService, makeMatchmakingService } from './modules/matchmaking/matchmaking.service.js';
+import { makeMatchmakingStore } from './modules/matchmaking/matchmaking.store.js';
 import { registerMessagesRoutes } from './modules/messages/messages.routes.js';
 import { makeMessagesService } from './modules/messages/messages.service.js';
 import { makeMessagesStore } from './modules/messages/messages.store.js';
@@ -69,7 +69,7 @@ import { makeUsersService } from './modules/users/users.service.js';
 import { makeUsersStore } from './modules/users/users.store.js';
 import { registerVmRoutes, registerVmSockets } from './modules/vm/vm.routes.js';
 import { makeVmService, type VmService } from './modules/vm/vm.service.js';
-import { makeViewerTokens } from './modules/vm/vm.tokens.js';
+import { makeViewerTokens, viewerTokenKey } from './modules/vm/vm.tokens.js';
 import { emptyPrincipal, makeGuards } from './platform/auth.js';
 import { every } from './platform/background.js';
 import { type Clock, systemClock } from './platform/clock.js';
@@ -82,6 +82,7 @@ import { installMethodNotAllowed } from './platform/method-not-allowed.js';
 import { createRealtime, type SocketData } from './platform/realtime.js';
 import type { App } from './platform/routing.js';
 import { loadOrCreateSecret } from './platform/secret-files.js';
+import { computeSecurityHeaders } from './platform/security-headers.js';
 import { openState, RedisState, type StateStore } from './platform/state/index.js';
 import { type MatchQueue, MemoryMatchQueue } from './platform/state/match-queue.js';
 import { RedisMatchQueue } from './platform/state/match-queue.redis.js';
@@ -167,18 +168,15 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
   installMethodNotAllowed(app);
   app.addSchema(ErrorBodySchema);
   app.decorateRequest('principal', null as never);
-  app.addHook('onRequest', async (req) => {
+  // Security headers (helmet's set with Parlor's policy) are computed once and copied onto each answer.
+  const securityHeaders = computeSecurityHeaders();
+  app.addHook('onRequest', (req, reply, done) => {
     req.principal = emptyPrincipal();
+    reply.headers(securityHeaders);
+    done();
   });
 
   await app.register(cookie);
-  await app.register(helmet, {
-    // The docs page loads its own scripts and styles; everything else is JSON.
-    contentSecurityPolicy: {
-      directives: { 'script-src': ["'self'"], 'style-src': ["'self'", 'https:', "'unsafe-inline'"] },
-    },
-    crossOriginResourcePolicy: { policy: 'same-site' },
-  });
   await app.register(swagger, {
     openapi: {
       info: {
@@ -301,18 +299,17 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
     },
   });
   const messages = makeMessagesService({
-    db,
     store: makeMessagesStore(db),
     clock,
     state,
     realtime,
     access: {
-      lockChat: async (chatId, tx) => {
-        const chat = await chatsStore.lockById(chatId, tx);
-        return chat ? { epoch: chat.epoch, archived: chat.archivedAt !== null, ownerId: chat.ownerUserId } : null;
+      chat: async (chatId) => {
+        const chat = await chatsStore.byId(chatId);
+        return chat ? { epoch: chat.epoch, archived: chat.archivedAt !== null } : null;
       },
-      isMember: (chatId, userId, tx) => chatsStore.isMember(chatId, userId, tx),
-      hasKey: (chatId, epoch, sessionId, tx) => keys.hasKey(chatId, epoch, sessionId, tx),
+      isMember: (chatId, userId) => chatsStore.isMember(chatId, userId),
+      hasKey: (chatId, epoch, sessionId) => keys.hasKey(chatId, epoch, sessionId),
     },
   });
   // Guilds: each guild's public chat (no owner, so it takes nobody's slot) is made through the chats store.
@@ -346,9 +343,7 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
     state,
     queue,
     chats,
-    users,
-    blocks: blocksStore,
-    countryOf: (sessionId) => sessionsStore.countryOf(sessionId),
+    store: makeMatchmakingStore(db),
     realtime,
   });
   const blocks = makeBlocksService({ store: blocksStore, usersStore, users, queue, audit, clock });
@@ -393,11 +388,13 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
     chats,
     realtime,
     clock,
-    tokens: makeViewerTokens(),
+    tokens: makeViewerTokens(viewerTokenKey(operator.value)),
+    state,
     allowPrivateNetworks: config.vmAllowPrivateNetworks,
     idleMs: config.vmIdleTimeoutSeconds * 1000,
     log: app.log,
   });
+  await vm.ready;
   const stopVmSweep = every(1_000, 'room-vm-sweep', () => vm.sweep(), app.log);
   // Before the socket server closes (viewers hear room:stopped); kills every browser of this node.
   app.addHook('preClose', async () => {
@@ -438,6 +435,12 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
   registerGuildsRoutes(app, { guilds, guards });
   // A guild chat's room VM starts with its guild's room settings (other chats: the vm defaults).
   vm.useSettings(guilds.roomSettingsOfChat);
+  // The public chat of a guild has no owner row: the guild's owner runs its room.
+  vm.useGuildOwners(guilds.ownsChatGuild);
+  // A deleted chat's room stops (on this node; cluster: on the node that runs it).
+  chats.onRemoved((chatId) => {
+    vm.chatRemoved(chatId).catch((err: unknown) => app.log.warn({ err, chatId }, 'room VM stop after delete failed'));
+  });
 
   // Background work, safe on every node at once.
   const stops = [

@@ -152,6 +152,30 @@ describeApp('POST /v1/admin/users/{user_id}/update', () => {
     expect((await target.client.get('/v1/users/me')).body.user.permission_level).toBe(0);
     expectError(await op.post(`/v1/admin/users/${target.user.id}/update`, { state: 2 }), 400, 'ERR_VALIDATION');
   });
+
+  it('applies every field in one transaction: a taken username leaves the level, avatar and audit untouched', async () => {
+    const holder = await login(app, { bot: loginBot });
+    const target = await login(app, { bot: loginBot });
+    const before = (await target.client.get('/v1/users/me')).body.user;
+    expect(before.avatar_source).not.toBe('platform_a_3');
+    const taken = await op.post(`/v1/admin/users/${target.user.id}/update`, {
+      permission_level: 1,
+      avatar_source: 'platform_a_3',
+      username: holder.user.username.toUpperCase(),
+    });
+    expectError(taken, 409, 'ERR_USERNAME_TAKEN');
+    expect((await target.client.get('/v1/users/me')).body.user).toEqual(before);
+    expect(await auditOf(`target_user_id=${target.user.id}`)).toEqual([]);
+
+    const ok = await op.post(`/v1/admin/users/${target.user.id}/update`, {
+      permission_level: 1,
+      username: `renamed_${target.user.id}`,
+    });
+    expect(ok.status, JSON.stringify(ok.body)).toBe(200);
+    expect(ok.body).toMatchObject({ permission_level: 1, username: `renamed_${target.user.id}` });
+    const actions = (await auditOf(`target_user_id=${target.user.id}`)).map((e) => e.action).sort();
+    expect(actions).toEqual(['rename', 'set-permission']);
+  });
 });
 
 describeApp('POST /v1/admin/users/{user_id}/delete', () => {

@@ -247,6 +247,21 @@ describeApp('statistics and health', () => {
     expect((await new Client(app.url).get('/docs/')).status).toBe(200);
     expect((await new Client(app.url).get('/')).status).toBe(200);
   });
+
+  it('puts the security headers on every answer, errors included, and the docs page keeps its own policy', async () => {
+    const anon = new Client(app.url);
+    for (const res of [await anon.get('/v1/health'), await anon.get('/v1/users/me'), await anon.get('/nowhere')]) {
+      expect(res.headers.get('content-security-policy')).toContain("default-src 'self'");
+      expect(res.headers.get('content-security-policy')).toContain("script-src 'self'");
+      expect(res.headers.get('x-content-type-options')).toBe('nosniff');
+      expect(res.headers.get('cross-origin-resource-policy')).toBe('same-site');
+      expect(res.headers.get('strict-transport-security')).toMatch(/^max-age=\d+/);
+      expect(res.headers.get('x-frame-options')).toBe('SAMEORIGIN');
+    }
+    const docs = await anon.get('/docs/static/index.html');
+    expect(docs.status).toBe(200);
+    expect(docs.headers.get('content-security-policy')).toContain('validator.swagger.io');
+  });
 });
 
 describeApp('operator routes', () => {

@@ -183,21 +183,6 @@ describeApp('the socket', () => {
     await a.client.post('/v1/authentication/logout', {});
     await own;
   });
-
-  it('reports presence: one room:members entry per connected session', async () => {
-    const { owner, chatId } = await keyedChat(app);
-    const g1 = await member(app);
-    const g2 = await member(app, { platformUserId: g1.platformUserId });
-    await join(g1, { chat_id: chatId });
-    const ack = await join(g2, { chat_id: chatId });
-    expect(ack.members.map((m: any) => m.session_id).sort()).toEqual(
-      [owner.sessionId, g1.sessionId, g2.sessionId].sort(),
-    );
-    g2.socket.close();
-    const after = await owner.socket.next('room:members', (e) => e.members.length === 2);
-    expect(after.members.map((m: any) => m.user_id).sort()).toEqual([owner.user.id, g1.user.id].sort());
-    await owner.socket.next('portal:presence', (e) => e.session_id === g2.sessionId && e.online === false);
-  });
 });
 
 describeApp('POST /v1/portal/keys', () => {

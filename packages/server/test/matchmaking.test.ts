@@ -65,6 +65,41 @@ describeApp('POST /v1/portal/match', () => {
     });
   });
 
+  it('names the pair as stored when it pairs (a rename while searching counts), shares every common tag, answers the new chat', async () => {
+    const [t1, t2] = [tag(), tag()];
+    const [a, b] = [await member(app), await member(app)];
+    expect((await match(a, [t2, t1])).body.state).toBe('searching');
+    const renamed = `ren${a.user.id}x${tagCounter}`.slice(0, 32);
+    expect((await a.client.post('/v1/users/me/update', { username: renamed })).status).toBe(200);
+    const paired = await match(b, [t1, 'other2', t2]);
+    const foundB = await b.socket.next('match:found');
+    const foundA = await a.socket.next('match:found');
+    expect(foundB.peer).toMatchObject({ id: a.user.id, username: renamed, stranger: false });
+    expect(foundA.peer).toMatchObject({ id: b.user.id, username: b.user.username });
+    expect(foundA.interests).toEqual([t1, t2]);
+    expect(paired.body).toEqual({
+      state: 'matched',
+      token: foundB.token,
+      chat_id: foundB.chat_id,
+      expires_at: foundB.expires_at,
+    });
+    expect((await b.client.get('/v1/portal/match/status')).body).toEqual(paired.body);
+    const { chat } = (await a.client.get(`/v1/portal/chats/${foundA.chat_id}`)).body;
+    expect(chat).toMatchObject({ type: 'direct', name: `${renamed} & ${b.user.username}`, member_count: 2 });
+    expect(chat.expires_at).toBe(foundA.expires_at);
+  });
+
+  it('never pairs a searcher with a waiting user who blocked it (exclusion both ways)', async () => {
+    const t = tag();
+    const [waiting, blocked, other] = [await member(app), await member(app), await member(app)];
+    await waiting.client.post('/v1/users/me/blocks/create', { user_id: blocked.user.id });
+    expect((await match(waiting, [t])).body.state).toBe('searching');
+    // The blocked user's own exclusions come from the waiting user's block.
+    expect((await match(blocked, [t])).body.state).toBe('searching');
+    expect((await match(other, [t])).body.state).toBe('matched');
+    expect((await other.socket.next('match:found')).peer.id).toBe(waiting.user.id);
+  });
+
   it('refuses bad interests with 400 ERR_MATCH_UNSUPPORTED_INTEREST, at the boundaries', async () => {
     const m = await member(app);
     for (const interests of [
@@ -120,6 +155,26 @@ describeApp('POST /v1/portal/match', () => {
     expect((await match(p, [tag()])).body.code).toBe('ERR_MATCH_SLOT_LIMIT');
   });
 
+  it('tells a searching user ERR_MATCH_ALREADY_SEARCHING before ERR_MATCH_SLOT_LIMIT (premium lapsed while it searched)', async () => {
+    const p = await member(app);
+    const setTier = (tier: number) =>
+      app.database.db.execute(
+        `update users set subscription_tier = ${tier}, subscription_expires_at = now() + interval '30 days' where id = ${p.user.id}` as never,
+      );
+    await setTier(2);
+    const t = tag();
+    const peer = await member(app);
+    await match(peer, [t]);
+    expect((await match(p, [t])).body.state).toBe('matched');
+    expect((await match(p, [tag()])).body.state).toBe('searching');
+    await setTier(0);
+    const again = await match(p, [tag()]);
+    expect(again.status).toBe(409);
+    expect(again.body.code).toBe('ERR_MATCH_ALREADY_SEARCHING');
+    await p.client.post('/v1/portal/match/dequeue', {});
+    expect((await match(p, [tag()])).body.code).toBe('ERR_MATCH_SLOT_LIMIT');
+  });
+
   it('never pairs users who blocked each other', async () => {
     const t = tag();
     const [a, b, c] = [await member(app), await member(app), await member(app)];
@@ -139,6 +194,11 @@ describeApp('POST /v1/portal/match', () => {
       const res = await who.client.post('/v1/portal/match', { interests: ['alone'] });
       expect(res.status).toBe(409);
       expect(res.body.code).toBe('ERR_MATCH_NO_PEERS_ONLINE');
+      // Online alone (the only one with a socket): still nobody to meet.
+      await connectSocket(lone.url, who.client);
+      expect((await who.client.post('/v1/portal/match', { interests: ['alone'] })).body.code).toBe(
+        'ERR_MATCH_NO_PEERS_ONLINE',
+      );
       const other = await login(lone);
       await connectSocket(lone.url, other.client);
       expect((await who.client.post('/v1/portal/match', { interests: ['alone'] })).status).toBe(200);

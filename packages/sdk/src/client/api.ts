@@ -157,6 +157,18 @@ export class ParlorClient extends HttpClient {
     return this.get(`${chatPath(chatId)}/activity`, { ...page });
   }
 
+  // Room VM (docs/api.md "Room VM"; the socket side is RoomVm in vm.ts)
+
+  /** `POST /v1/portal/chats/{chat_id}/start` → `{ok}`: starts the chat's shared browser (running: at once). */
+  startRoom(chatId: number): Promise<OkAnswer> {
+    return this.post(`${chatPath(chatId)}/start`, {});
+  }
+
+  /** `POST /v1/portal/chats/{chat_id}/stop` → `{ok}`: stops it (stopped already: `{ok}` too). */
+  stopRoom(chatId: number): Promise<OkAnswer> {
+    return this.post(`${chatPath(chatId)}/stop`, {});
+  }
+
   // Keys (DESIGN.md 7)
 
   /** `POST /v1/portal/keys`: registers this session's X25519 public key (base64). */

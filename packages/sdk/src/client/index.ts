@@ -24,3 +24,4 @@ export {
   type RoomJoined,
 } from './socket.js';
 export type * from './types.js';
+export { RoomVm, type RoomVmEvents, type RoomVmOptions, type VmFrame, type VmInput, type VmWatching } from './vm.js';

@@ -21,7 +21,7 @@ import type { MatchmakingService } from '../matchmaking/matchmaking.service.js';
 import type { NotificationsService } from '../notifications/notifications.service.js';
 import type { SessionsService } from '../sessions/sessions.service.js';
 import { isValidUsername, USERNAME_RULE, type UsersService } from '../users/users.service.js';
-import type { Tx, UsersStore } from '../users/users.store.js';
+import { isUniqueViolation, type Tx, type UserRow, type UsersStore } from '../users/users.store.js';
 import { type ActorLevel, canActOn, canManageOfficial, canSetLevel } from './admin.rules.js';
 
 const LEVEL_NAMES = ['User', 'Moderator', 'Admin', 'Owner'];
@@ -58,37 +58,32 @@ const selfError = (what: string) => appError('ERR_FORBIDDEN', `You cannot ${what
 export function makeAdminService(deps: AdminDeps) {
   const { db, clock, usersStore, users, sessions, notifications, audit } = deps;
 
-  const setPermission = async (actor: Actor, actorLevel: ActorLevel, targetId: number, level: number) => {
-    const note = await db.transaction(async (tx) => {
-      const target = await usersStore.byIdForUpdate(targetId, tx);
-      if (!target) throw appError('ERR_USER_NOT_FOUND');
-      if (actor.kind === 'user' && actor.id === targetId)
-        throw appError('ERR_FORBIDDEN', 'You cannot change your own permission level.');
-      if (!canSetLevel(actorLevel, target.permissionLevel, level)) throw appError('ERR_FORBIDDEN');
-      if (target.permissionLevel === level) return null;
-      const now = clock.now();
-      await usersStore.update(targetId, { permissionLevel: level, permissionSince: now, updatedAt: now }, tx);
-      // Staff sessions last a day: a promotion shortens live sessions accordingly.
-      if (level >= 2)
-        await sessions.store.clampExpiry(targetId, new Date(now.getTime() + Limits.SESSION_TTL_STAFF_MS), now, tx);
-      await audit.record(
-        {
-          actor,
-          code: AuditCodes.USER_PERMISSION_CHANGE,
-          action: 'set-permission',
-          targetUserId: targetId,
-          data: { from: target.permissionLevel, to: level },
-        },
-        tx,
-      );
-      return notifications.automated(
-        targetId,
-        'permission_changed',
-        { level: LEVEL_NAMES[level] ?? String(level) },
-        tx,
-      );
-    });
-    if (note) notifications.publish(note);
+  /**
+   * Changes a locked user's level inside the caller's transaction: the rules of spec 2.11, staff
+   * session expiry, the audit entry (100) and the notification, which the caller publishes once the
+   * transaction has committed. Null when the level is unchanged.
+   */
+  const changePermission = async (tx: Tx, actor: Actor, actorLevel: ActorLevel, target: UserRow, level: number) => {
+    if (actor.kind === 'user' && actor.id === target.id)
+      throw appError('ERR_FORBIDDEN', 'You cannot change your own permission level.');
+    if (!canSetLevel(actorLevel, target.permissionLevel, level)) throw appError('ERR_FORBIDDEN');
+    if (target.permissionLevel === level) return null;
+    const now = clock.now();
+    await usersStore.update(target.id, { permissionLevel: level, permissionSince: now, updatedAt: now }, tx);
+    // Staff sessions last a day: a promotion shortens live sessions accordingly.
+    if (level >= 2)
+      await sessions.store.clampExpiry(target.id, new Date(now.getTime() + Limits.SESSION_TTL_STAFF_MS), now, tx);
+    await audit.record(
+      {
+        actor,
+        code: AuditCodes.USER_PERMISSION_CHANGE,
+        action: 'set-permission',
+        targetUserId: target.id,
+        data: { from: target.permissionLevel, to: level },
+      },
+      tx,
+    );
+    return notifications.automated(target.id, 'permission_changed', { level: LEVEL_NAMES[level] ?? String(level) }, tx);
   };
 
   /** 400 ERR_VALIDATION naming one body field, as the schema validator would. */
@@ -123,34 +118,38 @@ export function makeAdminService(deps: AdminDeps) {
         body.avatar_source === undefined ? null : await users.avatarSourceProblem(targetId, body.avatar_source);
       if (avatarProblem) throw invalid('avatar_source', avatarProblem);
 
-      if (body.permission_level !== undefined) await setPermission(actor, actorLevel, targetId, body.permission_level);
-      if (body.username !== undefined && body.username !== target.username) {
-        const problem = await users.rename(targetId, body.username);
-        if (problem === 'is taken') throw appError('ERR_USERNAME_TAKEN');
-        if (problem) throw invalid('username', problem);
-        await audit.record({
-          actor,
-          code: AuditCodes.USER_UPDATE,
-          action: 'rename',
-          targetUserId: targetId,
-          data: { from: target.username, to: body.username },
+      // One transaction for every field: a taken username after a level change leaves nothing changed.
+      let note: Awaited<ReturnType<typeof changePermission>> = null;
+      try {
+        note = await db.transaction(async (tx) => {
+          const locked = await usersStore.byIdForUpdate(targetId, tx);
+          if (!locked) throw appError('ERR_USER_NOT_FOUND');
+          if (!canActOn(actorLevel, locked.permissionLevel)) throw appError('ERR_FORBIDDEN');
+          const changed =
+            body.permission_level === undefined
+              ? null
+              : await changePermission(tx, actor, actorLevel, locked, body.permission_level);
+          // Each changed field is written and audited (101) on its own: 'rename' or 'avatar'.
+          const apply = async (action: string, values: Partial<UserRow>, from: string, to: string) => {
+            await usersStore.update(targetId, { ...values, updatedAt: clock.now() }, tx);
+            const entry = { actor, code: AuditCodes.USER_UPDATE, action, targetUserId: targetId, data: { from, to } };
+            await audit.record(entry, tx);
+          };
+          if (body.username !== undefined && body.username !== locked.username) {
+            const holder = await usersStore.byUsername(body.username, tx);
+            if (holder && holder.id !== targetId) throw appError('ERR_USERNAME_TAKEN');
+            await apply('rename', { username: body.username }, locked.username, body.username);
+          }
+          if (body.avatar_source !== undefined && body.avatar_source !== locked.avatarSource)
+            await apply('avatar', { avatarSource: body.avatar_source }, locked.avatarSource, body.avatar_source);
+          return changed;
         });
+      } catch (e) {
+        // Two renames racing for one name: the unique index decides, and the loser changes nothing.
+        if (isUniqueViolation(e)) throw appError('ERR_USERNAME_TAKEN');
+        throw e;
       }
-      if (body.avatar_source !== undefined && body.avatar_source !== target.avatarSource) {
-        await db.transaction(async (tx) => {
-          await usersStore.update(targetId, { avatarSource: body.avatar_source, updatedAt: clock.now() }, tx);
-          await audit.record(
-            {
-              actor,
-              code: AuditCodes.USER_UPDATE,
-              action: 'avatar',
-              targetUserId: targetId,
-              data: { from: target.avatarSource, to: body.avatar_source },
-            },
-            tx,
-          );
-        });
-      }
+      if (note) notifications.publish(note);
       return users.profile(targetId, actorLevel === 'operator' ? 3 : actorLevel);
     },
 

@@ -129,20 +129,17 @@ export function registerChatSockets(realtime: Realtime, chats: ChatsService) {
     // A recovered connection is back in its chat rooms: tell the others it is present again.
     for (const room of socket.rooms) {
       const id = /^chat:(\d+)$/.exec(room)?.[1];
-      if (id) void chats.broadcastMembers(Number(id)).catch(() => {});
+      if (id) chats.announcePresence(Number(id), socket.data, true);
     }
 
     onEvent(socket, 'room:join', RoomJoinPayload, async (payload: Parameters<ChatsService['join']>[1]) => {
       const joined = await chats.join(socket.data, payload);
       await socket.join(rooms.chat(joined.chat.id));
-      realtime.emitTo(rooms.chat(joined.chat.id), 'portal:presence', {
-        chat_id: joined.chat.id,
-        user_id: socket.data.userId,
-        session_id: socket.data.sessionId,
-        online: true,
-      });
-      await chats.broadcastMembers(joined.chat.id);
-      return { ...joined, members: await chats.presence(joined.chat.id) };
+      chats.announcePresence(joined.chat.id, socket.data, true);
+      // The whole list goes to the joiner only; the others had the delta just above.
+      const members = await chats.presence(joined.chat.id);
+      socket.emit('room:members', { chat_id: joined.chat.id, members });
+      return { ...joined, members };
     });
 
     onEvent(socket, 'room:leave', RoomLeavePayload, async (payload: { chat_id: number }) => {
@@ -155,15 +152,7 @@ export function registerChatSockets(realtime: Realtime, chats: ChatsService) {
         .map((r) => /^chat:(\d+)$/.exec(r)?.[1])
         .filter((x): x is string => x !== undefined);
       setImmediate(() => {
-        for (const id of chatIds) {
-          realtime.emitTo(rooms.chat(Number(id)), 'portal:presence', {
-            chat_id: Number(id),
-            user_id: socket.data.userId,
-            session_id: socket.data.sessionId,
-            online: false,
-          });
-          void chats.broadcastMembers(Number(id)).catch(() => {});
-        }
+        for (const id of chatIds) chats.announcePresence(Number(id), socket.data, false);
       });
     });
   });

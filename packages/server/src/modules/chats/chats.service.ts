@@ -66,8 +66,24 @@ export function makeChatsService(deps: ChatsDeps) {
     return [...seen.values()].sort((a, b) => a.session_id - b.session_id);
   };
 
-  const broadcastMembers = async (chatId: number) => {
-    realtime.emitTo(rooms.chat(chatId), 'room:members', { chat_id: chatId, members: await presence(chatId) });
+  /**
+   * Presence changes reach the chat as deltas, one `portal:presence` per session; only a joiner
+   * gets the whole list (its ack and `room:members`). A full list to every member on every change
+   * cost O(members²) bytes per join (docs/api.md, Presence).
+   */
+  const announcePresence = (chatId: number, who: Pick<SocketData, 'userId' | 'sessionId'>, online: boolean) => {
+    realtime.emitTo(rooms.chat(chatId), 'portal:presence', {
+      chat_id: chatId,
+      user_id: who.userId,
+      session_id: who.sessionId,
+      online,
+    });
+  };
+
+  /** The sessions of a user whose sockets are in a chat's room, on any node. */
+  const sessionsInChat = async (userId: number, chatId: number): Promise<number[]> => {
+    const sockets = await realtime.io.in(rooms.user(userId)).fetchSockets();
+    return [...new Set(sockets.filter((s) => s.rooms.has(rooms.chat(chatId))).map((s) => s.data.sessionId))];
   };
 
   /** Resolves what room:join names: a chat id, an invite code (spent on joining) or a vanity. */
@@ -114,19 +130,31 @@ export function makeChatsService(deps: ChatsDeps) {
       return { system, bumped };
     });
     if (!result) return false;
+    const present = await sessionsInChat(userId, chatId).catch(() => []);
     realtime.leaveChat(userId, chatId);
     messages.publish(result.system);
     realtime.emitTo(rooms.chat(chatId), 'portal:key_removed', { chat_id: chatId, user_id: userId, session_id: null });
     keys.announceRekey(result.bumped);
     const reason = opts.action === 'leave' ? 'left' : opts.action === 'kick' ? 'kicked' : 'banned';
     realtime.emitTo(rooms.user(userId), 'room:left', { chat_id: chatId, reason });
-    await broadcastMembers(chatId);
+    for (const sessionId of present) announcePresence(chatId, { userId, sessionId }, false);
     return true;
   };
 
+  /** Told the ids of chats just deleted (the room VM stops theirs). */
+  const removedListeners = new Set<(chatId: number) => void>();
+  const removedChats = (chatIds: number[]) => {
+    for (const id of chatIds) for (const l of removedListeners) l(id);
+  };
+
   return {
+    /** Listens for chat deletions (owner, admin, direct-chat sweep); returns the unsubscribe. */
+    onRemoved(listener: (chatId: number) => void): () => void {
+      removedListeners.add(listener);
+      return () => removedListeners.delete(listener);
+    },
     presence,
-    broadcastMembers,
+    announcePresence,
     /** The chat row (deleted chats: ERR_CHAT_NOT_FOUND). */
     find: mustGet,
 
@@ -300,6 +328,7 @@ export function makeChatsService(deps: ChatsDeps) {
         return store.endAllMemberships(chatId, now, tx);
       });
       realtime.emitTo(rooms.chat(chatId), 'room:left', { chat_id: chatId, reason: 'deleted' });
+      removedChats([chatId]);
       for (const userId of members) realtime.leaveChat(userId, chatId);
     },
 
@@ -354,44 +383,43 @@ export function makeChatsService(deps: ChatsDeps) {
       return chat;
     },
 
-    /** A matched direct chat for two users: 24 h expiry, both members, the opening system message. */
+    /**
+     * A matched direct chat for two users: 24 h expiry, both members, the opening system message.
+     * Answers the users as stored too (name and kind, read in the same statement).
+     */
     async createDirect(
-      users: { userId: number; username: string }[],
+      userIds: number[],
       tags: string[],
-    ): Promise<{ chat: Chat; token: string }> {
+    ): Promise<{ chat: Chat; token: string; users: { id: number; username: string; stranger: boolean }[] }> {
       const now = clock.now();
       const token = randomBytes(18).toString('base64url');
-      const { chatId, system } = await db.transaction(async (tx) => {
-        const chat = await store.insert(
-          {
-            type: 'direct',
-            name: users.map((u) => u.username).join(' & '),
-            ownerUserId: null,
-            matchToken: token,
-            expiresAt: new Date(now.getTime() + Limits.DIRECT_CHAT_TTL_MS),
-            createdAt: now,
-            updatedAt: now,
-          },
-          tx,
-        );
-        for (const u of users) {
-          await store.addMember(chat.id, u.userId, now, tx);
-          await store.logActivity(
-            { chatId: chat.id, userId: u.userId, action: 'join', method: 'direct', createdAt: now },
-            tx,
-          );
-        }
-        const system = await messages.appendSystem(
-          chat.id,
-          { kind: 'match', tags, user_ids: users.map((u) => u.userId) },
-          tx,
-        );
-        return { chatId: chat.id, system };
+      const expiresAt = new Date(now.getTime() + Limits.DIRECT_CHAT_TTL_MS);
+      const { created, system } = await db.transaction(async (tx) => {
+        const created = await store.insertDirect({ userIds, matchToken: token, expiresAt, at: now }, tx);
+        if (created.users.length !== userIds.length) throw appError('ERR_USER_NOT_FOUND');
+        const system = await messages.appendSystem(created.id, { kind: 'match', tags, user_ids: userIds }, tx);
+        return { created, system };
       });
-      // Both users' sockets enter the room so the opening message and keys reach them.
-      for (const u of users) realtime.io.in(rooms.user(u.userId)).socketsJoin(rooms.chat(chatId));
+      // Both users' sockets enter the room (one call) so the opening message and keys reach them.
+      realtime.io.in(userIds.map((id) => rooms.user(id))).socketsJoin(rooms.chat(created.id));
       messages.publish(system);
-      return { chat: toChat(await mustGet(chatId)), token };
+      const chat = toChat({
+        id: created.id,
+        type: 'direct',
+        name: created.users.map((u) => u.username).join(' & '),
+        ownerUserId: null,
+        epoch: created.epoch,
+        msgMs: 0,
+        msgSeq: 0,
+        expiresAt,
+        matchToken: token,
+        archivedAt: null,
+        createdAt: now,
+        updatedAt: now,
+        deletedAt: null,
+        memberCount: userIds.length,
+      });
+      return { chat, token, users: created.users };
     },
 
     async activeDirect(userId: number) {
@@ -427,6 +455,7 @@ export function makeChatsService(deps: ChatsDeps) {
         limit,
       );
       for (const c of removed) realtime.emitTo(rooms.chat(c.id), 'room:left', { chat_id: c.id, reason: 'deleted' });
+      removedChats(removed.map((c) => c.id));
       return { archived: archived.length, removed: removed.length };
     },
 

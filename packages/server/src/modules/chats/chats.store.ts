@@ -23,12 +23,70 @@ const liveInvite = (code: string, now: Date) =>
     or(isNull(chatInvites.maxUses), sql`${chatInvites.uses} < ${chatInvites.maxUses}`),
   );
 
+/** The rows of a raw `execute`: PGlite answers `{rows}`, postgres-js the row list itself. */
+function rowsOf<T>(result: unknown): T[] {
+  if (Array.isArray(result)) return result as T[];
+  return ((result as { rows?: T[] }).rows ?? []) as T[];
+}
+
 export function makeChatsStore(db: Db) {
+  // The chat list is sent on every socket connect: prepared once so that its SQL is not rebuilt per call.
+  const listForQuery = db
+    .select({ chat: chats, memberCount })
+    .from(chatMembers)
+    .innerJoin(chats, eq(chats.id, chatMembers.chatId))
+    .where(and(eq(chatMembers.userId, sql.placeholder('userId')), isNull(chatMembers.leftAt), live))
+    .orderBy(desc(chats.id))
+    .prepare('parlor_chat_list');
   return {
     async insert(values: typeof chats.$inferInsert, tx: Tx = db): Promise<ChatRow> {
       const [row] = await tx.insert(chats).values(values).returning();
       if (!row) throw new Error('insert returned no row');
       return row;
+    },
+    /**
+     * A matched direct chat in one statement: the chat (named after its users, in order), its
+     * members and their direct joins in the activity log. Answers the new chat's id and epoch and
+     * the users as stored (fewer than asked when one no longer exists: the caller rolls back).
+     */
+    async insertDirect(
+      v: { userIds: number[]; matchToken: string; expiresAt: Date; at: Date },
+      tx: Tx,
+    ): Promise<{ id: number; epoch: number; users: { id: number; username: string; stranger: boolean }[] }> {
+      // Raw sql`` parameters must be strings or numbers: postgres-js does not serialise Date or arrays there.
+      const ids = sql`array[${sql.join(
+        v.userIds.map((id) => sql`${id}::integer`),
+        sql`, `,
+      )}]`;
+      const at = sql`${v.at.toISOString()}::timestamptz`;
+      const result = await tx.execute(sql`
+        with u as (
+          select id, username, is_stranger, array_position(${ids}, id) as pos from users where id = any(${ids})
+        ), c as (
+          insert into chats (type, name, owner_user_id, match_token, expires_at, created_at, updated_at)
+          select 'direct', string_agg(username, ' & ' order by pos), null, ${v.matchToken},
+                 ${v.expiresAt.toISOString()}::timestamptz, ${at}, ${at}
+          from u
+          returning id, epoch
+        ), m as (
+          insert into chat_members (chat_id, user_id, joined_at) select c.id, u.id, ${at} from c, u
+        ), a as (
+          insert into chat_activity (chat_id, user_id, action, method, created_at)
+          select c.id, u.id, 'join', 'direct', ${at} from c, u
+        )
+        select c.id::integer as chat_id, c.epoch::integer as epoch, u.id::integer as user_id, u.username,
+               u.is_stranger
+        from c, u order by u.pos`);
+      const rows = rowsOf<{ chat_id: number; epoch: number; user_id: number; username: string; is_stranger: boolean }>(
+        result,
+      );
+      const first = rows[0];
+      if (!first) throw new Error('insert returned no row');
+      return {
+        id: Number(first.chat_id),
+        epoch: Number(first.epoch),
+        users: rows.map((r) => ({ id: Number(r.user_id), username: r.username, stranger: r.is_stranger === true })),
+      };
     },
     async byId(id: number, tx: Tx = db): Promise<ChatWithCount | undefined> {
       const [row] = await tx
@@ -65,12 +123,7 @@ export function makeChatsStore(db: Db) {
     },
     /** The chats a user is a member of, newest first (archived direct chats included). */
     async listFor(userId: number): Promise<ChatWithCount[]> {
-      const rows = await db
-        .select({ chat: chats, memberCount })
-        .from(chatMembers)
-        .innerJoin(chats, eq(chats.id, chatMembers.chatId))
-        .where(and(eq(chatMembers.userId, userId), isNull(chatMembers.leftAt), live))
-        .orderBy(desc(chats.id));
+      const rows = await listForQuery.execute({ userId });
       return rows.map((r) => ({ ...r.chat, memberCount: r.memberCount }));
     },
     async isMember(chatId: number, userId: number, tx: Tx = db): Promise<boolean> {

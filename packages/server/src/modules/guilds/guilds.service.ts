@@ -274,6 +274,12 @@ export function makeGuildsService(deps: GuildsDeps) {
       return g ? toRoomSettings(g) : null;
     },
 
+    /** Whether the user owns the guild whose public chat this is (that chat's room is theirs to run). */
+    async ownsChatGuild(chatId: number, userId: number): Promise<boolean> {
+      const g = await store.byChatId(chatId);
+      return g?.ownerChatplatformId != null && (await store.hasIdentity(userId, g.ownerChatplatformId));
+    },
+
     /** room:join {vanity}: the guild chat behind a vanity, while the guild's premium is active. */
     async vanityChat(vanity: string): Promise<number | null> {
       return store.chatOfVanity(vanity, clock.now());

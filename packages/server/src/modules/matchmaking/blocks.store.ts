@@ -1,4 +1,4 @@
-import { and, desc, eq, or } from 'drizzle-orm';
+import { and, desc, eq } from 'drizzle-orm';
 import type { Db } from '../../platform/db/index.js';
 import { userBlocks } from '../../platform/db/schema.js';
 
@@ -21,14 +21,6 @@ export function makeBlocksStore(db: Db) {
         .from(userBlocks)
         .where(eq(userBlocks.blockerId, blockerId))
         .orderBy(desc(userBlocks.createdAt));
-    },
-    /** Everyone this user blocked or was blocked by. */
-    async excludedFor(userId: number): Promise<number[]> {
-      const rows = await db
-        .select()
-        .from(userBlocks)
-        .where(or(eq(userBlocks.blockerId, userId), eq(userBlocks.blockedId, userId)));
-      return [...new Set(rows.map((r) => (r.blockerId === userId ? r.blockedId : r.blockerId)))];
     },
   };
 }

@@ -38,7 +38,12 @@ export function registerMatchmakingRoutes(
     handler: async (req) => {
       const u = currentUser(req);
       return matchmaking.enqueue(
-        { userId: u.id, sessionId: viewerOf(req).sessionId, stranger: u.stranger, matchBlocked: u.matchBlocked },
+        {
+          userId: u.id,
+          sessionId: viewerOf(req).sessionId,
+          stranger: u.stranger,
+          matchBlocked: u.matchBlocked,
+        },
         req.body.interests,
       );
     },

@@ -5,11 +5,16 @@ import { type Realtime, rooms } from '../../platform/realtime.js';
 import type { StateStore } from '../../platform/state/index.js';
 import type { MatchQueue, QueueEntry } from '../../platform/state/match-queue.js';
 import type { ChatsService } from '../chats/chats.service.js';
-import type { UsersService } from '../users/users.service.js';
-import type { BlocksStore } from './blocks.store.js';
+import type { MatchmakingStore } from './matchmaking.store.js';
 
 const interestRe = new RegExp(INTEREST_PATTERN);
 const ONLINE_SET = 'online-users';
+/**
+ * How long a node trusts a count of two or more online users before it counts again. Online is
+ * already approximate by ONLINE_TTL_MS (75 s after the last socket); this saves a state call per
+ * enqueue. Answers below two are never reused.
+ */
+export const PEERS_ONLINE_REUSE_MS = 1_000;
 
 export interface Searcher {
   userId: number;
@@ -18,15 +23,14 @@ export interface Searcher {
   matchBlocked: boolean;
 }
 
+type Found = { id: number; username: string; stranger: boolean };
+
 export interface MatchmakingDeps {
   clock: Clock;
   state: StateStore;
   queue: MatchQueue;
   chats: ChatsService;
-  users: Pick<UsersService, 'hasPremium' | 'mustGet'>;
-  blocks: BlocksStore;
-  /** The country of a session's address (from its stored geo), or null. */
-  countryOf(sessionId: number): Promise<string | null>;
+  store: MatchmakingStore;
   realtime: Pick<Realtime, 'emitTo'>;
 }
 
@@ -42,6 +46,14 @@ export function validInterests(tags: string[]): boolean {
 
 export function makeMatchmakingService(deps: MatchmakingDeps) {
   const { clock, state, queue, chats, realtime } = deps;
+  /** Until when (clock ms) this node's last count said two or more users were online. */
+  let peersOnlineUntil = 0;
+  const onlineCount = async (now: number): Promise<number> => {
+    if (now < peersOnlineUntil) return 2;
+    const n = await state.countExpiring(ONLINE_SET);
+    if (n >= 2) peersOnlineUntil = now + PEERS_ONLINE_REUSE_MS;
+    return n;
+  };
 
   const status = async (userId: number): Promise<MatchStatus> => {
     const now = clock.now().getTime();
@@ -60,27 +72,26 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
     return { state: 'idle' };
   };
 
-  /** Creates the direct chat of a pair and tells every session of both users. */
-  const complete = async (me: QueueEntry, peer: QueueEntry, tag: string) => {
-    const shared = [tag, ...me.tags.filter((t) => t !== tag && peer.tags.includes(t))];
-    const [mine, theirs] = await Promise.all([deps.users.mustGet(me.userId), deps.users.mustGet(peer.userId)]);
-    const { chat, token } = await chats.createDirect(
-      [
-        { userId: peer.userId, username: theirs.username },
-        { userId: me.userId, username: mine.username },
-      ],
-      shared,
-    );
+  /**
+   * Creates the direct chat of a pair and tells every session of both users; answers the pairing
+   * caller's status from the values in hand (the new chat is its newest active direct chat).
+   */
+  const complete = async (me: Searcher, mine: QueueEntry, peer: QueueEntry, tag: string): Promise<MatchStatus> => {
+    const shared = [tag, ...mine.tags.filter((t) => t !== tag && peer.tags.includes(t))];
+    // Names and kinds as stored, read by the statement that creates the chat (the peer may have renamed).
+    const { chat, token, users } = await chats.createDirect([peer.userId, me.userId], shared);
+    const [theirs, ours] = users as [Found, Found];
     const expires_at = chat.expires_at ?? new Date(clock.now().getTime() + Limits.DIRECT_CHAT_TTL_MS).toISOString();
-    const found = (other: typeof mine, otherEntry: QueueEntry) => ({
+    const found = (other: Found, otherEntry: QueueEntry) => ({
       chat_id: chat.id,
       token,
       interests: shared,
       expires_at,
-      peer: { id: other.id, username: other.username, stranger: other.isStranger, country_code: otherEntry.country },
+      peer: { ...other, country_code: otherEntry.country },
     });
     realtime.emitTo(rooms.user(me.userId), 'match:found', found(theirs, peer));
-    realtime.emitTo(rooms.user(peer.userId), 'match:found', found(mine, me));
+    realtime.emitTo(rooms.user(peer.userId), 'match:found', found(ours, mine));
+    return { state: 'matched', token, chat_id: chat.id, expires_at };
   };
 
   return {
@@ -89,7 +100,7 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
     /** A user with a connected socket counts as online for ONLINE_TTL_MS (refreshed while connected). */
     async markOnline(userIds: number[]): Promise<void> {
       const until = clock.now().getTime() + Limits.ONLINE_TTL_MS;
-      for (const id of new Set(userIds)) await state.addExpiring(ONLINE_SET, String(id), until);
+      await Promise.all([...new Set(userIds)].map((id) => state.addExpiring(ONLINE_SET, String(id), until)));
     },
 
     /** POST /v1/portal/match: queue on every tag at once, or pair at once when a peer waits. */
@@ -97,27 +108,36 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
       if (!validInterests(interests)) throw appError('ERR_MATCH_UNSUPPORTED_INTEREST');
       if (searcher.matchBlocked) throw appError('ERR_STRANGER_BLOCKED');
       const now = clock.now().getTime();
-      if (await queue.get(searcher.userId, now)) throw appError('ERR_MATCH_ALREADY_SEARCHING');
-      const premium = !searcher.stranger && (await deps.users.hasPremium(searcher.userId));
+      // One SQL statement and the online count (reused for a second when two or more), at once.
+      // Whether the caller already searches is answered atomically by the queue call itself; it
+      // is looked up first only to refuse.
+      const [facts, online] = await Promise.all([
+        deps.store.searcherFacts(searcher.userId, searcher.sessionId, new Date(now)),
+        onlineCount(now),
+      ]);
+      const refuse = async (code: 'ERR_USER_NOT_FOUND' | 'ERR_MATCH_SLOT_LIMIT' | 'ERR_MATCH_NO_PEERS_ONLINE') => {
+        // A searching caller hears that first, whatever else would refuse it.
+        if (await queue.get(searcher.userId, now)) throw appError('ERR_MATCH_ALREADY_SEARCHING');
+        throw appError(code);
+      };
+      if (!facts) return refuse('ERR_USER_NOT_FOUND');
+      const premium = !searcher.stranger && facts.premium;
       const slots = premium ? Limits.DIRECT_SLOTS_PREMIUM : Limits.DIRECT_SLOTS_FREE;
-      if ((await chats.activeDirect(searcher.userId)).length >= slots) throw appError('ERR_MATCH_SLOT_LIMIT');
-      const online = await state.countExpiring(ONLINE_SET);
-      const selfOnline = await state.hasExpiring(ONLINE_SET, String(searcher.userId));
-      if (online - (selfOnline ? 1 : 0) < 1) throw appError('ERR_MATCH_NO_PEERS_ONLINE');
+      if (facts.activeDirect >= slots) return refuse('ERR_MATCH_SLOT_LIMIT');
+      // Two online users always include another one; with fewer, the caller may be the only one.
+      if (online < 2 && online - ((await state.hasExpiring(ONLINE_SET, String(searcher.userId))) ? 1 : 0) < 1)
+        return refuse('ERR_MATCH_NO_PEERS_ONLINE');
       const entry: QueueEntry = {
         userId: searcher.userId,
         tags: interests,
         enqueuedAt: now,
         deadline: now + Limits.MATCH_QUEUE_WAIT_MS,
-        exclude: await deps.blocks.excludedFor(searcher.userId),
-        country: await deps.countryOf(searcher.sessionId),
+        exclude: facts.exclude,
+        country: facts.country,
       };
       const result = await queue.enqueue(entry, now);
       if (result.kind === 'already') throw appError('ERR_MATCH_ALREADY_SEARCHING');
-      if (result.kind === 'paired') {
-        await complete(entry, result.peer, result.tag);
-        return status(searcher.userId);
-      }
+      if (result.kind === 'paired') return complete(searcher, entry, result.peer, result.tag);
       return { state: 'searching', interests, expires_at: new Date(entry.deadline).toISOString() };
     },
 

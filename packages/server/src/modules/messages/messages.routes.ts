@@ -47,9 +47,16 @@ export function registerMessagesRoutes(
       response: { 200: Type.Object({ messages: Type.Array(MessageSchema) }), ...errorResponses },
     },
     onRequest: guards.anySession,
-    handler: async (req) => {
-      await chats.assertReader(viewerOf(req), req.params.chat_id);
-      return { messages: await messages.history(req.params.chat_id, req.query.before, req.query.limit) };
+    handler: async (req, reply) => {
+      const v = viewerOf(req);
+      const page = await messages.history(v, req.params.chat_id, req.query.before, req.query.limit);
+      // One query reads the page and checks the right to; an empty page may be a refusal: say which.
+      if (page.length === 0) await chats.assertReader(v, req.params.chat_id);
+      // The rows are already the wire shape (a fixed column list), so the schema's serializer would
+      // only re-check them; on ciphertext bundles (JSON inside strings) its escaping costs about
+      // 3.5 times JSON.stringify. The schema still documents the response.
+      reply.type('application/json; charset=utf-8').serializer(JSON.stringify);
+      return { messages: page };
     },
   });
 

@@ -1,6 +1,5 @@
 import { Limits, type Message } from '@parlor/protocol';
 import type { Clock } from '../../platform/clock.js';
-import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
 import { retryAfterSeconds } from '../../platform/http.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
@@ -8,18 +7,18 @@ import type { StateStore } from '../../platform/state/index.js';
 import type { Tx } from '../users/users.store.js';
 import { parseBundle } from './messages.bundle.js';
 import { messageId, toMessage } from './messages.presenter.js';
+import type { Reader } from './messages.sql.js';
 import { type MessagesStore, parseMessageId } from './messages.store.js';
 
-/** What sending needs of chats and keys, wired by hand. */
+/** What telling why a send was refused needs of chats and keys, wired by hand. */
 export interface SendAccess {
-  /** Locks the chat row for the transaction: its epoch and whether it is archived; null if gone. */
-  lockChat(chatId: number, tx: Tx): Promise<{ epoch: number; archived: boolean; ownerId: number | null } | null>;
-  isMember(chatId: number, userId: number, tx: Tx): Promise<boolean>;
-  hasKey(chatId: number, epoch: number, sessionId: number, tx: Tx): Promise<boolean>;
+  /** The chat's epoch and whether it is archived; null if gone. */
+  chat(chatId: number): Promise<{ epoch: number; archived: boolean } | null>;
+  isMember(chatId: number, userId: number): Promise<boolean>;
+  hasKey(chatId: number, epoch: number, sessionId: number): Promise<boolean>;
 }
 
 export interface MessagesDeps {
-  db: Db;
   store: MessagesStore;
   clock: Clock;
   state: StateStore;
@@ -33,18 +32,43 @@ export interface Sender {
   permissionLevel: number;
 }
 
-export function makeMessagesService({ db, store, clock, state, realtime, access }: MessagesDeps) {
+export function makeMessagesService({ store, clock, state, realtime, access }: MessagesDeps) {
   const perChat = state.limiter('msg-chat', Limits.MESSAGES_PER_CHAT, Limits.MESSAGE_WINDOW_MS);
   const global = state.limiter('msg-user', Limits.MESSAGES_GLOBAL, Limits.MESSAGE_WINDOW_MS);
 
+  /**
+   * Both limits at once (one round trip in cluster mode). As when they were spent one after the
+   * other, a send refused by the per-chat limit does not count against the user's global one.
+   */
   const spend = async (userId: number, chatId: number) => {
-    for (const [limiter, key] of [
-      [perChat, `${userId}:${chatId}`],
-      [global, String(userId)],
-    ] as const) {
-      const r = await limiter.consume(key);
-      if (!r.allowed) throw appError('ERR_RATE_LIMITED', undefined, { retry_after: retryAfterSeconds(r.retryAfterMs) });
+    const [chatLimit, userLimit] = await Promise.all([
+      perChat.consume(`${userId}:${chatId}`),
+      global.consume(String(userId)),
+    ]);
+    if (!chatLimit.allowed) {
+      await global.refund(String(userId));
+      throw appError('ERR_RATE_LIMITED', undefined, { retry_after: retryAfterSeconds(chatLimit.retryAfterMs) });
     }
+    if (!userLimit.allowed)
+      throw appError('ERR_RATE_LIMITED', undefined, { retry_after: retryAfterSeconds(userLimit.retryAfterMs) });
+  };
+
+  /** Throws why a send was refused, checking in the order of spec 4.6 and DESIGN.md 7. */
+  const refusal = async (sender: Sender, chatId: number, epoch: number, now: Date): Promise<void> => {
+    const chat = await access.chat(chatId);
+    if (!chat) throw appError('ERR_CHAT_NOT_FOUND');
+    if (!(await access.isMember(chatId, sender.userId))) throw appError('ERR_NOT_CHAT_MEMBER');
+    if (chat.archived) throw appError('ERR_CHAT_READ_ONLY');
+    if (await store.activeRestriction(chatId, sender.userId, ['CHAT_BAN'], now)) throw appError('ERR_CHAT_BANNED');
+    const restriction = await store.activeRestriction(chatId, sender.userId, ['CHAT_MUTE'], now);
+    if (restriction) {
+      const ttl = restriction.expiresAt
+        ? Math.max(1, Math.ceil((restriction.expiresAt.getTime() - now.getTime()) / 1000))
+        : 0;
+      throw appError('ERR_MUTED', undefined, { ttl });
+    }
+    if (epoch !== chat.epoch) throw appError('ERR_EPOCH_MISMATCH');
+    if (!(await access.hasKey(chatId, chat.epoch, sender.sessionId))) throw appError('ERR_NO_ROOM_KEY');
   };
 
   const publish = (m: Message) => realtime.emitTo(rooms.chat(m.chat_id), 'message:new', m);
@@ -63,10 +87,9 @@ export function makeMessagesService({ db, store, clock, state, realtime, access 
 
     /** Persists a system message inside the caller's transaction; publish it after the commit. */
     async appendSystem(chatId: number, system: Record<string, unknown>, tx: Tx): Promise<Message> {
-      const now = clock.now();
-      const id = await store.nextId(chatId, now.getTime(), tx);
+      const createdAt = clock.now();
       return toMessage(
-        await store.insert({ chatId, ...id, type: 'system', senderId: null, content: '', system, createdAt: now }, tx),
+        await store.append({ chatId, type: 'system', senderId: null, content: '', system, createdAt }, tx),
       );
     },
 
@@ -74,42 +97,40 @@ export function makeMessagesService({ db, store, clock, state, realtime, access 
       return (await store.activeRestriction(chatId, userId, ['CHAT_BAN'], clock.now())) !== undefined;
     },
 
-    /** Spec 4.6 rule 1 and DESIGN.md 7: joined, not banned or muted, current epoch, holds the key. */
+    /**
+     * Spec 4.6 rule 1 and DESIGN.md 7: joined, not banned or muted, current epoch, holds the key.
+     * The checks and the write are one statement; only when it writes nothing are the checks run
+     * one by one to tell why (and if they all pass by then, the state changed: try again).
+     */
     async send(sender: Sender, chatId: number, content: string): Promise<{ id: string }> {
       const bundle = parseBundle(content);
       if (!bundle) throw appError('ERR_INVALID_BUNDLE');
       await spend(sender.userId, chatId);
-      const now = clock.now();
-      const message = await db.transaction(async (tx) => {
-        const chat = await access.lockChat(chatId, tx);
-        if (!chat) throw appError('ERR_CHAT_NOT_FOUND');
-        if (!(await access.isMember(chatId, sender.userId, tx))) throw appError('ERR_NOT_CHAT_MEMBER');
-        if (chat.archived) throw appError('ERR_CHAT_READ_ONLY');
-        if (await store.activeRestriction(chatId, sender.userId, ['CHAT_BAN'], now, tx))
-          throw appError('ERR_CHAT_BANNED');
-        const restriction = await store.activeRestriction(chatId, sender.userId, ['CHAT_MUTE'], now, tx);
-        if (restriction) {
-          const ttl = restriction.expiresAt
-            ? Math.max(1, Math.ceil((restriction.expiresAt.getTime() - now.getTime()) / 1000))
-            : 0;
-          throw appError('ERR_MUTED', undefined, { ttl });
+      for (let attempt = 0; attempt < 3; attempt++) {
+        const now = clock.now();
+        const check = { chatId, userId: sender.userId, sessionId: sender.sessionId, epoch: bundle.epoch, content, now };
+        const id = await store.sendChecked(check);
+        if (id) {
+          const message = toMessage({
+            chatId,
+            ...id,
+            type: 'user',
+            senderId: sender.userId,
+            content,
+            system: null,
+            createdAt: now,
+          });
+          publish(message);
+          return { id: message.id };
         }
-        if (bundle.epoch !== chat.epoch) throw appError('ERR_EPOCH_MISMATCH');
-        if (!(await access.hasKey(chatId, chat.epoch, sender.sessionId, tx))) throw appError('ERR_NO_ROOM_KEY');
-        const id = await store.nextId(chatId, now.getTime(), tx);
-        return toMessage(
-          await store.insert(
-            { chatId, ...id, type: 'user', senderId: sender.userId, content, system: null, createdAt: now },
-            tx,
-          ),
-        );
-      });
-      publish(message);
-      return { id: message.id };
+        await refusal(sender, chatId, bundle.epoch, now);
+      }
+      throw new Error('a send was refused three times although each check then passed');
     },
 
-    async history(chatId: number, before: string | undefined, limit: number): Promise<Message[]> {
-      return (await store.page(chatId, before ? parseMessageId(before) : null, limit)).map(toMessage);
+    /** A page the reader may read; empty also when it may not (see `chats.assertReader`). */
+    async history(reader: Reader, chatId: number, before: string | undefined, limit: number): Promise<Message[]> {
+      return store.readablePage(chatId, reader, before ? parseMessageId(before) : null, limit);
     },
 
     /** Deletes by id: your own messages, or anyone's for the chat owner and Moderators and above. */

@@ -1,7 +1,9 @@
-import { and, desc, eq, gt, inArray, isNull, or, sql } from 'drizzle-orm';
-import type { Db } from '../../platform/db/index.js';
-import { chats, messages, moderationActions } from '../../platform/db/schema.js';
+import type { Message } from '@parlor/protocol';
+import { and, desc, eq, gt, inArray, isNull, or } from 'drizzle-orm';
+import { type Db, rowsOf } from '../../platform/db/index.js';
+import { messages, moderationActions } from '../../platform/db/schema.js';
 import type { Tx } from '../users/users.store.js';
+import { appendSql, pageSql, type Reader, type SendCheck, sendSql } from './messages.sql.js';
 
 export type MessageRow = typeof messages.$inferSelect;
 
@@ -14,37 +16,36 @@ export function parseMessageId(id: string): { ms: number; seq: number } {
 export function makeMessagesStore(db: Db) {
   return {
     /**
-     * Takes the chat's next message id: `<ms>-<seq>` with ms the current time unless the last id
-     * is ahead (clock skew between nodes), and seq counting within one ms. The row lock of the
-     * UPDATE makes ids strictly increasing per chat whichever node sends.
+     * Appends a message under the chat's next id in one statement: the UPDATE of the chat row takes
+     * `<ms>-<seq>` (ms the current time unless the last id is ahead, clock skew between nodes; seq
+     * counting within one ms) and the INSERT uses it. The row lock is held only for that statement
+     * (or the caller's transaction), so ids are strictly increasing per chat whichever node sends.
      */
-    async nextId(chatId: number, nowMs: number, tx: Tx): Promise<{ ms: number; seq: number }> {
-      const [row] = await tx
-        .update(chats)
-        .set({
-          msgSeq: sql`case when ${chats.msgMs} >= ${nowMs} then ${chats.msgSeq} + 1 else 0 end`,
-          msgMs: sql`greatest(${chats.msgMs}, ${nowMs})`,
-        })
-        .where(eq(chats.id, chatId))
-        .returning({ ms: chats.msgMs, seq: chats.msgSeq });
-      if (!row) throw new Error('chat vanished while sending');
-      return row;
+    async append(values: Omit<MessageRow, 'ms' | 'seq'>, tx: Tx = db): Promise<MessageRow> {
+      const [row] = rowsOf<{ ms: number | string; seq: number }>(await tx.execute(appendSql(values)));
+      if (!row) throw new Error('chat vanished while appending');
+      return { ...values, ms: Number(row.ms), seq: row.seq };
     },
-    async insert(values: typeof messages.$inferInsert, tx: Tx): Promise<MessageRow> {
-      const [row] = await tx.insert(messages).values(values).returning();
-      if (!row) throw new Error('insert returned no row');
-      return row;
+    /**
+     * A user message, sent only if the chat is live, not archived, at `check.epoch`, and the sender
+     * is a member, neither banned nor muted here, holding an envelope at that epoch: all checked and
+     * written in one statement. Undefined when a check failed (the caller finds which).
+     */
+    async sendChecked(check: SendCheck): Promise<{ ms: number; seq: number } | undefined> {
+      const [row] = rowsOf<{ ms: number | string; seq: number }>(await db.execute(sendSql(check)));
+      return row ? { ms: Number(row.ms), seq: row.seq } : undefined;
     },
-    /** Newest first, strictly before the cursor when one is given. */
-    async page(chatId: number, before: { ms: number; seq: number } | null, limit: number): Promise<MessageRow[]> {
-      // A row comparison lets the (chat_id, ms, seq) index bound the scan at the cursor.
-      const cursor = before ? sql`(${messages.ms}, ${messages.seq}) < (${before.ms}, ${before.seq})` : undefined;
-      return db
-        .select()
-        .from(messages)
-        .where(and(eq(messages.chatId, chatId), cursor))
-        .orderBy(desc(messages.ms), desc(messages.seq))
-        .limit(limit);
+    /**
+     * Newest first, strictly before the cursor when one is given, already in the wire shape. Empty
+     * when the reader may not read the chat or it is gone, as for an empty page: the caller tells.
+     */
+    async readablePage(
+      chatId: number,
+      reader: Reader,
+      before: { ms: number; seq: number } | null,
+      limit: number,
+    ): Promise<Message[]> {
+      return rowsOf<Message>(await db.execute(pageSql(chatId, reader, before, limit)));
     },
     async byIds(chatId: number, ids: { ms: number; seq: number }[]): Promise<MessageRow[]> {
       if (ids.length === 0) return [];

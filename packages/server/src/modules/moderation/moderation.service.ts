@@ -219,6 +219,32 @@ export function makeModerationService(deps: ModerationDeps) {
     },
   };
 
+  /**
+   * Lifts a chat restriction (`chatId` null: a hard one) and writes its audit entry in one
+   * transaction: an unban or unmute is never recorded without taking effect, nor the reverse.
+   */
+  const liftChat = (
+    actor: ChatActor,
+    targetId: number,
+    type: 'CHAT_BAN' | 'CHAT_MUTE',
+    chatId: number | null,
+    entry: { code: number; action: string; reason?: string; withCount?: boolean },
+  ) =>
+    db.transaction(async (tx) => {
+      const lifted = await store.lift(targetId, [type], chatId, clock.now(), tx);
+      await audit.record(
+        {
+          actor: { kind: 'user', id: actor.userId },
+          code: entry.code,
+          action: entry.action,
+          targetUserId: targetId,
+          reason: entry.reason,
+          ...(chatId === null ? {} : { data: { chat_id: chatId, ...(entry.withCount ? { lifted } : {}) } }),
+        },
+        tx,
+      );
+    });
+
   /** A chat restriction record and its audit entry; `chatId` null is a hard (every-chat) one. */
   const recordChat = async (
     actor: ChatActor,
@@ -294,14 +320,11 @@ export function makeModerationService(deps: ModerationDeps) {
 
     async unban(actor: ChatActor, chatId: number, body: { user_id: number; reason?: string }) {
       await chatContext(actor, chatId, body.user_id);
-      const lifted = await store.lift(body.user_id, ['CHAT_BAN'], chatId, clock.now());
-      await audit.record({
-        actor: { kind: 'user', id: actor.userId },
+      await liftChat(actor, body.user_id, 'CHAT_BAN', chatId, {
         code: AuditCodes.CHAT_UNBAN,
         action: 'chat-unban',
-        targetUserId: body.user_id,
         reason: body.reason,
-        data: { chat_id: chatId, lifted },
+        withCount: true,
       });
     },
 
@@ -322,14 +345,7 @@ export function makeModerationService(deps: ModerationDeps) {
     /** Spec 4.6 rule 3: removes this chat's mutes only, never a hard mute; user:unmuted to the chat. */
     async unmute(actor: ChatActor, chatId: number, body: { user_id: number }) {
       await chatContext(actor, chatId, body.user_id, true);
-      await store.lift(body.user_id, ['CHAT_MUTE'], chatId, clock.now());
-      await audit.record({
-        actor: { kind: 'user', id: actor.userId },
-        code: AuditCodes.CHAT_UNMUTE,
-        action: 'chat-unmute',
-        targetUserId: body.user_id,
-        data: { chat_id: chatId },
-      });
+      await liftChat(actor, body.user_id, 'CHAT_MUTE', chatId, { code: AuditCodes.CHAT_UNMUTE, action: 'chat-unmute' });
       realtime.emitTo(rooms.chat(chatId), 'user:unmuted', { chat_id: chatId, user_id: body.user_id });
     },
 
@@ -365,13 +381,7 @@ export function makeModerationService(deps: ModerationDeps) {
 
     async hardUnmute(actor: ChatActor, body: { user_id: number }) {
       const target = await hardMuteTarget(actor, body.user_id);
-      await store.lift(target.id, ['CHAT_MUTE'], null, clock.now());
-      await audit.record({
-        actor: { kind: 'user', id: actor.userId },
-        code: AuditCodes.HARD_UNMUTE,
-        action: 'hard-unmute',
-        targetUserId: target.id,
-      });
+      await liftChat(actor, target.id, 'CHAT_MUTE', null, { code: AuditCodes.HARD_UNMUTE, action: 'hard-unmute' });
     },
 
     /** Lifts records whose time is up and restores users whose timeout or ban ended. Safe on many nodes. */

@@ -1,4 +1,4 @@
-import { and, count, desc, eq, gt, inArray, isNotNull, isNull, lte, ne, or } from 'drizzle-orm';
+import { and, count, desc, eq, gt, inArray, isNotNull, isNull, lte, ne, or, sql } from 'drizzle-orm';
 import type { Db } from '../../platform/db/index.js';
 import { sessions, users } from '../../platform/db/schema.js';
 import { noUsersChanged, type UsersChanged } from '../users/users.changes.js';
@@ -13,6 +13,21 @@ const active = (now: Date) => and(isNull(sessions.endedAt), gt(sessions.expiresA
  * invalidation, users.changes.ts); inside a transaction it publishes once that commits.
  */
 export function makeSessionsStore(db: Db, onChanged: UsersChanged = noUsersChanged) {
+  // Every authenticated request that misses the auth cache, and every socket handshake, runs this:
+  // prepared once so that its SQL is not rebuilt per call.
+  const resolveQuery = db
+    .select({ session: sessions, user: users })
+    .from(sessions)
+    .innerJoin(users, eq(users.id, sessions.userId))
+    .where(
+      and(
+        eq(sessions.tokenHash, sql.placeholder('hash')),
+        isNull(sessions.endedAt),
+        gt(sessions.expiresAt, sql.placeholder('now')),
+      ),
+    )
+    .limit(1)
+    .prepare('parlor_session_resolve');
   return {
     async insert(values: typeof sessions.$inferInsert, tx: Tx): Promise<SessionRow> {
       const [row] = await tx.insert(sessions).values(values).returning();
@@ -21,12 +36,7 @@ export function makeSessionsStore(db: Db, onChanged: UsersChanged = noUsersChang
     },
     /** The live session for a token hash, with its user. */
     async resolve(tokenHash: string, now: Date) {
-      const [row] = await db
-        .select({ session: sessions, user: users })
-        .from(sessions)
-        .innerJoin(users, eq(users.id, sessions.userId))
-        .where(and(eq(sessions.tokenHash, tokenHash), active(now)))
-        .limit(1);
+      const [row] = await resolveQuery.execute({ hash: tokenHash, now: now.toISOString() });
       return row;
     },
     async activeOf(userId: number, now: Date, tx: Tx = db): Promise<SessionRow[]> {
@@ -70,11 +80,6 @@ export function makeSessionsStore(db: Db, onChanged: UsersChanged = noUsersChang
         .returning({ id: sessions.id });
       if (rows.length > 0) await onChanged([userId], tx);
       return rows.map((r) => r.id);
-    },
-    async countryOf(id: number): Promise<string | null> {
-      const [row] = await db.select({ geo: sessions.geo }).from(sessions).where(eq(sessions.id, id));
-      const code = (row?.geo as { country_code?: string } | undefined)?.country_code;
-      return code ? code : null;
     },
     async touch(id: number, now: Date): Promise<void> {
       await db.update(sessions).set({ lastSeenAt: now }).where(eq(sessions.id, id));

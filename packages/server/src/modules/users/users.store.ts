@@ -40,8 +40,8 @@ export function makeUsersStore(db: Db, onChanged: UsersChanged = noUsersChanged)
       const [row] = await tx.select().from(users).where(eq(users.id, id)).limit(1).for('update');
       return row;
     },
-    async byUsername(username: string): Promise<UserRow | undefined> {
-      const [row] = await db.select().from(users).where(sql`lower(${users.username}) = lower(${username})`).limit(1);
+    async byUsername(username: string, tx: Tx = db): Promise<UserRow | undefined> {
+      const [row] = await tx.select().from(users).where(sql`lower(${users.username}) = lower(${username})`).limit(1);
       return row;
     },
     async byIdentity(platform: string, platformUserId: string, tx: Tx = db): Promise<UserRow | undefined> {

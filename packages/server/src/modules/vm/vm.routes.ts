@@ -70,8 +70,9 @@ export function registerVmSockets(realtime: Realtime, vm: VmService) {
   nsp.adapter.on('join-room', (room: string, socketId: string) => {
     const chatId = chatIdOf(room);
     const socket = chatId === null ? undefined : nsp.sockets.get(socketId);
-    if (chatId !== null && socket) vm.joinedChat(socketId, socket.data.userId, chatId);
+    if (chatId !== null && socket) void vm.joinedChat(socketId, socket.data.userId, chatId).catch(() => {});
   });
+  // The adapter of this node: it reports the sockets connected here (every node runs the same).
   nsp.adapter.on('leave-room', (room: string, socketId: string) => {
     const chatId = chatIdOf(room);
     const socket = chatId === null ? undefined : nsp.sockets.get(socketId);
@@ -103,7 +104,7 @@ export function registerVmSockets(realtime: Realtime, vm: VmService) {
       return {};
     });
     onEvent(socket, 'vm:frame:ack', VmFrameAckPayload, async (p: { chat_id: number; seq: number }) => {
-      vm.ack(caller, p.chat_id, p.seq);
+      await vm.ack(caller, p.chat_id, p.seq);
       return {};
     });
     onEvent(socket, 'vm:control:request', VmChatPayload, async (p: ChatOnly) => vm.requestControl(caller, p.chat_id));

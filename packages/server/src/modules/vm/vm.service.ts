@@ -1,19 +1,19 @@
-import {
-  VM_TOKEN_TTL_MS,
-  VM_VIEWPORT,
-  type VmCredentials,
-  type VmInputPayload,
-  type VmStopReason,
-} from '@parlor/protocol';
+import { VM_TOKEN_TTL_MS, type VmCredentials, type VmInputPayload, type VmStopReason } from '@parlor/protocol';
 import type { Clock } from '../../platform/clock.js';
 import { appError } from '../../platform/errors.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
+import type { StateStore } from '../../platform/state/index.js';
 import type { VmFrame, VmProvider } from '../../platform/vm/provider.js';
 import type { ChatsService } from '../chats/chats.service.js';
-import { type Actor, canGrant, canStart, canStop } from './vm.rules.js';
-import { defaultSettingsSource, type RoomVmSettings, resolveSettings, type SettingsSource } from './vm.settings.js';
+import { decodeFrame, makeVmCluster, type RoomPlace } from './vm.cluster.js';
+import { type AudienceAnswer, makeRoomHost, type RemoteActor, serveHost } from './vm.host.js';
+import { type Actor, canStart, canStop, type RoomChat } from './vm.rules.js';
+import { defaultSettingsSource, type SettingsSource } from './vm.settings.js';
 import type { ViewerTokens } from './vm.tokens.js';
 import { RoomViewers } from './vm.viewers.js';
+
+/** True when `userId` owns chat `chatId` through something other than the chat row (its guild). */
+export type GuildOwnerSource = (chatId: number, userId: number) => Promise<boolean>;
 
 /** A socket acting on a room: who it is and whether it is in the chat's socket room (room:join). */
 export interface Caller extends Actor {
@@ -28,7 +28,11 @@ export interface VmDeps {
   realtime: Pick<Realtime, 'io' | 'emitTo'>;
   clock: Clock;
   tokens: ViewerTokens;
+  /** The coordination store: the room → node map and the messages between nodes go through it. */
+  state: StateStore;
   settingsFor?: SettingsSource;
+  /** Whether a user owns an ownerless chat by another title (the guild owner of a guild chat). */
+  guildOwner?: GuildOwnerSource;
   /** VM_ALLOW_PRIVATE_NETWORKS: room browsers may reach loopback and private addresses. */
   allowPrivateNetworks: boolean;
   /** A room nobody watched for this long is stopped. */
@@ -36,124 +40,137 @@ export interface VmDeps {
   log: { warn(obj: object, msg: string): void };
 }
 
-interface Room {
+/** This node's viewers of one room, wherever the room runs. */
+interface Audience {
   chatId: number;
-  settings: RoomVmSettings;
-  width: number;
-  height: number;
+  node: string;
   viewers: RoomViewers;
-  controller: number | null;
-  /** Since when nobody watches (ms), or null while someone does. */
-  idleSince: number | null;
-  unsubscribe: (() => void) | null;
-  /** Input events sent to the browser and not yet answered (a flood is refused, not queued). */
-  inputsInFlight: number;
+  /** Remote rooms: ends the frame subscription. */
+  unsubscribe: (() => Promise<void>) | null;
+  reportedAt: number;
 }
 
 /** An unacknowledged frame is sent again after this long (it may have been dropped). */
 const ACK_TIMEOUT_MS = 3000;
-/** A controller may have this many input events waiting for the browser; more are refused. */
-const MAX_INPUTS_IN_FLIGHT = 64;
+/** A node watching a room on another node reports its viewers this often (the owner forgets silent nodes). */
+const REPORT_EVERY_MS = 5000;
+/** How long a start waits for another node that is starting the same room. */
+const START_WAIT_MS = 30_000;
 
 /**
- * Room VMs of chats (spec 4.6 rule 4, DESIGN.md 6): start/stop, viewer credentials, watching with
- * per-viewer frame flow control, control hand-over and the controller's input. The browsers
- * themselves are the provider's; this node keeps who watches and who controls.
+ * Room VMs of chats (spec 4.6 rule 4, DESIGN.md 6), usable from any node: a room runs on the node
+ * that started it (vm.host.ts; the room map says which), every node keeps its own sockets'
+ * viewing (per-viewer frame flow control, fed by the local browser or by the owner's frame
+ * channel), and control, input and stop go to the owning node (vm.cluster.ts).
  */
 export function makeVmService(deps: VmDeps) {
-  const { provider, chats, realtime, clock, tokens } = deps;
-  const live = new Map<number, Room>();
-  const starting = new Map<number, Promise<void>>();
+  const { chats, realtime, clock, tokens } = deps;
+  const cluster = makeVmCluster(deps.state);
+  const self = cluster.nodeId;
+  const audiences = new Map<number, Audience>();
   let settingsFor = deps.settingsFor ?? defaultSettingsSource;
+  let guildOwner: GuildOwnerSource = deps.guildOwner ?? (async () => false);
   const now = () => clock.now().getTime();
 
   const credentialsFor = (chatId: number, userId: number): VmCredentials => {
     const expiresAt = new Date(now() + VM_TOKEN_TTL_MS);
     return { token: tokens.issue({ chatId, userId, expiresAt }), expires_at: expiresAt.toISOString() };
   };
-
   const isMember = (userId: number, chatId: number) =>
     chats.assertMember(userId, chatId).then(
       () => true,
       () => false,
     );
-
-  const mustRun = (chatId: number): Room => {
-    const room = live.get(chatId);
-    if (!room) throw appError('ERR_ROOM_NOT_RUNNING');
-    return room;
+  /** The chat as the rules see it: the guild owner owns an ownerless guild chat's room (spec 4.4). */
+  const roomChat = async (actor: Actor, chatId: number): Promise<RoomChat> => {
+    const chat = await chats.find(chatId);
+    if (chat.ownerUserId === null && chat.type !== 'direct' && (await guildOwner(chatId, actor.userId)))
+      return { type: chat.type, ownerUserId: actor.userId };
+    return chat;
   };
-
   const mustBeIn = (caller: Caller, chatId: number) => {
     if (!caller.joined(chatId)) throw appError('ERR_NOT_CHAT_MEMBER', 'Join this chat (room:join) first.');
   };
 
   const sendFrame = (chatId: number) => (socketId: string, f: VmFrame) => {
-    // Volatile and node-local: frames are never kept for reconnecting clients nor sent through Redis.
+    // Volatile and node-local: frames are never kept for reconnecting clients nor sent through the adapter.
     realtime.io.local
       .to(socketId)
       .volatile.emit('vm:frame', { chat_id: chatId, seq: f.seq, mime: f.mime, data: f.data });
   };
 
-  const setController = (room: Room, userId: number | null) => {
-    room.controller = userId;
-    realtime.emitTo(rooms.chat(room.chatId), 'vm:control', { chat_id: room.chatId, controller_user_id: userId });
-  };
-
-  /** Every socket in the chat gets room:started with credentials of its own user. */
-  const announceStarted = async (chatId: number) => {
-    const sockets = await realtime.io.in(rooms.chat(chatId)).fetchSockets();
-    for (const s of sockets) {
-      realtime.emitTo(s.id, 'room:started', { chat_id: chatId, credentials: credentialsFor(chatId, s.data.userId) });
-    }
-  };
-
-  const launch = async (chatId: number) => {
-    const settings = resolveSettings(await settingsFor(chatId));
-    const info = await provider.start(String(chatId), {
-      browser: settings.browser,
-      proxy: settings.proxy,
-      startUrl: settings.start_url,
-      allowPrivateNetworks: deps.allowPrivateNetworks,
-      width: VM_VIEWPORT.width,
-      height: VM_VIEWPORT.height,
-    });
-    live.set(chatId, {
-      chatId,
-      settings,
-      width: info.width,
-      height: info.height,
-      viewers: new RoomViewers(sendFrame(chatId), now),
-      controller: null,
-      idleSince: now(),
-      unsubscribe: null,
-      inputsInFlight: 0,
-    });
-    await announceStarted(chatId);
-  };
-
-  const stopRoom = async (chatId: number, reason: VmStopReason) => {
-    const room = live.get(chatId);
-    live.delete(chatId);
-    if (room) {
-      room.unsubscribe?.();
-      room.viewers.clear();
-    }
-    await provider.stop(String(chatId));
-    if (room) realtime.emitTo(rooms.chat(chatId), 'room:stopped', { chat_id: chatId, reason });
-  };
-
-  provider.onStopped((roomId, reason) => {
-    void stopRoom(Number(roomId), reason).catch((err: unknown) => deps.log.warn({ err }, 'room VM clean-up failed'));
+  const host = makeRoomHost({
+    provider: deps.provider,
+    chats,
+    realtime,
+    clock,
+    cluster,
+    settingsFor: () => settingsFor,
+    roomChat,
+    localFrame: (chatId, f) => audiences.get(chatId)?.viewers.frame(f),
+    announceStarted: async (chatId) => {
+      const sockets = await realtime.io.in(rooms.chat(chatId)).fetchSockets();
+      for (const s of sockets)
+        realtime.emitTo(s.id, 'room:started', { chat_id: chatId, credentials: credentialsFor(chatId, s.data.userId) });
+    },
+    allowPrivateNetworks: deps.allowPrivateNetworks,
+    idleMs: deps.idleMs,
+    log: deps.log,
   });
 
-  const unwatch = (room: Room, socketId: string) => {
-    if (!room.viewers.remove(socketId)) return;
-    if (room.viewers.size === 0) {
-      room.unsubscribe?.();
-      room.unsubscribe = null;
-      room.idleSince = now();
+  // Requests from other nodes to the rooms this node runs.
+  serveHost(cluster, host);
+
+  /** Where the chat's room runs; ERR_ROOM_NOT_RUNNING when nowhere (or still starting). */
+  const runningAt = async (chatId: number): Promise<string> => {
+    if (host.has(chatId)) return self;
+    const place = await cluster.placeOf(chatId);
+    if (place?.state !== 'running') throw appError('ERR_ROOM_NOT_RUNNING');
+    return place.node;
+  };
+  const onOwner = async <T>(chatId: number, op: string, args: object): Promise<T> =>
+    cluster.call<T>(await runningAt(chatId), op, { chatId, ...args });
+  const remoteActor = (c: Actor & { username?: string }): RemoteActor => ({
+    userId: c.userId,
+    permissionLevel: c.permissionLevel,
+    username: c.username ?? '',
+  });
+
+  /** Ends this node's viewing of a room; its viewers (and the chat's sockets here) hear room:stopped. */
+  const endAudience = (chatId: number, reason: string | null) => {
+    const a = audiences.get(chatId);
+    audiences.delete(chatId);
+    const watchers = a ? a.viewers.sockets() : [];
+    a?.viewers.clear();
+    void a?.unsubscribe?.().catch(() => {});
+    if (reason !== null)
+      realtime.io.local
+        .to([rooms.chat(chatId), ...watchers])
+        .emit('room:stopped', { chat_id: chatId, reason: reason as VmStopReason });
+  };
+  cluster.onEvent((e) => {
+    if (e.type === 'stopped') endAudience(e.chatId, e.reason);
+  });
+
+  /** Tells the owner who watches here now (nobody: the audience ends). */
+  const report = async (a: Audience): Promise<AudienceAnswer> => {
+    a.reportedAt = now();
+    const users = [...a.viewers.users()];
+    if (users.length === 0 && audiences.get(a.chatId) === a) endAudience(a.chatId, null);
+    return cluster.call<AudienceAnswer>(a.node, 'audience', { chatId: a.chatId, node: self, users });
+  };
+  const reportQuietly = (a: Audience) => void report(a).catch(() => {});
+
+  const waitForPlace = async (chatId: number, seen: RoomPlace): Promise<boolean> => {
+    const until = now() + START_WAIT_MS;
+    let place: RoomPlace | null = seen;
+    while (place && place.state === 'starting' && now() < until) {
+      await new Promise((r) => setTimeout(r, 200));
+      place = await cluster.placeOf(chatId);
     }
+    if (place?.state === 'running') return true;
+    if (place) throw appError('ERR_ROOM_START_FAILED', 'Another node is still starting this room; try again.');
+    return false;
   };
 
   return {
@@ -161,49 +178,67 @@ export function makeVmService(deps: VmDeps) {
     useSettings(source: SettingsSource) {
       settingsFor = source;
     },
+    /** Replaces who owns ownerless chats for their room (the guilds module, tests). */
+    useGuildOwners(source: GuildOwnerSource) {
+      guildOwner = source;
+    },
+    nodeId: self,
+    ready: cluster.ready,
 
-    /** Starts the chat's VM; already running: returns at once (spec 4.6 rule 4). */
+    /** Starts the chat's VM on this node; running anywhere: returns at once (spec 4.6 rule 4). */
     async start(actor: Actor, chatId: number): Promise<void> {
-      const chat = await chats.find(chatId);
+      const chat = await roomChat(actor, chatId);
       if (!canStart(actor, chat, await isMember(actor.userId, chatId)))
         throw appError('ERR_FORBIDDEN', 'Only the chat owner or a platform Owner starts its room VM.');
-      if (live.has(chatId)) return;
-      let pending = starting.get(chatId);
-      if (!pending) {
-        pending = launch(chatId).finally(() => starting.delete(chatId));
-        starting.set(chatId, pending);
+      if (host.has(chatId)) return host.start(chatId);
+      for (let attempt = 0; attempt < 3; attempt++) {
+        const held = await cluster.claim(chatId);
+        if (held === null) return host.start(chatId);
+        if (held.node === self) return host.start(chatId);
+        if (held.state === 'running' || (await waitForPlace(chatId, held))) return;
       }
-      await pending;
+      throw appError('ERR_ROOM_START_FAILED', 'This room could not be placed on a node; try again.');
     },
 
-    /** Stops the chat's VM (stopped already: nothing to do). Viewers get room:stopped. */
+    /** Stops the chat's VM wherever it runs (stopped already: nothing to do). Viewers get room:stopped. */
     async stop(actor: Actor, chatId: number): Promise<void> {
-      const chat = await chats.find(chatId);
+      const chat = await roomChat(actor, chatId);
       if (!canStop(actor, chat, await isMember(actor.userId, chatId)))
         throw appError('ERR_FORBIDDEN', 'Only the chat owner or an Admin stops its room VM.');
-      await starting.get(chatId)?.catch(() => {});
-      await stopRoom(chatId, 'stopped');
+      const place = host.has(chatId) ? { node: self } : await cluster.placeOf(chatId);
+      if (place) await cluster.call(place.node, 'stop', { chatId, reason: 'stopped' });
+    },
+
+    /** The chat was deleted (by its owner, an admin, or the direct-chat sweep): its room stops. */
+    async chatRemoved(chatId: number): Promise<void> {
+      // At once, before the chat's sockets leave it: this node's viewers still hear room:stopped.
+      const watchers = audiences.get(chatId)?.viewers.sockets() ?? [];
+      endAudience(chatId, null);
+      if (watchers.length > 0)
+        realtime.io.local.to(watchers).emit('room:stopped', { chat_id: chatId, reason: 'deleted' });
+      const place = host.has(chatId) ? { node: self } : await cluster.placeOf(chatId);
+      if (place) await cluster.call(place.node, 'stop', { chatId, reason: 'deleted' });
     },
 
     /** Fresh viewer credentials for a member while the VM runs (vm:credentials). */
     async credentials(caller: Caller, chatId: number): Promise<VmCredentials> {
       await chats.assertMember(caller.userId, chatId);
-      mustRun(chatId);
+      await runningAt(chatId);
       return credentialsFor(chatId, caller.userId);
     },
 
     /** A socket that entered a chat's socket room while its VM runs gets credentials at once. */
-    joinedChat(socketId: string, userId: number, chatId: number): void {
-      if (live.has(chatId))
-        realtime.emitTo(socketId, 'room:started', { chat_id: chatId, credentials: credentialsFor(chatId, userId) });
+    async joinedChat(socketId: string, userId: number, chatId: number): Promise<void> {
+      if (!host.has(chatId) && (await cluster.placeOf(chatId))?.state !== 'running') return;
+      realtime.emitTo(socketId, 'room:started', { chat_id: chatId, credentials: credentialsFor(chatId, userId) });
     },
 
     /** A socket left a chat's room (leave, kick, ban, disconnect): its stream ends at once. */
     leftChat(socketId: string, userId: number, chatId: number, userStillIn: boolean): void {
-      const room = live.get(chatId);
-      if (!room) return;
-      unwatch(room, socketId);
-      if (room.controller === userId && !userStillIn) setController(room, null);
+      const a = audiences.get(chatId);
+      if (a?.viewers.remove(socketId)) reportQuietly(a);
+      // The controller's last socket in the chat: the owner drops control unless they are in on another node.
+      if (!userStillIn) onOwner(chatId, 'userLeft', { userId }).catch(() => {});
     },
 
     async watch(caller: Caller, chatId: number, token: string) {
@@ -212,111 +247,95 @@ export function makeVmService(deps: VmDeps) {
       if (!claims || claims.chatId !== chatId || claims.userId !== caller.userId)
         throw appError('ERR_VM_TOKEN_INVALID');
       await chats.assertMember(caller.userId, chatId);
-      const room = mustRun(chatId);
-      room.idleSince = null;
-      room.viewers.add(caller.socketId, caller.userId);
-      if (!room.unsubscribe) room.unsubscribe = provider.subscribe(String(chatId), (f) => room.viewers.frame(f));
-      return { width: room.width, height: room.height, controller_user_id: room.controller };
+      const node = await runningAt(chatId);
+      let a = audiences.get(chatId);
+      if (a && a.node !== node) endAudience(chatId, null);
+      a = audiences.get(chatId);
+      if (!a) {
+        const created: Audience = {
+          chatId,
+          node,
+          viewers: new RoomViewers(sendFrame(chatId), now),
+          unsubscribe: null,
+          reportedAt: 0,
+        };
+        audiences.set(chatId, created);
+        if (node !== self) created.unsubscribe = await cluster.subscribeFrames(chatId, (f) => created.viewers.frame(f));
+        a = created;
+      }
+      a.viewers.add(caller.socketId, caller.userId);
+      try {
+        const answer = await report(a);
+        const last = node === self ? host.lastFrame(chatId) : answer.last ? decodeFrame(answer.last) : null;
+        if (last) a.viewers.offer(caller.socketId, last);
+        return { width: answer.width, height: answer.height, controller_user_id: answer.controller_user_id };
+      } catch (err) {
+        if (a.viewers.remove(caller.socketId)) reportQuietly(a);
+        throw err;
+      }
     },
 
     unwatch(caller: Caller, chatId: number): void {
-      const room = live.get(chatId);
-      if (room) unwatch(room, caller.socketId);
+      const a = audiences.get(chatId);
+      if (a?.viewers.remove(caller.socketId)) reportQuietly(a);
     },
 
-    ack(caller: Caller, chatId: number, seq: number): void {
-      const room = mustRun(chatId);
-      if (!room.viewers.ack(caller.socketId, seq)) throw appError('ERR_FORBIDDEN', 'Watch this room first (vm:watch).');
+    async ack(caller: Caller, chatId: number, seq: number): Promise<void> {
+      if (audiences.get(chatId)?.viewers.ack(caller.socketId, seq)) return;
+      await runningAt(chatId);
+      throw appError('ERR_FORBIDDEN', 'Watch this room first (vm:watch).');
     },
 
     /** Takes control when nobody holds it; otherwise the request goes to the chat (owner, moderators). */
-    requestControl(caller: Caller, chatId: number): { granted: boolean; controller_user_id: number | null } {
+    async requestControl(caller: Caller, chatId: number) {
       mustBeIn(caller, chatId);
-      const room = mustRun(chatId);
-      if (!room.settings.allow_control_requests)
-        throw appError(
-          'ERR_FORBIDDEN',
-          'Control requests are off in this room; the chat owner or a moderator grants control.',
-        );
-      if (room.controller === null) setController(room, caller.userId);
-      if (room.controller === caller.userId) return { granted: true, controller_user_id: caller.userId };
-      realtime.emitTo(rooms.chat(chatId), 'vm:control:request', {
-        chat_id: chatId,
-        user_id: caller.userId,
-        username: caller.username,
+      return onOwner<{ granted: boolean; controller_user_id: number | null }>(chatId, 'requestControl', {
+        actor: remoteActor(caller),
       });
-      return { granted: false, controller_user_id: room.controller };
     },
 
     async grant(caller: Caller, chatId: number, userId: number): Promise<void> {
       mustBeIn(caller, chatId);
-      const room = mustRun(chatId);
-      if (!canGrant(caller, await chats.find(chatId)))
-        throw appError('ERR_FORBIDDEN', 'Only the chat owner or a moderator hands control over.');
-      await chats.assertMember(userId, chatId);
-      setController(room, userId);
+      await onOwner(chatId, 'grant', { actor: remoteActor(caller), userId });
     },
 
     /** The controller gives control back; the chat owner or a moderator takes it from anyone. */
     async release(caller: Caller, chatId: number): Promise<void> {
-      const room = mustRun(chatId);
-      if (room.controller === null) return;
-      if (room.controller !== caller.userId && !canGrant(caller, await chats.find(chatId)))
-        throw appError('ERR_FORBIDDEN', 'Only the member in control, the chat owner or a moderator releases control.');
-      setController(room, null);
+      await onOwner(chatId, 'release', { actor: remoteActor(caller) });
     },
 
     async input(caller: Caller, payload: VmInputPayload): Promise<void> {
-      const chatId = payload.chat_id;
-      mustBeIn(caller, chatId);
-      const room = mustRun(chatId);
-      if (room.controller !== caller.userId)
-        throw appError('ERR_FORBIDDEN', 'Only the member in control sends input (vm:control:request).');
-      if (payload.kind === 'navigate' && room.settings.kiosk)
-        throw appError('ERR_FORBIDDEN', 'This room is in kiosk mode: it does not navigate.');
-      if (room.inputsInFlight >= MAX_INPUTS_IN_FLIGHT)
-        throw appError('ERR_RATE_LIMITED', 'Too many input events at once; wait for their acks.', { retry_after: 1 });
-      room.inputsInFlight += 1;
-      try {
-        if (payload.kind === 'navigate')
-          await provider.navigate(String(chatId), 'url' in payload ? { url: payload.url } : { action: payload.action });
-        else {
-          const { chat_id: _, ...input } = payload;
-          await provider.input(String(chatId), input);
-        }
-      } finally {
-        room.inputsInFlight -= 1;
-      }
+      mustBeIn(caller, payload.chat_id);
+      await onOwner(payload.chat_id, 'input', { actor: remoteActor(caller), payload });
     },
 
-    /** Background: stops rooms nobody watched for `idleMs`, resends frames whose ack never came. */
+    /** Background: the rooms this node runs (map, idle), and this node's viewing of rooms elsewhere. */
     async sweep(at: Date = clock.now()): Promise<void> {
-      for (const room of [...live.values()]) {
-        room.viewers.resendStale(ACK_TIMEOUT_MS);
-        if (room.idleSince !== null && at.getTime() - room.idleSince >= deps.idleMs)
-          await stopRoom(room.chatId, 'idle');
+      for (const a of [...audiences.values()]) {
+        a.viewers.resendStale(ACK_TIMEOUT_MS);
+        if (a.node === self || at.getTime() - a.reportedAt < REPORT_EVERY_MS) continue;
+        // The owner forgets nodes that stop reporting; a room gone from its node ends here too.
+        await report(a).catch((err: unknown) => {
+          if ((err as { code?: string }).code === 'ERR_ROOM_NOT_RUNNING') endAudience(a.chatId, 'crashed');
+        });
       }
+      await host.sweep(at.getTime());
     },
 
-    /** GET /statistics/chats: this node's running browsers, watching users and controllers. */
-    statistics() {
-      let viewers = 0;
-      let controllers = 0;
-      for (const room of live.values()) {
-        viewers += room.viewers.users().size;
-        if (room.controller !== null) controllers += 1;
-      }
-      const activeBrowsers = provider.list().filter((i) => i.state !== 'stopped').length;
-      return { active_browsers: activeBrowsers, viewers, controllers };
-    },
+    /** GET /statistics/chats: the rooms this node runs, the users watching them on any node, controllers. */
+    statistics: () => host.statistics(),
 
-    isRunning: (chatId: number) => live.has(chatId),
+    /** Whether this node runs the chat's room. */
+    isRunning: (chatId: number) => host.has(chatId),
 
-    /** Stops every room (server shutdown): viewers get room:stopped with reason shutdown. */
+    /** Stops this node's rooms (server shutdown): viewers get room:stopped with reason shutdown. */
     async close(): Promise<void> {
-      await Promise.all([...starting.values()].map((p) => p.catch(() => {})));
-      await Promise.all([...live.keys()].map((id) => stopRoom(id, 'shutdown')));
-      await provider.close();
+      // Rooms elsewhere stop counting this node's viewers (their sockets are about to close).
+      for (const a of audiences.values())
+        if (a.node !== self)
+          await cluster.call(a.node, 'audience', { chatId: a.chatId, node: self, users: [] }).catch(() => {});
+      await host.close();
+      await cluster.close();
     },
   };
 }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { makeViewerTokens } from './vm.tokens.js';
+import { makeViewerTokens, viewerTokenKey } from './vm.tokens.js';
 
 describe('viewer tokens', () => {
   const tokens = makeViewerTokens();
@@ -22,5 +22,17 @@ describe('viewer tokens', () => {
     expect(makeViewerTokens().verify(token, now)).toBeNull();
     for (const bad of ['', 'a.b.c.d', `${token}x`, token.slice(0, -1), `${token}.1`])
       expect(tokens.verify(bad, now)).toBeNull();
+  });
+
+  it('with the key derived from one operator token, any node verifies what another issued', () => {
+    const nodeA = makeViewerTokens(viewerTokenKey('pop_same_operator_token_0123456789'));
+    const nodeB = makeViewerTokens(viewerTokenKey('pop_same_operator_token_0123456789'));
+    const other = makeViewerTokens(viewerTokenKey('pop_another_operator_token_012345678'));
+    const token = nodeA.issue(claims);
+    expect(nodeB.verify(token, now)).toEqual(claims);
+    expect(other.verify(token, now)).toBeNull();
+    expect(viewerTokenKey('pop_same_operator_token_0123456789').toString('hex')).not.toContain(
+      Buffer.from('pop_same').toString('hex'),
+    );
   });
 });

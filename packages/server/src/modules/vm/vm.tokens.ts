@@ -1,5 +1,14 @@
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 
+/**
+ * The viewer-token key of a deployment, the same on every node: derived (HMAC-SHA256, a fixed
+ * label) from the operator token, which every node of a cluster is configured with
+ * (docs/operations.md). The token itself cannot be recovered from the key.
+ */
+export function viewerTokenKey(operatorToken: string): Buffer {
+  return createHmac('sha256', operatorToken).update('parlor room VM viewer-token key v1').digest();
+}
+
 export interface ViewerClaims {
   chatId: number;
   userId: number;
@@ -7,9 +16,8 @@ export interface ViewerClaims {
 }
 
 /**
- * Viewer tokens: `<chat>.<user>.<expiry ms>.<HMAC-SHA256 of those, base64url>`. The key is random
- * per process: a room VM lives on the node that started it, and only that node checks its tokens
- * (docs/api.md, "Room VM": what a remote provider would change).
+ * Viewer tokens: `<chat>.<user>.<expiry ms>.<HMAC-SHA256 of those, base64url>`. Any node checks
+ * them when it shares the key (`viewerTokenKey`); the default, a random key, suits one process.
  */
 export function makeViewerTokens(key: Buffer = randomBytes(32)) {
   const mac = (body: string) => createHmac('sha256', key).update(`parlor-vm-viewer.${body}`).digest();

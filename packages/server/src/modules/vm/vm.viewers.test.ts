@@ -1,15 +1,16 @@
 import { describe, expect, it } from 'vitest';
 import type { VmFrame } from '../../platform/vm/provider.js';
-import { RoomViewers } from './vm.viewers.js';
+import { FRAME_WINDOW, RoomViewers } from './vm.viewers.js';
 
 const frame = (seq: number): VmFrame => ({ seq, mime: 'image/jpeg', data: Buffer.from([seq]), width: 4, height: 3 });
 
-function setUp() {
+function setUp(window = 1) {
   let t = 0;
   const sent: [string, number][] = [];
   const viewers = new RoomViewers(
     (id, f) => sent.push([id, f.seq]),
     () => t,
+    window,
   );
   return { viewers, sent, advance: (ms: number) => (t += ms) };
 }
@@ -70,6 +71,26 @@ describe('RoomViewers', () => {
       ['a', 1],
       ['a', 2],
     ]);
+  });
+
+  it('with a window of two, keeps two frames in flight; an ack covers the frames before it', () => {
+    const { viewers, sent } = setUp(FRAME_WINDOW);
+    viewers.add('a', 1);
+    for (let seq = 1; seq <= 5; seq++) viewers.frame(frame(seq));
+    expect(sent).toEqual([
+      ['a', 1],
+      ['a', 2],
+    ]);
+    viewers.ack('a', 1);
+    expect(sent.at(-1)).toEqual(['a', 5]);
+    viewers.frame(frame(6));
+    expect(sent).toHaveLength(3);
+    viewers.ack('a', 5); // covers 2 as well: the window is empty, the pending frame goes out
+    expect(sent.at(-1)).toEqual(['a', 6]);
+    viewers.frame(frame(7));
+    expect(sent.at(-1)).toEqual(['a', 7]);
+    viewers.frame(frame(8));
+    expect(sent).toHaveLength(5);
   });
 
   it('counts distinct users, not sockets', () => {

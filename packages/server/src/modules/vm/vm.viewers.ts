@@ -2,17 +2,23 @@ import type { VmFrame } from '../../platform/vm/provider.js';
 
 interface Slot {
   userId: number;
-  /** The seq of the frame sent and not yet acknowledged, or null when the viewer is ready. */
-  inFlight: number | null;
+  /** The seqs of frames sent and not yet acknowledged, oldest first (at most the window). */
+  inFlight: number[];
+  /** When the last frame went out (0: never). */
   sentAt: number;
   /** The newest frame that arrived while one was in flight (older ones are skipped, not queued). */
   pending: VmFrame | null;
 }
 
+/** Frames a viewer may have unacknowledged at once (two: one travels while the other is shown). */
+export const FRAME_WINDOW = 2;
+
 /**
- * The viewers of one room and their frame flow control: a viewer has at most one frame in flight
- * and gets the next only after `vm:frame:ack`; frames that arrive meanwhile replace each other, so
- * a slow viewer skips frames instead of queueing them (and never slows the others down).
+ * The viewers of one room and their frame flow control: a viewer has at most `window` frames in
+ * flight and gets the next only after `vm:frame:ack` (an ack covers every earlier frame too);
+ * frames that arrive meanwhile replace each other, so a slow viewer skips frames instead of
+ * queueing them (and never slows the others down). A window of two hides the round trip of the
+ * ack: the next frame is already on its way while the client acknowledges the last.
  */
 export class RoomViewers {
   private readonly slots = new Map<string, Slot>();
@@ -21,6 +27,7 @@ export class RoomViewers {
   constructor(
     private readonly send: (socketId: string, frame: VmFrame) => void,
     private readonly now: () => number,
+    private readonly window: number = FRAME_WINDOW,
   ) {}
 
   get size(): number {
@@ -32,15 +39,28 @@ export class RoomViewers {
     return new Set([...this.slots.values()].map((s) => s.userId));
   }
 
+  /** The sockets watching. */
+  sockets(): string[] {
+    return [...this.slots.keys()];
+  }
+
   has(socketId: string): boolean {
     return this.slots.has(socketId);
   }
 
   /** Adds (or resets) a viewer; it gets the latest frame at once. */
   add(socketId: string, userId: number): void {
-    const slot: Slot = { userId, inFlight: null, sentAt: 0, pending: null };
+    const slot: Slot = { userId, inFlight: [], sentAt: 0, pending: null };
     this.slots.set(socketId, slot);
     if (this.last) this.deliver(socketId, slot, this.last);
+  }
+
+  /** A viewer that has had no frame yet gets `frame` (the room's latest, learned from its owner). */
+  offer(socketId: string, frame: VmFrame): void {
+    const slot = this.slots.get(socketId);
+    if (!slot || slot.inFlight.length > 0 || slot.sentAt !== 0) return;
+    if (!this.last || this.last.seq < frame.seq) this.last = frame;
+    this.deliver(socketId, slot, frame);
   }
 
   remove(socketId: string): boolean {
@@ -54,36 +74,37 @@ export class RoomViewers {
   frame(frame: VmFrame): void {
     this.last = frame;
     for (const [socketId, slot] of this.slots) {
-      if (slot.inFlight === null) this.deliver(socketId, slot, frame);
+      if (slot.inFlight.length < this.window) this.deliver(socketId, slot, frame);
       else slot.pending = frame;
     }
   }
 
-  /** A viewer acknowledged `seq`: if it was the frame in flight, the newest pending one goes out. False: not a viewer. */
+  /** A viewer acknowledged `seq` (and all before it): the newest pending frame goes out. False: not a viewer. */
   ack(socketId: string, seq: number): boolean {
     const slot = this.slots.get(socketId);
     if (!slot) return false;
-    if (slot.inFlight !== seq) return true;
-    slot.inFlight = null;
-    if (slot.pending) this.deliver(socketId, slot, slot.pending);
+    if (!slot.inFlight.includes(seq)) return true;
+    slot.inFlight = slot.inFlight.filter((s) => s > seq);
+    if (slot.pending && slot.inFlight.length < this.window) this.deliver(socketId, slot, slot.pending);
     return true;
   }
 
   /**
    * Frames are sent volatile (never buffered for reconnection), so one can be lost; a viewer whose
-   * frame stayed unacknowledged for `timeoutMs` gets the newest frame again instead of stalling.
+   * last frame stayed unacknowledged for `timeoutMs` gets the newest frame again instead of stalling.
    */
   resendStale(timeoutMs: number): void {
     const now = this.now();
     for (const [socketId, slot] of this.slots) {
-      if (slot.inFlight === null || now - slot.sentAt < timeoutMs) continue;
+      if (slot.inFlight.length === 0 || now - slot.sentAt < timeoutMs) continue;
+      slot.inFlight = [];
       const frame = slot.pending ?? this.last;
       if (frame) this.deliver(socketId, slot, frame);
     }
   }
 
   private deliver(socketId: string, slot: Slot, frame: VmFrame): void {
-    slot.inFlight = frame.seq;
+    slot.inFlight.push(frame.seq);
     slot.sentAt = this.now();
     slot.pending = null;
     this.send(socketId, frame);

@@ -73,3 +73,9 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
 export async function ping(db: Db): Promise<void> {
   await db.execute(sql`select 1`);
 }
+
+/** The rows of a raw `execute`: PGlite answers `{rows}`, postgres-js the row list itself. */
+export function rowsOf<T>(result: unknown): T[] {
+  if (Array.isArray(result)) return result as T[];
+  return ((result as { rows?: T[] }).rows ?? []) as T[];
+}

@@ -17,6 +17,9 @@ export function wrapLimiter(rl: RateLimiterAbstract, points: number): Limiter {
         throw e;
       }
     },
+    async refund(key, n = 1) {
+      await rl.reward(key, n);
+    },
     async peek(key) {
       const res = await rl.get(key);
       if (!res) return { allowed: true, remaining: points, retryAfterMs: 0 };

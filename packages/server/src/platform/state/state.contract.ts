@@ -308,6 +308,17 @@ export function describeStateContract(name: string, harness: StateHarness, opts:
         expect((await limiter.consume('k', 3)).allowed).toBe(false);
       });
 
+      it('refund gives back points spent in the window', async () => {
+        const limiter = state.limiter(freshKey('lim-refund'), 2, 10_000);
+        await limiter.consume('k');
+        await limiter.consume('k');
+        expect((await limiter.consume('k')).allowed).toBe(false);
+        await limiter.refund('k');
+        await limiter.refund('k');
+        expect(await limiter.consume('k')).toMatchObject({ allowed: true, remaining: 0 });
+        expect((await limiter.consume('k')).allowed).toBe(false);
+      });
+
       it('peek reads without spending', async () => {
         const limiter = state.limiter(freshKey('lim-peek'), 2, 10_000);
         expect(await limiter.peek('k')).toEqual({ allowed: true, remaining: 2, retryAfterMs: 0 });

@@ -60,6 +60,8 @@ export interface LimitResult {
 export interface Limiter {
   /** Spends `points` (default 1) for `key`. */
   consume(key: string, points?: number): Promise<LimitResult>;
+  /** Gives back `points` (default 1) spent in the current window, as if they never were. */
+  refund(key: string, points?: number): Promise<void>;
   /** Reads without spending. */
   peek(key: string): Promise<LimitResult>;
   reset(key: string): Promise<void>;

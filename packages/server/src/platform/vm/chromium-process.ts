@@ -1,6 +1,6 @@
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { constants } from 'node:fs';
-import { access, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { access, mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { Readable, Writable } from 'node:stream';
@@ -43,6 +43,36 @@ export function chromiumArgs(userDataDir: string, size: { width: number; height:
     '--remote-debugging-pipe',
     'about:blank',
   ];
+}
+
+/** Profile directories are `<tmp>/parlor-vm-<server pid>-<random>`: the pid tells whose they are. */
+const PROFILE_PREFIX = 'parlor-vm-';
+
+/**
+ * Removes the profile directories of servers that are gone (killed before they could clean up);
+ * those of live processes (this one, other servers on the machine) are left alone. Returns how
+ * many it removed.
+ */
+export async function removeStaleProfiles(dir: string = tmpdir()): Promise<number> {
+  const names = await readdir(dir).catch(() => [] as string[]);
+  let removed = 0;
+  for (const name of names) {
+    const owner = new RegExp(`^${PROFILE_PREFIX}(\\d+)-`).exec(name)?.[1];
+    if (!owner || processExists(Number(owner))) continue;
+    await rm(path.join(dir, name), { recursive: true, force: true }).catch(() => {});
+    removed += 1;
+  }
+  return removed;
+}
+
+function processExists(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    // EPERM: it exists but belongs to another user.
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
 }
 
 /** How long a browser may take to answer its first DevTools command. */
@@ -103,7 +133,7 @@ export class ChromiumProcess {
         `The room browser is not installed: ${binary} is missing or not executable (CHROMIUM_PATH).`,
       );
     }
-    const userDataDir = await mkdtemp(path.join(tmpdir(), 'parlor-vm-'));
+    const userDataDir = await mkdtemp(path.join(tmpdir(), `${PROFILE_PREFIX}${process.pid}-`));
     const args = chromiumArgs(userDataDir, size);
     // Extra flags go before the start page (the last argument).
     args.splice(-1, 0, ...extraArgs);

@@ -1,4 +1,5 @@
 import { appError } from '../errors.js';
+import { removeStaleProfiles } from './chromium-process.js';
 import { LocalRoom } from './local-room.js';
 import { makeNetworkGuard, type NetworkGuard } from './network-guard.js';
 import type { VmFrame, VmInfo, VmInput, VmNavigation, VmProvider, VmProviderStop, VmStartSpec } from './provider.js';
@@ -37,7 +38,15 @@ export class LocalChromiumProvider implements VmProvider {
   constructor(private readonly opts: LocalProviderOptions) {
     this.guard = opts.guard ?? makeNetworkGuard();
     this.log = opts.log ?? (() => {});
+    // Profiles left by a server that was killed before it could remove them.
+    this.sweptProfiles = removeStaleProfiles().then((n) => {
+      if (n > 0) this.log(`removed ${n} room browser profile(s) left by servers that are gone`);
+      return n;
+    });
   }
+
+  /** Settles when the start-up sweep of stale profile directories is done (with how many it removed). */
+  readonly sweptProfiles: Promise<number>;
 
   async start(roomId: string, spec: VmStartSpec): Promise<VmInfo> {
     const existing = this.rooms.get(roomId);
@@ -152,6 +161,11 @@ export class LocalChromiumProvider implements VmProvider {
   /** The browser's process id (tests: crash it, check it is gone after close). */
   pidOf(roomId: string): number | undefined {
     return this.rooms.get(roomId)?.room.pid;
+  }
+
+  /** The room browser's profile directory (tests: check it is removed). */
+  profileOf(roomId: string): string | undefined {
+    return this.rooms.get(roomId)?.room.process?.userDataDir;
   }
 
   /** Evaluates an expression in the room's page (tests, diagnostics; no client reaches this). */

@@ -1,0 +1,189 @@
+import type { VmCredentials, VmFrameEvent, VmInputPayload, VmStopReason } from '@parlor/protocol';
+import { TypedEmitter } from './emitter.js';
+import { emitAck, type ParlorSocket } from './socket.js';
+
+/** One input event of the controller: `vm:input` without its `chat_id`. */
+export type VmInput = VmInputPayload extends infer P ? (P extends unknown ? Omit<P, 'chat_id'> : never) : never;
+
+/** What `watch` answers: the frame size and who controls the room now. */
+export interface VmWatching {
+  width: number;
+  height: number;
+  controller_user_id: number | null;
+}
+
+/** A frame as the SDK hands it out: the event plus the time it arrived (ms, `Date.now()`). */
+export interface VmFrame extends VmFrameEvent {
+  receivedAt: number;
+}
+
+export interface RoomVmEvents {
+  /** The room started (or was running when this socket entered the chat): fresh credentials. */
+  started: (e: { credentials: VmCredentials }) => void;
+  stopped: (e: { reason: VmStopReason }) => void;
+  /** A frame while watching. Acknowledged automatically after the listeners ran (unless `manualAck`). */
+  frame: (f: VmFrame) => void;
+  control: (e: { controller_user_id: number | null }) => void;
+  /** A member asks for control (for the chat owner and moderators). */
+  controlRequest: (e: { user_id: number; username: string }) => void;
+}
+
+export interface RoomVmOptions {
+  /** Acknowledge frames yourself with `ack(seq)` (default false: acknowledged after the `frame` listeners). */
+  manualAck?: boolean;
+  /** Bound of each acknowledged request (default 10 s). */
+  timeoutMs?: number;
+}
+
+/**
+ * The shared browser (room VM) of one chat, over a connected socket (docs/api.md "Room VM"). The
+ * socket must have joined the chat (`joinRoom`). Start and stop are REST calls of
+ * `ParlorClient` (`startRoom`, `stopRoom`); this class watches, acknowledges frames (the server
+ * keeps at most two in flight: a slow consumer skips frames, it never queues them), and controls.
+ *
+ * ```ts
+ * const room = new RoomVm(socket, chatId);
+ * room.on('frame', (f) => draw(f.data));
+ * await room.watch();                 // fetches credentials when none are given
+ * if ((await room.requestControl()).granted) await room.click(100, 200);
+ * ```
+ */
+export class RoomVm extends TypedEmitter<RoomVmEvents> {
+  #credentials: VmCredentials | null = null;
+  #watching = false;
+  readonly #detach: () => void;
+
+  constructor(
+    readonly socket: ParlorSocket,
+    readonly chatId: number,
+    private readonly opts: RoomVmOptions = {},
+  ) {
+    super();
+    const mine = (e: { chat_id: number }) => e.chat_id === chatId;
+    const onStarted = (e: { chat_id: number; credentials: VmCredentials }) => {
+      if (!mine(e)) return;
+      this.#credentials = e.credentials;
+      this.emit('started', { credentials: e.credentials });
+    };
+    const onStopped = (e: { chat_id: number; reason: VmStopReason }) => {
+      if (!mine(e)) return;
+      this.#watching = false;
+      this.#credentials = null;
+      this.emit('stopped', { reason: e.reason });
+    };
+    const onFrame = (e: VmFrameEvent) => {
+      if (!mine(e) || !this.#watching) return;
+      this.emit('frame', { ...e, receivedAt: Date.now() });
+      if (!this.opts.manualAck) this.ack(e.seq).catch(() => {});
+    };
+    const onControl = (e: { chat_id: number; controller_user_id: number | null }) => {
+      if (mine(e)) this.emit('control', { controller_user_id: e.controller_user_id });
+    };
+    const onRequest = (e: { chat_id: number; user_id: number; username: string }) => {
+      if (mine(e)) this.emit('controlRequest', { user_id: e.user_id, username: e.username });
+    };
+    socket.on('room:started', onStarted);
+    socket.on('room:stopped', onStopped);
+    socket.on('vm:frame', onFrame);
+    socket.on('vm:control', onControl);
+    socket.on('vm:control:request', onRequest);
+    this.#detach = () => {
+      socket.off('room:started', onStarted);
+      socket.off('room:stopped', onStopped);
+      socket.off('vm:frame', onFrame);
+      socket.off('vm:control', onControl);
+      socket.off('vm:control:request', onRequest);
+    };
+  }
+
+  /** Whether this object is watching (between `watch` and `unwatch`/`stopped`). */
+  get watching(): boolean {
+    return this.#watching;
+  }
+
+  /** `vm:credentials`: a fresh viewer token (members only, room running). */
+  async credentials(): Promise<VmCredentials> {
+    const { credentials } = await this.#ack<{ credentials: VmCredentials }>('vm:credentials', {});
+    this.#credentials = credentials;
+    return credentials;
+  }
+
+  /**
+   * `vm:watch`: starts the stream; the latest frame follows at once. Without a token it uses the
+   * last pushed credentials when unexpired, else asks for fresh ones.
+   */
+  async watch(token?: string): Promise<VmWatching> {
+    const usable = this.#credentials && Date.parse(this.#credentials.expires_at) > Date.now() + 5_000;
+    const t = token ?? (usable && this.#credentials ? this.#credentials.token : (await this.credentials()).token);
+    this.#watching = true;
+    try {
+      return await this.#ack<VmWatching>('vm:watch', { token: t });
+    } catch (error) {
+      this.#watching = false;
+      throw error;
+    }
+  }
+
+  async unwatch(): Promise<void> {
+    this.#watching = false;
+    await this.#ack('vm:unwatch', {});
+  }
+
+  /** `vm:frame:ack`: the viewer is ready for the next frame (only needed with `manualAck`). */
+  async ack(seq: number): Promise<void> {
+    await this.#ack('vm:frame:ack', { seq });
+  }
+
+  /** `vm:control:request`: granted at once when nobody controls; otherwise the chat is asked. */
+  requestControl(): Promise<{ granted: boolean; controller_user_id: number | null }> {
+    return this.#ack('vm:control:request', {});
+  }
+
+  /** `vm:control:grant`: the chat owner or a moderator hands control to a member. */
+  async grant(userId: number): Promise<void> {
+    await this.#ack('vm:control:grant', { user_id: userId });
+  }
+
+  /** `vm:control:release`: the controller gives control back (owner, moderators: take it). */
+  async release(): Promise<void> {
+    await this.#ack('vm:control:release', {});
+  }
+
+  /** `vm:input`: one input event of the controller. */
+  async input(input: VmInput): Promise<void> {
+    await this.#ack('vm:input', input);
+  }
+
+  /** A left click at frame pixel (x, y): move, down, up. */
+  async click(x: number, y: number, button: 'left' | 'middle' | 'right' = 'left'): Promise<void> {
+    for (const type of ['move', 'down', 'up'] as const) await this.input({ kind: 'mouse', type, x, y, button });
+  }
+
+  /** Inserts text as typed (paste, IME). */
+  typeText(text: string): Promise<void> {
+    return this.input({ kind: 'text', text });
+  }
+
+  /** A key press: down then up (`key`, `code` as in DOM KeyboardEvent). */
+  async press(key: string, code: string): Promise<void> {
+    await this.input({ kind: 'key', type: 'down', key, code });
+    await this.input({ kind: 'key', type: 'up', key, code });
+  }
+
+  /** Opens a URL, or goes back, forward or reloads (refused in kiosk rooms). */
+  navigate(to: string | 'back' | 'forward' | 'reload'): Promise<void> {
+    const action = to === 'back' || to === 'forward' || to === 'reload' ? to : null;
+    return this.input(action ? { kind: 'navigate', action } : { kind: 'navigate', url: to });
+  }
+
+  /** Stops listening to the socket (does not unwatch: call `unwatch` first to end the stream). */
+  close(): void {
+    this.#watching = false;
+    this.#detach();
+    this.removeAllListeners();
+  }
+
+  #ack<T extends object>(event: Parameters<typeof emitAck>[1], payload: object): Promise<T> {
+    return emitAck<T>(this.socket, event, { chat_id: this.chatId, ...payload }, this.opts.timeoutMs);
+  }
+}

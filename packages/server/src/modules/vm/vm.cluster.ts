@@ -1,0 +1,155 @@
+import { randomUUID } from 'node:crypto';
+import { AppError, appError } from '../../platform/errors.js';
+import type { StateStore, Unsubscribe } from '../../platform/state/index.js';
+import type { VmFrame } from '../../platform/vm/provider.js';
+
+/** Where a room runs: the node that started it, and whether its browser is up yet. */
+export interface RoomPlace {
+  node: string;
+  state: 'starting' | 'running';
+}
+
+/** Everything a node broadcasts about rooms to every node (itself included). */
+export type RoomEvent = { type: 'stopped'; chatId: number; reason: string };
+
+/** An entry in the room map outlives its owner by this long when the owner stops refreshing it. */
+export const PLACE_TTL_MS = 15_000;
+/** A request to another node fails after this long (that node is gone or stuck). */
+const CALL_TIMEOUT_MS = 10_000;
+
+type Handler = (op: string, args: unknown) => Promise<unknown>;
+
+/**
+ * The room VM's cluster plumbing over the coordination port (platform/state): the room → node map
+ * (`vm:room:<chat>` → `{node, state}`, refreshed by the owner, expiring when it dies), requests to
+ * the node that runs a room (`vm:rpc:<node>` with answers on `vm:rpc-reply:<node>`), broadcasts
+ * (`vm:events`), and a room's frames for the nodes that have viewers of it (`vm:frames:<chat>`,
+ * once per frame whatever the number of viewers). In embedded mode the same code runs on the
+ * in-process store: this node owns every room and nothing crosses a node.
+ */
+export function makeVmCluster(state: StateStore, nodeId: string = randomUUID()) {
+  const key = (chatId: number) => `vm:room:${chatId}`;
+  const pending = new Map<string, { resolve(v: unknown): void; reject(e: unknown): void; timer: NodeJS.Timeout }>();
+  const eventHandlers = new Set<(e: RoomEvent) => void>();
+  const subscriptions: Promise<Unsubscribe>[] = [];
+  let handler: Handler = async () => {
+    throw appError('ERR_INTERNAL');
+  };
+
+  const parsePlace = (raw: string | null): RoomPlace | null => {
+    if (!raw) return null;
+    try {
+      const p = JSON.parse(raw) as RoomPlace;
+      return typeof p.node === 'string' && (p.state === 'starting' || p.state === 'running') ? p : null;
+    } catch {
+      return null;
+    }
+  };
+
+  const ready = Promise.all([
+    state.subscribe(`vm:rpc:${nodeId}`, (raw) => {
+      const msg = JSON.parse(raw) as { id: string; from: string; op: string; args: unknown };
+      handler(msg.op, msg.args).then(
+        (result) => state.publish(`vm:rpc-reply:${msg.from}`, JSON.stringify({ id: msg.id, result })),
+        (err: unknown) => {
+          const e = err instanceof AppError ? err : appError('ERR_INTERNAL');
+          const error = { code: e.code, message: e.message, extra: e.extra };
+          return state.publish(`vm:rpc-reply:${msg.from}`, JSON.stringify({ id: msg.id, error }));
+        },
+      );
+    }),
+    state.subscribe(`vm:rpc-reply:${nodeId}`, (raw) => {
+      const msg = JSON.parse(raw) as {
+        id: string;
+        result?: unknown;
+        error?: { code: never; message: string; extra?: never };
+      };
+      const p = pending.get(msg.id);
+      if (!p) return;
+      pending.delete(msg.id);
+      clearTimeout(p.timer);
+      if (msg.error) p.reject(appError(msg.error.code, msg.error.message, msg.error.extra));
+      else p.resolve(msg.result);
+    }),
+    state.subscribe('vm:events', (raw) => {
+      const e = JSON.parse(raw) as RoomEvent;
+      for (const h of eventHandlers) h(e);
+    }),
+  ]);
+  subscriptions.push(ready.then((u) => async () => void (await Promise.all(u.map((f) => f())))));
+
+  return {
+    nodeId,
+    /** Resolves once this node hears requests and broadcasts. */
+    ready: ready.then(() => {}),
+
+    async placeOf(chatId: number): Promise<RoomPlace | null> {
+      return parsePlace(await state.get(key(chatId)));
+    },
+    /** Claims a stopped room for this node (state starting); the current place when another holds it. */
+    async claim(chatId: number): Promise<RoomPlace | null> {
+      const mine: RoomPlace = { node: nodeId, state: 'starting' };
+      if (await state.setIfAbsent(key(chatId), JSON.stringify(mine), PLACE_TTL_MS)) return null;
+      return (await this.placeOf(chatId)) ?? { node: '', state: 'starting' };
+    },
+    /** The owner keeps its rooms in the map (called every sweep; the entry expires if it stops). */
+    async hold(chatId: number, s: RoomPlace['state']): Promise<void> {
+      await state.set(key(chatId), JSON.stringify({ node: nodeId, state: s }), PLACE_TTL_MS);
+    },
+    async release(chatId: number): Promise<void> {
+      const place = await this.placeOf(chatId);
+      if (place?.node === nodeId) await state.del(key(chatId));
+    },
+
+    /** Serves requests from other nodes (`call`): one handler for every operation. */
+    serve(h: Handler): void {
+      handler = h;
+    },
+    /** Runs `op` on `node` (this node: directly) and answers what its handler answered or threw. */
+    async call<T>(node: string, op: string, args: unknown): Promise<T> {
+      if (node === nodeId) return (await handler(op, args)) as T;
+      const id = randomUUID();
+      const answer = new Promise<T>((resolve, reject) => {
+        const timer = setTimeout(() => {
+          pending.delete(id);
+          reject(appError('ERR_ROOM_NOT_RUNNING', 'The node running this room did not answer.'));
+        }, CALL_TIMEOUT_MS);
+        timer.unref();
+        pending.set(id, { resolve: resolve as (v: unknown) => void, reject, timer });
+      });
+      await state.publish(`vm:rpc:${node}`, JSON.stringify({ id, from: nodeId, op, args }));
+      return answer;
+    },
+
+    async broadcast(e: RoomEvent): Promise<void> {
+      await state.publish('vm:events', JSON.stringify(e));
+    },
+    onEvent(h: (e: RoomEvent) => void): void {
+      eventHandlers.add(h);
+    },
+
+    async publishFrame(chatId: number, f: VmFrame): Promise<void> {
+      await state.publish(`vm:frames:${chatId}`, encodeFrame(f));
+    },
+    subscribeFrames(chatId: number, onFrame: (f: VmFrame) => void): Promise<Unsubscribe> {
+      return state.subscribe(`vm:frames:${chatId}`, (raw) => onFrame(decodeFrame(raw)));
+    },
+
+    async close(): Promise<void> {
+      for (const p of pending.values()) clearTimeout(p.timer);
+      pending.clear();
+      await Promise.all(subscriptions.map((s) => s.then((u) => u()).catch(() => {})));
+    },
+  };
+}
+
+export function encodeFrame(f: VmFrame): string {
+  return JSON.stringify({ seq: f.seq, width: f.width, height: f.height, data: f.data.toString('base64') });
+}
+
+export function decodeFrame(raw: string): VmFrame {
+  const b = JSON.parse(raw) as { seq: number; width: number; height: number; data: string };
+  return { seq: b.seq, mime: 'image/jpeg', width: b.width, height: b.height, data: Buffer.from(b.data, 'base64') };
+}
+
+export type VmCluster = ReturnType<typeof makeVmCluster>;

@@ -1,0 +1,306 @@
+import { VM_VIEWPORT, type VmInputPayload, type VmStopReason } from '@parlor/protocol';
+import type { Clock } from '../../platform/clock.js';
+import { appError } from '../../platform/errors.js';
+import { type Realtime, rooms } from '../../platform/realtime.js';
+import type { VmFrame, VmProvider } from '../../platform/vm/provider.js';
+import type { ChatsService } from '../chats/chats.service.js';
+import { encodeFrame, PLACE_TTL_MS, type VmCluster } from './vm.cluster.js';
+import { type Actor, canGrant, type RoomChat } from './vm.rules.js';
+import { type RoomVmSettings, resolveSettings, type SettingsSource } from './vm.settings.js';
+
+/** Who acts on a room, as it travels to the node that runs it. */
+export interface RemoteActor extends Actor {
+  username: string;
+}
+
+export interface HostDeps {
+  provider: VmProvider;
+  chats: Pick<ChatsService, 'assertMember'>;
+  realtime: Pick<Realtime, 'io' | 'emitTo'>;
+  clock: Clock;
+  cluster: VmCluster;
+  settingsFor: () => SettingsSource;
+  roomChat: (actor: Actor, chatId: number) => Promise<RoomChat>;
+  /** Hands a frame to this node's own viewers of the room. */
+  localFrame: (chatId: number, frame: VmFrame) => void;
+  /** Announces a started room (room:started with credentials to everyone in the chat). */
+  announceStarted: (chatId: number) => Promise<void>;
+  allowPrivateNetworks: boolean;
+  idleMs: number;
+  log: { warn(obj: object, msg: string): void };
+}
+
+/** What a node watching a room learns when it reports its viewers: the size, the controller, the latest frame. */
+export interface AudienceAnswer {
+  width: number;
+  height: number;
+  controller_user_id: number | null;
+  last: string | null;
+}
+
+interface HostedRoom {
+  chatId: number;
+  settings: RoomVmSettings;
+  width: number;
+  height: number;
+  controller: number | null;
+  /** Users watching, per node (this node included), and when that node last reported. */
+  audiences: Map<string, { users: number[]; seenAt: number }>;
+  /** Since when nobody watches (ms), or null while someone does. */
+  idleSince: number | null;
+  unsubscribe: (() => void) | null;
+  last: VmFrame | null;
+  /** Input events sent to the browser and not yet answered (a flood is refused, not queued). */
+  inputsInFlight: number;
+}
+
+/** A controller may have this many input events waiting for the browser; more are refused. */
+const MAX_INPUTS_IN_FLIGHT = 64;
+
+/**
+ * The rooms this node runs (their browsers are this node's provider's): settings, controller, who
+ * watches on which node, the screencast subscription, idle and stop. Every operation here runs on
+ * the owning node; other nodes reach it through `VmCluster.call` (vm.service.ts routes them).
+ */
+export function makeRoomHost(deps: HostDeps) {
+  const { provider, realtime, clock, cluster } = deps;
+  const self = cluster.nodeId;
+  const hosted = new Map<number, HostedRoom>();
+  const starting = new Map<number, Promise<void>>();
+  const now = () => clock.now().getTime();
+
+  const mustHost = (chatId: number): HostedRoom => {
+    const room = hosted.get(chatId);
+    if (!room) throw appError('ERR_ROOM_NOT_RUNNING');
+    return room;
+  };
+
+  const setController = (room: HostedRoom, userId: number | null) => {
+    room.controller = userId;
+    realtime.emitTo(rooms.chat(room.chatId), 'vm:control', { chat_id: room.chatId, controller_user_id: userId });
+  };
+
+  const onFrame = (room: HostedRoom) => (f: VmFrame) => {
+    room.last = f;
+    if (room.audiences.has(self)) deps.localFrame(room.chatId, f);
+    if ([...room.audiences.keys()].some((n) => n !== self))
+      cluster
+        .publishFrame(room.chatId, f)
+        .catch((err: unknown) => deps.log.warn({ err }, 'room VM frame relay failed'));
+  };
+
+  /** The screencast runs while anyone, on any node, watches; the idle clock while nobody does. */
+  const updateWatching = (room: HostedRoom) => {
+    const watched = [...room.audiences.values()].some((a) => a.users.length > 0);
+    if (watched && !room.unsubscribe) {
+      room.idleSince = null;
+      room.unsubscribe = provider.subscribe(String(room.chatId), onFrame(room));
+    } else if (!watched) {
+      room.unsubscribe?.();
+      room.unsubscribe = null;
+      room.idleSince ??= now();
+    }
+  };
+
+  const launch = async (chatId: number) => {
+    const settings = resolveSettings(await deps.settingsFor()(chatId));
+    try {
+      const info = await provider.start(String(chatId), {
+        browser: settings.browser,
+        proxy: settings.proxy,
+        startUrl: settings.start_url,
+        allowPrivateNetworks: deps.allowPrivateNetworks,
+        width: VM_VIEWPORT.width,
+        height: VM_VIEWPORT.height,
+      });
+      hosted.set(chatId, {
+        chatId,
+        settings,
+        width: info.width,
+        height: info.height,
+        controller: null,
+        audiences: new Map(),
+        idleSince: now(),
+        unsubscribe: null,
+        last: null,
+        inputsInFlight: 0,
+      });
+      await cluster.hold(chatId, 'running');
+    } catch (err) {
+      await cluster.release(chatId).catch(() => {});
+      throw err;
+    }
+    await deps.announceStarted(chatId);
+  };
+
+  const stop = async (chatId: number, reason: VmStopReason) => {
+    await starting.get(chatId)?.catch(() => {});
+    const room = hosted.get(chatId);
+    hosted.delete(chatId);
+    if (room) {
+      room.unsubscribe?.();
+      room.audiences.clear();
+    }
+    await provider.stop(String(chatId));
+    await cluster.release(chatId);
+    // Every node tells its own sockets (the chat's, and its viewers') that the room stopped.
+    if (room) await cluster.broadcast({ type: 'stopped', chatId, reason });
+  };
+
+  provider.onStopped((roomId, reason) => {
+    void stop(Number(roomId), reason).catch((err: unknown) => deps.log.warn({ err }, 'room VM clean-up failed'));
+  });
+
+  return {
+    has: (chatId: number) => hosted.has(chatId) || starting.has(chatId),
+
+    /** Launches the room on this node (the caller claimed it in the room map). */
+    start(chatId: number): Promise<void> {
+      let pending = starting.get(chatId);
+      if (!pending) {
+        pending = launch(chatId).finally(() => starting.delete(chatId));
+        starting.set(chatId, pending);
+      }
+      return pending;
+    },
+
+    stop,
+
+    /** A node reports who watches there (no users: nobody any more). */
+    audience(chatId: number, node: string, users: number[]): AudienceAnswer {
+      const room = mustHost(chatId);
+      if (users.length > 0) room.audiences.set(node, { users, seenAt: now() });
+      else room.audiences.delete(node);
+      updateWatching(room);
+      return {
+        width: room.width,
+        height: room.height,
+        controller_user_id: room.controller,
+        last: room.last && node !== self ? encodeFrame(room.last) : null,
+      };
+    },
+
+    lastFrame: (chatId: number): VmFrame | null => hosted.get(chatId)?.last ?? null,
+
+    requestControl(chatId: number, who: RemoteActor): { granted: boolean; controller_user_id: number | null } {
+      const room = mustHost(chatId);
+      if (!room.settings.allow_control_requests)
+        throw appError(
+          'ERR_FORBIDDEN',
+          'Control requests are off in this room; the chat owner or a moderator grants control.',
+        );
+      if (room.controller === null) setController(room, who.userId);
+      if (room.controller === who.userId) return { granted: true, controller_user_id: who.userId };
+      realtime.emitTo(rooms.chat(chatId), 'vm:control:request', {
+        chat_id: chatId,
+        user_id: who.userId,
+        username: who.username,
+      });
+      return { granted: false, controller_user_id: room.controller };
+    },
+
+    async grant(chatId: number, actor: RemoteActor, userId: number): Promise<void> {
+      const room = mustHost(chatId);
+      if (!canGrant(actor, await deps.roomChat(actor, chatId)))
+        throw appError('ERR_FORBIDDEN', 'Only the chat owner or a moderator hands control over.');
+      await deps.chats.assertMember(userId, chatId);
+      setController(room, userId);
+    },
+
+    /** The controller gives control back; the chat owner or a moderator takes it from anyone. */
+    async release(chatId: number, actor: RemoteActor): Promise<void> {
+      const room = mustHost(chatId);
+      if (room.controller === null) return;
+      if (room.controller !== actor.userId && !canGrant(actor, await deps.roomChat(actor, chatId)))
+        throw appError('ERR_FORBIDDEN', 'Only the member in control, the chat owner or a moderator releases control.');
+      setController(room, null);
+    },
+
+    async input(chatId: number, userId: number, payload: VmInputPayload): Promise<void> {
+      const room = mustHost(chatId);
+      if (room.controller !== userId)
+        throw appError('ERR_FORBIDDEN', 'Only the member in control sends input (vm:control:request).');
+      if (payload.kind === 'navigate' && room.settings.kiosk)
+        throw appError('ERR_FORBIDDEN', 'This room is in kiosk mode: it does not navigate.');
+      if (room.inputsInFlight >= MAX_INPUTS_IN_FLIGHT)
+        throw appError('ERR_RATE_LIMITED', 'Too many input events at once; wait for their acks.', { retry_after: 1 });
+      room.inputsInFlight += 1;
+      try {
+        if (payload.kind === 'navigate')
+          await provider.navigate(String(chatId), 'url' in payload ? { url: payload.url } : { action: payload.action });
+        else {
+          const { chat_id: _, ...input } = payload;
+          await provider.input(String(chatId), input);
+        }
+      } finally {
+        room.inputsInFlight -= 1;
+      }
+    },
+
+    /** A user's last socket left the chat somewhere: they lose control unless still in it on some node. */
+    async userLeft(chatId: number, userId: number): Promise<void> {
+      const room = hosted.get(chatId);
+      if (room?.controller !== userId) return;
+      const sockets = await realtime.io.in(rooms.chat(chatId)).fetchSockets();
+      if (room.controller === userId && !sockets.some((s) => s.data.userId === userId)) setController(room, null);
+    },
+
+    /** Keeps this node's rooms in the room map, forgets silent nodes' viewers, stops rooms idle at `at`. */
+    async sweep(at: number): Promise<void> {
+      for (const chatId of starting.keys()) if (!hosted.has(chatId)) await cluster.hold(chatId, 'starting');
+      for (const room of [...hosted.values()]) {
+        await cluster.hold(room.chatId, 'running');
+        // Nodes report their viewers every few seconds; one silent for the map's TTL is gone.
+        for (const [node, a] of room.audiences)
+          if (node !== self && now() - a.seenAt > PLACE_TTL_MS) room.audiences.delete(node);
+        updateWatching(room);
+        if (room.idleSince !== null && at - room.idleSince >= deps.idleMs) await stop(room.chatId, 'idle');
+      }
+    },
+
+    /** This node's running browsers, the distinct users watching them (any node), and controllers. */
+    statistics() {
+      let viewers = 0;
+      let controllers = 0;
+      for (const room of hosted.values()) {
+        viewers += new Set([...room.audiences.values()].flatMap((a) => a.users)).size;
+        if (room.controller !== null) controllers += 1;
+      }
+      const activeBrowsers = provider.list().filter((i) => i.state !== 'stopped').length;
+      return { active_browsers: activeBrowsers, viewers, controllers };
+    },
+
+    async close(): Promise<void> {
+      await Promise.all([...starting.values()].map((p) => p.catch(() => {})));
+      await Promise.all([...hosted.keys()].map((id) => stop(id, 'shutdown')));
+      await provider.close();
+    },
+  };
+}
+
+export type RoomHost = ReturnType<typeof makeRoomHost>;
+
+/** Answers other nodes' requests (`VmCluster.call`) with this node's rooms. */
+export function serveHost(cluster: VmCluster, host: RoomHost): void {
+  cluster.serve(async (op, a) => {
+    const args = a as { chatId: number; node: string; users: number[]; actor: RemoteActor; userId: number };
+    switch (op) {
+      case 'stop':
+        return host.stop(args.chatId, (a as { reason: VmStopReason }).reason);
+      case 'audience':
+        return host.audience(args.chatId, args.node, args.users);
+      case 'requestControl':
+        return host.requestControl(args.chatId, args.actor);
+      case 'grant':
+        return host.grant(args.chatId, args.actor, args.userId);
+      case 'release':
+        return host.release(args.chatId, args.actor);
+      case 'input':
+        return host.input(args.chatId, args.actor.userId, (a as { payload: VmInputPayload }).payload);
+      case 'userLeft':
+        return host.userLeft(args.chatId, args.userId);
+      default:
+        throw appError('ERR_INTERNAL');
+    }
+  });
+}

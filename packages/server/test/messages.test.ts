@@ -1,0 +1,80 @@
+import { Limits } from '@parlor/protocol';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { describeApp, startApp, type TestApp } from './support/app.js';
+import { bundle, join, keyEpoch, keyedChat, member } from './support/chat-flows.js';
+import { closeAllSockets } from './support/sockets.js';
+
+let app: TestApp;
+beforeAll(async () => {
+  app = await startApp();
+});
+afterAll(async () => {
+  closeAllSockets();
+  await app?.close();
+});
+
+describeApp('POST /v1/portal/chats/{chat_id}/messages', () => {
+  it('does not count sends refused by the per-chat limit against the global one', async () => {
+    const { owner, chatId, chatKey, epoch } = await keyedChat(app);
+    const content = bundle(chatKey, chatId, epoch, 'flood');
+    const post = () => owner.client.post(`/v1/portal/chats/${chatId}/messages`, { content });
+    for (let i = 0; i < Limits.MESSAGES_PER_CHAT; i++) expect((await post()).status).toBe(200);
+    // Enough refusals that, were they counted, the global allowance would be gone.
+    const refusals = Limits.MESSAGES_GLOBAL - Limits.MESSAGES_PER_CHAT + 1;
+    for (let i = 0; i < refusals; i++) expect((await post()).status).toBe(429);
+    const other = (await owner.client.post('/v1/portal/chats/create', { name: 'Other', type: 'public' })).body.chat.id;
+    expect((await join(owner, { chat_id: other })).ok).toBe(true);
+    const key = await keyEpoch(owner, other);
+    const res = await owner.client.post(`/v1/portal/chats/${other}/messages`, {
+      content: bundle(key.chatKey, other, key.epoch, 'elsewhere'),
+    });
+    expect(res.status).toBe(200);
+  });
+
+  it('gives concurrent sends distinct, increasing ids, and history lists them in that order', async () => {
+    const { owner, chatId, chatKey, epoch } = await keyedChat(app);
+    const content = bundle(chatKey, chatId, epoch, 'race');
+    const sent = await Promise.all(
+      Array.from({ length: 10 }, () => owner.client.post(`/v1/portal/chats/${chatId}/messages`, { content })),
+    );
+    const ids = sent.map((r) => r.body.id as string);
+    expect(new Set(ids).size).toBe(10);
+    const page = await owner.client.get(`/v1/portal/chats/${chatId}/messages?limit=10`);
+    const listed = page.body.messages.map((m: { id: string }) => m.id);
+    const key = (id: string) => id.split('-').map(Number) as [number, number];
+    const newestFirst = [...ids].sort((a, b) => key(b)[0] - key(a)[0] || key(b)[1] - key(a)[1]);
+    expect(listed).toEqual(newestFirst);
+  });
+});
+
+describeApp('GET /v1/portal/chats/{chat_id}/messages', () => {
+  it('answers a page in the same shape as message:new, system messages included', async () => {
+    const { owner, chatId, chatKey, epoch } = await keyedChat(app);
+    const sent = await owner.client.post(`/v1/portal/chats/${chatId}/messages`, {
+      content: bundle(chatKey, chatId, epoch, 'hello'),
+    });
+    const live = await owner.socket.next('message:new', (m) => m.id === sent.body.id);
+    const guest = await member(app);
+    await join(guest, { chat_id: chatId });
+    expect(await guest.socket.emitWithAck('room:leave', { chat_id: chatId })).toEqual({ ok: true });
+    const system = await owner.socket.next('message:new', (m) => m.type === 'system' && m.system?.kind === 'leave');
+    const page = await owner.client.get(`/v1/portal/chats/${chatId}/messages`);
+    expect(page.status).toBe(200);
+    expect(page.body.messages.slice(0, 2)).toEqual([system, live]);
+    expect(system.system).toEqual({ kind: 'leave', user_id: guest.user.id });
+  });
+
+  it('tells why it refuses: not a member, a private chat, a chat that is gone; an empty page is a page', async () => {
+    const { owner, chatId } = await keyedChat(app);
+    const outsider = await member(app);
+    const url = `/v1/portal/chats/${chatId}/messages`;
+    expect((await outsider.client.get(url)).body.code).toBe('ERR_NOT_CHAT_MEMBER');
+    const priv = (await owner.client.post('/v1/portal/chats/create', { name: 'P', type: 'private' })).body.chat.id;
+    const privUrl = `/v1/portal/chats/${priv}/messages`;
+    expect((await outsider.client.get(privUrl)).body.code).toBe('ERR_CANNOT_BROWSE_PRIVATE');
+    expect((await owner.client.get(`${url}?before=1-0`)).body).toEqual({ messages: [] });
+    expect((await owner.client.post(`/v1/portal/chats/${priv}/delete`, {})).status).toBe(200);
+    const gone = await owner.client.get(privUrl);
+    expect([gone.status, gone.body.code]).toEqual([404, 'ERR_CHAT_NOT_FOUND']);
+  });
+});

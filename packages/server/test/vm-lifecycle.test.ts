@@ -1,0 +1,179 @@
+import { execFileSync, spawn } from 'node:child_process';
+import { existsSync, mkdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { removeStaleProfiles } from '../src/platform/vm/chromium-process.js';
+import { startApp, type TestApp } from './support/app.js';
+import { join, type Member, member } from './support/chat-flows.js';
+import { createBot, operator } from './support/flows.js';
+import { closeAllSockets } from './support/sockets.js';
+import { alive, autoAck, CHROMIUM, describeBrowser, eventually, startTestSite } from './support/vm-browser.js';
+
+/**
+ * Room VM lifecycle gaps: a deleted chat stops its room, a banned member's stream ends at once,
+ * profile directories go with their browser (stop, crash, killed server) and a killed server
+ * leaves no browser behind; the owner of a guild runs the room of the guild's public chat.
+ */
+let app: TestApp;
+let site: Awaited<ReturnType<typeof startTestSite>>;
+let owner: Member;
+let carol: Member;
+
+const ack = (m: Member, event: string, payload: object): Promise<any> => (m.socket as any).emitWithAck(event, payload);
+const createChat = async (m: Member, name: string) => {
+  const res = await m.client.post('/v1/portal/chats/create', { name, type: 'public' });
+  expect(res.status).toBe(200);
+  return res.body.chat.id as number;
+};
+/** Starts a chat's room as its owner and has `m` watch it (auto-acknowledging frames). */
+const startAndWatch = async (by: Member, m: Member, chatId: number) => {
+  expect((await by.client.post(`/v1/portal/chats/${chatId}/start`, {})).status).toBe(200);
+  const token = (await ack(m, 'vm:credentials', { chat_id: chatId })).credentials.token;
+  const watcher = autoAck(m.socket, chatId);
+  expect((await ack(m, 'vm:watch', { chat_id: chatId, token })).ok).toBe(true);
+  await eventually(() => watcher.frames.length > 0, 8000, 'a first frame');
+  return watcher;
+};
+
+beforeAll(async () => {
+  site = await startTestSite();
+  app = await startApp({ config: { vmAllowPrivateNetworks: true, vmMaxPerNode: 3, vmIdleTimeoutSeconds: 60 } });
+  [owner, carol] = await Promise.all([member(app, { level: 2 }), member(app)]);
+});
+
+afterAll(async () => {
+  closeAllSockets();
+  await app?.close();
+  await site?.close();
+});
+
+describeBrowser('room VM lifecycle (real Chromium)', () => {
+  it('deleting a chat stops its room: viewers get room:stopped (deleted), the browser and its profile are gone', async () => {
+    const chatId = await createChat(owner, 'Deleted with its room');
+    for (const m of [owner, carol]) expect((await join(m, { chat_id: chatId })).ok).toBe(true);
+    await startAndWatch(owner, carol, chatId);
+    const pid = app.vmProvider.pidOf(String(chatId)) as number;
+    const profile = app.vmProvider.profileOf(String(chatId)) as string;
+    expect(existsSync(profile)).toBe(true);
+
+    expect((await owner.client.post(`/v1/portal/chats/${chatId}/delete`, {})).status).toBe(200);
+    expect(await carol.socket.next('room:stopped', (p) => p.chat_id === chatId)).toEqual({
+      chat_id: chatId,
+      reason: 'deleted',
+    });
+    expect(app.services.vm.isRunning(chatId)).toBe(false);
+    expect(app.vmProvider.status(String(chatId))).toBeNull();
+    await eventually(() => !alive(pid) && !existsSync(profile), 5000, 'browser and profile gone');
+    const again = await owner.client.post(`/v1/portal/chats/${chatId}/start`, {});
+    expect(again.body.code).toBe('ERR_CHAT_NOT_FOUND');
+  });
+
+  it('ends a banned member’s stream at once, drops their control, and refuses them credentials', async () => {
+    const chatId = await createChat(owner, 'Ban ends the stream');
+    for (const m of [owner, carol]) expect((await join(m, { chat_id: chatId })).ok).toBe(true);
+    const carolWatch = await startAndWatch(owner, carol, chatId);
+    const ownerWatch = await startAndWatch(owner, owner, chatId);
+    expect((await ack(carol, 'vm:control:request', { chat_id: chatId })).granted).toBe(true);
+
+    const banned = await owner.client.post(`/v1/portal/chats/${chatId}/ban`, { user_id: carol.user.id });
+    expect(banned.status, JSON.stringify(banned.body)).toBe(200);
+    await carol.socket.next('room:left', (p) => p.chat_id === chatId && p.reason === 'banned');
+    await owner.socket.next('vm:control', (p) => p.chat_id === chatId && p.controller_user_id === null);
+    const carolFrames = carolWatch.frames.length;
+    const ownerFrames = ownerWatch.frames.length;
+    // The page changes: the owner sees it, carol gets nothing more.
+    expect((await ack(owner, 'vm:control:request', { chat_id: chatId })).granted).toBe(true);
+    expect((await ack(owner, 'vm:input', { chat_id: chatId, kind: 'navigate', url: site.url('/page2') })).ok).toBe(
+      true,
+    );
+    await eventually(() => ownerWatch.frames.length > ownerFrames, 5000, 'the owner’s next frame');
+    await new Promise((r) => setTimeout(r, 300));
+    expect(carolWatch.frames.length).toBe(carolFrames);
+    expect(await ack(carol, 'vm:credentials', { chat_id: chatId })).toMatchObject({ code: 'ERR_NOT_CHAT_MEMBER' });
+    expect(await ack(carol, 'vm:input', { chat_id: chatId, kind: 'text', text: 'x' })).toMatchObject({ ok: false });
+    expect((await owner.client.post(`/v1/portal/chats/${chatId}/stop`, {})).status).toBe(200);
+  });
+
+  it('removes the profile of a crashed browser, and of the restarted one when the room stops', async () => {
+    const chatId = await createChat(owner, 'Crash profile');
+    expect((await owner.client.post(`/v1/portal/chats/${chatId}/start`, {})).status).toBe(200);
+    const first = {
+      pid: app.vmProvider.pidOf(String(chatId)) as number,
+      dir: app.vmProvider.profileOf(String(chatId)),
+    };
+    expect(first.dir && existsSync(first.dir)).toBe(true);
+    process.kill(first.pid, 'SIGKILL');
+    const second = await eventually(() => {
+      const dir = app.vmProvider.profileOf(String(chatId));
+      return app.vmProvider.status(String(chatId))?.state === 'running' && dir !== first.dir ? dir : undefined;
+    });
+    await eventually(() => !existsSync(first.dir as string), 5000, 'the crashed browser’s profile removed');
+    expect(existsSync(second as string)).toBe(true);
+    expect((await owner.client.post(`/v1/portal/chats/${chatId}/stop`, {})).status).toBe(200);
+    expect(existsSync(second as string)).toBe(false);
+  });
+
+  it('the owner of a guild runs the room of the guild’s public chat; other members do not', async () => {
+    const bot = (await createBot(app)).client;
+    const guildId = `${Date.now()}${Math.floor(Math.random() * 1000)}`;
+    const ownerIdentity = `${Date.now() + 1}`;
+    const up = await bot.post(`/v1/bot/guilds/${guildId}`, {
+      name: 'Room guild',
+      member_count: 3,
+      owner_chatplatform_id: ownerIdentity,
+    });
+    expect(up.status, JSON.stringify(up.body)).toBe(200);
+    expect((await operator(app).post(`/v1/admin/guilds/${guildId}/premium`, { days: 30 })).status).toBe(200);
+    const guildOwner = await member(app, { platformUserId: ownerIdentity });
+    const set = await guildOwner.client.request('PUT', `/v1/guilds/${guildId}/vanity`, {
+      body: { vanity_invite: `room-${Date.now().toString(36)}` },
+    });
+    expect(set.status, JSON.stringify(set.body)).toBe(200);
+    const chatId = set.body.chat_id as number;
+    for (const m of [guildOwner, carol]) expect((await join(m, { chat_id: chatId })).ok).toBe(true);
+
+    const refused = await carol.client.post(`/v1/portal/chats/${chatId}/start`, {});
+    expect(refused.status).toBe(403);
+    expect((await guildOwner.client.post(`/v1/portal/chats/${chatId}/start`, {})).status).toBe(200);
+    await carol.socket.next('room:started', (p) => p.chat_id === chatId);
+    // As the chat's owner, the guild owner hands control over and stops the room.
+    expect((await ack(guildOwner, 'vm:control:grant', { chat_id: chatId, user_id: carol.user.id })).ok).toBe(true);
+    expect((await carol.client.post(`/v1/portal/chats/${chatId}/stop`, {})).status).toBe(403);
+    expect((await guildOwner.client.post(`/v1/portal/chats/${chatId}/stop`, {})).status).toBe(200);
+  });
+
+  it('a killed server leaves no browser behind, and the next one removes the profile it left', async () => {
+    const fixture = path.resolve(path.dirname(fileURLToPath(import.meta.url)), 'fixtures/vm-orphan.mjs');
+    const child = spawn(process.execPath, [fixture, CHROMIUM], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout.on('data', (d) => {
+      out += d;
+    });
+    const line = await eventually(() => out.split('\n')[0]?.trim() || undefined, 30_000, 'the fixture’s browser');
+    const { pid, profile } = JSON.parse(line as string) as { pid: number; profile: string };
+    expect(alive(pid)).toBe(true);
+    expect(profile).toContain(`parlor-vm-${child.pid}-`);
+    child.kill('SIGKILL'); // no shutdown path runs: only the closed DevTools pipe tells the browser
+    const living = () => {
+      try {
+        return execFileSync('ps', ['-o', 'stat=', '-s', String(pid)])
+          .toString()
+          .split('\n')
+          .filter((stat) => stat.trim() !== '' && !stat.trim().startsWith('Z')).length;
+      } catch {
+        return 0;
+      }
+    };
+    await eventually(() => living() === 0, 10_000, 'the browser and its children gone');
+    // The next server's provider sweeps profiles whose server is gone, and only those.
+    const mine = path.join(tmpdir(), `parlor-vm-${process.pid}-keep`);
+    mkdirSync(mine, { recursive: true });
+    expect(await removeStaleProfiles()).toBeGreaterThanOrEqual(1);
+    expect(existsSync(profile)).toBe(false);
+    expect(existsSync(mine)).toBe(true);
+    await removeStaleProfiles();
+    execFileSync('rm', ['-rf', mine]);
+  });
+});
