@@ -92,10 +92,11 @@ export function makeVmService(deps: VmDeps) {
     if (!caller.joined(chatId)) throw appError('ERR_NOT_CHAT_MEMBER', 'Join this chat (room:join) first.');
   };
 
-  const sendFrame = (chatId: number) => (socketId: string, f: VmFrame) => {
+  const sendFrame = (chatId: number) => (socketIds: string[], f: VmFrame) => {
     // Volatile and node-local: frames are never kept for reconnecting clients nor sent through the adapter.
+    // One emit to all the ready viewers: the frame is encoded once.
     realtime.io.local
-      .to(socketId)
+      .to(socketIds)
       .volatile.emit('vm:frame', { chat_id: chatId, seq: f.seq, mime: f.mime, data: f.data });
   };
 

@@ -8,7 +8,9 @@ function setUp(window = 1) {
   let t = 0;
   const sent: [string, number][] = [];
   const viewers = new RoomViewers(
-    (id, f) => sent.push([id, f.seq]),
+    (ids, f) => {
+      for (const id of ids) sent.push([id, f.seq]);
+    },
     () => t,
     window,
   );
@@ -102,5 +104,23 @@ describe('RoomViewers', () => {
     expect(viewers.users()).toEqual(new Set([1, 2]));
     viewers.remove('a1');
     expect(viewers.users()).toEqual(new Set([1, 2]));
+  });
+
+  it('sends a frame to every ready viewer in one call, leaving out the ones with a full window', () => {
+    const calls: [string[], number][] = [];
+    const viewers = new RoomViewers(
+      (ids, f) => calls.push([ids, f.seq]),
+      () => 0,
+      1,
+    );
+    viewers.add('a', 1);
+    viewers.add('b', 2);
+    viewers.add('c', 3);
+    viewers.frame(frame(1));
+    expect(calls).toEqual([[['a', 'b', 'c'], 1]]);
+    viewers.ack('a', 1);
+    viewers.ack('c', 1);
+    viewers.frame(frame(2));
+    expect(calls.at(-1)).toEqual([['a', 'c'], 2]);
   });
 });

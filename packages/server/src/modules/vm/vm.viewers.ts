@@ -25,7 +25,8 @@ export class RoomViewers {
   private last: VmFrame | null = null;
 
   constructor(
-    private readonly send: (socketId: string, frame: VmFrame) => void,
+    /** Sends one frame to some viewers at once (one encoding of the frame for all of them). */
+    private readonly send: (socketIds: string[], frame: VmFrame) => void,
     private readonly now: () => number,
     private readonly window: number = FRAME_WINDOW,
   ) {}
@@ -73,10 +74,14 @@ export class RoomViewers {
 
   frame(frame: VmFrame): void {
     this.last = frame;
+    const ready: string[] = [];
     for (const [socketId, slot] of this.slots) {
-      if (slot.inFlight.length < this.window) this.deliver(socketId, slot, frame);
-      else slot.pending = frame;
+      if (slot.inFlight.length < this.window) {
+        this.mark(slot, frame);
+        ready.push(socketId);
+      } else slot.pending = frame;
     }
+    if (ready.length > 0) this.send(ready, frame);
   }
 
   /** A viewer acknowledged `seq` (and all before it): the newest pending frame goes out. False: not a viewer. */
@@ -104,9 +109,13 @@ export class RoomViewers {
   }
 
   private deliver(socketId: string, slot: Slot, frame: VmFrame): void {
+    this.mark(slot, frame);
+    this.send([socketId], frame);
+  }
+
+  private mark(slot: Slot, frame: VmFrame): void {
     slot.inFlight.push(frame.seq);
     slot.sentAt = this.now();
     slot.pending = null;
-    this.send(socketId, frame);
   }
 }
