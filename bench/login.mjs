@@ -152,9 +152,20 @@ async function measure(started, { duration, concurrency, connections }) {
     // b) authenticated reads, the same way.
     await autocannon({ ...reads('parlor'), duration: 1 });
     await autocannon({ ...reads('raw'), duration: 1 });
-    readParts = await interleaved(['parlor', 'raw'], duration, ROUND_S, (side, seconds) =>
-      autocannon({ ...reads(side), duration: seconds }),
-    );
+    // Measured read rounds are announced on the 'bench-phase' channel (for bench/tools/profile.mjs).
+    const phase = new BroadcastChannel('bench-phase');
+    try {
+      readParts = await interleaved(['parlor', 'raw'], duration, ROUND_S, async (side, seconds) => {
+        phase.postMessage({ side, state: 'start' });
+        try {
+          return await autocannon({ ...reads(side), duration: seconds });
+        } finally {
+          phase.postMessage({ side, state: 'end' });
+        }
+      });
+    } finally {
+      phase.close();
+    }
   } finally {
     await raw.close();
   }

@@ -82,7 +82,7 @@ import { installMethodNotAllowed } from './platform/method-not-allowed.js';
 import { createRealtime, type SocketData } from './platform/realtime.js';
 import type { App } from './platform/routing.js';
 import { loadOrCreateSecret } from './platform/secret-files.js';
-import { computeSecurityHeaders } from './platform/security-headers.js';
+import { API_SECURITY_HEADERS, computeSecurityHeaders, isApiPath } from './platform/security-headers.js';
 import { openState, RedisState, type StateStore } from './platform/state/index.js';
 import { type MatchQueue, MemoryMatchQueue } from './platform/state/match-queue.js';
 import { RedisMatchQueue } from './platform/state/match-queue.redis.js';
@@ -168,11 +168,12 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
   installMethodNotAllowed(app);
   app.addSchema(ErrorBodySchema);
   app.decorateRequest('principal', null as never);
-  // Security headers (helmet's set with Parlor's policy) are computed once and copied onto each answer.
-  const securityHeaders = computeSecurityHeaders();
+  // Security headers are computed once and copied onto each answer: the API's lean set on `/v1/…`,
+  // helmet's full set with Parlor's policy on pages (security-headers.ts).
+  const pageHeaders = computeSecurityHeaders();
   app.addHook('onRequest', (req, reply, done) => {
     req.principal = emptyPrincipal();
-    reply.headers(securityHeaders);
+    reply.headers(isApiPath(req.url) ? API_SECURITY_HEADERS : pageHeaders);
     done();
   });
 

@@ -250,13 +250,23 @@ describeApp('statistics and health', () => {
 
   it('puts the security headers on every answer, errors included, and the docs page keeps its own policy', async () => {
     const anon = new Client(app.url);
-    for (const res of [await anon.get('/v1/health'), await anon.get('/v1/users/me'), await anon.get('/nowhere')]) {
+    const api = [await anon.get('/v1/health'), await anon.get('/v1/users/me'), await anon.get('/v1/nowhere')];
+    for (const res of api) {
+      // JSON answers: nothing may load, frame or sniff them.
+      expect(res.headers.get('content-security-policy')).toBe("default-src 'none'; frame-ancestors 'none'");
+      expect(res.headers.get('x-frame-options')).toBe('DENY');
+      expect(res.headers.get('x-xss-protection')).toBeNull();
+    }
+    for (const res of [await anon.get('/'), await anon.get('/nowhere')]) {
       expect(res.headers.get('content-security-policy')).toContain("default-src 'self'");
       expect(res.headers.get('content-security-policy')).toContain("script-src 'self'");
+      expect(res.headers.get('x-frame-options')).toBe('SAMEORIGIN');
+    }
+    for (const res of [...api, await anon.get('/')]) {
       expect(res.headers.get('x-content-type-options')).toBe('nosniff');
       expect(res.headers.get('cross-origin-resource-policy')).toBe('same-site');
       expect(res.headers.get('strict-transport-security')).toMatch(/^max-age=\d+/);
-      expect(res.headers.get('x-frame-options')).toBe('SAMEORIGIN');
+      expect(res.headers.get('referrer-policy')).toBe('no-referrer');
     }
     const docs = await anon.get('/docs/static/index.html');
     expect(docs.status).toBe(200);
