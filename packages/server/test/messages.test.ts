@@ -1,7 +1,9 @@
 import { Limits } from '@parlor/protocol';
+import { wrapChatKey } from '@parlor/sdk';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { makeMessagesStore } from '../src/modules/messages/messages.store.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
-import { bundle, join, keyEpoch, keyedChat, member } from './support/chat-flows.js';
+import { bundle, join, keyEpoch, keyedChat, member, receiveKey } from './support/chat-flows.js';
 import { closeAllSockets } from './support/sockets.js';
 
 let app: TestApp;
@@ -44,6 +46,105 @@ describeApp('POST /v1/portal/chats/{chat_id}/messages', () => {
     const key = (id: string) => id.split('-').map(Number) as [number, number];
     const newestFirst = [...ids].sort((a, b) => key(b)[0] - key(a)[0] || key(b)[1] - key(a)[1]);
     expect(listed).toEqual(newestFirst);
+  });
+});
+
+describeApp('group commit of sends', () => {
+  const mute = (userId: number, chatId: number) =>
+    app.database.db.execute(
+      `insert into moderation_actions (user_id, chat_id, action_type, expires_at, created_at) values (${userId}, ${chatId}, 'CHAT_MUTE', now() + interval '90 seconds', now())` as never,
+    );
+
+  it('writes a batch in one statement: the accepted take consecutive ids in order, the refused none', async () => {
+    const { owner, chatId, chatKey, epoch } = await keyedChat(app);
+    const keyed = await member(app);
+    await join(keyed, { chat_id: chatId });
+    const muted = await member(app);
+    await join(muted, { chat_id: chatId });
+    const keyless = await member(app); // joined after the epoch was keyed: no envelope for its session
+    await join(keyless, { chat_id: chatId });
+    const outsider = await member(app);
+    // Share the key with `keyed` and `muted` only (as a holder does on portal:key_added).
+    const envelopes = [keyed, muted].map((m) => ({
+      session_id: m.sessionId,
+      wrapped: wrapChatKey({
+        chatKey,
+        recipientPublicKey: m.keys.publicKey,
+        chatId,
+        epoch,
+        recipientSessionId: m.sessionId,
+      }),
+    }));
+    expect((await owner.client.post(`/v1/portal/chats/${chatId}/keys/share`, { epoch, envelopes })).status).toBe(200);
+    expect((await receiveKey(keyed, chatId)).epoch).toBe(epoch);
+    await mute(muted.user.id, chatId);
+
+    const store = makeMessagesStore(app.database.db);
+    const item = (m: typeof owner, text: string) => ({ userId: m.user.id, sessionId: m.sessionId, content: text });
+    const now = new Date();
+    const ids = await store.sendBatch({
+      chatId,
+      epoch,
+      now,
+      items: [
+        item(owner, 'a'),
+        item(muted, 'b'),
+        item(keyed, 'c'),
+        item(keyless, 'd'),
+        item(outsider, 'e'),
+        item(owner, 'f'),
+      ],
+    });
+    expect(ids.map((id) => id !== undefined)).toEqual([true, false, true, false, false, true]);
+    const [a, , c, , , f] = ids;
+    expect(a?.ms).toBe(now.getTime());
+    expect([c?.seq, f?.seq]).toEqual([(a?.seq ?? 0) + 1, (a?.seq ?? 0) + 2]);
+    const page = await owner.client.get(`/v1/portal/chats/${chatId}/messages?limit=10`);
+    expect(page.body.messages.map((m: { content: string }) => m.content)).toEqual(['f', 'c', 'a']);
+    // A wrong epoch refuses the whole batch; nothing is written and the chat's counter does not move.
+    const stale = await store.sendBatch({ chatId, epoch: epoch + 1, now, items: [item(owner, 'g')] });
+    expect(stale).toEqual([undefined]);
+    const next = await store.sendBatch({ chatId, epoch, now, items: [item(owner, 'h')] });
+    expect(next[0]?.seq).toBe((f?.seq ?? 0) + 1);
+  });
+
+  it('answers each of many concurrent senders with its own id or its own refusal', async () => {
+    const { owner, chatId, chatKey, epoch } = await keyedChat(app);
+    const others = await Promise.all(Array.from({ length: 4 }, () => member(app)));
+    for (const m of others) await join(m, { chat_id: chatId });
+    const envelopes = others.map((m) => ({
+      session_id: m.sessionId,
+      wrapped: wrapChatKey({
+        chatKey,
+        recipientPublicKey: m.keys.publicKey,
+        chatId,
+        epoch,
+        recipientSessionId: m.sessionId,
+      }),
+    }));
+    expect((await owner.client.post(`/v1/portal/chats/${chatId}/keys/share`, { epoch, envelopes })).status).toBe(200);
+    const mutedOne = others[0] as (typeof others)[number];
+    await mute(mutedOne.user.id, chatId);
+    const senders = [owner, ...others];
+    const sent = await Promise.all(
+      senders.flatMap((m) =>
+        [1, 2, 3].map(async (i) => ({
+          m,
+          res: await m.client.post(`/v1/portal/chats/${chatId}/messages`, {
+            content: bundle(chatKey, chatId, epoch, `${m.user.id}:${i}`),
+          }),
+        })),
+      ),
+    );
+    for (const { m, res } of sent) {
+      if (m === mutedOne) expect(res.body).toMatchObject({ code: 'ERR_MUTED', ttl: expect.any(Number) });
+      else expect(res.status, JSON.stringify(res.body)).toBe(200);
+    }
+    const ids = sent.filter((s) => s.res.status === 200).map((s) => s.res.body.id as string);
+    expect(new Set(ids).size).toBe(12);
+    for (const id of ids) await owner.socket.next('message:new', (p) => p.id === id);
+    const page = await owner.client.get(`/v1/portal/chats/${chatId}/messages?limit=20`);
+    expect(page.body.messages.map((m: { id: string }) => m.id).sort()).toEqual([...ids].sort());
   });
 });
 

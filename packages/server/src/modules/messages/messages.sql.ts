@@ -4,15 +4,19 @@ import type { MessageRow } from './messages.store.js';
 // Raw statements of the hot paths (send, history page): each is one round trip. Parameters are
 // cast explicitly: postgres-js sends them untyped, and neither driver serialises a Date here.
 
-/** What a user message needs to be accepted (spec 4.6 rule 1, DESIGN.md 7). */
-export interface SendCheck {
+/** A batch of user messages to one chat at one epoch (spec 4.6 rule 1, DESIGN.md 7). */
+export interface SendBatch {
   chatId: number;
+  /** The bundles' epoch: it must be the chat's current one, and each session must hold its key. */
+  epoch: number;
+  now: Date;
+  items: SendItem[];
+}
+
+export interface SendItem {
   userId: number;
   sessionId: number;
-  /** The bundle's epoch: it must be the chat's current one, and the session must hold its key. */
-  epoch: number;
   content: string;
-  now: Date;
 }
 
 /** Who reads a history page: members; Moderators also public and official chats; Admins any chat. */
@@ -41,32 +45,56 @@ export function appendSql(v: Omit<MessageRow, 'ms' | 'seq'>): SQL {
 }
 
 /**
- * All of the send's checks and its write in one statement. The chat row's own conditions (live,
- * not archived, epoch) sit in the UPDATE's WHERE, so PostgreSQL re-checks them on the newest row
- * version if a concurrent transaction (a rekey, an archive) changed the row while this waited.
+ * A batch of sends, all of their checks and their writes in one statement (group commit, see
+ * messages.service). Each item is accepted if its sender is a member, neither banned nor muted
+ * here, and its session holds an envelope at the epoch; the accepted ones take consecutive ids in
+ * item order from one UPDATE of the chat row, whose WHERE carries the chat's own conditions (live,
+ * not archived, at the epoch), so PostgreSQL re-checks them on the newest row version if a
+ * concurrent transaction (a rekey, an archive) changed the row while this one waited for its lock.
+ * Answers `(ord, ms, seq)` for the accepted items; `ord` is the item's index.
  */
-export function sendSql(c: SendCheck): SQL {
-  const now = c.now.toISOString();
-  const allowed = sql`
-    select 1 from chat_members m
-    where m.chat_id = ${c.chatId}::integer and m.user_id = ${c.userId}::integer and m.left_at is null
-      and not exists (
-        select 1 from moderation_actions a
-        where (a.chat_id = ${c.chatId}::integer or a.chat_id is null) and a.user_id = ${c.userId}::integer
-          and a.action_type in ('CHAT_BAN', 'CHAT_MUTE') and not a.is_lifted
-          and (a.expires_at is null or a.expires_at > ${now}::timestamptz))
-      and exists (
-        select 1 from key_envelopes k
-        where k.chat_id = ${c.chatId}::integer and k.epoch = ${c.epoch}::integer
-          and k.recipient_session_id = ${c.sessionId}::integer)`;
-  const chatOk = sql`and deleted_at is null and archived_at is null and epoch = ${c.epoch}::integer
-    and exists (select 1 from allowed)`;
+export function sendBatchSql(b: SendBatch): SQL {
+  const now = b.now.toISOString();
+  // A VALUES list, so the planner knows how few rows there are and looks each sender up by index.
+  const rows = b.items.map(
+    (i, ord) => sql`(${ord}::integer, ${i.userId}::integer, ${i.sessionId}::integer, ${i.content}::text)`,
+  );
   return sql`
-    with allowed as (${allowed}), next as (${nextId(c.chatId, c.now.getTime(), chatOk)})
-    insert into messages (chat_id, ms, seq, type, sender_id, content, system, created_at)
-    select id, msg_ms, msg_seq, 'user', ${c.userId}::integer, ${c.content}::text, null, ${now}::timestamptz
-    from next
-    returning ms, seq`;
+    with input (ord, u, s, c) as (values ${sql.join(rows, sql`, `)}),
+    ok as (
+      select i.ord, i.u, i.c, row_number() over (order by i.ord)::integer as rn
+      from input i
+      where exists (
+          select 1 from chat_members m
+          where m.chat_id = ${b.chatId}::integer and m.user_id = i.u and m.left_at is null)
+        and not exists (
+          select 1 from moderation_actions a
+          where (a.chat_id = ${b.chatId}::integer or a.chat_id is null) and a.user_id = i.u
+            and a.action_type in ('CHAT_BAN', 'CHAT_MUTE') and not a.is_lifted
+            and (a.expires_at is null or a.expires_at > ${now}::timestamptz))
+        and exists (
+          select 1 from key_envelopes k
+          where k.chat_id = ${b.chatId}::integer and k.epoch = ${b.epoch}::integer and k.recipient_session_id = i.s)
+    ),
+    n as (select count(*)::integer as k from ok),
+    next as (
+      update chats
+      set msg_seq = case when msg_ms >= ${b.now.getTime()}::bigint then msg_seq + (select k from n)
+                         else (select k from n) - 1 end,
+          msg_ms = greatest(msg_ms, ${b.now.getTime()}::bigint)
+      where id = ${b.chatId}::integer and deleted_at is null and archived_at is null
+        and epoch = ${b.epoch}::integer and (select k from n) > 0
+      returning id, msg_ms, msg_seq
+    ),
+    ins as (
+      insert into messages (chat_id, ms, seq, type, sender_id, content, system, created_at)
+      select next.id, next.msg_ms, next.msg_seq - (select k from n) + ok.rn, 'user', ok.u, ok.c, null, ${now}::timestamptz
+      from next, ok
+      returning ms, seq
+    )
+    select ok.ord, ins.ms, ins.seq
+    from ins, next, ok
+    where ins.seq = next.msg_seq - (select k from n) + ok.rn`;
 }
 
 /**

@@ -3,7 +3,7 @@ import { and, desc, eq, gt, inArray, isNull, or } from 'drizzle-orm';
 import { type Db, rowsOf } from '../../platform/db/index.js';
 import { messages, moderationActions } from '../../platform/db/schema.js';
 import type { Tx } from '../users/users.store.js';
-import { appendSql, pageSql, type Reader, type SendCheck, sendSql } from './messages.sql.js';
+import { appendSql, pageSql, type Reader, type SendBatch, sendBatchSql } from './messages.sql.js';
 
 export type MessageRow = typeof messages.$inferSelect;
 
@@ -27,13 +27,16 @@ export function makeMessagesStore(db: Db) {
       return { ...values, ms: Number(row.ms), seq: row.seq };
     },
     /**
-     * A user message, sent only if the chat is live, not archived, at `check.epoch`, and the sender
-     * is a member, neither banned nor muted here, holding an envelope at that epoch: all checked and
-     * written in one statement. Undefined when a check failed (the caller finds which).
+     * A batch of user messages (see `sendBatchSql`): each one is sent only if the chat is live, not
+     * archived, at the batch's epoch, and its sender is a member, neither banned nor muted here,
+     * holding an envelope at that epoch; all checked and written in one statement. One result per
+     * item, in order: its id, or undefined when a check failed (the caller finds which).
      */
-    async sendChecked(check: SendCheck): Promise<{ ms: number; seq: number } | undefined> {
-      const [row] = rowsOf<{ ms: number | string; seq: number }>(await db.execute(sendSql(check)));
-      return row ? { ms: Number(row.ms), seq: row.seq } : undefined;
+    async sendBatch(batch: SendBatch): Promise<({ ms: number; seq: number } | undefined)[]> {
+      const rows = rowsOf<{ ord: number; ms: number | string; seq: number }>(await db.execute(sendBatchSql(batch)));
+      const out: ({ ms: number; seq: number } | undefined)[] = batch.items.map(() => undefined);
+      for (const r of rows) out[r.ord] = { ms: Number(r.ms), seq: r.seq };
+      return out;
     },
     /**
      * Newest first, strictly before the cursor when one is given, already in the wire shape. Empty

@@ -1,0 +1,91 @@
+import { describe, expect, it } from 'vitest';
+import { groupCommit } from './group-commit.js';
+
+/** A write whose batches the test completes by hand, recording what each batch held. */
+function manualWrite() {
+  const batches: { key: string; items: number[]; done: (err?: Error) => void }[] = [];
+  const write = (key: string, items: number[]) =>
+    new Promise<string[]>((resolve, reject) => {
+      batches.push({
+        key,
+        items,
+        done: (err) => (err ? reject(err) : resolve(items.map((i) => `${key}:${i}`))),
+      });
+    });
+  return { batches, write };
+}
+
+const tick = () => new Promise((r) => setImmediate(r));
+
+describe('groupCommit', () => {
+  it('sends a lone write at once, and what arrives meanwhile as the next batch, in arrival order', async () => {
+    const { batches, write } = manualWrite();
+    const gc = groupCommit(write);
+    const first = gc.submit('a', 1);
+    expect(batches.map((b) => b.items)).toEqual([[1]]);
+    const rest = [2, 3, 4].map((i) => gc.submit('a', i));
+    await tick();
+    expect(batches).toHaveLength(1); // nothing more goes out while the first batch is in flight
+    batches[0]?.done();
+    expect(await first).toBe('a:1');
+    await tick();
+    expect(batches.map((b) => b.items)).toEqual([[1], [2, 3, 4]]);
+    batches[1]?.done();
+    expect(await Promise.all(rest)).toEqual(['a:2', 'a:3', 'a:4']);
+    await tick();
+    expect(gc.busyKeys()).toBe(0);
+  });
+
+  it('runs different keys independently', async () => {
+    const { batches, write } = manualWrite();
+    const gc = groupCommit(write);
+    const a = gc.submit('a', 1);
+    const b = gc.submit('b', 1);
+    expect(batches.map((x) => x.key)).toEqual(['a', 'b']);
+    expect(gc.busyKeys()).toBe(2);
+    batches[1]?.done();
+    expect(await b).toBe('b:1');
+    batches[0]?.done();
+    expect(await a).toBe('a:1');
+  });
+
+  it('caps a batch at maxBatch and sends the remainder next', async () => {
+    const { batches, write } = manualWrite();
+    const gc = groupCommit(write, 2);
+    const all = [1, 2, 3, 4, 5, 6].map((i) => gc.submit('k', i));
+    expect(batches.map((b) => b.items)).toEqual([[1]]);
+    for (let i = 0; i < 3; i++) {
+      batches[i]?.done();
+      await tick();
+    }
+    expect(batches.map((b) => b.items)).toEqual([[1], [2, 3], [4, 5], [6]]);
+    batches[3]?.done();
+    expect(await Promise.all(all)).toEqual(['k:1', 'k:2', 'k:3', 'k:4', 'k:5', 'k:6']);
+  });
+
+  it('fails every write of a failed batch with its error, and still runs the next batch', async () => {
+    const { batches, write } = manualWrite();
+    const gc = groupCommit(write);
+    const first = gc.submit('k', 1);
+    const second = gc.submit('k', 2);
+    const third = gc.submit('k', 3);
+    batches[0]?.done(new Error('connection lost'));
+    await expect(first).rejects.toThrow('connection lost');
+    await tick();
+    batches[1]?.done(new Error('deadlock'));
+    await expect(second).rejects.toThrow('deadlock');
+    await expect(third).rejects.toThrow('deadlock');
+    const fourth = gc.submit('k', 4);
+    await tick();
+    batches[2]?.done();
+    expect(await fourth).toBe('k:4');
+  });
+
+  it('fails the batch when the write answers a different number of results', async () => {
+    const gc = groupCommit<string, number, number>(async () => [1]);
+    const first = gc.submit('k', 1);
+    const both = [gc.submit('k', 2), gc.submit('k', 3)];
+    expect(await first).toBe(1);
+    for (const p of both) await expect(p).rejects.toThrow(/1 results for 2 writes/);
+  });
+});
