@@ -38,7 +38,7 @@ export function groupCommit<K, In, Out>(
       );
       if (out.length !== batch.length)
         throw new Error(`group commit: ${out.length} results for ${batch.length} writes`);
-      batch.forEach((e, i) => e.resolve(out[i] as Out));
+      for (const [i, e] of batch.entries()) e.resolve(out[i] as Out);
     } catch (err) {
       for (const e of batch) e.reject(err);
     }

@@ -10,7 +10,7 @@ export interface NotificationEvents {
 }
 
 /**
- * The realtime implementation. It takes the realtime server lazily: app.ts builds the services
+ * The realtime implementation. It takes the realtime server lazily: wiring/ builds the services
  * that create notifications before the socket server exists, and nothing is emitted before
  * requests flow.
  */

@@ -1,7 +1,7 @@
 /**
  * Room settings (spec 2.4) as the room VM reads them when it starts. Guild room settings are not
  * wired yet: until they are, every chat gets the defaults below. The guilds module plugs in by
- * giving the vm service a `SettingsSource` (app.ts; `vm.useSettings`), nothing else changes.
+ * giving the vm service a `SettingsSource` (wiring/services.ts; `vm.useSettings`), nothing else changes.
  */
 export interface RoomVmSettings {
   browser: 'brave' | 'tor';

@@ -1,0 +1,169 @@
+import type { RoomJoinPayload } from '@parlor/protocol';
+import type { Clock } from '../../platform/clock.js';
+import type { Db } from '../../platform/db/index.js';
+import { appError } from '../../platform/errors.js';
+import { type Realtime, rooms, type SocketData } from '../../platform/realtime.js';
+import type { KeysService } from '../keys/keys.service.js';
+import type { MessagesService } from '../messages/messages.service.js';
+import type { Tx } from '../users/users.store.js';
+import type { ChatPresence } from './chats.presence.js';
+import { toChat } from './chats.presenter.js';
+import type { Viewer } from './chats.rules.js';
+import type { ChatsStore, ChatWithCount } from './chats.store.js';
+
+export interface MembershipDeps {
+  db: Db;
+  store: ChatsStore;
+  clock: Clock;
+  keys: KeysService;
+  messages: MessagesService;
+  realtime: Pick<Realtime, 'emitTo' | 'leaveChat'>;
+  presence: Pick<ChatPresence, 'announcePresence' | 'sessionsInChat'>;
+  /** The chat row (deleted chats: ERR_CHAT_NOT_FOUND). */
+  mustGet: (chatId: number) => Promise<ChatWithCount>;
+  /** Private and direct chats are for their members (and owner, and Admins for private ones). */
+  assertCanSee: (viewer: Viewer, chat: ChatWithCount) => Promise<void>;
+  /** The chat a guild vanity opens (the guilds module), or null; without it no vanity resolves. */
+  vanityChat?: (vanity: string) => Promise<number | null>;
+}
+
+type JoinMethod = 'direct' | 'invite' | 'vanity';
+
+/** Joining and leaving chats (room:join, room:leave, kicks and bans): membership history, rekeys, presence. */
+export function makeChatMembership(deps: MembershipDeps) {
+  const { db, store, clock, keys, messages, realtime, presence, mustGet, assertCanSee } = deps;
+
+  /** Resolves what room:join names: a chat id, an invite code (spent on joining) or a vanity. */
+  const resolveJoin = async (
+    payload: RoomJoinPayload,
+  ): Promise<{ chatId: number; method: JoinMethod; invite: string | null }> => {
+    if ('chat_id' in payload) return { chatId: payload.chat_id, method: 'direct', invite: null };
+    if ('token' in payload) {
+      const chat = await store.byToken(payload.token);
+      if (!chat) throw appError('ERR_CHAT_NOT_FOUND');
+      return { chatId: chat.id, method: 'direct', invite: null };
+    }
+    if ('invite' in payload) {
+      const live = (await store.invitesOfCode(payload.invite, clock.now()))[0];
+      if (!live) throw appError('ERR_INVITE_NOT_FOUND');
+      return { chatId: live.chatId, method: 'invite', invite: payload.invite };
+    }
+    const chatId = deps.vanityChat ? await deps.vanityChat(payload.vanity) : null;
+    if (chatId === null) throw appError('ERR_INVITE_NOT_FOUND', 'No chat uses this vanity.');
+    return { chatId, method: 'vanity', invite: null };
+  };
+
+  /** Ends a membership with its history entry, system message and rekey; announces after commit. */
+  const removeFromChat = async (
+    chatId: number,
+    userId: number,
+    opts: {
+      action: 'leave' | 'kick' | 'ban';
+      actorId: number | null;
+      system: Record<string, unknown>;
+      extra?: (tx: Tx) => Promise<void>;
+      tolerateNonMember?: boolean;
+    },
+  ): Promise<boolean> => {
+    const now = clock.now();
+    const result = await db.transaction(async (tx) => {
+      const removed = await store.removeMember(chatId, userId, now, tx);
+      if (!removed && !opts.tolerateNonMember) throw appError('ERR_NOT_CHAT_MEMBER');
+      if (opts.extra) await opts.extra(tx);
+      if (!removed) return null;
+      await store.logActivity({ chatId, userId, action: opts.action, actorUserId: opts.actorId, createdAt: now }, tx);
+      const system = await messages.appendSystem(chatId, opts.system, tx);
+      const bumped = await keys.bumpEpochs([chatId], tx);
+      return { system, bumped };
+    });
+    if (!result) return false;
+    const present = await presence.sessionsInChat(userId, chatId).catch(() => []);
+    realtime.leaveChat(userId, chatId);
+    messages.publish(result.system);
+    realtime.emitTo(rooms.chat(chatId), 'portal:key_removed', { chat_id: chatId, user_id: userId, session_id: null });
+    keys.announceRekey(result.bumped);
+    const reason = opts.action === 'leave' ? 'left' : opts.action === 'kick' ? 'kicked' : 'banned';
+    realtime.emitTo(rooms.user(userId), 'room:left', { chat_id: chatId, reason });
+    for (const sessionId of present) presence.announcePresence(chatId, { userId, sessionId }, false);
+    return true;
+  };
+
+  return {
+    /** room:join: becomes a member if not one yet (membership history records how). */
+    async join(data: SocketData, payload: RoomJoinPayload) {
+      const viewer: Viewer = { userId: data.userId, permissionLevel: data.permissionLevel };
+      const target = await resolveJoin(payload);
+      const chat = await mustGet(target.chatId);
+      if (data.stranger && chat.type !== 'direct') throw appError('ERR_STRANGER_NOT_ALLOWED');
+      if (target.method === 'direct') await assertCanSee(viewer, chat);
+      if (chat.type === 'direct' && !(await store.isMember(chat.id, viewer.userId)))
+        throw appError('ERR_CANNOT_BROWSE_PRIVATE');
+      if (await messages.isChatBanned(chat.id, viewer.userId)) throw appError('ERR_CHAT_BANNED');
+      const now = clock.now();
+      const joined = await db.transaction(async (tx) => {
+        if (await store.isMember(chat.id, viewer.userId, tx)) return false;
+        if (target.invite && !(await store.useInvite(target.invite, now, tx))) throw appError('ERR_INVITE_NOT_FOUND');
+        await store.addMember(chat.id, viewer.userId, now, tx);
+        await store.logActivity(
+          {
+            chatId: chat.id,
+            userId: viewer.userId,
+            action: 'join',
+            method: target.method,
+            inviteCode: target.invite,
+            createdAt: now,
+          },
+          tx,
+        );
+        return true;
+      });
+      const ring = await keys.ring(chat.id);
+      if (joined) {
+        // Holders of the chat key see the new member's sessions and share envelopes with them.
+        for (const [sessionId, publicKey] of Object.entries(ring[String(viewer.userId)] ?? {})) {
+          realtime.emitTo(rooms.chat(chat.id), 'portal:key_added', {
+            chat_id: chat.id,
+            user_id: viewer.userId,
+            session_id: Number(sessionId),
+            public_key: publicKey,
+          });
+        }
+      }
+      return { chat: toChat((await store.byId(chat.id)) ?? chat), epoch: chat.epoch, key_ring: ring };
+    },
+
+    /** room:leave: ends the membership; the chat moves to a new epoch without this user. */
+    async leave(userId: number, chatId: number): Promise<void> {
+      const chat = await mustGet(chatId);
+      if (chat.type === 'direct')
+        throw appError('ERR_FORBIDDEN', 'Leave a direct chat with POST /v1/portal/match/leave.');
+      await removeFromChat(chatId, userId, {
+        action: 'leave',
+        actorId: null,
+        system: { kind: 'leave', user_id: userId },
+      });
+    },
+
+    /**
+     * Kick or ban: the member leaves the chat at once (sockets leave its room), the chat moves to a
+     * new epoch, and a system message says so. `extra` runs inside the same transaction (records).
+     */
+    async expel(
+      chatId: number,
+      userId: number,
+      action: 'kick' | 'ban',
+      actorId: number,
+      reason: string | null,
+      extra?: (tx: Tx) => Promise<void>,
+    ): Promise<boolean> {
+      await mustGet(chatId);
+      return removeFromChat(chatId, userId, {
+        action,
+        actorId,
+        system: { kind: action, user_id: userId, actor_id: actorId, reason },
+        extra,
+        tolerateNonMember: action === 'ban',
+      });
+    },
+  };
+}

@@ -1,0 +1,38 @@
+import { type Realtime, rooms, type SocketData } from '../../platform/realtime.js';
+
+/** Who is in a chat's room, read from the sockets on every node, and the deltas the chat hears. */
+export function makeChatPresence(realtime: Pick<Realtime, 'emitTo' | 'io'>) {
+  /** One entry per connected session in the chat room, across nodes. */
+  const presence = async (chatId: number) => {
+    const sockets = await realtime.io.in(rooms.chat(chatId)).fetchSockets();
+    const seen = new Map<number, { user_id: number; session_id: number; username: string }>();
+    for (const s of sockets) {
+      seen.set(s.data.sessionId, { user_id: s.data.userId, session_id: s.data.sessionId, username: s.data.username });
+    }
+    return [...seen.values()].sort((a, b) => a.session_id - b.session_id);
+  };
+
+  /**
+   * Presence changes reach the chat as deltas, one `portal:presence` per session; only a joiner
+   * gets the whole list (its ack and `room:members`). A full list to every member on every change
+   * cost O(members²) bytes per join (docs/api.md, Presence).
+   */
+  const announcePresence = (chatId: number, who: Pick<SocketData, 'userId' | 'sessionId'>, online: boolean) => {
+    realtime.emitTo(rooms.chat(chatId), 'portal:presence', {
+      chat_id: chatId,
+      user_id: who.userId,
+      session_id: who.sessionId,
+      online,
+    });
+  };
+
+  /** The sessions of a user whose sockets are in a chat's room, on any node. */
+  const sessionsInChat = async (userId: number, chatId: number): Promise<number[]> => {
+    const sockets = await realtime.io.in(rooms.user(userId)).fetchSockets();
+    return [...new Set(sockets.filter((s) => s.rooms.has(rooms.chat(chatId))).map((s) => s.data.sessionId))];
+  };
+
+  return { presence, announcePresence, sessionsInChat };
+}
+
+export type ChatPresence = ReturnType<typeof makeChatPresence>;

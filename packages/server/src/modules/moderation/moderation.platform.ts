@@ -1,0 +1,201 @@
+import { AuditCodes } from '@parlor/protocol';
+import type { Clock } from '../../platform/clock.js';
+import type { Db } from '../../platform/db/index.js';
+import { appError } from '../../platform/errors.js';
+import { type Realtime, rooms } from '../../platform/realtime.js';
+import { type ActorLevel, canActOn } from '../admin/admin.rules.js';
+import type { Actor, AuditStore } from '../audit/audit.store.js';
+import type { KeysService } from '../keys/keys.service.js';
+import type { AutomatedKind, NotificationsService } from '../notifications/notifications.service.js';
+import type { SessionsService } from '../sessions/sessions.service.js';
+import { toPunishment } from '../users/users.presenter.js';
+import type { UsersService } from '../users/users.service.js';
+import type { Tx, UsersStore } from '../users/users.store.js';
+import type { ModerationStore } from './moderation.store.js';
+
+export interface PlatformModerationDeps {
+  db: Db;
+  clock: Clock;
+  store: ModerationStore;
+  usersStore: UsersStore;
+  users: Pick<UsersService, 'mustGet'>;
+  sessions: SessionsService;
+  keys: KeysService;
+  notifications: NotificationsService;
+  audit: AuditStore;
+  realtime: Pick<Realtime, 'io' | 'disconnectSessions'>;
+  /** Writes the notification in the transaction (moderation.service.ts); publish it after the commit. */
+  notify: (
+    userId: number,
+    kind: AutomatedKind,
+    vars: Record<string, string>,
+    tx: Tx,
+  ) => ReturnType<NotificationsService['automated']>;
+}
+
+/** When a punishment of `seconds` ends (none: it does not). */
+export const until = (now: Date, seconds: number | undefined) =>
+  seconds ? new Date(now.getTime() + seconds * 1000) : null;
+const human = (seconds: number | undefined) => (seconds ? `${Math.ceil(seconds / 60)} minutes` : 'permanently');
+
+/** Platform punishments (bans, timeouts, warnings): the user's state, records, audit, notifications. */
+export function makePlatformModeration(deps: PlatformModerationDeps) {
+  const { db, clock, store, usersStore, users, notifications, audit, realtime, notify } = deps;
+
+  const assertPlatformTarget = async (actor: Actor, level: ActorLevel, targetId: number) => {
+    const target = await users.mustGet(targetId);
+    if (actor.kind === 'user' && actor.id === targetId) throw appError('ERR_FORBIDDEN', 'You cannot act on yourself.');
+    if (!canActOn(level, target.permissionLevel)) throw appError('ERR_FORBIDDEN');
+    return target;
+  };
+
+  /** Drops every socket of a user, on every node (timeouts, bans). */
+  const dropSockets = (userId: number) => realtime.io.in(rooms.user(userId)).disconnectSockets(true);
+
+  /**
+   * One platform punishment inside a transaction: the user's state (for bans and timeouts), the
+   * record of spec 2.6, the audit entry and the automated notification. Publish `note` after commit.
+   */
+  const punish = async (
+    tx: Tx,
+    p: {
+      actor: Actor;
+      targetId: number;
+      chatId: number | null;
+      actionType: 'PLATFORM_BAN' | 'PLATFORM_TIMEOUT' | 'PLATFORM_WARNING';
+      code: number;
+      action: string;
+      body: { duration?: number; reason?: string };
+      notice: AutomatedKind;
+      state?: 1 | 2;
+    },
+  ) => {
+    const now = clock.now();
+    const expiresAt = until(now, p.body.duration);
+    if (p.state) await usersStore.update(p.targetId, { state: p.state, stateExpiresAt: expiresAt, updatedAt: now }, tx);
+    const record = await store.record(
+      {
+        userId: p.targetId,
+        chatId: p.chatId,
+        actionType: p.actionType,
+        reason: p.body.reason ?? null,
+        actorUserId: 'id' in p.actor ? p.actor.id : null,
+        expiresAt,
+        createdAt: now,
+      },
+      tx,
+    );
+    await audit.record(
+      {
+        actor: p.actor,
+        code: p.code,
+        action: p.action,
+        targetUserId: p.targetId,
+        reason: p.body.reason,
+        data: { duration: p.body.duration ?? null, chat_id: p.chatId },
+      },
+      tx,
+    );
+    const note = await notify(
+      p.targetId,
+      p.notice,
+      { duration: human(p.body.duration), reason: p.body.reason ?? '' },
+      tx,
+    );
+    return { record, note };
+  };
+
+  type Body = { duration?: number; reason?: string };
+
+  return {
+    /** Bans platform-wide: every session ends (sockets drop, keys go), login is refused until lifted. */
+    async ban(actor: Actor, level: ActorLevel, targetId: number, body: Body, chatId: number | null = null) {
+      await assertPlatformTarget(actor, level, targetId);
+      const { record, note, ended } = await db.transaction(async (tx) => {
+        const done = await punish(tx, {
+          actor,
+          targetId,
+          chatId,
+          actionType: 'PLATFORM_BAN',
+          code: AuditCodes.PUNISH_BAN,
+          action: 'ban',
+          body,
+          notice: 'banned',
+          state: 2,
+        });
+        return { ...done, ended: await deps.sessions.endAll(targetId, 'banned', tx) };
+      });
+      notifications.publish(note);
+      realtime.disconnectSessions(ended);
+      dropSockets(targetId);
+      await deps.keys.removeSessions(targetId, ended, true);
+      return toPunishment(record);
+    },
+
+    async unban(actor: Actor, level: ActorLevel, targetId: number, body: { reason?: string }) {
+      await assertPlatformTarget(actor, level, targetId);
+      const now = clock.now();
+      const note = await db.transaction(async (tx) => {
+        await usersStore.update(targetId, { state: 0, stateExpiresAt: null, updatedAt: now }, tx);
+        await store.lift(targetId, ['PLATFORM_BAN'], null, now, tx);
+        await audit.record(
+          { actor, code: AuditCodes.PUNISH_UNBAN, action: 'unban', targetUserId: targetId, reason: body.reason },
+          tx,
+        );
+        return notify(targetId, 'unbanned', {}, tx);
+      });
+      notifications.publish(note);
+    },
+
+    /** Times out platform-wide: sockets drop and every request answers 403 ERR_TIMED_OUT until expiry. */
+    async timeout(
+      actor: Actor,
+      level: ActorLevel,
+      targetId: number,
+      body: Body & { duration: number },
+      chatId: number | null = null,
+    ) {
+      await assertPlatformTarget(actor, level, targetId);
+      const { record, note } = await db.transaction((tx) =>
+        punish(tx, {
+          actor,
+          targetId,
+          chatId,
+          actionType: 'PLATFORM_TIMEOUT',
+          code: AuditCodes.PUNISH_TIMEOUT,
+          action: 'timeout',
+          body,
+          notice: 'timed_out',
+          state: 1,
+        }),
+      );
+      notifications.publish(note);
+      dropSockets(targetId);
+      return toPunishment(record);
+    },
+
+    async warn(
+      actor: Actor,
+      level: ActorLevel,
+      targetId: number,
+      body: { reason?: string },
+      chatId: number | null = null,
+    ) {
+      await assertPlatformTarget(actor, level, targetId);
+      const { record, note } = await db.transaction((tx) =>
+        punish(tx, {
+          actor,
+          targetId,
+          chatId,
+          actionType: 'PLATFORM_WARNING',
+          code: AuditCodes.PUNISH_WARN,
+          action: 'warn',
+          body,
+          notice: 'warned',
+        }),
+      );
+      notifications.publish(note);
+      return toPunishment(record);
+    },
+  };
+}

@@ -1,0 +1,92 @@
+import { type ChatsService, makeChatsService } from '../modules/chats/chats.service.js';
+import { makeChatsStore } from '../modules/chats/chats.store.js';
+import { makeGuildsService } from '../modules/guilds/guilds.service.js';
+import { makeGuildsStore } from '../modules/guilds/guilds.store.js';
+import { makeKeysService } from '../modules/keys/keys.service.js';
+import { makeKeysStore } from '../modules/keys/keys.store.js';
+import { makeBlocksService } from '../modules/matchmaking/blocks.service.js';
+import { makeBlocksStore } from '../modules/matchmaking/blocks.store.js';
+import { makeMatchmakingService } from '../modules/matchmaking/matchmaking.service.js';
+import { makeMatchmakingStore } from '../modules/matchmaking/matchmaking.store.js';
+import { makeMessagesService } from '../modules/messages/messages.service.js';
+import { makeMessagesStore } from '../modules/messages/messages.store.js';
+import type { Realtime } from '../platform/realtime.js';
+import { RedisState } from '../platform/state/index.js';
+import { type MatchQueue, MemoryMatchQueue } from '../platform/state/match-queue.js';
+import { RedisMatchQueue } from '../platform/state/match-queue.redis.js';
+import type { Accounts } from './accounts.js';
+import type { WiringContext } from './services.js';
+
+/** Chats and what lives in them: the chats store, keys, messages, guilds (their chats), the chats service. */
+export function wireChats(ctx: WiringContext, accounts: Accounts, realtime: Realtime) {
+  const { clock, db, state } = ctx;
+  const { audit, usersStore, users } = accounts;
+  const chatsStore = makeChatsStore(db);
+  const keys = makeKeysService({
+    db,
+    store: makeKeysStore(db),
+    clock,
+    realtime,
+    membership: {
+      chatIdsOf: (userId, tx) => chatsStore.chatIdsOf(userId, tx),
+      lockEpoch: async (chatId, tx) => (await chatsStore.lockById(chatId, tx))?.epoch ?? null,
+    },
+  });
+  const messages = makeMessagesService({
+    store: makeMessagesStore(db),
+    clock,
+    state,
+    realtime,
+    access: {
+      chat: async (chatId) => {
+        const chat = await chatsStore.byId(chatId);
+        return chat ? { epoch: chat.epoch, archived: chat.archivedAt !== null } : null;
+      },
+      isMember: (chatId, userId) => chatsStore.isMember(chatId, userId),
+      hasKey: (chatId, epoch, sessionId) => keys.hasKey(chatId, epoch, sessionId),
+    },
+  });
+  // Guilds: each guild's public chat (no owner, so it takes nobody's slot) is made through the chats store.
+  const guilds = makeGuildsService({
+    db,
+    store: makeGuildsStore(db),
+    clock,
+    audit,
+    users: usersStore,
+    chats: {
+      create: async (name, at, tx) =>
+        (await chatsStore.insert({ type: 'public', name, ownerUserId: null, createdAt: at, updatedAt: at }, tx)).id,
+      isLive: async (chatId, tx) => (await chatsStore.byId(chatId, tx)) !== undefined,
+    },
+  });
+  const chats = makeChatsService({
+    db,
+    store: chatsStore,
+    clock,
+    keys,
+    messages,
+    users,
+    realtime,
+    vanityChat: guilds.vanityChat,
+  });
+  return { chatsStore, keys, messages, guilds, chats };
+}
+
+/** Pairing over the match queue (atomic in Redis in cluster mode), and the blocks it respects. */
+export function wireMatchmaking(ctx: WiringContext, accounts: Accounts, realtime: Realtime, chats: ChatsService) {
+  const { config, clock, db, state } = ctx;
+  const { audit, usersStore, users } = accounts;
+  const queue: MatchQueue =
+    state instanceof RedisState ? new RedisMatchQueue(state.client, config.redisPrefix) : new MemoryMatchQueue();
+  const blocksStore = makeBlocksStore(db);
+  const matchmaking = makeMatchmakingService({
+    clock,
+    state,
+    queue,
+    chats,
+    store: makeMatchmakingStore(db),
+    realtime,
+  });
+  const blocks = makeBlocksService({ store: blocksStore, usersStore, users, queue, audit, clock });
+  return { matchmaking, blocks };
+}

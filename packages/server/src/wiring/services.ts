@@ -1,0 +1,222 @@
+import { makeAdminService } from '../modules/admin/admin.service.js';
+import type { ChatsService } from '../modules/chats/chats.service.js';
+import type { KeysService } from '../modules/keys/keys.service.js';
+import type { MatchmakingService } from '../modules/matchmaking/matchmaking.service.js';
+import type { MessagesService } from '../modules/messages/messages.service.js';
+import { makeModerationService } from '../modules/moderation/moderation.service.js';
+import { makeModerationStore } from '../modules/moderation/moderation.store.js';
+import { makeStatsService, type StatsDeps } from '../modules/stats/stats.service.js';
+import { makeVmService } from '../modules/vm/vm.service.js';
+import { makeViewerTokens, viewerTokenKey } from '../modules/vm/vm.tokens.js';
+import type { SessionResolver } from '../platform/auth.js';
+import { every } from '../platform/background.js';
+import type { Clock } from '../platform/clock.js';
+import type { Config } from '../platform/config.js';
+import { type Db, ping } from '../platform/db/index.js';
+import type { GeoLookup } from '../platform/geo.js';
+import { createRealtime, type Realtime, type SocketData } from '../platform/realtime.js';
+import type { App } from '../platform/routing.js';
+import { RedisState, type StateStore } from '../platform/state/index.js';
+import { LocalChromiumProvider } from '../platform/vm/local-provider.js';
+import { type Accounts, wireAccounts } from './accounts.js';
+import { wireChats, wireMatchmaking } from './chats.js';
+
+/** What the services are built from (app.ts): the app (log, hooks, HTTP server), config, clock and open stores. */
+export interface WiringContext {
+  app: App;
+  config: Readonly<Config>;
+  clock: Clock;
+  /** The database handle that runs afterCommit work (trackCommits). */
+  db: Db;
+  state: StateStore;
+  /** Where a client address is (sessions); GeoIP-lite when absent. */
+  geo?: GeoLookup;
+  /** The operator token: the room VM viewer-token key derives from it (vm.tokens.ts). */
+  operatorToken: string;
+  /** The server's version (stats). */
+  version: string;
+}
+
+/**
+ * Stores and services, wired by hand: each gets only what it uses. Also starts what they need
+ * running (the user-change channel, the room VM sweep) and registers their close hooks.
+ */
+export async function wireServices(ctx: WiringContext) {
+  const { app } = ctx;
+  const accounts = await wireAccounts(ctx, () => realtime);
+  const { sessions } = accounts;
+  const stats = wireStats(ctx, accounts, () => vm.statistics());
+  // Realtime: Socket.IO on the same HTTP server; in cluster mode through Redis streams.
+  const sessionResolver = sessions.resolver();
+  const realtime = wireRealtime(ctx, sessionResolver);
+  const { keys, messages, guilds, chats, chatsStore } = wireChats(ctx, accounts, realtime);
+  const { matchmaking, blocks } = wireMatchmaking(ctx, accounts, realtime, chats);
+  const { admin, moderation } = wireGovernance(ctx, accounts, {
+    realtime,
+    chats,
+    keys,
+    messages,
+    matchmaking,
+    chatIdsOf: (userId, tx) => chatsStore.chatIdsOf(userId, tx),
+  });
+  const { vm, vmProvider } = await wireVm(ctx, chats, realtime);
+
+  // Ended sessions (logout, destroy, eviction) lose their sockets and their keys, on every node.
+  sessions.onEnded(({ userId, sessionIds }) => {
+    realtime.disconnectSessions(sessionIds);
+    keys.removeSessions(userId, sessionIds).catch((err: unknown) => app.log.error({ err }, 'key removal failed'));
+  });
+  // A guild chat's room VM starts with its guild's room settings (other chats: the vm defaults).
+  vm.useSettings(guilds.roomSettingsOfChat);
+  // The public chat of a guild has no owner row: the guild's owner runs its room.
+  vm.useGuildOwners(guilds.ownsChatGuild);
+  // A deleted chat's room stops (on this node; cluster: on the node that runs it).
+  chats.onRemoved((chatId) => {
+    vm.chatRemoved(chatId).catch((err: unknown) => app.log.warn({ err, chatId }, 'room VM stop after delete failed'));
+  });
+
+  return {
+    ...accounts,
+    stats,
+    sessionResolver,
+    realtime,
+    keys,
+    messages,
+    guilds,
+    chats,
+    matchmaking,
+    blocks,
+    admin,
+    moderation,
+    vm,
+    vmProvider,
+  };
+}
+
+export type Services = Awaited<ReturnType<typeof wireServices>>;
+
+/** The statistics service; `rooms` reads the room VMs, built after it. */
+function wireStats(ctx: WiringContext, accounts: Accounts, rooms: StatsDeps['rooms']) {
+  const { config, clock, db, state } = ctx;
+  return makeStatsService({
+    clock,
+    usersStore: accounts.usersStore,
+    bots: accounts.bots,
+    version: ctx.version,
+    sourceHash: config.sourceHash,
+    storage: config.databaseUrl ? 'cluster' : 'embedded',
+    startedAt: clock.now(),
+    probe: async () => {
+      await ping(db);
+      await state.get('health-probe');
+    },
+    rooms,
+  });
+}
+
+/** The socket server; a socket signs in with the session cookie, like a request. */
+function wireRealtime(ctx: WiringContext, sessionResolver: SessionResolver): Realtime {
+  const { app, config, state } = ctx;
+  return createRealtime(app.server, {
+    allowedOrigins: config.allowedOrigins,
+    redis: state instanceof RedisState ? { client: adapterClient(state, app), prefix: config.redisPrefix } : null,
+    authenticate: async (cookieHeader): Promise<SocketData | null> => {
+      const token = cookieHeader ? app.parseCookie(cookieHeader).psession : undefined;
+      if (!token || token.length > 256) return null;
+      const found = await sessionResolver.resolve(token);
+      if (found?.user.state !== 0) return null;
+      return {
+        userId: found.user.id,
+        sessionId: found.session.id,
+        username: found.user.username,
+        permissionLevel: found.user.permissionLevel,
+        stranger: found.user.stranger,
+      };
+    },
+  });
+}
+
+/** A Redis connection of the socket adapter's own (it blocks on stream reads); errors are logged. */
+function adapterClient(state: RedisState, app: App) {
+  const client = state.client.duplicate();
+  client.on('error', (err: Error) => app.log.warn({ err: err.message }, 'socket adapter redis error'));
+  return client;
+}
+
+/** Admin actions and moderation: they act on users, their sessions, chats and keys. */
+function wireGovernance(
+  ctx: WiringContext,
+  accounts: Accounts,
+  deps: {
+    realtime: Realtime;
+    chats: ChatsService;
+    keys: KeysService;
+    messages: MessagesService;
+    matchmaking: MatchmakingService;
+    chatIdsOf: Parameters<typeof makeAdminService>[0]['chatIdsOf'];
+  },
+) {
+  const { app, clock, db } = ctx;
+  const { usersStore, users, sessions, notifications, audit, bots } = accounts;
+  const { realtime, chats, keys, messages, matchmaking, chatIdsOf } = deps;
+  const admin = makeAdminService({
+    db,
+    clock,
+    usersStore,
+    users,
+    sessions,
+    notifications,
+    audit,
+    bots,
+    chats,
+    keys,
+    chatIdsOf,
+    matchmaking,
+    realtime,
+    log: app.log,
+  });
+  const moderation = makeModerationService({
+    db,
+    clock,
+    store: makeModerationStore(db, accounts.usersChanged),
+    usersStore,
+    users,
+    chats,
+    sessions,
+    keys,
+    messages,
+    notifications,
+    audit,
+    realtime,
+  });
+  return { admin, moderation };
+}
+
+/** Room VMs: browsers of this node (local chromium), viewers and control kept by the vm service. */
+async function wireVm(ctx: WiringContext, chats: ChatsService, realtime: Realtime) {
+  const { app, config, clock, state } = ctx;
+  const vmProvider = new LocalChromiumProvider({
+    chromiumPath: config.chromiumPath,
+    maxRooms: config.vmMaxPerNode,
+    log: (message) => app.log.warn(message),
+  });
+  const vm = makeVmService({
+    provider: vmProvider,
+    chats,
+    realtime,
+    clock,
+    tokens: makeViewerTokens(viewerTokenKey(ctx.operatorToken)),
+    state,
+    allowPrivateNetworks: config.vmAllowPrivateNetworks,
+    idleMs: config.vmIdleTimeoutSeconds * 1000,
+    log: app.log,
+  });
+  await vm.ready;
+  const stopVmSweep = every(1_000, 'room-vm-sweep', () => vm.sweep(), app.log);
+  // Before the socket server closes (viewers hear room:stopped); kills every browser of this node.
+  app.addHook('preClose', async () => {
+    stopVmSweep();
+    await vm.close();
+  });
+  return { vm, vmProvider };
+}
