@@ -1,9 +1,8 @@
 import { Limits } from '@parlor/protocol';
-import { wrapChatKey } from '@parlor/sdk';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { makeMessagesStore } from '../src/modules/messages/messages.store.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
-import { bundle, join, keyEpoch, keyedChat, member, receiveKey } from './support/chat-flows.js';
+import { bundle, join, keyEpoch, keyedChat, member, receiveKey, shareKey } from './support/chat-flows.js';
 import { closeAllSockets } from './support/sockets.js';
 
 let app: TestApp;
@@ -65,17 +64,7 @@ describeApp('group commit of sends', () => {
     await join(keyless, { chat_id: chatId });
     const outsider = await member(app);
     // Share the key with `keyed` and `muted` only (as a holder does on portal:key_added).
-    const envelopes = [keyed, muted].map((m) => ({
-      session_id: m.sessionId,
-      wrapped: wrapChatKey({
-        chatKey,
-        recipientPublicKey: m.keys.publicKey,
-        chatId,
-        epoch,
-        recipientSessionId: m.sessionId,
-      }),
-    }));
-    expect((await owner.client.post(`/v1/portal/chats/${chatId}/keys/share`, { epoch, envelopes })).status).toBe(200);
+    await shareKey(owner, { chatId, chatKey, epoch }, [keyed, muted]);
     expect((await receiveKey(keyed, chatId)).epoch).toBe(epoch);
     await mute(muted.user.id, chatId);
 
@@ -112,17 +101,7 @@ describeApp('group commit of sends', () => {
     const { owner, chatId, chatKey, epoch } = await keyedChat(app);
     const others = await Promise.all(Array.from({ length: 4 }, () => member(app)));
     for (const m of others) await join(m, { chat_id: chatId });
-    const envelopes = others.map((m) => ({
-      session_id: m.sessionId,
-      wrapped: wrapChatKey({
-        chatKey,
-        recipientPublicKey: m.keys.publicKey,
-        chatId,
-        epoch,
-        recipientSessionId: m.sessionId,
-      }),
-    }));
-    expect((await owner.client.post(`/v1/portal/chats/${chatId}/keys/share`, { epoch, envelopes })).status).toBe(200);
+    await shareKey(owner, { chatId, chatKey, epoch }, others);
     const mutedOne = others[0] as (typeof others)[number];
     await mute(mutedOne.user.id, chatId);
     const senders = [owner, ...others];

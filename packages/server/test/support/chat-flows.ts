@@ -6,6 +6,7 @@ import {
   type KeyPair,
   publicKeyToBase64,
   unwrapChatKey,
+  wrapChatKey,
 } from '@parlor/sdk';
 import { expect } from 'vitest';
 import type { TestApp } from './app.js';
@@ -72,6 +73,27 @@ export async function receiveKey(m: Member, chatId: number): Promise<{ chatKey: 
     recipientSessionId: m.sessionId,
   });
   return { chatKey, epoch: state.body.epoch };
+}
+
+/** `holder` wraps the epoch's key for `recipients`' sessions and shares it (as on portal:key_added). */
+export async function shareKey(
+  holder: Member,
+  key: { chatId: number; chatKey: Uint8Array; epoch: number },
+  recipients: Member[],
+): Promise<void> {
+  const { chatId, chatKey, epoch } = key;
+  const envelopes = recipients.map((m) => ({
+    session_id: m.sessionId,
+    wrapped: wrapChatKey({
+      chatKey,
+      recipientPublicKey: m.keys.publicKey,
+      chatId,
+      epoch,
+      recipientSessionId: m.sessionId,
+    }),
+  }));
+  const res = await holder.client.post(`/v1/portal/chats/${chatId}/keys/share`, { epoch, envelopes });
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
 }
 
 /** An Admin's public chat with the creator joined and the first epoch keyed. */
