@@ -18,10 +18,22 @@ function manualWrite() {
 const tick = () => new Promise((r) => setImmediate(r));
 
 describe('groupCommit', () => {
-  it('sends a lone write at once, and what arrives meanwhile as the next batch, in arrival order', async () => {
+  it('gathers the writes of one event-loop turn into the first batch', async () => {
+    const { batches, write } = manualWrite();
+    const gc = groupCommit(write);
+    const all = [1, 2, 3].map((i) => gc.submit('a', i));
+    expect(batches).toEqual([]); // nothing leaves before the end of the turn
+    await tick();
+    expect(batches.map((b) => b.items)).toEqual([[1, 2, 3]]);
+    batches[0]?.done();
+    expect(await Promise.all(all)).toEqual(['a:1', 'a:2', 'a:3']);
+  });
+
+  it('sends a lone write after the turn, and what arrives meanwhile as the next batch, in arrival order', async () => {
     const { batches, write } = manualWrite();
     const gc = groupCommit(write);
     const first = gc.submit('a', 1);
+    await tick();
     expect(batches.map((b) => b.items)).toEqual([[1]]);
     const rest = [2, 3, 4].map((i) => gc.submit('a', i));
     await tick();
@@ -41,6 +53,7 @@ describe('groupCommit', () => {
     const gc = groupCommit(write);
     const a = gc.submit('a', 1);
     const b = gc.submit('b', 1);
+    await tick();
     expect(batches.map((x) => x.key)).toEqual(['a', 'b']);
     expect(gc.busyKeys()).toBe(2);
     batches[1]?.done();
@@ -52,13 +65,15 @@ describe('groupCommit', () => {
   it('caps a batch at maxBatch and sends the remainder next', async () => {
     const { batches, write } = manualWrite();
     const gc = groupCommit(write, 2);
-    const all = [1, 2, 3, 4, 5, 6].map((i) => gc.submit('k', i));
-    expect(batches.map((b) => b.items)).toEqual([[1]]);
+    const first = gc.submit('k', 1);
+    await tick();
+    const rest = [2, 3, 4, 5, 6].map((i) => gc.submit('k', i));
     for (let i = 0; i < 3; i++) {
       batches[i]?.done();
       await tick();
     }
     expect(batches.map((b) => b.items)).toEqual([[1], [2, 3], [4, 5], [6]]);
+    const all = [first, ...rest];
     batches[3]?.done();
     expect(await Promise.all(all)).toEqual(['k:1', 'k:2', 'k:3', 'k:4', 'k:5', 'k:6']);
   });
@@ -67,6 +82,7 @@ describe('groupCommit', () => {
     const { batches, write } = manualWrite();
     const gc = groupCommit(write);
     const first = gc.submit('k', 1);
+    await tick();
     const second = gc.submit('k', 2);
     const third = gc.submit('k', 3);
     batches[0]?.done(new Error('connection lost'));
@@ -84,6 +100,7 @@ describe('groupCommit', () => {
   it('fails the batch when the write answers a different number of results', async () => {
     const gc = groupCommit<string, number, number>(async () => [1]);
     const first = gc.submit('k', 1);
+    await tick();
     const both = [gc.submit('k', 2), gc.submit('k', 3)];
     expect(await first).toBe(1);
     for (const p of both) await expect(p).rejects.toThrow(/1 results for 2 writes/);
