@@ -33,6 +33,9 @@ const INVALID: Record<string, string> = {
   VM_MAX_PER_NODE: '-1',
   VM_ALLOW_PRIVATE_NETWORKS: 'perhaps',
   VM_IDLE_TIMEOUT_SECONDS: '5',
+  VM_TOR_PROXY: 'http://127.0.0.1:9050',
+  VM_PROXY_US: 'ftp://proxy.example:21',
+  VM_PROXY_EU: 'http://user:secret@proxy.example:3128',
   LOG_LEVEL: 'loud',
 };
 
@@ -57,6 +60,9 @@ describe('loadConfig', () => {
       vmMaxPerNode: 4,
       vmAllowPrivateNetworks: false,
       vmIdleTimeoutSeconds: 300,
+      vmTorProxy: null,
+      vmProxyUs: null,
+      vmProxyEu: null,
       logLevel: 'info',
       sourceHash: 'abc123',
     } satisfies Config);
@@ -85,6 +91,9 @@ describe('loadConfig', () => {
       VM_MAX_PER_NODE: '12',
       VM_ALLOW_PRIVATE_NETWORKS: '1',
       VM_IDLE_TIMEOUT_SECONDS: '600',
+      VM_TOR_PROXY: 'socks5://tor:9050',
+      VM_PROXY_US: 'http://us.proxy.internal:3128/',
+      VM_PROXY_EU: 'socks5://eu.proxy.internal:1080',
       LOG_LEVEL: 'debug',
     });
     expect(config).toEqual({
@@ -105,6 +114,9 @@ describe('loadConfig', () => {
       vmMaxPerNode: 12,
       vmAllowPrivateNetworks: true,
       vmIdleTimeoutSeconds: 600,
+      vmTorProxy: 'socks5://tor:9050',
+      vmProxyUs: 'http://us.proxy.internal:3128',
+      vmProxyEu: 'socks5://eu.proxy.internal:1080',
       logLevel: 'debug',
       sourceHash: 'abc123',
     } satisfies Config);
@@ -191,6 +203,68 @@ describe('loadConfig', () => {
       'https://a.example',
       'https://b.example',
     ]);
+  });
+
+  describe('room browser proxies (VM_TOR_PROXY, VM_PROXY_US, VM_PROXY_EU)', () => {
+    it.each([
+      ['socks5://127.0.0.1:9050', 'socks5://127.0.0.1:9050'],
+      ['socks5://tor:9050/', 'socks5://tor:9050'],
+      ['SOCKS5://tor.internal:9150', 'socks5://tor.internal:9150'],
+      ['socks5://[::1]:9050', 'socks5://[::1]:9050'],
+    ])('accepts VM_TOR_PROXY=%s as %s', (value, expected) => {
+      expect(load({ VM_TOR_PROXY: value }).vmTorProxy).toBe(expected);
+    });
+
+    it.each([
+      ['http://proxy.internal:3128', 'http://proxy.internal:3128'],
+      ['http://proxy.internal:80/', 'http://proxy.internal'],
+      ['https://us.proxy.example:8443', 'https://us.proxy.example:8443'],
+      ['https://us.proxy.example', 'https://us.proxy.example'],
+      ['socks5://10.0.0.7:1080', 'socks5://10.0.0.7:1080'],
+      ['http://[2001:db8::7]:3128', 'http://[2001:db8::7]:3128'],
+    ])('accepts VM_PROXY_US and VM_PROXY_EU=%s as %s', (value, expected) => {
+      const config = load({ VM_PROXY_US: value, VM_PROXY_EU: value });
+      expect([config.vmProxyUs, config.vmProxyEu]).toEqual([expected, expected]);
+    });
+
+    it.each([
+      [
+        'VM_TOR_PROXY',
+        'http://127.0.0.1:9050',
+        /^VM_TOR_PROXY must be a URL like socks5:\/\/host:port \(scheme "http:" refused\)$/,
+      ],
+      ['VM_TOR_PROXY', 'socks5h://127.0.0.1:9050', /^VM_TOR_PROXY must be a URL like socks5:\/\/host:port/],
+      ['VM_TOR_PROXY', 'socks4://127.0.0.1:9050', /^VM_TOR_PROXY must be a URL like socks5:\/\/host:port/],
+      ['VM_TOR_PROXY', '127.0.0.1:9050', /^VM_TOR_PROXY must be a URL like socks5:\/\/host:port/],
+      ['VM_TOR_PROXY', 'socks5://tor', /^VM_TOR_PROXY must give the SOCKS port/],
+      ['VM_TOR_PROXY', 'socks5://tor:9050/x', /^VM_TOR_PROXY must be only socks5:\/\/host:port: no path/],
+      ['VM_TOR_PROXY', 'socks5://tor:9050?x=1', /^VM_TOR_PROXY must be only/],
+      ['VM_TOR_PROXY', 'socks5://tor;http=evil:9050', /^VM_TOR_PROXY must name the proxy's host/],
+      [
+        'VM_PROXY_US',
+        'ftp://proxy.example:21',
+        /^VM_PROXY_US must be a URL like http:\/\/host:port, https:\/\/host:port, socks5:\/\/host:port/,
+      ],
+      ['VM_PROXY_US', 'socks4://proxy.example:1080', /^VM_PROXY_US must be a URL like/],
+      ['VM_PROXY_US', 'not a url', /^VM_PROXY_US must be a URL like/],
+      ['VM_PROXY_US', 'http://proxy.example:3128/squid', /^VM_PROXY_US must be only .*no path/],
+      ['VM_PROXY_EU', 'http://proxy.example:3128#frag', /^VM_PROXY_EU must be only/],
+      ['VM_PROXY_EU', 'socks5://proxy.example', /^VM_PROXY_EU must give the SOCKS port/],
+    ])('refuses %s=%s with one line naming it', (name, value, message) => {
+      expect(problemsOf({ [name]: value })).toEqual([expect.stringMatching(message)]);
+    });
+
+    it.each([
+      ['VM_TOR_PROXY', 'socks5://alice:hunter2@tor:9050'],
+      ['VM_PROXY_US', 'http://alice:hunter2@proxy.example:3128'],
+      ['VM_PROXY_EU', 'https://hunter2@proxy.example'],
+      ['VM_PROXY_EU', 'socks5://alice:@proxy.example:1080'],
+    ])('refuses credentials in %s (Chromium cannot send them) without echoing them', (name, value) => {
+      const problems = problemsOf({ [name]: value });
+      expect(problems).toEqual([expect.stringMatching(new RegExp(`^${name} must not carry a user name or password`))]);
+      expect(problems[0]).not.toContain('hunter2');
+      expect(problems[0]).not.toContain('alice');
+    });
   });
 
   describe('the default allowed origin', () => {

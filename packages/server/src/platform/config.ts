@@ -38,12 +38,23 @@ export interface Config {
   vmAllowPrivateNetworks: boolean;
   /** Seconds a room VM may run with nobody watching before it is stopped (300). */
   vmIdleTimeoutSeconds: number;
+  /**
+   * Tor's SOCKS proxy (`socks5://host:port`) for rooms whose browser is "tor"; null: such rooms
+   * answer 503. Normalised to `scheme://host:port`, the form Chromium's --proxy-server takes.
+   */
+  vmTorProxy: string | null;
+  /** Proxy (http, https or socks5 URL) for rooms with proxy region "us"; null: such rooms answer 503. */
+  vmProxyUs: string | null;
+  /** Proxy (http, https or socks5 URL) for rooms with proxy region "eu"; null: such rooms answer 503. */
+  vmProxyEu: string | null;
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
   /** Git commit of the running build, for GET /v1/health. */
   sourceHash: string;
 }
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+/** Proxy schemes Chromium speaks that a region proxy may use (socks4 resolves names locally: not offered). */
+const REGION_PROXY_SCHEMES = ['http:', 'https:', 'socks5:'] as const;
 
 type Env = Record<string, string | undefined>;
 
@@ -61,6 +72,39 @@ function gitHead(): string {
   } catch {
     return 'unknown';
   }
+}
+
+/** Host names and bracketed IPv6 literals; nothing that could split Chromium's proxy rule list (`;`, `,`, `=`). */
+const PROXY_HOST =
+  /^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*|\[[0-9A-Fa-f:.]+\])$/;
+
+/**
+ * A room browser's upstream proxy as Chromium's --proxy-server takes it (`scheme://host:port`,
+ * nothing more), or why the value cannot be one. Chromium has no way to send a user name or
+ * password given in that flag, so credentials are refused rather than dropped. SOCKS needs an
+ * explicit port: Chromium's default (1080) is not Tor's (9050). The value is never echoed, since a
+ * refused one may hold a password.
+ */
+export function parseProxyUrl(value: string, protocols: readonly string[]): { url: string } | { problem: string } {
+  const form = protocols.map((p) => `${p}//host:port`).join(', ');
+  let u: URL;
+  try {
+    u = new URL(value);
+  } catch {
+    return { problem: `must be a URL like ${form}` };
+  }
+  if (!protocols.includes(u.protocol))
+    return { problem: `must be a URL like ${form} (scheme "${u.protocol}" refused)` };
+  if (u.username !== '' || u.password !== '')
+    return {
+      problem: `must not carry a user name or password: Chromium's --proxy-server cannot send them (let the proxy allow this host by address instead)`,
+    };
+  if (!PROXY_HOST.test(u.hostname)) return { problem: `must name the proxy's host, like ${form}` };
+  if (u.protocol === 'socks5:' && u.port === '')
+    return { problem: 'must give the SOCKS port, like socks5://host:9050' };
+  if (!['', '/'].includes(u.pathname) || u.search !== '' || u.hash !== '')
+    return { problem: `must be only ${form}: no path, query or fragment` };
+  return { url: `${u.protocol}//${u.host}` };
 }
 
 /** Reads and validates the environment; every invalid variable is listed in one ConfigError. */
@@ -125,6 +169,14 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
       problems.push(`ALLOWED_ORIGINS has "${o}", which is not an origin like https://example.org`);
     }
   }
+  const proxy = (name: string, protocols: readonly string[]) => {
+    const v = str(name);
+    if (v === null) return null;
+    const parsed = parseProxyUrl(v, protocols);
+    if ('url' in parsed) return parsed.url;
+    problems.push(`${name} ${parsed.problem}`);
+    return null;
+  };
   const logLevel = (str('LOG_LEVEL') ?? 'info') as Config['logLevel'];
   if (!LOG_LEVELS.includes(logLevel)) problems.push(`LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}`);
   const redisPrefix = str('REDIS_PREFIX') ?? 'parlor:';
@@ -148,6 +200,9 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
     vmMaxPerNode: int('VM_MAX_PER_NODE', 4, 0, 1000),
     vmAllowPrivateNetworks: bool('VM_ALLOW_PRIVATE_NETWORKS'),
     vmIdleTimeoutSeconds: int('VM_IDLE_TIMEOUT_SECONDS', 300, 10, 86_400),
+    vmTorProxy: proxy('VM_TOR_PROXY', ['socks5:']),
+    vmProxyUs: proxy('VM_PROXY_US', REGION_PROXY_SCHEMES),
+    vmProxyEu: proxy('VM_PROXY_EU', REGION_PROXY_SCHEMES),
     logLevel,
     sourceHash: str('SOURCE_HASH') ?? '',
     ...overrides,

@@ -198,6 +198,8 @@ async function wireVm(ctx: WiringContext, chats: ChatsService, realtime: Realtim
   const vmProvider = new LocalChromiumProvider({
     chromiumPath: config.chromiumPath,
     maxRooms: config.vmMaxPerNode,
+    torProxy: config.vmTorProxy,
+    regionProxies: { us: config.vmProxyUs, eu: config.vmProxyEu },
     log: (message) => app.log.warn(message),
   });
   const vm = makeVmService({

@@ -1,6 +1,6 @@
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { constants } from 'node:fs';
-import { access, mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
+import { access, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { Readable, Writable } from 'node:stream';
@@ -14,7 +14,11 @@ import { CdpPipe } from './cdp.js';
  * proxied UDP so a page cannot reach addresses the request interception never sees.
  * `--no-sandbox` is needed when the server runs as root (containers); see docs/operations.md.
  */
-export function chromiumArgs(userDataDir: string, size: { width: number; height: number }): string[] {
+export function chromiumArgs(
+  userDataDir: string,
+  size: { width: number; height: number },
+  upstream: RoomUpstream | null = null,
+): string[] {
   return [
     '--headless',
     '--no-sandbox',
@@ -39,10 +43,52 @@ export function chromiumArgs(userDataDir: string, size: { width: number; height:
     '--mute-audio',
     '--renderer-process-limit=4',
     `--window-size=${size.width},${size.height}`,
+    ...proxyArgs(upstream),
     `--user-data-dir=${userDataDir}`,
     '--remote-debugging-pipe',
     'about:blank',
   ];
+}
+
+/** The proxy a room's browser goes through (the room's settings and this node's proxy URLs). */
+export interface RoomUpstream {
+  /** `scheme://host:port` (http, https or socks5), as --proxy-server takes it. */
+  server: string;
+  /**
+   * True for Tor: host names are resolved by the proxy only. Chromium already hands SOCKS5 proxies
+   * the name, not an address; this also maps every local lookup (DNS prefetch and the like) to
+   * "not found" except the proxy's own host, and the network guard looks nothing up either.
+   */
+  remoteDns: boolean;
+}
+
+/**
+ * Flags sending every request through the room's proxy. `<-loopback>` removes Chromium's implicit
+ * bypass of localhost and loopback addresses, so those go to the proxy too and never reach this
+ * host's own services directly (docs/security.md). For Tor, the host-resolver rules follow
+ * Chromium's SOCKS guide: no name is resolved here at all.
+ */
+export function proxyArgs(upstream: RoomUpstream | null): string[] {
+  if (!upstream) return [];
+  const args = [`--proxy-server=${upstream.server}`, '--proxy-bypass-list=<-loopback>'];
+  if (upstream.remoteDns) {
+    const host = new URL(upstream.server).hostname;
+    const bare = host.startsWith('[') ? host.slice(1, -1) : host;
+    args.push(`--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE ${bare}`);
+  }
+  return args;
+}
+
+/**
+ * Preferences of every fresh profile. Network prediction off ("preload pages: never"): otherwise
+ * Chromium preconnects to a page's origin before the request the network guard pauses, so a URL
+ * the guard then refuses still gets a TCP connection, or a tunnel through the room's proxy
+ * (seen in packages/server/test/vm-proxy.test.ts); `<link rel=preconnect>` and DNS prefetch go too.
+ */
+async function writeProfilePreferences(userDataDir: string): Promise<void> {
+  await mkdir(path.join(userDataDir, 'Default'));
+  const prefs = { net: { network_prediction_options: 2 } };
+  await writeFile(path.join(userDataDir, 'Default', 'Preferences'), JSON.stringify(prefs));
 }
 
 /** Profile directories are `<tmp>/parlor-vm-<server pid>-<random>`: the pid tells whose they are. */
@@ -122,9 +168,9 @@ export class ChromiumProcess {
   static async launch(
     binary: string,
     size: { width: number; height: number },
-    log: (message: string) => void = () => {},
-    extraArgs: string[] = [],
+    opts: { log?: (message: string) => void; extraArgs?: string[]; upstream?: RoomUpstream | null } = {},
   ): Promise<ChromiumProcess> {
+    const { log = () => {}, extraArgs = [], upstream = null } = opts;
     try {
       await access(binary, constants.X_OK);
     } catch {
@@ -134,7 +180,8 @@ export class ChromiumProcess {
       );
     }
     const userDataDir = await mkdtemp(path.join(tmpdir(), `${PROFILE_PREFIX}${process.pid}-`));
-    const args = chromiumArgs(userDataDir, size);
+    await writeProfilePreferences(userDataDir);
+    const args = chromiumArgs(userDataDir, size, upstream);
     // Extra flags go before the start page (the last argument).
     args.splice(-1, 0, ...extraArgs);
     const child = spawn(binary, args, {

@@ -1,5 +1,5 @@
 import { appError } from '../errors.js';
-import { removeStaleProfiles } from './chromium-process.js';
+import { type RoomUpstream, removeStaleProfiles } from './chromium-process.js';
 import { LocalRoom } from './local-room.js';
 import { makeNetworkGuard, type NetworkGuard } from './network-guard.js';
 import type { VmFrame, VmInfo, VmInput, VmNavigation, VmProvider, VmProviderStop, VmStartSpec } from './provider.js';
@@ -13,7 +13,14 @@ export interface LocalProviderOptions {
   log?: (message: string) => void;
   /** More browser flags (tests map test host names with --host-resolver-rules). */
   extraArgs?: string[];
+  /** Tor's SOCKS proxy (VM_TOR_PROXY, `socks5://host:port`); unset: Tor rooms answer 503. */
+  torProxy?: string | null;
+  /** The proxy of each region (VM_PROXY_US, VM_PROXY_EU); a region without one answers 503. */
+  regionProxies?: Partial<Record<ProxyRegion, string | null>>;
 }
+
+/** Proxy regions of the room settings (spec 2.4), `none` aside. */
+export type ProxyRegion = Exclude<VmStartSpec['proxy'], 'none'>;
 
 interface Entry {
   room: LocalRoom;
@@ -55,13 +62,7 @@ export class LocalChromiumProvider implements VmProvider {
       return { ...existing.info };
     }
     if (this.closed) throw appError('ERR_ROOM_START_FAILED', 'This node is shutting down.');
-    if (spec.browser === 'tor')
-      throw appError('ERR_ROOM_START_FAILED', 'This room uses the Tor browser, but no Tor proxy is configured here.');
-    if (spec.proxy !== 'none')
-      throw appError(
-        'ERR_ROOM_START_FAILED',
-        `This room uses the ${spec.proxy} proxy, but no proxies are configured here.`,
-      );
+    const upstream = this.upstreamFor(spec);
     if (this.rooms.size >= this.opts.maxRooms)
       throw appError(
         'ERR_ROOM_START_FAILED',
@@ -72,6 +73,7 @@ export class LocalChromiumProvider implements VmProvider {
       guard: this.guard,
       log: this.log,
       extraArgs: this.opts.extraArgs,
+      upstream,
     });
     const info: VmInfo = {
       roomId,
@@ -92,6 +94,30 @@ export class LocalChromiumProvider implements VmProvider {
     }
     info.state = 'running';
     return { ...info };
+  }
+
+  /**
+   * The proxy the room's settings ask for, from this node's proxy URLs; 503 when this node has
+   * none for them. A Tor room goes through Tor whatever its region (Tor picks its own exit).
+   */
+  private upstreamFor(spec: VmStartSpec): RoomUpstream | null {
+    if (spec.browser === 'tor') {
+      const tor = this.opts.torProxy;
+      if (!tor)
+        throw appError(
+          'ERR_ROOM_START_FAILED',
+          'This room uses the Tor browser, but no Tor proxy is configured here (VM_TOR_PROXY).',
+        );
+      return { server: tor, remoteDns: true };
+    }
+    if (spec.proxy === 'none') return null;
+    const server = this.opts.regionProxies?.[spec.proxy];
+    if (!server)
+      throw appError(
+        'ERR_ROOM_START_FAILED',
+        `This room uses the ${spec.proxy} proxy, but no ${spec.proxy} proxy is configured here (VM_PROXY_${spec.proxy.toUpperCase()}).`,
+      );
+    return { server, remoteDns: false };
   }
 
   /** A browser exited by itself: one restart per run, then the room stops. */

@@ -1,6 +1,6 @@
 import { appError } from '../errors.js';
 import type { CdpEvent, CdpPipe } from './cdp.js';
-import { ChromiumProcess } from './chromium-process.js';
+import { ChromiumProcess, type RoomUpstream } from './chromium-process.js';
 import { InputMapper } from './input-events.js';
 import type { NetworkGuard } from './network-guard.js';
 import type { VmFrame, VmInput, VmNavigation, VmStartSpec } from './provider.js';
@@ -10,6 +10,8 @@ export interface LocalRoomOptions {
   guard: NetworkGuard;
   log: (message: string) => void;
   extraArgs?: string[];
+  /** The proxy the browser goes through (Tor or the room's region); null: direct. */
+  upstream?: RoomUpstream | null;
 }
 
 /**
@@ -46,7 +48,11 @@ export class LocalRoom {
   /** Starts (or restarts) the browser and shows the start page. */
   async launch(): Promise<void> {
     const size = { width: this.spec.width, height: this.spec.height };
-    const proc = await ChromiumProcess.launch(this.opts.chromiumPath, size, this.opts.log, this.opts.extraArgs);
+    const proc = await ChromiumProcess.launch(this.opts.chromiumPath, size, {
+      log: this.opts.log,
+      extraArgs: this.opts.extraArgs,
+      upstream: this.opts.upstream,
+    });
     this.proc = proc;
     this.screencasting = false;
     this.inputs.reset();
@@ -149,13 +155,18 @@ export class LocalRoom {
     cdp.send('Target.closeTarget', { targetId }).catch(() => {});
   }
 
-  /** Lets a paused request go on only if its host resolves to public addresses only. */
+  /**
+   * Lets a paused request go on only if its host resolves to public addresses only. Behind Tor the
+   * name is not resolved here (only IP literals and localhost names are checked): Tor resolves it,
+   * and refuses internal addresses itself (docs/security.md).
+   */
   private async screenRequest(e: CdpEvent): Promise<void> {
     const cdp = this.proc?.cdp;
     if (!cdp) return;
     const { requestId, request } = e.params as { requestId: string; request: { url: string } };
     try {
-      const verdict = await this.opts.guard.check(request.url);
+      const resolve = !this.opts.upstream?.remoteDns;
+      const verdict = await this.opts.guard.check(request.url, { resolve });
       if (verdict === 'allowed') await cdp.send('Fetch.continueRequest', { requestId }, e.sessionId);
       else
         await cdp.send(

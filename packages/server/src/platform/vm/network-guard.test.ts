@@ -88,3 +88,38 @@ describe('makeNetworkGuard', () => {
     expect(await guard.check('http://nowhere.example/')).toBe('unresolved');
   });
 });
+
+describe('makeNetworkGuard without local lookups (rooms behind Tor)', () => {
+  const lookups: string[] = [];
+  const guard = makeNetworkGuard({
+    lookup: async (host) => {
+      lookups.push(host);
+      return ['10.0.0.5'];
+    },
+  });
+  const check = (url: string) => guard.check(url, { resolve: false });
+
+  it('lets every host name through unresolved, .onion included: the proxy resolves it', async () => {
+    for (const url of ['http://parlor-test.onion/', 'https://private.example/', 'ws://anything.example:8080/'])
+      expect(await check(url), url).toBe('allowed');
+    expect(lookups).toEqual([]);
+  });
+
+  it('still blocks what needs no lookup: private and loopback literals, localhost names, local schemes', async () => {
+    for (const url of [
+      'http://127.0.0.1/',
+      'http://[::1]:3000/',
+      'http://2130706433/',
+      'http://10.0.0.5/',
+      'http://[::ffff:169.254.169.254]/',
+      'http://localhost:8080/',
+      'http://LOCALHOST./',
+      'http://api.localhost/',
+      'file:///etc/passwd',
+    ]) {
+      expect(await check(url), url).toBe('blocked');
+    }
+    expect(await check('http://93.184.216.34/')).toBe('allowed');
+    expect(lookups).toEqual([]);
+  });
+});

@@ -65,6 +65,12 @@ export function isPublicAddress(address: string): boolean {
   return !blocked.check(address, 'ipv6');
 }
 
+/** `localhost` and its subdomains (RFC 6761): loopback wherever they are resolved, the proxy's host included. */
+function isLoopbackName(host: string): boolean {
+  const name = host.toLowerCase().replace(/\.$/, '');
+  return name === 'localhost' || name.endsWith('.localhost');
+}
+
 export type HostVerdict = 'allowed' | 'blocked' | 'unresolved';
 export type Lookup = (host: string) => Promise<string[]>;
 
@@ -82,9 +88,10 @@ export function makeNetworkGuard(opts: { lookup?: Lookup; cacheMs?: number; now?
   const now = opts.now ?? Date.now;
   const cache = new Map<string, { verdict: HostVerdict; until: number }>();
 
-  const hostVerdict = async (host: string): Promise<HostVerdict> => {
+  const hostVerdict = async (host: string, resolve: boolean): Promise<HostVerdict> => {
     const literal = host.startsWith('[') && host.endsWith(']') ? host.slice(1, -1) : host;
     if (isIP(literal) !== 0) return isPublicAddress(literal) ? 'allowed' : 'blocked';
+    if (!resolve) return isLoopbackName(literal) ? 'blocked' : 'allowed';
     const hit = cache.get(literal);
     if (hit && hit.until > now()) return hit.verdict;
     let verdict: HostVerdict;
@@ -101,7 +108,13 @@ export function makeNetworkGuard(opts: { lookup?: Lookup; cacheMs?: number; now?
   };
 
   return {
-    async check(url: string): Promise<HostVerdict> {
+    /**
+     * `resolve: false` is for rooms whose proxy resolves names (Tor): the host name is not looked
+     * up here, since a lookup would tell the local resolver which site the room visits and fails
+     * for .onion names anyway. IP literals and localhost names, which need no lookup, are still
+     * refused; what a name resolves to at the proxy is the proxy's business (docs/security.md).
+     */
+    async check(url: string, opts: { resolve?: boolean } = {}): Promise<HostVerdict> {
       let parsed: URL;
       try {
         parsed = new URL(url);
@@ -111,7 +124,7 @@ export function makeNetworkGuard(opts: { lookup?: Lookup; cacheMs?: number; now?
       if (['data:', 'blob:', 'about:'].includes(parsed.protocol)) return 'allowed';
       // file:, chrome: and the like would reach the browser host itself.
       if (!['http:', 'https:', 'ws:', 'wss:'].includes(parsed.protocol)) return 'blocked';
-      return hostVerdict(parsed.hostname);
+      return hostVerdict(parsed.hostname, opts.resolve ?? true);
     },
   };
 }
