@@ -1,6 +1,13 @@
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import { startApp, type TestApp } from '../../server/test/support/app.js';
-import { describeBrowser, eventually, jpegSize, startTestSite } from '../../server/test/support/vm-browser.js';
+import {
+  BROWSER_TEST_TIMEOUT_MS,
+  describeBrowser,
+  eventually,
+  jpegSize,
+  startTestSite,
+  WAIT_MS,
+} from '../../server/test/support/vm-browser.js';
 import {
   type BotClient,
   connect,
@@ -11,6 +18,8 @@ import {
   type VmFrame,
 } from '../src/index.js';
 import { loginUser, type TestUser, testBot } from './support.js';
+
+vi.setConfig({ testTimeout: BROWSER_TEST_TIMEOUT_MS });
 
 /** The room VM as an SDK user drives it: REST start/stop, then RoomVm over the socket. */
 let app: TestApp;
@@ -59,13 +68,13 @@ describeBrowser('SDK: RoomVm against real Chromium', () => {
     room.on('frame', (f) => frames.push(f));
     expect(await room.watch()).toEqual({ width: 1280, height: 720, controller_user_id: null });
     expect(room.watching).toBe(true);
-    await eventually(() => frames.length > 0, 8000, 'a first frame');
+    await eventually(() => frames.length > 0, WAIT_MS, 'a first frame');
     expect(jpegSize((frames[0] as VmFrame).data)).toEqual({ width: 1280, height: 720 });
 
     const controls: (number | null)[] = [];
     ownerRoom.on('control', (e) => controls.push(e.controller_user_id));
     expect(await room.requestControl()).toEqual({ granted: true, controller_user_id: viewer.user.id });
-    await eventually(() => controls.includes(viewer.user.id), 5000, 'vm:control to the owner');
+    await eventually(() => controls.includes(viewer.user.id), WAIT_MS, 'vm:control to the owner');
     const requests: number[] = [];
     ownerRoom.on('controlRequest', (e) => requests.push(e.user_id));
     expect(await ownerRoom.requestControl()).toMatchObject({ granted: false });
@@ -75,7 +84,7 @@ describeBrowser('SDK: RoomVm against real Chromium', () => {
     await room.click(250, 200);
     const changed = await eventually(
       () => frames.find((f) => f.seq > before.seq && !Buffer.from(f.data).equals(Buffer.from(before.data))),
-      8000,
+      WAIT_MS,
       'a frame of the clicked page',
     );
     expect(changed?.receivedAt).toBeGreaterThanOrEqual(before.receivedAt);
@@ -84,7 +93,7 @@ describeBrowser('SDK: RoomVm against real Chromium', () => {
     await room.navigate(site.url('/page2'));
     await eventually(
       async () => (await app.vmProvider.evaluate(String(chat.id), 'location.pathname')) === '/page2',
-      5000,
+      WAIT_MS,
       'navigation',
     );
     await room.release();

@@ -3,13 +3,24 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import { removeStaleProfiles } from '../src/platform/vm/chromium-process.js';
 import { startApp, type TestApp } from './support/app.js';
 import { join, type Member, member } from './support/chat-flows.js';
 import { createBot, operator } from './support/flows.js';
 import { closeAllSockets } from './support/sockets.js';
-import { alive, autoAck, CHROMIUM, describeBrowser, eventually, startTestSite } from './support/vm-browser.js';
+import {
+  alive,
+  autoAck,
+  BROWSER_TEST_TIMEOUT_MS,
+  CHROMIUM,
+  describeBrowser,
+  eventually,
+  startTestSite,
+  WAIT_MS,
+} from './support/vm-browser.js';
+
+vi.setConfig({ testTimeout: BROWSER_TEST_TIMEOUT_MS });
 
 /**
  * Room VM lifecycle gaps: a deleted chat stops its room, a banned member's stream ends at once,
@@ -33,7 +44,7 @@ const startAndWatch = async (by: Member, m: Member, chatId: number) => {
   const token = (await ack(m, 'vm:credentials', { chat_id: chatId })).credentials.token;
   const watcher = autoAck(m.socket, chatId);
   expect((await ack(m, 'vm:watch', { chat_id: chatId, token })).ok).toBe(true);
-  await eventually(() => watcher.frames.length > 0, 8000, 'a first frame');
+  await eventually(() => watcher.frames.length > 0, WAIT_MS, 'a first frame');
   return watcher;
 };
 
@@ -65,7 +76,7 @@ describeBrowser('room VM lifecycle (real Chromium)', () => {
     });
     expect(app.services.vm.isRunning(chatId)).toBe(false);
     expect(app.vmProvider.status(String(chatId))).toBeNull();
-    await eventually(() => !alive(pid) && !existsSync(profile), 5000, 'browser and profile gone');
+    await eventually(() => !alive(pid) && !existsSync(profile), WAIT_MS, 'browser and profile gone');
     const again = await owner.client.post(`/v1/portal/chats/${chatId}/start`, {});
     expect(again.body.code).toBe('ERR_CHAT_NOT_FOUND');
   });
@@ -88,7 +99,7 @@ describeBrowser('room VM lifecycle (real Chromium)', () => {
     expect((await ack(owner, 'vm:input', { chat_id: chatId, kind: 'navigate', url: site.url('/page2') })).ok).toBe(
       true,
     );
-    await eventually(() => ownerWatch.frames.length > ownerFrames, 5000, 'the owner’s next frame');
+    await eventually(() => ownerWatch.frames.length > ownerFrames, WAIT_MS, 'the owner’s next frame');
     await new Promise((r) => setTimeout(r, 300));
     expect(carolWatch.frames.length).toBe(carolFrames);
     expect(await ack(carol, 'vm:credentials', { chat_id: chatId })).toMatchObject({ code: 'ERR_NOT_CHAT_MEMBER' });
@@ -109,7 +120,7 @@ describeBrowser('room VM lifecycle (real Chromium)', () => {
       const dir = app.vmProvider.profileOf(String(chatId));
       return app.vmProvider.status(String(chatId))?.state === 'running' && dir !== first.dir ? dir : undefined;
     });
-    await eventually(() => !existsSync(first.dir as string), 5000, 'the crashed browser’s profile removed');
+    await eventually(() => !existsSync(first.dir as string), WAIT_MS, 'the crashed browser’s profile removed');
     expect(existsSync(second as string)).toBe(true);
     expect((await owner.client.post(`/v1/portal/chats/${chatId}/stop`, {})).status).toBe(200);
     expect(existsSync(second as string)).toBe(false);
@@ -166,7 +177,7 @@ describeBrowser('room VM lifecycle (real Chromium)', () => {
         return 0;
       }
     };
-    await eventually(() => living() === 0, 10_000, 'the browser and its children gone');
+    await eventually(() => living() === 0, WAIT_MS, 'the browser and its children gone');
     // The next server's provider sweeps profiles whose server is gone, and only those.
     const mine = path.join(tmpdir(), `parlor-vm-${process.pid}-keep`);
     mkdirSync(mine, { recursive: true });

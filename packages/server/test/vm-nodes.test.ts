@@ -1,9 +1,18 @@
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
 import { type Backing, createBacking, MODE, startApp, type TestApp } from './support/app.js';
 import { join, type Member, member } from './support/chat-flows.js';
 import { Client } from './support/client.js';
 import { closeAllSockets } from './support/sockets.js';
-import { autoAck, browserAvailable, eventually, startTestSite } from './support/vm-browser.js';
+import {
+  autoAck,
+  BROWSER_TEST_TIMEOUT_MS,
+  browserAvailable,
+  eventually,
+  startTestSite,
+  WAIT_MS,
+} from './support/vm-browser.js';
+
+vi.setConfig({ testTimeout: BROWSER_TEST_TIMEOUT_MS });
 
 /**
  * A room VM used from two nodes over one PostgreSQL + Redis: it runs on the node that started it
@@ -71,7 +80,7 @@ describe.skipIf(!browserAvailable || MODE !== 'cluster' || !inject('servicesAvai
         height: 720,
         controller_user_id: null,
       });
-      await eventually(() => watch.frames.length > 0, 8000, 'a frame relayed to B');
+      await eventually(() => watch.frames.length > 0, WAIT_MS, 'a frame relayed to B');
       expect(await stats(a)).toMatchObject({ active_browsers: 1, viewers: 1 });
 
       expect(await ack(alice, 'vm:control:request', { chat_id: chatId })).toMatchObject({ granted: true });
@@ -81,10 +90,10 @@ describe.skipIf(!browserAvailable || MODE !== 'cluster' || !inject('servicesAvai
         expect((await ack(alice, 'vm:input', { chat_id: chatId, kind: 'mouse', type, x: 250, y: 200 })).ok).toBe(true);
       await eventually(
         async () => (await a.vmProvider.evaluate(String(chatId), 'document.body.dataset.clicked')) === 'yes',
-        5000,
+        WAIT_MS,
         'the click from B on A',
       );
-      await eventually(() => !watch.latest()?.data.equals(before), 5000, 'a changed frame on B');
+      await eventually(() => !watch.latest()?.data.equals(before), WAIT_MS, 'a changed frame on B');
       // The owner on A refuses a grant from a plain member on B.
       const bob = await member(b);
       expect((await join(bob, { chat_id: chatId })).ok).toBe(true);
@@ -108,7 +117,7 @@ describe.skipIf(!browserAvailable || MODE !== 'cluster' || !inject('servicesAvai
       expect((await ack(owner, 'vm:watch', { chat_id: chatId, token })).ok).toBe(true);
       expect((await ack(owner, 'vm:control:grant', { chat_id: chatId, user_id: owner.user.id })).ok).toBe(true);
       await ack(owner, 'vm:input', { chat_id: chatId, kind: 'navigate', url: site.url('/page2') });
-      await eventually(() => ownerWatch.frames.length > 1, 5000, 'frames on A');
+      await eventually(() => ownerWatch.frames.length > 1, WAIT_MS, 'frames on A');
       await new Promise((r) => setTimeout(r, 300));
       const after = alice.socket.received.filter((r) => r.event === 'vm:frame').length;
       expect(after - frames).toBeLessThanOrEqual(1); // at most the frame already on its way
@@ -152,7 +161,7 @@ describe.skipIf(!browserAvailable || MODE !== 'cluster' || !inject('servicesAvai
       process.kill(second as number, 'SIGKILL');
       await owner.socket.next('room:stopped', (p) => p.chat_id === chatId && p.reason === 'crashed');
       await dave.socket.next('room:stopped', (p) => p.chat_id === chatId && p.reason === 'crashed');
-      await eventually(async () => (await place(chatId)) === null, 5000, 'the map entry removed');
+      await eventually(async () => (await place(chatId)) === null, WAIT_MS, 'the map entry removed');
     });
 
     it('idle: a room watched only from the other node stays up; unwatched, it stops and leaves the map', async () => {
@@ -165,7 +174,7 @@ describe.skipIf(!browserAvailable || MODE !== 'cluster' || !inject('servicesAvai
       await a.services.vm.sweep(later());
       expect(a.services.vm.isRunning(chatId)).toBe(true);
       expect((await ack(erin, 'vm:unwatch', { chat_id: chatId })).ok).toBe(true);
-      await eventually(async () => (await stats(a)).viewers === 0, 5000, 'A hears B has no viewers');
+      await eventually(async () => (await stats(a)).viewers === 0, WAIT_MS, 'A hears B has no viewers');
       await a.services.vm.sweep(later());
       await erin.socket.next('room:stopped', (p) => p.chat_id === chatId && p.reason === 'idle');
       expect(await place(chatId)).toBeNull();

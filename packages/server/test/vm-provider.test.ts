@@ -1,11 +1,21 @@
 import { lookup } from 'node:dns/promises';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { AppError } from '../src/platform/errors.js';
 import { LocalChromiumProvider } from '../src/platform/vm/local-provider.js';
 import { makeNetworkGuard } from '../src/platform/vm/network-guard.js';
 import type { VmFrame, VmProvider, VmStartSpec } from '../src/platform/vm/provider.js';
 import { MODE } from './support/app.js';
-import { browserAvailable, CHROMIUM, eventually, jpegSize, startTestSite } from './support/vm-browser.js';
+import {
+  BROWSER_TEST_TIMEOUT_MS,
+  browserAvailable,
+  CHROMIUM,
+  eventually,
+  jpegSize,
+  startTestSite,
+  WAIT_MS,
+} from './support/vm-browser.js';
+
+vi.setConfig({ testTimeout: BROWSER_TEST_TIMEOUT_MS });
 
 /**
  * The VM provider port's contract (CONVENTIONS 7): every provider passes `providerContract`.
@@ -67,14 +77,14 @@ function providerContract(name: string, make: (maxRooms: number) => VmProvider) 
     it('streams JPEG frames with increasing seq, and shows navigation in later frames', async () => {
       const frames: VmFrame[] = [];
       const unsubscribe = provider.subscribe('one', (f) => frames.push(f));
-      await eventually(() => frames.length > 0, 8000, 'a first frame');
+      await eventually(() => frames.length > 0, WAIT_MS, 'a first frame');
       expect(frames[0]?.mime).toBe('image/jpeg');
       expect(jpegSize(frames[0]?.data as Buffer)).toEqual({ width: 640, height: 360 });
       const before = frames.at(-1) as VmFrame;
       await provider.navigate('one', { url: site.url('/page2') });
       await eventually(
         () => frames.some((f) => f.seq > before.seq && !f.data.equals(before.data)),
-        8000,
+        WAIT_MS,
         'a new frame',
       );
       const seqs = frames.map((f) => f.seq);
@@ -116,14 +126,14 @@ describeLocal('local Chromium provider', () => {
     try {
       await provider.start('popup', spec({ startUrl: site.url('/popup') }));
       const laidOut = "document.elementFromPoint(50, 50)?.id === 'out'";
-      await eventually(async () => (await provider.evaluate('popup', laidOut)) === true, 8000, 'the link');
+      await eventually(async () => (await provider.evaluate('popup', laidOut)) === true, WAIT_MS, 'the link');
       for (const type of ['down', 'up'] as const) await provider.input('popup', { kind: 'mouse', type, x: 50, y: 50 });
       // The click navigates the tab: an evaluation that lands mid-navigation is "not yet", not a failure.
       const pathname = () =>
         provider
           .evaluate('popup', 'location.pathname')
           .catch((e: Error) => (/navigated or closed/.test(e.message) ? null : Promise.reject(e)));
-      await eventually(async () => (await pathname()) === '/page2', 8000, 'page2');
+      await eventually(async () => (await pathname()) === '/page2', WAIT_MS, 'page2');
     } finally {
       await provider.close();
     }
@@ -146,15 +156,15 @@ describeLocal('local Chromium provider', () => {
       const secret = site.url('/secret');
       await provider.start('guarded', spec({ allowPrivateNetworks: false, startUrl: secret }));
       const href = () => provider.evaluate('guarded', 'location.href') as Promise<string>;
-      await eventually(async () => (await href()).startsWith('chrome-error://'), 8000, 'the blocked start page');
+      await eventually(async () => (await href()).startsWith('chrome-error://'), WAIT_MS, 'the blocked start page');
       for (const url of [`http://localhost:${site.port}/secret`, `http://[::1]:${site.port}/secret`]) {
         await provider.navigate('guarded', { url });
-        await eventually(async () => (await href()).startsWith('chrome-error://'), 8000, `blocked ${url}`);
+        await eventually(async () => (await href()).startsWith('chrome-error://'), WAIT_MS, `blocked ${url}`);
       }
       const redirect = `http://public.test:${site.port}/redirect?to=${encodeURIComponent(secret)}`;
       await provider.navigate('guarded', { url: redirect });
-      await eventually(() => site.hits.some((h) => h.startsWith('/redirect')), 8000, 'the public hop');
-      await eventually(async () => (await href()).startsWith('chrome-error://'), 8000, 'the blocked redirect');
+      await eventually(() => site.hits.some((h) => h.startsWith('/redirect')), WAIT_MS, 'the public hop');
+      await eventually(async () => (await href()).startsWith('chrome-error://'), WAIT_MS, 'the blocked redirect');
       expect(site.hits).not.toContain('/secret');
     } finally {
       await provider.close();

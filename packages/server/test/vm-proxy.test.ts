@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { loadConfig } from '../src/platform/config.js';
 import { AppError } from '../src/platform/errors.js';
 import { LocalChromiumProvider, type LocalProviderOptions } from '../src/platform/vm/local-provider.js';
@@ -7,7 +7,16 @@ import type { VmStartSpec } from '../src/platform/vm/provider.js';
 import { MODE } from './support/app.js';
 import { startHttpProxy } from './support/http-proxy.js';
 import { startSocksServer } from './support/socks-server.js';
-import { browserAvailable, CHROMIUM, eventually, startTestSite } from './support/vm-browser.js';
+import {
+  BROWSER_TEST_TIMEOUT_MS,
+  browserAvailable,
+  CHROMIUM,
+  eventually,
+  startTestSite,
+  WAIT_MS,
+} from './support/vm-browser.js';
+
+vi.setConfig({ testTimeout: BROWSER_TEST_TIMEOUT_MS });
 
 /**
  * Room settings `browser: "tor"` and `proxy: "us"|"eu"` (spec 2.4) against real Chromium: the
@@ -82,7 +91,7 @@ describeLocal('room browsers behind a proxy (VM_TOR_PROXY, VM_PROXY_US, VM_PROXY
       .catch(() => null)) as { href: string; title: string; text: string } | null;
   const blocked = async (provider: LocalChromiumProvider, room: string, url: string) => {
     await provider.navigate(room, { url });
-    await eventually(async () => (await page(provider, room)())?.href.startsWith('chrome-error://'), 8000, url);
+    await eventually(async () => (await page(provider, room)())?.href.startsWith('chrome-error://'), WAIT_MS, url);
   };
 
   it('loads a "us" room’s pages through VM_PROXY_US; the guard still checks names here and refuses private addresses', async () => {
@@ -113,7 +122,7 @@ describeLocal('room browsers behind a proxy (VM_TOR_PROXY, VM_PROXY_US, VM_PROXY
     const provider = providerFrom({ VM_PROXY_EU: proxy.url });
     try {
       await provider.start('eu', spec({ proxy: 'eu', allowPrivateNetworks: true, startUrl: site.url('/page2') }));
-      await eventually(async () => (await page(provider, 'eu')())?.title === 'page2', 8000, 'page2');
+      await eventually(async () => (await page(provider, 'eu')())?.title === 'page2', WAIT_MS, 'page2');
       expect(proxy.hosts).toContain(`127.0.0.1:${site.port}`);
     } finally {
       await provider.close();
@@ -145,9 +154,9 @@ describeLocal('room browsers behind a proxy (VM_TOR_PROXY, VM_PROXY_US, VM_PROXY
 
       // WebSockets escape the guard (docs/security.md, gap 1), but not the proxy: loopback included.
       await provider.navigate('tor', { url: 'http://parlor-test.onion/page2' });
-      await eventually(async () => (await page(provider, 'tor')())?.title === 'page2', 8000, 'page2 again');
+      await eventually(async () => (await page(provider, 'tor')())?.title === 'page2', WAIT_MS, 'page2 again');
       await provider.evaluate('tor', `void new WebSocket('ws://127.0.0.1:${site.port}/ws-probe')`);
-      await eventually(() => tor.hosts.includes('127.0.0.1'), 8000, 'the WebSocket at the proxy');
+      await eventually(() => tor.hosts.includes('127.0.0.1'), WAIT_MS, 'the WebSocket at the proxy');
       expect(site.hits).not.toContain('/ws-probe');
     } finally {
       await provider.close();

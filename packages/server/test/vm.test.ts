@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import { buildApp } from '../src/app.js';
 import type { RoomVmSettings } from '../src/modules/vm/vm.settings.js';
 import { FRAME_WINDOW } from '../src/modules/vm/vm.viewers.js';
@@ -10,12 +10,16 @@ import { closeAllSockets } from './support/sockets.js';
 import {
   alive,
   autoAck,
+  BROWSER_TEST_TIMEOUT_MS,
   describeBrowser,
   eventually,
   jpegSize,
   startTestSite,
+  WAIT_MS,
   type Watcher,
 } from './support/vm-browser.js';
+
+vi.setConfig({ testTimeout: BROWSER_TEST_TIMEOUT_MS });
 
 /**
  * Room VMs against real Chromium: one app (cap 2 browsers), one test site on 127.0.0.1, and the
@@ -179,27 +183,35 @@ describeBrowser('room VM (real Chromium)', () => {
     expect(await ack(bob, 'vm:input', { ...click, type: 'down' })).toMatchObject({ ok: false, code: 'ERR_FORBIDDEN' });
     expect(await ack(alice, 'vm:input', { ...click, type: 'down', x: -1 })).toMatchObject({ code: 'ERR_VALIDATION' });
 
-    await eventually(() => aliceWatch.frames.length > 0, 5000, 'a first frame');
+    await eventually(() => aliceWatch.frames.length > 0, WAIT_MS, 'a first frame');
     const before = aliceWatch.latest()?.data as Buffer;
     expect(await evaluate(chat1, 'document.body.dataset.clicked ?? null')).toBeNull();
     for (const type of ['move', 'down', 'up']) expect((await ack(alice, 'vm:input', { ...click, type })).ok).toBe(true);
-    await eventually(async () => (await evaluate(chat1, 'document.body.dataset.clicked')) === 'yes', 5000, 'the click');
-    await eventually(() => !aliceWatch.latest()?.data.equals(before), 5000, 'a changed frame');
+    await eventually(
+      async () => (await evaluate(chat1, 'document.body.dataset.clicked')) === 'yes',
+      WAIT_MS,
+      'the click',
+    );
+    await eventually(() => !aliceWatch.latest()?.data.equals(before), WAIT_MS, 'a changed frame');
 
     for (const type of ['down', 'up'])
       await ack(alice, 'vm:input', { chat_id: chat1, kind: 'mouse', type, x: 650, y: 120, button: 'left' });
     expect((await ack(alice, 'vm:input', { chat_id: chat1, kind: 'text', text: 'hello' })).ok).toBe(true);
     for (const type of ['down', 'up'])
       await ack(alice, 'vm:input', { chat_id: chat1, kind: 'key', type, key: '!', code: 'Digit1' });
-    await eventually(async () => (await evaluate(chat1, 'document.activeElement.value')) === 'hello!', 5000, 'typing');
+    await eventually(
+      async () => (await evaluate(chat1, 'document.activeElement.value')) === 'hello!',
+      WAIT_MS,
+      'typing',
+    );
     expect((await ack(alice, 'vm:input', { chat_id: chat1, kind: 'wheel', x: 10, y: 10, dx: 0, dy: 100 })).ok).toBe(
       true,
     );
 
     expect((await ack(alice, 'vm:input', { chat_id: chat1, kind: 'navigate', url: site.url('/page2') })).ok).toBe(true);
-    await eventually(async () => (await evaluate(chat1, 'location.pathname')) === '/page2', 5000, 'navigation');
+    await eventually(async () => (await evaluate(chat1, 'location.pathname')) === '/page2', WAIT_MS, 'navigation');
     expect((await ack(alice, 'vm:input', { chat_id: chat1, kind: 'navigate', action: 'back' })).ok).toBe(true);
-    await eventually(async () => (await evaluate(chat1, 'location.pathname')) === '/button', 5000, 'back');
+    await eventually(async () => (await evaluate(chat1, 'location.pathname')) === '/button', WAIT_MS, 'back');
     expect(await ack(alice, 'vm:input', { chat_id: chat1, kind: 'navigate', url: 'file:///etc/passwd' })).toMatchObject(
       { ok: false, code: 'ERR_VALIDATION' },
     );
@@ -214,11 +226,11 @@ describeBrowser('room VM (real Chromium)', () => {
     expect((await owner.client.post(`/v1/portal/chats/${chat2}/start`, {})).status).toBe(200);
     const token = (await ack(owner, 'vm:credentials', { chat_id: chat2 })).credentials.token;
     expect((await ack(owner, 'vm:watch', { chat_id: chat2, token })).ok).toBe(true);
-    const first = await owner.socket.next('vm:frame', (p) => p.chat_id === chat2, 8000);
+    const first = await owner.socket.next('vm:frame', (p) => p.chat_id === chat2, WAIT_MS);
     const count = () =>
       owner.socket.received.filter((r) => r.event === 'vm:frame' && r.payload.chat_id === chat2).length;
     // The page animates, so the window fills (how fast depends on the machine's load) ...
-    await eventually(() => count() >= FRAME_WINDOW, 8000, 'a full frame window');
+    await eventually(() => count() >= FRAME_WINDOW, WAIT_MS, 'a full frame window');
     // ... and then nothing more arrives until an ack, however long we wait.
     await new Promise((r) => setTimeout(r, 1200));
     expect(count()).toBe(FRAME_WINDOW);
@@ -255,7 +267,7 @@ describeBrowser('room VM (real Chromium)', () => {
   it('ends a kicked member’s stream at once and drops their control', async () => {
     const bobWatch = autoAck(bob.socket, chat1);
     expect((await ack(bob, 'vm:watch', { chat_id: chat1, token: bobToken })).ok).toBe(true);
-    await eventually(() => bobWatch.frames.length > 0, 5000, 'bob’s first frame');
+    await eventually(() => bobWatch.frames.length > 0, WAIT_MS, 'bob’s first frame');
     expect((await ack(owner, 'vm:control:grant', { chat_id: chat1, user_id: bob.user.id })).ok).toBe(true);
     expect((await stats()).viewers).toBe(3);
 
@@ -268,7 +280,7 @@ describeBrowser('room VM (real Chromium)', () => {
     // The page changes (alice takes control and navigates): alice sees it, bob gets nothing more.
     expect((await ack(alice, 'vm:control:request', { chat_id: chat1 })).granted).toBe(true);
     expect((await ack(alice, 'vm:input', { chat_id: chat1, kind: 'navigate', url: site.url('/page2') })).ok).toBe(true);
-    await eventually(() => aliceWatch.frames.length > aliceFrames, 5000, 'alice’s next frame');
+    await eventually(() => aliceWatch.frames.length > aliceFrames, WAIT_MS, 'alice’s next frame');
     await new Promise((r) => setTimeout(r, 300));
     expect(bobWatch.frames.length).toBe(bobFrames);
     expect(await ack(bob, 'vm:frame:ack', { chat_id: chat1, seq: 1 })).toMatchObject({ ok: false });
@@ -290,7 +302,7 @@ describeBrowser('room VM (real Chromium)', () => {
     // The viewer keeps receiving frames from the new browser.
     const latest = owner.socket.received.filter((r) => r.event === 'vm:frame' && r.payload.chat_id === chat2).at(-1);
     await ack(owner, 'vm:frame:ack', { chat_id: chat2, seq: latest?.payload.seq });
-    await owner.socket.next('vm:frame', (p) => p.chat_id === chat2 && p.seq > latest?.payload.seq, 8000);
+    await owner.socket.next('vm:frame', (p) => p.chat_id === chat2 && p.seq > latest?.payload.seq, WAIT_MS);
 
     process.kill(second as number, 'SIGKILL');
     expect(await owner.socket.next('room:stopped', (p) => p.chat_id === chat2)).toEqual({
@@ -298,7 +310,7 @@ describeBrowser('room VM (real Chromium)', () => {
       reason: 'crashed',
     });
     expect(app.vmProvider.status(String(chat2))).toBeNull();
-    await eventually(() => !alive(first) && !alive(second as number), 5000, 'both browsers gone');
+    await eventually(() => !alive(first) && !alive(second as number), WAIT_MS, 'both browsers gone');
   });
 
   it('POST …/stop: members other than the owner and Admins are refused; viewers get room:stopped, frames end', async () => {
@@ -360,6 +372,6 @@ describeBrowser('room VM (real Chromium)', () => {
         return 0; // ps exits 1 when nothing matches.
       }
     };
-    await eventually(() => living() === 0, 5000, 'no browser process left');
+    await eventually(() => living() === 0, WAIT_MS, 'no browser process left');
   });
 });

@@ -34,7 +34,7 @@ export async function connectSocket(base: string, client: Client, opts: { origin
       }
     }
   });
-  socket.next = (event, match = () => true, ms = 5000) => {
+  socket.next = (event, match = () => true, ms = 15_000) => {
     const past = socket.received.find((r) => r.event === event && match(r.payload));
     if (past) return Promise.resolve(past.payload);
     return new Promise((resolve, reject) => {
@@ -57,7 +57,7 @@ export async function connectSocket(base: string, client: Client, opts: { origin
 }
 
 /** Resolves when the socket is disconnected (by the server), or rejects after `ms`. */
-export function disconnected(socket: Socket, ms = 5000): Promise<string> {
+export function disconnected(socket: Socket, ms = 15_000): Promise<string> {
   if (socket.disconnected) return Promise.resolve('already');
   return new Promise((resolve, reject) => {
     const t = setTimeout(() => reject(new Error('still connected')), ms);

@@ -107,6 +107,16 @@ export function autoAck(socket: TestSocket, chatId: number): Watcher {
 }
 
 /** Polls `check` until it returns a truthy value, or fails after `ms`. */
+/**
+ * The budget of a wait on a real browser. Generous on purpose: CI runs the suites in parallel on 2
+ * cores next to Chromium, where a start, a repaint or a frame can stall for seconds. A wait that
+ * is met returns at once, so this costs nothing when things work; it only bounds a failure.
+ */
+export const WAIT_MS = 20_000;
+
+/** Per-test timeout of the browser suites: several waits in one test must fit. */
+export const BROWSER_TEST_TIMEOUT_MS = 120_000;
+
 export async function eventually<T>(check: () => Promise<T> | T, ms = 8000, what = 'condition'): Promise<T> {
   const deadline = Date.now() + ms;
   for (;;) {
