@@ -77,8 +77,8 @@ let routes: Route[] = [];
 let variants: Variant[] = [];
 
 // ---------------------------------------------------------------------------------------------
-// Callers: the public key, bot keys (replaced before they reach their per-minute limit), and
-// sessions (logged in again whenever a fuzzed request ended one).
+// Callers: the public key, bot keys (replaced before they reach their per-minute limit, and after
+// any fuzzed admin call on bots), and sessions (logged in again whenever a fuzzed request ended one).
 
 let bot: { apiKey: string; used: number } | null = null;
 const cookies: Record<'session' | 'ownerSession', string | null> = { session: null, ownerSession: null };
@@ -133,6 +133,9 @@ async function send(
       cookies[kind] = null;
     }
   }
+  // A fuzzed admin call on a bot (delete, a new hourly limit) may have hit the harness's own bot,
+  // whose id is a small integer like the fuzzed ones: the next bot caller gets a fresh bot.
+  if (path.startsWith('/v1/admin/bots/') && res.status < 400) bot = null;
   return res;
 }
 
