@@ -36,12 +36,10 @@ export function makeDirectChats(deps: DirectChatsDeps) {
       const now = clock.now();
       const token = randomBytes(18).toString('base64url');
       const expiresAt = new Date(now.getTime() + Limits.DIRECT_CHAT_TTL_MS);
-      const { created, system } = await db.transaction(async (tx) => {
-        const created = await store.insertDirect({ userIds, matchToken: token, expiresAt, at: now }, tx);
-        if (created.users.length !== userIds.length) throw appError('ERR_USER_NOT_FOUND');
-        const system = await messages.appendSystem(created.id, { kind: 'match', tags, user_ids: userIds }, tx);
-        return { created, system };
-      });
+      const opening = { kind: 'match', tags, user_ids: userIds };
+      const created = await store.insertDirect({ userIds, matchToken: token, expiresAt, at: now, opening });
+      if (!created) throw appError('ERR_USER_NOT_FOUND');
+      const system = messages.opening(created.id, opening, now);
       // Both users' sockets enter the room (one call) so the opening message and keys reach them.
       realtime.io.in(userIds.map((id) => rooms.user(id))).socketsJoin(rooms.chat(created.id));
       messages.publish(system);

@@ -49,30 +49,46 @@ export function makeChatsStore(db: Db) {
      * members and their direct joins in the activity log. Answers the new chat's id and epoch and
      * the users as stored (fewer than asked when one no longer exists: the caller rolls back).
      */
-    async insertDirect(
-      v: { userIds: number[]; matchToken: string; expiresAt: Date; at: Date },
-      tx: Tx,
-    ): Promise<{ id: number; epoch: number; users: { id: number; username: string; stranger: boolean }[] }> {
+    /**
+     * A matched direct chat in one statement (atomic without a transaction): the chat, both
+     * memberships and their join activity, and the opening system message, which takes the chat's
+     * first id `<at>-0` (the chat's id counter starts there). Nothing is written unless every user
+     * exists; then the answer is undefined.
+     */
+    async insertDirect(v: {
+      userIds: number[];
+      matchToken: string;
+      expiresAt: Date;
+      at: Date;
+      opening: Record<string, unknown>;
+    }): Promise<
+      { id: number; epoch: number; users: { id: number; username: string; stranger: boolean }[] } | undefined
+    > {
       // Raw sql`` parameters must be strings or numbers: postgres-js does not serialise Date or arrays there.
       const ids = sql`array[${sql.join(
         v.userIds.map((id) => sql`${id}::integer`),
         sql`, `,
       )}]`;
       const at = sql`${v.at.toISOString()}::timestamptz`;
-      const result = await tx.execute(sql`
+      const atMs = sql`${v.at.getTime()}::bigint`;
+      const result = await db.execute(sql`
         with u as (
           select id, username, is_stranger, array_position(${ids}, id) as pos from users where id = any(${ids})
         ), c as (
-          insert into chats (type, name, owner_user_id, match_token, expires_at, created_at, updated_at)
+          insert into chats (type, name, owner_user_id, match_token, expires_at, msg_ms, msg_seq, created_at, updated_at)
           select 'direct', string_agg(username, ' & ' order by pos), null, ${v.matchToken},
-                 ${v.expiresAt.toISOString()}::timestamptz, ${at}, ${at}
+                 ${v.expiresAt.toISOString()}::timestamptz, ${atMs}, 0, ${at}, ${at}
           from u
+          having count(*) = ${v.userIds.length}::integer
           returning id, epoch
         ), m as (
           insert into chat_members (chat_id, user_id, joined_at) select c.id, u.id, ${at} from c, u
         ), a as (
           insert into chat_activity (chat_id, user_id, action, method, created_at)
           select c.id, u.id, 'join', 'direct', ${at} from c, u
+        ), s as (
+          insert into messages (chat_id, ms, seq, type, sender_id, content, system, created_at)
+          select c.id, ${atMs}, 0, 'system', null, '', ${JSON.stringify(v.opening)}::text::jsonb, ${at} from c
         )
         select c.id::integer as chat_id, c.epoch::integer as epoch, u.id::integer as user_id, u.username,
                u.is_stranger
@@ -81,7 +97,7 @@ export function makeChatsStore(db: Db) {
         result,
       );
       const first = rows[0];
-      if (!first) throw new Error('insert returned no row');
+      if (!first) return undefined;
       return {
         id: Number(first.chat_id),
         epoch: Number(first.epoch),

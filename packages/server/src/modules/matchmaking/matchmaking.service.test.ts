@@ -39,7 +39,7 @@ function setup() {
     state,
     queue,
     chats,
-    store: { searcherFacts: async () => ({ ...facts }) },
+    store: { searcherFacts: async (keys) => keys.map(() => ({ ...facts })) },
     realtime: { emitTo: () => {} },
   };
   const svc = makeMatchmakingService(deps);

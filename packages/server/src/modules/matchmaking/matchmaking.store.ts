@@ -1,6 +1,5 @@
-import { type AnyColumn, eq, type SQL, sql, type Table } from 'drizzle-orm';
-import type { Db } from '../../platform/db/index.js';
-import { chatMembers, chats, sessions, userBlocks, users } from '../../platform/db/schema.js';
+import { sql } from 'drizzle-orm';
+import { type Db, rowsOf } from '../../platform/db/index.js';
 import { hasPremium } from '../users/users.presenter.js';
 
 /** What POST /v1/portal/match checks about its caller before the queue is touched. */
@@ -14,50 +13,58 @@ export interface SearcherFacts {
   country: string | null;
 }
 
-/** A table-qualified column (drizzle leaves columns unqualified in a single-table select). */
-const q = (table: Table, column: AnyColumn): SQL => sql`${table}.${sql.identifier(column.name)}`;
+/** Whose facts to read: the user and the session that enqueues. */
+export interface SearcherKey {
+  userId: number;
+  sessionId: number;
+}
 
 /**
  * Read-only look-ups of matchmaking across the users, chats, blocks and sessions tables, in one
- * statement, so an enqueue pays one database round trip before the queue call.
+ * statement for a whole batch of enqueues (the service group-commits them), so an enqueue pays at
+ * most one database round trip before the queue call, shared with the enqueues beside it.
  */
 export function makeMatchmakingStore(db: Db) {
-  const userId = sql.placeholder('userId');
-  const sessionId = sql.placeholder('sessionId');
-  // Built once (drizzle then only binds the two values); postgres-js also keeps it prepared.
-  const facts = db
-    .select({
-      tier: users.subscriptionTier,
-      tierExpiresAt: users.subscriptionExpiresAt,
-      activeDirect:
-        sql<number>`(select count(*) from ${chatMembers} inner join ${chats} on ${q(chats, chats.id)} = ${q(chatMembers, chatMembers.chatId)}
-            where ${q(chatMembers, chatMembers.userId)} = ${userId} and ${q(chatMembers, chatMembers.leftAt)} is null
-              and ${q(chats, chats.deletedAt)} is null and ${q(chats, chats.type)} = 'direct' and ${q(chats, chats.archivedAt)} is null)`.mapWith(
-          Number,
-        ),
-      // As text: both drivers hand text back as it is, whatever their array parsing.
-      exclude: sql<string | null>`(select string_agg(case when ${q(userBlocks, userBlocks.blockerId)} = ${userId}
-              then ${q(userBlocks, userBlocks.blockedId)} else ${q(userBlocks, userBlocks.blockerId)} end::text, ',')
-            from ${userBlocks} where ${q(userBlocks, userBlocks.blockerId)} = ${userId} or ${q(userBlocks, userBlocks.blockedId)} = ${userId})`,
-      country: sql<
-        string | null
-      >`(select ${q(sessions, sessions.geo)} ->> 'country_code' from ${sessions} where ${q(sessions, sessions.id)} = ${sessionId})`,
-    })
-    .from(users)
-    .where(eq(users.id, userId))
-    .prepare('match_searcher_facts');
-
   return {
-    /** Undefined when the user does not exist. */
-    async searcherFacts(userId: number, sessionId: number, now: Date): Promise<SearcherFacts | undefined> {
-      const [row] = await facts.execute({ userId, sessionId });
-      if (!row) return undefined;
-      return {
-        premium: hasPremium({ subscriptionTier: row.tier, subscriptionExpiresAt: row.tierExpiresAt }, now),
-        activeDirect: row.activeDirect,
-        exclude: row.exclude ? [...new Set(row.exclude.split(',').map(Number))] : [],
-        country: row.country ? row.country : null,
-      };
+    /** One answer per key, in order; undefined where the user does not exist. */
+    async searcherFacts(keys: SearcherKey[], now: Date): Promise<(SearcherFacts | undefined)[]> {
+      // A VALUES list: the planner knows how few rows there are and looks each one up by index.
+      const input = sql.join(
+        keys.map((k, ord) => sql`(${ord}::integer, ${k.userId}::integer, ${k.sessionId}::integer)`),
+        sql`, `,
+      );
+      const rows = rowsOf<{
+        ord: number;
+        tier: number;
+        tier_expires_ms: number | string | null;
+        active_direct: number | string;
+        exclude: string | null;
+        country: string | null;
+      }>(
+        await db.execute(sql`
+          with input (ord, uid, sid) as (values ${input})
+          select i.ord, u.subscription_tier as tier,
+                 (extract(epoch from u.subscription_expires_at) * 1000)::float8 as tier_expires_ms,
+                 (select count(*) from chat_members cm join chats c on c.id = cm.chat_id
+                   where cm.user_id = i.uid and cm.left_at is null and c.deleted_at is null
+                     and c.type = 'direct' and c.archived_at is null)::integer as active_direct,
+                 -- As text: both drivers hand text back as it is, whatever their array parsing.
+                 (select string_agg(case when b.blocker_id = i.uid then b.blocked_id else b.blocker_id end::text, ',')
+                   from user_blocks b where b.blocker_id = i.uid or b.blocked_id = i.uid) as exclude,
+                 (select s.geo ->> 'country_code' from sessions s where s.id = i.sid) as country
+          from input i join users u on u.id = i.uid`),
+      );
+      const out: (SearcherFacts | undefined)[] = keys.map(() => undefined);
+      for (const r of rows) {
+        const expires = r.tier_expires_ms === null ? null : new Date(Number(r.tier_expires_ms));
+        out[r.ord] = {
+          premium: hasPremium({ subscriptionTier: r.tier, subscriptionExpiresAt: expires }, now),
+          activeDirect: Number(r.active_direct),
+          exclude: r.exclude ? [...new Set(r.exclude.split(',').map(Number))] : [],
+          country: r.country ? r.country : null,
+        };
+      }
+      return out;
     },
   };
 }

@@ -116,6 +116,15 @@ export function makeMessagesService({ store, clock, state, realtime, access }: M
       );
     },
 
+    /**
+     * The opening system message of a chat created with it in one statement: the chat's first id,
+     * `<at>-0` (chats.store insertDirect). Publish it once that statement has committed.
+     */
+    opening(chatId: number, system: Record<string, unknown>, at: Date): Message {
+      const row = { chatId, ms: at.getTime(), seq: 0, type: 'system', senderId: null, content: '', system };
+      return toMessage({ ...row, createdAt: at });
+    },
+
     async isChatBanned(chatId: number, userId: number): Promise<boolean> {
       return (await store.activeRestriction(chatId, userId, ['CHAT_BAN'], clock.now())) !== undefined;
     },
