@@ -144,6 +144,37 @@ describeApp('GET /v1/portal/chats/{chat_id}/messages', () => {
     expect(system.system).toEqual({ kind: 'leave', user_id: guest.user.id });
   });
 
+  it('answers concurrent readers of one chat each with its own page and its own right to read', async () => {
+    const { owner, chatId, chatKey, epoch } = await keyedChat(app);
+    const ids: string[] = [];
+    for (let i = 0; i < 12; i++) {
+      const res = await owner.client.post(`/v1/portal/chats/${chatId}/messages`, {
+        content: bundle(chatKey, chatId, epoch, `m${i}`),
+      });
+      ids.push(res.body.id);
+    }
+    const newestFirst = [...ids].reverse();
+    const reader = await member(app);
+    await join(reader, { chat_id: chatId });
+    const moderator = await member(app, { level: 1 }); // reads public chats without joining
+    const outsider = await member(app);
+    const url = `/v1/portal/chats/${chatId}/messages`;
+    // Fired together, so the reads of one turn share a statement; each keeps its own cursor and check.
+    const [a, b, c, d, e] = await Promise.all([
+      owner.client.get(`${url}?limit=5`),
+      reader.client.get(`${url}?before=${ids[6]}&limit=3`),
+      moderator.client.get(`${url}?before=${ids[2]}`),
+      outsider.client.get(`${url}?limit=2`),
+      reader.client.get(`${url}?before=${ids[0]}`),
+    ]);
+    const listed = (r: typeof a) => r.body.messages.map((m: { id: string }) => m.id);
+    expect(listed(a)).toEqual(newestFirst.slice(0, 5));
+    expect(listed(b)).toEqual(['5', '4', '3'].map((i) => ids[Number(i)]));
+    expect(listed(c).slice(0, 2)).toEqual([ids[1], ids[0]]);
+    expect([d.status, d.body.code]).toEqual([403, 'ERR_NOT_CHAT_MEMBER']);
+    expect(listed(e).every((id: string) => !ids.includes(id))).toBe(true); // only what came before: the chat's system messages
+  });
+
   it('tells why it refuses: not a member, a private chat, a chat that is gone; an empty page is a page', async () => {
     const { owner, chatId } = await keyedChat(app);
     const outsider = await member(app);

@@ -8,7 +8,7 @@ import type { StateStore } from '../../platform/state/index.js';
 import type { Tx } from '../users/users.store.js';
 import { parseBundle } from './messages.bundle.js';
 import { messageId, toMessage } from './messages.presenter.js';
-import type { Reader, SendItem } from './messages.sql.js';
+import type { PageRequest, Reader, SendItem } from './messages.sql.js';
 import { type MessagesStore, parseMessageId } from './messages.store.js';
 
 /** What telling why a send was refused needs of chats and keys, wired by hand. */
@@ -54,6 +54,15 @@ export function makeMessagesService({ store, clock, state, realtime, access }: M
       const ids = await store.sendBatch({ chatId, epoch, now, items: batch });
       return ids.map((id) => id && { ...id, createdAt: now });
     },
+  );
+
+  /**
+   * History reads of one chat are grouped the same way: the pages asked for in one event-loop turn
+   * (and while the chat's previous read runs) are read by one statement, each with its own cursor
+   * and its own reader's check.
+   */
+  const pages = groupCommit<number, PageRequest, Message[]>((chatId, requests) =>
+    store.readablePages(chatId, requests),
   );
 
   const perChat = state.limiter('msg-chat', Limits.MESSAGES_PER_CHAT, Limits.MESSAGE_WINDOW_MS);
@@ -162,7 +171,7 @@ export function makeMessagesService({ store, clock, state, realtime, access }: M
 
     /** A page the reader may read; empty also when it may not (see `chats.assertReader`). */
     async history(reader: Reader, chatId: number, before: string | undefined, limit: number): Promise<Message[]> {
-      return store.readablePage(chatId, reader, before ? parseMessageId(before) : null, limit);
+      return pages.submit(chatId, { reader, before: before ? parseMessageId(before) : null, limit });
     },
 
     /** Deletes by id: your own messages, or anyone's for the chat owner and Moderators and above. */

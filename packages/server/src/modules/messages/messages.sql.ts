@@ -97,32 +97,45 @@ export function sendBatchSql(b: SendBatch): SQL {
     where ins.seq = next.msg_seq - (select k from n) + ok.rn`;
 }
 
+/** One history page asked for: its reader, the cursor (null: the newest page) and the page size. */
+export interface PageRequest {
+  reader: Reader;
+  before: { ms: number; seq: number } | null;
+  limit: number;
+}
+
 /**
- * A history page in the wire shape (Message), newest first, strictly before the cursor (a row
- * comparison, so the (chat_id, ms, seq) key bounds the scan). The reader's right to read is an
- * uncorrelated EXISTS that PostgreSQL evaluates once: no rows when it fails.
+ * History pages of one chat for several requests in one statement (group commit of reads, see
+ * messages.service), each in the wire shape (Message), newest first, strictly before its cursor:
+ * a row comparison, so the (chat_id, ms, seq) key bounds each scan. Each request's right to read
+ * (members; Moderators also public and official chats; Admins any) is checked on its own: no
+ * rows for it when it fails. Rows carry `ord`, the request's index.
  */
-export function pageSql(
-  chatId: number,
-  reader: Reader,
-  before: { ms: number; seq: number } | null,
-  limit: number,
-): SQL {
-  const member = sql`exists (select 1 from chat_members cm
-    where cm.chat_id = ${chatId}::integer and cm.user_id = ${reader.userId}::integer and cm.left_at is null)`;
-  const may =
-    reader.permissionLevel >= 2
-      ? sql`true`
-      : reader.permissionLevel >= 1
-        ? sql`(c.type in ('public', 'official') or ${member})`
-        : member;
-  const cursor = before ? sql`and (m.ms, m.seq) < (${before.ms}::bigint, ${before.seq}::integer)` : sql``;
+export function pagesSql(chatId: number, requests: PageRequest[]): SQL {
+  const input = sql.join(
+    requests.map(
+      (r, ord) =>
+        sql`(${ord}::integer, ${r.reader.userId}::integer, ${r.reader.permissionLevel}::integer, ${r.before?.ms ?? null}::bigint, ${r.before?.seq ?? null}::integer, ${r.limit}::integer)`,
+    ),
+    sql`, `,
+  );
   return sql`
-    select m.ms::text || '-' || m.seq::text as id, m.chat_id, m.type, m.sender_id, m.content, m.system,
-           to_char(m.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as created_at
-    from messages m
-    where m.chat_id = ${chatId}::integer ${cursor}
-      and exists (select 1 from chats c where c.id = ${chatId}::integer and c.deleted_at is null and ${may})
-    order by m.ms desc, m.seq desc
-    limit ${limit}::integer`;
+    with input (ord, uid, lvl, ms, seq, lim) as (values ${input}),
+    chat as (select type from chats where id = ${chatId}::integer and deleted_at is null)
+    select i.ord, p.id, p.chat_id, p.type, p.sender_id, p.content, p.system, p.created_at
+    from input i, chat c,
+    lateral (
+      select m.ms, m.seq, m.ms::text || '-' || m.seq::text as id, m.chat_id, m.type, m.sender_id, m.content,
+             m.system, to_char(m.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as created_at
+      from messages m
+      where m.chat_id = ${chatId}::integer
+        and (m.ms, m.seq) < (coalesce(i.ms, ${Number.MAX_SAFE_INTEGER}::bigint), coalesce(i.seq, 0))
+      order by m.ms desc, m.seq desc
+      limit i.lim
+    ) p
+    where i.lvl >= 2
+       or (i.lvl >= 1 and c.type in ('public', 'official'))
+       or exists (select 1 from chat_members cm
+                  where cm.chat_id = ${chatId}::integer and cm.user_id = i.uid and cm.left_at is null)
+    order by i.ord, p.ms desc, p.seq desc`;
 }

@@ -3,7 +3,7 @@ import { and, desc, eq, gt, inArray, isNull, or } from 'drizzle-orm';
 import { type Db, rowsOf } from '../../platform/db/index.js';
 import { messages, moderationActions } from '../../platform/db/schema.js';
 import type { Tx } from '../users/users.store.js';
-import { appendSql, pageSql, type Reader, type SendBatch, sendBatchSql } from './messages.sql.js';
+import { appendSql, type PageRequest, pagesSql, type SendBatch, sendBatchSql } from './messages.sql.js';
 
 export type MessageRow = typeof messages.$inferSelect;
 
@@ -39,16 +39,15 @@ export function makeMessagesStore(db: Db) {
       return out;
     },
     /**
-     * Newest first, strictly before the cursor when one is given, already in the wire shape. Empty
-     * when the reader may not read the chat or it is gone, as for an empty page: the caller tells.
+     * Pages of one chat for several requests in one statement (see `pagesSql`), one per request in
+     * order, each newest first and already in the wire shape. A page is empty when its reader may
+     * not read the chat or it is gone, as for an empty page: the caller tells.
      */
-    async readablePage(
-      chatId: number,
-      reader: Reader,
-      before: { ms: number; seq: number } | null,
-      limit: number,
-    ): Promise<Message[]> {
-      return rowsOf<Message>(await db.execute(pageSql(chatId, reader, before, limit)));
+    async readablePages(chatId: number, requests: PageRequest[]): Promise<Message[][]> {
+      const rows = rowsOf<Message & { ord: number }>(await db.execute(pagesSql(chatId, requests)));
+      const pages: Message[][] = requests.map(() => []);
+      for (const { ord, ...message } of rows) pages[ord]?.push(message);
+      return pages;
     },
     async byIds(chatId: number, ids: { ms: number; seq: number }[]): Promise<MessageRow[]> {
       if (ids.length === 0) return [];
