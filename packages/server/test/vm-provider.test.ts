@@ -12,6 +12,7 @@ import {
   eventually,
   jpegSize,
   startTestSite,
+  testEgressNetwork,
   WAIT_MS,
 } from './support/vm-browser.js';
 
@@ -140,8 +141,8 @@ describeLocal('local Chromium provider', () => {
   });
 
   it('keeps the room browser off loopback and private addresses, redirects included (DESIGN.md 9)', async () => {
-    // public.test passes the guard as a public host; the browser maps it to the test site, which
-    // redirects to 127.0.0.1: the redirect hop must be refused.
+    // public.test passes the guard as a public host; the egress proxy's stand-in network takes it
+    // to the test site, which redirects to 127.0.0.1: the redirect hop must be refused.
     const guard = makeNetworkGuard({
       lookup: async (host) =>
         host === 'public.test' ? ['93.184.216.34'] : (await lookup(host, { all: true })).map((a) => a.address),
@@ -150,7 +151,7 @@ describeLocal('local Chromium provider', () => {
       chromiumPath: CHROMIUM,
       maxRooms: 1,
       guard,
-      extraArgs: ['--host-resolver-rules=MAP public.test 127.0.0.1'],
+      testOnlyEgressNetwork: testEgressNetwork({ 'public.test': ['93.184.216.34'] }).network,
     });
     try {
       const secret = site.url('/secret');

@@ -1,7 +1,11 @@
+import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import net, { type AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
 import { describe, inject } from 'vitest';
+import type { Dial } from '../../src/platform/vm/egress-proxy.js';
+import type { Lookup } from '../../src/platform/vm/network-guard.js';
 import { MODE } from './app.js';
 import type { TestSocket } from './sockets.js';
 
@@ -69,6 +73,66 @@ export async function startTestSite() {
     url: (path: string) => `http://127.0.0.1:${port}${path}`,
     hits,
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
+
+/**
+ * A stand-in network behind the room egress proxy (`LocalProviderOptions.testOnlyEgressNetwork`):
+ * names resolve from `names` only (anything else is "not found": no real DNS is asked), and every
+ * address the proxy dials is reached on 127.0.0.1 at the same port, so a test site there stands
+ * for a public host. The proxy's block list stays the real one. `lookups` and `dials` record what
+ * the proxy asked for (`dials` as `address:port`).
+ */
+export function testEgressNetwork(names: Record<string, string[]>) {
+  const lookups: string[] = [];
+  const dials: string[] = [];
+  const lookup: Lookup = async (host) => {
+    lookups.push(host);
+    const answer = names[host];
+    if (!answer) throw new Error(`ENOTFOUND ${host}`);
+    return answer;
+  };
+  const dial: Dial = (address, port) => {
+    dials.push(`${address}:${port}`);
+    return net.connect({ host: '127.0.0.1', port });
+  };
+  return { lookups, dials, network: { lookup, dial } };
+}
+
+/**
+ * A WebSocket endpoint on 127.0.0.1 that completes every handshake (and then stays silent).
+ * `connections` counts TCP connections, whatever came of them; `upgrades` lists handshake paths.
+ */
+export async function startWebSocketServer() {
+  const upgrades: string[] = [];
+  const sockets = new Set<Duplex>();
+  let connections = 0;
+  const server = http.createServer((_req, res) => res.writeHead(426).end());
+  server.on('connection', () => {
+    connections += 1;
+  });
+  server.on('upgrade', (req: http.IncomingMessage, socket: Duplex) => {
+    upgrades.push(req.url ?? '');
+    sockets.add(socket);
+    socket.on('error', () => {});
+    socket.once('close', () => sockets.delete(socket));
+    const accept = createHash('sha1')
+      .update(`${req.headers['sec-websocket-key'] ?? ''}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`)
+      .digest('base64');
+    socket.write(
+      `HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`,
+    );
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    port: (server.address() as AddressInfo).port,
+    upgrades,
+    connections: () => connections,
+    close: () => {
+      for (const s of sockets) s.destroy();
+      server.closeAllConnections();
+      return new Promise<void>((resolve) => server.close(() => resolve()));
+    },
   };
 }
 

@@ -50,7 +50,10 @@ export function chromiumArgs(
   ];
 }
 
-/** The proxy a room's browser goes through (the room's settings and this node's proxy URLs). */
+/**
+ * The proxy a room's browser goes through: Tor or the room's region (the room's settings and this
+ * node's proxy URLs), or the node's egress proxy for a direct room (egress-proxy.ts).
+ */
 export interface RoomUpstream {
   /** `scheme://host:port` (http, https or socks5), as --proxy-server takes it. */
   server: string;

@@ -1,7 +1,8 @@
 import { appError } from '../errors.js';
 import { type RoomUpstream, removeStaleProfiles } from './chromium-process.js';
+import { type Dial, EgressProxy } from './egress-proxy.js';
 import { LocalRoom } from './local-room.js';
-import { makeNetworkGuard, type NetworkGuard } from './network-guard.js';
+import { type Lookup, makeNetworkGuard, type NetworkGuard } from './network-guard.js';
 import type { VmFrame, VmInfo, VmInput, VmNavigation, VmProvider, VmProviderStop, VmStartSpec } from './provider.js';
 
 export interface LocalProviderOptions {
@@ -17,6 +18,20 @@ export interface LocalProviderOptions {
   torProxy?: string | null;
   /** The proxy of each region (VM_PROXY_US, VM_PROXY_EU); a region without one answers 503. */
   regionProxies?: Partial<Record<ProxyRegion, string | null>>;
+  /**
+   * TEST ONLY, never set from config: what the egress proxy resolves names with and how it
+   * connects to the addresses it checked, so a test site on 127.0.0.1 can stand for a public host.
+   * The block list stays the real one. Unset: the system resolver and plain TCP.
+   */
+  testOnlyEgressNetwork?: { lookup: Lookup; dial: Dial };
+}
+
+/**
+ * Whether a room's browser goes out through the node's egress proxy: rooms with no upstream proxy
+ * (neither Tor nor a region), unless private networks are allowed (VM_ALLOW_PRIVATE_NETWORKS).
+ */
+function needsEgress(spec: VmStartSpec): boolean {
+  return !spec.allowPrivateNetworks && spec.browser !== 'tor' && spec.proxy === 'none';
 }
 
 /** Proxy regions of the room settings (spec 2.4), `none` aside. */
@@ -41,6 +56,8 @@ export class LocalChromiumProvider implements VmProvider {
   private readonly guard: NetworkGuard;
   private readonly log: (message: string) => void;
   private closed = false;
+  /** The egress proxy of direct rooms (egress-proxy.ts), started with the first one. */
+  private egress: Promise<EgressProxy> | null = null;
 
   constructor(private readonly opts: LocalProviderOptions) {
     this.guard = opts.guard ?? makeNetworkGuard();
@@ -56,13 +73,16 @@ export class LocalChromiumProvider implements VmProvider {
   readonly sweptProfiles: Promise<number>;
 
   async start(roomId: string, spec: VmStartSpec): Promise<VmInfo> {
+    // Awaited first: from the checks below to `rooms.set` nothing waits, so two starts of one
+    // room cannot both launch a browser.
+    const egress = !this.closed && !this.rooms.has(roomId) && needsEgress(spec) ? await this.egressProxy() : null;
     const existing = this.rooms.get(roomId);
     if (existing) {
       await existing.ready;
       return { ...existing.info };
     }
     if (this.closed) throw appError('ERR_ROOM_START_FAILED', 'This node is shutting down.');
-    const upstream = this.upstreamFor(spec);
+    const upstream = this.upstreamFor(spec, egress);
     if (this.rooms.size >= this.opts.maxRooms)
       throw appError(
         'ERR_ROOM_START_FAILED',
@@ -98,9 +118,10 @@ export class LocalChromiumProvider implements VmProvider {
 
   /**
    * The proxy the room's settings ask for, from this node's proxy URLs; 503 when this node has
-   * none for them. A Tor room goes through Tor whatever its region (Tor picks its own exit).
+   * none for them. A Tor room goes through Tor whatever its region (Tor picks its own exit). A
+   * direct room goes through the node's egress proxy unless private networks are allowed.
    */
-  private upstreamFor(spec: VmStartSpec): RoomUpstream | null {
+  private upstreamFor(spec: VmStartSpec, egress: EgressProxy | null): RoomUpstream | null {
     if (spec.browser === 'tor') {
       const tor = this.opts.torProxy;
       if (!tor)
@@ -110,7 +131,7 @@ export class LocalChromiumProvider implements VmProvider {
         );
       return { server: tor, remoteDns: true };
     }
-    if (spec.proxy === 'none') return null;
+    if (spec.proxy === 'none') return egress ? { server: egress.url, remoteDns: false } : null;
     const server = this.opts.regionProxies?.[spec.proxy];
     if (!server)
       throw appError(
@@ -118,6 +139,16 @@ export class LocalChromiumProvider implements VmProvider {
         `This room uses the ${spec.proxy} proxy, but no ${spec.proxy} proxy is configured here (VM_PROXY_${spec.proxy.toUpperCase()}).`,
       );
     return { server, remoteDns: false };
+  }
+
+  /** The egress proxy, started on first use; a failure to start is a failed room start (and is retried next time). */
+  private egressProxy(): Promise<EgressProxy> {
+    this.egress ??= EgressProxy.start(this.opts.testOnlyEgressNetwork).catch((err: unknown) => {
+      this.egress = null;
+      this.log(`room egress proxy failed to start: ${err instanceof Error ? err.message : String(err)}`);
+      throw appError('ERR_ROOM_START_FAILED', 'The room browser’s network proxy failed to start.');
+    });
+    return this.egress;
   }
 
   /** A browser exited by itself: one restart per run, then the room stops. */
@@ -179,9 +210,13 @@ export class LocalChromiumProvider implements VmProvider {
     return () => this.stopListeners.delete(listener);
   }
 
+  /** Stops every room, then the egress proxy (ending whatever tunnels are left). */
   async close(): Promise<void> {
     this.closed = true;
     await Promise.all([...this.rooms.keys()].map((id) => this.stop(id)));
+    const egress = this.egress;
+    this.egress = null;
+    await egress?.then((proxy) => proxy.close()).catch(() => {});
   }
 
   /** The browser's process id (tests: crash it, check it is gone after close). */

@@ -10,7 +10,7 @@ export interface LocalRoomOptions {
   guard: NetworkGuard;
   log: (message: string) => void;
   extraArgs?: string[];
-  /** The proxy the browser goes through (Tor or the room's region); null: direct. */
+  /** The proxy the browser goes through (Tor, the room's region or the node's egress proxy); null: direct. */
   upstream?: RoomUpstream | null;
 }
 

@@ -66,7 +66,7 @@ export function isPublicAddress(address: string): boolean {
 }
 
 /** `localhost` and its subdomains (RFC 6761): loopback wherever they are resolved, the proxy's host included. */
-function isLoopbackName(host: string): boolean {
+export function isLoopbackName(host: string): boolean {
   const name = host.toLowerCase().replace(/\.$/, '');
   return name === 'localhost' || name.endsWith('.localhost');
 }
@@ -74,8 +74,41 @@ function isLoopbackName(host: string): boolean {
 export type HostVerdict = 'allowed' | 'blocked' | 'unresolved';
 export type Lookup = (host: string) => Promise<string[]>;
 
-const systemLookup: Lookup = async (host) =>
+/** The system resolver (getaddrinfo, as the browser would use): every A and AAAA record. */
+export const systemLookup: Lookup = async (host) =>
   (await dnsLookup(host, { all: true, verbatim: true })).map((a) => a.address);
+
+/** A host's verdict and, when it is allowed, the addresses that were checked (the only ones to connect to). */
+export type CheckedHost = { verdict: 'allowed'; addresses: string[] } | { verdict: 'blocked' | 'unresolved' };
+
+const BLOCKED: CheckedHost = { verdict: 'blocked' };
+const UNRESOLVED: CheckedHost = { verdict: 'unresolved' };
+
+/** An IPv6 literal as URLs write it (`[::1]`) without its brackets; anything else as it is. */
+function unbracket(host: string): string {
+  return host.startsWith('[') && host.endsWith(']') ? host.slice(1, -1) : host;
+}
+
+/**
+ * The one check of a destination, shared by the request guard and the egress proxy
+ * (egress-proxy.ts): an IP literal is checked as it is; a `localhost` name is refused without a
+ * lookup; any other name is resolved once (every address) and refused if any address is not
+ * public. The egress proxy connects to one of the returned addresses and never resolves again,
+ * which is what closes DNS rebinding (docs/security.md).
+ */
+export async function checkHost(host: string, lookup: Lookup = systemLookup): Promise<CheckedHost> {
+  const literal = unbracket(host);
+  if (isIP(literal) !== 0) return isPublicAddress(literal) ? { verdict: 'allowed', addresses: [literal] } : BLOCKED;
+  if (isLoopbackName(literal)) return BLOCKED;
+  let addresses: string[];
+  try {
+    addresses = await lookup(literal);
+  } catch {
+    return UNRESOLVED;
+  }
+  if (addresses.length === 0) return UNRESOLVED;
+  return addresses.every(isPublicAddress) ? { verdict: 'allowed', addresses } : BLOCKED;
+}
 
 /**
  * Decides, per URL, whether a room browser may fetch it: the host is resolved (every address) and
@@ -89,19 +122,12 @@ export function makeNetworkGuard(opts: { lookup?: Lookup; cacheMs?: number; now?
   const cache = new Map<string, { verdict: HostVerdict; until: number }>();
 
   const hostVerdict = async (host: string, resolve: boolean): Promise<HostVerdict> => {
-    const literal = host.startsWith('[') && host.endsWith(']') ? host.slice(1, -1) : host;
+    const literal = unbracket(host);
     if (isIP(literal) !== 0) return isPublicAddress(literal) ? 'allowed' : 'blocked';
     if (!resolve) return isLoopbackName(literal) ? 'blocked' : 'allowed';
     const hit = cache.get(literal);
     if (hit && hit.until > now()) return hit.verdict;
-    let verdict: HostVerdict;
-    try {
-      const addresses = await lookup(literal);
-      verdict = addresses.length > 0 && addresses.every(isPublicAddress) ? 'allowed' : 'blocked';
-      if (addresses.length === 0) verdict = 'unresolved';
-    } catch {
-      verdict = 'unresolved';
-    }
+    const { verdict } = await checkHost(literal, lookup);
     if (cache.size > 1000) cache.clear();
     cache.set(literal, { verdict, until: now() + cacheMs });
     return verdict;
