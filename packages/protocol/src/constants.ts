@@ -34,6 +34,13 @@ export const Limits = {
   MESSAGES_PER_CHAT: 20,
   MESSAGES_GLOBAL: 60,
   MESSAGE_WINDOW_MS: 10_000,
+  /**
+   * Anonymous (stranger) accounts one address may create per window: each is an account and a
+   * session, and the public key (K) that creates them is public. Generous enough for many people
+   * behind one address (a school, a carrier's NAT) re-rolling now and then.
+   */
+  STRANGERS_PER_IP: 20,
+  STRANGER_WINDOW_MS: 10 * 60 * 1000,
   INVITE_MAX_USES: 1000,
   INVITE_MAX_TTL_S: 30 * 24 * 3600,
   /** Chat slots by tier/level (spec 2.11). Owners: unlimited. */

@@ -269,6 +269,18 @@ describeApp('strangers', () => {
     return { client, user: res.body.user };
   };
 
+  it('lets one address create STRANGERS_PER_IP anonymous accounts per window and answers 429 to the next', async () => {
+    const ip = nextIp();
+    const create = () => new Client(app.url, ip, app.publicApiKey).post('/v1/portal/stranger', {});
+    for (let i = 0; i < Limits.STRANGERS_PER_IP; i++) expect((await create()).status).toBe(200);
+    const refused = await create();
+    expect(refused.status).toBe(429);
+    expect(refused.body).toMatchObject({ code: 'ERR_RATE_LIMITED', retry_after: expect.any(Number) });
+    expect(refused.body.retry_after).toBeGreaterThan(0);
+    expect(refused.body.retry_after).toBeLessThanOrEqual(Limits.STRANGER_WINDOW_MS / 1000);
+    expect((await stranger()).user.stranger).toBe(true); // another address still may
+  });
+
   it('may match, register a key and chat end to end in its direct chat, and nothing else', async () => {
     const s = await stranger();
     const socket = await connectSocket(app.url, s.client);

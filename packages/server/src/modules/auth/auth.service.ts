@@ -45,6 +45,8 @@ export function makeAuthService(deps: AuthDeps) {
     Limits.VERIFY_FAILURE_WINDOW_MS,
   );
 
+  const strangersPerIp = state.limiter('stranger-ip', Limits.STRANGERS_PER_IP, Limits.STRANGER_WINDOW_MS);
+
   const assertNotBanned = (u: UserRow | undefined) => {
     if (u && effectiveState(u, clock.now()) === 2) throw appError('ERR_BANNED');
   };
@@ -214,6 +216,11 @@ export function makeAuthService(deps: AuthDeps) {
       ip: string,
       userAgent: string,
     ): Promise<{ id: number; username: string; token: string; expiresAt: Date }> {
+      const allowance = await strangersPerIp.consume(ip);
+      if (!allowance.allowed)
+        throw appError('ERR_RATE_LIMITED', 'Too many anonymous sessions from this address; try again later.', {
+          retry_after: retryAfterSeconds(allowance.retryAfterMs),
+        });
       const now = clock.now();
       const created = await db.transaction(async (tx) => {
         const user = await users.insertUser(
