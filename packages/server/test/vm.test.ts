@@ -1,6 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import { buildApp } from '../src/app.js';
+import { ACK_TIMEOUT_MS } from '../src/modules/vm/vm.service.js';
 import type { RoomVmSettings } from '../src/modules/vm/vm.settings.js';
 import { FRAME_WINDOW } from '../src/modules/vm/vm.viewers.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
@@ -120,11 +121,12 @@ describeBrowser('room VM (real Chromium)', () => {
     expect(Date.parse(forAlice.credentials.expires_at)).toBeGreaterThan(Date.now());
     aliceToken = forAlice.credentials.token;
 
-    const t0 = Date.now();
+    // A second start answers 200 from the running room: no second browser, the same process.
+    const pid = app.vmProvider.pidOf(String(chat1));
     const again = await owner.client.post(`/v1/portal/chats/${chat1}/start`, {});
     expect(again.status).toBe(200);
-    expect(Date.now() - t0).toBeLessThan(1000);
     expect(app.vmProvider.list()).toHaveLength(1);
+    expect(app.vmProvider.pidOf(String(chat1))).toBe(pid);
     const platformOwner = await member(app, { level: 3 });
     expect((await platformOwner.client.post(`/v1/portal/chats/${chat1}/start`, {})).status).toBe(200);
   });
@@ -225,19 +227,25 @@ describeBrowser('room VM (real Chromium)', () => {
     settings.set(chat2, { start_url: site.url('/anim'), kiosk: true });
     expect((await owner.client.post(`/v1/portal/chats/${chat2}/start`, {})).status).toBe(200);
     const token = (await ack(owner, 'vm:credentials', { chat_id: chat2 })).credentials.token;
+    const watchedAt = Date.now();
     expect((await ack(owner, 'vm:watch', { chat_id: chat2, token })).ok).toBe(true);
-    const first = await owner.socket.next('vm:frame', (p) => p.chat_id === chat2, WAIT_MS);
-    const count = () =>
-      owner.socket.received.filter((r) => r.event === 'vm:frame' && r.payload.chat_id === chat2).length;
-    // The page animates, so the window fills (how fast depends on the machine's load) ...
-    await eventually(() => count() >= FRAME_WINDOW, WAIT_MS, 'a full frame window');
-    // ... and then nothing more arrives until an ack, however long we wait.
+    await owner.socket.next('vm:frame', (p) => p.chat_id === chat2, WAIT_MS);
+    const frames = () => owner.socket.received.filter((r) => r.event === 'vm:frame' && r.payload.chat_id === chat2);
+    // The page animates (dozens of frames a second), so the window fills (how fast depends on the load) ...
+    await eventually(() => frames().length >= FRAME_WINDOW, WAIT_MS, 'a full frame window');
+    // ... and then nothing more arrives without an ack, but for the resend of an unacknowledged frame
+    // (frames are volatile and may be lost): at most one per ACK_TIMEOUT_MS since the watch began,
+    // which a machine stalled for seconds can reach.
     await new Promise((r) => setTimeout(r, 1200));
-    expect(count()).toBe(FRAME_WINDOW);
-    const held = owner.socket.received.filter((r) => r.event === 'vm:frame' && r.payload.chat_id === chat2).at(-1);
-    expect((await ack(owner, 'vm:frame:ack', { chat_id: chat2, seq: first.seq })).ok).toBe(true);
-    const next = await owner.socket.next('vm:frame', (p) => p.chat_id === chat2 && p.seq > held?.payload.seq);
-    expect(next.seq).toBeGreaterThan(held?.payload.seq + 1); // the frames in between were skipped, not queued
+    const resendsAllowed = Math.floor((Date.now() - watchedAt) / ACK_TIMEOUT_MS);
+    expect(frames().length).toBeGreaterThanOrEqual(FRAME_WINDOW);
+    expect(frames().length).toBeLessThanOrEqual(FRAME_WINDOW + resendsAllowed);
+    const held = frames().at(-1)?.payload;
+    // Meanwhile the page makes more frames; while the window is full they replace each other.
+    await new Promise((r) => setTimeout(r, 600));
+    expect((await ack(owner, 'vm:frame:ack', { chat_id: chat2, seq: held.seq })).ok).toBe(true);
+    const next = await owner.socket.next('vm:frame', (p) => p.chat_id === chat2 && p.seq > held.seq);
+    expect(next.seq).toBeGreaterThan(held.seq + 1); // the frames in between were skipped, not queued
 
     expect(await evaluate(chat2, 'location.pathname')).toBe('/anim');
     expect((await ack(owner, 'vm:control:grant', { chat_id: chat2, user_id: owner.user.id })).ok).toBe(true);

@@ -45,15 +45,11 @@ export function makeChatsStore(db: Db) {
       return row;
     },
     /**
-     * A matched direct chat in one statement: the chat (named after its users, in order), its
-     * members and their direct joins in the activity log. Answers the new chat's id and epoch and
-     * the users as stored (fewer than asked when one no longer exists: the caller rolls back).
-     */
-    /**
-     * A matched direct chat in one statement (atomic without a transaction): the chat, both
-     * memberships and their join activity, and the opening system message, which takes the chat's
-     * first id `<at>-0` (the chat's id counter starts there). Nothing is written unless every user
-     * exists; then the answer is undefined.
+     * A matched direct chat in one statement (atomic without a transaction): the chat (named after
+     * its users, in order), both memberships and their join activity, and the opening system
+     * message, which takes the chat's first id `<at>-0` (the chat's id counter starts there).
+     * Answers the new chat's id and epoch and the users as stored; nothing is written unless every
+     * user exists, and then the answer is undefined.
      */
     async insertDirect(v: {
       userIds: number[];

@@ -51,7 +51,7 @@ interface Audience {
 }
 
 /** An unacknowledged frame is sent again after this long (it may have been dropped). */
-const ACK_TIMEOUT_MS = 3000;
+export const ACK_TIMEOUT_MS = 3000;
 /** A node watching a room on another node reports its viewers this often (the owner forgets silent nodes). */
 const REPORT_EVERY_MS = 5000;
 /** How long a start waits for another node that is starting the same room. */
