@@ -135,7 +135,7 @@ describeApp('E2EChatSession', () => {
     // before it even joins the room.
     const bobAgain = await loginUser(app, bot, { platformUserId: bobLogin.platformUserId });
     const bob2 = await openSession(bobAgain.client);
-    const deadline = Date.now() + 5000;
+    const deadline = Date.now() + 15_000;
     while ((await bobAgain.client.chatKey(chat.id)).envelope === null && Date.now() < deadline) {
       await new Promise((r) => setTimeout(r, 25));
     }

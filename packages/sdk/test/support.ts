@@ -76,7 +76,7 @@ export function collector(session: E2EChatSession, chatId: number) {
   return {
     entries,
     /** Waits (bounded) until at least `n` entries satisfy `filter`. */
-    async waitFor(n: number, filter: (e: ChatEntry) => boolean = () => true, timeoutMs = 8000): Promise<ChatEntry[]> {
+    async waitFor(n: number, filter: (e: ChatEntry) => boolean = () => true, timeoutMs = 15_000): Promise<ChatEntry[]> {
       const end = Date.now() + timeoutMs;
       while (Date.now() < end) {
         const matching = entries.filter(filter);

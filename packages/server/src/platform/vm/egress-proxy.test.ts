@@ -116,7 +116,7 @@ function roundTrip(socket: net.Socket, text: string) {
   });
 }
 
-async function eventually(check: () => boolean, ms = 5000) {
+async function eventually(check: () => boolean, ms = 15_000) {
   const deadline = Date.now() + ms;
   while (!check()) {
     if (Date.now() > deadline) throw new Error('condition not met in time');
