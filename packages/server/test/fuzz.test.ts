@@ -77,8 +77,9 @@ let routes: Route[] = [];
 let variants: Variant[] = [];
 
 // ---------------------------------------------------------------------------------------------
-// Callers: the public key, bot keys (replaced before they reach their per-minute limit, and after
-// any fuzzed admin call on bots), and sessions (logged in again whenever a fuzzed request ended one).
+// Callers: the public key, bot keys (replaced before they reach their per-minute limit), and
+// sessions (logged in again whenever a fuzzed request ended one); both are replaced after any fuzzed
+// admin action that went through.
 
 let bot: { apiKey: string; used: number } | null = null;
 const cookies: Record<'session' | 'ownerSession', string | null> = { session: null, ownerSession: null };
@@ -133,9 +134,14 @@ async function send(
       cookies[kind] = null;
     }
   }
-  // A fuzzed admin call on a bot (delete, a new hourly limit) may have hit the harness's own bot,
-  // whose id is a small integer like the fuzzed ones: the next bot caller gets a fresh bot.
-  if (path.startsWith('/v1/admin/bots/') && res.status < 400) bot = null;
+  // A fuzzed admin action that went through (a bot deleted, a user banned, timed out, demoted or
+  // deleted, a hard mute) may have hit the harness's own bot or users, whose ids are small integers
+  // like the fuzzed ones: the next callers get a fresh bot and fresh sessions.
+  if (method === 'POST' && res.status < 400 && (path.startsWith('/v1/admin/') || path === '/v1/portal/hard-mute')) {
+    bot = null;
+    cookies.session = null;
+    cookies.ownerSession = null;
+  }
   return res;
 }
 
