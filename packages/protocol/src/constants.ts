@@ -41,6 +41,12 @@ export const Limits = {
    */
   STRANGERS_PER_IP: 20,
   STRANGER_WINDOW_MS: 10 * 60 * 1000,
+  /**
+   * Room VM starts one user may ask for per window when the room is not running yet (each launches
+   * a browser); starting a running room is free.
+   */
+  ROOM_STARTS_PER_USER: 20,
+  ROOM_START_WINDOW_MS: 10 * 60 * 1000,
   INVITE_MAX_USES: 1000,
   INVITE_MAX_TTL_S: 30 * 24 * 3600,
   /** Chat slots by tier/level (spec 2.11). Owners: unlimited. */

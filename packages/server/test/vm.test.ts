@@ -1,4 +1,5 @@
 import { execFileSync } from 'node:child_process';
+import { Limits } from '@parlor/protocol';
 import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import { buildApp } from '../src/app.js';
 import { ACK_TIMEOUT_MS } from '../src/modules/vm/vm.service.js';
@@ -65,7 +66,7 @@ afterAll(async () => {
 });
 
 describeApp('room VM without a browser binary', () => {
-  it('answers 503 ERR_ROOM_START_FAILED when CHROMIUM_PATH does not exist', async () => {
+  it('answers 503 ERR_ROOM_START_FAILED when CHROMIUM_PATH does not exist, and 429 past the user’s starts', async () => {
     // A second node over the same stores, configured with a browser path that does not exist.
     const bare = await buildApp({
       config: { ...app.config, chromiumPath: '/nonexistent/chromium' },
@@ -87,6 +88,13 @@ describeApp('room VM without a browser binary', () => {
         message: expect.stringMatching(/CHROMIUM_PATH/),
       });
       expect(bare.vmProvider.list()).toEqual([]);
+      // Each start that would launch a browser spends one of the user's ROOM_STARTS_PER_USER, failed or not.
+      for (let i = 1; i < Limits.ROOM_STARTS_PER_USER; i++)
+        expect((await there.post(`/v1/portal/chats/${chatId}/start`, {})).status).toBe(503);
+      const limited = await there.post(`/v1/portal/chats/${chatId}/start`, {});
+      expect(limited.status).toBe(429);
+      expect(limited.body).toMatchObject({ code: 'ERR_RATE_LIMITED', retry_after: expect.any(Number) });
+      expect(limited.body.retry_after).toBeLessThanOrEqual(Limits.ROOM_START_WINDOW_MS / 1000);
     } finally {
       await bare.app.close();
     }

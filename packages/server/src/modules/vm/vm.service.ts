@@ -1,6 +1,7 @@
-import { VM_TOKEN_TTL_MS, type VmCredentials, type VmInputPayload, type VmStopReason } from '@parlor/protocol';
+import { Limits, VM_TOKEN_TTL_MS, type VmCredentials, type VmInputPayload, type VmStopReason } from '@parlor/protocol';
 import type { Clock } from '../../platform/clock.js';
 import { appError } from '../../platform/errors.js';
+import { retryAfterSeconds } from '../../platform/http.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
 import type { StateStore } from '../../platform/state/index.js';
 import type { VmFrame, VmProvider } from '../../platform/vm/provider.js';
@@ -66,6 +67,7 @@ const START_WAIT_MS = 30_000;
 export function makeVmService(deps: VmDeps) {
   const { chats, realtime, clock, tokens } = deps;
   const cluster = makeVmCluster(deps.state);
+  const launches = deps.state.limiter('vm-start', Limits.ROOM_STARTS_PER_USER, Limits.ROOM_START_WINDOW_MS);
   const self = cluster.nodeId;
   const audiences = new Map<number, Audience>();
   let settingsFor = deps.settingsFor ?? defaultSettingsSource;
@@ -192,6 +194,14 @@ export function makeVmService(deps: VmDeps) {
       if (!canStart(actor, chat, await isMember(actor.userId, chatId)))
         throw appError('ERR_FORBIDDEN', 'Only the chat owner or a platform Owner starts its room VM.');
       if (host.has(chatId)) return host.start(chatId);
+      // A start that would launch a browser spends one of the user's starts (shared by every node).
+      if (!(await cluster.placeOf(chatId))) {
+        const spent = await launches.consume(String(actor.userId));
+        if (!spent.allowed)
+          throw appError('ERR_RATE_LIMITED', 'Too many room starts; try again later.', {
+            retry_after: retryAfterSeconds(spent.retryAfterMs),
+          });
+      }
       for (let attempt = 0; attempt < 3; attempt++) {
         const held = await cluster.claim(chatId);
         if (held === null) return host.start(chatId);
