@@ -1,13 +1,12 @@
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import { LocalChromiumProvider } from '../src/platform/vm/local-provider.js';
 import { makeNetworkGuard } from '../src/platform/vm/network-guard.js';
-import type { VmStartSpec } from '../src/platform/vm/provider.js';
-import { MODE } from './support/app.js';
 import {
   BROWSER_TEST_TIMEOUT_MS,
-  browserAvailable,
   CHROMIUM,
+  describeProvider,
   eventually,
+  roomSpec,
   startTestSite,
   startWebSocketServer,
   testEgressNetwork,
@@ -23,19 +22,11 @@ vi.setConfig({ testTimeout: BROWSER_TEST_TIMEOUT_MS });
  * stand-in network answer 93.184.216.34, which the proxy reaches on 127.0.0.1. Everything stays
  * on 127.0.0.1.
  */
-const describeLocal = describe.skipIf(!browserAvailable || MODE === 'cluster');
+const describeLocal = describeProvider;
 
 const PUBLIC = '93.184.216.34';
 
-const spec = (over: Partial<VmStartSpec> = {}): VmStartSpec => ({
-  browser: 'brave',
-  proxy: 'none',
-  startUrl: 'about:blank',
-  allowPrivateNetworks: false,
-  width: 640,
-  height: 360,
-  ...over,
-});
+const spec = roomSpec;
 
 /** A guard whose lookups answer from `names` only (anything else is not found). */
 const guardFor = (names: Record<string, string[]>) =>

@@ -4,13 +4,13 @@ import { AppError } from '../src/platform/errors.js';
 import { LocalChromiumProvider } from '../src/platform/vm/local-provider.js';
 import { makeNetworkGuard } from '../src/platform/vm/network-guard.js';
 import type { VmFrame, VmProvider, VmStartSpec } from '../src/platform/vm/provider.js';
-import { MODE } from './support/app.js';
 import {
   BROWSER_TEST_TIMEOUT_MS,
-  browserAvailable,
   CHROMIUM,
+  describeProvider,
   eventually,
   jpegSize,
+  roomSpec,
   startTestSite,
   testEgressNetwork,
   WAIT_MS,
@@ -24,7 +24,7 @@ vi.setConfig({ testTimeout: BROWSER_TEST_TIMEOUT_MS });
  * suite. The provider does not depend on the storage mode, so this file runs on the embedded
  * project only.
  */
-const describeLocal = describe.skipIf(!browserAvailable || MODE === 'cluster');
+const describeLocal = describeProvider;
 
 let site: Awaited<ReturnType<typeof startTestSite>>;
 beforeAll(async () => {
@@ -34,15 +34,7 @@ afterAll(async () => {
   await site?.close();
 });
 
-const spec = (over: Partial<VmStartSpec> = {}): VmStartSpec => ({
-  browser: 'brave',
-  proxy: 'none',
-  startUrl: 'about:blank',
-  allowPrivateNetworks: true,
-  width: 640,
-  height: 360,
-  ...over,
-});
+const spec = (over: Partial<VmStartSpec> = {}) => roomSpec({ allowPrivateNetworks: true, ...over });
 
 async function rejectsWith(p: Promise<unknown>, code: string, message?: RegExp) {
   const err = await p.then(

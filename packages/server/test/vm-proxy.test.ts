@@ -3,15 +3,15 @@ import { loadConfig } from '../src/platform/config.js';
 import { AppError } from '../src/platform/errors.js';
 import { LocalChromiumProvider, type LocalProviderOptions } from '../src/platform/vm/local-provider.js';
 import { makeNetworkGuard } from '../src/platform/vm/network-guard.js';
-import type { VmStartSpec } from '../src/platform/vm/provider.js';
 import { MODE } from './support/app.js';
 import { startHttpProxy } from './support/http-proxy.js';
 import { startSocksServer } from './support/socks-server.js';
 import {
   BROWSER_TEST_TIMEOUT_MS,
-  browserAvailable,
   CHROMIUM,
+  describeProvider,
   eventually,
+  roomSpec,
   startTestSite,
   WAIT_MS,
 } from './support/vm-browser.js';
@@ -23,17 +23,9 @@ vi.setConfig({ testTimeout: BROWSER_TEST_TIMEOUT_MS });
  * proxies are a tiny HTTP forward proxy and a tiny SOCKS5 server standing in for Tor, both on
  * 127.0.0.1, and the proxy URLs come from the environment through loadConfig as in the server.
  */
-const describeLocal = describe.skipIf(!browserAvailable || MODE === 'cluster');
+const describeLocal = describeProvider;
 
-const spec = (over: Partial<VmStartSpec> = {}): VmStartSpec => ({
-  browser: 'brave',
-  proxy: 'none',
-  startUrl: 'about:blank',
-  allowPrivateNetworks: false,
-  width: 640,
-  height: 360,
-  ...over,
-});
+const spec = roomSpec;
 
 /** A provider configured from environment variables, wired as packages/server/src/wiring/services.ts does. */
 function providerFrom(env: Record<string, string>, more: Partial<LocalProviderOptions> = {}) {

@@ -6,6 +6,7 @@ import type { Duplex } from 'node:stream';
 import { describe, inject } from 'vitest';
 import type { Dial } from '../../src/platform/vm/egress-proxy.js';
 import type { Lookup } from '../../src/platform/vm/network-guard.js';
+import type { VmStartSpec } from '../../src/platform/vm/provider.js';
 import { MODE } from './app.js';
 import type { TestSocket } from './sockets.js';
 
@@ -24,6 +25,23 @@ if (!browserAvailable) {
 }
 
 /** `describe` for suites that need a real browser (and, on the cluster project, PostgreSQL + Redis). */
+/**
+ * Suites that drive the VM provider directly: they do not depend on the storage mode, so they run
+ * on the embedded project only.
+ */
+export const describeProvider = describe.skipIf(!browserAvailable || MODE === 'cluster');
+
+/** A room's start spec for provider suites: a small window on a blank page, private networks off. */
+export const roomSpec = (over: Partial<VmStartSpec> = {}): VmStartSpec => ({
+  browser: 'brave',
+  proxy: 'none',
+  startUrl: 'about:blank',
+  allowPrivateNetworks: false,
+  width: 640,
+  height: 360,
+  ...over,
+});
+
 export const describeBrowser = describe.skipIf(
   !browserAvailable || (MODE === 'cluster' && !inject('servicesAvailable')),
 );
