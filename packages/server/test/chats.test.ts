@@ -137,6 +137,18 @@ describeApp('private chats, invites and membership history', () => {
     expect(pushed.chats.map((c: any) => c.id)).toContain(chatId);
   });
 
+  it('gives each of many sockets connecting at once its own user’s chat:list', async () => {
+    const owners = await Promise.all([1, 2, 3, 4].map(() => keyedChat(app)));
+    // All connect in one burst, so their lists are read together; each sees its own chat only.
+    const sockets = await Promise.all(owners.map((o) => connectSocket(app.url, o.owner.client)));
+    const lists = await Promise.all(sockets.map((s) => s.next('chat:list')));
+    lists.forEach((list, i) => {
+      const ids = list.chats.map((c: any) => c.id);
+      expect(ids).toContain(owners[i]?.chatId);
+      for (const [j, o] of owners.entries()) if (j !== i) expect(ids).not.toContain(o.chatId);
+    });
+  });
+
   it('lets the owner rename and delete; members get chat:updated and room:left', async () => {
     const { owner, chatId } = await keyedChat(app);
     const guest = await member(app);

@@ -4,6 +4,7 @@ import { sql } from 'drizzle-orm';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
+import { groupCommit } from '../../platform/group-commit.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
 import { canManageOfficial } from '../admin/admin.rules.js';
 import type { KeysService } from '../keys/keys.service.js';
@@ -31,6 +32,8 @@ export interface ChatsDeps {
 
 export function makeChatsService(deps: ChatsDeps) {
   const { db, store, clock, keys, messages, realtime } = deps;
+  /** Chat lists asked for in one event-loop turn (the chat:list of a burst of connects) share a statement. */
+  const lists = groupCommit<'list', number, ChatWithCount[]>((_key, userIds) => store.listFor(userIds));
 
   const mustGet = async (chatId: number): Promise<ChatWithCount> => {
     const chat = await store.byId(chatId);
@@ -137,7 +140,7 @@ export function makeChatsService(deps: ChatsDeps) {
     },
 
     async list(userId: number): Promise<Chat[]> {
-      return (await store.listFor(userId)).map(toChat);
+      return (await lists.submit('list', userId)).map(toChat);
     },
 
     ...membership,

@@ -1,5 +1,5 @@
 import { and, count, desc, eq, gt, inArray, isNull, ne, or, sql } from 'drizzle-orm';
-import type { Db } from '../../platform/db/index.js';
+import { type Db, rowsOf } from '../../platform/db/index.js';
 import { chatActivity, chatInvites, chatMembers, chats, users } from '../../platform/db/schema.js';
 import type { Tx } from '../users/users.store.js';
 
@@ -23,21 +23,7 @@ const liveInvite = (code: string, now: Date) =>
     or(isNull(chatInvites.maxUses), sql`${chatInvites.uses} < ${chatInvites.maxUses}`),
   );
 
-/** The rows of a raw `execute`: PGlite answers `{rows}`, postgres-js the row list itself. */
-function rowsOf<T>(result: unknown): T[] {
-  if (Array.isArray(result)) return result as T[];
-  return ((result as { rows?: T[] }).rows ?? []) as T[];
-}
-
 export function makeChatsStore(db: Db) {
-  // The chat list is sent on every socket connect: prepared once so that its SQL is not rebuilt per call.
-  const listForQuery = db
-    .select({ chat: chats, memberCount })
-    .from(chatMembers)
-    .innerJoin(chats, eq(chats.id, chatMembers.chatId))
-    .where(and(eq(chatMembers.userId, sql.placeholder('userId')), isNull(chatMembers.leftAt), live))
-    .orderBy(desc(chats.id))
-    .prepare('parlor_chat_list');
   return {
     async insert(values: typeof chats.$inferInsert, tx: Tx = db): Promise<ChatRow> {
       const [row] = await tx.insert(chats).values(values).returning();
@@ -134,9 +120,20 @@ export function makeChatsStore(db: Db) {
       return row?.n ?? 0;
     },
     /** The chats a user is a member of, newest first (archived direct chats included). */
-    async listFor(userId: number): Promise<ChatWithCount[]> {
-      const rows = await listForQuery.execute({ userId });
-      return rows.map((r) => ({ ...r.chat, memberCount: r.memberCount }));
+    /**
+     * The chats some users are members of, newest first, in one statement (the service groups the
+     * lists of one turn: the chat:list of a burst of socket connects). One list per user, in order.
+     */
+    async listFor(userIds: number[]): Promise<ChatWithCount[][]> {
+      const rows = await db
+        .select({ chat: chats, memberCount, userId: chatMembers.userId })
+        .from(chatMembers)
+        .innerJoin(chats, eq(chats.id, chatMembers.chatId))
+        .where(and(inArray(chatMembers.userId, userIds), isNull(chatMembers.leftAt), live))
+        .orderBy(desc(chats.id));
+      const lists = new Map<number, ChatWithCount[]>(userIds.map((id) => [id, []]));
+      for (const r of rows) lists.get(r.userId)?.push({ ...r.chat, memberCount: r.memberCount });
+      return userIds.map((id) => lists.get(id) ?? []);
     },
     async isMember(chatId: number, userId: number, tx: Tx = db): Promise<boolean> {
       const [row] = await tx

@@ -34,10 +34,12 @@ function setup(opts: { ttlMs?: number } = {}) {
   } as Partial<SessionRow> as SessionRow;
   const calls = { resolve: 0, touch: [] as number[] };
   const store = {
-    async resolve(hash: string, at: Date) {
+    async resolve(hashes: string[], at: Date) {
       calls.resolve += 1;
-      const live = hash === session.tokenHash && session.endedAt === null && session.expiresAt > at;
-      return live ? { session: { ...session }, user: { ...user } } : undefined;
+      return hashes.map((hash) => {
+        const live = hash === session.tokenHash && session.endedAt === null && session.expiresAt > at;
+        return live ? { session: { ...session }, user: { ...user } } : undefined;
+      });
     },
     async touch(_id: number, at: Date) {
       calls.touch.push(at.getTime());

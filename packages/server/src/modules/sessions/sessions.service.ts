@@ -4,6 +4,7 @@ import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
 import type { GeoLookup } from '../../platform/geo.js';
+import { groupCommit } from '../../platform/group-commit.js';
 import { randomToken, sha256Hex } from '../../platform/secrets.js';
 import type { Tx } from '../users/users.store.js';
 import { type AuthCache, resolvedOf, toAuthEntry } from './sessions.cache.js';
@@ -32,6 +33,10 @@ export interface SessionsDeps {
 }
 
 export function makeSessionsService({ db, store, clock, geo, cache }: SessionsDeps) {
+  /** Look-ups that miss the cache in one event-loop turn (a burst of handshakes) share a statement. */
+  const lookups = groupCommit<'resolve', string, Awaited<ReturnType<SessionsStore['resolve']>>[number]>(
+    (_key, hashes) => store.resolve(hashes, clock.now()),
+  );
   const listeners: SessionsEndedListener[] = [];
   const ended = (userId: number, sessionIds: number[], reason: string) => {
     if (sessionIds.length === 0) return;
@@ -92,7 +97,7 @@ export function makeSessionsService({ db, store, clock, geo, cache }: SessionsDe
           const now = clock.now();
           const hash = sha256Hex(token);
           const read = async () => {
-            const found = await store.resolve(hash, now);
+            const found = await lookups.submit('resolve', hash);
             return found ? toAuthEntry(found.session, found.user) : null;
           };
           const entry = cache ? (cache.get(hash) ?? (await cache.load(hash, read))) : await read();

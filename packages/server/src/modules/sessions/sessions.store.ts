@@ -1,4 +1,4 @@
-import { and, count, desc, eq, gt, inArray, isNotNull, isNull, lte, ne, or, sql } from 'drizzle-orm';
+import { and, count, desc, eq, gt, inArray, isNotNull, isNull, lte, ne, or } from 'drizzle-orm';
 import type { Db } from '../../platform/db/index.js';
 import { sessions, users } from '../../platform/db/schema.js';
 import { noUsersChanged, type UsersChanged } from '../users/users.changes.js';
@@ -13,31 +13,25 @@ const active = (now: Date) => and(isNull(sessions.endedAt), gt(sessions.expiresA
  * invalidation, users.changes.ts); inside a transaction it publishes once that commits.
  */
 export function makeSessionsStore(db: Db, onChanged: UsersChanged = noUsersChanged) {
-  // Every authenticated request that misses the auth cache, and every socket handshake, runs this:
-  // prepared once so that its SQL is not rebuilt per call.
-  const resolveQuery = db
-    .select({ session: sessions, user: users })
-    .from(sessions)
-    .innerJoin(users, eq(users.id, sessions.userId))
-    .where(
-      and(
-        eq(sessions.tokenHash, sql.placeholder('hash')),
-        isNull(sessions.endedAt),
-        gt(sessions.expiresAt, sql.placeholder('now')),
-      ),
-    )
-    .limit(1)
-    .prepare('parlor_session_resolve');
   return {
     async insert(values: typeof sessions.$inferInsert, tx: Tx): Promise<SessionRow> {
       const [row] = await tx.insert(sessions).values(values).returning();
       if (!row) throw new Error('insert returned no row');
       return row;
     },
-    /** The live session for a token hash, with its user. */
-    async resolve(tokenHash: string, now: Date) {
-      const [row] = await resolveQuery.execute({ hash: tokenHash, now: now.toISOString() });
-      return row;
+    /**
+     * The live sessions for some token hashes, with their users, in one statement (the service
+     * groups the look-ups of one turn: a burst of handshakes or requests missing the auth cache).
+     * One answer per hash, in order; undefined where no live session has it.
+     */
+    async resolve(tokenHashes: string[], now: Date) {
+      const rows = await db
+        .select({ session: sessions, user: users })
+        .from(sessions)
+        .innerJoin(users, eq(users.id, sessions.userId))
+        .where(and(inArray(sessions.tokenHash, tokenHashes), active(now)));
+      const byHash = new Map(rows.map((r) => [r.session.tokenHash, r]));
+      return tokenHashes.map((h) => byHash.get(h));
     },
     async activeOf(userId: number, now: Date, tx: Tx = db): Promise<SessionRow[]> {
       return tx
