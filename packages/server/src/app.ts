@@ -7,6 +7,7 @@ import swaggerUi from '@fastify/swagger-ui';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { ErrorBodySchema, Limits } from '@parlor/protocol';
 import Fastify, { type FastifyInstance, type FastifyReply } from 'fastify';
+import { type AuthService, STRANGER_SWEEP_INTERVAL_MS } from './modules/auth/auth.service.js';
 import type { ChatsService } from './modules/chats/chats.service.js';
 import { localUserIds } from './modules/matchmaking/matchmaking.routes.js';
 import type { MatchmakingService } from './modules/matchmaking/matchmaking.service.js';
@@ -61,7 +62,13 @@ export interface BuiltApp {
   /** The subscription downgrade sweep, for tests to run directly with a fake clock. */
   subscriptionSweep: SubscriptionSweep;
   /** Services that tests drive directly (sweeps with a fake clock). */
-  services: { matchmaking: MatchmakingService; chats: ChatsService; moderation: ModerationService; vm: VmService };
+  services: {
+    matchmaking: MatchmakingService;
+    chats: ChatsService;
+    moderation: ModerationService;
+    vm: VmService;
+    auth: AuthService;
+  };
   /** The room VM provider of this node (tests reach its browsers: pid, page state, memory). */
   vmProvider: LocalChromiumProvider;
 }
@@ -154,7 +161,7 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
     operatorToken: operator.value,
     version: VERSION,
   });
-  const { realtime, matchmaking, chats, moderation, vm, vmProvider, subscriptionSweep } = services;
+  const { realtime, matchmaking, chats, moderation, vm, vmProvider, subscriptionSweep, auth } = services;
 
   const guards = makeGuards({
     config,
@@ -172,6 +179,7 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
     every(30_000, 'online-refresh', () => matchmaking.markOnline(localUserIds(realtime)), app.log),
     every(60_000, 'direct-chat-lifecycle', () => chats.sweepDirect(), app.log),
     every(30_000, 'punishment-expiry', () => moderation.sweep(), app.log),
+    every(STRANGER_SWEEP_INTERVAL_MS, 'stranger-accounts', () => auth.sweepStrangers(), app.log),
   ];
   // Every minute, on every node: expired Trial/Premium back to Basic (SKIP LOCKED keeps nodes apart).
   const sweeping = subscriptionSweep.start(SWEEP_INTERVAL_MS, (err) =>
@@ -194,7 +202,7 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
 
   return {
     app: app as unknown as FastifyInstance,
-    services: { matchmaking, chats, moderation, vm },
+    services: { matchmaking, chats, moderation, vm, auth },
     vmProvider,
     publicApiKey: apiKey.value,
     operatorToken: operator.value,

@@ -14,6 +14,17 @@ import { CODE_SHAPE, type CodePool, type CodeRecord, type CodeStore } from './au
 
 const USERNAME_SUFFIX_ALPHABET = 'abcdefghijklmnopqrstuvwxyz0123456789';
 
+/** How often every node sweeps dead stranger accounts (app.ts). */
+export const STRANGER_SWEEP_INTERVAL_MS = 10 * 60 * 1000;
+/**
+ * A stranger is deleted only once its last session has been over this long, so a request that
+ * was in flight when it logged out (or expired) never races the deletion.
+ */
+export const STRANGER_GRACE_MS = 60 * 60 * 1000;
+/** Accounts per statement; a sweep runs batches until one comes back short (at most 20). */
+const STRANGER_SWEEP_BATCH = 500;
+const STRANGER_SWEEP_MAX_BATCHES = 20;
+
 export interface AuthDeps {
   db: Db;
   clock: Clock;
@@ -241,6 +252,23 @@ export function makeAuthService(deps: AuthDeps) {
         token: created.session.token,
         expiresAt: created.session.session.expiresAt,
       };
+    },
+
+    /**
+     * Deletes dead stranger accounts: such an account can never sign in again once its sessions
+     * are over (it has no platform identity). Kept while any session is live or ended less than
+     * STRANGER_GRACE_MS ago, and while it is a member of a chat not yet removed (an archived direct
+     * chat still shows it to the peer). Safe on every node at once. Answers the deleted ids.
+     */
+    async sweepStrangers(batch = STRANGER_SWEEP_BATCH): Promise<number[]> {
+      const cutoff = new Date(clock.now().getTime() - STRANGER_GRACE_MS);
+      const removed: number[] = [];
+      for (let i = 0; i < STRANGER_SWEEP_MAX_BATCHES; i++) {
+        const ids = await users.removeDeadStrangers(cutoff, batch);
+        removed.push(...ids);
+        if (ids.length < batch) break;
+      }
+      return removed;
     },
 
     /** Verifies a code of either pool; failures are counted per IP and service-wide. */

@@ -1,6 +1,14 @@
 import { and, asc, count, desc, eq, gt, ilike, inArray, isNull, lt, sql } from 'drizzle-orm';
 import type { Db } from '../../platform/db/index.js';
-import { auditLog, linkedPlatforms, moderationActions, sessions, users } from '../../platform/db/schema.js';
+import {
+  auditLog,
+  chatMembers,
+  chats,
+  linkedPlatforms,
+  moderationActions,
+  sessions,
+  users,
+} from '../../platform/db/schema.js';
 import { noUsersChanged, type UsersChanged } from './users.changes.js';
 
 export type UserRow = typeof users.$inferSelect;
@@ -111,6 +119,30 @@ export function makeUsersStore(db: Db, onChanged: UsersChanged = noUsersChanged)
       const rows = await tx.delete(users).where(eq(users.id, id)).returning({ id: users.id });
       if (rows.length > 0) await onChanged([id], tx);
       return rows.length > 0;
+    },
+    /**
+     * Deletes up to `limit` dead stranger accounts in one statement and answers their ids: anonymous
+     * accounts created before `cutoff` whose every session ended or expired before `cutoff`, and
+     * that have no membership row in a chat that still exists (an active or archived direct chat
+     * keeps showing them to the peer). Rows are taken with SKIP LOCKED, so nodes sweep side by side.
+     * What hangs off the row goes by ON DELETE CASCADE (sessions and their keys, memberships of
+     * removed chats, punishments, notifications, blocks); audit entries keep the bare id (no FK).
+     */
+    async removeDeadStrangers(cutoff: Date, limit: number): Promise<number[]> {
+      // Raw sql`` parameters must be strings: the postgres-js driver does not serialise Date there.
+      const before = cutoff.toISOString();
+      // least() skips nulls: a session is over at its end or its expiry, whichever came first.
+      const dead = sql`select ${users.id} from ${users}
+        where ${users.isStranger} and ${users.createdAt} <= ${before}
+          and not exists (select 1 from ${sessions} where ${sessions.userId} = ${users.id}
+            and least(${sessions.endedAt}, ${sessions.expiresAt}) > ${before})
+          and not exists (select 1 from ${chatMembers} join ${chats} on ${chats.id} = ${chatMembers.chatId}
+            where ${chatMembers.userId} = ${users.id} and ${chats.deletedAt} is null)
+        order by ${users.id} limit ${limit} for update skip locked`;
+      const rows = await db.delete(users).where(sql`${users.id} in (${dead})`).returning({ id: users.id });
+      const ids = rows.map((r) => r.id);
+      if (ids.length > 0) await onChanged(ids, db);
+      return ids;
     },
     async touchActivity(id: number, at: Date): Promise<void> {
       await db.update(users).set({ lastActivityAt: at }).where(eq(users.id, id));

@@ -1,0 +1,117 @@
+import { Limits } from '@parlor/protocol';
+import { eq, inArray } from 'drizzle-orm';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { STRANGER_GRACE_MS } from '../src/modules/auth/auth.service.js';
+import { FakeClock } from '../src/platform/clock.js';
+import { chatMembers, sessions, users } from '../src/platform/db/schema.js';
+import { describeApp, startApp, type TestApp } from './support/app.js';
+import { member } from './support/chat-flows.js';
+import { Client, nextIp } from './support/client.js';
+import { closeAllSockets, connectSocket } from './support/sockets.js';
+
+let app: TestApp;
+const clock = new FakeClock(Date.now());
+let tagCounter = 0;
+const tag = () => `str${Date.now() % 1000}x${++tagCounter}`;
+
+beforeAll(async () => {
+  app = await startApp({ clock });
+});
+afterAll(async () => {
+  closeAllSockets();
+  await app?.close();
+});
+
+async function stranger() {
+  const client = new Client(app.url, nextIp(), app.publicApiKey);
+  const res = await client.post('/v1/portal/stranger', {});
+  expect(res.status).toBe(200);
+  return { client, id: res.body.user.id as number, cookie: client.cookie };
+}
+
+async function exists(id: number): Promise<boolean> {
+  return (await app.database.db.select({ id: users.id }).from(users).where(eq(users.id, id))).length > 0;
+}
+
+const sweep = () => app.services.auth.sweepStrangers();
+
+describeApp('the stranger account sweep', () => {
+  describe('after logout', () => {
+    it('deletes a stranger that never matched once the grace period has passed, not before; its cookie answers 401', async () => {
+      const s = await stranger();
+      const saved = s.cookie;
+      expect((await s.client.post('/v1/authentication/logout', {})).status).toBe(200);
+      clock.advance(STRANGER_GRACE_MS - 1);
+      expect(await sweep()).not.toContain(s.id);
+      expect(await exists(s.id)).toBe(true);
+      clock.advance(1);
+      expect(await sweep()).toContain(s.id);
+      expect(await exists(s.id)).toBe(false);
+      expect(await app.database.db.select().from(sessions).where(eq(sessions.userId, s.id))).toEqual([]);
+      s.client.cookie = saved;
+      expect((await s.client.get('/v1/portal/chats')).status).toBe(401);
+      expect(await sweep()).not.toContain(s.id);
+    });
+  });
+
+  it('keeps a stranger whose session is live', async () => {
+    const s = await stranger();
+    clock.advance(STRANGER_GRACE_MS * 3);
+    expect(await sweep()).not.toContain(s.id);
+    expect(await exists(s.id)).toBe(true);
+    expect((await s.client.get('/v1/portal/chats')).status).toBe(200);
+  });
+
+  it('keeps a stranger of an archived direct chat until the chat is removed, then deletes it; the peer stays', async () => {
+    const s = await stranger();
+    await connectSocket(app.url, s.client);
+    const peer = await member(app);
+    const t = tag();
+    expect((await s.client.post('/v1/portal/match', { interests: [t] })).body.state).toBe('searching');
+    const paired = await peer.client.post('/v1/portal/match', { interests: [t] });
+    expect(paired.body.state).toBe('matched');
+    const chatId: number = paired.body.chat_id;
+    expect((await s.client.post('/v1/portal/match/leave', {})).body).toEqual({ ok: true, chat_id: chatId });
+    expect((await s.client.post('/v1/authentication/logout', {})).status).toBe(200);
+
+    clock.advance(STRANGER_GRACE_MS + 1);
+    await app.services.chats.sweepDirect();
+    expect(await sweep()).not.toContain(s.id);
+    // The peer still reads the archived chat, the stranger's leave message and name included.
+    const { chat } = (await peer.client.get(`/v1/portal/chats/${chatId}`)).body;
+    expect(chat).toMatchObject({ archived: true });
+    const history = (await peer.client.get(`/v1/portal/chats/${chatId}/messages`)).body;
+    expect(JSON.stringify(history)).toContain(`"user_id":${s.id}`);
+
+    clock.advance(Limits.DIRECT_ARCHIVE_TTL_MS);
+    await app.services.chats.sweepDirect();
+    expect((await peer.client.get(`/v1/portal/chats/${chatId}`)).status).toBe(404);
+    expect(await sweep()).toContain(s.id);
+    expect(await exists(s.id)).toBe(false);
+    expect(await exists(peer.user.id)).toBe(true);
+    const peerRows = await app.database.db.select().from(chatMembers).where(eq(chatMembers.userId, peer.user.id));
+    expect(peerRows.map((r) => r.chatId)).toContain(chatId);
+    expect((await peer.client.get('/v1/users/me')).status).toBe(200);
+  });
+
+  it('deletes each account once when two sweeps run at the same time', async () => {
+    const made = [await stranger(), await stranger(), await stranger()];
+    for (const s of made) expect((await s.client.post('/v1/authentication/logout', {})).status).toBe(200);
+    clock.advance(STRANGER_GRACE_MS);
+    const [first, second] = await Promise.all([sweep(), sweep()]);
+    const all = [...first, ...second];
+    expect(new Set(all).size).toBe(all.length);
+    for (const s of made) expect(all.filter((id) => id === s.id)).toHaveLength(1);
+    const ids = made.map((s) => s.id);
+    expect(await app.database.db.select().from(users).where(inArray(users.id, ids))).toEqual([]);
+  });
+
+  it('deletes a stranger whose session expired without a logout, after the grace period', async () => {
+    const s = await stranger();
+    clock.advance(Limits.SESSION_TTL_USER_MS);
+    expect(await sweep()).not.toContain(s.id);
+    clock.advance(STRANGER_GRACE_MS);
+    expect(await sweep()).toContain(s.id);
+    expect((await s.client.get('/v1/portal/chats')).status).toBe(401);
+  });
+});
