@@ -1,17 +1,19 @@
-import { Limits, VM_TOKEN_TTL_MS, type VmCredentials, type VmInputPayload, type VmStopReason } from '@parlor/protocol';
+import { Limits, VM_TOKEN_TTL_MS, type VmCredentials, type VmInputPayload } from '@parlor/protocol';
 import type { Clock } from '../../platform/clock.js';
 import { appError } from '../../platform/errors.js';
 import { retryAfterSeconds } from '../../platform/http.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
 import type { StateStore } from '../../platform/state/index.js';
-import type { VmFrame, VmProvider } from '../../platform/vm/provider.js';
+import type { VmProvider } from '../../platform/vm/provider.js';
 import type { ChatsService } from '../chats/chats.service.js';
+import { makeAudiences } from './vm.audience.js';
 import { decodeFrame, makeVmCluster, type RoomPlace } from './vm.cluster.js';
-import { type AudienceAnswer, makeRoomHost, type RemoteActor, serveHost } from './vm.host.js';
+import { makeRoomHost, type RemoteActor, serveHost } from './vm.host.js';
 import { type Actor, canStart, canStop, type RoomChat } from './vm.rules.js';
 import { defaultSettingsSource, type SettingsSource } from './vm.settings.js';
 import type { ViewerTokens } from './vm.tokens.js';
-import { RoomViewers } from './vm.viewers.js';
+
+export { ACK_TIMEOUT_MS } from './vm.audience.js';
 
 /** True when `userId` owns chat `chatId` through something other than the chat row (its guild). */
 export type GuildOwnerSource = (chatId: number, userId: number) => Promise<boolean>;
@@ -41,20 +43,6 @@ export interface VmDeps {
   log: { warn(obj: object, msg: string): void };
 }
 
-/** This node's viewers of one room, wherever the room runs. */
-interface Audience {
-  chatId: number;
-  node: string;
-  viewers: RoomViewers;
-  /** Remote rooms: ends the frame subscription. */
-  unsubscribe: (() => Promise<void>) | null;
-  reportedAt: number;
-}
-
-/** An unacknowledged frame is sent again after this long (it may have been dropped). */
-export const ACK_TIMEOUT_MS = 3000;
-/** A node watching a room on another node reports its viewers this often (the owner forgets silent nodes). */
-const REPORT_EVERY_MS = 5000;
 /** How long a start waits for another node that is starting the same room. */
 const START_WAIT_MS = 30_000;
 
@@ -69,10 +57,10 @@ export function makeVmService(deps: VmDeps) {
   const cluster = makeVmCluster(deps.state);
   const launches = deps.state.limiter('vm-start', Limits.ROOM_STARTS_PER_USER, Limits.ROOM_START_WINDOW_MS);
   const self = cluster.nodeId;
-  const audiences = new Map<number, Audience>();
   let settingsFor = deps.settingsFor ?? defaultSettingsSource;
   let guildOwner: GuildOwnerSource = deps.guildOwner ?? (async () => false);
   const now = () => clock.now().getTime();
+  const audiences = makeAudiences({ realtime, cluster, now });
 
   const credentialsFor = (chatId: number, userId: number): VmCredentials => {
     const expiresAt = new Date(now() + VM_TOKEN_TTL_MS);
@@ -92,14 +80,6 @@ export function makeVmService(deps: VmDeps) {
   };
   const mustBeIn = (caller: Caller, chatId: number) => {
     if (!caller.joined(chatId)) throw appError('ERR_NOT_CHAT_MEMBER', 'Join this chat (room:join) first.');
-  };
-
-  const sendFrame = (chatId: number) => (socketIds: string[], f: VmFrame) => {
-    // Volatile and node-local: frames are never kept for reconnecting clients nor sent through the adapter.
-    // One emit to all the ready viewers: the frame is encoded once.
-    realtime.io.local
-      .to(socketIds)
-      .volatile.emit('vm:frame', { chat_id: chatId, seq: f.seq, mime: f.mime, data: f.data });
   };
 
   const host = makeRoomHost({
@@ -139,30 +119,9 @@ export function makeVmService(deps: VmDeps) {
     username: c.username ?? '',
   });
 
-  /** Ends this node's viewing of a room; its viewers (and the chat's sockets here) hear room:stopped. */
-  const endAudience = (chatId: number, reason: string | null) => {
-    const a = audiences.get(chatId);
-    audiences.delete(chatId);
-    const watchers = a ? a.viewers.sockets() : [];
-    a?.viewers.clear();
-    void a?.unsubscribe?.().catch(() => {});
-    if (reason !== null)
-      realtime.io.local
-        .to([rooms.chat(chatId), ...watchers])
-        .emit('room:stopped', { chat_id: chatId, reason: reason as VmStopReason });
-  };
   cluster.onEvent((e) => {
-    if (e.type === 'stopped') endAudience(e.chatId, e.reason);
+    if (e.type === 'stopped') audiences.end(e.chatId, e.reason);
   });
-
-  /** Tells the owner who watches here now (nobody: the audience ends). */
-  const report = async (a: Audience): Promise<AudienceAnswer> => {
-    a.reportedAt = now();
-    const users = [...a.viewers.users()];
-    if (users.length === 0 && audiences.get(a.chatId) === a) endAudience(a.chatId, null);
-    return cluster.call<AudienceAnswer>(a.node, 'audience', { chatId: a.chatId, node: self, users });
-  };
-  const reportQuietly = (a: Audience) => void report(a).catch(() => {});
 
   const waitForPlace = async (chatId: number, seen: RoomPlace): Promise<boolean> => {
     const until = now() + START_WAIT_MS;
@@ -224,7 +183,7 @@ export function makeVmService(deps: VmDeps) {
     async chatRemoved(chatId: number): Promise<void> {
       // At once, before the chat's sockets leave it: this node's viewers still hear room:stopped.
       const watchers = audiences.get(chatId)?.viewers.sockets() ?? [];
-      endAudience(chatId, null);
+      audiences.end(chatId, null);
       if (watchers.length > 0)
         realtime.io.local.to(watchers).emit('room:stopped', { chat_id: chatId, reason: 'deleted' });
       const place = host.has(chatId) ? { node: self } : await cluster.placeOf(chatId);
@@ -247,7 +206,7 @@ export function makeVmService(deps: VmDeps) {
     /** A socket left a chat's room (leave, kick, ban, disconnect): its stream ends at once. */
     leftChat(socketId: string, userId: number, chatId: number, userStillIn: boolean): void {
       const a = audiences.get(chatId);
-      if (a?.viewers.remove(socketId)) reportQuietly(a);
+      if (a?.viewers.remove(socketId)) audiences.reportQuietly(a);
       // The controller's last socket in the chat: the owner drops control unless they are in on another node.
       if (!userStillIn) onOwner(chatId, 'userLeft', { userId }).catch(() => {});
     },
@@ -259,36 +218,22 @@ export function makeVmService(deps: VmDeps) {
         throw appError('ERR_VM_TOKEN_INVALID');
       await chats.assertMember(caller.userId, chatId);
       const node = await runningAt(chatId);
-      let a = audiences.get(chatId);
-      if (a && a.node !== node) endAudience(chatId, null);
-      a = audiences.get(chatId);
-      if (!a) {
-        const created: Audience = {
-          chatId,
-          node,
-          viewers: new RoomViewers(sendFrame(chatId), now),
-          unsubscribe: null,
-          reportedAt: 0,
-        };
-        audiences.set(chatId, created);
-        if (node !== self) created.unsubscribe = await cluster.subscribeFrames(chatId, (f) => created.viewers.frame(f));
-        a = created;
-      }
+      const a = await audiences.open(chatId, node);
       a.viewers.add(caller.socketId, caller.userId);
       try {
-        const answer = await report(a);
+        const answer = await audiences.report(a);
         const last = node === self ? host.lastFrame(chatId) : answer.last ? decodeFrame(answer.last) : null;
         if (last) a.viewers.offer(caller.socketId, last);
         return { width: answer.width, height: answer.height, controller_user_id: answer.controller_user_id };
       } catch (err) {
-        if (a.viewers.remove(caller.socketId)) reportQuietly(a);
+        if (a.viewers.remove(caller.socketId)) audiences.reportQuietly(a);
         throw err;
       }
     },
 
     unwatch(caller: Caller, chatId: number): void {
       const a = audiences.get(chatId);
-      if (a?.viewers.remove(caller.socketId)) reportQuietly(a);
+      if (a?.viewers.remove(caller.socketId)) audiences.reportQuietly(a);
     },
 
     async ack(caller: Caller, chatId: number, seq: number): Promise<void> {
@@ -322,14 +267,7 @@ export function makeVmService(deps: VmDeps) {
 
     /** Background: the rooms this node runs (map, idle), and this node's viewing of rooms elsewhere. */
     async sweep(at: Date = clock.now()): Promise<void> {
-      for (const a of [...audiences.values()]) {
-        a.viewers.resendStale(ACK_TIMEOUT_MS);
-        if (a.node === self || at.getTime() - a.reportedAt < REPORT_EVERY_MS) continue;
-        // The owner forgets nodes that stop reporting; a room gone from its node ends here too.
-        await report(a).catch((err: unknown) => {
-          if ((err as { code?: string }).code === 'ERR_ROOM_NOT_RUNNING') endAudience(a.chatId, 'crashed');
-        });
-      }
+      await audiences.sweep(at);
       await host.sweep(at.getTime());
     },
 
@@ -341,10 +279,7 @@ export function makeVmService(deps: VmDeps) {
 
     /** Stops this node's rooms (server shutdown): viewers get room:stopped with reason shutdown. */
     async close(): Promise<void> {
-      // Rooms elsewhere stop counting this node's viewers (their sockets are about to close).
-      for (const a of audiences.values())
-        if (a.node !== self)
-          await cluster.call(a.node, 'audience', { chatId: a.chatId, node: self, users: [] }).catch(() => {});
+      await audiences.close();
       await host.close();
       await cluster.close();
     },

@@ -1,0 +1,116 @@
+import type { VmStopReason } from '@parlor/protocol';
+import { type Realtime, rooms } from '../../platform/realtime.js';
+import type { VmFrame } from '../../platform/vm/provider.js';
+import type { VmCluster } from './vm.cluster.js';
+import type { AudienceAnswer } from './vm.host.js';
+import { RoomViewers } from './vm.viewers.js';
+
+/** This node's viewers of one room, wherever the room runs. */
+export interface Audience {
+  chatId: number;
+  node: string;
+  viewers: RoomViewers;
+  /** Remote rooms: ends the frame subscription. */
+  unsubscribe: (() => Promise<void>) | null;
+  reportedAt: number;
+}
+
+export interface AudienceDeps {
+  realtime: Pick<Realtime, 'io'>;
+  cluster: VmCluster;
+  now: () => number;
+}
+
+/** An unacknowledged frame is sent again after this long (it may have been dropped). */
+export const ACK_TIMEOUT_MS = 3000;
+/** A node watching a room on another node reports its viewers this often (the owner forgets silent nodes). */
+const REPORT_EVERY_MS = 5000;
+
+/**
+ * This node's audiences of rooms (one per room its sockets watch, whether the room runs here or on
+ * another node): the viewers and their frames, the frame subscription of remote rooms, and the
+ * reports that tell the owning node who watches here.
+ */
+export function makeAudiences(deps: AudienceDeps) {
+  const { realtime, cluster, now } = deps;
+  const self = cluster.nodeId;
+  const audiences = new Map<number, Audience>();
+
+  const sendFrame = (chatId: number) => (socketIds: string[], f: VmFrame) => {
+    // Volatile and node-local: frames are never kept for reconnecting clients nor sent through the adapter.
+    // One emit to all the ready viewers: the frame is encoded once.
+    realtime.io.local
+      .to(socketIds)
+      .volatile.emit('vm:frame', { chat_id: chatId, seq: f.seq, mime: f.mime, data: f.data });
+  };
+
+  /** Ends this node's viewing of a room; its viewers (and the chat's sockets here) hear room:stopped. */
+  const endAudience = (chatId: number, reason: string | null) => {
+    const a = audiences.get(chatId);
+    audiences.delete(chatId);
+    const watchers = a ? a.viewers.sockets() : [];
+    a?.viewers.clear();
+    void a?.unsubscribe?.().catch(() => {});
+    if (reason !== null)
+      realtime.io.local
+        .to([rooms.chat(chatId), ...watchers])
+        .emit('room:stopped', { chat_id: chatId, reason: reason as VmStopReason });
+  };
+
+  /** Tells the owner who watches here now (nobody: the audience ends). */
+  const report = async (a: Audience): Promise<AudienceAnswer> => {
+    a.reportedAt = now();
+    const users = [...a.viewers.users()];
+    if (users.length === 0 && audiences.get(a.chatId) === a) endAudience(a.chatId, null);
+    return cluster.call<AudienceAnswer>(a.node, 'audience', { chatId: a.chatId, node: self, users });
+  };
+  const reportQuietly = (a: Audience) => void report(a).catch(() => {});
+
+  return {
+    get: (chatId: number) => audiences.get(chatId),
+    end: endAudience,
+    report,
+    reportQuietly,
+
+    /** This node's audience of the room running on `node` (one of another node is ended first). */
+    async open(chatId: number, node: string): Promise<Audience> {
+      let a = audiences.get(chatId);
+      if (a && a.node !== node) endAudience(chatId, null);
+      a = audiences.get(chatId);
+      if (!a) {
+        const created: Audience = {
+          chatId,
+          node,
+          viewers: new RoomViewers(sendFrame(chatId), now),
+          unsubscribe: null,
+          reportedAt: 0,
+        };
+        audiences.set(chatId, created);
+        if (node !== self) created.unsubscribe = await cluster.subscribeFrames(chatId, (f) => created.viewers.frame(f));
+        a = created;
+      }
+      return a;
+    },
+
+    /** Background: stale frames go again, and viewing of rooms elsewhere is reported (or ends). */
+    async sweep(at: Date): Promise<void> {
+      for (const a of [...audiences.values()]) {
+        a.viewers.resendStale(ACK_TIMEOUT_MS);
+        if (a.node === self || at.getTime() - a.reportedAt < REPORT_EVERY_MS) continue;
+        // The owner forgets nodes that stop reporting; a room gone from its node ends here too.
+        await report(a).catch((err: unknown) => {
+          if ((err as { code?: string }).code === 'ERR_ROOM_NOT_RUNNING') endAudience(a.chatId, 'crashed');
+        });
+      }
+    },
+
+    /** Rooms elsewhere stop counting this node's viewers (their sockets are about to close). */
+    async close(): Promise<void> {
+      for (const a of audiences.values())
+        if (a.node !== self)
+          await cluster.call(a.node, 'audience', { chatId: a.chatId, node: self, users: [] }).catch(() => {});
+    },
+  };
+}
+
+export type Audiences = ReturnType<typeof makeAudiences>;
