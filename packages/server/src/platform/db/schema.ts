@@ -45,6 +45,8 @@ export const users = pgTable(
     uniqueIndex('users_username_lower_idx').on(sql`lower(${t.username})`),
     // The subscription sweep's lookup: only Trial and Premium expire.
     index('users_subscription_expiry_idx').on(t.subscriptionExpiresAt).where(sql`${t.subscriptionTier} in (1, 2)`),
+    // The stranger sweep's lookup (auth.service sweepStrangers): only anonymous accounts.
+    index('users_stranger_idx').on(t.id).where(sql`${t.isStranger}`),
   ],
 );
 
