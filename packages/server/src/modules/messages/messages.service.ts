@@ -42,10 +42,11 @@ export interface Sender {
 
 export function makeMessagesService({ store, clock, state, realtime, access }: MessagesDeps) {
   /**
-   * Sends to one chat at one epoch are group-committed per node: one statement at a time per chat,
-   * carrying every send that arrived while the previous one ran. A lone send goes out at once; a
-   * busy chat pays one statement (and one row lock) per batch instead of one per message. The chat
-   * row lock serialises a chat's sends anyway, so nothing that could run in parallel waits.
+   * Sends to one chat at one epoch are group-committed per node (platform/group-commit.ts): one
+   * statement at a time per chat, carrying every send of the same event-loop turn or that arrived
+   * while the previous one ran. A lone send waits only for the end of its turn; a busy chat pays one
+   * statement (and one row lock) per batch instead of one per message. The chat row lock serialises
+   * a chat's sends anyway, so nothing that could run in parallel waits.
    */
   const sends = groupCommit<string, SendItem & { chatId: number; epoch: number }, Sent | undefined>(
     async (_key, batch) => {
@@ -140,8 +141,9 @@ export function makeMessagesService({ store, clock, state, realtime, access }: M
 
     /**
      * Spec 4.6 rule 1 and DESIGN.md 7: joined, not banned or muted, current epoch, holds the key.
-     * The checks and the write are one statement; only when it writes nothing are the checks run
-     * one by one to tell why (and if they all pass by then, the state changed: try again).
+     * The checks and the write are one statement (shared with the sends batched beside this one);
+     * only when it writes nothing for this send are the checks run one by one to tell why (and if
+     * they all pass by then, the state changed: try again).
      */
     async send(sender: Sender, chatId: number, content: string): Promise<{ id: string }> {
       const bundle = parseBundle(content);
