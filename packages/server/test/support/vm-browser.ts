@@ -1,13 +1,14 @@
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import http from 'node:http';
-import net, { type AddressInfo } from 'node:net';
+import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { describe, inject } from 'vitest';
-import type { Dial } from '../../src/platform/vm/egress-proxy.js';
-import type { Lookup } from '../../src/platform/vm/network-guard.js';
 import type { VmStartSpec } from '../../src/platform/vm/provider.js';
 import { MODE } from './app.js';
+
+export { testEgressNetwork } from './egress-network.js';
+
 import type { TestSocket } from './sockets.js';
 
 /** The browser the room VM suites drive (Debian's chromium, as in production). */
@@ -92,29 +93,6 @@ export async function startTestSite() {
     hits,
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
   };
-}
-
-/**
- * A stand-in network behind the room egress proxy (`LocalProviderOptions.testOnlyEgressNetwork`):
- * names resolve from `names` only (anything else is "not found": no real DNS is asked), and every
- * address the proxy dials is reached on 127.0.0.1 at the same port, so a test site there stands
- * for a public host. The proxy's block list stays the real one. `lookups` and `dials` record what
- * the proxy asked for (`dials` as `address:port`).
- */
-export function testEgressNetwork(names: Record<string, string[]>) {
-  const lookups: string[] = [];
-  const dials: string[] = [];
-  const lookup: Lookup = async (host) => {
-    lookups.push(host);
-    const answer = names[host];
-    if (!answer) throw new Error(`ENOTFOUND ${host}`);
-    return answer;
-  };
-  const dial: Dial = (address, port) => {
-    dials.push(`${address}:${port}`);
-    return net.connect({ host: '127.0.0.1', port });
-  };
-  return { lookups, dials, network: { lookup, dial } };
 }
 
 /**

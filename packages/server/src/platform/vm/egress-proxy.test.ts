@@ -1,30 +1,15 @@
 import http from 'node:http';
 import net, { type AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { type Dial, EgressProxy, type EgressProxyOptions, parseAbsolute, parseAuthority } from './egress-proxy.js';
-import type { Lookup } from './network-guard.js';
+import { testEgressNetwork } from '../../../test/support/egress-network.js';
+import { EgressProxy, type EgressProxyOptions, parseAbsolute, parseAuthority } from './egress-proxy.js';
 
 /**
  * The room egress proxy with real sockets on 127.0.0.1 and no browser. The block list is the real
  * one; what stands in is the network behind it: names resolve from a table (nothing asks real
- * DNS), and every address the proxy dials is reached on 127.0.0.1 at the same port, so servers
+ * DNS), and every address the proxy dials is reached on 127.0.0.1 at the same port (test/support/egress-network.ts), so servers
  * here can play public hosts (`93.184.216.34`). `dials` records the addresses the proxy chose.
  */
-function testNetwork(names: Record<string, string[] | (() => string[])>) {
-  const lookups: string[] = [];
-  const dials: string[] = [];
-  const lookup: Lookup = async (host) => {
-    lookups.push(host);
-    const answer = names[host];
-    if (!answer) throw new Error(`ENOTFOUND ${host}`);
-    return typeof answer === 'function' ? answer() : answer;
-  };
-  const dial: Dial = (address, port) => {
-    dials.push(`${address}:${port}`);
-    return net.connect({ host: '127.0.0.1', port });
-  };
-  return { lookups, dials, lookup, dial };
-}
 
 const PUBLIC = '93.184.216.34';
 
@@ -163,8 +148,8 @@ describe('EgressProxy', () => {
   };
 
   it('forwards an absolute http:// request to a public host, without hop-by-hop or Proxy-* headers', async () => {
-    const network = testNetwork({ 'public.test': [PUBLIC] });
-    const proxy = await start(network);
+    const egress = testEgressNetwork({ 'public.test': [PUBLIC] });
+    const proxy = await start(egress.network);
     expect(proxy.url).toBe(`http://127.0.0.1:${proxy.port}`);
     const answer = await requestVia(proxy, `http://public.test:${web.port}/hello?x=1`, {
       method: 'POST',
@@ -188,24 +173,24 @@ describe('EgressProxy', () => {
     // The client sent `Host: 127.0.0.1:<proxy port>`: the absolute URL's authority replaces it.
     expect(seen.headers).toMatchObject({ host: `public.test:${web.port}`, 'x-custom': 'kept' });
     expect(Object.keys(seen.headers).filter((h) => /^proxy-|^x-hop$/.test(h))).toEqual([]);
-    expect(network.dials).toEqual([`${PUBLIC}:${web.port}`]);
+    expect(egress.dials).toEqual([`${PUBLIC}:${web.port}`]);
   });
 
   it('tunnels CONNECT to a public host, bytes going both ways', async () => {
-    const network = testNetwork({ 'public.test': [PUBLIC] });
-    const proxy = await start(network);
+    const egress = testEgressNetwork({ 'public.test': [PUBLIC] });
+    const proxy = await start(egress.network);
     const before = echo.connections();
     const { status, socket } = await connectVia(proxy, `public.test:${echo.port}`);
     expect(status).toBe(200);
     expect(await roundTrip(socket, 'ping')).toBe('echo:ping');
     expect(echo.connections()).toBe(before + 1);
-    expect(network.dials).toEqual([`${PUBLIC}:${echo.port}`]);
+    expect(egress.dials).toEqual([`${PUBLIC}:${echo.port}`]);
     socket.destroy();
   });
 
   it('answers 403 for private destinations, by literal and by name, without connecting to them', async () => {
-    const network = testNetwork({ 'inside.test': ['127.0.0.1'], 'mixed.test': [PUBLIC, '10.0.0.5'] });
-    const proxy = await start(network);
+    const egress = testEgressNetwork({ 'inside.test': ['127.0.0.1'], 'mixed.test': [PUBLIC, '10.0.0.5'] });
+    const proxy = await start(egress.network);
     const port = inside.port;
     for (const authority of [
       `127.0.0.1:${port}`,
@@ -226,8 +211,8 @@ describe('EgressProxy', () => {
       expect(answer.body, url).toMatch(/^Refused/);
     }
     expect(inside.connections()).toBe(0);
-    expect(network.dials).toEqual([]);
-    expect(network.lookups).not.toContain('localhost');
+    expect(egress.dials).toEqual([]);
+    expect(egress.lookups).not.toContain('localhost');
   });
 
   it('refuses loopback with its defaults too (system resolver, plain TCP): the block list is never swapped', async () => {
@@ -243,39 +228,39 @@ describe('EgressProxy', () => {
       let calls = 0;
       return () => (calls++ === 0 ? [PUBLIC] : ['127.0.0.1']);
     };
-    const network = testNetwork({ 'rebind.test': rebinding(), 'rebind-web.test': rebinding() });
-    const proxy = await start(network);
+    const egress = testEgressNetwork({ 'rebind.test': rebinding(), 'rebind-web.test': rebinding() });
+    const proxy = await start(egress.network);
     const { status, socket } = await connectVia(proxy, `rebind.test:${echo.port}`);
     expect(status).toBe(200);
     expect(await roundTrip(socket, 'still public')).toBe('echo:still public');
     socket.destroy();
     expect((await requestVia(proxy, `http://rebind-web.test:${web.port}/`)).status).toBe(200);
-    expect(network.lookups).toEqual(['rebind.test', 'rebind-web.test']);
-    expect(network.dials).toEqual([`${PUBLIC}:${echo.port}`, `${PUBLIC}:${web.port}`]);
+    expect(egress.lookups).toEqual(['rebind.test', 'rebind-web.test']);
+    expect(egress.dials).toEqual([`${PUBLIC}:${echo.port}`, `${PUBLIC}:${web.port}`]);
   });
 
   it('answers 400 to malformed requests', async () => {
-    const network = testNetwork({ 'public.test': [PUBLIC] });
-    const proxy = await start(network);
+    const egress = testEgressNetwork({ 'public.test': [PUBLIC] });
+    const proxy = await start(egress.network);
     for (const authority of ['public.test', 'public.test:0', 'public.test:70000', 'user@public.test:80'])
       expect((await connectVia(proxy, authority)).status, authority).toBe(400);
     for (const url of ['/relative', `https://public.test:${web.port}/`])
       expect((await requestVia(proxy, url)).status, url).toBe(400);
-    expect(network.dials).toEqual([]);
+    expect(egress.dials).toEqual([]);
   });
 
   it('answers 502 when a name does not resolve or nothing answers at the address', async () => {
     const closed = await startEcho();
     await closed.close();
-    const network = testNetwork({ 'public.test': [PUBLIC] });
-    const proxy = await start(network);
+    const egress = testEgressNetwork({ 'public.test': [PUBLIC] });
+    const proxy = await start(egress.network);
     expect((await connectVia(proxy, 'nowhere.test:443')).status).toBe(502);
     expect((await connectVia(proxy, `public.test:${closed.port}`)).status).toBe(502);
     expect((await requestVia(proxy, `http://public.test:${closed.port}/`)).status).toBe(502);
   });
 
   it('accepts maxTunnels tunnels, refuses the next with 503, and takes one again once a tunnel closes', async () => {
-    const proxy = await start({ ...testNetwork({ 'public.test': [PUBLIC] }), maxTunnels: 3 });
+    const proxy = await start({ ...testEgressNetwork({ 'public.test': [PUBLIC] }).network, maxTunnels: 3 });
     const open = await Promise.all([1, 2, 3].map(() => connectVia(proxy, `public.test:${echo.port}`)));
     expect(open.map((t) => t.status)).toEqual([200, 200, 200]);
     expect(proxy.openTunnels).toBe(3);
@@ -290,7 +275,7 @@ describe('EgressProxy', () => {
   });
 
   it('closes a tunnel that stays idle for idleMs', async () => {
-    const proxy = await start({ ...testNetwork({ 'public.test': [PUBLIC] }), idleMs: 300 });
+    const proxy = await start({ ...testEgressNetwork({ 'public.test': [PUBLIC] }).network, idleMs: 300 });
     const { status, socket } = await connectVia(proxy, `public.test:${echo.port}`);
     expect(status).toBe(200);
     await eventually(() => socket.destroyed || socket.readableEnded, 5000);
@@ -298,7 +283,7 @@ describe('EgressProxy', () => {
   });
 
   it('ends open tunnels on close() and stops listening', async () => {
-    const proxy = await EgressProxy.start(testNetwork({ 'public.test': [PUBLIC] }));
+    const proxy = await EgressProxy.start(testEgressNetwork({ 'public.test': [PUBLIC] }).network);
     const { status, socket } = await connectVia(proxy, `public.test:${echo.port}`);
     expect(status).toBe(200);
     expect(await roundTrip(socket, 'before close')).toBe('echo:before close');
