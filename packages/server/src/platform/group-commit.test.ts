@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { groupCommit } from './group-commit.js';
+import { batched, groupCommit } from './group-commit.js';
 
 /** A write whose batches the test completes by hand, recording what each batch held. */
 function manualWrite() {
@@ -104,5 +104,15 @@ describe('groupCommit', () => {
     const both = [gc.submit('k', 2), gc.submit('k', 3)];
     expect(await first).toBe(1);
     for (const p of both) await expect(p).rejects.toThrow(/1 results for 2 writes/);
+  });
+
+  it('batched: one key, the calls of one turn share a batch and each gets its own result', async () => {
+    const batches: number[][] = [];
+    const double = batched(async (items: number[]) => {
+      batches.push(items);
+      return items.map((i) => i * 2);
+    });
+    expect(await Promise.all([1, 2, 3].map(double))).toEqual([2, 4, 6]);
+    expect(batches).toEqual([[1, 2, 3]]);
   });
 });

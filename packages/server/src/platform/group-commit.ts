@@ -69,3 +69,13 @@ export function groupCommit<K, In, Out>(
     busyKeys: () => queues.size,
   };
 }
+
+/**
+ * Group commit with one key: every call of one turn (or made while a batch runs) shares the next
+ * batch. For reads and writes that are not per chat, like the session look-ups of a burst of
+ * handshakes.
+ */
+export function batched<In, Out>(run: (batch: In[]) => Promise<Out[]>, maxBatch = 64): (item: In) => Promise<Out> {
+  const gc = groupCommit<null, In, Out>((_key, batch) => run(batch), maxBatch);
+  return (item) => gc.submit(null, item);
+}

@@ -4,7 +4,7 @@ import { sql } from 'drizzle-orm';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
-import { groupCommit } from '../../platform/group-commit.js';
+import { batched } from '../../platform/group-commit.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
 import { canManageOfficial } from '../admin/admin.rules.js';
 import type { KeysService } from '../keys/keys.service.js';
@@ -33,7 +33,7 @@ export interface ChatsDeps {
 export function makeChatsService(deps: ChatsDeps) {
   const { db, store, clock, keys, messages, realtime } = deps;
   /** Chat lists asked for in one event-loop turn (the chat:list of a burst of connects) share a statement. */
-  const lists = groupCommit<'list', number, ChatWithCount[]>((_key, userIds) => store.listFor(userIds));
+  const listOf = batched((userIds: number[]) => store.listFor(userIds));
 
   const mustGet = async (chatId: number): Promise<ChatWithCount> => {
     const chat = await store.byId(chatId);
@@ -140,7 +140,7 @@ export function makeChatsService(deps: ChatsDeps) {
     },
 
     async list(userId: number): Promise<Chat[]> {
-      return (await lists.submit('list', userId)).map(toChat);
+      return (await listOf(userId)).map(toChat);
     },
 
     ...membership,

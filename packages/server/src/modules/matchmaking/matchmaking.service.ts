@@ -1,12 +1,12 @@
 import { INTEREST_PATTERN, Limits, type MatchStatus } from '@parlor/protocol';
 import type { Clock } from '../../platform/clock.js';
 import { appError } from '../../platform/errors.js';
-import { groupCommit } from '../../platform/group-commit.js';
+import { batched } from '../../platform/group-commit.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
 import type { StateStore } from '../../platform/state/index.js';
 import type { MatchQueue, QueueEntry } from '../../platform/state/match-queue.js';
 import type { ChatsService } from '../chats/chats.service.js';
-import type { MatchmakingStore, SearcherFacts, SearcherKey } from './matchmaking.store.js';
+import type { MatchmakingStore, SearcherKey } from './matchmaking.store.js';
 
 const interestRe = new RegExp(INTEREST_PATTERN);
 const ONLINE_SET = 'online-users';
@@ -51,9 +51,7 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
    * The enqueue pre-check reads of one event-loop turn (and those arriving while a read runs) go
    * to the database as one statement: a burst of enqueues pays one round trip, not one each.
    */
-  const facts = groupCommit<'facts', SearcherKey, SearcherFacts | undefined>((_key, keys) =>
-    deps.store.searcherFacts(keys, clock.now()),
-  );
+  const factsOf = batched((keys: SearcherKey[]) => deps.store.searcherFacts(keys, clock.now()));
   /** Until when (clock ms) this node's last count said two or more users were online. */
   let peersOnlineUntil = 0;
   const onlineCount = async (now: number): Promise<number> => {
@@ -120,7 +118,7 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
       // Whether the caller already searches is answered atomically by the queue call itself; it
       // is looked up first only to refuse.
       const [mine, online] = await Promise.all([
-        facts.submit('facts', { userId: searcher.userId, sessionId: searcher.sessionId }),
+        factsOf({ userId: searcher.userId, sessionId: searcher.sessionId }),
         onlineCount(now),
       ]);
       const refuse = async (code: 'ERR_USER_NOT_FOUND' | 'ERR_MATCH_SLOT_LIMIT' | 'ERR_MATCH_NO_PEERS_ONLINE') => {

@@ -4,7 +4,7 @@ import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
 import type { GeoLookup } from '../../platform/geo.js';
-import { groupCommit } from '../../platform/group-commit.js';
+import { batched } from '../../platform/group-commit.js';
 import { randomToken, sha256Hex } from '../../platform/secrets.js';
 import type { Tx } from '../users/users.store.js';
 import { type AuthCache, resolvedOf, toAuthEntry } from './sessions.cache.js';
@@ -34,9 +34,7 @@ export interface SessionsDeps {
 
 export function makeSessionsService({ db, store, clock, geo, cache }: SessionsDeps) {
   /** Look-ups that miss the cache in one event-loop turn (a burst of handshakes) share a statement. */
-  const lookups = groupCommit<'resolve', string, Awaited<ReturnType<SessionsStore['resolve']>>[number]>(
-    (_key, hashes) => store.resolve(hashes, clock.now()),
-  );
+  const lookup = batched((hashes: string[]) => store.resolve(hashes, clock.now()));
   const listeners: SessionsEndedListener[] = [];
   const ended = (userId: number, sessionIds: number[], reason: string) => {
     if (sessionIds.length === 0) return;
@@ -97,7 +95,7 @@ export function makeSessionsService({ db, store, clock, geo, cache }: SessionsDe
           const now = clock.now();
           const hash = sha256Hex(token);
           const read = async () => {
-            const found = await lookups.submit('resolve', hash);
+            const found = await lookup(hash);
             return found ? toAuthEntry(found.session, found.user) : null;
           };
           const entry = cache ? (cache.get(hash) ?? (await cache.load(hash, read))) : await read();
