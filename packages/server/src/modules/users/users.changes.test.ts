@@ -1,11 +1,14 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { UserCache } from '../../platform/cache.js';
 import { FakeClock } from '../../platform/clock.js';
 import { trackCommits } from '../../platform/db/after-commit.js';
 import type { Db } from '../../platform/db/index.js';
 import { MemoryState } from '../../platform/state/memory.js';
 import type { StateStore } from '../../platform/state/types.js';
-import { makeUserChanges, USER_CHANGES_CHANNEL } from './users.changes.js';
+import { makeUserChanges, parseChange, USER_CHANGES_CHANNEL } from './users.changes.js';
+
+/** The users a published message names. */
+const named = (message: string) => JSON.stringify(parseChange(message)?.u);
 
 /** A database whose transactions only log: enough to see what runs before and after the commit. */
 function fakeDb(log: string[]) {
@@ -32,8 +35,8 @@ describe('the user-change channel', () => {
     const log: string[] = [];
     const heard: string[] = [];
     await state.subscribe(USER_CHANGES_CHANNEL, (m) => {
-      heard.push(m);
-      log.push(`publish ${m}`);
+      heard.push(named(m));
+      log.push(`publish ${named(m)}`);
     });
     const changes = makeUserChanges({ state, onError: () => {} });
     const cache = cacheOf();
@@ -124,6 +127,82 @@ describe('the user-change channel', () => {
     expect(cache.set(1, { id: 1 }, cache.begin())).toBe(false);
     onDelivery?.(true);
     expect(cache.set(1, { id: 1 }, cache.begin())).toBe(true);
+  });
+
+  it('tags each message, and reads both tagged messages and bare arrays of ids', () => {
+    expect(parseChange('{"u":[1,2],"n":"a:1"}')).toEqual({ u: [1, 2], n: 'a:1' });
+    expect(parseChange('[3]')).toEqual({ u: [3] });
+    for (const bad of ['{"u":[1.5]}', '{"u":[1],"n":2}', '{"n":"a:1"}', 'null', '"x"', '[1,"2"]'])
+      expect(parseChange(bad)).toBeNull();
+  });
+
+  /** A channel that holds every message until `deliver` is called, as a slow subscriber connection would. */
+  const heldChannel = () => {
+    const held: string[] = [];
+    let handler: ((m: string) => void) | undefined;
+    const channel: Pick<StateStore, 'publish' | 'subscribe'> = {
+      publish: async (_c, m) => {
+        held.push(m);
+      },
+      subscribe: async (_c, h) => {
+        handler = h;
+        return async () => {};
+      },
+    };
+    const deliver = () => {
+      for (const m of held.splice(0)) handler?.(m);
+    };
+    return { channel, held, deliver };
+  };
+
+  it('answers a write only once its own message has come back through the channel', async () => {
+    const { channel, held, deliver } = heldChannel();
+    const changes = makeUserChanges({ state: channel, onError: () => {}, echoWaitMs: 60_000 });
+    await changes.start();
+    let answered = false;
+    const write = changes.changed([7], {}).then(() => {
+      answered = true;
+    });
+    await new Promise((r) => setTimeout(r, 20));
+    expect([held.length, answered]).toEqual([1, false]);
+    deliver();
+    await write;
+    expect(answered).toBe(true);
+  });
+
+  it('answers anyway when the echo does not come within echoWaitMs, or once delivery is lost', async () => {
+    const { channel } = heldChannel();
+    const changes = makeUserChanges({ state: channel, onError: () => {}, echoWaitMs: 30 });
+    await changes.start();
+    vi.useFakeTimers();
+    try {
+      let answered = false;
+      const write = changes.changed([7], {}).then(() => {
+        answered = true;
+      });
+      await vi.advanceTimersByTimeAsync(29);
+      expect(answered).toBe(false);
+      await vi.advanceTimersByTimeAsync(1);
+      await write;
+      expect(answered).toBe(true);
+    } finally {
+      vi.useRealTimers();
+    }
+
+    let onDelivery: ((live: boolean) => void) | undefined;
+    const lossy: Pick<StateStore, 'publish' | 'subscribe'> = {
+      publish: async () => {},
+      subscribe: async (_c, _h, listener) => {
+        onDelivery = listener;
+        return async () => {};
+      },
+    };
+    const waiting = makeUserChanges({ state: lossy, onError: () => {}, echoWaitMs: 60_000 });
+    await waiting.start();
+    const write = waiting.changed([8], {});
+    onDelivery?.(false);
+    await write; // resolves: the test would time out otherwise
+    await waiting.changed([9], {}); // not live: nothing to wait for
   });
 
   it('reports a failed publish and still drops the entries here', async () => {

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { afterCommit, inTransaction } from '../../platform/db/after-commit.js';
 import type { StateStore, Unsubscribe } from '../../platform/state/index.js';
 
@@ -23,13 +24,34 @@ export interface UserChangesDeps {
   state: Pick<StateStore, 'publish' | 'subscribe'>;
   /** A publish failed: the write stands, but other nodes may serve the old state up to their caches' TTL. */
   onError(err: unknown): void;
+  /** How long a write waits for its own message to come back (ECHO_WAIT_MS by default). */
+  echoWaitMs?: number;
 }
 
-/** Parses a message: a JSON array of user ids, or null for anything else. */
-function parseIds(message: string): number[] | null {
+/**
+ * How long a write waits (ms) for its own change message to come back through the channel before
+ * it answers anyway: the echo is what shows every node's subscription has been sent the message.
+ */
+export const ECHO_WAIT_MS = 1_000;
+
+/** A change message: the users, and the publishing node's tag for it (so it knows its own echo). */
+export interface ChangeMessage {
+  u: number[];
+  n?: string;
+}
+
+const isIds = (ids: unknown): ids is number[] =>
+  Array.isArray(ids) && ids.every((id) => Number.isSafeInteger(id));
+
+/** Parses a message: `{u: ids, n: tag}` or a bare JSON array of ids; null for anything else. */
+export function parseChange(message: string): ChangeMessage | null {
   try {
-    const ids: unknown = JSON.parse(message);
-    return Array.isArray(ids) && ids.every((id) => Number.isSafeInteger(id)) ? (ids as number[]) : null;
+    const m: unknown = JSON.parse(message);
+    if (isIds(m)) return { u: m };
+    if (typeof m !== 'object' || m === null) return null;
+    const { u, n } = m as Record<string, unknown>;
+    if (!isIds(u) || (n !== undefined && typeof n !== 'string')) return null;
+    return n === undefined ? { u } : { u, n };
   } catch {
     return null;
   }
@@ -46,13 +68,22 @@ function parseIds(message: string): number[] | null {
  * message arrives does not store what it read (UserCache stamps). So the next request after a
  * write's answer sees the write, on every node.
  *
- * The publishing node drops its own entries first, synchronously: Redis also echoes the message
- * back to it, but asynchronously. In memory (embedded) delivery is synchronous anyway. While
+ * The publishing node drops its own entries first, synchronously, and then waits (up to
+ * ECHO_WAIT_MS) for its own message to come back through its subscription before the write
+ * answers. Redis answers PUBLISH once the message is queued for every subscriber, but another
+ * node reads it from its socket only later: a client that got the answer from node A and asked
+ * node B at once could reach B first. Redis sends one message to all subscribers in the same
+ * pass, so once A has read its echo, B's copy is on its way as well, ahead of any request the
+ * client can make after A's answer. In memory (embedded) delivery is synchronous anyway. While
  * messages may be missed (Redis subscriber connection down), the caches are emptied and bypassed.
  */
-export function makeUserChanges({ state, onError }: UserChangesDeps) {
+export function makeUserChanges({ state, onError, echoWaitMs = ECHO_WAIT_MS }: UserChangesDeps) {
   const listeners: ChangeListener[] = [];
   const pending = new WeakMap<object, Set<number>>();
+  /** This node's messages still on their way back: tag → what resolves the waiting write. */
+  const echoes = new Map<string, () => void>();
+  const node = randomBytes(6).toString('base64url');
+  let sequence = 0;
   let unsubscribe: Unsubscribe | null = null;
   let live = false;
 
@@ -62,13 +93,35 @@ export function makeUserChanges({ state, onError }: UserChangesDeps) {
   const resetAll = (isLive: boolean) => {
     live = isLive;
     for (const l of listeners) l.reset(isLive);
+    // With delivery lost or back, no echo is worth waiting for: the caches were just emptied.
+    if (!isLive) for (const tag of [...echoes.keys()]) echoes.get(tag)?.();
+  };
+
+  /** Resolves once the tagged message is back, or after echoWaitMs, or once delivery is lost. */
+  const echoOf = (tag: string) => {
+    let timer: NodeJS.Timeout | undefined;
+    const back = new Promise<void>((resolve) => {
+      echoes.set(tag, () => {
+        echoes.delete(tag);
+        clearTimeout(timer);
+        resolve();
+      });
+      timer = setTimeout(() => echoes.get(tag)?.(), echoWaitMs);
+      timer.unref();
+    });
+    return back;
   };
 
   const publish = async (ids: number[]) => {
     drop(ids);
+    const tag = `${node}:${++sequence}`;
+    // Registered first: in memory the echo arrives before publish resolves.
+    const back = live ? echoOf(tag) : null;
     try {
-      await state.publish(USER_CHANGES_CHANNEL, JSON.stringify(ids));
+      await state.publish(USER_CHANGES_CHANNEL, JSON.stringify({ u: ids, n: tag } satisfies ChangeMessage));
+      await back;
     } catch (err) {
+      echoes.get(tag)?.();
       onError(err);
     }
   };
@@ -103,10 +156,11 @@ export function makeUserChanges({ state, onError }: UserChangesDeps) {
       unsubscribe = await state.subscribe(
         USER_CHANGES_CHANNEL,
         (message) => {
-          const ids = parseIds(message);
+          const change = parseChange(message);
           // An unreadable message names nobody, so every entry may be stale.
-          if (ids) drop(ids);
+          if (change) drop(change.u);
           else resetAll(live);
+          if (change?.n !== undefined) echoes.get(change.n)?.();
         },
         resetAll,
       );
