@@ -40,8 +40,7 @@ export interface ChangeMessage {
   n?: string;
 }
 
-const isIds = (ids: unknown): ids is number[] =>
-  Array.isArray(ids) && ids.every((id) => Number.isSafeInteger(id));
+const isIds = (ids: unknown): ids is number[] => Array.isArray(ids) && ids.every((id) => Number.isSafeInteger(id));
 
 /** Parses a message: `{u: ids, n: tag}` or a bare JSON array of ids; null for anything else. */
 export function parseChange(message: string): ChangeMessage | null {
