@@ -47,6 +47,14 @@ export const Limits = {
    */
   ROOM_STARTS_PER_USER: 20,
   ROOM_START_WINDOW_MS: 10 * 60 * 1000,
+  /**
+   * Changes (every POST) one signed-in user may make per window, over all the routes that have no
+   * limit of their own: two a second, sustained for a minute, is beyond what a person does by hand
+   * and stops a script from filling tables through an account. Message sends, logout and ending
+   * sessions are not counted.
+   */
+  WRITES_PER_USER: 120,
+  WRITE_WINDOW_MS: 60_000,
   INVITE_MAX_USES: 1000,
   INVITE_MAX_TTL_S: 30 * 24 * 3600,
   /** Chat slots by tier/level (spec 2.11). Owners: unlimited. */

@@ -29,6 +29,7 @@ import { API_SECURITY_HEADERS, computeSecurityHeaders, isApiPath } from './platf
 import { openState, type StateStore } from './platform/state/index.js';
 import { validatorCompiler } from './platform/validation.js';
 import type { LocalChromiumProvider } from './platform/vm/local-provider.js';
+import { installWriteLimit } from './platform/write-limit.js';
 import { registerRoutes } from './wiring/routes.js';
 import { wireServices } from './wiring/services.js';
 
@@ -171,6 +172,7 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
     bots: services.bots.resolver(),
   });
 
+  installWriteLimit(app, services.writes);
   registerRoutes(app, services, guards, config);
 
   // Background work, safe on every node at once.

@@ -133,6 +133,7 @@ export function onEvent<P, R extends object>(
             code: body.code,
             message: body.message,
             ...(body.ttl !== undefined ? { ttl: body.ttl } : {}),
+            ...(body.retry_after !== undefined ? { retry_after: body.retry_after } : {}),
           });
         });
     },

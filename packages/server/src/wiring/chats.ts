@@ -14,11 +14,12 @@ import type { Realtime } from '../platform/realtime.js';
 import { RedisState } from '../platform/state/index.js';
 import { type MatchQueue, MemoryMatchQueue } from '../platform/state/match-queue.js';
 import { RedisMatchQueue } from '../platform/state/match-queue.redis.js';
+import type { WriteLimit } from '../platform/write-limit.js';
 import type { Accounts } from './accounts.js';
 import type { WiringContext } from './services.js';
 
 /** Chats and what lives in them: the chats store, keys, messages, guilds (their chats), the chats service. */
-export function wireChats(ctx: WiringContext, accounts: Accounts, realtime: Realtime) {
+export function wireChats(ctx: WiringContext, accounts: Accounts, realtime: Realtime, writes: WriteLimit) {
   const { clock, db, state } = ctx;
   const { audit, usersStore, users } = accounts;
   const chatsStore = makeChatsStore(db);
@@ -68,6 +69,7 @@ export function wireChats(ctx: WiringContext, accounts: Accounts, realtime: Real
     users,
     realtime,
     vanityChat: guilds.vanityChat,
+    writes,
   });
   return { chatsStore, keys, messages, guilds, chats };
 }

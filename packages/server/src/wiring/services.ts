@@ -18,6 +18,7 @@ import { createRealtime, type Realtime, type SocketData } from '../platform/real
 import type { App } from '../platform/routing.js';
 import { RedisState, type StateStore } from '../platform/state/index.js';
 import { LocalChromiumProvider } from '../platform/vm/local-provider.js';
+import { makeWriteLimit } from '../platform/write-limit.js';
 import { type Accounts, wireAccounts } from './accounts.js';
 import { wireChats, wireMatchmaking } from './chats.js';
 
@@ -49,7 +50,9 @@ export async function wireServices(ctx: WiringContext) {
   // Realtime: Socket.IO on the same HTTP server; in cluster mode through Redis streams.
   const sessionResolver = sessions.resolver();
   const realtime = wireRealtime(ctx, sessionResolver);
-  const { keys, messages, guilds, chats, chatsStore } = wireChats(ctx, accounts, realtime);
+  // The per-user write limit: session POSTs (installWriteLimit) and membership changes spend it.
+  const writes = makeWriteLimit(ctx.state);
+  const { keys, messages, guilds, chats, chatsStore } = wireChats(ctx, accounts, realtime, writes);
   const { matchmaking, blocks } = wireMatchmaking(ctx, accounts, realtime, chats);
   const { admin, moderation } = wireGovernance(ctx, accounts, {
     realtime,
@@ -80,6 +83,7 @@ export async function wireServices(ctx: WiringContext) {
     stats,
     sessionResolver,
     realtime,
+    writes,
     keys,
     messages,
     guilds,

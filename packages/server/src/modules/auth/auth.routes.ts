@@ -98,6 +98,7 @@ export function registerAuthRoutes(app: App, { auth, guards, config, logout }: A
   app.post('/v1/authentication/logout', {
     schema: { tags, security: security.session, body: EmptyBody, response: { 200: OkSchema, ...errorResponses } },
     onRequest: guards.anySession,
+    config: { ownWriteLimit: true },
     handler: async (req, reply) => {
       const s = currentSession(req);
       await logout(s.userId, s.id);

@@ -3,6 +3,7 @@ import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
 import { type Realtime, rooms, type SocketData } from '../../platform/realtime.js';
+import type { WriteLimit } from '../../platform/write-limit.js';
 import type { KeysService } from '../keys/keys.service.js';
 import type { MessagesService } from '../messages/messages.service.js';
 import type { Tx } from '../users/users.store.js';
@@ -25,6 +26,8 @@ export interface MembershipDeps {
   assertCanSee: (viewer: Viewer, chat: ChatWithCount) => Promise<void>;
   /** The chat a guild vanity opens (the guilds module), or null; without it no vanity resolves. */
   vanityChat?: (vanity: string) => Promise<number | null>;
+  /** The user's write allowance: a join that makes a member and a leave spend one. */
+  writes: WriteLimit;
 }
 
 type JoinMethod = 'direct' | 'invite' | 'vanity';
@@ -102,6 +105,8 @@ export function makeChatMembership(deps: MembershipDeps) {
       const now = clock.now();
       const joined = await db.transaction(async (tx) => {
         if (await store.isMember(chat.id, viewer.userId, tx)) return false;
+        // Entering the room of a chat one is already in is free (every reconnect does it).
+        await deps.writes.spend(viewer.userId);
         if (target.invite && !(await store.useInvite(target.invite, now, tx))) throw appError('ERR_INVITE_NOT_FOUND');
         await store.addMember(chat.id, viewer.userId, now, tx);
         await store.logActivity(
@@ -134,6 +139,7 @@ export function makeChatMembership(deps: MembershipDeps) {
 
     /** room:leave: ends the membership; the chat moves to a new epoch without this user. */
     async leave(userId: number, chatId: number): Promise<void> {
+      await deps.writes.spend(userId);
       const chat = await mustGet(chatId);
       if (chat.type === 'direct')
         throw appError('ERR_FORBIDDEN', 'Leave a direct chat with POST /v1/portal/match/leave.');

@@ -6,6 +6,7 @@ import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
 import { batched } from '../../platform/group-commit.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
+import type { WriteLimit } from '../../platform/write-limit.js';
 import { canManageOfficial } from '../admin/admin.rules.js';
 import type { KeysService } from '../keys/keys.service.js';
 import type { MessagesService } from '../messages/messages.service.js';
@@ -28,6 +29,8 @@ export interface ChatsDeps {
   realtime: Pick<Realtime, 'emitTo' | 'leaveChat' | 'io'>;
   /** The chat a guild vanity opens (the guilds module), or null; without it no vanity resolves. */
   vanityChat?: (vanity: string) => Promise<number | null>;
+  /** The per-user write limit (room:join as a new member and room:leave spend it). */
+  writes: WriteLimit;
 }
 
 export function makeChatsService(deps: ChatsDeps) {
@@ -79,6 +82,7 @@ export function makeChatsService(deps: ChatsDeps) {
     mustGet,
     assertCanSee,
     vanityChat: deps.vanityChat,
+    writes: deps.writes,
   });
   const direct = makeDirectChats({ db, store, clock, messages, realtime, mustGet, removedChats });
 

@@ -34,6 +34,7 @@ export function registerMessagesRoutes(
       response: { 200: Type.Object({ id: Type.String() }), ...errorResponses },
     },
     onRequest: guards.anySession,
+    config: { ownWriteLimit: true },
     handler: async (req) => messages.send(viewerOf(req), req.params.chat_id, req.body.content),
   });
 

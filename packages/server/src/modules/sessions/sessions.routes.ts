@@ -25,6 +25,7 @@ export function registerSessionsRoutes(app: App, { sessions, guards }: { session
       response: { 200: Type.Object({ destroyed: Type.Boolean() }), ...errorResponses },
     },
     onRequest: guards.session,
+    config: { ownWriteLimit: true },
     handler: async (req) => {
       const s = currentSession(req);
       return { destroyed: await sessions.destroyBySuffix(s.userId, s.id, req.params.token_suffix) };
@@ -40,6 +41,7 @@ export function registerSessionsRoutes(app: App, { sessions, guards }: { session
       response: { 200: Type.Object({ destroyed: Type.Integer() }), ...errorResponses },
     },
     onRequest: guards.session,
+    config: { ownWriteLimit: true },
     handler: async (req) => {
       const s = currentSession(req);
       return { destroyed: await sessions.destroyOthers(s.userId, s.id) };

@@ -1,0 +1,140 @@
+import { Limits } from '@parlor/protocol';
+import { and, eq } from 'drizzle-orm';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { chatMembers } from '../src/platform/db/schema.js';
+import { type Backing, createBacking, describeApp, MODE, startApp, type TestApp } from './support/app.js';
+import { Client } from './support/client.js';
+import { join, keyedChat, member } from './support/chat-flows.js';
+import { createBot, type LoggedIn, login, operator } from './support/flows.js';
+import { closeAllSockets } from './support/sockets.js';
+
+/**
+ * The per-user write limit (platform/write-limit.ts): Limits.WRITES_PER_USER POSTs per window for
+ * each signed-in user, shared by every node (cluster mode runs two nodes over one PostgreSQL +
+ * Redis; embedded mode has one node, so A and B are it). The window is a minute of real time, and
+ * every test uses fresh users, so no test spends another's allowance.
+ */
+let backing: Backing;
+let a: TestApp;
+let b: TestApp;
+let bot: Client;
+
+beforeAll(async () => {
+  backing = await createBacking();
+  a = await startApp({ backing });
+  b = MODE === 'cluster' ? await startApp({ backing }) : a;
+  bot = (await createBot(a)).client;
+});
+afterAll(async () => {
+  closeAllSockets();
+  if (b && b !== a) await b.close();
+  await a?.close();
+  await backing?.release();
+});
+
+/** The same caller (address and cookie) talking to another node. */
+const on = (node: TestApp, client: Client) =>
+  Object.assign(new Client(node.url, client.ip, client.apiKey), { cookie: client.cookie });
+
+/** A counted write that changes nothing visible: marks every notification read. */
+const readAll = (client: Client) => client.post('/v1/notifications/read-all', {});
+
+/** Spends `n` of the user's writes, alternating between the nodes; every one must be accepted. */
+async function spend(who: LoggedIn, n: number): Promise<void> {
+  const clients = [who.client, on(b, who.client)];
+  for (let i = 0; i < n; i += 1) {
+    const res = await readAll(clients[i % 2] as Client);
+    expect(res.status, `write ${i + 1}`).toBe(200);
+  }
+}
+
+describeApp('the per-user write limit', () => {
+  it(`accepts ${Limits.WRITES_PER_USER} writes a window across the nodes and refuses the next with 429 and retry_after`, async () => {
+    const who = await login(a, { bot });
+    await spend(who, Limits.WRITES_PER_USER);
+    for (const client of [who.client, on(b, who.client)]) {
+      const refused = await readAll(client);
+      expect([refused.status, refused.body.code]).toEqual([429, 'ERR_RATE_LIMITED']);
+      expect(refused.body.retry_after).toBeGreaterThanOrEqual(1);
+      expect(refused.body.retry_after).toBeLessThanOrEqual(Limits.WRITE_WINDOW_MS / 1000);
+    }
+    // A refused write did nothing: the profile update below is refused too, and the name stays.
+    const rename = await who.client.post('/v1/users/me/update', { username: `limited_${who.user.id}` });
+    expect(rename.status).toBe(429);
+    expect((await who.client.get('/v1/users/me')).body.user.username).toBe(who.user.username);
+    // Reads are not counted.
+    expect((await on(b, who.client).get('/v1/notifications/unread')).status).toBe(200);
+  });
+
+  it('counts each user on its own', async () => {
+    const first = await login(a, { bot });
+    const second = await login(a, { bot });
+    await spend(first, Limits.WRITES_PER_USER);
+    expect((await readAll(first.client)).status).toBe(429);
+    expect((await readAll(second.client)).status).toBe(200);
+  });
+
+  it('does not count a request refused by validation', async () => {
+    const who = await login(a, { bot });
+    for (let i = 0; i < 5; i += 1) {
+      const bad = await who.client.post('/v1/users/me/update', { username: 1 });
+      expect(bad.status).toBe(400);
+    }
+    await spend(who, Limits.WRITES_PER_USER);
+    expect((await readAll(who.client)).status).toBe(429);
+  });
+
+  it('leaves message sends (limited on their own), ending sessions and logout out of it', async () => {
+    const who = await login(a, { bot });
+    const other = await login(a, { bot, platformUserId: who.platformUserId });
+    await spend(who, Limits.WRITES_PER_USER);
+    expect((await readAll(who.client)).status).toBe(429);
+    // A send reaches its own checks: the chat does not exist.
+    const send = await who.client.post('/v1/portal/chats/2147483000/messages', {
+      content: JSON.stringify({ v: 2, epoch: 1, ct: 'AAAA' }),
+    });
+    expect(send.status).toBe(404);
+    const suffix = (await other.client.get('/v1/users/me/sessions')).body.sessions.find(
+      (s: { is_current: boolean }) => s.is_current,
+    )?.token_suffix;
+    expect(typeof suffix).toBe('string');
+    expect((await who.client.post(`/v1/users/me/sessions/${suffix}/destroy`, {})).status).toBe(200);
+    expect((await who.client.post('/v1/users/me/sessions/destroy', {})).status).toBe(200);
+    expect((await who.client.post('/v1/authentication/logout', {})).status).toBe(200);
+  });
+
+  it('does not count the operator token', async () => {
+    const who = await login(a, { bot });
+    const op = operator(a);
+    for (let i = 0; i <= Limits.WRITES_PER_USER; i += 1) {
+      const res = await op.post(`/v1/admin/users/${who.user.id}/update`, { username: `op${i % 2}_${who.user.id}` });
+      expect(res.status, `operator write ${i + 1}`).toBe(200);
+    }
+  });
+
+  it('spends a write on room:join as a new member and on room:leave; entering a chat one is in is free', async () => {
+    const first = await keyedChat(a);
+    const second = await keyedChat(a);
+    const m = await member(a);
+    const isMember = async (chatId: number) =>
+      (
+        await a.database.db
+          .select()
+          .from(chatMembers)
+          .where(and(eq(chatMembers.chatId, chatId), eq(chatMembers.userId, m.user.id)))
+      ).length === 1;
+    // member() registered a key: one write spent.
+    await spend(m, Limits.WRITES_PER_USER - 2);
+    expect((await join(m, { chat_id: first.chatId })).ok).toBe(true);
+    expect(await isMember(first.chatId)).toBe(true);
+    // The allowance is spent now; joining the chat again only enters its room.
+    expect((await join(m, { chat_id: first.chatId })).ok).toBe(true);
+    const refusedJoin = await join(m, { chat_id: second.chatId });
+    expect([refusedJoin.ok, refusedJoin.code]).toEqual([false, 'ERR_RATE_LIMITED']);
+    expect(refusedJoin.retry_after).toBeGreaterThanOrEqual(1);
+    expect(await isMember(second.chatId)).toBe(false);
+    const refusedLeave = await m.socket.emitWithAck('room:leave', { chat_id: first.chatId } as never);
+    expect([refusedLeave.ok, refusedLeave.code]).toEqual([false, 'ERR_RATE_LIMITED']);
+    expect(await isMember(first.chatId)).toBe(true);
+  });
+});
