@@ -1,4 +1,5 @@
 import { lookup } from 'node:dns/promises';
+import { readFileSync, statSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { AppError } from '../src/platform/errors.js';
 import { LocalChromiumProvider } from '../src/platform/vm/local-provider.js';
@@ -112,6 +113,39 @@ describeLocal('local Chromium provider', () => {
     const missing = new LocalChromiumProvider({ chromiumPath: '/nonexistent/chromium', maxRooms: 1 });
     await rejectsWith(missing.start('x', spec()), 'ERR_ROOM_START_FAILED', /CHROMIUM_PATH/);
     expect(missing.list()).toEqual([]);
+  });
+
+  it('runs a server-as-root’s browsers as VM_BROWSER_USER inside the sandbox; refuses an unknown account', async () => {
+    const root = process.getuid?.() === 0;
+    const provider = new LocalChromiumProvider({ chromiumPath: CHROMIUM, maxRooms: 1 });
+    try {
+      await provider.start('who', spec({ startUrl: site.url('/button') }));
+      const pid = provider.pidOf('who') as number;
+      const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+      const uids = /^Uid:\s+(\d+)\s+(\d+)/m.exec(status);
+      // The default account is `nobody`; a server that is not root starts browsers as itself.
+      const expected = root
+        ? Number(/^nobody:[^:]*:(\d+):/m.exec(readFileSync('/etc/passwd', 'utf8'))?.[1])
+        : process.getuid?.();
+      expect([Number(uids?.[1]), Number(uids?.[2])]).toEqual([expected, expected]);
+      const cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+      expect(cmdline).not.toContain('--no-sandbox');
+      // The profile is the browser's own, and nobody else's.
+      const profile = cmdline.find((a) => a.startsWith('--user-data-dir='))?.slice('--user-data-dir='.length) as string;
+      const st = statSync(profile);
+      expect([st.uid, st.mode & 0o077]).toEqual([expected, 0]);
+    } finally {
+      await provider.close();
+    }
+    if (!root) return;
+    const unknown = new LocalChromiumProvider({
+      chromiumPath: CHROMIUM,
+      maxRooms: 1,
+      browserUser: 'no-such-user-here',
+    });
+    await rejectsWith(unknown.start('x', spec()), 'ERR_ROOM_START_FAILED', /VM_BROWSER_USER/);
+    expect(unknown.list()).toEqual([]);
+    await unknown.close();
   });
 
   it('shows a tab the page opens (target=_blank) in the room’s own tab', async () => {

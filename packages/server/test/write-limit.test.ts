@@ -3,8 +3,8 @@ import { and, eq } from 'drizzle-orm';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { chatMembers } from '../src/platform/db/schema.js';
 import { type Backing, createBacking, describeApp, MODE, startApp, type TestApp } from './support/app.js';
-import { Client } from './support/client.js';
 import { join, keyedChat, member } from './support/chat-flows.js';
+import { Client } from './support/client.js';
 import { createBot, type LoggedIn, login, operator } from './support/flows.js';
 import { closeAllSockets } from './support/sockets.js';
 

@@ -63,6 +63,8 @@ describe('loadConfig', () => {
       vmTorProxy: null,
       vmProxyUs: null,
       vmProxyEu: null,
+      vmBrowserUser: 'nobody',
+      vmSandbox: true,
       logLevel: 'info',
       sourceHash: 'abc123',
     } satisfies Config);
@@ -94,6 +96,8 @@ describe('loadConfig', () => {
       VM_TOR_PROXY: 'socks5://tor:9050',
       VM_PROXY_US: 'http://us.proxy.internal:3128/',
       VM_PROXY_EU: 'socks5://eu.proxy.internal:1080',
+      VM_BROWSER_USER: 'parlor-browser',
+      VM_SANDBOX: 'off',
       LOG_LEVEL: 'debug',
     });
     expect(config).toEqual({
@@ -117,6 +121,8 @@ describe('loadConfig', () => {
       vmTorProxy: 'socks5://tor:9050',
       vmProxyUs: 'http://us.proxy.internal:3128',
       vmProxyEu: 'socks5://eu.proxy.internal:1080',
+      vmBrowserUser: 'parlor-browser',
+      vmSandbox: false,
       logLevel: 'debug',
       sourceHash: 'abc123',
     } satisfies Config);
@@ -203,6 +209,22 @@ describe('loadConfig', () => {
       'https://a.example',
       'https://b.example',
     ]);
+  });
+
+  describe('room browser account (VM_BROWSER_USER, VM_SANDBOX)', () => {
+    it.each(['nobody', 'parlor-browser', '_chromium', '65534', '990:991'])('accepts VM_BROWSER_USER=%s', (user) => {
+      expect(load({ VM_BROWSER_USER: user }).vmBrowserUser).toBe(user);
+    });
+    it.each(['a b', 'x:y', '1:2:3', '-rf', '../etc'])('refuses VM_BROWSER_USER=%s with one line naming it', (user) => {
+      expect(() => load({ VM_BROWSER_USER: user })).toThrow(/VM_BROWSER_USER must be a user name or uid\[:gid\]/);
+    });
+    it('keeps the sandbox on unless VM_SANDBOX turns it off', () => {
+      expect([load({}).vmSandbox, load({ VM_SANDBOX: '1' }).vmSandbox, load({ VM_SANDBOX: '0' }).vmSandbox]).toEqual([
+        true,
+        true,
+        false,
+      ]);
+    });
   });
 
   describe('room browser proxies (VM_TOR_PROXY, VM_PROXY_US, VM_PROXY_EU)', () => {

@@ -47,6 +47,10 @@ export interface Config {
   vmProxyUs: string | null;
   /** Proxy (http, https or socks5 URL) for rooms with proxy region "eu"; null: such rooms answer 503. */
   vmProxyEu: string | null;
+  /** The account room browsers run as when the server runs as root: a user name or `uid[:gid]` (`nobody`). */
+  vmBrowserUser: string;
+  /** Chromium's sandbox for room browsers (on); off only for hosts without unprivileged user namespaces. */
+  vmSandbox: boolean;
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
   /** Git commit of the running build, for GET /v1/health. */
   sourceHash: string;
@@ -177,6 +181,9 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
     problems.push(`${name} ${parsed.problem}`);
     return null;
   };
+  const vmBrowserUser = str('VM_BROWSER_USER') ?? 'nobody';
+  if (!/^([a-z_][a-z0-9_.-]{0,31}\$?|\d+(:\d+)?)$/i.test(vmBrowserUser))
+    problems.push(`VM_BROWSER_USER must be a user name or uid[:gid] (got "${vmBrowserUser}")`);
   const logLevel = (str('LOG_LEVEL') ?? 'info') as Config['logLevel'];
   if (!LOG_LEVELS.includes(logLevel)) problems.push(`LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}`);
   const redisPrefix = str('REDIS_PREFIX') ?? 'parlor:';
@@ -203,6 +210,8 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
     vmTorProxy: proxy('VM_TOR_PROXY', ['socks5:']),
     vmProxyUs: proxy('VM_PROXY_US', REGION_PROXY_SCHEMES),
     vmProxyEu: proxy('VM_PROXY_EU', REGION_PROXY_SCHEMES),
+    vmBrowserUser,
+    vmSandbox: str('VM_SANDBOX') === null ? true : bool('VM_SANDBOX'),
     logLevel,
     sourceHash: str('SOURCE_HASH') ?? '',
     ...overrides,

@@ -204,6 +204,8 @@ async function wireVm(ctx: WiringContext, chats: ChatsService, realtime: Realtim
     maxRooms: config.vmMaxPerNode,
     torProxy: config.vmTorProxy,
     regionProxies: { us: config.vmProxyUs, eu: config.vmProxyEu },
+    browserUser: config.vmBrowserUser,
+    sandbox: config.vmSandbox,
     log: (message) => app.log.warn(message),
   });
   const vm = makeVmService({

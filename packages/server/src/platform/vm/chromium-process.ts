@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { Readable, Writable } from 'node:stream';
 import { appError } from '../errors.js';
+import { type BrowserIdentity, handOver } from './browser-account.js';
 import { CdpPipe } from './cdp.js';
 
 /**
@@ -12,16 +13,17 @@ import { CdpPipe } from './cdp.js';
  * browser value) adds the hardening: no extensions, no background traffic to Google services, no
  * crash uploads, no permission prompts, downloads denied (set over CDP), and WebRTC limited to
  * proxied UDP so a page cannot reach addresses the request interception never sees.
- * `--no-sandbox` is needed when the server runs as root (containers); see docs/operations.md.
+ * `--no-sandbox` only when the browser runs as root or VM_SANDBOX is off (browser-account.ts).
  */
 export function chromiumArgs(
   userDataDir: string,
   size: { width: number; height: number },
   upstream: RoomUpstream | null = null,
+  sandbox = true,
 ): string[] {
   return [
     '--headless',
-    '--no-sandbox',
+    ...(sandbox ? [] : ['--no-sandbox']),
     '--disable-gpu',
     '--disable-quic',
     '--no-first-run',
@@ -171,9 +173,16 @@ export class ChromiumProcess {
   static async launch(
     binary: string,
     size: { width: number; height: number },
-    opts: { log?: (message: string) => void; extraArgs?: string[]; upstream?: RoomUpstream | null } = {},
+    opts: {
+      log?: (message: string) => void;
+      extraArgs?: string[];
+      upstream?: RoomUpstream | null;
+      /** As whom, and whether sandboxed (default: the server's user, sandboxed unless it is root). */
+      identity?: BrowserIdentity;
+    } = {},
   ): Promise<ChromiumProcess> {
     const { log = () => {}, extraArgs = [], upstream = null } = opts;
+    const { account, sandbox } = opts.identity ?? { account: null, sandbox: process.getuid?.() !== 0 };
     try {
       await access(binary, constants.X_OK);
     } catch {
@@ -184,13 +193,16 @@ export class ChromiumProcess {
     }
     const userDataDir = await mkdtemp(path.join(tmpdir(), `${PROFILE_PREFIX}${process.pid}-`));
     await writeProfilePreferences(userDataDir);
-    const args = chromiumArgs(userDataDir, size, upstream);
+    if (account) await handOver(userDataDir, account);
+    const args = chromiumArgs(userDataDir, size, upstream, sandbox);
     // Extra flags go before the start page (the last argument).
     args.splice(-1, 0, ...extraArgs);
     const child = spawn(binary, args, {
       stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'],
       detached: true,
       env: { PATH: '/usr/local/bin:/usr/bin:/bin', HOME: userDataDir, LANG: 'C.UTF-8' },
+      // Node drops the supplementary groups too when it switches the account.
+      ...(account ? { uid: account.uid, gid: account.gid } : {}),
     });
     const spawnError = new Promise<Error>((resolve) => child.once('error', resolve));
     const cdp = new CdpPipe(child.stdio[3] as Writable, child.stdio[4] as Readable);

@@ -1,4 +1,5 @@
 import { appError } from '../errors.js';
+import { type BrowserIdentity, resolveBrowserIdentity } from './browser-account.js';
 import { type RoomUpstream, removeStaleProfiles } from './chromium-process.js';
 import { type Dial, EgressProxy } from './egress-proxy.js';
 import { LocalRoom } from './local-room.js';
@@ -18,6 +19,10 @@ export interface LocalProviderOptions {
   torProxy?: string | null;
   /** The proxy of each region (VM_PROXY_US, VM_PROXY_EU); a region without one answers 503. */
   regionProxies?: Partial<Record<ProxyRegion, string | null>>;
+  /** The account browsers run as when the server is root (VM_BROWSER_USER; `nobody`). */
+  browserUser?: string;
+  /** Chromium's sandbox (VM_SANDBOX; on). Off only where user namespaces are not available. */
+  sandbox?: boolean;
   /**
    * TEST ONLY, never set from config: what the egress proxy resolves names with and how it
    * connects to the addresses it checked, so a test site on 127.0.0.1 can stand for a public host.
@@ -58,6 +63,7 @@ export class LocalChromiumProvider implements VmProvider {
   private closed = false;
   /** The egress proxy of direct rooms (egress-proxy.ts), started with the first one. */
   private egress: Promise<EgressProxy> | null = null;
+  private identity: Promise<BrowserIdentity> | null = null;
 
   constructor(private readonly opts: LocalProviderOptions) {
     this.guard = opts.guard ?? makeNetworkGuard();
@@ -75,7 +81,9 @@ export class LocalChromiumProvider implements VmProvider {
   async start(roomId: string, spec: VmStartSpec): Promise<VmInfo> {
     // Awaited first: from the checks below to `rooms.set` nothing waits, so two starts of one
     // room cannot both launch a browser.
-    const egress = !this.closed && !this.rooms.has(roomId) && needsEgress(spec) ? await this.egressProxy() : null;
+    const launching = !this.closed && !this.rooms.has(roomId);
+    const identity = launching ? await this.browserIdentity() : undefined;
+    const egress = launching && needsEgress(spec) ? await this.egressProxy() : null;
     const existing = this.rooms.get(roomId);
     if (existing) {
       await existing.ready;
@@ -94,6 +102,7 @@ export class LocalChromiumProvider implements VmProvider {
       log: this.log,
       extraArgs: this.opts.extraArgs,
       upstream,
+      identity,
     });
     const info: VmInfo = {
       roomId,
@@ -139,6 +148,15 @@ export class LocalChromiumProvider implements VmProvider {
         `This room uses the ${spec.proxy} proxy, but no ${spec.proxy} proxy is configured here (VM_PROXY_${spec.proxy.toUpperCase()}).`,
       );
     return { server, remoteDns: false };
+  }
+
+  /** As whom browsers run and whether sandboxed, read once (an unknown account fails every start). */
+  private browserIdentity(): Promise<BrowserIdentity> {
+    this.identity ??= resolveBrowserIdentity({
+      user: this.opts.browserUser ?? 'nobody',
+      sandbox: this.opts.sandbox ?? true,
+    });
+    return this.identity;
   }
 
   /** The egress proxy, started on first use; a failure to start is a failed room start (and is retried next time). */

@@ -1,4 +1,5 @@
 import { appError } from '../errors.js';
+import type { BrowserIdentity } from './browser-account.js';
 import type { CdpEvent, CdpPipe } from './cdp.js';
 import { ChromiumProcess, type RoomUpstream } from './chromium-process.js';
 import { InputMapper } from './input-events.js';
@@ -12,6 +13,8 @@ export interface LocalRoomOptions {
   extraArgs?: string[];
   /** The proxy the browser goes through (Tor, the room's region or the node's egress proxy); null: direct. */
   upstream?: RoomUpstream | null;
+  /** As whom the browser runs, and whether sandboxed (browser-account.ts). */
+  identity?: BrowserIdentity;
 }
 
 /**
@@ -52,6 +55,7 @@ export class LocalRoom {
       log: this.opts.log,
       extraArgs: this.opts.extraArgs,
       upstream: this.opts.upstream,
+      identity: this.opts.identity,
     });
     this.proc = proc;
     this.screencasting = false;
