@@ -55,6 +55,12 @@ export const Limits = {
    */
   WRITES_PER_USER: 120,
   WRITE_WINDOW_MS: 60_000,
+  /**
+   * `room:join` events one user may send per window, entering a chat it is in included (a client
+   * enters each of its chats after a reconnect; a chat it joins anew also spends a write).
+   */
+  ROOM_ENTERS_PER_USER: 300,
+  ROOM_ENTER_WINDOW_MS: 60_000,
   INVITE_MAX_USES: 1000,
   INVITE_MAX_TTL_S: 30 * 24 * 3600,
   /** Chat slots by tier/level (spec 2.11). Owners: unlimited. */

@@ -60,4 +60,20 @@ describeApp('presence in a chat', () => {
       ).toEqual({ chat_id: chatId, user_id: g1.user.id, session_id: sessionId, online: false });
     }
   });
+
+  it('says nothing when a socket enters a room it is already in', async () => {
+    const { owner, chatId } = await keyedChat(app);
+    const g1 = await member(app);
+    const g2 = await member(app);
+    await join(g1, { chat_id: chatId });
+    await owner.socket.next('portal:presence', (e) => e.session_id === g1.sessionId && e.online === true);
+    for (let i = 0; i < 3; i += 1) expect((await join(g1, { chat_id: chatId })).ok).toBe(true);
+    // g2's join comes after the repeats; once its delta is here, any delta of theirs would be too.
+    await join(g2, { chat_id: chatId });
+    await owner.socket.next('portal:presence', (e) => e.session_id === g2.sessionId && e.online === true);
+    const deltas = owner.socket.received.filter(
+      (r) => r.event === 'portal:presence' && r.payload.chat_id === chatId && r.payload.session_id !== owner.sessionId,
+    );
+    expect(deltas.map((r) => r.payload.session_id)).toEqual([g1.sessionId, g2.sessionId]);
+  });
 });

@@ -137,4 +137,19 @@ describeApp('the per-user write limit', () => {
     expect([refusedLeave.ok, refusedLeave.code]).toEqual([false, 'ERR_RATE_LIMITED']);
     expect(await isMember(first.chatId)).toBe(true);
   });
+
+  it(`accepts ${Limits.ROOM_ENTERS_PER_USER} room:join a window, entering a chat one is in included, and refuses the next`, async () => {
+    const { chatId } = await keyedChat(a);
+    const m = await member(a);
+    for (let i = 0; i < Limits.ROOM_ENTERS_PER_USER; i += 1) {
+      const ack = await join(m, { chat_id: chatId });
+      expect(ack.ok, `join ${i + 1}: ${JSON.stringify(ack)}`).toBe(true);
+    }
+    const refused = await join(m, { chat_id: chatId });
+    expect([refused.ok, refused.code]).toEqual([false, 'ERR_RATE_LIMITED']);
+    expect(refused.retry_after).toBeGreaterThanOrEqual(1);
+    // Writes are a separate allowance: the joins spent one (the first made a member), the key one.
+    await spend(m, Limits.WRITES_PER_USER - 2);
+    expect((await readAll(m.client)).status).toBe(429);
+  });
 });

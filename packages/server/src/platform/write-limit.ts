@@ -14,28 +14,54 @@ declare module 'fastify' {
   }
 }
 
-/**
- * The per-user write limit: Limits.WRITES_PER_USER changes per Limits.WRITE_WINDOW_MS for each
- * signed-in user, on every node (the coordination port). Spent by every POST made with a session
- * (installWriteLimit) and by the socket events that change a membership (room:join as a new
- * member, room:leave).
- */
-export interface WriteLimit {
-  /** Spends one of the user's writes; beyond the limit throws 429 ERR_RATE_LIMITED with retry_after. */
+/** A per-user allowance over a fixed window, shared by every node (the coordination port). */
+export interface UserLimit {
+  /** Spends one of the user's points; beyond the limit throws 429 ERR_RATE_LIMITED with retry_after. */
   spend(userId: number): Promise<void>;
 }
 
-export function makeWriteLimit(state: Pick<StateStore, 'limiter'>): WriteLimit {
-  const writes = state.limiter('writes-user', Limits.WRITES_PER_USER, Limits.WRITE_WINDOW_MS);
+/**
+ * The per-user write limit: Limits.WRITES_PER_USER changes per Limits.WRITE_WINDOW_MS for each
+ * signed-in user. Spent by every POST made with a session (installWriteLimit) and by the socket
+ * events that change a membership (room:join as a new member, room:leave).
+ */
+export type WriteLimit = UserLimit;
+
+export function makeUserLimit(
+  state: Pick<StateStore, 'limiter'>,
+  opts: { name: string; points: number; windowMs: number; message: string },
+): UserLimit {
+  const limiter = state.limiter(opts.name, opts.points, opts.windowMs);
   return {
     async spend(userId) {
-      const spent = await writes.consume(String(userId));
+      const spent = await limiter.consume(String(userId));
       if (!spent.allowed)
-        throw appError('ERR_RATE_LIMITED', 'Too many changes in a short time; try again later.', {
-          retry_after: retryAfterSeconds(spent.retryAfterMs),
-        });
+        throw appError('ERR_RATE_LIMITED', opts.message, { retry_after: retryAfterSeconds(spent.retryAfterMs) });
     },
   };
+}
+
+export function makeWriteLimit(state: Pick<StateStore, 'limiter'>): WriteLimit {
+  return makeUserLimit(state, {
+    name: 'writes-user',
+    points: Limits.WRITES_PER_USER,
+    windowMs: Limits.WRITE_WINDOW_MS,
+    message: 'Too many changes in a short time; try again later.',
+  });
+}
+
+/**
+ * Every room:join spends one of the user's Limits.ROOM_ENTERS_PER_USER per
+ * Limits.ROOM_ENTER_WINDOW_MS, whether it makes a member or only enters the room: each reads the
+ * chat, its bans and its key ring, and asks every node who is present.
+ */
+export function makeEnterLimit(state: Pick<StateStore, 'limiter'>): UserLimit {
+  return makeUserLimit(state, {
+    name: 'room-enters-user',
+    points: Limits.ROOM_ENTERS_PER_USER,
+    windowMs: Limits.ROOM_ENTER_WINDOW_MS,
+    message: 'Too many chat joins in a short time; try again later.',
+  });
 }
 
 /**

@@ -14,7 +14,7 @@ import type { Realtime } from '../platform/realtime.js';
 import { RedisState } from '../platform/state/index.js';
 import { type MatchQueue, MemoryMatchQueue } from '../platform/state/match-queue.js';
 import { RedisMatchQueue } from '../platform/state/match-queue.redis.js';
-import type { WriteLimit } from '../platform/write-limit.js';
+import { makeEnterLimit, type WriteLimit } from '../platform/write-limit.js';
 import type { Accounts } from './accounts.js';
 import type { WiringContext } from './services.js';
 
@@ -70,6 +70,7 @@ export function wireChats(ctx: WiringContext, accounts: Accounts, realtime: Real
     realtime,
     vanityChat: guilds.vanityChat,
     writes,
+    enters: makeEnterLimit(state),
   });
   return { chatsStore, keys, messages, guilds, chats };
 }

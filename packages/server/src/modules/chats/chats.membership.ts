@@ -3,7 +3,7 @@ import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
 import { type Realtime, rooms, type SocketData } from '../../platform/realtime.js';
-import type { WriteLimit } from '../../platform/write-limit.js';
+import type { UserLimit, WriteLimit } from '../../platform/write-limit.js';
 import type { KeysService } from '../keys/keys.service.js';
 import type { MessagesService } from '../messages/messages.service.js';
 import type { Tx } from '../users/users.store.js';
@@ -28,6 +28,8 @@ export interface MembershipDeps {
   vanityChat?: (vanity: string) => Promise<number | null>;
   /** The user's write allowance: a join that makes a member and a leave spend one. */
   writes: WriteLimit;
+  /** The user's room:join allowance: every join spends one. */
+  enters: UserLimit;
 }
 
 type JoinMethod = 'direct' | 'invite' | 'vanity';
@@ -94,6 +96,7 @@ export function makeChatMembership(deps: MembershipDeps) {
   return {
     /** room:join: becomes a member if not one yet (membership history records how). */
     async join(data: SocketData, payload: RoomJoinPayload) {
+      await deps.enters.spend(data.userId);
       const viewer: Viewer = { userId: data.userId, permissionLevel: data.permissionLevel };
       const target = await resolveJoin(payload);
       const chat = await mustGet(target.chatId);

@@ -134,8 +134,11 @@ export function registerChatSockets(realtime: Realtime, chats: ChatsService) {
 
     onEvent(socket, 'room:join', RoomJoinPayload, async (payload: Parameters<ChatsService['join']>[1]) => {
       const joined = await chats.join(socket.data, payload);
-      await socket.join(rooms.chat(joined.chat.id));
-      chats.announcePresence(joined.chat.id, socket.data, true);
+      const room = rooms.chat(joined.chat.id);
+      // Entering a room this socket is already in changes nobody's presence: no delta.
+      const entered = !socket.rooms.has(room);
+      await socket.join(room);
+      if (entered) chats.announcePresence(joined.chat.id, socket.data, true);
       // The whole list goes to the joiner only; the others had the delta just above.
       const members = await chats.presence(joined.chat.id);
       socket.emit('room:members', { chat_id: joined.chat.id, members });

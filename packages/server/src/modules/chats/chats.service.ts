@@ -6,7 +6,7 @@ import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
 import { batched } from '../../platform/group-commit.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
-import type { WriteLimit } from '../../platform/write-limit.js';
+import type { UserLimit, WriteLimit } from '../../platform/write-limit.js';
 import { canManageOfficial } from '../admin/admin.rules.js';
 import type { KeysService } from '../keys/keys.service.js';
 import type { MessagesService } from '../messages/messages.service.js';
@@ -31,6 +31,8 @@ export interface ChatsDeps {
   vanityChat?: (vanity: string) => Promise<number | null>;
   /** The per-user write limit (room:join as a new member and room:leave spend it). */
   writes: WriteLimit;
+  /** The per-user room:join limit (every join spends it). */
+  enters: UserLimit;
 }
 
 export function makeChatsService(deps: ChatsDeps) {
@@ -83,6 +85,7 @@ export function makeChatsService(deps: ChatsDeps) {
     assertCanSee,
     vanityChat: deps.vanityChat,
     writes: deps.writes,
+    enters: deps.enters,
   });
   const direct = makeDirectChats({ db, store, clock, messages, realtime, mustGet, removedChats });
 
