@@ -69,12 +69,27 @@ export async function run({ modes, duration, options }) {
         'vm',
         mode,
         {
-          config: { vmAllowPrivateNetworks: true, vmMaxPerNode: 2, vmIdleTimeoutSeconds: 3600, chromiumPath: CHROMIUM },
+          config: {
+            vmAllowPrivateNetworks: true,
+            vmMaxPerNode: 2,
+            vmIdleTimeoutSeconds: 3600,
+            chromiumPath: CHROMIUM,
+            // How browsers run, as the app's configuration says (both sides use it).
+            vmBrowserUser: process.env.VM_BROWSER_USER || 'nobody',
+            vmSandbox: !['0', 'false', 'no', 'off'].includes(String(process.env.VM_SANDBOX ?? '').toLowerCase()),
+          },
         },
         results,
       );
       if (!started) continue;
-      const raw = new LocalChromiumProvider({ chromiumPath: CHROMIUM, maxRooms: 1 });
+      // The same browser account and sandbox as the app's provider (VM_BROWSER_USER, VM_SANDBOX).
+      const { vmBrowserUser, vmSandbox } = started.config;
+      const raw = new LocalChromiumProvider({
+        chromiumPath: CHROMIUM,
+        maxRooms: 1,
+        browserUser: vmBrowserUser,
+        sandbox: vmSandbox,
+      });
       let viewers;
       try {
         console.log(
