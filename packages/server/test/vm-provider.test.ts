@@ -148,6 +148,40 @@ describeLocal('local Chromium provider', () => {
     await unknown.close();
   });
 
+  it.runIf(process.getuid?.() === 0)(
+    'gives each room its own uid from VM_BROWSER_UIDS, and its profile to it',
+    async () => {
+      const provider = new LocalChromiumProvider({
+        chromiumPath: CHROMIUM,
+        maxRooms: 2,
+        browserUids: { first: 200100, last: 200101 },
+      });
+      try {
+        await Promise.all(['u1', 'u2'].map((id) => provider.start(id, spec({ startUrl: site.url('/button') }))));
+        const owners = ['u1', 'u2'].map((id) => {
+          const pid = provider.pidOf(id) as number;
+          const uid = Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]);
+          const cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+          const profile = cmdline
+            .find((a) => a.startsWith('--user-data-dir='))
+            ?.slice('--user-data-dir='.length) as string;
+          expect(cmdline).not.toContain('--no-sandbox');
+          expect(statSync(profile).uid).toBe(uid);
+          return uid;
+        });
+        expect([...owners].sort()).toEqual([200100, 200101]);
+        // A room started after one stopped takes the uid that is free.
+        const freed = owners[0] as number;
+        await provider.stop('u1');
+        await provider.start('u3', spec({ startUrl: site.url('/button') }));
+        const pid = provider.pidOf('u3') as number;
+        expect(Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1])).toBe(freed);
+      } finally {
+        await provider.close();
+      }
+    },
+  );
+
   it('shows a tab the page opens (target=_blank) in the room’s own tab', async () => {
     const provider = new LocalChromiumProvider({ chromiumPath: CHROMIUM, maxRooms: 1 });
     try {

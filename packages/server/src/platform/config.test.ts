@@ -65,6 +65,7 @@ describe('loadConfig', () => {
       vmProxyEu: null,
       vmBrowserUser: 'nobody',
       vmSandbox: true,
+      vmBrowserUids: null,
       logLevel: 'info',
       sourceHash: 'abc123',
     } satisfies Config);
@@ -98,6 +99,7 @@ describe('loadConfig', () => {
       VM_PROXY_EU: 'socks5://eu.proxy.internal:1080',
       VM_BROWSER_USER: 'parlor-browser',
       VM_SANDBOX: 'off',
+      VM_BROWSER_UIDS: '200000-200063',
       LOG_LEVEL: 'debug',
     });
     expect(config).toEqual({
@@ -123,6 +125,7 @@ describe('loadConfig', () => {
       vmProxyEu: 'socks5://eu.proxy.internal:1080',
       vmBrowserUser: 'parlor-browser',
       vmSandbox: false,
+      vmBrowserUids: { first: 200000, last: 200063 },
       logLevel: 'debug',
       sourceHash: 'abc123',
     } satisfies Config);
@@ -217,6 +220,22 @@ describe('loadConfig', () => {
     });
     it.each(['a b', 'x:y', '1:2:3', '-rf', '../etc'])('refuses VM_BROWSER_USER=%s with one line naming it', (user) => {
       expect(() => load({ VM_BROWSER_USER: user })).toThrow(/VM_BROWSER_USER must be a user name or uid\[:gid\]/);
+    });
+    it('reads VM_BROWSER_UIDS as a range at least VM_MAX_PER_NODE wide', () => {
+      expect(load({ VM_BROWSER_UIDS: '1000-1003' }).vmBrowserUids).toEqual({ first: 1000, last: 1003 });
+      expect(load({ VM_BROWSER_UIDS: '300000-300000', VM_MAX_PER_NODE: '1' }).vmBrowserUids).toEqual({
+        first: 300000,
+        last: 300000,
+      });
+    });
+    it.each(['999-1010', '2000-1999', '1000', 'a-b', '1000-3000000000', ' 1000-1010'])(
+      'refuses VM_BROWSER_UIDS=%s',
+      (range) => {
+        expect(() => load({ VM_BROWSER_UIDS: range })).toThrow(/VM_BROWSER_UIDS must be a uid range/);
+      },
+    );
+    it('refuses a VM_BROWSER_UIDS range narrower than VM_MAX_PER_NODE', () => {
+      expect(() => load({ VM_BROWSER_UIDS: '1000-1002' })).toThrow(/at least VM_MAX_PER_NODE \(4\) uids \(got 3\)/);
     });
     it('keeps the sandbox on unless VM_SANDBOX turns it off', () => {
       expect([load({}).vmSandbox, load({ VM_SANDBOX: '1' }).vmSandbox, load({ VM_SANDBOX: '0' }).vmSandbox]).toEqual([

@@ -51,6 +51,8 @@ export interface Config {
   vmBrowserUser: string;
   /** Chromium's sandbox for room browsers (on); off only for hosts without unprivileged user namespaces. */
   vmSandbox: boolean;
+  /** When the server runs as root: a uid per room from this range (`first-last`), instead of vmBrowserUser. */
+  vmBrowserUids: { first: number; last: number } | null;
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
   /** Git commit of the running build, for GET /v1/health. */
   sourceHash: string;
@@ -149,6 +151,25 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
     }
   };
 
+  /** `first-last`: uids from 1000 (past system accounts) up, at least `width` of them. */
+  const uidRange = (name: string, width: number) => {
+    const v = str(name);
+    if (v === null) return null;
+    const m = /^(\d{1,10})-(\d{1,10})$/.exec(v);
+    const first = Number(m?.[1]);
+    const last = Number(m?.[2]);
+    if (!m || first < 1000 || last > 2_147_483_646 || last < first) {
+      problems.push(`${name} must be a uid range first-last, from 1000 up (got "${v}")`);
+      return null;
+    }
+    if (last - first + 1 < width) {
+      problems.push(`${name} must hold at least VM_MAX_PER_NODE (${width}) uids (got ${last - first + 1})`);
+      return null;
+    }
+    return { first, last };
+  };
+
+  const vmMaxPerNode = int('VM_MAX_PER_NODE', 4, 0, 1000);
   const port = int('PORT', 8080, 0, 65535);
   const host = str('HOST') ?? '127.0.0.1';
   if (isIP(host) === 0 && !/^[a-zA-Z0-9.-]+$/.test(host)) problems.push('HOST must be an IP address or host name');
@@ -184,6 +205,7 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
   const vmBrowserUser = str('VM_BROWSER_USER') ?? 'nobody';
   if (!/^([a-z_][a-z0-9_.-]{0,31}\$?|\d+(:\d+)?)$/i.test(vmBrowserUser))
     problems.push(`VM_BROWSER_USER must be a user name or uid[:gid] (got "${vmBrowserUser}")`);
+  const vmBrowserUids = uidRange('VM_BROWSER_UIDS', vmMaxPerNode);
   const logLevel = (str('LOG_LEVEL') ?? 'info') as Config['logLevel'];
   if (!LOG_LEVELS.includes(logLevel)) problems.push(`LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}`);
   const redisPrefix = str('REDIS_PREFIX') ?? 'parlor:';
@@ -204,7 +226,7 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
     trustProxy: bool('TRUST_PROXY'),
     allowedOrigins: origins.length > 0 ? origins : publicOrigin ? [publicOrigin] : [],
     chromiumPath: str('CHROMIUM_PATH') ?? '/usr/bin/chromium',
-    vmMaxPerNode: int('VM_MAX_PER_NODE', 4, 0, 1000),
+    vmMaxPerNode,
     vmAllowPrivateNetworks: bool('VM_ALLOW_PRIVATE_NETWORKS'),
     vmIdleTimeoutSeconds: int('VM_IDLE_TIMEOUT_SECONDS', 300, 10, 86_400),
     vmTorProxy: proxy('VM_TOR_PROXY', ['socks5:']),
@@ -212,6 +234,7 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
     vmProxyEu: proxy('VM_PROXY_EU', REGION_PROXY_SCHEMES),
     vmBrowserUser,
     vmSandbox: str('VM_SANDBOX') === null ? true : bool('VM_SANDBOX'),
+    vmBrowserUids,
     logLevel,
     sourceHash: str('SOURCE_HASH') ?? '',
     ...overrides,

@@ -206,6 +206,7 @@ async function wireVm(ctx: WiringContext, chats: ChatsService, realtime: Realtim
     regionProxies: { us: config.vmProxyUs, eu: config.vmProxyEu },
     browserUser: config.vmBrowserUser,
     sandbox: config.vmSandbox,
+    browserUids: config.vmBrowserUids,
     log: (message) => app.log.warn(message),
   });
   const vm = makeVmService({

@@ -49,6 +49,20 @@ describe('how room browsers run (resolveBrowserIdentity)', () => {
     });
   });
 
+  it('a root server with VM_BROWSER_UIDS: an account per room from the range (VM_BROWSER_USER unread)', async () => {
+    const uids = { first: 200000, last: 200003 };
+    expect(await resolveBrowserIdentity({ user: 'no-such-user', sandbox: true, uids }, asRoot)).toEqual({
+      account: null,
+      sandbox: true,
+      perRoom: uids,
+    });
+    // A server that is not root runs browsers as itself whatever the range.
+    expect(await resolveBrowserIdentity({ user: 'nobody', sandbox: true, uids }, { serverUid: 1000 })).toEqual({
+      account: null,
+      sandbox: true,
+    });
+  });
+
   it('a root server told to keep browsers root: unsandboxed, as Chromium needs', async () => {
     for (const user of ['root', '0', '0:0'])
       expect(await resolveBrowserIdentity({ user, sandbox: true }, asRoot)).toEqual({ account: null, sandbox: false });

@@ -8,12 +8,20 @@ export interface BrowserAccount {
   gid: number;
 }
 
+/** A range of uids (VM_BROWSER_UIDS), each used as a room browser's uid and gid. */
+export interface UidRange {
+  first: number;
+  last: number;
+}
+
 /** How room browsers run: as whom, and whether inside Chromium's sandbox. */
 export interface BrowserIdentity {
   /** Null: as the server's own user. */
   account: BrowserAccount | null;
   /** False adds `--no-sandbox`: Chromium cannot sandbox itself as root. */
   sandbox: boolean;
+  /** Each room gets an account of its own from this range (the provider picks); `account` is unused then. */
+  perRoom?: UidRange;
 }
 
 /**
@@ -23,14 +31,17 @@ export interface BrowserIdentity {
  * - a server running as root (containers) starts them as `user` (VM_BROWSER_USER, `nobody` by
  *   default: a name from the passwd file or `uid[:gid]`), sandboxed, so a page that breaks out of
  *   its renderer holds neither root nor the server's files (DATA_DIR's secrets are root's, 0600).
- *   `root` keeps them root, and then unsandboxed: Chromium refuses its sandbox as root.
+ *   `root` keeps them root, and then unsandboxed: Chromium refuses its sandbox as root;
+ * - with `uids` (VM_BROWSER_UIDS) a root server gives each room an account of its own from that
+ *   range instead, so rooms cannot read each other's profiles either.
  * An account that does not exist answers 503 ERR_ROOM_START_FAILED naming VM_BROWSER_USER.
  */
 export async function resolveBrowserIdentity(
-  opts: { user: string; sandbox: boolean },
+  opts: { user: string; sandbox: boolean; uids?: UidRange | null },
   env: { serverUid: number; passwdFile?: string } = { serverUid: process.getuid?.() ?? -1 },
 ): Promise<BrowserIdentity> {
   if (env.serverUid !== 0) return { account: null, sandbox: opts.sandbox };
+  if (opts.uids) return { account: null, sandbox: opts.sandbox, perRoom: opts.uids };
   const account = await lookUpAccount(opts.user, env.passwdFile ?? '/etc/passwd');
   if (account.uid === 0) return { account: null, sandbox: false };
   return { account, sandbox: opts.sandbox };

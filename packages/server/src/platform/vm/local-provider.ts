@@ -1,5 +1,5 @@
 import { appError } from '../errors.js';
-import { type BrowserIdentity, resolveBrowserIdentity } from './browser-account.js';
+import { type BrowserIdentity, resolveBrowserIdentity, type UidRange } from './browser-account.js';
 import { type RoomUpstream, removeStaleProfiles } from './chromium-process.js';
 import { type Dial, EgressProxy } from './egress-proxy.js';
 import { LocalRoom } from './local-room.js';
@@ -23,6 +23,8 @@ export interface LocalProviderOptions {
   browserUser?: string;
   /** Chromium's sandbox (VM_SANDBOX; on). Off only where user namespaces are not available. */
   sandbox?: boolean;
+  /** A uid per room from this range when the server is root (VM_BROWSER_UIDS); unset: one shared account. */
+  browserUids?: UidRange | null;
   /**
    * TEST ONLY, never set from config: what the egress proxy resolves names with and how it
    * connects to the addresses it checked, so a test site on 127.0.0.1 can stand for a public host.
@@ -44,6 +46,8 @@ export type ProxyRegion = Exclude<VmStartSpec['proxy'], 'none'>;
 
 interface Entry {
   room: LocalRoom;
+  /** The room's own browser uid (VM_BROWSER_UIDS), kept across a restart. */
+  uid?: number;
   info: VmInfo;
   /** Settles when the current launch (first start or restart) is done. */
   ready: Promise<void>;
@@ -64,6 +68,7 @@ export class LocalChromiumProvider implements VmProvider {
   /** The egress proxy of direct rooms (egress-proxy.ts), started with the first one. */
   private egress: Promise<EgressProxy> | null = null;
   private identity: Promise<BrowserIdentity> | null = null;
+  private uidTurn = 0;
 
   constructor(private readonly opts: LocalProviderOptions) {
     this.guard = opts.guard ?? makeNetworkGuard();
@@ -96,13 +101,14 @@ export class LocalChromiumProvider implements VmProvider {
         'ERR_ROOM_START_FAILED',
         `No capacity: this node already runs ${this.rooms.size} of ${this.opts.maxRooms} room VMs (VM_MAX_PER_NODE).`,
       );
+    const uid = identity?.perRoom ? this.freeUid(identity.perRoom) : undefined;
     const room = new LocalRoom(spec, {
       chromiumPath: this.opts.chromiumPath,
       guard: this.guard,
       log: this.log,
       extraArgs: this.opts.extraArgs,
       upstream,
-      identity,
+      identity: identity && uid !== undefined ? { account: { uid, gid: uid }, sandbox: identity.sandbox } : identity,
     });
     const info: VmInfo = {
       roomId,
@@ -112,7 +118,7 @@ export class LocalChromiumProvider implements VmProvider {
       startedAt: new Date(),
       restarts: 0,
     };
-    const entry: Entry = { room, info, ready: room.launch() };
+    const entry: Entry = { room, uid, info, ready: room.launch() };
     room.onCrash = () => this.crashed(roomId, entry);
     this.rooms.set(roomId, entry);
     try {
@@ -155,8 +161,26 @@ export class LocalChromiumProvider implements VmProvider {
     this.identity ??= resolveBrowserIdentity({
       user: this.opts.browserUser ?? 'nobody',
       sandbox: this.opts.sandbox ?? true,
+      uids: this.opts.browserUids,
     });
     return this.identity;
+  }
+
+  /**
+   * A uid of the range that no running room holds, taken in turn (the uid after the last one
+   * given first), so a uid whose browser is still exiting is not handed out again at once.
+   */
+  private freeUid(range: UidRange): number {
+    const held = new Set([...this.rooms.values()].map((e) => e.uid));
+    const size = range.last - range.first + 1;
+    for (let i = 0; i < size; i += 1) {
+      const uid = range.first + ((this.uidTurn + i) % size);
+      if (held.has(uid)) continue;
+      this.uidTurn = (uid - range.first + 1) % size;
+      return uid;
+    }
+    // The range is at least VM_MAX_PER_NODE wide (config), so this needs a misconfigured provider.
+    throw appError('ERR_ROOM_START_FAILED', 'No free browser account in VM_BROWSER_UIDS.');
   }
 
   /** The egress proxy, started on first use; a failure to start is a failed room start (and is retried next time). */
