@@ -133,7 +133,10 @@ describeApp('the per-user write limit', () => {
     expect([refusedJoin.ok, refusedJoin.code]).toEqual([false, 'ERR_RATE_LIMITED']);
     expect(refusedJoin.retry_after).toBeGreaterThanOrEqual(1);
     expect(await isMember(second.chatId)).toBe(false);
-    const refusedLeave = await m.socket.emitWithAck('room:leave', { chat_id: first.chatId } as never);
+    const refusedLeave = (await m.socket.emitWithAck('room:leave', { chat_id: first.chatId })) as {
+      ok: boolean;
+      code?: string;
+    };
     expect([refusedLeave.ok, refusedLeave.code]).toEqual([false, 'ERR_RATE_LIMITED']);
     expect(await isMember(first.chatId)).toBe(true);
   });
