@@ -110,6 +110,20 @@ describeLocal('room browsers behind a proxy (VM_TOR_PROXY, VM_PROXY_US, VM_PROXY
     }
   });
 
+  it('makes the browser’s own background calls to reserved names only, never to Google', async () => {
+    const provider = providerFrom({ VM_PROXY_US: proxy.url });
+    try {
+      await provider.start('quiet', spec({ proxy: 'us', startUrl: 'http://parlor-us.test/page2' }));
+      // Chromium still asks for its account list and component updates at start; both go to
+      // `.invalid` names (chromium-process.ts), which no resolver answers.
+      await eventually(() => proxy.tunnels.some((t) => /\.invalid:443$/.test(t)), WAIT_MS, 'the background calls');
+      const all = [...proxy.hosts, ...proxy.tunnels];
+      expect(all.filter((h) => /google|gstatic|gvt1/.test(h))).toEqual([]);
+    } finally {
+      await provider.close();
+    }
+  });
+
   it('sends loopback through the proxy too (<-loopback>): an "eu" room never reaches 127.0.0.1 directly', async () => {
     const provider = providerFrom({ VM_PROXY_EU: proxy.url });
     try {

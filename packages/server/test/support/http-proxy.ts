@@ -3,13 +3,15 @@ import type { AddressInfo } from 'node:net';
 
 /**
  * A tiny HTTP forward proxy on 127.0.0.1 for the room browser's region proxy (VM_PROXY_US/EU):
- * plain absolute-URI requests only (`GET http://host/path`, no CONNECT, so no https). Every host it
- * is asked for is served by `target` (a test site on 127.0.0.1), so a name only the proxy "knows"
- * loads; `hosts` records each request's `host[:port]` and `urls` its absolute URL, in order.
+ * plain absolute-URI requests only (`GET http://host/path`). Every host it is asked for is served
+ * by `target` (a test site on 127.0.0.1), so a name only the proxy "knows" loads; `hosts` records
+ * each request's `host[:port]` and `urls` its absolute URL, in order. A CONNECT (https) is refused
+ * with 502; `tunnels` records its `host:port`.
  */
 export async function startHttpProxy(target: { port: number }) {
   const hosts: string[] = [];
   const urls: string[] = [];
+  const tunnels: string[] = [];
   const server = http.createServer((req, res) => {
     let url: URL;
     try {
@@ -36,6 +38,10 @@ export async function startHttpProxy(target: { port: number }) {
     upstream.on('error', () => res.writeHead(502).end());
     req.pipe(upstream);
   });
+  server.on('connect', (req: http.IncomingMessage, socket: import('node:net').Socket) => {
+    tunnels.push(req.url ?? '');
+    socket.end('HTTP/1.1 502 Bad Gateway\r\n\r\n');
+  });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const port = (server.address() as AddressInfo).port;
   return {
@@ -43,6 +49,7 @@ export async function startHttpProxy(target: { port: number }) {
     url: `http://127.0.0.1:${port}`,
     hosts,
     urls,
+    tunnels,
     close: () =>
       new Promise<void>((resolve) => {
         server.close(() => resolve());

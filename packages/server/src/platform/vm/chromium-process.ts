@@ -36,7 +36,11 @@ export function chromiumArgs(
     '--disable-breakpad',
     '--disable-client-side-phishing-detection',
     '--disable-domain-reliability',
-    '--disable-features=Translate,MediaRouter,OptimizationHints,AutofillServerCommunication',
+    '--disable-features=Translate,MediaRouter,OptimizationHints,AutofillServerCommunication,NetworkTimeServiceQuerying',
+    // What the flags above leave on still calls Google at start (the account list and the
+    // component updater): point both at reserved names that never resolve.
+    '--gaia-url=https://gaia.invalid',
+    '--component-updater=url-source=https://update.invalid',
     '--deny-permission-prompts',
     '--force-webrtc-ip-handling-policy=disable_non_proxied_udp',
     '--webrtc-ip-handling-policy=disable_non_proxied_udp',
