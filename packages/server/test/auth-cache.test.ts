@@ -29,14 +29,10 @@ afterAll(async () => {
   await backing?.release();
 });
 
-/** The same caller (address and cookie) talking to another node. */
-const on = (node: TestApp, client: Client) =>
-  Object.assign(new Client(node.url, client.ip, client.apiKey), { cookie: client.cookie });
-
 /** GET /v1/users/me on both nodes, so both have the session and the profile cached. */
 const meOnBoth = async (who: LoggedIn) => {
   const here = await who.client.get('/v1/users/me');
-  const there = await on(b, who.client).get('/v1/users/me');
+  const there = await who.client.on(b).get('/v1/users/me');
   expect([here.status, there.status]).toEqual([200, 200]);
   return [here.body.user, there.body.user];
 };
@@ -47,7 +43,7 @@ const loginAgain = (who: LoggedIn, username?: string) =>
 
 const statusOnBoth = async (client: Client) => [
   (await client.get('/v1/users/me')).status,
-  (await on(b, client).get('/v1/users/me')).status,
+  (await client.on(b).get('/v1/users/me')).status,
 ];
 
 describeApp('auth and profile caches: writes show on the next request on every node', () => {
@@ -76,7 +72,7 @@ describeApp('auth and profile caches: writes show on the next request on every n
     await meOnBoth(who);
     const res = await operator(b).post('/v1/admin/punishments/timeout', { user_id: who.user.id, duration: 60 });
     expect(res.status).toBe(200);
-    for (const c of [who.client, on(b, who.client)]) {
+    for (const c of [who.client, who.client.on(b)]) {
       const me = await c.get('/v1/users/me');
       expect([me.status, me.body.code]).toEqual([403, 'ERR_TIMED_OUT']);
     }
@@ -92,7 +88,7 @@ describeApp('auth and profile caches: writes show on the next request on every n
     const who = await login(a, { bot });
     const target = await login(a, { bot });
     await meOnBoth(who);
-    const asAdminOnB = on(b, who.client);
+    const asAdminOnB = who.client.on(b);
     const rename = (name: string) => asAdminOnB.post(`/v1/admin/users/${target.user.id}/update`, { username: name });
     expect((await rename(`t${target.user.id}a`)).status).toBe(403);
 
@@ -130,7 +126,7 @@ describeApp('auth and profile caches: writes show on the next request on every n
     const who = await login(a, { bot });
     await meOnBoth(who);
     // The same cookie on B (the client forgets it when logout clears it).
-    const onB = on(b, who.client);
+    const onB = who.client.on(b);
     expect((await who.client.post('/v1/authentication/logout')).status).toBe(200);
     expect((await onB.get('/v1/users/me')).status).toBe(401);
   });
@@ -145,7 +141,7 @@ describeApp('auth and profile caches: writes show on the next request on every n
     const list = await keeper.client.get('/v1/users/me/sessions');
     const suffix = second.client.cookie?.slice(-6);
     expect(list.body.sessions.map((s: { token_suffix: string }) => s.token_suffix)).toContain(suffix);
-    expect((await on(b, keeper.client).post(`/v1/users/me/sessions/${suffix}/destroy`)).status).toBe(200);
+    expect((await keeper.client.on(b).post(`/v1/users/me/sessions/${suffix}/destroy`)).status).toBe(200);
     expect(await statusOnBoth(second.client)).toEqual([401, 401]);
 
     // Five live sessions again, then a sixth login evicts the oldest (the first).

@@ -24,12 +24,9 @@ describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('two nodes o
     await backing?.release();
   });
 
-  const on = (node: TestApp, client: Client) =>
-    Object.assign(new Client(node.url, client.ip, client.apiKey), { cookie: client.cookie });
-
   it('shares sessions: a login on node A works on node B, and ending it on A ends it on B', async () => {
     const { client, user } = await login(a);
-    const onB = on(b, client);
+    const onB = client.on(b);
     expect((await onB.get('/v1/users/me')).body.user.id).toBe(user.id);
     await client.post('/v1/authentication/logout');
     expect((await onB.get('/v1/users/me')).status).toBe(401);
@@ -91,7 +88,7 @@ describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('two nodes o
 
   it('drops, on node B, the socket of a session ended on node A', async () => {
     const onB = await member(b);
-    const onA = on(a, onB.client);
+    const onA = onB.client.on(a);
     const gone = disconnected(onB.socket, 10_000);
     await onA.post('/v1/authentication/logout', {});
     await gone;

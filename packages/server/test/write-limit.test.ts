@@ -4,7 +4,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { chatMembers } from '../src/platform/db/schema.js';
 import { type Backing, createBacking, describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { join, keyedChat, member } from './support/chat-flows.js';
-import { Client } from './support/client.js';
+import type { Client } from './support/client.js';
 import { createBot, type LoggedIn, login, operator } from './support/flows.js';
 import { closeAllSockets } from './support/sockets.js';
 
@@ -32,16 +32,12 @@ afterAll(async () => {
   await backing?.release();
 });
 
-/** The same caller (address and cookie) talking to another node. */
-const on = (node: TestApp, client: Client) =>
-  Object.assign(new Client(node.url, client.ip, client.apiKey), { cookie: client.cookie });
-
 /** A counted write that changes nothing visible: marks every notification read. */
 const readAll = (client: Client) => client.post('/v1/notifications/read-all', {});
 
 /** Spends `n` of the user's writes, alternating between the nodes; every one must be accepted. */
 async function spend(who: LoggedIn, n: number): Promise<void> {
-  const clients = [who.client, on(b, who.client)];
+  const clients = [who.client, who.client.on(b)];
   for (let i = 0; i < n; i += 1) {
     const res = await readAll(clients[i % 2] as Client);
     expect(res.status, `write ${i + 1}`).toBe(200);
@@ -52,7 +48,7 @@ describeApp('the per-user write limit', () => {
   it(`accepts ${Limits.WRITES_PER_USER} writes a window across the nodes and refuses the next with 429 and retry_after`, async () => {
     const who = await login(a, { bot });
     await spend(who, Limits.WRITES_PER_USER);
-    for (const client of [who.client, on(b, who.client)]) {
+    for (const client of [who.client, who.client.on(b)]) {
       const refused = await readAll(client);
       expect([refused.status, refused.body.code]).toEqual([429, 'ERR_RATE_LIMITED']);
       expect(refused.body.retry_after).toBeGreaterThanOrEqual(1);
@@ -63,7 +59,7 @@ describeApp('the per-user write limit', () => {
     expect(rename.status).toBe(429);
     expect((await who.client.get('/v1/users/me')).body.user.username).toBe(who.user.username);
     // Reads are not counted.
-    expect((await on(b, who.client).get('/v1/notifications/unread')).status).toBe(200);
+    expect((await who.client.on(b).get('/v1/notifications/unread')).status).toBe(200);
   });
 
   it('counts each user on its own', async () => {

@@ -30,6 +30,14 @@ export class Client {
     readonly fixedHeaders: Record<string, string> = {},
   ) {}
 
+  /**
+   * The same caller (address, key and the cookie it holds now) talking to another node: two
+   * nodes of one cluster behind a load balancer. The copy keeps its own cookie from then on.
+   */
+  on(node: { url: string }): Client {
+    return Object.assign(new Client(node.url, this.ip, this.apiKey, this.fixedHeaders), { cookie: this.cookie });
+  }
+
   async request<T = any>(method: string, path: string, opts: RequestOptions = {}): Promise<Answer<T>> {
     const headers: Record<string, string> = { 'x-forwarded-for': this.ip, ...this.fixedHeaders, ...opts.headers };
     const key = opts.apiKey === undefined ? this.apiKey : opts.apiKey;
