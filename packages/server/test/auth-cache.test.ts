@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { FakeClock } from '../src/platform/clock.js';
-import { type Backing, createBacking, describeApp, MODE, startApp, type TestApp } from './support/app.js';
+import { describeApp, type Nodes, startNodes, type TestApp } from './support/app.js';
 import { Client, nextIp } from './support/client.js';
 import { createBot, type LoggedIn, login, operator } from './support/flows.js';
 
@@ -12,21 +12,18 @@ import { createBot, type LoggedIn, login, operator } from './support/flows.js';
  * make a change visible.
  */
 const clock = new FakeClock(Date.now());
-let backing: Backing;
+let nodes: Nodes;
 let a: TestApp;
 let b: TestApp;
 let bot: Client;
 
 beforeAll(async () => {
-  backing = await createBacking();
-  a = await startApp({ backing, clock });
-  b = MODE === 'cluster' ? await startApp({ backing, clock }) : a;
+  nodes = await startNodes({ clock });
+  ({ a, b } = nodes);
   bot = (await createBot(a)).client;
 });
 afterAll(async () => {
-  if (b && b !== a) await b.close();
-  await a?.close();
-  await backing?.release();
+  await nodes?.close();
 });
 
 /** GET /v1/users/me on both nodes, so both have the session and the profile cached. */

@@ -2,7 +2,7 @@ import { Limits } from '@parlor/protocol';
 import { and, eq } from 'drizzle-orm';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { chatMembers } from '../src/platform/db/schema.js';
-import { type Backing, createBacking, describeApp, MODE, startApp, type TestApp } from './support/app.js';
+import { describeApp, type Nodes, startNodes, type TestApp } from './support/app.js';
 import { join, keyedChat, member } from './support/chat-flows.js';
 import type { Client } from './support/client.js';
 import { createBot, type LoggedIn, login, operator } from './support/flows.js';
@@ -14,22 +14,19 @@ import { closeAllSockets } from './support/sockets.js';
  * Redis; embedded mode has one node, so A and B are it). The window is a minute of real time, and
  * every test uses fresh users, so no test spends another's allowance.
  */
-let backing: Backing;
+let nodes: Nodes;
 let a: TestApp;
 let b: TestApp;
 let bot: Client;
 
 beforeAll(async () => {
-  backing = await createBacking();
-  a = await startApp({ backing });
-  b = MODE === 'cluster' ? await startApp({ backing }) : a;
+  nodes = await startNodes();
+  ({ a, b } = nodes);
   bot = (await createBot(a)).client;
 });
 afterAll(async () => {
   closeAllSockets();
-  if (b && b !== a) await b.close();
-  await a?.close();
-  await backing?.release();
+  await nodes?.close();
 });
 
 /** A counted write that changes nothing visible: marks every notification read. */

@@ -20,13 +20,6 @@ export interface UserLimit {
   spend(userId: number): Promise<void>;
 }
 
-/**
- * The per-user write limit: Limits.WRITES_PER_USER changes per Limits.WRITE_WINDOW_MS for each
- * signed-in user. Spent by every POST made with a session (installWriteLimit) and by the socket
- * events that change a membership (room:join as a new member, room:leave).
- */
-export type WriteLimit = UserLimit;
-
 export function makeUserLimit(
   state: Pick<StateStore, 'limiter'>,
   opts: { name: string; points: number; windowMs: number; message: string },
@@ -41,7 +34,12 @@ export function makeUserLimit(
   };
 }
 
-export function makeWriteLimit(state: Pick<StateStore, 'limiter'>): WriteLimit {
+/**
+ * The per-user write limit: Limits.WRITES_PER_USER changes per Limits.WRITE_WINDOW_MS for each
+ * signed-in user. Spent by every POST made with a session (installWriteLimit) and by the socket
+ * events that change a membership (room:join as a new member, room:leave).
+ */
+export function makeWriteLimit(state: Pick<StateStore, 'limiter'>): UserLimit {
   return makeUserLimit(state, {
     name: 'writes-user',
     points: Limits.WRITES_PER_USER,
@@ -70,7 +68,7 @@ export function makeEnterLimit(state: Pick<StateStore, 'limiter'>): UserLimit {
  * operator token and bots (limited per key) are not counted, nor routes marked `ownWriteLimit`.
  * A refused request does nothing.
  */
-export function installWriteLimit(app: App, writes: WriteLimit): void {
+export function installWriteLimit(app: App, writes: UserLimit): void {
   app.addHook('preHandler', async (request) => {
     if (request.method === 'GET' || request.method === 'HEAD') return;
     const user = request.principal.user;

@@ -14,12 +14,12 @@ import type { Realtime } from '../platform/realtime.js';
 import { RedisState } from '../platform/state/index.js';
 import { type MatchQueue, MemoryMatchQueue } from '../platform/state/match-queue.js';
 import { RedisMatchQueue } from '../platform/state/match-queue.redis.js';
-import { makeEnterLimit, type WriteLimit } from '../platform/write-limit.js';
+import { makeEnterLimit, type UserLimit } from '../platform/write-limit.js';
 import type { Accounts } from './accounts.js';
 import type { WiringContext } from './services.js';
 
 /** Chats and what lives in them: the chats store, keys, messages, guilds (their chats), the chats service. */
-export function wireChats(ctx: WiringContext, accounts: Accounts, realtime: Realtime, writes: WriteLimit) {
+export function wireChats(ctx: WiringContext, accounts: Accounts, realtime: Realtime, writes: UserLimit) {
   const { clock, db, state } = ctx;
   const { audit, usersStore, users } = accounts;
   const chatsStore = makeChatsStore(db);

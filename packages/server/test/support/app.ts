@@ -107,3 +107,29 @@ export async function startApp(opts: StartOptions = {}): Promise<TestApp> {
 
 /** `describe` for integration suites: on the cluster project it is skipped when services are missing. */
 export const describeApp = describe.skipIf(MODE === 'cluster' && !inject('servicesAvailable'));
+
+/** Nodes A and B of one deployment, and what stops them both. */
+export interface Nodes {
+  a: TestApp;
+  b: TestApp;
+  close(): Promise<void>;
+}
+
+/**
+ * Two nodes over one backing (PostgreSQL + Redis) in cluster mode; in embedded mode one node,
+ * which is both A and B. Suites that check "on every node" run unchanged in both modes.
+ */
+export async function startNodes(opts: Omit<StartOptions, 'backing'> = {}): Promise<Nodes> {
+  const backing = await createBacking();
+  const a = await startApp({ ...opts, backing });
+  const b = MODE === 'cluster' ? await startApp({ ...opts, backing }) : a;
+  return {
+    a,
+    b,
+    async close() {
+      if (b !== a) await b.close();
+      await a.close();
+      await backing.release();
+    },
+  };
+}

@@ -3,7 +3,7 @@ import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
 import { type Realtime, rooms, type SocketData } from '../../platform/realtime.js';
-import type { UserLimit, WriteLimit } from '../../platform/write-limit.js';
+import type { UserLimit } from '../../platform/write-limit.js';
 import type { KeysService } from '../keys/keys.service.js';
 import type { MessagesService } from '../messages/messages.service.js';
 import type { Tx } from '../users/users.store.js';
@@ -27,7 +27,7 @@ export interface MembershipDeps {
   /** The chat a guild vanity opens (the guilds module), or null; without it no vanity resolves. */
   vanityChat?: (vanity: string) => Promise<number | null>;
   /** The user's write allowance: a join that makes a member and a leave spend one. */
-  writes: WriteLimit;
+  writes: UserLimit;
   /** The user's room:join allowance: every join spends one. */
   enters: UserLimit;
 }

@@ -6,7 +6,7 @@ import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
 import { batched } from '../../platform/group-commit.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
-import type { UserLimit, WriteLimit } from '../../platform/write-limit.js';
+import type { UserLimit } from '../../platform/write-limit.js';
 import { canManageOfficial } from '../admin/admin.rules.js';
 import type { KeysService } from '../keys/keys.service.js';
 import type { MessagesService } from '../messages/messages.service.js';
@@ -30,7 +30,7 @@ export interface ChatsDeps {
   /** The chat a guild vanity opens (the guilds module), or null; without it no vanity resolves. */
   vanityChat?: (vanity: string) => Promise<number | null>;
   /** The per-user write limit (room:join as a new member and room:leave spend it). */
-  writes: WriteLimit;
+  writes: UserLimit;
   /** The per-user room:join limit (every join spends it). */
   enters: UserLimit;
 }
