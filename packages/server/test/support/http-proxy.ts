@@ -40,6 +40,8 @@ export async function startHttpProxy(target: { port: number }) {
   });
   server.on('connect', (req: http.IncomingMessage, socket: import('node:net').Socket) => {
     tunnels.push(req.url ?? '');
+    // The socket is ours once CONNECT arrives: the browser may reset it (it gives up on the name).
+    socket.on('error', () => {});
     socket.end('HTTP/1.1 502 Bad Gateway\r\n\r\n');
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
