@@ -4,6 +4,7 @@ import { createAdapter } from '@socket.io/redis-streams-adapter';
 import type { Redis } from 'ioredis';
 import { Server, type Socket } from 'socket.io';
 import { toErrorBody } from './errors.js';
+import { coalesceSocketWrites } from './socket-writes.js';
 import { compilePayload } from './validation.js';
 
 /** Socket room names; every emit goes through these, never a hand-built string. */
@@ -56,6 +57,9 @@ export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
         }
       : {}),
   });
+
+  // One write per connection per turn: the frames of a group-committed batch leave together.
+  coalesceSocketWrites(io.engine as unknown as Parameters<typeof coalesceSocketWrites>[0]);
 
   io.use((socket, next) => {
     opts
