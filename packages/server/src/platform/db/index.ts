@@ -9,6 +9,7 @@ import { migrate as migratePglite } from 'drizzle-orm/pglite/migrator';
 import { drizzle as drizzlePostgres } from 'drizzle-orm/postgres-js';
 import { migrate as migratePostgres } from 'drizzle-orm/postgres-js/migrator';
 import postgres from 'postgres';
+import { alwaysPrepared } from './prepared.js';
 import * as schema from './schema.js';
 
 export { schema };
@@ -50,7 +51,7 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
     }
     const client = postgres(opts.url, { max: opts.poolSize ?? 10, onnotice: () => {} });
     return {
-      db: drizzlePostgres(client, { schema }) as unknown as Db,
+      db: drizzlePostgres(alwaysPrepared(client), { schema }) as unknown as Db,
       kind: 'postgres',
       close: () => client.end({ timeout: 5 }),
     };

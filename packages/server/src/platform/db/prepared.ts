@@ -1,0 +1,38 @@
+import type { Sql } from 'postgres';
+
+/**
+ * A postgres-js client whose statements are all prepared, however they are called.
+ *
+ * Drizzle runs a statement unprepared (`prepare: false`) unless the caller names it, and postgres-js
+ * cannot send the values of an unprepared statement before it knows their types: it parses the
+ * statement, waits for the server's parameter description, and only then binds and executes. Two
+ * round trips for every statement with parameters, which is nearly every one. Prepared, the first
+ * use of a statement on a connection parses, binds and executes in one round trip, and later uses
+ * bind the statement by name (no parse at all).
+ *
+ * This wraps the client (and the clients of its transactions and savepoints) so every `unsafe`
+ * call, which is how drizzle sends statements, asks for `prepare: true`. Each connection keeps its
+ * prepared statements until it is closed; statement texts are parameterised, so they are few (one
+ * per query shape: a batch of n sends is one shape per n). postgres-js recycles connections after
+ * 30 to 60 minutes (`max_lifetime`), which bounds them, and re-prepares a statement whose plan a
+ * migration invalidated.
+ */
+export function alwaysPrepared<T extends Sql>(client: T): T {
+  return new Proxy(client, {
+    get(target, prop, receiver) {
+      if (prop === 'unsafe') {
+        const unsafe: Sql['unsafe'] = (query, parameters, options) =>
+          target.unsafe(query, parameters, { ...options, prepare: true });
+        return unsafe;
+      }
+      if (prop === 'begin' || prop === 'savepoint') {
+        const open = Reflect.get(target, prop, receiver) as (...args: unknown[]) => unknown;
+        return (...args: unknown[]) => {
+          const fn = args.pop() as (tx: Sql) => unknown;
+          return open(...args, (tx: Sql) => fn(alwaysPrepared(tx)));
+        };
+      }
+      return Reflect.get(target, prop, receiver);
+    },
+  });
+}

@@ -1,0 +1,62 @@
+import { eq, sql } from 'drizzle-orm';
+import { drizzle } from 'drizzle-orm/postgres-js';
+import postgres from 'postgres';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { type Database, type Db, openDatabase, rowsOf, schema } from '../src/platform/db/index.js';
+import { MODE } from './support/app.js';
+import { createScratchDatabase } from './support/services.js';
+
+/**
+ * Statements on PostgreSQL are prepared (platform/db/prepared.ts): one round trip each, where
+ * drizzle's default (unprepared) makes postgres-js wait for the parameter types first. Seen from
+ * the server: a prepared statement shows in `pg_prepared_statements` of its connection.
+ */
+describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('statements on PostgreSQL', () => {
+  let scratch: Awaited<ReturnType<typeof createScratchDatabase>>;
+  let database: Database;
+
+  beforeAll(async () => {
+    scratch = await createScratchDatabase();
+    // One connection, so that every statement below runs on the connection it then inspects.
+    database = await openDatabase({ url: scratch.url, dataDir: null, poolSize: 1 });
+  });
+  afterAll(async () => {
+    await database?.close();
+    await scratch?.drop();
+  });
+
+  const prepared = async (db: Db, like: string) =>
+    rowsOf<{ n: number }>(
+      await db.execute(
+        sql`select count(*)::integer as n from pg_prepared_statements where statement like ${like}::text`,
+      ),
+    )[0]?.n;
+
+  it('prepares each statement once per connection, with parameters', async () => {
+    const { db } = database;
+    for (let i = 0; i < 3; i++) await db.select().from(schema.users).where(eq(schema.users.id, i));
+    expect(await prepared(db, 'select % from "users" where "users"."id" = $1')).toBe(1);
+  });
+
+  it('prepares them inside transactions and savepoints too', async () => {
+    await database.db.transaction(async (tx) => {
+      await tx.select().from(schema.chats).where(eq(schema.chats.id, 7));
+      expect(await prepared(tx, 'select % from "chats" where "chats"."id" = $1')).toBe(1);
+      await tx.transaction(async (inner) => {
+        await inner.select().from(schema.sessions).where(eq(schema.sessions.id, 7));
+        expect(await prepared(inner, 'select % from "sessions" where "sessions"."id" = $1')).toBe(1);
+      });
+    });
+  });
+
+  it('drizzle alone would leave them unprepared (what the wrapper is for)', async () => {
+    const raw = postgres(scratch.url, { max: 1, onnotice: () => {} });
+    try {
+      const db = drizzle(raw, { schema }) as unknown as Db;
+      await db.select().from(schema.messages).where(eq(schema.messages.chatId, 7));
+      expect(await prepared(db, 'select % from "messages" where "messages"."chat_id" = $1')).toBe(0);
+    } finally {
+      await raw.end();
+    }
+  });
+});
