@@ -13,10 +13,11 @@
  *   - baseline: the page query alone (the chat's messages before the cursor as the row comparison
  *     `(ms, seq) < (…)`, newest first; the store's statement also checks the reader's right and
  *     shapes the rows, which is Parlor's cost), built by drizzle from the app's schema
- *     (`toSQL()`, the exact text and parameters), sent straight to the driver the way drizzle
- *     sends it (postgres.js `unsafe(text, params, { prepare: false }).values()`; PGlite `query`
- *     in array row mode), same cursors, same limit, `--connections` loops at once, on the app's own
- *     connection (pool) and in the app's thread. Rows are fetched and dropped: no JSON.
+ *     (`toSQL()`, the exact text and parameters), sent straight to the driver the way the app's
+ *     statements go (postgres.js `unsafe(text, params, { prepare: true }).values()`: prepared,
+ *     platform/db/prepared.ts; PGlite `query` in array row mode), same cursors, same limit,
+ *     `--connections` loops at once, on the app's own connection (pool) and in the app's thread.
+ *     Rows are fetched and dropped: no JSON.
  * Parlor and the baseline alternate in rounds of ~2.5 s after 1 s warm-ups.
  *
  * Options: --mode, --duration S (8 per side), --messages N, --readers N, --connections N,
@@ -163,7 +164,7 @@ async function measure(started, schema, { duration, messages: count, readers, co
   const kind = started.built.database.kind;
   const runQuery =
     kind === 'postgres'
-      ? (q) => client.unsafe(q.sql, q.params, { prepare: false }).values()
+      ? (q) => client.unsafe(q.sql, q.params, { prepare: true }).values()
       : (q) => client.query(q.sql, q.params, { rowMode: 'array' });
   // Check once that both give the same page.
   const sample = await runQuery(queries[1]);
@@ -290,7 +291,7 @@ function report(mode, label, r, { connections }) {
     `  ${r.count} messages inserted in ${fmt.ms(r.fillMs)} (one INSERT … SELECT); a page of ${PAGE} is ${r.pageBytes} bytes of JSON; set-up ${r.setupS.toFixed(1)} s`,
   );
   console.log(
-    `  the query (${r.kind === 'postgres' ? 'postgres.js, unprepared like drizzle' : 'PGlite'}): ${r.sqlText}`,
+    `  the query (${r.kind === 'postgres' ? 'postgres.js, prepared like the app\'s' : 'PGlite'}): ${r.sqlText}`,
   );
   console.log(`  EXPLAIN ANALYZE, a page just below the newest: ${r.plans.newest}`);
   console.log(`  EXPLAIN ANALYZE, the middle of the history: ${r.plans.middle}`);
