@@ -101,7 +101,11 @@ export interface VmServerToClientEvents {
   'vm:control:request': (e: { chat_id: number; user_id: number; username: string }) => void;
 }
 
-/** Client → server events of the room VM; each takes an ack callback. */
+/**
+ * Client → server events of the room VM; each takes an ack callback, except that `vm:frame:ack`
+ * may be sent without one (the SDK does: an answer to every frame's acknowledgement would double
+ * the packets per frame, and a refused one changes nothing for the viewer).
+ */
 export interface VmClientToServerEvents {
   'vm:credentials': (p: { chat_id: number }, ack: (a: Ack<{ credentials: VmCredentials }>) => void) => void;
   'vm:watch': (
@@ -109,7 +113,7 @@ export interface VmClientToServerEvents {
     ack: (a: Ack<{ width: number; height: number; controller_user_id: number | null }>) => void,
   ) => void;
   'vm:unwatch': (p: { chat_id: number }, ack: (a: Ack) => void) => void;
-  'vm:frame:ack': (p: { chat_id: number; seq: number }, ack: (a: Ack) => void) => void;
+  'vm:frame:ack': (p: { chat_id: number; seq: number }, ack?: (a: Ack) => void) => void;
   'vm:control:request': (
     p: { chat_id: number },
     ack: (a: Ack<{ granted: boolean; controller_user_id: number | null }>) => void,

@@ -129,9 +129,14 @@ export class RoomVm extends TypedEmitter<RoomVmEvents> {
     await this.#ack('vm:unwatch', {});
   }
 
-  /** `vm:frame:ack`: the viewer is ready for the next frame (only needed with `manualAck`). */
+  /**
+   * `vm:frame:ack`: the viewer is ready for the next frame (only needed with `manualAck`). Sent
+   * without asking for an answer, as flow-control acknowledgements are: one per frame already, an
+   * answer to each would double the packets, and a refused one (not watching any more) changes
+   * nothing here. Resolves once handed to the socket.
+   */
   async ack(seq: number): Promise<void> {
-    await this.#ack('vm:frame:ack', { seq });
+    this.socket.emit('vm:frame:ack', { chat_id: this.chatId, seq });
   }
 
   /** `vm:control:request`: granted at once when nobody controls; otherwise the chat is asked. */

@@ -154,13 +154,16 @@ export interface Watcher {
   stop(): void;
 }
 
-/** Receives a chat's frames on a socket and acknowledges each at once (a fast viewer). */
+/**
+ * Receives a chat's frames on a socket and acknowledges each at once (a fast viewer), without an
+ * ack callback, as the SDK does (the tests that check an ack's answer send theirs with one).
+ */
 export function autoAck(socket: TestSocket, chatId: number): Watcher {
   const frames: Watcher['frames'] = [];
   const onFrame = (p: { chat_id: number; seq: number; data: Uint8Array }) => {
     if (p.chat_id !== chatId) return;
     frames.push({ seq: p.seq, data: Buffer.from(p.data) });
-    socket.emit('vm:frame:ack', { chat_id: chatId, seq: p.seq }, () => {});
+    socket.emit('vm:frame:ack', { chat_id: chatId, seq: p.seq });
   };
   socket.on('vm:frame', onFrame);
   return { frames, latest: () => frames.at(-1), stop: () => socket.off('vm:frame', onFrame) };
