@@ -291,7 +291,7 @@ function report(mode, label, r, { connections }) {
     `  ${r.count} messages inserted in ${fmt.ms(r.fillMs)} (one INSERT … SELECT); a page of ${PAGE} is ${r.pageBytes} bytes of JSON; set-up ${r.setupS.toFixed(1)} s`,
   );
   console.log(
-    `  the query (${r.kind === 'postgres' ? 'postgres.js, prepared like the app\'s' : 'PGlite'}): ${r.sqlText}`,
+    `  the query (${r.kind === 'postgres' ? "postgres.js, prepared like the app's" : 'PGlite'}): ${r.sqlText}`,
   );
   console.log(`  EXPLAIN ANALYZE, a page just below the newest: ${r.plans.newest}`);
   console.log(`  EXPLAIN ANALYZE, the middle of the history: ${r.plans.middle}`);
