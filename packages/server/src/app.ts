@@ -28,7 +28,7 @@ import { loadOrCreateSecret } from './platform/secret-files.js';
 import { API_SECURITY_HEADERS, computeSecurityHeaders, isApiPath } from './platform/security-headers.js';
 import { openState, type StateStore } from './platform/state/index.js';
 import { validatorCompiler } from './platform/validation.js';
-import type { LocalChromiumProvider } from './platform/vm/local-provider.js';
+import type { VmProvider } from './platform/vm/provider.js';
 import { installWriteLimit } from './platform/write-limit.js';
 import { registerRoutes } from './wiring/routes.js';
 import { wireServices } from './wiring/services.js';
@@ -70,8 +70,8 @@ export interface BuiltApp {
     vm: VmService;
     auth: AuthService;
   };
-  /** The room VM provider of this node (tests reach its browsers: pid, page state, memory). */
-  vmProvider: LocalChromiumProvider;
+  /** The room VM provider of this node: its own browsers, or its browser hosts' (VM_HOSTS). */
+  vmProvider: VmProvider;
 }
 
 /** Builds the whole service from configuration: stores, services, routes. Nothing listens yet. */

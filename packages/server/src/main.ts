@@ -1,18 +1,9 @@
 import { buildApp } from './app.js';
-import { type Config, ConfigError, loadConfig } from './platform/config.js';
+import { loadConfigOrExit } from './platform/config.js';
 
 /** Starts the service: config, app, listen; stops cleanly on SIGTERM/SIGINT. */
 async function main() {
-  let config: Readonly<Config>;
-  try {
-    config = loadConfig();
-  } catch (e) {
-    if (e instanceof ConfigError) {
-      for (const p of e.problems) process.stderr.write(`parlor: invalid configuration: ${p}\n`);
-      process.exit(1);
-    }
-    throw e;
-  }
+  const config = loadConfigOrExit('parlor');
   const built = await buildApp({ config });
   const { app } = built;
   let closing = false;

@@ -1,28 +1,25 @@
 import { lookup } from 'node:dns/promises';
 import { readFileSync, statSync } from 'node:fs';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { AppError } from '../src/platform/errors.js';
+import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import { LocalChromiumProvider } from '../src/platform/vm/local-provider.js';
 import { makeNetworkGuard } from '../src/platform/vm/network-guard.js';
-import type { VmFrame, VmProvider, VmStartSpec } from '../src/platform/vm/provider.js';
 import {
   BROWSER_TEST_TIMEOUT_MS,
   CHROMIUM,
   describeProvider,
   eventually,
-  jpegSize,
-  roomSpec,
   startTestSite,
   testEgressNetwork,
   WAIT_MS,
 } from './support/vm-browser.js';
+import { providerContract, rejectsWith, spec } from './support/vm-contract.js';
 
 vi.setConfig({ testTimeout: BROWSER_TEST_TIMEOUT_MS });
 
 /**
- * The VM provider port's contract (CONVENTIONS 7): every provider passes `providerContract`.
- * Today that is the local Chromium provider; a remote browser-host provider will run the same
- * suite. The provider does not depend on the storage mode, so this file runs on the embedded
+ * The VM provider port's contract (CONVENTIONS 7): every provider passes `providerContract`:
+ * the local Chromium provider, and the remote one over a browser host (vm-remote.test.ts runs
+ * it). The provider does not depend on the storage mode, so these files run on the embedded
  * project only.
  */
 const describeLocal = describeProvider;
@@ -35,79 +32,12 @@ afterAll(async () => {
   await site?.close();
 });
 
-const spec = (over: Partial<VmStartSpec> = {}) => roomSpec({ allowPrivateNetworks: true, ...over });
-
-async function rejectsWith(p: Promise<unknown>, code: string, message?: RegExp) {
-  const err = await p.then(
-    () => null,
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(AppError);
-  expect((err as AppError).code).toBe(code);
-  if (message) expect((err as AppError).message).toMatch(message);
-}
-
-/** What every VM provider must do; `make(maxRooms)` builds one whose rooms may reach 127.0.0.1. */
-function providerContract(name: string, make: (maxRooms: number) => VmProvider) {
-  describe(`VM provider contract: ${name}`, () => {
-    let provider: VmProvider;
-    beforeAll(() => {
-      provider = make(1);
-    });
-    afterAll(async () => {
-      await provider?.close();
-    });
-
-    it('starts a room once: a second start answers the same run', async () => {
-      const info = await provider.start('one', spec({ startUrl: site.url('/button') }));
-      expect(info).toMatchObject({ roomId: 'one', state: 'running', width: 640, height: 360, restarts: 0 });
-      const again = await provider.start('one', spec());
-      expect(again.startedAt).toEqual(info.startedAt);
-      expect(provider.list()).toHaveLength(1);
-      expect(provider.status('one')?.state).toBe('running');
-      expect(provider.status('other')).toBeNull();
-    });
-
-    it('streams JPEG frames with increasing seq, and shows navigation in later frames', async () => {
-      const frames: VmFrame[] = [];
-      const unsubscribe = provider.subscribe('one', (f) => frames.push(f));
-      await eventually(() => frames.length > 0, WAIT_MS, 'a first frame');
-      expect(frames[0]?.mime).toBe('image/jpeg');
-      expect(jpegSize(frames[0]?.data as Buffer)).toEqual({ width: 640, height: 360 });
-      const before = frames.at(-1) as VmFrame;
-      await provider.navigate('one', { url: site.url('/page2') });
-      await eventually(
-        () => frames.some((f) => f.seq > before.seq && !f.data.equals(before.data)),
-        WAIT_MS,
-        'a new frame',
-      );
-      const seqs = frames.map((f) => f.seq);
-      expect([...seqs].sort((a, b) => a - b)).toEqual(seqs);
-      await provider.input('one', { kind: 'mouse', type: 'move', x: 10, y: 10 });
-      await provider.navigate('one', { action: 'back' });
-      unsubscribe();
-    });
-
-    it('refuses a room beyond its capacity and settings it cannot serve with ERR_ROOM_START_FAILED', async () => {
-      await rejectsWith(provider.start('two', spec()), 'ERR_ROOM_START_FAILED', /capacity/i);
-      await provider.stop('one');
-      await rejectsWith(provider.start('tor', spec({ browser: 'tor' })), 'ERR_ROOM_START_FAILED', /Tor/);
-      await rejectsWith(provider.start('us', spec({ proxy: 'us' })), 'ERR_ROOM_START_FAILED', /proxy/);
-    });
-
-    it('stops rooms: nothing listed, input refused with ERR_ROOM_NOT_RUNNING, a second stop is a no-op', async () => {
-      expect(provider.status('one')).toBeNull();
-      expect(provider.list()).toEqual([]);
-      await rejectsWith(provider.input('one', { kind: 'text', text: 'x' }), 'ERR_ROOM_NOT_RUNNING');
-      await rejectsWith(provider.navigate('one', { action: 'reload' }), 'ERR_ROOM_NOT_RUNNING');
-      expect(() => provider.subscribe('one', () => {})).toThrow();
-      await provider.stop('one');
-    });
-  });
-}
-
 describeLocal('local Chromium provider', () => {
-  providerContract('local chromium', (maxRooms) => new LocalChromiumProvider({ chromiumPath: CHROMIUM, maxRooms }));
+  providerContract(
+    'local chromium',
+    () => site,
+    (maxRooms) => new LocalChromiumProvider({ chromiumPath: CHROMIUM, maxRooms }),
+  );
 
   it('answers ERR_ROOM_START_FAILED when the binary is missing', async () => {
     const missing = new LocalChromiumProvider({ chromiumPath: '/nonexistent/chromium', maxRooms: 1 });

@@ -36,6 +36,9 @@ const INVALID: Record<string, string> = {
   VM_TOR_PROXY: 'http://127.0.0.1:9050',
   VM_PROXY_US: 'ftp://proxy.example:21',
   VM_PROXY_EU: 'http://user:secret@proxy.example:3128',
+  VM_HOSTS: 'browsers.internal:8090',
+  VM_HOST_TOKEN: 'too-short-for-a-host-token',
+  BROWSER_HOST_PORT: '99999',
   LOG_LEVEL: 'loud',
 };
 
@@ -66,6 +69,9 @@ describe('loadConfig', () => {
       vmBrowserUser: 'nobody',
       vmSandbox: true,
       vmBrowserUids: null,
+      vmHosts: [],
+      vmHostToken: null,
+      browserHostPort: 8090,
       logLevel: 'info',
       sourceHash: 'abc123',
     } satisfies Config);
@@ -100,6 +106,9 @@ describe('loadConfig', () => {
       VM_BROWSER_USER: 'parlor-browser',
       VM_SANDBOX: 'off',
       VM_BROWSER_UIDS: '200000-200063',
+      VM_HOSTS: ' https://browsers-1.internal:8090/ , http://10.0.0.7:8090',
+      VM_HOST_TOKEN: 'vht_0123456789abcdef0123456789abcdef',
+      BROWSER_HOST_PORT: '9090',
       LOG_LEVEL: 'debug',
     });
     expect(config).toEqual({
@@ -126,6 +135,9 @@ describe('loadConfig', () => {
       vmBrowserUser: 'parlor-browser',
       vmSandbox: false,
       vmBrowserUids: { first: 200000, last: 200063 },
+      vmHosts: ['https://browsers-1.internal:8090', 'http://10.0.0.7:8090'],
+      vmHostToken: 'vht_0123456789abcdef0123456789abcdef',
+      browserHostPort: 9090,
       logLevel: 'debug',
       sourceHash: 'abc123',
     } satisfies Config);
@@ -136,7 +148,7 @@ describe('loadConfig', () => {
     expect(problems).toHaveLength(Object.keys(INVALID).length);
     for (const name of Object.keys(INVALID)) {
       expect(
-        problems.filter((p) => p.includes(name)),
+        problems.filter((p) => p.startsWith(`${name} `)),
         `problems naming ${name}`,
       ).toHaveLength(1);
     }
@@ -146,6 +158,14 @@ describe('loadConfig', () => {
     const problems = problemsOf({ [name]: value });
     expect(problems).toHaveLength(1);
     expect(problems[0]).toMatch(new RegExp(`^${name}\\b`));
+  });
+
+  it('wants VM_HOST_TOKEN with VM_HOSTS, and takes a 32-character one', () => {
+    expect(problemsOf({ VM_HOSTS: 'http://browsers.internal:8090' })).toEqual([
+      expect.stringMatching(/^VM_HOST_TOKEN must be set when VM_HOSTS/),
+    ]);
+    expect(problemsOf({ VM_HOST_TOKEN: 'a'.repeat(31) })).toEqual([expect.stringMatching(/^VM_HOST_TOKEN/)]);
+    expect(load({ VM_HOST_TOKEN: 'a'.repeat(32) }).vmHostToken).toBe('a'.repeat(32));
   });
 
   it('puts every problem in the error message, so start-up prints one clear line', () => {

@@ -53,6 +53,12 @@ export interface Config {
   vmSandbox: boolean;
   /** When the server runs as root: a uid per room from this range (`first-last`), instead of vmBrowserUser. */
   vmBrowserUids: { first: number; last: number } | null;
+  /** Browser hosts (http/https base URLs) that run this node's room VMs; empty: browsers run here. */
+  vmHosts: string[];
+  /** The token browser hosts and nodes share (VM_HOST_TOKEN, at least 32 characters). */
+  vmHostToken: string | null;
+  /** A browser host's listening port (BROWSER_HOST_PORT, 8090); only the browser-host process reads it. */
+  browserHostPort: number;
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
   /** Git commit of the running build, for GET /v1/health. */
   sourceHash: string;
@@ -206,6 +212,16 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
   if (!/^([a-z_][a-z0-9_.-]{0,31}\$?|\d+(:\d+)?)$/i.test(vmBrowserUser))
     problems.push(`VM_BROWSER_USER must be a user name or uid[:gid] (got "${vmBrowserUser}")`);
   const vmBrowserUids = uidRange('VM_BROWSER_UIDS', vmMaxPerNode);
+  const vmHosts: string[] = [];
+  for (const h of (str('VM_HOSTS') ?? '').split(',').map((x) => x.trim().replace(/\/$/, ''))) {
+    if (h === '') continue;
+    if (URL.canParse(h) && ['http:', 'https:'].includes(new URL(h).protocol)) vmHosts.push(h);
+    else problems.push(`VM_HOSTS has "${h}", which is not an http(s) URL of a browser host`);
+  }
+  const vmHostToken = str('VM_HOST_TOKEN');
+  if (vmHostToken !== null && vmHostToken.length < 32) problems.push('VM_HOST_TOKEN must be at least 32 characters');
+  if (vmHosts.length > 0 && vmHostToken === null)
+    problems.push('VM_HOST_TOKEN must be set when VM_HOSTS names browser hosts (the token they share)');
   const logLevel = (str('LOG_LEVEL') ?? 'info') as Config['logLevel'];
   if (!LOG_LEVELS.includes(logLevel)) problems.push(`LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}`);
   const redisPrefix = str('REDIS_PREFIX') ?? 'parlor:';
@@ -235,6 +251,9 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
     vmBrowserUser,
     vmSandbox: str('VM_SANDBOX') === null ? true : bool('VM_SANDBOX'),
     vmBrowserUids,
+    vmHosts,
+    vmHostToken,
+    browserHostPort: int('BROWSER_HOST_PORT', 8090, 0, 65535),
     logLevel,
     sourceHash: str('SOURCE_HASH') ?? '',
     ...overrides,
@@ -242,4 +261,15 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
   if (problems.length > 0) throw new ConfigError(problems);
   if (config.sourceHash === '') config.sourceHash = gitHead();
   return Object.freeze(config);
+}
+
+/** The configuration of a process entry; an invalid one prints each problem and exits 1. */
+export function loadConfigOrExit(label: string): Readonly<Config> {
+  try {
+    return loadConfig();
+  } catch (e) {
+    if (!(e instanceof ConfigError)) throw e;
+    for (const p of e.problems) process.stderr.write(`${label}: invalid configuration: ${p}\n`);
+    process.exit(1);
+  }
 }

@@ -17,7 +17,7 @@ import type { GeoLookup } from '../platform/geo.js';
 import { createRealtime, type Realtime, type SocketData } from '../platform/realtime.js';
 import type { App } from '../platform/routing.js';
 import { RedisState, type StateStore } from '../platform/state/index.js';
-import { LocalChromiumProvider } from '../platform/vm/local-provider.js';
+import { vmProviderFor } from '../platform/vm/from-config.js';
 import { makeWriteLimit } from '../platform/write-limit.js';
 import { type Accounts, wireAccounts } from './accounts.js';
 import { wireChats, wireMatchmaking } from './chats.js';
@@ -196,19 +196,10 @@ function wireGovernance(
   return { admin, moderation };
 }
 
-/** Room VMs: browsers of this node (local chromium), viewers and control kept by the vm service. */
+/** Room VMs: browsers of this node (local chromium) or of its browser hosts, viewers and control kept by the vm service. */
 async function wireVm(ctx: WiringContext, chats: ChatsService, realtime: Realtime) {
   const { app, config, clock, state } = ctx;
-  const vmProvider = new LocalChromiumProvider({
-    chromiumPath: config.chromiumPath,
-    maxRooms: config.vmMaxPerNode,
-    torProxy: config.vmTorProxy,
-    regionProxies: { us: config.vmProxyUs, eu: config.vmProxyEu },
-    browserUser: config.vmBrowserUser,
-    sandbox: config.vmSandbox,
-    browserUids: config.vmBrowserUids,
-    log: (message) => app.log.warn(message),
-  });
+  const vmProvider = vmProviderFor(config, (message) => app.log.warn(message));
   const vm = makeVmService({
     provider: vmProvider,
     chats,

@@ -7,12 +7,18 @@ import type { Clock } from '../../src/platform/clock.js';
 import { type Config, loadConfig } from '../../src/platform/config.js';
 import { type Database, openDatabase } from '../../src/platform/db/index.js';
 import { openState, type StateStore } from '../../src/platform/state/index.js';
+import type { LocalChromiumProvider } from '../../src/platform/vm/local-provider.js';
 import { clearRedisPrefix, createScratchDatabase, SERVICE_URLS } from './services.js';
 
 /** Which stores this run of the integration suite uses (set per vitest project). */
 export const MODE: 'embedded' | 'cluster' = process.env.PARLOR_TEST_MODE === 'cluster' ? 'cluster' : 'embedded';
 
 export interface TestApp extends BuiltApp {
+  /**
+   * The node's own browsers, with their test hooks (pid, page state). Every suite runs the local
+   * provider but vm-remote.test.ts, which reaches its hosts' providers instead.
+   */
+  vmProvider: LocalChromiumProvider;
   url: string;
   config: Readonly<Config>;
   close(): Promise<void>;
@@ -96,6 +102,7 @@ export async function startApp(opts: StartOptions = {}): Promise<TestApp> {
   const address = await built.app.listen({ port: 0, host: '127.0.0.1' });
   return {
     ...built,
+    vmProvider: built.vmProvider as LocalChromiumProvider,
     url: address,
     config,
     close: async () => {

@@ -1,0 +1,190 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
+import type { Server as HttpServer } from 'node:http';
+import { Server, type Socket } from 'socket.io';
+import { appError } from '../errors.js';
+import {
+  errorAck,
+  type HostAck,
+  type HostToNodeEvents,
+  type NodeToHostEvents,
+  toWire,
+  type WireInfo,
+} from './host-protocol.js';
+import type { VmProvider } from './provider.js';
+
+/**
+ * A browser host: room browsers of one machine (any VmProvider, the local Chromium one in
+ * practice) served to Parlor nodes over Socket.IO (host-protocol.ts), for deployments where the
+ * nodes' own machines should not run browsers (docs/operations.md "Browser hosts").
+ *
+ * Only nodes holding the token connect. Each connection starts and owns its rooms; another node
+ * cannot stop, drive or watch them (it relays through the node that runs the room, as between
+ * nodes with local browsers). A connection that drops takes its rooms with it.
+ */
+export interface BrowserHostOptions {
+  provider: VmProvider;
+  /** VM_HOST_TOKEN: what a node must present (`auth.token`). */
+  token: string;
+  log?: (message: string) => void;
+}
+
+type HostSocket = Socket<NodeToHostEvents, HostToNodeEvents>;
+
+const digest = (s: string) => createHash('sha256').update(s).digest();
+
+export function createBrowserHost(server: HttpServer, opts: BrowserHostOptions) {
+  const { provider } = opts;
+  const expected = digest(opts.token);
+  const io = new Server<NodeToHostEvents, HostToNodeEvents>(server, {
+    path: '/browser-host',
+    serveClient: false,
+    transports: ['websocket'],
+    // A frame is a JPEG of up to a few hundred KiB; what nodes send is small.
+    maxHttpBufferSize: 64 * 1024,
+  });
+  /** Which connection owns each room. */
+  const owners = new Map<string, HostSocket>();
+  const subscriptions = new Map<string, () => void>();
+
+  const unsubscribe = (roomId: string) => {
+    subscriptions.get(roomId)?.();
+    subscriptions.delete(roomId);
+  };
+  const release = (roomId: string) => {
+    unsubscribe(roomId);
+    owners.delete(roomId);
+  };
+
+  provider.onStopped((roomId, reason) => {
+    const owner = owners.get(roomId);
+    release(roomId);
+    owner?.emit('host:stopped', { roomId, reason });
+  });
+
+  io.use((socket, next) => {
+    const token = (socket.handshake.auth as { token?: unknown }).token;
+    const ok = typeof token === 'string' && timingSafeEqual(digest(token), expected);
+    next(ok ? undefined : new Error('ERR_UNAUTHENTICATED'));
+  });
+
+  io.on('connection', (socket: HostSocket) => {
+    /** Answers an event with its handler's result, or the error as an ack; never throws. */
+    const handle = <P, T extends object>(run: (p: P) => Promise<T> | T) => {
+      return (p: P, ack: (a: HostAck<T>) => void) => {
+        const reply = typeof ack === 'function' ? ack : () => {};
+        Promise.resolve()
+          .then(() => run(p))
+          .then((out) => reply({ ok: true, ...out }))
+          .catch((err: unknown) => {
+            const a = errorAck(err);
+            if (a.code === 'ERR_INTERNAL') opts.log?.(`browser host: ${err instanceof Error ? err.message : err}`);
+            reply(a);
+          });
+      };
+    };
+    /** Rooms are the starting connection's: others get "not running", as if there were no room. */
+    const own = (roomId: unknown) => {
+      if (typeof roomId !== 'string' || owners.get(roomId) !== socket) throw appError('ERR_ROOM_NOT_RUNNING');
+      return roomId;
+    };
+
+    socket.on(
+      'host:start',
+      handle(async ({ roomId, spec }: { roomId: string; spec: Parameters<VmProvider['start']>[1] }) => {
+        const owner = owners.get(roomId);
+        if (owner && owner !== socket) throw appError('ERR_ROOM_START_FAILED', 'Another node runs this room.');
+        const info = await provider.start(roomId, spec);
+        // The connection may have dropped while the browser started: then it is nobody's.
+        if (socket.disconnected) {
+          await provider.stop(roomId);
+          throw appError('ERR_ROOM_START_FAILED', 'The node went away while the room started.');
+        }
+        owners.set(roomId, socket);
+        return { info: toWire(info) };
+      }),
+    );
+    socket.on(
+      'host:stop',
+      handle(async ({ roomId }: { roomId: string }) => {
+        if (owners.get(roomId) !== socket) return {};
+        release(roomId);
+        await provider.stop(roomId);
+        return {};
+      }),
+    );
+    socket.on(
+      'host:rooms',
+      handle(() => ({
+        rooms: provider
+          .list()
+          .filter((i) => owners.get(i.roomId) === socket)
+          .map(toWire) as WireInfo[],
+      })),
+    );
+    socket.on(
+      'host:input',
+      handle(async (p: { roomId: string; input: Parameters<VmProvider['input']>[1] }) => {
+        await provider.input(own(p.roomId), p.input);
+        return {};
+      }),
+    );
+    socket.on(
+      'host:navigate',
+      handle(async (p: { roomId: string; nav: Parameters<VmProvider['navigate']>[1] }) => {
+        await provider.navigate(own(p.roomId), p.nav);
+        return {};
+      }),
+    );
+    socket.on(
+      'host:subscribe',
+      handle(({ roomId }: { roomId: string }) => {
+        own(roomId);
+        if (!subscriptions.has(roomId)) {
+          subscriptions.set(
+            roomId,
+            provider.subscribe(roomId, (f) => {
+              socket.volatile.emit('host:frame', {
+                roomId,
+                seq: f.seq,
+                mime: f.mime,
+                data: f.data,
+                width: f.width,
+                height: f.height,
+              });
+            }),
+          );
+        }
+        return {};
+      }),
+    );
+    socket.on(
+      'host:unsubscribe',
+      handle(({ roomId }: { roomId: string }) => {
+        if (owners.get(roomId) === socket) unsubscribe(roomId);
+        return {};
+      }),
+    );
+    socket.on('disconnect', () => {
+      for (const [roomId, owner] of [...owners]) {
+        if (owner !== socket) continue;
+        release(roomId);
+        provider.stop(roomId).catch((err: unknown) => opts.log?.(`browser host: stopping ${roomId}: ${err}`));
+      }
+    });
+  });
+
+  return {
+    io,
+    /** Rooms per owning connection (statistics, tests). */
+    rooms: () => owners.size,
+    /** Disconnects every node and stops every room. */
+    async close() {
+      io.disconnectSockets(true);
+      for (const roomId of [...owners.keys()]) release(roomId);
+      await provider.close();
+      await new Promise<void>((resolve) => io.close(() => resolve()));
+    },
+  };
+}
+
+export type BrowserHost = ReturnType<typeof createBrowserHost>;

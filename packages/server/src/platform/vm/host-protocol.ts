@@ -1,0 +1,66 @@
+import { type ErrorCode, ErrorCodes } from '@parlor/protocol';
+import { AppError, appError } from '../errors.js';
+import type { VmInfo, VmInput, VmNavigation, VmProviderStop, VmStartSpec } from './provider.js';
+
+/**
+ * What a Parlor node and a browser host say to each other (browser-host.ts serves it,
+ * remote-provider.ts speaks it): the VM provider port, over one Socket.IO connection per node.
+ * The node authenticates with the shared token (VM_HOST_TOKEN) in the handshake's `auth`.
+ *
+ * Node → host, each with an ack `{ok: true, …}` or `{ok: false, code, message}` (an AppError code):
+ *   host:start {roomId, spec} → {info}     host:stop {roomId}      host:rooms → {rooms}
+ *   host:input {roomId, input}              host:navigate {roomId, nav}
+ *   host:subscribe {roomId}                 host:unsubscribe {roomId}
+ * Host → node:
+ *   host:frame {roomId, seq, mime, data, width, height}   (volatile: a busy link skips frames)
+ *   host:stopped {roomId, reason}                         (a room the host ended by itself)
+ *
+ * Rooms belong to the connection that started them: when it drops, the host stops them, as a
+ * node's own browsers end when the node exits.
+ */
+
+/** VmInfo on the wire (a date as ISO text). */
+export interface WireInfo extends Omit<VmInfo, 'startedAt'> {
+  startedAt: string;
+}
+
+export type HostAck<T extends object = object> = ({ ok: true } & T) | { ok: false; code: string; message: string };
+
+export interface HostFrame {
+  roomId: string;
+  seq: number;
+  mime: 'image/jpeg';
+  data: Buffer;
+  width: number;
+  height: number;
+}
+
+export interface NodeToHostEvents {
+  'host:start': (p: { roomId: string; spec: VmStartSpec }, ack: (a: HostAck<{ info: WireInfo }>) => void) => void;
+  'host:stop': (p: { roomId: string }, ack: (a: HostAck) => void) => void;
+  'host:rooms': (p: object, ack: (a: HostAck<{ rooms: WireInfo[] }>) => void) => void;
+  'host:input': (p: { roomId: string; input: VmInput }, ack: (a: HostAck) => void) => void;
+  'host:navigate': (p: { roomId: string; nav: VmNavigation }, ack: (a: HostAck) => void) => void;
+  'host:subscribe': (p: { roomId: string }, ack: (a: HostAck) => void) => void;
+  'host:unsubscribe': (p: { roomId: string }, ack: (a: HostAck) => void) => void;
+}
+
+export interface HostToNodeEvents {
+  'host:frame': (f: HostFrame) => void;
+  'host:stopped': (e: { roomId: string; reason: VmProviderStop }) => void;
+}
+
+export const toWire = (info: VmInfo): WireInfo => ({ ...info, startedAt: info.startedAt.toISOString() });
+export const fromWire = (info: WireInfo): VmInfo => ({ ...info, startedAt: new Date(info.startedAt) });
+
+/** A failure as an ack: AppErrors keep their code and message; anything else is ERR_INTERNAL. */
+export function errorAck(err: unknown): { ok: false; code: string; message: string } {
+  if (err instanceof AppError) return { ok: false, code: err.code, message: err.message };
+  return { ok: false, code: 'ERR_INTERNAL', message: ErrorCodes.ERR_INTERNAL.message };
+}
+
+/** The AppError an error ack stands for (an unknown code becomes ERR_INTERNAL). */
+export function ackError(a: { code: string; message: string }): AppError {
+  const code = (a.code in ErrorCodes ? a.code : 'ERR_INTERNAL') as ErrorCode;
+  return appError(code, a.message);
+}

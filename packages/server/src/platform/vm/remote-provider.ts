@@ -1,0 +1,215 @@
+import { io, type Socket } from 'socket.io-client';
+import { appError } from '../errors.js';
+import {
+  ackError,
+  fromWire,
+  type HostAck,
+  type HostToNodeEvents,
+  type NodeToHostEvents,
+  type WireInfo,
+} from './host-protocol.js';
+import type { VmFrame, VmInfo, VmInput, VmNavigation, VmProvider, VmProviderStop, VmStartSpec } from './provider.js';
+
+/**
+ * Room VMs on browser hosts (VM_HOSTS, browser-host.ts) instead of this node's machine: the same
+ * port as the local provider, so the chat code does not change. Each host is one Socket.IO
+ * connection (reconnecting); a room goes to the connected host with the fewest of this node's
+ * rooms, and to the next one when a host answers that it is at capacity.
+ *
+ * `status` and `list` answer from what this node started (the port wants them synchronous); a
+ * restart after a crash happens on the host and is not counted here. A host that becomes
+ * unreachable ends its rooms (reported through `onStopped` as crashed); the host stops them too.
+ */
+export interface RemoteProviderOptions {
+  /** Browser host base URLs (http or https). */
+  hosts: string[];
+  /** VM_HOST_TOKEN, as the hosts have it. */
+  token: string;
+  log?: (message: string) => void;
+  /** How long a start may take (a browser launch on the host), and any other call. */
+  startTimeoutMs?: number;
+  callTimeoutMs?: number;
+  /** How long a start waits for a first connection to any host (the node may have just started; 5 s). */
+  connectWaitMs?: number;
+}
+
+type HostSocket = Socket<HostToNodeEvents, NodeToHostEvents>;
+
+interface Link {
+  url: string;
+  socket: HostSocket;
+}
+
+interface Room {
+  link: Link;
+  info: VmInfo;
+  subscribers: Set<(frame: VmFrame) => void>;
+  latest: VmFrame | null;
+}
+
+export class RemoteBrowserProvider implements VmProvider {
+  private readonly links: Link[];
+  private readonly rooms = new Map<string, Room>();
+  private readonly starting = new Map<string, Promise<VmInfo>>();
+  private readonly stopListeners = new Set<(roomId: string, reason: VmProviderStop) => void>();
+  private readonly startTimeoutMs: number;
+  private readonly callTimeoutMs: number;
+  private closed = false;
+
+  constructor(private readonly opts: RemoteProviderOptions) {
+    this.startTimeoutMs = opts.startTimeoutMs ?? 30_000;
+    this.callTimeoutMs = opts.callTimeoutMs ?? 10_000;
+    this.links = opts.hosts.map((url) => this.connect(url));
+  }
+
+  private connect(url: string): Link {
+    const socket: HostSocket = io(url, {
+      path: '/browser-host',
+      transports: ['websocket'],
+      auth: { token: this.opts.token },
+      reconnectionDelayMax: 5_000,
+    });
+    const link = { url, socket };
+    socket.on('host:frame', (f) => {
+      const room = this.rooms.get(f.roomId);
+      if (!room || room.link !== link) return;
+      const frame: VmFrame = { seq: f.seq, mime: f.mime, data: f.data, width: f.width, height: f.height };
+      room.latest = frame;
+      for (const fn of room.subscribers) fn(frame);
+    });
+    socket.on('host:stopped', ({ roomId, reason }) => {
+      if (this.rooms.get(roomId)?.link === link) this.end(roomId, reason);
+    });
+    socket.on('disconnect', (reason) => {
+      for (const [roomId, room] of [...this.rooms]) if (room.link === link) this.end(roomId, 'crashed');
+      // A host that closed the connection itself (shutting down, or refusing) is not retried by the
+      // client on its own: ask again shortly, as for a lost link.
+      if (reason === 'io server disconnect' && !this.closed) setTimeout(() => this.closed || socket.connect(), 1_000);
+    });
+    socket.on('connect_error', (err) => this.opts.log?.(`browser host ${url}: ${err.message}`));
+    return link;
+  }
+
+  private end(roomId: string, reason: VmProviderStop) {
+    this.rooms.delete(roomId);
+    for (const fn of this.stopListeners) fn(roomId, reason);
+  }
+
+  private async call<T extends object>(
+    link: Link,
+    event: keyof NodeToHostEvents,
+    payload: object,
+    timeoutMs = this.callTimeoutMs,
+  ): Promise<T> {
+    let ack: HostAck<T>;
+    try {
+      const emitter = link.socket.timeout(timeoutMs) as unknown as {
+        emitWithAck(e: string, p: object): Promise<HostAck<T>>;
+      };
+      ack = await emitter.emitWithAck(event, payload);
+    } catch {
+      throw appError(
+        event === 'host:start' ? 'ERR_ROOM_START_FAILED' : 'ERR_ROOM_NOT_RUNNING',
+        `The browser host ${link.url} did not answer in time.`,
+      );
+    }
+    if (!ack.ok) throw ackError(ack);
+    return ack as T;
+  }
+
+  /** Connected hosts, fewest of this node's rooms first; waits a little for a first connection. */
+  private async candidates(): Promise<Link[]> {
+    const connected = () => this.links.filter((l) => l.socket.connected);
+    const deadline = Date.now() + (this.opts.connectWaitMs ?? 5_000);
+    while (connected().length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    const load = (l: Link) => [...this.rooms.values()].filter((r) => r.link === l).length;
+    return connected().sort((a, b) => load(a) - load(b));
+  }
+
+  start(roomId: string, spec: VmStartSpec): Promise<VmInfo> {
+    const running = this.rooms.get(roomId);
+    if (running) return Promise.resolve(running.info);
+    const pending = this.starting.get(roomId);
+    if (pending) return pending;
+    const started = this.place(roomId, spec).finally(() => this.starting.delete(roomId));
+    this.starting.set(roomId, started);
+    return started;
+  }
+
+  private async place(roomId: string, spec: VmStartSpec): Promise<VmInfo> {
+    const links = await this.candidates();
+    if (links.length === 0) {
+      throw appError('ERR_ROOM_START_FAILED', 'No browser host is reachable (VM_HOSTS, VM_HOST_TOKEN).');
+    }
+    for (const link of links) {
+      try {
+        const { info } = await this.call<{ info: WireInfo }>(link, 'host:start', { roomId, spec }, this.startTimeoutMs);
+        const vm = fromWire(info);
+        this.rooms.set(roomId, { link, info: vm, subscribers: new Set(), latest: null });
+        return vm;
+      } catch (err) {
+        const full = err instanceof Error && /capacity/i.test(err.message);
+        if (!full) throw err;
+      }
+    }
+    throw appError('ERR_ROOM_START_FAILED', 'Every browser host is at capacity; try again later.');
+  }
+
+  async stop(roomId: string): Promise<void> {
+    const room = this.rooms.get(roomId);
+    if (!room) return;
+    this.rooms.delete(roomId);
+    if (room.link.socket.connected) await this.call(room.link, 'host:stop', { roomId }).catch(() => {});
+  }
+
+  status(roomId: string): VmInfo | null {
+    return this.rooms.get(roomId)?.info ?? null;
+  }
+
+  list(): VmInfo[] {
+    return [...this.rooms.values()].map((r) => r.info);
+  }
+
+  subscribe(roomId: string, onFrame: (frame: VmFrame) => void): () => void {
+    const room = this.rooms.get(roomId);
+    if (!room) throw appError('ERR_ROOM_NOT_RUNNING');
+    const first = room.subscribers.size === 0;
+    room.subscribers.add(onFrame);
+    if (first) {
+      this.call(room.link, 'host:subscribe', { roomId }).catch((err: unknown) =>
+        this.opts.log?.(`browser host ${room.link.url}: subscribing to ${roomId}: ${err}`),
+      );
+    } else if (room.latest) {
+      onFrame(room.latest);
+    }
+    return () => {
+      if (!room.subscribers.delete(onFrame) || room.subscribers.size > 0) return;
+      room.latest = null;
+      if (this.rooms.get(roomId) === room && room.link.socket.connected)
+        this.call(room.link, 'host:unsubscribe', { roomId }).catch(() => {});
+    };
+  }
+
+  async input(roomId: string, input: VmInput): Promise<void> {
+    const room = this.rooms.get(roomId);
+    if (!room) throw appError('ERR_ROOM_NOT_RUNNING');
+    await this.call(room.link, 'host:input', { roomId, input });
+  }
+
+  async navigate(roomId: string, nav: VmNavigation): Promise<void> {
+    const room = this.rooms.get(roomId);
+    if (!room) throw appError('ERR_ROOM_NOT_RUNNING');
+    await this.call(room.link, 'host:navigate', { roomId, nav });
+  }
+
+  onStopped(listener: (roomId: string, reason: VmProviderStop) => void): () => void {
+    this.stopListeners.add(listener);
+    return () => this.stopListeners.delete(listener);
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    await Promise.all([...this.rooms.keys()].map((roomId) => this.stop(roomId)));
+    for (const link of this.links) link.socket.disconnect();
+  }
+}

@@ -1,0 +1,221 @@
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, expect, it, vi } from 'vitest';
+import { type BrowserHost, createBrowserHost } from '../src/platform/vm/browser-host.js';
+import { LocalChromiumProvider } from '../src/platform/vm/local-provider.js';
+import type { VmFrame } from '../src/platform/vm/provider.js';
+import { RemoteBrowserProvider } from '../src/platform/vm/remote-provider.js';
+import { startApp, type TestApp } from './support/app.js';
+import { join, member } from './support/chat-flows.js';
+import {
+  BROWSER_TEST_TIMEOUT_MS,
+  CHROMIUM,
+  describeProvider,
+  eventually,
+  jpegSize,
+  startTestSite,
+  WAIT_MS,
+} from './support/vm-browser.js';
+import { providerContract, rejectsWith, spec } from './support/vm-contract.js';
+
+vi.setConfig({ testTimeout: BROWSER_TEST_TIMEOUT_MS });
+
+/**
+ * Room VMs on browser hosts (VM_HOSTS): the remote provider passes the provider contract against
+ * a real host process's code on a real port, and a node configured with VM_HOSTS serves rooms with
+ * the chat code unchanged. Storage does not matter here: embedded project only.
+ */
+const TOKEN = 'vht_test_token_0123456789abcdef0123456789';
+
+let site: Awaited<ReturnType<typeof startTestSite>>;
+const hosts: { host: BrowserHost; provider: LocalChromiumProvider }[] = [];
+const remotes: RemoteBrowserProvider[] = [];
+
+async function startHost(maxRooms: number) {
+  const provider = new LocalChromiumProvider({ chromiumPath: CHROMIUM, maxRooms });
+  const server = createServer();
+  const host = createBrowserHost(server, { provider, token: TOKEN });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  hosts.push({ host, provider });
+  return { host, provider, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}` };
+}
+
+function remote(urls: string[], token = TOKEN) {
+  const r = new RemoteBrowserProvider({ hosts: urls, token, connectWaitMs: 3_000 });
+  remotes.push(r);
+  return r;
+}
+
+beforeAll(async () => {
+  site = await startTestSite();
+});
+afterAll(async () => {
+  for (const r of remotes) await r.close();
+  for (const h of hosts) await h.host.close();
+  await site?.close();
+});
+
+describeProvider('remote provider over browser hosts', () => {
+  providerContract(
+    'remote (browser host)',
+    () => site,
+    async (maxRooms) => remote([(await startHost(maxRooms)).url]),
+  );
+
+  it('refuses a node without the host’s token: starts answer ERR_ROOM_START_FAILED', async () => {
+    const { url, provider } = await startHost(1);
+    const stranger = remote([url], 'vht_not_the_token_0123456789abcdef0123');
+    await rejectsWith(stranger.start('x', spec()), 'ERR_ROOM_START_FAILED', /No browser host is reachable/);
+    expect(provider.list()).toEqual([]);
+  });
+
+  it('places each room on the host with the fewest, the next when one is full', async () => {
+    const a = await startHost(1);
+    const b = await startHost(1);
+    const node = remote([a.url, b.url]);
+    await node.start('p1', spec({ startUrl: site.url('/button') }));
+    await node.start('p2', spec({ startUrl: site.url('/button') }));
+    expect([a.host.rooms(), b.host.rooms()]).toEqual([1, 1]);
+    await rejectsWith(node.start('p3', spec()), 'ERR_ROOM_START_FAILED', /every browser host is at capacity/i);
+    expect(
+      node
+        .list()
+        .map((i) => i.roomId)
+        .sort(),
+    ).toEqual(['p1', 'p2']);
+    await node.close();
+    await eventually(() => a.provider.list().length + b.provider.list().length === 0, WAIT_MS, 'rooms stopped');
+  });
+
+  it('keeps a room to the node that started it, and shares one host stream among its subscribers', async () => {
+    const { url, host } = await startHost(2);
+    const node = remote([url]);
+    const other = remote([url]);
+    await node.start('mine', spec({ startUrl: site.url('/anim') }));
+    await rejectsWith(other.start('mine', spec()), 'ERR_ROOM_START_FAILED', /Another node/);
+    expect(host.rooms()).toBe(1);
+    const first: VmFrame[] = [];
+    const second: VmFrame[] = [];
+    const offFirst = node.subscribe('mine', (f) => first.push(f));
+    await eventually(() => first.length > 0, WAIT_MS, 'a first frame');
+    const offSecond = node.subscribe('mine', (f) => second.push(f));
+    // The second subscriber gets the latest frame at once, then the same frames as the first.
+    expect(second[0]?.seq).toBe(first.at(-1)?.seq);
+    await eventually(() => second.length > 3, WAIT_MS, 'more frames');
+    expect(jpegSize(second.at(-1)?.data as Buffer)).toEqual({ width: 640, height: 360 });
+    const shared = second.at(-1)?.seq as number;
+    expect(first.some((f) => f.seq === shared)).toBe(true);
+    offFirst();
+    offSecond();
+    await node.stop('mine');
+    expect(host.rooms()).toBe(0);
+  });
+
+  it('ends the rooms of a node whose connection drops, on both sides (no browser left behind)', async () => {
+    const { host, provider, url } = await startHost(1);
+    const node = remote([url]);
+    await node.start('dropped', spec({ startUrl: site.url('/button') }));
+    const stopped: [string, string][] = [];
+    node.onStopped((roomId, reason) => stopped.push([roomId, reason]));
+    const pid = provider.pidOf('dropped') as number;
+    host.io.disconnectSockets(true);
+    await eventually(() => stopped.length > 0, WAIT_MS, 'the node hearing of it');
+    expect(stopped).toEqual([['dropped', 'crashed']]);
+    expect(node.status('dropped')).toBeNull();
+    await eventually(() => provider.list().length === 0, WAIT_MS, 'the host stopping the room');
+    await eventually(
+      () => {
+        try {
+          process.kill(pid, 0);
+          return false;
+        } catch {
+          return true;
+        }
+      },
+      WAIT_MS,
+      'the browser process gone',
+    );
+    // The node reconnects by itself and can start rooms again.
+    await node.start('again', spec({ startUrl: site.url('/button') }));
+    expect(host.rooms()).toBe(1);
+    await node.stop('again');
+  });
+});
+
+describeProvider('a node whose rooms run on a browser host (VM_HOSTS)', () => {
+  let app: TestApp;
+  let hostProvider: LocalChromiumProvider;
+
+  beforeAll(async () => {
+    const host = await startHost(1);
+    hostProvider = host.provider;
+    app = await startApp({ config: { vmHosts: [host.url], vmHostToken: TOKEN, vmAllowPrivateNetworks: true } });
+  });
+  afterAll(async () => {
+    await app?.close();
+  });
+
+  it('starts, streams and stops a chat’s room through the host, with the chat code unchanged', async () => {
+    const owner = await member(app, { level: 2 });
+    const created = await owner.client.post('/v1/portal/chats/create', { name: 'Hosted room', type: 'public' });
+    expect(created.status).toBe(200);
+    const chatId = created.body.chat.id as number;
+    expect((await join(owner, { chat_id: chatId })).ok).toBe(true);
+    const started = await owner.client.post(`/v1/portal/chats/${chatId}/start`, {});
+    expect(started.status, JSON.stringify(started.body)).toBe(200);
+    expect(hostProvider.list().map((i) => i.roomId)).toEqual([String(chatId)]);
+
+    const socket = owner.socket as unknown as { emitWithAck(e: string, p: object): Promise<any> };
+    const { credentials } = await socket.emitWithAck('vm:credentials', { chat_id: chatId });
+    expect(await socket.emitWithAck('vm:watch', { chat_id: chatId, token: credentials.token })).toMatchObject({
+      ok: true,
+    });
+    const frame = await owner.socket.next('vm:frame', (p) => p.chat_id === chatId, WAIT_MS);
+    expect(frame.mime).toBe('image/jpeg');
+    const stats = await owner.client.get('/v1/statistics/chats');
+    expect(stats.body).toMatchObject({ active_browsers: 1, viewers: 1 });
+
+    const stopped = await owner.client.post(`/v1/portal/chats/${chatId}/stop`, {});
+    expect(stopped.status).toBe(200);
+    await eventually(() => hostProvider.list().length === 0, WAIT_MS, 'the host’s browser stopped');
+  });
+});
+
+const HOST_MAIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../dist/browser-host-main.js');
+
+describeProvider('the browser host process (npm run browser-host)', () => {
+  it('starts, keeps its token in DATA_DIR, serves a node, and stops cleanly on SIGTERM (the node hears its rooms ended)', async () => {
+    const dataDir = mkdtempSync(path.join(tmpdir(), 'parlor-host-'));
+    const child = spawn(process.execPath, [HOST_MAIN], {
+      env: { PATH: process.env.PATH ?? '', DATA_DIR: dataDir, BROWSER_HOST_PORT: '0', VM_MAX_PER_NODE: '1' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    child.stdout.on('data', (d) => {
+      out += d;
+    });
+    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+    try {
+      const port = await eventually(() => /serving 127\.0\.0\.1:(\d+)/.exec(out)?.[1], WAIT_MS, 'the banner');
+      const tokenFile = path.join(dataDir, 'vm-host-token');
+      expect(out).toContain(`token: ${tokenFile}`);
+      expect(statSync(tokenFile).mode & 0o777).toBe(0o600);
+      const node = remote([`http://127.0.0.1:${port}`], readFileSync(tokenFile, 'utf8').trim());
+      await node.start('proc', spec({ startUrl: site.url('/button') }));
+      const frames: VmFrame[] = [];
+      node.subscribe('proc', (f) => frames.push(f));
+      await eventually(() => frames.length > 0, WAIT_MS, 'a frame from the host process');
+      child.kill('SIGTERM');
+      expect(await exited).toBe(0);
+      await eventually(() => node.status('proc') === null, WAIT_MS, 'the node hearing the host went away');
+    } finally {
+      child.kill('SIGKILL');
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+});
