@@ -1,8 +1,8 @@
 /**
  * The VM provider port: what the chat code needs from "something that runs room browsers".
- * One implementation today (local-provider.ts: Debian chromium on this node over the DevTools
- * pipe); a remote browser-host provider fits behind the same interface later without touching the
- * chat code. Rooms are named by an opaque string id (the vm module uses the chat id).
+ * Two implementations: local-provider.ts (Debian chromium on this node over the DevTools pipe) and
+ * remote-provider.ts (the same on browser hosts, VM_HOSTS); from-config.ts picks one, and the chat
+ * code does not know which. Rooms are named by an opaque string id (the vm module uses the chat id).
  *
  * Failures to start throw `appError('ERR_ROOM_START_FAILED', <why>)`; input and navigation on a room
  * that is not running throw `appError('ERR_ROOM_NOT_RUNNING')`.
