@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import { type BrowserHost, createBrowserHost } from '../src/platform/vm/browser-host.js';
 import { LocalChromiumProvider } from '../src/platform/vm/local-provider.js';
-import type { VmFrame } from '../src/platform/vm/provider.js';
+import type { VmFrame, VmProvider } from '../src/platform/vm/provider.js';
 import { RemoteBrowserProvider } from '../src/platform/vm/remote-provider.js';
 import { startApp, type TestApp } from './support/app.js';
 import { join, member } from './support/chat-flows.js';
@@ -114,6 +114,44 @@ describeProvider('remote provider over browser hosts', () => {
     offSecond();
     await node.stop('mine');
     expect(host.rooms()).toBe(0);
+  });
+
+  it('asks a host that answered a start too late to stop that room', async () => {
+    // A provider whose starts take 300 ms, and a node that waits 100 ms for them.
+    const stops: string[] = [];
+    const slow: VmProvider = {
+      start: async (roomId, s) => {
+        await new Promise((r) => setTimeout(r, 300));
+        return { roomId, state: 'running', width: s.width, height: s.height, startedAt: new Date(), restarts: 0 };
+      },
+      stop: async (roomId) => {
+        stops.push(roomId);
+      },
+      status: () => null,
+      list: () => [],
+      subscribe: () => () => {},
+      input: async () => {},
+      navigate: async () => {},
+      onStopped: () => () => {},
+      close: async () => {},
+    };
+    const server = createServer();
+    const host = createBrowserHost(server, { provider: slow, token: TOKEN });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const node = new RemoteBrowserProvider({
+        hosts: [`http://127.0.0.1:${(server.address() as AddressInfo).port}`],
+        token: TOKEN,
+        startTimeoutMs: 100,
+      });
+      remotes.push(node);
+      await rejectsWith(node.start('late', spec()), 'ERR_ROOM_START_FAILED', /did not answer in time/);
+      expect(node.status('late')).toBeNull();
+      await eventually(() => stops.includes('late'), WAIT_MS, 'the late room stopped on the host');
+      expect(host.rooms()).toBe(0);
+    } finally {
+      await host.close();
+    }
   });
 
   it('ends the rooms of a node whose connection drops, on both sides (no browser left behind)', async () => {

@@ -45,6 +45,8 @@ export function createBrowserHost(server: HttpServer, opts: BrowserHostOptions) 
   /** Which connection owns each room. */
   const owners = new Map<string, HostSocket>();
   const subscriptions = new Map<string, () => void>();
+  /** Starts in flight, settled either way. */
+  const starting = new Map<string, Promise<void>>();
 
   const unsubscribe = (roomId: string) => {
     subscriptions.get(roomId)?.();
@@ -93,7 +95,16 @@ export function createBrowserHost(server: HttpServer, opts: BrowserHostOptions) 
       handle(async ({ roomId, spec }: { roomId: string; spec: Parameters<VmProvider['start']>[1] }) => {
         const owner = owners.get(roomId);
         if (owner && owner !== socket) throw appError('ERR_ROOM_START_FAILED', 'Another node runs this room.');
-        const info = await provider.start(roomId, spec);
+        const launch = provider.start(roomId, spec);
+        const settled = launch.then(
+          () => {},
+          () => {},
+        );
+        starting.set(roomId, settled);
+        void settled.then(() => {
+          if (starting.get(roomId) === settled) starting.delete(roomId);
+        });
+        const info = await launch;
         // The connection may have dropped while the browser started: then it is nobody's.
         if (socket.disconnected) {
           await provider.stop(roomId);
@@ -106,6 +117,8 @@ export function createBrowserHost(server: HttpServer, opts: BrowserHostOptions) 
     socket.on(
       'host:stop',
       handle(async ({ roomId }: { roomId: string }) => {
+        // A stop that overtakes its start (the node gave up waiting) waits for it, then stops.
+        await starting.get(roomId);
         if (owners.get(roomId) !== socket) return {};
         release(roomId);
         await provider.stop(roomId);

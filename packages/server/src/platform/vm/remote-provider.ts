@@ -148,6 +148,9 @@ export class RemoteBrowserProvider implements VmProvider {
         this.rooms.set(roomId, { link, info: vm, subscribers: new Set(), latest: null });
         return vm;
       } catch (err) {
+        // A host that did not answer in time may still start the browser: ask it to stop it.
+        if (err instanceof Error && /did not answer/.test(err.message))
+          this.call(link, 'host:stop', { roomId }).catch(() => {});
         const full = err instanceof Error && /capacity/i.test(err.message);
         if (!full) throw err;
       }
