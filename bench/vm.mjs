@@ -16,7 +16,12 @@
  * (Parlor: the controller's socket, a viewer itself). Memory: PSS of the browser process tree.
  * CPU: user+system seconds of the browser tree, and of this process (the server), per second.
  *
- * Options: --mode, --duration S (5), --rounds N (3), --viewers 1,5,20, --samples N (30), --starts N (5).
+ * With `--provider remote`, the app runs its room on a browser host (VM_HOSTS) served from this
+ * process on a port of its own: frames and input take the extra hop node ↔ host over Socket.IO,
+ * as in a deployment with browser machines (the host's CPU counts as the server's here).
+ *
+ * Options: --mode, --duration S (5), --rounds N (3), --viewers 1,5,20, --samples N (30), --starts N (5),
+ *          --provider local|remote (local).
  */
 import os from 'node:os';
 import { createBots, loginUsers, setLevel, userClient } from './lib/accounts.mjs';
@@ -38,6 +43,7 @@ export const usage = `options:
   --viewers LIST                 viewer counts (1,5,20)
   --samples N                    input→frame samples per side and viewer count (30)
   --starts N                     room starts timed, each after a stop (5)
+  --provider local|remote        the app's browsers on its own machine, or on a browser host (local)
   --json                         also print the results as one BENCH_JSON line`;
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
@@ -48,6 +54,19 @@ async function loadProvider() {
   return import('../packages/server/dist/platform/vm/local-provider.js');
 }
 
+/** A browser host on 127.0.0.1 (the app reaches it through VM_HOSTS); its provider runs the browsers. */
+async function startHost(LocalChromiumProvider, { browserUser, sandbox }) {
+  const { createServer } = await import('node:http');
+  const { randomBytes } = await import('node:crypto');
+  const { createBrowserHost } = await import('../packages/server/dist/platform/vm/browser-host.js');
+  const provider = new LocalChromiumProvider({ chromiumPath: CHROMIUM, maxRooms: 2, browserUser, sandbox });
+  const token = randomBytes(24).toString('hex');
+  const server = createServer();
+  const host = createBrowserHost(server, { provider, token });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return { provider, token, url: `http://127.0.0.1:${server.address().port}`, close: () => host.close() };
+}
+
 export async function run({ modes, duration, options }) {
   const rounds = intOpt(options.rounds, 3, 1, 20);
   const samples = intOpt(options.samples, 30, 1, 500);
@@ -56,6 +75,9 @@ export async function run({ modes, duration, options }) {
     .split(',')
     .map((v) => intOpt(v, 1, 1, 200));
   const most = Math.max(...counts);
+  const remote = options.provider === 'remote';
+  if (options.provider !== undefined && !['local', 'remote'].includes(options.provider))
+    throw new Error('--provider must be local or remote');
   console.log(`[vm] ${machineLine()}`);
   console.log(
     `[vm] viewers ${counts.join('/')}, ${rounds} rounds × ${duration} s per side, ${samples} input samples, ${starts} starts; browser ${CHROMIUM}`,
@@ -63,8 +85,11 @@ export async function run({ modes, duration, options }) {
   const site = await startVmSite();
   const { LocalChromiumProvider } = await loadProvider();
   const results = {};
+  const browserUser = process.env.VM_BROWSER_USER || 'nobody';
+  const sandbox = !['0', 'false', 'no', 'off'].includes(String(process.env.VM_SANDBOX ?? '').toLowerCase());
   try {
     for (const mode of modes) {
+      const host = remote ? await startHost(LocalChromiumProvider, { browserUser, sandbox }) : null;
       const started = await startModeOrSkip(
         'vm',
         mode,
@@ -75,13 +100,17 @@ export async function run({ modes, duration, options }) {
             vmIdleTimeoutSeconds: 3600,
             chromiumPath: CHROMIUM,
             // How browsers run, as the app's configuration says (both sides use it).
-            vmBrowserUser: process.env.VM_BROWSER_USER || 'nobody',
-            vmSandbox: !['0', 'false', 'no', 'off'].includes(String(process.env.VM_SANDBOX ?? '').toLowerCase()),
+            vmBrowserUser: browserUser,
+            vmSandbox: sandbox,
+            ...(host ? { vmHosts: [host.url], vmHostToken: host.token } : {}),
           },
         },
         results,
       );
-      if (!started) continue;
+      if (!started) {
+        await host?.close();
+        continue;
+      }
       // The same browser account and sandbox as the app's provider (VM_BROWSER_USER, VM_SANDBOX).
       const { vmBrowserUser, vmSandbox } = started.config;
       const raw = new LocalChromiumProvider({
@@ -93,10 +122,12 @@ export async function run({ modes, duration, options }) {
       let viewers;
       try {
         console.log(
-          `\n[vm] ${started.label}; app up in ${fmt.ms(started.startMs)}; load ${os.loadavg()[0].toFixed(2)}`,
+          `\n[vm] ${started.label}${host ? `; rooms on a browser host at ${host.url}` : ''}; app up in ${fmt.ms(started.startMs)}; load ${os.loadavg()[0].toFixed(2)}`,
         );
         results[mode] = await measure({
           started,
+          // Where the app's room browser runs: its own provider, or the host's.
+          browsers: host ? host.provider : started.built.vmProvider,
           raw,
           site,
           counts,
@@ -113,6 +144,7 @@ export async function run({ modes, duration, options }) {
         await viewers?.close();
         await raw.close();
         await started.close();
+        await host?.close();
       }
     }
   } finally {
@@ -121,7 +153,7 @@ export async function run({ modes, duration, options }) {
   return results;
 }
 
-async function measure({ started, raw, site, counts, most, rounds, duration, samples, starts, setViewers }) {
+async function measure({ started, browsers, raw, site, counts, most, rounds, duration, samples, starts, setViewers }) {
   const { url, built } = started;
   built.services.vm.useSettings(async () => ({ start_url: site.url }));
   const botKeys = await createBots(url, 2);
@@ -163,15 +195,13 @@ async function measure({ started, raw, site, counts, most, rounds, duration, sam
   await raw.start('raw', spec);
   await sleep(1000);
   const pause = (side, p) =>
-    side === 'parlor'
-      ? built.vmProvider.evaluate(roomId, `window.__pause(${p})`)
-      : raw.evaluate('raw', `window.__pause(${p})`);
+    side === 'parlor' ? browsers.evaluate(roomId, `window.__pause(${p})`) : raw.evaluate('raw', `window.__pause(${p})`);
   await pause('parlor', true);
   await pause('raw', true);
-  const idleMemory = { parlor: await built.vmProvider.memoryBytes(roomId), raw: await raw.memoryBytes('raw') };
+  const idleMemory = { parlor: await browsers.memoryBytes(roomId), raw: await raw.memoryBytes('raw') };
 
   // 2. fps per viewer count, alternating rounds; CPU of the browser tree and of this process.
-  const cpu = (side) => treeCpuSeconds(side === 'parlor' ? built.vmProvider.pidOf(roomId) : raw.pidOf('raw'));
+  const cpu = (side) => treeCpuSeconds(side === 'parlor' ? browsers.pidOf(roomId) : raw.pidOf('raw'));
   const fps = {};
   let streamingMemory = 0;
   for (const n of counts) {
@@ -190,7 +220,7 @@ async function measure({ started, raw, site, counts, most, rounds, duration, sam
             : null;
         // Parlor rounds also count the frames its browser produced (what the viewers could get at most).
         let produced = 0;
-        const counter = s === 'parlor' ? built.vmProvider.subscribe(roomId, () => produced++) : null;
+        const counter = s === 'parlor' ? browsers.subscribe(roomId, () => produced++) : null;
         if (s === 'parlor') await viewers.call('watch', { n });
         await sleep(700); // the screencast settles
         rawFrames = 0;
@@ -209,7 +239,7 @@ async function measure({ started, raw, site, counts, most, rounds, duration, sam
         const serverCpu = (p1.user + p1.system) / 1e6 / secs;
         if (s === 'parlor') {
           if (n === Math.max(...counts))
-            streamingMemory = Math.max(streamingMemory, await built.vmProvider.memoryBytes(roomId));
+            streamingMemory = Math.max(streamingMemory, await browsers.memoryBytes(roomId));
           const perViewer = counted.frames.map((f) => f / secs);
           side.parlor.push({
             fps: perViewer.reduce((a, b) => a + b, 0) / perViewer.length,
