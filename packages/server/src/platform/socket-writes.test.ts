@@ -71,28 +71,26 @@ function receive(client: ClientSocket, n: number): Promise<number[]> {
 const settle = () => new Promise((r) => setTimeout(r, 50));
 
 describe('coalesced socket writes', () => {
-  it('sends the packets of one turn to a WebSocket connection in one write, in order', async () => {
-    const server = await start(true);
+  /** 20 packets emitted in one turn to a WebSocket client: what it received, and the TCP writes. */
+  async function burst(coalescing: boolean) {
+    const server = await start(coalescing);
     opened.push(server);
     const { client, writes, emitAll } = await connectCounting(server, ['websocket']);
     await settle();
     const before = writes();
     const got = receive(client, 20);
     emitAll(20);
-    expect(await got).toEqual(Array.from({ length: 20 }, (_, i) => i));
-    expect(writes() - before).toBe(1);
+    return { received: await got, writes: writes() - before };
+  }
+
+  it('sends the packets of one turn to a WebSocket connection in one write, in order', async () => {
+    expect(await burst(true)).toEqual({ received: Array.from({ length: 20 }, (_, i) => i), writes: 1 });
   });
 
   it('without it, the same packets take a write each (what the test above guards against)', async () => {
-    const server = await start(false);
-    opened.push(server);
-    const { client, writes, emitAll } = await connectCounting(server, ['websocket']);
-    await settle();
-    const before = writes();
-    const got = receive(client, 20);
-    emitAll(20);
-    expect(await got).toHaveLength(20);
-    expect(writes() - before).toBeGreaterThanOrEqual(2);
+    const { received, writes } = await burst(false);
+    expect(received).toHaveLength(20);
+    expect(writes).toBeGreaterThanOrEqual(2);
   });
 
   it('holds nothing past the turn: packets of later turns arrive on their own', async () => {
