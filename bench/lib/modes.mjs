@@ -137,6 +137,41 @@ async function clearRedisPrefix(prefix) {
 }
 
 /**
+ * Steps to undo, last first: `release()` runs every one even if an earlier one failed and rethrows
+ * the first error. Registered with the Ctrl-C cleanup until `forget()`.
+ */
+function undoStack() {
+  const steps = [];
+  const release = async () => {
+    let first = null;
+    while (steps.length) {
+      try {
+        await steps.pop()();
+      } catch (e) {
+        first ??= e;
+      }
+    }
+    if (first) throw first;
+  };
+  const forget = addCleanup(release);
+  return { push: (fn) => steps.push(fn), pop: () => steps.pop(), release, forget };
+}
+
+/** A scratch PostgreSQL database and a Redis prefix, their removal pushed on `undo`. */
+async function scratchCluster(undo) {
+  const scratch = await createScratchDatabase();
+  undo.push(() => scratch.drop());
+  const redisPrefix = `parlor-bench:${uniq()}:`;
+  undo.push(() => clearRedisPrefix(redisPrefix));
+  return {
+    databaseUrl: scratch.url,
+    redisUrl: SERVICE_URLS.redis,
+    redisPrefix,
+    label: `cluster: PostgreSQL scratch db ${scratch.name} + Redis prefix ${redisPrefix}`,
+  };
+}
+
+/**
  * Starts the real app in this process on 127.0.0.1, port 0, logging off.
  *   embedded: PGlite (in a temp dir by default, `pglite: 'memory'` keeps it in memory) + in-process state
  *   cluster:  a scratch PostgreSQL database + Redis under a unique key prefix, both removed on close
@@ -151,20 +186,9 @@ export async function startMode(mode, { pglite = 'disk', config = {}, attach = n
     if (why) return { mode, skipped: why };
   }
   const { buildApp, loadConfig } = await loadServer();
-  const undo = [];
-  /** Undoes in reverse order; every step runs even if an earlier one failed; the first error is rethrown. */
-  const release = async () => {
-    let first = null;
-    while (undo.length) {
-      try {
-        await undo.pop()();
-      } catch (e) {
-        first ??= e;
-      }
-    }
-    if (first) throw first;
-  };
-  const removeCleanup = addCleanup(release);
+  const undo = undoStack();
+  const { release } = undo;
+  const removeCleanup = undo.forget;
 
   const dataDir = attach ? attach.dataDir : mkdtempSync(path.join(tmpdir(), 'parlor-bench-'));
   if (!attach) undo.push(async () => rmSync(dataDir, { recursive: true, force: true }));
@@ -177,13 +201,7 @@ export async function startMode(mode, { pglite = 'disk', config = {}, attach = n
     if (attach) {
       ({ databaseUrl, redisUrl, redisPrefix, label } = attach);
     } else if (mode === 'cluster') {
-      const scratch = await createScratchDatabase();
-      undo.push(() => scratch.drop());
-      redisPrefix = `parlor-bench:${uniq()}:`;
-      undo.push(() => clearRedisPrefix(redisPrefix));
-      databaseUrl = scratch.url;
-      redisUrl = SERVICE_URLS.redis;
-      label = `cluster: PostgreSQL scratch db ${scratch.name} + Redis prefix ${redisPrefix}`;
+      ({ databaseUrl, redisUrl, redisPrefix, label } = await scratchCluster(undo));
     } else if (pglite === 'memory') {
       const { openDatabase } = await loadServerModule('platform/db/index.js');
       database = await openDatabase({ url: null, dataDir: null });
@@ -252,35 +270,15 @@ export async function provisionStorage(mode) {
     const why = await clusterUnavailable();
     if (why) return { mode, skipped: why };
   }
-  const undo = [];
-  const release = async () => {
-    let first = null;
-    while (undo.length) {
-      try {
-        await undo.pop()();
-      } catch (e) {
-        first ??= e;
-      }
-    }
-    if (first) throw first;
-  };
-  const removeCleanup = addCleanup(release);
+  const undo = undoStack();
+  const { release } = undo;
+  const removeCleanup = undo.forget;
   try {
     const dataDir = mkdtempSync(path.join(tmpdir(), 'parlor-bench-'));
     undo.push(async () => rmSync(dataDir, { recursive: true, force: true }));
     let storage;
     if (mode === 'cluster') {
-      const scratch = await createScratchDatabase();
-      undo.push(() => scratch.drop());
-      const redisPrefix = `parlor-bench:${uniq()}:`;
-      undo.push(() => clearRedisPrefix(redisPrefix));
-      storage = {
-        dataDir,
-        databaseUrl: scratch.url,
-        redisUrl: SERVICE_URLS.redis,
-        redisPrefix,
-        label: `cluster: PostgreSQL scratch db ${scratch.name} + Redis prefix ${redisPrefix}`,
-      };
+      storage = { dataDir, ...(await scratchCluster(undo)) };
     } else {
       storage = {
         dataDir,
