@@ -82,9 +82,13 @@ export class RemoteBrowserProvider implements VmProvider {
     });
     socket.on('disconnect', (reason) => {
       for (const [roomId, room] of [...this.rooms]) if (room.link === link) this.end(roomId, 'crashed');
+      // Calls made while the link was down are not replayed on the next connection (the host has
+      // stopped this node's rooms by then): they time out and fail.
+      socket.sendBuffer.length = 0;
       // A host that closed the connection itself (shutting down, or refusing) is not retried by the
       // client on its own: ask again shortly, as for a lost link.
-      if (reason === 'io server disconnect' && !this.closed) setTimeout(() => this.closed || socket.connect(), 1_000);
+      if (reason === 'io server disconnect' && !this.closed)
+        setTimeout(() => this.closed || socket.connect(), 1_000).unref();
     });
     socket.on('connect_error', (err) => this.opts.log?.(`browser host ${url}: ${err.message}`));
     return link;
