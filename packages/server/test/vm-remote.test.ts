@@ -114,6 +114,13 @@ describeProvider('remote provider over browser hosts', () => {
     offSecond();
     await node.stop('mine');
     expect(host.rooms()).toBe(0);
+    // Two nodes starting the same room at once: one gets it, the other is refused.
+    const both = await Promise.allSettled([node.start('race', spec()), other.start('race', spec())]);
+    expect(both.filter((r) => r.status === 'fulfilled')).toHaveLength(1);
+    expect(host.rooms()).toBe(1);
+    await node.stop('race');
+    await other.stop('race');
+    expect(host.rooms()).toBe(0);
   });
 
   it('asks a host that answered a start too late to stop that room', async () => {

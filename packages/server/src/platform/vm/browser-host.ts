@@ -95,6 +95,8 @@ export function createBrowserHost(server: HttpServer, opts: BrowserHostOptions) 
       handle(async ({ roomId, spec }: { roomId: string; spec: Parameters<VmProvider['start']>[1] }) => {
         const owner = owners.get(roomId);
         if (owner && owner !== socket) throw appError('ERR_ROOM_START_FAILED', 'Another node runs this room.');
+        // Claimed while it starts, so another node's start of the same room is refused meanwhile.
+        owners.set(roomId, socket);
         const launch = provider.start(roomId, spec);
         const settled = launch.then(
           () => {},
@@ -104,13 +106,18 @@ export function createBrowserHost(server: HttpServer, opts: BrowserHostOptions) 
         void settled.then(() => {
           if (starting.get(roomId) === settled) starting.delete(roomId);
         });
-        const info = await launch;
-        // The connection may have dropped while the browser started: then it is nobody's.
-        if (socket.disconnected) {
+        let info: Awaited<typeof launch>;
+        try {
+          info = await launch;
+        } catch (err) {
+          if (owners.get(roomId) === socket && !provider.status(roomId)) owners.delete(roomId);
+          throw err;
+        }
+        // The connection may have dropped while the browser started (its rooms were released).
+        if (socket.disconnected || owners.get(roomId) !== socket) {
           await provider.stop(roomId);
           throw appError('ERR_ROOM_START_FAILED', 'The node went away while the room started.');
         }
-        owners.set(roomId, socket);
         return { info: toWire(info) };
       }),
     );
