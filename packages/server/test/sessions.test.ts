@@ -1,6 +1,8 @@
 import { Limits } from '@parlor/protocol';
+import { eq } from 'drizzle-orm';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { FakeClock } from '../src/platform/clock.js';
+import { schema } from '../src/platform/db/index.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
 import { Client, nextIp } from './support/client.js';
 import { createBot, login, setLevel } from './support/flows.js';
@@ -184,5 +186,27 @@ describeApp('notifications written at login', () => {
     const after = list(await rows());
     expect(after.map((n) => n.title)).toEqual(['Welcome to Parlor', 'New login']);
     expect(after[1]?.body).toContain('203.0.113.77');
+  });
+});
+
+describeApp('session activity', () => {
+  it('records when each session was last seen, at most once a minute, for concurrent requests too', async () => {
+    const a = await device('activity-user');
+    const b = await device('activity-user');
+    const me = (await a.get('/v1/users/me')).body;
+    const userId = (me.user?.id ?? me.id) as number;
+    const seen = async () =>
+      (
+        await app.database.db
+          .select({ lastSeenAt: schema.sessions.lastSeenAt })
+          .from(schema.sessions)
+          .where(eq(schema.sessions.userId, userId))
+      ).map((r) => r.lastSeenAt?.getTime());
+    expect(await seen()).toHaveLength(2);
+    clock.advance(61_000);
+    const at = clock.now().getTime();
+    const answers = await Promise.all([a.get('/v1/users/me'), b.get('/v1/users/me'), a.get('/v1/users/me')]);
+    expect(answers.map((r) => r.status)).toEqual([200, 200, 200]);
+    expect(await seen()).toEqual([at, at]);
   });
 });

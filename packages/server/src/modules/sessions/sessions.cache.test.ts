@@ -9,6 +9,7 @@ import { makeSessionsService } from './sessions.service.js';
 import type { SessionRow, SessionsStore } from './sessions.store.js';
 
 const TOKEN = 'a-session-token';
+const TOKEN2 = 'another-session-token';
 
 /** The session resolver over a store that counts its queries, with a cache and a fake clock. */
 function setup(opts: { ttlMs?: number } = {}) {
@@ -32,18 +33,22 @@ function setup(opts: { ttlMs?: number } = {}) {
     endedAt: null,
     lastSeenAt: now,
   } as Partial<SessionRow> as SessionRow;
-  const calls = { resolve: 0, touch: [] as number[] };
+  // A second session of the same user, for batching.
+  const other = { ...session, id: 71, tokenHash: sha256Hex(TOKEN2), tokenSuffix: 'other' };
+  const calls = { resolve: 0, touch: [] as number[], touched: [] as number[][] };
   const store = {
     async resolve(hashes: string[], at: Date) {
       calls.resolve += 1;
       return hashes.map((hash) => {
-        const live = hash === session.tokenHash && session.endedAt === null && session.expiresAt > at;
-        return live ? { session: { ...session }, user: { ...user } } : undefined;
+        const s = [session, other].find((x) => x.tokenHash === hash);
+        const live = s && s.endedAt === null && s.expiresAt > at;
+        return live ? { session: { ...s }, user: { ...user } } : undefined;
       });
     },
-    async touch(_id: number, at: Date) {
+    async touch(ids: number[], at: Date) {
       calls.touch.push(at.getTime());
-      session.lastSeenAt = at;
+      calls.touched.push(ids);
+      for (const s of [session, other]) if (ids.includes(s.id)) s.lastSeenAt = at;
     },
   } as Partial<SessionsStore> as SessionsStore;
   const cache = makeAuthCache(clock, opts);
@@ -130,5 +135,13 @@ describe('session resolver with the auth cache', () => {
     clock.advance(30_000);
     await resolver.resolve(TOKEN);
     expect(calls.touch).toEqual([start + 61_000]);
+  });
+
+  it('records the activity of the sessions seen in one turn with one write', async () => {
+    const { clock, calls, resolver } = setup({ ttlMs: 600_000 });
+    await Promise.all([resolver.resolve(TOKEN), resolver.resolve(TOKEN2)]);
+    clock.advance(61_000);
+    await Promise.all([resolver.resolve(TOKEN), resolver.resolve(TOKEN2), resolver.resolve(TOKEN)]);
+    expect(calls.touched).toEqual([[70, 71]]);
   });
 });

@@ -35,6 +35,14 @@ export interface SessionsDeps {
 export function makeSessionsService({ db, store, clock, geo, cache }: SessionsDeps) {
   /** Look-ups that miss the cache in one event-loop turn (a burst of handshakes) share a statement. */
   const lookup = batched((hashes: string[]) => store.resolve(hashes, clock.now()));
+  /**
+   * Activity of the sessions seen in one turn (and while the previous write runs) is one UPDATE:
+   * after a restart every client reconnects at once, and each would otherwise write its own row.
+   */
+  const touch = batched(async (ids: number[]) => {
+    await store.touch([...new Set(ids)], clock.now());
+    return ids.map(() => undefined);
+  });
   const listeners: SessionsEndedListener[] = [];
   const ended = (userId: number, sessionIds: number[], reason: string) => {
     if (sessionIds.length === 0) return;
@@ -107,7 +115,7 @@ export function makeSessionsService({ db, store, clock, geo, cache }: SessionsDe
           if (now.getTime() - entry.lastSeenAt > TOUCH_EVERY_MS) {
             // Set first, so concurrent hits of this entry write once.
             entry.lastSeenAt = now.getTime();
-            await store.touch(entry.session.id, now);
+            await touch(entry.session.id);
           }
           return resolvedOf(entry, now);
         },

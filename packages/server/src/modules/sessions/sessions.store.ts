@@ -75,8 +75,9 @@ export function makeSessionsStore(db: Db, onChanged: UsersChanged = noUsersChang
       if (rows.length > 0) await onChanged([userId], tx);
       return rows.map((r) => r.id);
     },
-    async touch(id: number, now: Date): Promise<void> {
-      await db.update(sessions).set({ lastSeenAt: now }).where(eq(sessions.id, id));
+    /** Records activity of several sessions at once (the resolver batches a burst's touches). */
+    async touch(ids: number[], now: Date): Promise<void> {
+      await db.update(sessions).set({ lastSeenAt: now }).where(inArray(sessions.id, ids));
     },
     /** Shortens live sessions to at most `maxExpiry` (after a promotion to a staff level). */
     async clampExpiry(userId: number, maxExpiry: Date, now: Date, tx: Tx = db): Promise<void> {
