@@ -18,20 +18,22 @@ import type { Sql } from 'postgres';
  * migration invalidated.
  */
 export function alwaysPrepared<T extends Sql>(client: T): T {
+  const unsafe: Sql['unsafe'] = (query, parameters, options) =>
+    client.unsafe(query, parameters, { ...options, prepare: true });
+  /** `begin` / `savepoint`: the callback (always the last argument) gets a wrapped client too. */
+  const opening = (open: (...args: unknown[]) => unknown) => {
+    return (...args: unknown[]) => {
+      const fn = args.pop() as (tx: Sql) => unknown;
+      return open(...args, (tx: Sql) => fn(alwaysPrepared(tx)));
+    };
+  };
+  const begin = opening(client.begin as (...args: unknown[]) => unknown);
+  const savepoint = 'savepoint' in client ? opening(client.savepoint as (...args: unknown[]) => unknown) : undefined;
   return new Proxy(client, {
     get(target, prop, receiver) {
-      if (prop === 'unsafe') {
-        const unsafe: Sql['unsafe'] = (query, parameters, options) =>
-          target.unsafe(query, parameters, { ...options, prepare: true });
-        return unsafe;
-      }
-      if (prop === 'begin' || prop === 'savepoint') {
-        const open = Reflect.get(target, prop, receiver) as (...args: unknown[]) => unknown;
-        return (...args: unknown[]) => {
-          const fn = args.pop() as (tx: Sql) => unknown;
-          return open(...args, (tx: Sql) => fn(alwaysPrepared(tx)));
-        };
-      }
+      if (prop === 'unsafe') return unsafe;
+      if (prop === 'begin') return begin;
+      if (prop === 'savepoint' && savepoint) return savepoint;
       return Reflect.get(target, prop, receiver);
     },
   });

@@ -1,5 +1,5 @@
 import { io, type Socket } from 'socket.io-client';
-import { appError } from '../errors.js';
+import { AppError, appError } from '../errors.js';
 import {
   ackError,
   fromWire,
@@ -112,10 +112,7 @@ export class RemoteBrowserProvider implements VmProvider {
       };
       ack = await emitter.emitWithAck(event, payload);
     } catch {
-      throw appError(
-        event === 'host:start' ? 'ERR_ROOM_START_FAILED' : 'ERR_ROOM_NOT_RUNNING',
-        `The browser host ${link.url} did not answer in time.`,
-      );
+      throw new HostUnanswered(event === 'host:start' ? 'ERR_ROOM_START_FAILED' : 'ERR_ROOM_NOT_RUNNING', link.url);
     }
     if (!ack.ok) throw ackError(ack);
     return ack as T;
@@ -153,9 +150,9 @@ export class RemoteBrowserProvider implements VmProvider {
         return vm;
       } catch (err) {
         // A host that did not answer in time may still start the browser: ask it to stop it.
-        if (err instanceof Error && /did not answer/.test(err.message))
-          this.call(link, 'host:stop', { roomId }).catch(() => {});
-        const full = err instanceof Error && /capacity/i.test(err.message);
+        if (err instanceof HostUnanswered) this.call(link, 'host:stop', { roomId }).catch(() => {});
+        // A full host says so in its refusal (the local provider's "No capacity: …").
+        const full = err instanceof AppError && /capacity/i.test(err.message);
         if (!full) throw err;
       }
     }
@@ -178,8 +175,7 @@ export class RemoteBrowserProvider implements VmProvider {
   }
 
   subscribe(roomId: string, onFrame: (frame: VmFrame) => void): () => void {
-    const room = this.rooms.get(roomId);
-    if (!room) throw appError('ERR_ROOM_NOT_RUNNING');
+    const room = this.running(roomId);
     const first = room.subscribers.size === 0;
     room.subscribers.add(onFrame);
     if (first) {
@@ -198,15 +194,18 @@ export class RemoteBrowserProvider implements VmProvider {
   }
 
   async input(roomId: string, input: VmInput): Promise<void> {
-    const room = this.rooms.get(roomId);
-    if (!room) throw appError('ERR_ROOM_NOT_RUNNING');
-    await this.call(room.link, 'host:input', { roomId, input });
+    await this.call(this.running(roomId).link, 'host:input', { roomId, input });
   }
 
   async navigate(roomId: string, nav: VmNavigation): Promise<void> {
+    await this.call(this.running(roomId).link, 'host:navigate', { roomId, nav });
+  }
+
+  /** A room this node runs, or ERR_ROOM_NOT_RUNNING. */
+  private running(roomId: string): Room {
     const room = this.rooms.get(roomId);
     if (!room) throw appError('ERR_ROOM_NOT_RUNNING');
-    await this.call(room.link, 'host:navigate', { roomId, nav });
+    return room;
   }
 
   onStopped(listener: (roomId: string, reason: VmProviderStop) => void): () => void {
@@ -218,5 +217,12 @@ export class RemoteBrowserProvider implements VmProvider {
     this.closed = true;
     await Promise.all([...this.rooms.keys()].map((roomId) => this.stop(roomId)));
     for (const link of this.links) link.socket.disconnect();
+  }
+}
+
+/** A call the host did not answer in time (it may still carry it out). */
+class HostUnanswered extends AppError {
+  constructor(code: 'ERR_ROOM_START_FAILED' | 'ERR_ROOM_NOT_RUNNING', url: string) {
+    super(code, `The browser host ${url} did not answer in time.`);
   }
 }
