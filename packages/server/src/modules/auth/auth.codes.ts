@@ -67,7 +67,7 @@ export function makeCodeStore(state: StateStore, clock: Clock) {
         profile: null,
       };
       if (ip !== null) {
-        const { count, earliest } = await state.addExpiring(ipKey(ip), code, rec.expiresAt);
+        const { count, earliest } = await state.addExpiring(ipKey(ip), [code], rec.expiresAt);
         if (count > Limits.PENDING_WEB_CODES_PER_IP) {
           await state.removeExpiring(ipKey(ip), code);
           return { limited: Math.max(1, earliest - now) };

@@ -132,7 +132,7 @@ export function registerMatchmakingRoutes(
 /** Sockets make their users count as online (for ERR_MATCH_NO_PEERS_ONLINE and statistics). */
 export function registerMatchmakingSockets(realtime: Realtime, matchmaking: MatchmakingService) {
   realtime.io.on('connection', (socket: AppSocket) => {
-    void matchmaking.markOnline([socket.data.userId]).catch(() => {});
+    void matchmaking.connected(socket.data.userId).catch(() => {});
   });
 }
 

@@ -51,10 +51,10 @@ describe('matchmaking enqueue pre-checks', () => {
   it('reuses a count of two or more online users for PEERS_ONLINE_REUSE_MS, never a lower one', async () => {
     const { clock, state, svc, calls, searcher } = setup();
     const until = clock.now().getTime() + Limits.ONLINE_TTL_MS;
-    await state.addExpiring('online-users', '1', until);
+    await state.addExpiring('online-users', ['1'], until);
     // One user online, and it is the caller: refused, and the count is not kept.
     await expect(svc.enqueue(searcher(1), ['abc'])).rejects.toMatchObject({ code: 'ERR_MATCH_NO_PEERS_ONLINE' });
-    await state.addExpiring('online-users', '2', until);
+    await state.addExpiring('online-users', ['2'], until);
     expect((await svc.enqueue(searcher(1), ['abc'])).state).toBe('searching');
     expect(calls.count).toBe(2);
     // Both go offline; within the window the count of two is reused.
@@ -70,7 +70,7 @@ describe('matchmaking enqueue pre-checks', () => {
 
   it('asks the queue whether the caller searches only to refuse; pairs and answers from the new chat', async () => {
     const { clock, state, svc, calls, facts, searcher } = setup();
-    for (const id of ['1', '2']) await state.addExpiring('online-users', id, clock.now().getTime() + 60_000);
+    for (const id of ['1', '2']) await state.addExpiring('online-users', [id], clock.now().getTime() + 60_000);
     expect((await svc.enqueue(searcher(1), ['abc', 'def'])).state).toBe('searching');
     const paired = await svc.enqueue(searcher(2), ['def', 'abc']);
     expect(paired).toEqual({ state: 'matched', token: 'tok', chat_id: 7, expires_at: expect.any(String) });

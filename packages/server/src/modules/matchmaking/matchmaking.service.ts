@@ -100,14 +100,23 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
     return { state: 'matched', token, chat_id: chat.id, expires_at };
   };
 
+  const markOnline = async (userIds: number[]): Promise<void> => {
+    const until = clock.now().getTime() + Limits.ONLINE_TTL_MS;
+    if (userIds.length > 0) await state.addExpiring(ONLINE_SET, [...new Set(userIds)].map(String), until);
+  };
+  const connectedBatch = batched(async (userIds: number[]) => {
+    await markOnline(userIds);
+    return userIds.map(() => undefined);
+  }, 1000);
+
   return {
     status,
 
     /** A user with a connected socket counts as online for ONLINE_TTL_MS (refreshed while connected). */
-    async markOnline(userIds: number[]): Promise<void> {
-      const until = clock.now().getTime() + Limits.ONLINE_TTL_MS;
-      await Promise.all([...new Set(userIds)].map((id) => state.addExpiring(ONLINE_SET, String(id), until)));
-    },
+    markOnline,
+
+    /** markOnline for one socket's user; the connections of one turn (a reconnect storm) are one write. */
+    connected: (userId: number): Promise<void> => connectedBatch(userId),
 
     /** POST /v1/portal/match: queue on every tag at once, or pair at once when a peer waits. */
     async enqueue(searcher: Searcher, interests: string[]): Promise<MatchStatus> {

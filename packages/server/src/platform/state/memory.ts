@@ -1,5 +1,6 @@
 import { RateLimiterMemory } from 'rate-limiter-flexible';
 import { type Clock, systemClock } from '../clock.js';
+import { ExpiringSet } from './expiring-set.js';
 import { wrapLimiter } from './limiter.js';
 import type { Limiter, StateStore, Unsubscribe } from './types.js';
 
@@ -12,7 +13,7 @@ interface Entry {
 export class MemoryState implements StateStore {
   readonly kind = 'memory' as const;
   private readonly values = new Map<string, Entry>();
-  private readonly sets = new Map<string, Map<string, number>>();
+  private readonly sets = new Map<string, ExpiringSet>();
   private readonly limiters = new Map<string, Limiter>();
   private readonly channels = new Map<string, Set<(message: string) => void>>();
   private readonly sweeper: NodeJS.Timeout;
@@ -40,7 +41,7 @@ export class MemoryState implements StateStore {
     const now = this.now();
     for (const [k, e] of this.values) if (e.expiresAt <= now) this.values.delete(k);
     for (const [k, s] of this.sets) {
-      for (const [m, at] of s) if (at <= now) s.delete(m);
+      s.prune(now);
       if (s.size === 0) this.sets.delete(k);
     }
   }
@@ -64,26 +65,30 @@ export class MemoryState implements StateStore {
   async del(...keys: string[]) {
     for (const k of keys) this.values.delete(k);
   }
+  /** The set under `setKey` (made on first use), without the members whose deadline has passed. */
   private liveSet(setKey: string) {
-    const s = this.sets.get(setKey) ?? new Map<string, number>();
-    const now = this.now();
-    for (const [m, at] of s) if (at <= now) s.delete(m);
+    let s = this.sets.get(setKey);
+    if (!s) {
+      s = new ExpiringSet();
+      this.sets.set(setKey, s);
+    }
+    s.prune(this.now());
     return s;
   }
-  async addExpiring(setKey: string, member: string, expiresAtMs: number) {
+  async addExpiring(setKey: string, members: string[], expiresAtMs: number) {
     const s = this.liveSet(setKey);
-    s.set(member, expiresAtMs);
-    this.sets.set(setKey, s);
-    return { count: s.size, earliest: Math.min(...s.values()) };
+    for (const m of members) s.add(m, expiresAtMs);
+    s.prune(this.now());
+    return { count: s.size, earliest: s.earliest() ?? expiresAtMs };
   }
   async removeExpiring(setKey: string, member: string) {
-    this.sets.get(setKey)?.delete(member);
+    this.sets.get(setKey)?.remove(member);
   }
   async countExpiring(setKey: string) {
     return this.liveSet(setKey).size;
   }
   async hasExpiring(setKey: string, member: string) {
-    return this.liveSet(setKey).has(member);
+    return this.sets.get(setKey)?.has(member, this.now()) ?? false;
   }
   limiter(name: string, points: number, durationMs: number): Limiter {
     // One counter per name, as in Redis: a second limiter of the same name shares the allowance.

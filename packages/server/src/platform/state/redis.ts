@@ -5,13 +5,23 @@ import { wrapLimiter } from './limiter.js';
 import type { Limiter, StateStore, Unsubscribe } from './types.js';
 
 /** Adds a member with its deadline, drops expired members, returns the live count; atomic. */
+/** ARGV: now, deadline, members…; drops the passed ones, adds, answers {count, earliest deadline}. */
 const ADD_EXPIRING = `
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[3])
-redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+local args = {}
+for i = 3, #ARGV do
+  args[#args + 1] = ARGV[2]
+  args[#args + 1] = ARGV[i]
+end
+if #args > 0 then redis.call('ZADD', KEYS[1], unpack(args)) end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
 local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-redis.call('PEXPIREAT', KEYS[1], top[2])
+if top[2] then redis.call('PEXPIREAT', KEYS[1], top[2]) end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-return {redis.call('ZCARD', KEYS[1]), first[2]}`;
+return {redis.call('ZCARD', KEYS[1]), first[2] or ARGV[2]}`;
+
+/** Members per script call: the script unpacks two arguments per member onto Lua's stack (8000 at most). */
+const EXPIRING_CHUNK = 1000;
 
 /** One `subscribe` call: its handler and its delivery listener. */
 interface Subscription {
@@ -64,16 +74,22 @@ export class RedisState implements StateStore {
   async del(...keys: string[]) {
     if (keys.length > 0) await this.client.del(...keys.map((k) => this.k(k)));
   }
-  async addExpiring(setKey: string, member: string, expiresAtMs: number) {
-    const [n, first] = (await this.client.eval(
-      ADD_EXPIRING,
-      1,
-      this.k(setKey),
-      member,
-      String(expiresAtMs),
-      String(this.clock.now().getTime()),
-    )) as [number, string];
-    return { count: Number(n), earliest: Number(first) };
+  async addExpiring(setKey: string, members: string[], expiresAtMs: number) {
+    let answer: [number, string] = [0, String(expiresAtMs)];
+    let i = 0;
+    do {
+      const chunk = members.slice(i, i + EXPIRING_CHUNK);
+      answer = (await this.client.eval(
+        ADD_EXPIRING,
+        1,
+        this.k(setKey),
+        String(this.clock.now().getTime()),
+        String(expiresAtMs),
+        ...chunk,
+      )) as [number, string];
+      i += EXPIRING_CHUNK;
+    } while (i < members.length);
+    return { count: Number(answer[0]), earliest: Number(answer[1]) };
   }
   async removeExpiring(setKey: string, member: string) {
     await this.client.zrem(this.k(setKey), member);

@@ -196,30 +196,30 @@ export function describeStateContract(name: string, harness: StateHarness, opts:
       it('counts members and reports the earliest deadline as members come', async () => {
         const s = freshKey('set');
         const now = Date.now();
-        expect(await state.addExpiring(s, 'a', now + 30_000)).toEqual({ count: 1, earliest: now + 30_000 });
-        expect(await state.addExpiring(s, 'b', now + 10_000)).toEqual({ count: 2, earliest: now + 10_000 });
-        expect(await state.addExpiring(s, 'c', now + 50_000)).toEqual({ count: 3, earliest: now + 10_000 });
+        expect(await state.addExpiring(s, ['a'], now + 30_000)).toEqual({ count: 1, earliest: now + 30_000 });
+        expect(await state.addExpiring(s, ['b'], now + 10_000)).toEqual({ count: 2, earliest: now + 10_000 });
+        expect(await state.addExpiring(s, ['c'], now + 50_000)).toEqual({ count: 3, earliest: now + 10_000 });
         expect(await state.countExpiring(s)).toBe(3);
       });
 
       it('counts a member added twice once, with its latest deadline', async () => {
         const s = freshKey('set-readd');
         const now = Date.now();
-        await state.addExpiring(s, 'a', now + 10_000);
-        await state.addExpiring(s, 'b', now + 20_000);
-        expect(await state.addExpiring(s, 'a', now + 40_000)).toEqual({ count: 2, earliest: now + 20_000 });
+        await state.addExpiring(s, ['a'], now + 10_000);
+        await state.addExpiring(s, ['b'], now + 20_000);
+        expect(await state.addExpiring(s, ['a'], now + 40_000)).toEqual({ count: 2, earliest: now + 20_000 });
         expect(await state.countExpiring(s)).toBe(2);
       });
 
       it('removes members, and ignores removing one that is not there', async () => {
         const s = freshKey('set-remove');
         const now = Date.now();
-        await state.addExpiring(s, 'a', now + 10_000);
-        await state.addExpiring(s, 'b', now + 20_000);
+        await state.addExpiring(s, ['a'], now + 10_000);
+        await state.addExpiring(s, ['b'], now + 20_000);
         await state.removeExpiring(s, 'a');
         await state.removeExpiring(s, 'never-added');
         expect(await state.countExpiring(s)).toBe(1);
-        expect(await state.addExpiring(s, 'c', now + 30_000)).toEqual({ count: 2, earliest: now + 20_000 });
+        expect(await state.addExpiring(s, ['c'], now + 30_000)).toEqual({ count: 2, earliest: now + 20_000 });
       });
 
       it('counts 0 for a set never used, and accepts removal from it', async () => {
@@ -231,30 +231,30 @@ export function describeStateContract(name: string, harness: StateHarness, opts:
       it('drops members whose deadline has passed, from the count and from the earliest deadline', async () => {
         const s = freshKey('set-expire');
         const now = Date.now();
-        await state.addExpiring(s, 'short', now + TTL_MS);
-        await state.addExpiring(s, 'long', now + 20_000);
+        await state.addExpiring(s, ['short'], now + TTL_MS);
+        await state.addExpiring(s, ['long'], now + 20_000);
         expect(await state.countExpiring(s)).toBe(2);
         await sleep(PAST_TTL_MS);
         expect(await state.countExpiring(s)).toBe(1);
-        expect(await state.addExpiring(s, 'new', now + 30_000)).toEqual({ count: 2, earliest: now + 20_000 });
+        expect(await state.addExpiring(s, ['new'], now + 30_000)).toEqual({ count: 2, earliest: now + 20_000 });
       });
 
       it('forgets a whole set once every deadline has passed', async () => {
         const s = freshKey('set-all-expire');
         const now = Date.now();
-        await state.addExpiring(s, 'a', now + TTL_MS);
-        await state.addExpiring(s, 'b', now + TTL_MS);
+        await state.addExpiring(s, ['a'], now + TTL_MS);
+        await state.addExpiring(s, ['b'], now + TTL_MS);
         await sleep(PAST_TTL_MS);
         expect(await state.countExpiring(s)).toBe(0);
-        expect(await state.addExpiring(s, 'c', now + 20_000)).toEqual({ count: 1, earliest: now + 20_000 });
+        expect(await state.addExpiring(s, ['c'], now + 20_000)).toEqual({ count: 1, earliest: now + 20_000 });
       });
 
       it('tells whether a member is present and not expired', async () => {
         const s = freshKey('set-has');
         const now = Date.now();
-        await state.addExpiring(s, 'live', now + 20_000);
-        await state.addExpiring(s, 'short', now + TTL_MS);
-        await state.addExpiring(s, 'removed', now + 20_000);
+        await state.addExpiring(s, ['live'], now + 20_000);
+        await state.addExpiring(s, ['short'], now + TTL_MS);
+        await state.addExpiring(s, ['removed'], now + 20_000);
         await state.removeExpiring(s, 'removed');
         expect(await state.hasExpiring(s, 'live')).toBe(true);
         expect(await state.hasExpiring(s, 'short')).toBe(true);
@@ -269,18 +269,28 @@ export function describeStateContract(name: string, harness: StateHarness, opts:
       it('keeps separate sets separate', async () => {
         const [s1, s2] = [freshKey('set-1'), freshKey('set-2')];
         const now = Date.now();
-        await state.addExpiring(s1, 'm', now + 10_000);
-        await state.addExpiring(s1, 'n', now + 10_000);
-        await state.addExpiring(s2, 'm', now + 10_000);
+        await state.addExpiring(s1, ['m'], now + 10_000);
+        await state.addExpiring(s1, ['n'], now + 10_000);
+        await state.addExpiring(s2, ['m'], now + 10_000);
         expect([await state.countExpiring(s1), await state.countExpiring(s2)]).toEqual([2, 1]);
+      });
+
+      it('adds 2,500 members in one call (more than one script call on Redis), and each keeps its own deadline', async () => {
+        const s = freshKey('set-many');
+        const now = Date.now();
+        await state.addExpiring(s, ['early'], now + 5_000);
+        const many = Array.from({ length: 2_500 }, (_, i) => `u${i}`);
+        expect(await state.addExpiring(s, many, now + 30_000)).toEqual({ count: 2_501, earliest: now + 5_000 });
+        expect(await state.hasExpiring(s, 'u2499')).toBe(true);
+        expect(await state.addExpiring(s, [], now + 60_000)).toEqual({ count: 2_501, earliest: now + 5_000 });
       });
 
       it('counts every one of 20 concurrent adds', async () => {
         const s = freshKey('set-race');
         const now = Date.now();
-        await Promise.all(Array.from({ length: 20 }, (_, i) => state.addExpiring(s, `m${i}`, now + 10_000 + i)));
+        await Promise.all(Array.from({ length: 20 }, (_, i) => state.addExpiring(s, [`m${i}`], now + 10_000 + i)));
         expect(await state.countExpiring(s)).toBe(20);
-        expect(await state.addExpiring(s, 'last', now + 60_000)).toEqual({ count: 21, earliest: now + 10_000 });
+        expect(await state.addExpiring(s, ['last'], now + 60_000)).toEqual({ count: 21, earliest: now + 10_000 });
       });
     });
 

@@ -63,7 +63,7 @@ describe.skipIf(redisProblem !== null)('RedisState keys', () => {
     await state.connect();
     try {
       await state.set('plain', 'v', 60_000);
-      await state.addExpiring('set', 'm', Date.now() + 60_000);
+      await state.addExpiring('set', ['m'], Date.now() + 60_000);
       await state.limiter('lim', 3, 60_000).consume('who');
       const keys = await raw.keys(`${ownPrefix}*`);
       expect(keys.sort()).toEqual([`${ownPrefix}plain`, `${ownPrefix}rl:lim:who`, `${ownPrefix}set`].sort());

@@ -14,11 +14,11 @@ export interface StateStore {
   take(key: string): Promise<string | null>;
   del(...keys: string[]): Promise<void>;
   /**
-   * Adds `member` to an expiring set (each member has its own deadline), drops members whose
-   * deadline has passed, and returns how many remain (this one included) and the earliest
-   * remaining deadline.
+   * Adds `members` to an expiring set with one deadline (each member keeps its own: a member added
+   * again takes the new one), drops members whose deadline has passed, and returns how many remain
+   * and the earliest remaining deadline (`expiresAtMs` when none remain).
    */
-  addExpiring(setKey: string, member: string, expiresAtMs: number): Promise<{ count: number; earliest: number }>;
+  addExpiring(setKey: string, members: string[], expiresAtMs: number): Promise<{ count: number; earliest: number }>;
   removeExpiring(setKey: string, member: string): Promise<void>;
   countExpiring(setKey: string): Promise<number>;
   /** Whether a member is in the expiring set and not expired. */
