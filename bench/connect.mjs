@@ -17,13 +17,16 @@
  *     open, minus the same just before the storm, over the number of sockets. The clients run in
  *     a separate process, so none of their memory counts. RSS after the first storm partly reuses
  *     pages freed by earlier ones, so the RSS row is the first storm's; the heap row is the mean.
+ *   - CPU per connection, of the server and of the clients (they share the cores) in the measured storms.
  * Parlor, bare Socket.IO and the baseline take turns (storm, measure, close all; then the next),
  * `--rounds` (3) each.
  *
  * Options: --mode, --sockets N (1000), --window N (100), --rounds N (3).
  * --duration is not used (a storm is a fixed number of sockets).
  */
+import { writeFileSync } from 'node:fs';
 import os from 'node:os';
+import path from 'node:path';
 import { createBots, loginUsers } from './lib/accounts.mjs';
 import { startChild } from './lib/child.mjs';
 import { machineLine } from './lib/machine.mjs';
@@ -77,12 +80,7 @@ export async function run({ modes, options }) {
       const logged = await loginUsers(started, sockets, { botKeys, concurrency: 16 });
       const cookies = logged.users.map((u) => u.cookie);
       await app.close();
-      // BENCH_PROFILE_DIR=dir: a CPU profile of the storms' app process (written when it exits).
-      const prof = process.env.BENCH_PROFILE_DIR;
-      app = await startChild(APP_CHILD, {
-        name: 'app',
-        execArgv: prof ? ['--cpu-prof', `--cpu-prof-dir=${prof}`, '--cpu-prof-interval=500'] : [],
-      });
+      app = await startChild(APP_CHILD, { name: 'app' });
       const fresh = await app.call('start', { mode, storage: provisioned.storage });
       console.log(
         `\n[connect] ${provisioned.label}; ${sockets} users logged in in ${logged.seconds.toFixed(1)} s; fresh app process up in ${fmt.ms(fresh.startMs)}; load ${os.loadavg()[0].toFixed(2)}`,
@@ -93,9 +91,13 @@ export async function run({ modes, options }) {
       const rawUrls = await raw.call('start');
       const sioUrl = (await sio.call('start')).url;
 
-      const storm = async (side, n) => {
+      // BENCH_PROFILE_DIR=dir: CPU profiles of the app during Parlor's measured storms.
+      const profileDir = process.env.BENCH_PROFILE_DIR;
+      const storm = async (side, n, { profile = false } = {}) => {
         const server = { parlor: app, sio, raw }[side];
         const before = await server.call('memory');
+        const cpuBefore = [await server.call('cpu'), await clients.call('cpu')];
+        if (profile) await server.call('profileStart');
         const r = await clients.call('storm', {
           kind: side === 'raw' ? 'raw' : 'parlor',
           url: { parlor: fresh.url, sio: sioUrl, raw: rawUrls.wsUrl }[side],
@@ -103,12 +105,15 @@ export async function run({ modes, options }) {
           n,
           window,
         });
+        if (profile) await server.call('profileStop');
+        const cpuAfter = [await server.call('cpu'), await clients.call('cpu')];
         await sleep(300);
         const during = await server.call('memory');
         await clients.call('drop');
         if (side === 'raw') await raw.call('dropClients');
         await sleep(500);
-        return { ...r, before, during };
+        const cpu = { server: cpuAfter[0] - cpuBefore[0], clients: cpuAfter[1] - cpuBefore[1] };
+        return { ...r, before, during, cpu };
       };
       // The first storm of each side, in fresh processes, gives the RSS figure; then a warm-up.
       const sides = ['parlor', 'sio', 'raw'];
@@ -117,7 +122,13 @@ export async function run({ modes, options }) {
       for (const side of sides) firstStorms[side] = await storm(side, sockets);
       for (const side of sides) await storm(side, Math.min(100, sockets));
       for (let i = 0; i < rounds; i++) {
-        for (const side of sides) parts[side].push(await storm(side, sockets));
+        for (const side of sides)
+          parts[side].push(await storm(side, sockets, { profile: profileDir && side === 'parlor' }));
+      }
+      if (profileDir) {
+        const file = path.join(profileDir, `connect-${mode}-parlor.json`);
+        writeFileSync(file, JSON.stringify(await app.call('profiles')));
+        console.log(`[connect] CPU profiles of Parlor's storms: ${file}`);
       }
       results[mode] = report(mode, provisioned.label, parts, {
         first: firstStorms,
@@ -151,6 +162,8 @@ function summarizeSide(parts, first) {
     connected,
     elapsedS,
     acceptsPerSec: connected / elapsedS,
+    serverCpuPerConn: parts.reduce((a, p) => a + p.cpu.server, 0) / connected,
+    clientCpuPerConn: parts.reduce((a, p) => a + p.cpu.clients, 0) / connected,
     firstAcceptsPerSec: first.connected / (first.elapsedMs / 1000),
     accept: acc,
     settled,
@@ -186,6 +199,8 @@ function report(mode, label, parts, { first, sockets, window }) {
     ['metric', 'Parlor', 'bare socket.io', 'raw ws', 'Parlor/raw', 'Parlor/sio', 'sio/raw'],
     [
       row(`accepts/s (${sockets} sockets, ${window} in flight)`, (x) => x.acceptsPerSec, fmt.num),
+      row('server CPU per connection', (x) => x.serverCpuPerConn, fmt.ms),
+      row('clients CPU per connection', (x) => x.clientCpuPerConn, fmt.ms),
       row('accept latency p50', (x) => x.accept.p50, fmt.ms),
       row('accept latency p99', (x) => x.accept.p99, fmt.ms),
       row('settled (chat:list received) p50', (x) => x.settled?.p50 ?? Number.NaN, fmt.ms),

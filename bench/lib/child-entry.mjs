@@ -1,7 +1,35 @@
+import { Session } from 'node:inspector/promises';
 import { memoryAfterGc } from './child.mjs';
 
 const mod = await import(process.argv[2]);
-const commands = { ...mod.commands, memory: () => memoryAfterGc() };
+
+/** CPU time of this process so far (user + system), in ms. */
+const cpuMs = () => {
+  const u = process.cpuUsage();
+  return (u.user + u.system) / 1000;
+};
+
+// CPU profiles of chosen stretches (the bench's measured storms, say), collected until `profiles`.
+let profiler = null;
+const profiles = [];
+const profile = {
+  async profileStart() {
+    if (!profiler) {
+      profiler = new Session();
+      profiler.connect();
+    }
+    await profiler.post('Profiler.enable');
+    await profiler.post('Profiler.setSamplingInterval', { interval: 500 });
+    await profiler.post('Profiler.start');
+  },
+  async profileStop() {
+    const { profile: p } = await profiler.post('Profiler.stop');
+    profiles.push(p);
+  },
+  profiles: () => profiles.splice(0),
+};
+
+const commands = { ...mod.commands, ...profile, memory: () => memoryAfterGc(), cpu: cpuMs };
 process.on('message', async (msg) => {
   if (msg.cmd === 'exit') {
     try {
