@@ -137,8 +137,8 @@ async function clearRedisPrefix(prefix) {
 }
 
 /**
- * Steps to undo, last first: `release()` runs every one even if an earlier one failed and rethrows
- * the first error. Registered with the Ctrl-C cleanup until `forget()`.
+ * Steps to undo, last first: `done()` runs every one even if an earlier one failed and rethrows
+ * the first error; registered with the Ctrl-C cleanup until then. Later calls share the first.
  */
 function undoStack() {
   const steps = [];
@@ -154,7 +154,17 @@ function undoStack() {
     if (first) throw first;
   };
   const forget = addCleanup(release);
-  return { push: (fn) => steps.push(fn), pop: () => steps.pop(), release, forget };
+  // Runs the steps once and drops the exit hook, however often it is called.
+  let finished = null;
+  const done = () =>
+    (finished ??= (async () => {
+      try {
+        await release();
+      } finally {
+        forget();
+      }
+    })());
+  return { push: (fn) => steps.push(fn), pop: () => steps.pop(), done };
 }
 
 /** A scratch PostgreSQL database and a Redis prefix, their removal pushed on `undo`. */
@@ -187,8 +197,6 @@ export async function startMode(mode, { pglite = 'disk', config = {}, attach = n
   }
   const { buildApp, loadConfig } = await loadServer();
   const undo = undoStack();
-  const { release } = undo;
-  const removeCleanup = undo.forget;
 
   const dataDir = attach ? attach.dataDir : mkdtempSync(path.join(tmpdir(), 'parlor-bench-'));
   if (!attach) undo.push(async () => rmSync(dataDir, { recursive: true, force: true }));
@@ -234,7 +242,6 @@ export async function startMode(mode, { pglite = 'disk', config = {}, attach = n
     undo.push(() => withTimeout(built.app.close(), 5000, 'app.close()'));
     const url = await built.app.listen({ port: 0, host: '127.0.0.1' });
     const startMs = performance.now() - t0;
-    let closed = false;
     return {
       mode,
       label,
@@ -242,19 +249,10 @@ export async function startMode(mode, { pglite = 'disk', config = {}, attach = n
       built,
       config: cfg,
       startMs,
-      close: async () => {
-        if (closed) return;
-        closed = true;
-        try {
-          await release();
-        } finally {
-          removeCleanup();
-        }
-      },
+      close: undo.done,
     };
   } catch (e) {
-    await release();
-    removeCleanup();
+    await undo.done().catch(() => {});
     throw e;
   }
 }
@@ -271,8 +269,6 @@ export async function provisionStorage(mode) {
     if (why) return { mode, skipped: why };
   }
   const undo = undoStack();
-  const { release } = undo;
-  const removeCleanup = undo.forget;
   try {
     const dataDir = mkdtempSync(path.join(tmpdir(), 'parlor-bench-'));
     undo.push(async () => rmSync(dataDir, { recursive: true, force: true }));
@@ -288,24 +284,9 @@ export async function provisionStorage(mode) {
         label: 'embedded: PGlite in a temp dir + in-process state',
       };
     }
-    let released = false;
-    return {
-      mode,
-      storage,
-      label: storage.label,
-      release: async () => {
-        if (released) return;
-        released = true;
-        try {
-          await release();
-        } finally {
-          removeCleanup();
-        }
-      },
-    };
+    return { mode, storage, label: storage.label, release: undo.done };
   } catch (e) {
-    await release();
-    removeCleanup();
+    await undo.done().catch(() => {});
     throw e;
   }
 }

@@ -5,6 +5,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { io as ioClient } from 'socket.io-client';
 import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import { type BrowserHost, createBrowserHost } from '../src/platform/vm/browser-host.js';
 import { LocalChromiumProvider } from '../src/platform/vm/local-provider.js';
@@ -90,6 +91,50 @@ describeProvider('remote provider over browser hosts', () => {
     ).toEqual(['p1', 'p2']);
     await node.close();
     await eventually(() => a.provider.list().length + b.provider.list().length === 0, WAIT_MS, 'rooms stopped');
+  });
+
+  it('refuses node payloads that fail their schema with ERR_VALIDATION, starting nothing', async () => {
+    const { url, host } = await startHost(2);
+    const socket = ioClient(url, { path: '/browser-host', transports: ['websocket'], auth: { token: TOKEN } });
+    try {
+      await new Promise<void>((resolve, reject) => {
+        socket.once('connect', resolve);
+        socket.once('connect_error', reject);
+      });
+      const ask = (event: string, payload: unknown) =>
+        socket.timeout(5_000).emitWithAck(event, payload) as Promise<{ ok: boolean; code?: string }>;
+      const good = spec({ startUrl: site.url('/') });
+      const refused = [
+        ['host:start', { roomId: 'r', spec: { ...good, startUrl: 'file:///etc/passwd' } }],
+        ['host:start', { roomId: 'r', spec: { ...good, startUrl: 'javascript:alert(1)' } }],
+        ['host:start', { roomId: 'r', spec: { ...good, width: 100_000 } }],
+        ['host:start', { roomId: 'r', spec: { ...good, browser: 'firefox' } }],
+        ['host:start', { roomId: 'r', spec: { ...good, extra: true } }],
+        ['host:start', { roomId: '', spec: good }],
+        ['host:start', { roomId: 'x'.repeat(65), spec: good }],
+        ['host:start', null],
+        ['host:input', { roomId: 'r', input: { kind: 'text', text: 'x'.repeat(4097) } }],
+        ['host:input', { roomId: 'r', input: { kind: 'mouse', type: 'down', x: -1, y: 0 } }],
+        ['host:navigate', { roomId: 'r', nav: { url: 'chrome://settings' } }],
+        ['host:navigate', { roomId: 'r', nav: { action: 'close' } }],
+        ['host:subscribe', { roomId: 7 }],
+        ['host:stop', 'r'],
+      ] as const;
+      for (const [event, payload] of refused) {
+        expect({ event, payload, answer: await ask(event, payload) }).toMatchObject({
+          answer: { ok: false, code: 'ERR_VALIDATION' },
+        });
+      }
+      expect(host.rooms()).toBe(0);
+      // Valid payloads pass the check (the room is not this connection's: not running).
+      expect(await ask('host:input', { roomId: 'r', input: { kind: 'text', text: 'x'.repeat(4096) } })).toMatchObject({
+        ok: false,
+        code: 'ERR_ROOM_NOT_RUNNING',
+      });
+      expect(await ask('host:rooms', {})).toEqual({ ok: true, rooms: [] });
+    } finally {
+      socket.close();
+    }
   });
 
   it('keeps a room to the node that started it, and shares one host stream among its subscribers', async () => {

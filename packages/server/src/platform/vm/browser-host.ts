@@ -1,10 +1,13 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { Server as HttpServer } from 'node:http';
+import type { Static } from '@sinclair/typebox';
 import { Server, type Socket } from 'socket.io';
 import { appError } from '../errors.js';
+import { compilePayload } from '../validation.js';
 import {
   errorAck,
   type HostAck,
+  HostPayloads,
   type HostToNodeEvents,
   type NodeToHostEvents,
   toWire,
@@ -31,6 +34,12 @@ export interface BrowserHostOptions {
 type HostSocket = Socket<NodeToHostEvents, HostToNodeEvents>;
 
 const digest = (s: string) => createHash('sha256').update(s).digest();
+
+type HostEvent = keyof typeof HostPayloads;
+type PayloadOf<E extends HostEvent> = Static<(typeof HostPayloads)[E]>;
+const validators = Object.fromEntries(
+  Object.entries(HostPayloads).map(([event, schema]) => [event, compilePayload(schema)]),
+) as { [E in HostEvent]: (p: unknown) => p is PayloadOf<E> };
 
 export function createBrowserHost(server: HttpServer, opts: BrowserHostOptions) {
   const { provider } = opts;
@@ -70,10 +79,18 @@ export function createBrowserHost(server: HttpServer, opts: BrowserHostOptions) 
   });
 
   io.on('connection', (socket: HostSocket) => {
-    /** Answers an event with its handler's result, or the error as an ack; never throws. */
-    const handle = <P, T extends object>(run: (p: P) => Promise<T> | T) => {
-      return (p: P, ack: (a: HostAck<T>) => void) => {
-        const reply = typeof ack === 'function' ? ack : () => {};
+    /**
+     * Serves an event: a payload that fails its schema gets ERR_VALIDATION; otherwise the
+     * handler's result, or its error, is the ack. Never throws.
+     */
+    const serve = <E extends HostEvent, T extends object>(event: E, run: (p: PayloadOf<E>) => Promise<T> | T) => {
+      const valid = validators[event];
+      (socket as unknown as { on(e: string, fn: (p: unknown, ack: unknown) => void): void }).on(event, (p, ack) => {
+        const reply = typeof ack === 'function' ? (ack as (a: HostAck<T>) => void) : () => {};
+        if (!valid(p)) {
+          reply({ ok: false, code: 'ERR_VALIDATION', message: `The ${event} payload is not valid.` });
+          return;
+        }
         Promise.resolve()
           .then(() => run(p))
           .then((out) => reply({ ok: true, ...out }))
@@ -82,108 +99,87 @@ export function createBrowserHost(server: HttpServer, opts: BrowserHostOptions) 
             if (a.code === 'ERR_INTERNAL') opts.log?.(`browser host: ${err instanceof Error ? err.message : err}`);
             reply(a);
           });
-      };
+      });
     };
     /** Rooms are the starting connection's: others get "not running", as if there were no room. */
-    const own = (roomId: unknown) => {
-      if (typeof roomId !== 'string' || owners.get(roomId) !== socket) throw appError('ERR_ROOM_NOT_RUNNING');
+    const own = (roomId: string) => {
+      if (owners.get(roomId) !== socket) throw appError('ERR_ROOM_NOT_RUNNING');
       return roomId;
     };
 
-    socket.on(
-      'host:start',
-      handle(async ({ roomId, spec }: { roomId: string; spec: Parameters<VmProvider['start']>[1] }) => {
-        const owner = owners.get(roomId);
-        if (owner && owner !== socket) throw appError('ERR_ROOM_START_FAILED', 'Another node runs this room.');
-        // Claimed while it starts, so another node's start of the same room is refused meanwhile.
-        owners.set(roomId, socket);
-        const launch = provider.start(roomId, spec);
-        const settled = launch.then(
-          () => {},
-          () => {},
-        );
-        starting.set(roomId, settled);
-        void settled.then(() => {
-          if (starting.get(roomId) === settled) starting.delete(roomId);
-        });
-        let info: Awaited<typeof launch>;
-        try {
-          info = await launch;
-        } catch (err) {
-          if (owners.get(roomId) === socket && !provider.status(roomId)) owners.delete(roomId);
-          throw err;
-        }
-        // The connection may have dropped while the browser started (its rooms were released).
-        if (socket.disconnected || owners.get(roomId) !== socket) {
-          await provider.stop(roomId);
-          throw appError('ERR_ROOM_START_FAILED', 'The node went away while the room started.');
-        }
-        return { info: toWire(info) };
-      }),
-    );
-    socket.on(
-      'host:stop',
-      handle(async ({ roomId }: { roomId: string }) => {
-        // A stop that overtakes its start (the node gave up waiting) waits for it, then stops.
-        await starting.get(roomId);
-        if (owners.get(roomId) !== socket) return {};
-        release(roomId);
+    serve('host:start', async ({ roomId, spec }) => {
+      const owner = owners.get(roomId);
+      if (owner && owner !== socket) throw appError('ERR_ROOM_START_FAILED', 'Another node runs this room.');
+      // Claimed while it starts, so another node's start of the same room is refused meanwhile.
+      owners.set(roomId, socket);
+      const launch = provider.start(roomId, spec);
+      const settled = launch.then(
+        () => {},
+        () => {},
+      );
+      starting.set(roomId, settled);
+      void settled.then(() => {
+        if (starting.get(roomId) === settled) starting.delete(roomId);
+      });
+      let info: Awaited<typeof launch>;
+      try {
+        info = await launch;
+      } catch (err) {
+        if (owners.get(roomId) === socket && !provider.status(roomId)) owners.delete(roomId);
+        throw err;
+      }
+      // The connection may have dropped while the browser started (its rooms were released).
+      if (socket.disconnected || owners.get(roomId) !== socket) {
         await provider.stop(roomId);
-        return {};
-      }),
-    );
-    socket.on(
-      'host:rooms',
-      handle(() => ({
-        rooms: provider
-          .list()
-          .filter((i) => owners.get(i.roomId) === socket)
-          .map(toWire) as WireInfo[],
-      })),
-    );
-    socket.on(
-      'host:input',
-      handle(async (p: { roomId: string; input: Parameters<VmProvider['input']>[1] }) => {
-        await provider.input(own(p.roomId), p.input);
-        return {};
-      }),
-    );
-    socket.on(
-      'host:navigate',
-      handle(async (p: { roomId: string; nav: Parameters<VmProvider['navigate']>[1] }) => {
-        await provider.navigate(own(p.roomId), p.nav);
-        return {};
-      }),
-    );
-    socket.on(
-      'host:subscribe',
-      handle(({ roomId }: { roomId: string }) => {
-        own(roomId);
-        if (!subscriptions.has(roomId)) {
-          subscriptions.set(
-            roomId,
-            provider.subscribe(roomId, (f) => {
-              socket.volatile.emit('host:frame', {
-                roomId,
-                seq: f.seq,
-                mime: f.mime,
-                data: f.data,
-                width: f.width,
-                height: f.height,
-              });
-            }),
-          );
-        }
-        return {};
-      }),
-    );
-    socket.on(
-      'host:unsubscribe',
-      handle(({ roomId }: { roomId: string }) => {
-        if (owners.get(roomId) === socket) unsubscribe(roomId);
-        return {};
-      }),
-    );
+        throw appError('ERR_ROOM_START_FAILED', 'The node went away while the room started.');
+      }
+      return { info: toWire(info) };
+    });
+    serve('host:stop', async ({ roomId }) => {
+      // A stop that overtakes its start (the node gave up waiting) waits for it, then stops.
+      await starting.get(roomId);
+      if (owners.get(roomId) !== socket) return {};
+      release(roomId);
+      await provider.stop(roomId);
+      return {};
+    });
+    serve('host:rooms', () => ({
+      rooms: provider
+        .list()
+        .filter((i) => owners.get(i.roomId) === socket)
+        .map(toWire) as WireInfo[],
+    }));
+    serve('host:input', async (p) => {
+      await provider.input(own(p.roomId), p.input);
+      return {};
+    });
+    serve('host:navigate', async (p) => {
+      await provider.navigate(own(p.roomId), p.nav);
+      return {};
+    });
+    serve('host:subscribe', ({ roomId }) => {
+      own(roomId);
+      if (!subscriptions.has(roomId)) {
+        subscriptions.set(
+          roomId,
+          provider.subscribe(roomId, (f) => {
+            socket.volatile.emit('host:frame', {
+              roomId,
+              seq: f.seq,
+              mime: f.mime,
+              data: f.data,
+              width: f.width,
+              height: f.height,
+            });
+          }),
+        );
+      }
+      return {};
+    });
+    serve('host:unsubscribe', ({ roomId }) => {
+      if (owners.get(roomId) === socket) unsubscribe(roomId);
+      return {};
+    });
     socket.on('disconnect', () => {
       for (const [roomId, owner] of [...owners]) {
         if (owner !== socket) continue;

@@ -1,4 +1,5 @@
-import { type ErrorCode, ErrorCodes } from '@parlor/protocol';
+import { type ErrorCode, ErrorCodes, StartUrl, VmNavigateUrl } from '@parlor/protocol';
+import { Type } from '@sinclair/typebox';
 import { AppError, appError } from '../errors.js';
 import type { VmInfo, VmInput, VmNavigation, VmProviderStop, VmStartSpec } from './provider.js';
 
@@ -48,6 +49,83 @@ export interface NodeToHostEvents {
 export interface HostToNodeEvents {
   'host:frame': (f: HostFrame) => void;
   'host:stopped': (e: { roomId: string; reason: VmProviderStop }) => void;
+}
+
+/*
+ * The host checks every node payload against these (a node holds the token, but a host drives
+ * browsers: a bad spec or input is refused with ERR_VALIDATION, never handed to Chromium).
+ */
+const strict = { additionalProperties: false } as const;
+const RoomId = Type.String({ minLength: 1, maxLength: 64 });
+const Pixel = Type.Integer({ minimum: 0, maximum: 10_000 });
+const Delta = Type.Number({ minimum: -100_000, maximum: 100_000 });
+const oneOf = <T extends string>(...values: T[]) => Type.Union(values.map((v) => Type.Literal(v)));
+
+const StartSpec = Type.Object(
+  {
+    browser: oneOf('brave', 'tor'),
+    proxy: oneOf('us', 'eu', 'none'),
+    startUrl: Type.Union([Type.Literal('about:blank'), StartUrl]),
+    allowPrivateNetworks: Type.Boolean(),
+    width: Type.Integer({ minimum: 16, maximum: 4096 }),
+    height: Type.Integer({ minimum: 16, maximum: 4096 }),
+  },
+  strict,
+);
+
+const Input = Type.Union([
+  Type.Object(
+    {
+      kind: Type.Literal('mouse'),
+      type: oneOf('move', 'down', 'up'),
+      x: Pixel,
+      y: Pixel,
+      button: Type.Optional(oneOf('left', 'middle', 'right')),
+    },
+    strict,
+  ),
+  Type.Object({ kind: Type.Literal('wheel'), x: Pixel, y: Pixel, dx: Delta, dy: Delta }, strict),
+  Type.Object(
+    {
+      kind: Type.Literal('key'),
+      type: oneOf('down', 'up'),
+      key: Type.String({ minLength: 1, maxLength: 32 }),
+      code: Type.String({ maxLength: 32 }),
+    },
+    strict,
+  ),
+  Type.Object({ kind: Type.Literal('text'), text: Type.String({ minLength: 1, maxLength: 4096 }) }, strict),
+]);
+
+const Navigation = Type.Union([
+  Type.Object({ url: VmNavigateUrl }, strict),
+  Type.Object({ action: oneOf('back', 'forward', 'reload') }, strict),
+]);
+
+/** The payload schema of each node → host event. */
+export const HostPayloads = {
+  'host:start': Type.Object({ roomId: RoomId, spec: StartSpec }, strict),
+  'host:stop': Type.Object({ roomId: RoomId }, strict),
+  'host:rooms': Type.Object({}, strict),
+  'host:input': Type.Object({ roomId: RoomId, input: Input }, strict),
+  'host:navigate': Type.Object({ roomId: RoomId, nav: Navigation }, strict),
+  'host:subscribe': Type.Object({ roomId: RoomId }, strict),
+  'host:unsubscribe': Type.Object({ roomId: RoomId }, strict),
+} satisfies Record<keyof NodeToHostEvents, object>;
+
+/** What the node accepts as a frame from a host (the rest of the event is the host's word). */
+export function isHostFrame(f: unknown): f is HostFrame {
+  const x = f as Partial<HostFrame> | null;
+  return (
+    typeof x === 'object' &&
+    x !== null &&
+    typeof x.roomId === 'string' &&
+    Number.isSafeInteger(x.seq) &&
+    x.mime === 'image/jpeg' &&
+    x.data instanceof Uint8Array &&
+    Number.isInteger(x.width) &&
+    Number.isInteger(x.height)
+  );
 }
 
 export const toWire = (info: VmInfo): WireInfo => ({ ...info, startedAt: info.startedAt.toISOString() });

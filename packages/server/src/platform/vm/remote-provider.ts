@@ -5,6 +5,7 @@ import {
   fromWire,
   type HostAck,
   type HostToNodeEvents,
+  isHostFrame,
   type NodeToHostEvents,
   type WireInfo,
 } from './host-protocol.js';
@@ -71,14 +72,16 @@ export class RemoteBrowserProvider implements VmProvider {
     });
     const link = { url, socket };
     socket.on('host:frame', (f) => {
+      if (!isHostFrame(f)) return;
       const room = this.rooms.get(f.roomId);
       if (!room || room.link !== link) return;
       const frame: VmFrame = { seq: f.seq, mime: f.mime, data: f.data, width: f.width, height: f.height };
       room.latest = frame;
       for (const fn of room.subscribers) fn(frame);
     });
-    socket.on('host:stopped', ({ roomId, reason }) => {
-      if (this.rooms.get(roomId)?.link === link) this.end(roomId, reason);
+    socket.on('host:stopped', (e) => {
+      const roomId = typeof e?.roomId === 'string' ? e.roomId : '';
+      if (this.rooms.get(roomId)?.link === link) this.end(roomId, 'crashed');
     });
     socket.on('disconnect', (reason) => {
       for (const [roomId, room] of [...this.rooms]) if (room.link === link) this.end(roomId, 'crashed');
