@@ -200,6 +200,19 @@ async function measure({ started, browsers, raw, site, counts, most, rounds, dur
   await pause('raw', true);
   const idleMemory = { parlor: await browsers.memoryBytes(roomId), raw: await raw.memoryBytes('raw') };
 
+  // BENCH_PROFILE_DIR=dir: CPU profiles of this process (the server) in Parlor's rounds at the
+  // largest viewer count (vm-<mode>-parlor.json; read with bench/tools/profile-summary.mjs).
+  const profileDir = process.env.BENCH_PROFILE_DIR;
+  const profiles = [];
+  let profiler = null;
+  if (profileDir) {
+    const { Session } = await import('node:inspector/promises');
+    profiler = new Session();
+    profiler.connect();
+    await profiler.post('Profiler.enable');
+    await profiler.post('Profiler.setSamplingInterval', { interval: 500 });
+  }
+
   // 2. fps per viewer count, alternating rounds; CPU of the browser tree and of this process.
   const cpu = (side) => treeCpuSeconds(side === 'parlor' ? browsers.pidOf(roomId) : raw.pidOf('raw'));
   const fps = {};
@@ -229,10 +242,13 @@ async function measure({ started, browsers, raw, site, counts, most, rounds, dur
         const c0 = cpu(s);
         const p0 = process.cpuUsage();
         const t0 = performance.now();
+        const profiled = profiler && s === 'parlor' && n === Math.max(...counts);
+        if (profiled) await profiler.post('Profiler.start');
         const counted =
           s === 'parlor'
             ? await viewers.call('count', { ms: duration * 1000 })
             : await sleep(duration * 1000).then(() => null);
+        if (profiled) profiles.push((await profiler.post('Profiler.stop')).profile);
         const secs = (performance.now() - t0) / 1000;
         const p1 = process.cpuUsage(p0);
         const browserCpu = (cpu(s) - c0) / secs;
@@ -283,6 +299,13 @@ async function measure({ started, browsers, raw, site, counts, most, rounds, dur
         },
       ]),
     );
+  }
+  if (profiler) {
+    const { writeFileSync } = await import('node:fs');
+    const file = `${profileDir}/vm-${started.mode}-parlor.json`;
+    writeFileSync(file, JSON.stringify(profiles));
+    profiler.disconnect();
+    console.log(`[vm] CPU profiles of the server in Parlor's ${Math.max(...counts)}-viewer rounds: ${file}`);
   }
 
   // 3. Input → frame on a still page, with n viewers watching (Parlor) vs the pipe alone.
