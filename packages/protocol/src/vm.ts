@@ -42,43 +42,40 @@ export const VmControlGrantPayload = Type.Object({ chat_id: IdParam, user_id: Id
 /** An http(s) URL for `navigate` (other schemes would reach the browser host's files or internals). */
 export const VmNavigateUrl = Type.String({ maxLength: 2000, pattern: '^[Hh][Tt][Tt][Pp][Ss]?://[^\\s/?#]+[^\\s]*$' });
 
+const oneOf = <T extends string>(...values: T[]) => Type.Union(values.map((v) => Type.Literal(v)));
+
+/**
+ * The fields of each kind of controller input (DESIGN.md section 6), without the chat: the socket
+ * payloads below add `chat_id`; browser hosts receive the same inputs for a room.
+ */
+export const VmInputFields = {
+  mouse: {
+    kind: Type.Literal('mouse'),
+    type: oneOf('move', 'down', 'up'),
+    x: Pixel,
+    y: Pixel,
+    button: Type.Optional(oneOf('left', 'middle', 'right')),
+  },
+  wheel: { kind: Type.Literal('wheel'), x: Pixel, y: Pixel, dx: Delta, dy: Delta },
+  key: {
+    kind: Type.Literal('key'),
+    type: oneOf('down', 'up'),
+    key: Type.String({ minLength: 1, maxLength: 32 }),
+    code: Type.String({ maxLength: 32 }),
+  },
+  text: { kind: Type.Literal('text'), text: Type.String({ minLength: 1, maxLength: 4096 }) },
+  navigateUrl: { url: VmNavigateUrl },
+  navigateAction: { action: oneOf('back', 'forward', 'reload') },
+};
+
 /** The controller's input, DESIGN.md section 6: mouse, wheel, key, text, navigate. */
 export const VmInputPayload = Type.Union([
-  Type.Object(
-    {
-      chat_id: IdParam,
-      kind: Type.Literal('mouse'),
-      type: Type.Union([Type.Literal('move'), Type.Literal('down'), Type.Literal('up')]),
-      x: Pixel,
-      y: Pixel,
-      button: Type.Optional(Type.Union([Type.Literal('left'), Type.Literal('middle'), Type.Literal('right')])),
-    },
-    strict,
-  ),
-  Type.Object({ chat_id: IdParam, kind: Type.Literal('wheel'), x: Pixel, y: Pixel, dx: Delta, dy: Delta }, strict),
-  Type.Object(
-    {
-      chat_id: IdParam,
-      kind: Type.Literal('key'),
-      type: Type.Union([Type.Literal('down'), Type.Literal('up')]),
-      key: Type.String({ minLength: 1, maxLength: 32 }),
-      code: Type.String({ maxLength: 32 }),
-    },
-    strict,
-  ),
-  Type.Object(
-    { chat_id: IdParam, kind: Type.Literal('text'), text: Type.String({ minLength: 1, maxLength: 4096 }) },
-    strict,
-  ),
-  Type.Object({ chat_id: IdParam, kind: Type.Literal('navigate'), url: VmNavigateUrl }, strict),
-  Type.Object(
-    {
-      chat_id: IdParam,
-      kind: Type.Literal('navigate'),
-      action: Type.Union([Type.Literal('back'), Type.Literal('forward'), Type.Literal('reload')]),
-    },
-    strict,
-  ),
+  Type.Object({ chat_id: IdParam, ...VmInputFields.mouse }, strict),
+  Type.Object({ chat_id: IdParam, ...VmInputFields.wheel }, strict),
+  Type.Object({ chat_id: IdParam, ...VmInputFields.key }, strict),
+  Type.Object({ chat_id: IdParam, ...VmInputFields.text }, strict),
+  Type.Object({ chat_id: IdParam, kind: Type.Literal('navigate'), ...VmInputFields.navigateUrl }, strict),
+  Type.Object({ chat_id: IdParam, kind: Type.Literal('navigate'), ...VmInputFields.navigateAction }, strict),
 ]);
 export type VmInputPayload = Static<typeof VmInputPayload>;
 

@@ -1,4 +1,4 @@
-import { type ErrorCode, ErrorCodes, StartUrl, VmNavigateUrl } from '@parlor/protocol';
+import { type ErrorCode, ErrorCodes, StartUrl, VmInputFields } from '@parlor/protocol';
 import { Type } from '@sinclair/typebox';
 import { AppError, appError } from '../errors.js';
 import type { VmInfo, VmInput, VmNavigation, VmProviderStop, VmStartSpec } from './provider.js';
@@ -57,8 +57,6 @@ export interface HostToNodeEvents {
  */
 const strict = { additionalProperties: false } as const;
 const RoomId = Type.String({ minLength: 1, maxLength: 64 });
-const Pixel = Type.Integer({ minimum: 0, maximum: 10_000 });
-const Delta = Type.Number({ minimum: -100_000, maximum: 100_000 });
 const oneOf = <T extends string>(...values: T[]) => Type.Union(values.map((v) => Type.Literal(v)));
 
 const StartSpec = Type.Object(
@@ -73,33 +71,16 @@ const StartSpec = Type.Object(
   strict,
 );
 
+/** What a room's controller may send (the socket payload's fields, without the chat). */
 const Input = Type.Union([
-  Type.Object(
-    {
-      kind: Type.Literal('mouse'),
-      type: oneOf('move', 'down', 'up'),
-      x: Pixel,
-      y: Pixel,
-      button: Type.Optional(oneOf('left', 'middle', 'right')),
-    },
-    strict,
-  ),
-  Type.Object({ kind: Type.Literal('wheel'), x: Pixel, y: Pixel, dx: Delta, dy: Delta }, strict),
-  Type.Object(
-    {
-      kind: Type.Literal('key'),
-      type: oneOf('down', 'up'),
-      key: Type.String({ minLength: 1, maxLength: 32 }),
-      code: Type.String({ maxLength: 32 }),
-    },
-    strict,
-  ),
-  Type.Object({ kind: Type.Literal('text'), text: Type.String({ minLength: 1, maxLength: 4096 }) }, strict),
+  Type.Object(VmInputFields.mouse, strict),
+  Type.Object(VmInputFields.wheel, strict),
+  Type.Object(VmInputFields.key, strict),
+  Type.Object(VmInputFields.text, strict),
 ]);
-
 const Navigation = Type.Union([
-  Type.Object({ url: VmNavigateUrl }, strict),
-  Type.Object({ action: oneOf('back', 'forward', 'reload') }, strict),
+  Type.Object(VmInputFields.navigateUrl, strict),
+  Type.Object(VmInputFields.navigateAction, strict),
 ]);
 
 /** The payload schema of each node → host event. */
