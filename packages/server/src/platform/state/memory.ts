@@ -65,13 +65,9 @@ export class MemoryState implements StateStore {
   async del(...keys: string[]) {
     for (const k of keys) this.values.delete(k);
   }
-  /** The set under `setKey` (made on first use), without the members whose deadline has passed. */
+  /** The set under `setKey` without the members whose deadline has passed (an empty one if none). */
   private liveSet(setKey: string) {
-    let s = this.sets.get(setKey);
-    if (!s) {
-      s = new ExpiringSet();
-      this.sets.set(setKey, s);
-    }
+    const s = this.sets.get(setKey) ?? new ExpiringSet();
     s.prune(this.now());
     return s;
   }
@@ -79,6 +75,8 @@ export class MemoryState implements StateStore {
     const s = this.liveSet(setKey);
     for (const m of members) s.add(m, expiresAtMs);
     s.prune(this.now());
+    if (s.size > 0) this.sets.set(setKey, s);
+    else this.sets.delete(setKey);
     return { count: s.size, earliest: s.earliest() ?? expiresAtMs };
   }
   async removeExpiring(setKey: string, member: string) {
