@@ -1,9 +1,11 @@
 import { Limits } from '@parlor/protocol';
+import { Redis } from 'ioredis';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { describeApp, startApp, type TestApp } from './support/app.js';
+import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { bundle, join, keyedChat, member } from './support/chat-flows.js';
 import { login, setLevel } from './support/flows.js';
 import { closeAllSockets, connectSocket } from './support/sockets.js';
+import { eventually } from './support/vm-browser.js';
 
 let app: TestApp;
 beforeAll(async () => {
@@ -136,6 +138,31 @@ describeApp('private chats, invites and membership history', () => {
     const pushed = await again.next('chat:list');
     expect(pushed.chats.map((c: any) => c.id)).toContain(chatId);
   });
+
+  it.skipIf(MODE !== 'cluster')(
+    'sends chat:list and room:members to the socket alone, not through the cluster adapter',
+    async () => {
+      const { owner, chatId } = await keyedChat(app);
+      const redis = new Redis(app.config.redisUrl as string);
+      const stream = `${app.config.redisPrefix}socket.io`;
+      try {
+        const [last] = await redis.xrevrange(stream, '+', '-', 'COUNT', 1);
+        const socket = await connectSocket(app.url, owner.client);
+        expect((await socket.next('chat:list')).chats.map((c: any) => c.id)).toContain(chatId);
+        expect((await socket.emitWithAck('room:join', { chat_id: chatId })).ok).toBe(true);
+        expect((await socket.next('room:members')).chat_id).toBe(chatId);
+        // What went through the adapter's stream since: the presence delta for the chat's room
+        // (every node must see it), and neither snapshot.
+        const events = async () =>
+          (await redis.xrange(stream, last ? `(${last[0]}` : '-', '+')).map(([, fields]) => fields.join(' '));
+        await eventually(async () => (await events()).some((e) => e.includes('portal:presence')));
+        const passed = await events();
+        expect(passed.filter((e) => e.includes('chat:list') || e.includes('room:members'))).toEqual([]);
+      } finally {
+        redis.disconnect();
+      }
+    },
+  );
 
   it('gives each of many sockets connecting at once its own user’s chat:list', async () => {
     const owners = await Promise.all([1, 2, 3, 4].map(() => keyedChat(app)));

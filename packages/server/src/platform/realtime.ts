@@ -109,6 +109,22 @@ export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
 export type Realtime = ReturnType<typeof createRealtime>;
 
 /**
+ * Sends a snapshot to one socket, on this node only: what the client is sent again on every
+ * (re)connect or join (`chat:list`, `room:members`). With connection state recovery on, a plain
+ * `socket.emit` is a broadcast through the adapter, so that a client that comes back can be given
+ * it again: in cluster mode one XADD per emit, read back and decoded by every node, and the
+ * client waits for that round trip. A snapshot needs none of it, and replaying an old one after
+ * a recovery would only show the client stale state before the fresh one.
+ */
+export function emitSnapshot<E extends keyof ServerToClientEvents>(
+  socket: AppSocket,
+  event: E,
+  ...args: Parameters<ServerToClientEvents[E]>
+): void {
+  socket.nsp.local.to(socket.id).emit(event, ...args);
+}
+
+/**
  * Registers a client event whose payload is schema-checked and whose ack carries `{ok: true, …}`
  * or `{ok: false, code, message}`. Bad payloads and failures never throw out of the handler.
  */

@@ -16,7 +16,7 @@ import {
 } from '@parlor/protocol';
 import { Type } from '@sinclair/typebox';
 import { type Guards, viewerOf } from '../../platform/auth.js';
-import { type AppSocket, onEvent, type Realtime, rooms } from '../../platform/realtime.js';
+import { type AppSocket, emitSnapshot, onEvent, type Realtime, rooms } from '../../platform/realtime.js';
 import { type App, errorResponses, security } from '../../platform/routing.js';
 import type { ChatsService } from './chats.service.js';
 
@@ -124,7 +124,7 @@ export function registerChatSockets(realtime: Realtime, chats: ChatsService) {
   realtime.io.on('connection', (socket: AppSocket) => {
     chats
       .list(socket.data.userId)
-      .then((list) => socket.emit('chat:list', { chats: list }))
+      .then((list) => emitSnapshot(socket, 'chat:list', { chats: list }))
       .catch(() => {});
     // A recovered connection is back in its chat rooms: tell the others it is present again.
     for (const room of socket.rooms) {
@@ -141,7 +141,7 @@ export function registerChatSockets(realtime: Realtime, chats: ChatsService) {
       if (entered) chats.announcePresence(joined.chat.id, socket.data, true);
       // The whole list goes to the joiner only; the others had the delta just above.
       const members = await chats.presence(joined.chat.id);
-      socket.emit('room:members', { chat_id: joined.chat.id, members });
+      emitSnapshot(socket, 'room:members', { chat_id: joined.chat.id, members });
       return { ...joined, members };
     });
 
