@@ -21,7 +21,7 @@
  * as in a deployment with browser machines (the host's CPU counts as the server's here).
  *
  * Options: --mode, --duration S (5), --rounds N (3), --viewers 1,5,20, --samples N (30), --starts N (5),
- *          --provider local|remote (local).
+ *          --provider local|remote (local), --viewers-nice N (0).
  */
 import os from 'node:os';
 import { createBots, loginUsers, setLevel, userClient } from './lib/accounts.mjs';
@@ -44,6 +44,8 @@ export const usage = `options:
   --samples N                    input→frame samples per side and viewer count (30)
   --starts N                     room starts timed, each after a stop (5)
   --provider local|remote        the app's browsers on its own machine, or on a browser host (local)
+  --viewers-nice N               run the viewers' process at this nice level, 0-19 (0): an
+                                 experiment standing in for viewers on other machines
   --json                         also print the results as one BENCH_JSON line`;
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
@@ -75,12 +77,13 @@ export async function run({ modes, duration, options }) {
     .split(',')
     .map((v) => intOpt(v, 1, 1, 200));
   const most = Math.max(...counts);
+  const viewersNice = intOpt(options['viewers-nice'], 0, 0, 19);
   const remote = options.provider === 'remote';
   if (options.provider !== undefined && !['local', 'remote'].includes(options.provider))
     throw new Error('--provider must be local or remote');
   console.log(`[vm] ${machineLine()}`);
   console.log(
-    `[vm] viewers ${counts.join('/')}, ${rounds} rounds × ${duration} s per side, ${samples} input samples, ${starts} starts; browser ${CHROMIUM}`,
+    `[vm] viewers ${counts.join('/')}${viewersNice ? ` (at nice ${viewersNice})` : ''}, ${rounds} rounds × ${duration} s per side, ${samples} input samples, ${starts} starts; browser ${CHROMIUM}`,
   );
   const site = await startVmSite();
   const { LocalChromiumProvider } = await loadProvider();
@@ -136,6 +139,7 @@ export async function run({ modes, duration, options }) {
           duration,
           samples,
           starts,
+          viewersNice,
           setViewers: (v) => {
             viewers = v;
           },
@@ -153,7 +157,20 @@ export async function run({ modes, duration, options }) {
   return results;
 }
 
-async function measure({ started, browsers, raw, site, counts, most, rounds, duration, samples, starts, setViewers }) {
+async function measure({
+  started,
+  browsers,
+  raw,
+  site,
+  counts,
+  most,
+  rounds,
+  duration,
+  samples,
+  starts,
+  viewersNice,
+  setViewers,
+}) {
   const { url, built } = started;
   built.services.vm.useSettings(async () => ({ start_url: site.url }));
   const botKeys = await createBots(url, 2);
@@ -163,7 +180,10 @@ async function measure({ started, browsers, raw, site, counts, most, rounds, dur
   await setLevel(url, me.id, 2);
   const chatId = (await ownerHttp.ok('POST', '/v1/portal/chats/create', { name: 'vm bench', type: 'public' })).chat.id;
   ownerHttp.close();
-  const viewers = await startChild(new URL('./lib/vm-viewers.mjs', import.meta.url), { name: 'vm viewers' });
+  const viewers = await startChild(new URL('./lib/vm-viewers.mjs', import.meta.url), {
+    name: 'vm viewers',
+    nice: viewersNice,
+  });
   setViewers(viewers);
   await viewers.call('join', { url, publicKey: built.publicApiKey, users: logged.users, chatId });
   const roomId = String(chatId);

@@ -8,11 +8,16 @@ import { addCleanup } from './cleanup.mjs';
  * server's process. The module at `moduleUrl` exports `commands`: { name: async (args) => result }.
  * Every child also answers `memory` (after a full GC: rss, heapUsed, external, arrayBuffers) and
  * `exit`. Returns { call(name, args), close() }; `call` resolves with the command's result.
- * `execArgv` adds Node options (e.g. --cpu-prof for a profile of that process).
+ * `execArgv` adds Node options (e.g. --cpu-prof for a profile of that process). `nice` (1-19) starts
+ * it under `nice`, every thread included (a priority set after the start would miss the threads
+ * Node has already made).
  */
-export async function startChild(moduleUrl, { name = 'bench child', execArgv = [] } = {}) {
+export async function startChild(moduleUrl, { name = 'bench child', execArgv = [], nice = 0 } = {}) {
+  const node = ['--expose-gc', ...execArgv];
   const child = fork(fileURLToPath(new URL('./child-entry.mjs', import.meta.url)), [String(moduleUrl)], {
-    execArgv: ['--expose-gc', ...execArgv],
+    ...(nice > 0
+      ? { execPath: 'nice', execArgv: ['-n', String(nice), process.execPath, ...node] }
+      : { execArgv: node }),
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     // Structured clone over IPC: typed arrays of samples arrive as typed arrays.
     serialization: 'advanced',
