@@ -111,10 +111,11 @@ export type Realtime = ReturnType<typeof createRealtime>;
 /**
  * Sends a snapshot to one socket, on this node only: what the client is sent again on every
  * (re)connect or join (`chat:list`, `room:members`). With connection state recovery on, a plain
- * `socket.emit` is a broadcast through the adapter, so that a client that comes back can be given
- * it again: in cluster mode one XADD per emit, read back and decoded by every node, and the
- * client waits for that round trip. A snapshot needs none of it, and replaying an old one after
- * a recovery would only show the client stale state before the fresh one.
+ * `socket.emit` is a broadcast through the adapter so that a client that comes back can be given
+ * it again: in cluster mode one XADD per emit, read back and decoded by every node, with the
+ * client waiting for that round trip. A snapshot needs none of that (the cluster adapter keeps a
+ * local one out of its stream, so it is not replayed either; the embedded adapter may replay it,
+ * and the fresh one follows).
  */
 export function emitSnapshot<E extends keyof ServerToClientEvents>(
   socket: AppSocket,
