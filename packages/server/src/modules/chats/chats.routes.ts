@@ -16,7 +16,7 @@ import {
 } from '@parlor/protocol';
 import { Type } from '@sinclair/typebox';
 import { type Guards, viewerOf } from '../../platform/auth.js';
-import { type AppSocket, emitSnapshot, onEvent, type Realtime, rooms } from '../../platform/realtime.js';
+import { type AppSocket, emitSnapshot, type Realtime, rooms } from '../../platform/realtime.js';
 import { type App, errorResponses, security } from '../../platform/routing.js';
 import type { ChatsService } from './chats.service.js';
 
@@ -121,6 +121,24 @@ export function registerChatsRoutes(app: App, { chats, guards }: { chats: ChatsS
 
 /** Socket handlers: room:join, room:leave, the chat list on (re)connect, presence on disconnect. */
 export function registerChatSockets(realtime: Realtime, chats: ChatsService) {
+  realtime.on('room:join', RoomJoinPayload, async (socket, payload: Parameters<ChatsService['join']>[1]) => {
+    const joined = await chats.join(socket.data, payload);
+    const room = rooms.chat(joined.chat.id);
+    // Entering a room this socket is already in changes nobody's presence: no delta.
+    const entered = !socket.rooms.has(room);
+    await socket.join(room);
+    if (entered) chats.announcePresence(joined.chat.id, socket.data, true);
+    // The whole list goes to the joiner only; the others had the delta just above.
+    const members = await chats.presence(joined.chat.id);
+    emitSnapshot(socket, 'room:members', { chat_id: joined.chat.id, members });
+    return { ...joined, members };
+  });
+
+  realtime.on('room:leave', RoomLeavePayload, async (socket, payload: { chat_id: number }) => {
+    await chats.leave(socket.data.userId, payload.chat_id);
+    return {};
+  });
+
   realtime.io.on('connection', (socket: AppSocket) => {
     chats
       .list(socket.data.userId)
@@ -131,24 +149,6 @@ export function registerChatSockets(realtime: Realtime, chats: ChatsService) {
       const id = /^chat:(\d+)$/.exec(room)?.[1];
       if (id) chats.announcePresence(Number(id), socket.data, true);
     }
-
-    onEvent(socket, 'room:join', RoomJoinPayload, async (payload: Parameters<ChatsService['join']>[1]) => {
-      const joined = await chats.join(socket.data, payload);
-      const room = rooms.chat(joined.chat.id);
-      // Entering a room this socket is already in changes nobody's presence: no delta.
-      const entered = !socket.rooms.has(room);
-      await socket.join(room);
-      if (entered) chats.announcePresence(joined.chat.id, socket.data, true);
-      // The whole list goes to the joiner only; the others had the delta just above.
-      const members = await chats.presence(joined.chat.id);
-      emitSnapshot(socket, 'room:members', { chat_id: joined.chat.id, members });
-      return { ...joined, members };
-    });
-
-    onEvent(socket, 'room:leave', RoomLeavePayload, async (payload: { chat_id: number }) => {
-      await chats.leave(socket.data.userId, payload.chat_id);
-      return {};
-    });
 
     socket.on('disconnecting', () => {
       const chatIds = [...socket.rooms]

@@ -9,7 +9,7 @@ import {
   VmWatchPayload,
 } from '@parlor/protocol';
 import { type Guards, viewerOf } from '../../platform/auth.js';
-import { type AppSocket, onEvent, type Realtime, rooms } from '../../platform/realtime.js';
+import { type AppSocket, type Realtime, rooms } from '../../platform/realtime.js';
 import { type App, errorResponses, security } from '../../platform/routing.js';
 import type { Caller, VmService } from './vm.service.js';
 
@@ -83,42 +83,43 @@ export function registerVmSockets(realtime: Realtime, vm: VmService) {
     vm.leftChat(socketId, userId, chatId, stillIn);
   });
 
-  realtime.io.on('connection', (socket: AppSocket) => {
-    const caller: Caller = {
-      socketId: socket.id,
-      userId: socket.data.userId,
-      permissionLevel: socket.data.permissionLevel,
-      username: socket.data.username,
-      joined: (chatId) => socket.rooms.has(rooms.chat(chatId)),
-    };
-    type ChatOnly = { chat_id: number };
+  /** The caller of an event, as the VM service sees it (made per event: nothing is kept per socket). */
+  const callerOf = (socket: AppSocket): Caller => ({
+    socketId: socket.id,
+    userId: socket.data.userId,
+    permissionLevel: socket.data.permissionLevel,
+    username: socket.data.username,
+    joined: (chatId) => socket.rooms.has(rooms.chat(chatId)),
+  });
+  type ChatOnly = { chat_id: number };
 
-    onEvent(socket, 'vm:credentials', VmChatPayload, async (p: ChatOnly) => ({
-      credentials: await vm.credentials(caller, p.chat_id),
-    }));
-    onEvent(socket, 'vm:watch', VmWatchPayload, (p: { chat_id: number; token: string }) =>
-      vm.watch(caller, p.chat_id, p.token),
-    );
-    onEvent(socket, 'vm:unwatch', VmChatPayload, async (p: ChatOnly) => {
-      vm.unwatch(caller, p.chat_id);
-      return {};
-    });
-    onEvent(socket, 'vm:frame:ack', VmFrameAckPayload, async (p: { chat_id: number; seq: number }) => {
-      await vm.ack(caller, p.chat_id, p.seq);
-      return {};
-    });
-    onEvent(socket, 'vm:control:request', VmChatPayload, async (p: ChatOnly) => vm.requestControl(caller, p.chat_id));
-    onEvent(socket, 'vm:control:grant', VmControlGrantPayload, async (p: { chat_id: number; user_id: number }) => {
-      await vm.grant(caller, p.chat_id, p.user_id);
-      return {};
-    });
-    onEvent(socket, 'vm:control:release', VmChatPayload, async (p: ChatOnly) => {
-      await vm.release(caller, p.chat_id);
-      return {};
-    });
-    onEvent(socket, 'vm:input', VmInputPayload, async (p: VmInputPayload) => {
-      await vm.input(caller, p);
-      return {};
-    });
+  realtime.on('vm:credentials', VmChatPayload, async (socket, p: ChatOnly) => ({
+    credentials: await vm.credentials(callerOf(socket), p.chat_id),
+  }));
+  realtime.on('vm:watch', VmWatchPayload, (socket, p: { chat_id: number; token: string }) =>
+    vm.watch(callerOf(socket), p.chat_id, p.token),
+  );
+  realtime.on('vm:unwatch', VmChatPayload, async (socket, p: ChatOnly) => {
+    vm.unwatch(callerOf(socket), p.chat_id);
+    return {};
+  });
+  realtime.on('vm:frame:ack', VmFrameAckPayload, async (socket, p: { chat_id: number; seq: number }) => {
+    await vm.ack(callerOf(socket), p.chat_id, p.seq);
+    return {};
+  });
+  realtime.on('vm:control:request', VmChatPayload, async (socket, p: ChatOnly) =>
+    vm.requestControl(callerOf(socket), p.chat_id),
+  );
+  realtime.on('vm:control:grant', VmControlGrantPayload, async (socket, p: { chat_id: number; user_id: number }) => {
+    await vm.grant(callerOf(socket), p.chat_id, p.user_id);
+    return {};
+  });
+  realtime.on('vm:control:release', VmChatPayload, async (socket, p: ChatOnly) => {
+    await vm.release(callerOf(socket), p.chat_id);
+    return {};
+  });
+  realtime.on('vm:input', VmInputPayload, async (socket, p: VmInputPayload) => {
+    await vm.input(callerOf(socket), p);
+    return {};
   });
 }
