@@ -1,8 +1,8 @@
-import { eq, sql } from 'drizzle-orm';
+import { eq, inArray, sql } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/postgres-js';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { type Database, type Db, openDatabase, rowsOf, schema } from '../src/platform/db/index.js';
+import { anyOf, type Database, type Db, openDatabase, rowsOf, schema } from '../src/platform/db/index.js';
 import { MODE } from './support/app.js';
 import { createScratchDatabase } from './support/services.js';
 
@@ -47,6 +47,24 @@ describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('statements 
         expect(await prepared(inner, 'select % from "sessions" where "sessions"."id" = $1')).toBe(1);
       });
     });
+  });
+
+  it('binds a run-time list as one parameter: one statement for lists of any length (anyOf)', async () => {
+    const { db } = database;
+    const [user] = await db
+      .insert(schema.users)
+      .values({ username: 'anyof', lastActivityAt: new Date(), createdAt: new Date(), updatedAt: new Date() })
+      .returning({ id: schema.users.id });
+    const id = user?.id as number;
+    for (const ids of [[id], [id, id + 1], [id + 1, id, id + 2], []]) {
+      const rows = await db.select({ id: schema.users.id }).from(schema.users).where(anyOf(schema.users.id, ids));
+      expect(rows.map((r) => r.id)).toEqual(ids.includes(id) ? [id] : []);
+    }
+    expect(await prepared(db, 'select "id" from "users" where "users"."id" = any($1)')).toBe(1);
+    // The control: inArray makes a statement per length.
+    for (const ids of [[id], [id, id + 1], [id + 1, id, id + 2]])
+      await db.select({ id: schema.users.username }).from(schema.users).where(inArray(schema.users.id, ids));
+    expect(await prepared(db, 'select "username" from "users" where "users"."id" in (%')).toBe(3);
   });
 
   it('drizzle alone would leave them unprepared (what the wrapper is for)', async () => {

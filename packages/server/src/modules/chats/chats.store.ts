@@ -1,5 +1,5 @@
 import { and, count, desc, eq, gt, inArray, isNull, ne, or, sql } from 'drizzle-orm';
-import { type Db, rowsOf } from '../../platform/db/index.js';
+import { anyOf, type Db, rowsOf } from '../../platform/db/index.js';
 import { chatActivity, chatInvites, chatMembers, chats, users } from '../../platform/db/schema.js';
 import type { Tx } from '../users/users.store.js';
 
@@ -129,7 +129,7 @@ export function makeChatsStore(db: Db) {
         .select({ chat: chats, memberCount, userId: chatMembers.userId })
         .from(chatMembers)
         .innerJoin(chats, eq(chats.id, chatMembers.chatId))
-        .where(and(inArray(chatMembers.userId, userIds), isNull(chatMembers.leftAt), live))
+        .where(and(anyOf(chatMembers.userId, userIds), isNull(chatMembers.leftAt), live))
         .orderBy(desc(chats.id));
       const lists = new Map<number, ChatWithCount[]>(userIds.map((id) => [id, []]));
       for (const r of rows) lists.get(r.userId)?.push({ ...r.chat, memberCount: r.memberCount });
@@ -180,10 +180,7 @@ export function makeChatsStore(db: Db) {
     },
     async usernames(ids: number[]): Promise<Map<number, string>> {
       if (ids.length === 0) return new Map();
-      const rows = await db
-        .select({ id: users.id, username: users.username })
-        .from(users)
-        .where(inArray(users.id, ids));
+      const rows = await db.select({ id: users.id, username: users.username }).from(users).where(anyOf(users.id, ids));
       return new Map(rows.map((r) => [r.id, r.username]));
     },
     async logActivity(values: typeof chatActivity.$inferInsert, tx: Tx = db): Promise<void> {

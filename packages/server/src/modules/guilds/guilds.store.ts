@@ -1,5 +1,5 @@
 import { and, asc, eq, gt, inArray, sql } from 'drizzle-orm';
-import type { Db } from '../../platform/db/index.js';
+import { anyOf, type Db } from '../../platform/db/index.js';
 import { guildSponsors, guilds, linkedPlatforms } from '../../platform/db/schema.js';
 import type { Tx } from '../users/users.store.js';
 
@@ -97,7 +97,7 @@ export function makeGuildsStore(db: Db) {
       const rows = await db
         .select({ guildId: guildSponsors.guildId, userId: guildSponsors.userId })
         .from(guildSponsors)
-        .where(inArray(guildSponsors.guildId, guildIds))
+        .where(anyOf(guildSponsors.guildId, guildIds))
         .orderBy(asc(guildSponsors.userId));
       for (const r of rows) out.get(r.guildId)?.push(r.userId);
       return out;

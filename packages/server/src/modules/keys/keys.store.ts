@@ -1,5 +1,5 @@
-import { and, count, eq, gt, inArray, isNull, sql } from 'drizzle-orm';
-import type { Db } from '../../platform/db/index.js';
+import { and, count, eq, gt, isNull, sql } from 'drizzle-orm';
+import { anyOf, type Db } from '../../platform/db/index.js';
 import { chatMembers, chats, keyEnvelopes, sessionKeys, sessions } from '../../platform/db/schema.js';
 import type { Tx } from '../users/users.store.js';
 
@@ -28,7 +28,7 @@ export function makeKeysStore(db: Db) {
       if (sessionIds.length === 0) return [];
       const rows = await tx
         .delete(sessionKeys)
-        .where(inArray(sessionKeys.sessionId, sessionIds))
+        .where(anyOf(sessionKeys.sessionId, sessionIds))
         .returning({ sessionId: sessionKeys.sessionId });
       return rows.map((r) => r.sessionId);
     },
@@ -85,7 +85,7 @@ export function makeKeysStore(db: Db) {
       return tx
         .update(chats)
         .set({ epoch: sql`${chats.epoch} + 1` })
-        .where(inArray(chats.id, chatIds))
+        .where(anyOf(chats.id, chatIds))
         .returning({ id: chats.id, epoch: chats.epoch });
     },
   };

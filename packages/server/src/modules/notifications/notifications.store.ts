@@ -1,5 +1,5 @@
-import { and, count, desc, eq, inArray, isNull, lt, sql } from 'drizzle-orm';
-import type { Db } from '../../platform/db/index.js';
+import { and, count, desc, eq, isNull, lt, sql } from 'drizzle-orm';
+import { anyOf, type Db } from '../../platform/db/index.js';
 import { notifications } from '../../platform/db/schema.js';
 import type { Tx } from '../users/users.store.js';
 
@@ -70,7 +70,7 @@ export function makeNotificationsStore(db: Db) {
       return db
         .select()
         .from(notifications)
-        .where(and(eq(notifications.broadcastId, broadcastId), inArray(notifications.userId, userIds)));
+        .where(and(eq(notifications.broadcastId, broadcastId), anyOf(notifications.userId, userIds)));
     },
 
     /** A page of one user's notifications, newest first, strictly older than `before` when given. */

@@ -1,5 +1,5 @@
-import { and, count, desc, eq, gt, inArray, isNotNull, isNull, lte, ne, or } from 'drizzle-orm';
-import type { Db } from '../../platform/db/index.js';
+import { and, count, desc, eq, gt, isNotNull, isNull, lte, ne, or } from 'drizzle-orm';
+import { anyOf, type Db } from '../../platform/db/index.js';
 import { sessions, users } from '../../platform/db/schema.js';
 import { noUsersChanged, type UsersChanged } from '../users/users.changes.js';
 import type { Tx } from '../users/users.store.js';
@@ -29,7 +29,7 @@ export function makeSessionsStore(db: Db, onChanged: UsersChanged = noUsersChang
         .select({ session: sessions, user: users })
         .from(sessions)
         .innerJoin(users, eq(users.id, sessions.userId))
-        .where(and(inArray(sessions.tokenHash, tokenHashes), active(now)));
+        .where(and(anyOf(sessions.tokenHash, tokenHashes), active(now)));
       const byHash = new Map(rows.map((r) => [r.session.tokenHash, r]));
       return tokenHashes.map((h) => byHash.get(h));
     },
@@ -61,7 +61,7 @@ export function makeSessionsStore(db: Db, onChanged: UsersChanged = noUsersChang
       const rows = await tx
         .update(sessions)
         .set({ endedAt: now, endReason: reason })
-        .where(and(inArray(sessions.id, ids), active(now)))
+        .where(and(anyOf(sessions.id, ids), active(now)))
         .returning({ id: sessions.id, userId: sessions.userId });
       await onChanged([...new Set(rows.map((r) => r.userId))], tx);
       return rows.map((r) => r.id);
@@ -77,7 +77,7 @@ export function makeSessionsStore(db: Db, onChanged: UsersChanged = noUsersChang
     },
     /** Records activity of several sessions at once (the resolver batches a burst's touches). */
     async touch(ids: number[], now: Date): Promise<void> {
-      await db.update(sessions).set({ lastSeenAt: now }).where(inArray(sessions.id, ids));
+      await db.update(sessions).set({ lastSeenAt: now }).where(anyOf(sessions.id, ids));
     },
     /** Shortens live sessions to at most `maxExpiry` (after a promotion to a staff level). */
     async clampExpiry(userId: number, maxExpiry: Date, now: Date, tx: Tx = db): Promise<void> {

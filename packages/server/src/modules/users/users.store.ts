@@ -1,5 +1,5 @@
 import { and, asc, count, desc, eq, gt, ilike, inArray, isNull, lt, sql } from 'drizzle-orm';
-import type { Db } from '../../platform/db/index.js';
+import { anyOf, type Db } from '../../platform/db/index.js';
 import {
   auditLog,
   chatMembers,
@@ -73,7 +73,7 @@ export function makeUsersStore(db: Db, onChanged: UsersChanged = noUsersChanged)
       return db
         .select()
         .from(linkedPlatforms)
-        .where(inArray(linkedPlatforms.userId, userIds))
+        .where(anyOf(linkedPlatforms.userId, userIds))
         .orderBy(asc(linkedPlatforms.linkedAt), asc(linkedPlatforms.id));
     },
     async insertUser(values: typeof users.$inferInsert, tx: Tx): Promise<UserRow> {

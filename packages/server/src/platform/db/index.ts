@@ -2,8 +2,8 @@ import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { PGlite } from '@electric-sql/pglite';
-import { sql } from 'drizzle-orm';
-import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
+import { type SQL, sql } from 'drizzle-orm';
+import type { AnyPgColumn, PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
 import { drizzle as drizzlePglite } from 'drizzle-orm/pglite';
 import { migrate as migratePglite } from 'drizzle-orm/pglite/migrator';
 import { drizzle as drizzlePostgres } from 'drizzle-orm/postgres-js';
@@ -68,6 +68,17 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
   const db = drizzlePglite(client, { schema });
   await migratePglite(db, { migrationsFolder: MIGRATIONS_DIR });
   return { db: db as unknown as Db, kind: 'pglite', close: () => client.close() };
+}
+
+/**
+ * `column = any($1)`, the list bound as one array parameter: one statement text whatever the
+ * list's length. Drizzle's `inArray` writes `in ($1, …, $n)`, a statement of its own for every n,
+ * so a batched look-up (a turn's handshakes, sends or readers) would leave up to one prepared
+ * statement per batch size on every connection. For lists built at run time; fixed ones keep
+ * `inArray`.
+ */
+export function anyOf(column: AnyPgColumn, values: readonly (string | number)[]): SQL {
+  return sql`${column} = any(${sql.param(values)})`;
 }
 
 /** Cheap liveness probe used by health checks. */

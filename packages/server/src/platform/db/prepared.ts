@@ -13,7 +13,8 @@ import type { Sql } from 'postgres';
  * This wraps the client (and the clients of its transactions and savepoints) so every `unsafe`
  * call, which is how drizzle sends statements, asks for `prepare: true`. Each connection keeps its
  * prepared statements until it is closed; statement texts are parameterised, so they are few (one
- * per query shape: a batch of n sends is one shape per n). postgres-js recycles connections after
+ * per query shape; look-ups by a run-time list bind it as one array with `anyOf`, while a batch
+ * insert of n rows is still one shape per n). postgres-js recycles connections after
  * 30 to 60 minutes (`max_lifetime`), which bounds them, and re-prepares a statement whose plan a
  * migration invalidated.
  */
