@@ -24,6 +24,15 @@ const liveInvite = (code: string, now: Date) =>
   );
 
 export function makeChatsStore(db: Db) {
+  /** Built once: the chat lists of a turn's socket connections (`chat:list`). */
+  const listForQuery = db
+    .select({ chat: chats, memberCount, userId: chatMembers.userId })
+    .from(chatMembers)
+    .innerJoin(chats, eq(chats.id, chatMembers.chatId))
+    .where(and(anyOf(chatMembers.userId, sql.placeholder('userIds')), isNull(chatMembers.leftAt), live))
+    .orderBy(desc(chats.id))
+    .prepare('chats_list_for');
+
   return {
     async insert(values: typeof chats.$inferInsert, tx: Tx = db): Promise<ChatRow> {
       const [row] = await tx.insert(chats).values(values).returning();
@@ -125,12 +134,7 @@ export function makeChatsStore(db: Db) {
      * lists of one turn: the chat:list of a burst of socket connects). One list per user, in order.
      */
     async listFor(userIds: number[]): Promise<ChatWithCount[][]> {
-      const rows = await db
-        .select({ chat: chats, memberCount, userId: chatMembers.userId })
-        .from(chatMembers)
-        .innerJoin(chats, eq(chats.id, chatMembers.chatId))
-        .where(and(anyOf(chatMembers.userId, userIds), isNull(chatMembers.leftAt), live))
-        .orderBy(desc(chats.id));
+      const rows = await listForQuery.execute({ userIds });
       const lists = new Map<number, ChatWithCount[]>(userIds.map((id) => [id, []]));
       for (const r of rows) lists.get(r.userId)?.push({ ...r.chat, memberCount: r.memberCount });
       return userIds.map((id) => lists.get(id) ?? []);

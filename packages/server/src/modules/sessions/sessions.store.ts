@@ -1,4 +1,4 @@
-import { and, count, desc, eq, gt, isNotNull, isNull, lte, ne, or } from 'drizzle-orm';
+import { and, count, desc, eq, gt, isNotNull, isNull, lte, ne, or, sql } from 'drizzle-orm';
 import { anyOf, type Db } from '../../platform/db/index.js';
 import { sessions, users } from '../../platform/db/schema.js';
 import { noUsersChanged, type UsersChanged } from '../users/users.changes.js';
@@ -13,6 +13,20 @@ const active = (now: Date) => and(isNull(sessions.endedAt), gt(sessions.expiresA
  * invalidation, users.changes.ts); inside a transaction it publishes once that commits.
  */
 export function makeSessionsStore(db: Db, onChanged: UsersChanged = noUsersChanged) {
+  /** Built once: the look-up behind every handshake and every request the auth cache misses. */
+  const resolveQuery = db
+    .select({ session: sessions, user: users })
+    .from(sessions)
+    .innerJoin(users, eq(users.id, sessions.userId))
+    .where(
+      and(
+        anyOf(sessions.tokenHash, sql.placeholder('hashes')),
+        isNull(sessions.endedAt),
+        gt(sessions.expiresAt, sql.placeholder('now')),
+      ),
+    )
+    .prepare('sessions_resolve');
+
   return {
     async insert(values: typeof sessions.$inferInsert, tx: Tx): Promise<SessionRow> {
       const [row] = await tx.insert(sessions).values(values).returning();
@@ -25,11 +39,8 @@ export function makeSessionsStore(db: Db, onChanged: UsersChanged = noUsersChang
      * One answer per hash, in order; undefined where no live session has it.
      */
     async resolve(tokenHashes: string[], now: Date) {
-      const rows = await db
-        .select({ session: sessions, user: users })
-        .from(sessions)
-        .innerJoin(users, eq(users.id, sessions.userId))
-        .where(and(anyOf(sessions.tokenHash, tokenHashes), active(now)));
+      // A placeholder skips the column's encoder: the instant goes as the column would send it.
+      const rows = await resolveQuery.execute({ hashes: tokenHashes, now: now.toISOString() });
       const byHash = new Map(rows.map((r) => [r.session.tokenHash, r]));
       return tokenHashes.map((h) => byHash.get(h));
     },

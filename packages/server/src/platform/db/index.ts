@@ -2,7 +2,7 @@ import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { PGlite } from '@electric-sql/pglite';
-import { type SQL, sql } from 'drizzle-orm';
+import { type Placeholder, type SQL, sql } from 'drizzle-orm';
 import type { AnyPgColumn, PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
 import { drizzle as drizzlePglite } from 'drizzle-orm/pglite';
 import { migrate as migratePglite } from 'drizzle-orm/pglite/migrator';
@@ -77,8 +77,9 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
  * statement per batch size on every connection. For lists built at run time; fixed ones keep
  * `inArray`.
  */
-export function anyOf(column: AnyPgColumn, values: readonly (string | number)[]): SQL {
-  return sql`${column} = any(${sql.param(values)})`;
+export function anyOf(column: AnyPgColumn, values: readonly (string | number)[] | Placeholder): SQL {
+  // A placeholder (a statement built once with `.prepare()`) is bound to the list at each run.
+  return Array.isArray(values) ? sql`${column} = any(${sql.param(values)})` : sql`${column} = any(${values})`;
 }
 
 /** Cheap liveness probe used by health checks. */
