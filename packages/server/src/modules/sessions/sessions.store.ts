@@ -1,4 +1,4 @@
-import { and, count, desc, eq, gt, isNotNull, isNull, lte, ne, or, sql } from 'drizzle-orm';
+import { and, count, desc, eq, gt, isNotNull, isNull, lte, ne, or, type Placeholder, sql } from 'drizzle-orm';
 import { anyOf, type Db } from '../../platform/db/index.js';
 import { sessions, users } from '../../platform/db/schema.js';
 import { noUsersChanged, type UsersChanged } from '../users/users.changes.js';
@@ -6,7 +6,8 @@ import type { Tx } from '../users/users.store.js';
 
 export type SessionRow = typeof sessions.$inferSelect;
 
-const active = (now: Date) => and(isNull(sessions.endedAt), gt(sessions.expiresAt, now));
+/** Live at `now` (a placeholder in a statement built once). */
+const active = (now: Date | Placeholder) => and(isNull(sessions.endedAt), gt(sessions.expiresAt, now));
 
 /**
  * `onChanged` hears of every write that ends or shortens live sessions (the read caches'
@@ -18,13 +19,7 @@ export function makeSessionsStore(db: Db, onChanged: UsersChanged = noUsersChang
     .select({ session: sessions, user: users })
     .from(sessions)
     .innerJoin(users, eq(users.id, sessions.userId))
-    .where(
-      and(
-        anyOf(sessions.tokenHash, sql.placeholder('hashes')),
-        isNull(sessions.endedAt),
-        gt(sessions.expiresAt, sql.placeholder('now')),
-      ),
-    )
+    .where(and(anyOf(sessions.tokenHash, sql.placeholder('hashes')), active(sql.placeholder('now'))))
     .prepare('sessions_resolve');
 
   return {
