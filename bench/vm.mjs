@@ -78,6 +78,8 @@ export async function run({ modes, duration, options }) {
     .map((v) => intOpt(v, 1, 1, 200));
   const most = Math.max(...counts);
   const viewersNice = intOpt(options['viewers-nice'], 0, 0, 19);
+  /** What every mode measures (measure's options). */
+  const plan = { counts, most, rounds, duration, samples, starts, viewersNice };
   const remote = options.provider === 'remote';
   if (options.provider !== undefined && !['local', 'remote'].includes(options.provider))
     throw new Error('--provider must be local or remote');
@@ -133,13 +135,7 @@ export async function run({ modes, duration, options }) {
           browsers: host ? host.provider : started.built.vmProvider,
           raw,
           site,
-          counts,
-          most,
-          rounds,
-          duration,
-          samples,
-          starts,
-          viewersNice,
+          plan,
           setViewers: (v) => {
             viewers = v;
           },
@@ -157,20 +153,8 @@ export async function run({ modes, duration, options }) {
   return results;
 }
 
-async function measure({
-  started,
-  browsers,
-  raw,
-  site,
-  counts,
-  most,
-  rounds,
-  duration,
-  samples,
-  starts,
-  viewersNice,
-  setViewers,
-}) {
+async function measure({ started, browsers, raw, site, plan, setViewers }) {
+  const { counts, most, rounds, duration, samples, starts, viewersNice } = plan;
   const { url, built } = started;
   built.services.vm.useSettings(async () => ({ start_url: site.url }));
   const botKeys = await createBots(url, 2);

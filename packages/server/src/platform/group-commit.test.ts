@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { batched, groupCommit } from './group-commit.js';
+import { batched, batchedWrite, groupCommit } from './group-commit.js';
 
 /** A write whose batches the test completes by hand, recording what each batch held. */
 function manualWrite() {
@@ -114,5 +114,14 @@ describe('groupCommit', () => {
     });
     expect(await Promise.all([1, 2, 3].map(double))).toEqual([2, 4, 6]);
     expect(batches).toEqual([[1, 2, 3]]);
+  });
+
+  it('batchedWrite: the writes of one turn are one call, each item once', async () => {
+    const batches: number[][] = [];
+    const touch = batchedWrite(async (items: number[]) => {
+      batches.push(items);
+    });
+    await Promise.all([5, 6, 5, 7].map(touch));
+    expect(batches).toEqual([[5, 6, 7]]);
   });
 });

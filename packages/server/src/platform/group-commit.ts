@@ -79,3 +79,15 @@ export function batched<In, Out>(run: (batch: In[]) => Promise<Out[]>, maxBatch 
   const gc = groupCommit<null, In, Out>((_key, batch) => run(batch), maxBatch);
   return (item) => gc.submit(null, item);
 }
+
+/**
+ * `batched` for writes that answer nothing: the items of one turn (and those made while a write
+ * runs) go to one `run`, once each (duplicates dropped), like the activity touches of a reconnect
+ * storm.
+ */
+export function batchedWrite<In>(run: (batch: In[]) => Promise<void>, maxBatch = 64): (item: In) => Promise<void> {
+  return batched(async (batch: In[]) => {
+    await run([...new Set(batch)]);
+    return batch.map(() => undefined);
+  }, maxBatch);
+}

@@ -1,7 +1,7 @@
 import { INTEREST_PATTERN, Limits, type MatchStatus } from '@parlor/protocol';
 import type { Clock } from '../../platform/clock.js';
 import { appError } from '../../platform/errors.js';
-import { batched } from '../../platform/group-commit.js';
+import { batched, batchedWrite } from '../../platform/group-commit.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
 import type { StateStore } from '../../platform/state/index.js';
 import type { MatchQueue, QueueEntry } from '../../platform/state/match-queue.js';
@@ -104,10 +104,7 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
     const until = clock.now().getTime() + Limits.ONLINE_TTL_MS;
     if (userIds.length > 0) await state.addExpiring(ONLINE_SET, [...new Set(userIds)].map(String), until);
   };
-  const connectedBatch = batched(async (userIds: number[]) => {
-    await markOnline(userIds);
-    return userIds.map(() => undefined);
-  }, 1000);
+  const connectedBatch = batchedWrite(markOnline, 1000);
 
   return {
     status,

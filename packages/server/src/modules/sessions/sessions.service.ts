@@ -4,7 +4,7 @@ import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
 import type { GeoLookup } from '../../platform/geo.js';
-import { batched } from '../../platform/group-commit.js';
+import { batched, batchedWrite } from '../../platform/group-commit.js';
 import { randomToken, sha256Hex } from '../../platform/secrets.js';
 import type { Tx } from '../users/users.store.js';
 import { type AuthCache, resolvedOf, toAuthEntry } from './sessions.cache.js';
@@ -39,10 +39,7 @@ export function makeSessionsService({ db, store, clock, geo, cache }: SessionsDe
    * Activity of the sessions seen in one turn (and while the previous write runs) is one UPDATE:
    * after a restart every client reconnects at once, and each would otherwise write its own row.
    */
-  const touch = batched(async (ids: number[]) => {
-    await store.touch([...new Set(ids)], clock.now());
-    return ids.map(() => undefined);
-  });
+  const touch = batchedWrite((ids: number[]) => store.touch(ids, clock.now()));
   const listeners: SessionsEndedListener[] = [];
   const ended = (userId: number, sessionIds: number[], reason: string) => {
     if (sessionIds.length === 0) return;
