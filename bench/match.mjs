@@ -122,7 +122,7 @@ function report(mode, label, r, { concurrency, users, tags }) {
       ['POST /v1/portal/match answer p50 / p99', `${fmt.ms(answer.p50)} / ${fmt.ms(answer.p99)}`, '', ''],
       ['app thread CPU per pair', cpuPerPair === null ? 'n/a' : fmt.ms(cpuPerPair), '', ''],
       [
-        'pairs formed (both notified) / expected',
+        'pairs notified / formed',
         `${sum(P, 'foundPairs')} / ${pPairs}`,
         `${sum(B, 'pairs')} of ${sum(B, 'calls')} calls`,
         '',

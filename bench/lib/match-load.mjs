@@ -117,14 +117,18 @@ export async function matchTask(opts) {
 
   const http = makeClient(url, { maxSockets: concurrency });
   let nextUser = 0;
+  /** Tags with a user of this run waiting on them (at most one: one tag per user, no blocks). */
+  const waitingOn = new Set();
 
   const parlorRound = async (n) => {
     const members = users.slice(nextUser, nextUser + n);
     nextUser += members.length;
     const sentAt = new Map();
-    const answers = { matched: 0, searching: 0 };
+    const answers = { searching: 0 };
     const errors = {};
     const answerLat = [];
+    const notifiedBefore = found.size;
+    let pairs = 0;
     const start = performance.now();
     const cpuStart = appThreadCpuMs();
     await pool(members, concurrency, async (u, j) => {
@@ -144,30 +148,41 @@ export async function matchTask(opts) {
       }
       const state = JSON.parse(res.text()).state;
       answers[state] = (answers[state] ?? 0) + 1;
-      u.role = state;
+      // Every search is answered “searching” (spec 4.5); with one tag each and no blocks, every
+      // second user queued on a tag pairs with the one waiting there.
+      if (waitingOn.has(tag)) {
+        waitingOn.delete(tag);
+        pairs++;
+      } else waitingOn.add(tag);
     });
     const sendEnd = performance.now();
-    const expected = 2 * Math.floor(answers.matched);
-    const got = () => members.filter((u) => found.has(u.i)).length;
+    const expected = 2 * pairs;
+    const got = () => found.size - notifiedBefore;
     while (got() < expected && performance.now() - sendEnd < 10_000) await sleep(5);
     const cpuEnd = appThreadCpuMs();
     let last = sendEnd;
     const waiting = [];
     const pairing = [];
-    const chats = new Set();
+    const byChat = new Map();
     for (const u of members) {
       const f = found.get(u.i);
       if (!f) continue;
-      chats.add(f.chatId);
       if (f.at > last) last = f.at;
-      (u.role === 'matched' ? pairing : waiting).push(f.at - sentAt.get(u.i));
+      byChat.set(f.chatId, [...(byChat.get(f.chatId) ?? []), u]);
+    }
+    // The pair's later request made it; a pair with a user of an earlier round was made by this one.
+    for (const us of byChat.values()) {
+      us.sort((a, b) => sentAt.get(a.i) - sentAt.get(b.i));
+      const maker = us.at(-1);
+      pairing.push(found.get(maker.i).at - sentAt.get(maker.i));
+      if (us.length === 2) waiting.push(found.get(us[0].i).at - sentAt.get(us[0].i));
     }
     return {
       users: members.length,
       elapsedS: (last - start) / 1000,
       appCpuMs: cpuStart === null || cpuEnd === null ? null : cpuEnd - cpuStart,
-      pairs: answers.matched,
-      foundPairs: [...chats].filter((c) => members.filter((u) => found.get(u.i)?.chatId === c).length === 2).length,
+      pairs,
+      foundPairs: byChat.size,
       notified: got(),
       expected,
       answers,

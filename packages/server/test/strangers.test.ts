@@ -69,8 +69,8 @@ describeApp('the stranger account sweep', () => {
     const t = tag();
     expect((await s.client.post('/v1/portal/match', { interests: [t] })).body.state).toBe('searching');
     const paired = await peer.client.post('/v1/portal/match', { interests: [t] });
-    expect(paired.body.state).toBe('matched');
-    const chatId: number = paired.body.chat_id;
+    expect(paired.body.state).toBe('searching');
+    const chatId: number = (await peer.socket.next('match:found')).chat_id;
     expect((await s.client.post('/v1/portal/match/leave', {})).body).toEqual({ ok: true, chat_id: chatId });
     expect((await s.client.post('/v1/authentication/logout', {})).status).toBe(200);
 

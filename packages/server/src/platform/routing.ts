@@ -33,3 +33,13 @@ export const security = {
   operator: [{ operatorToken: [] }, { session: [] }],
   publicKeyOrSession: [{ publicKey: [] }, { session: [] }],
 } as const;
+
+/**
+ * Runs `fn` once the answer has been handed to the connection (or the client went away first):
+ * for events that must reach the client after the answer it asked for.
+ */
+export function afterAnswer(reply: { raw: RawReplyDefaultExpression }, fn: () => void): void {
+  const res = reply.raw;
+  if (res.writableFinished || res.destroyed) fn();
+  else res.once('close', fn);
+}

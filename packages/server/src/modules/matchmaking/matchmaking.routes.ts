@@ -13,7 +13,7 @@ import { Type } from '@sinclair/typebox';
 import { currentUser, type Guards, viewerOf } from '../../platform/auth.js';
 import { appError } from '../../platform/errors.js';
 import type { AppSocket, Realtime } from '../../platform/realtime.js';
-import { type App, errorResponses, security } from '../../platform/routing.js';
+import { type App, afterAnswer, errorResponses, security } from '../../platform/routing.js';
 import type { BlocksService } from './blocks.service.js';
 import type { MatchmakingService } from './matchmaking.service.js';
 
@@ -30,14 +30,15 @@ export function registerMatchmakingRoutes(
     schema: {
       tags,
       ...auth,
-      description: 'Queues on every tag at once; when a peer is waiting, pairs at once (state matched).',
+      description:
+        'Queues on every tag at once and answers the search (state searching); when a peer is waiting the pair is made at once and match:found follows the answer.',
       body: MatchBody,
       response: { 200: MatchStatusSchema, ...errorResponses },
     },
     onRequest: guards.anySession,
-    handler: async (req) => {
+    handler: async (req, reply) => {
       const u = currentUser(req);
-      return matchmaking.enqueue(
+      const { answer, tellCaller } = await matchmaking.enqueue(
         {
           userId: u.id,
           sessionId: viewerOf(req).sessionId,
@@ -46,6 +47,8 @@ export function registerMatchmakingRoutes(
         },
         req.body.interests,
       );
+      if (tellCaller) afterAnswer(reply, tellCaller);
+      return answer;
     },
   });
 

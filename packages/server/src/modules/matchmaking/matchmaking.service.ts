@@ -26,6 +26,12 @@ export interface Searcher {
 
 type Found = { id: number; username: string; stranger: boolean };
 
+/** An enqueue's answer, and when it paired, the caller's `match:found` to send after the answer. */
+export interface Enqueued {
+  answer: MatchStatus;
+  tellCaller?: () => void;
+}
+
 export interface MatchmakingDeps {
   clock: Clock;
   state: StateStore;
@@ -36,12 +42,12 @@ export interface MatchmakingDeps {
 }
 
 /** Spec 4.5 interests: 1-3 distinct tags, each 3-12 lower-case letters and digits. */
-export function validInterests(tags: string[]): boolean {
+export function validInterests(tags: readonly unknown[]): tags is string[] {
   return (
     tags.length >= Limits.INTERESTS_MIN &&
     tags.length <= Limits.INTERESTS_MAX &&
     new Set(tags).size === tags.length &&
-    tags.every((t) => interestRe.test(t))
+    tags.every((t) => typeof t === 'string' && interestRe.test(t))
   );
 }
 
@@ -79,10 +85,11 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
   };
 
   /**
-   * Creates the direct chat of a pair and tells every session of both users; answers the pairing
-   * caller's status from the values in hand (the new chat is its newest active direct chat).
+   * Creates the direct chat of a pair and tells every session of the waiting peer at once; the
+   * pairing caller is told by the returned function, which the route runs once its answer is out
+   * (spec 4.5: the enqueue answers `searching`, `match:found` follows).
    */
-  const complete = async (me: Searcher, mine: QueueEntry, peer: QueueEntry, tag: string): Promise<MatchStatus> => {
+  const complete = async (me: Searcher, mine: QueueEntry, peer: QueueEntry, tag: string): Promise<() => void> => {
     const shared = [tag, ...mine.tags.filter((t) => t !== tag && peer.tags.includes(t))];
     // Names and kinds as stored, read by the statement that creates the chat (the peer may have renamed).
     const { chat, token, users } = await chats.createDirect([peer.userId, me.userId], shared);
@@ -95,9 +102,8 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
       expires_at,
       peer: { ...other, country_code: otherEntry.country },
     });
-    realtime.emitTo(rooms.user(me.userId), 'match:found', found(theirs, peer));
     realtime.emitTo(rooms.user(peer.userId), 'match:found', found(ours, mine));
-    return { state: 'matched', token, chat_id: chat.id, expires_at };
+    return () => realtime.emitTo(rooms.user(me.userId), 'match:found', found(theirs, peer));
   };
 
   const markOnline = async (userIds: number[]): Promise<void> => {
@@ -115,8 +121,13 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
     /** markOnline for one socket's user; the connections of one turn (a reconnect storm) are one write. */
     connected: (userId: number): Promise<void> => connectedBatch(userId),
 
-    /** POST /v1/portal/match: queue on every tag at once, or pair at once when a peer waits. */
-    async enqueue(searcher: Searcher, interests: string[]): Promise<MatchStatus> {
+    /**
+     * POST /v1/portal/match: queue on every tag at once, or pair at once when a peer waits. Either
+     * way the answer is the caller's search (spec 4.5: state searching, interests, the queue
+     * deadline); a pair made here is committed before it, and `tellCaller` sends the caller's
+     * `match:found`, for the route to run once the answer is out.
+     */
+    async enqueue(searcher: Searcher, interests: readonly unknown[]): Promise<Enqueued> {
       if (!validInterests(interests)) throw appError('ERR_MATCH_UNSUPPORTED_INTEREST');
       if (searcher.matchBlocked) throw appError('ERR_STRANGER_BLOCKED');
       const now = clock.now().getTime();
@@ -149,8 +160,9 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
       };
       const result = await queue.enqueue(entry, now);
       if (result.kind === 'already') throw appError('ERR_MATCH_ALREADY_SEARCHING');
-      if (result.kind === 'paired') return complete(searcher, entry, result.peer, result.tag);
-      return { state: 'searching', interests, expires_at: new Date(entry.deadline).toISOString() };
+      const answer: MatchStatus = { state: 'searching', interests, expires_at: new Date(entry.deadline).toISOString() };
+      if (result.kind !== 'paired') return { answer };
+      return { answer, tellCaller: await complete(searcher, entry, result.peer, result.tag) };
     },
 
     async dequeue(userId: number): Promise<MatchStatus> {
