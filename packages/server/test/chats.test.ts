@@ -490,7 +490,12 @@ describeApp('history and deletion', () => {
       count: Limits.BULK_DELETE_MAX,
     });
     expect(last.body).toEqual({ deleted: 1, deleted_ids: [o1] });
-    for (const body of [{ ids: [] }, { ids: Array(Limits.BULK_DELETE_MAX + 1).fill(o1) }]) {
+    // BULK_DELETE_MAX ids are taken (none of these is left to delete), one more is refused.
+    const most = [o1, ...Array.from({ length: Limits.BULK_DELETE_MAX - 1 }, (_, i) => `1-${i}`)];
+    const full = await owner.client.post(`/v1/portal/chats/${chatId}/messages/delete`, { ids: most });
+    expect(full.status).toBe(200);
+    expect(full.body).toEqual({ deleted: 0, deleted_ids: [] });
+    for (const body of [{ ids: [] }, { ids: [...most, '1-100'] }]) {
       expect((await owner.client.post(`/v1/portal/chats/${chatId}/messages/delete`, body)).status).toBe(400);
     }
     for (const count of [0, Limits.BULK_DELETE_MAX + 1]) {

@@ -92,8 +92,25 @@ describeApp('session limits', () => {
     const listed = await fresh.get('/v1/users/me/sessions');
     const current = listed.body.sessions.find((s: { is_current: boolean }) => s.is_current);
     expect(Date.parse(current.expires_at) - Date.parse(current.created_at)).toBe(Limits.SESSION_TTL_STAFF_MS);
-    clock.advance(Limits.SESSION_TTL_STAFF_MS);
+    clock.advance(Limits.SESSION_TTL_STAFF_MS - 1000);
+    expect((await fresh.get('/v1/users/me')).status).toBe(200);
+    clock.advance(1000);
     expect((await fresh.get('/v1/users/me')).status).toBe(401);
+  });
+
+  it('gives the Owner 1-day sessions too, and Moderators 30-day ones', async () => {
+    for (const [level, ttl] of [
+      [3, Limits.SESSION_TTL_STAFF_MS],
+      [1, Limits.SESSION_TTL_USER_MS],
+    ] as const) {
+      const { user, platformUserId } = await login(app, { bot });
+      await setLevel(app, user.id, level);
+      const fresh = await device(platformUserId);
+      const current = (await fresh.get('/v1/users/me/sessions')).body.sessions.find(
+        (s: { is_current: boolean }) => s.is_current,
+      );
+      expect(Date.parse(current.expires_at) - Date.parse(current.created_at), `level ${level}`).toBe(ttl);
+    }
   });
 });
 

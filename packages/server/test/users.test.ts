@@ -166,7 +166,14 @@ describeApp('GET /v1/users/me/punishments', () => {
     expect(
       (await client.get('/v1/users/me/punishments?limit=1&offset=1')).body.map((p: { reason: string }) => p.reason),
     ).toEqual(['r1']);
-    expect((await client.get(`/v1/users/me/punishments?limit=${Limits.PUNISHMENTS_PAGE_MAX}`)).status).toBe(200);
+    // The default page, and the largest, over more records than either holds.
+    await sql(
+      `insert into moderation_actions (user_id, action_type, reason, created_at) select ${user.id}, 'PLATFORM_WARNING', 'old', now() - interval '1 day' from generate_series(1, ${Limits.PUNISHMENTS_PAGE_MAX})`,
+    );
+    expect((await client.get('/v1/users/me/punishments')).body).toHaveLength(Limits.PUNISHMENTS_PAGE_DEFAULT);
+    expect((await client.get(`/v1/users/me/punishments?limit=${Limits.PUNISHMENTS_PAGE_MAX}`)).body).toHaveLength(
+      Limits.PUNISHMENTS_PAGE_MAX,
+    );
     expect((await client.get('/v1/users/me/punishments?offset=0')).status).toBe(200);
     for (const q of ['limit=0', `limit=${Limits.PUNISHMENTS_PAGE_MAX + 1}`, 'offset=-1', 'limit=abc', 'other=1']) {
       const res = await client.get(`/v1/users/me/punishments?${q}`);
