@@ -84,7 +84,7 @@ describeApp('POST /v1/bot/guilds/{guild_id}', () => {
     expect(res.body).toMatchObject({
       chatplatform_id: id,
       name: 'Chess club',
-      prefix: null,
+      prefix: '',
       member_count: 42,
       is_whitelisted: false,
       owner_chatplatform_id: '80351110224678912',
@@ -121,7 +121,7 @@ describeApp('POST /v1/bot/guilds/{guild_id}', () => {
     const cleared = await upsert(id, { name: 'New', member_count: 3, avatar_url: null, prefix: '?' });
     expect(cleared.body.prefix).toBe('?');
     const full = await admin.client.get(`/v1/guilds/${id}`);
-    expect(full.body).toMatchObject({ avatar_url: null, prefix: '?', member_count: 3, has_premium: false });
+    expect(full.body).toMatchObject({ avatar_url: '', prefix: '?', member_count: 3, has_premium: false });
   });
 
   it.each([

@@ -3,6 +3,8 @@ import { guildHasPremium } from './guilds.rules.js';
 import type { GuildRow } from './guilds.store.js';
 
 const iso = (d: Date | null) => (d ? d.toISOString() : null);
+/** Spec 2.3 types avatar_url, prefix and owner_chatplatform_id as strings: one not known is "". */
+const text = (v: string | null) => v ?? '';
 
 export function toRoomSettings(g: GuildRow): RoomSettings {
   return {
@@ -20,11 +22,11 @@ export function toGuild(g: GuildRow, sponsorIds: number[], now: Date): Guild {
     id: g.id,
     chatplatform_id: g.chatplatformId,
     name: g.name,
-    avatar_url: g.avatarUrl,
-    prefix: g.prefix,
+    avatar_url: text(g.avatarUrl),
+    prefix: text(g.prefix),
     member_count: g.memberCount,
     is_whitelisted: g.isWhitelisted,
-    owner_chatplatform_id: g.ownerChatplatformId,
+    owner_chatplatform_id: text(g.ownerChatplatformId),
     state: g.state,
     has_bot: g.hasBot,
     has_premium: guildHasPremium(g, now),
@@ -44,10 +46,10 @@ export function toBotGuild(g: GuildRow): BotGuild {
   return {
     chatplatform_id: g.chatplatformId,
     name: g.name,
-    prefix: g.prefix,
+    prefix: text(g.prefix),
     member_count: g.memberCount,
     is_whitelisted: g.isWhitelisted,
-    owner_chatplatform_id: g.ownerChatplatformId,
+    owner_chatplatform_id: text(g.ownerChatplatformId),
     state: g.state,
     id: g.id,
     has_bot: g.hasBot,
@@ -62,10 +64,10 @@ export function toVanityGuild(g: GuildRow, now: Date): VanityGuild {
   return {
     chatplatform_id: g.chatplatformId,
     name: g.name,
-    avatar_url: g.avatarUrl,
+    avatar_url: text(g.avatarUrl),
     has_premium: guildHasPremium(g, now),
     member_count: g.memberCount,
-    prefix: g.prefix,
+    prefix: text(g.prefix),
     subscription_expires_at: iso(g.subscriptionExpiresAt),
     source: g.source,
     vanity_invite: g.vanityInvite,
