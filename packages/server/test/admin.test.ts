@@ -178,6 +178,37 @@ describeApp('POST /v1/admin/users/{user_id}/update', () => {
   });
 });
 
+describeApp('a permission level change on open sockets', () => {
+  it('drops a demoted Admin’s sockets; the new socket has User powers (no joining private chats)', async () => {
+    const first = await keyedChat(app, 'private');
+    const second = await keyedChat(app, 'private');
+    const demoted = await member(app, { level: 2 });
+    // An Admin may enter any private chat.
+    expect((await join(demoted, { chat_id: first.chatId })).ok).toBe(true);
+    const gone = disconnected(demoted.socket, 5_000);
+    expect((await op.post(`/v1/admin/users/${demoted.user.id}/update`, { permission_level: 0 })).status).toBe(200);
+    expect(await gone).toBe('io server disconnect');
+    const again = await connectSocket(app.url, demoted.client);
+    expect(await again.emitWithAck('room:join', { chat_id: second.chatId })).toMatchObject({
+      ok: false,
+      code: 'ERR_CANNOT_BROWSE_PRIVATE',
+    });
+  });
+
+  it('drops a promoted user’s sockets too, and only on a change', async () => {
+    const promoted = await member(app);
+    const bystander = await member(app);
+    const gone = disconnected(promoted.socket, 5_000);
+    expect((await op.post(`/v1/admin/users/${promoted.user.id}/update`, { permission_level: 1 })).status).toBe(200);
+    await gone;
+    const again = await connectSocket(app.url, promoted.client);
+    // The same level again changes nothing, and other users' sockets stay.
+    expect((await op.post(`/v1/admin/users/${promoted.user.id}/update`, { permission_level: 1 })).status).toBe(200);
+    expect((await again.emitWithAck('room:leave', { chat_id: 999_999 })).ok).toBe(false);
+    expect([again.connected, bystander.socket.connected]).toEqual([true, true]);
+  });
+});
+
 describeApp('POST /v1/admin/users/{user_id}/delete', () => {
   it('ends every session and socket at once, and the identity can sign up anew', async () => {
     const target = await login(app, { bot: loginBot });

@@ -94,6 +94,13 @@ describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('two nodes o
     await gone;
   });
 
+  it('drops, on node B, the sockets of a user whose level changed on node A', async () => {
+    const onB = await member(b, { level: 2 });
+    const gone = disconnected(onB.socket, 10_000);
+    expect((await operator(a).post(`/v1/admin/users/${onB.user.id}/update`, { permission_level: 0 })).status).toBe(200);
+    await gone;
+  });
+
   it('delivers a notification sent through node A to the recipient socket on node B', async () => {
     const target = await member(b);
     const sent = await operator(a).post('/v1/admin/notifications', {

@@ -149,7 +149,12 @@ export function makeAdminService(deps: AdminDeps) {
         if (isUniqueViolation(e)) throw appError('ERR_USERNAME_TAKEN');
         throw e;
       }
-      if (note) notifications.publish(note);
+      if (note) {
+        notifications.publish(note);
+        // Sockets carry the level they signed in with (room:join, VM moderation): they drop on
+        // every node, as for a ban or timeout, and reconnect with the new level.
+        deps.realtime.io.in(rooms.user(targetId)).disconnectSockets(true);
+      }
       return users.profile(targetId, actorLevel === 'operator' ? 3 : actorLevel);
     },
 
