@@ -82,6 +82,11 @@ export const Limits = {
   PUNISH_DURATION_MIN_S: 60,
   PUNISH_DURATION_MAX_S: 2_592_000,
   PUNISH_REASON_MAX: 500,
+  /**
+   * A chat's moderators warn or time out its members, and former members this long after their
+   * membership ended (a user who misbehaves and leaves, or was just kicked, is still within reach).
+   */
+  CHAT_FORMER_MEMBER_REACH_MS: 24 * 3600_000,
   BODY_LIMIT_BYTES: 64 * 1024,
   /** Notifications (spec 2.7, 4.7): list page size, and what an admin may write. */
   NOTIFICATIONS_PAGE_DEFAULT: 20,

@@ -271,3 +271,79 @@ describeApp('chat moderation (spec 4.6 rules 2-3)', () => {
     expect((await guest.client.get('/v1/portal/chats')).body.code).toBe('ERR_TIMED_OUT');
   });
 });
+
+/** A Premium user's chat of the given type, the owner joined (Premium users own one chat, spec 2.11). */
+async function premiumChat(type: 'public' | 'private') {
+  const owner = await member(app);
+  await app.database.db.execute(
+    `update users set subscription_tier = 2, subscription_expires_at = now() + interval '30 days' where id = ${owner.user.id}` as never,
+  );
+  const created = await owner.client.post('/v1/portal/chats/create', { name: 'Mine', type });
+  expect(created.status, JSON.stringify(created.body)).toBe(200);
+  const chatId: number = created.body.chat.id;
+  expect((await join(owner, { chat_id: chatId })).ok).toBe(true);
+  return { owner, chatId };
+}
+
+describeApp('POST /v1/portal/chats/{chat_id}/timeout and /warn: the target is in the chat', () => {
+  it('answers 403 ERR_NOT_CHAT_MEMBER for a user who was never in the chat, and changes nothing', async () => {
+    const { owner, chatId } = await premiumChat('private');
+    const stranger = await member(app);
+    for (const [path, body] of [
+      ['timeout', { user_id: stranger.user.id, duration: Limits.PUNISH_DURATION_MAX_S }],
+      ['warn', { user_id: stranger.user.id, reason: 'x' }],
+    ] as const) {
+      const res = await owner.client.post(`/v1/portal/chats/${chatId}/${path}`, body);
+      expect(res.status, JSON.stringify(res.body)).toBe(403);
+      expect(res.body).toEqual({ code: 'ERR_NOT_CHAT_MEMBER', message: 'That user is not in this chat.' });
+    }
+    expect((await stranger.client.get('/v1/users/me')).body.user.state).toBe(0);
+    expect((await stranger.client.get('/v1/users/me/punishments')).body).toEqual([]);
+    expect(stranger.socket.connected).toBe(true);
+  });
+
+  it(`reaches a former member for ${Limits.CHAT_FORMER_MEMBER_REACH_MS / 3600_000} hours after the membership ended`, async () => {
+    const { owner, chatId } = await premiumChat('public');
+    const [kicked, left] = [await member(app), await member(app)];
+    for (const m of [kicked, left]) expect((await join(m, { chat_id: chatId })).ok).toBe(true);
+    expect((await owner.client.post(`/v1/portal/chats/${chatId}/kick`, { user_id: kicked.user.id })).status).toBe(200);
+    expect((await left.socket.emitWithAck('room:leave', { chat_id: chatId })).ok).toBe(true);
+    // Just kicked: still within reach.
+    const timedOut = await owner.client.post(`/v1/portal/chats/${chatId}/timeout`, {
+      user_id: kicked.user.id,
+      duration: 60,
+    });
+    expect(timedOut.status, JSON.stringify(timedOut.body)).toBe(200);
+    clock.advance(Limits.CHAT_FORMER_MEMBER_REACH_MS);
+    const atLimit = await owner.client.post(`/v1/portal/chats/${chatId}/warn`, { user_id: left.user.id });
+    expect(atLimit.status, JSON.stringify(atLimit.body)).toBe(200);
+    clock.advance(1);
+    const past = await owner.client.post(`/v1/portal/chats/${chatId}/warn`, { user_id: left.user.id });
+    expect(past.body.code).toBe('ERR_NOT_CHAT_MEMBER');
+  });
+
+  it(`accepts durations of ${Limits.PUNISH_DURATION_MIN_S} to ${Limits.PUNISH_DURATION_MAX_S} s and reasons up to ${Limits.PUNISH_REASON_MAX} (spec 8)`, async () => {
+    const { owner, chatId, guest } = await chatWithGuest();
+    const timeout = (body: object) =>
+      owner.client.post(`/v1/portal/chats/${chatId}/timeout`, { user_id: guest.user.id, ...body });
+    for (const body of [
+      { duration: Limits.PUNISH_DURATION_MIN_S - 1 },
+      { duration: Limits.PUNISH_DURATION_MAX_S + 1 },
+      { duration: 60, reason: 'r'.repeat(Limits.PUNISH_REASON_MAX + 1) },
+    ]) {
+      const refused = await timeout(body);
+      expect(refused.status, JSON.stringify(body)).toBe(400);
+      expect(refused.body.code).toBe('ERR_VALIDATION');
+    }
+    expect((await guest.client.get('/v1/users/me')).body.user.state).toBe(0);
+    for (const duration of [Limits.PUNISH_DURATION_MIN_S, Limits.PUNISH_DURATION_MAX_S]) {
+      const ok = await timeout({ duration, reason: 'r'.repeat(Limits.PUNISH_REASON_MAX) });
+      expect(ok.status, JSON.stringify(ok.body)).toBe(200);
+    }
+    const records = (await operator(app).get(`/v1/admin/audit?target_user_id=${guest.user.id}`)).body.entries;
+    expect(records.map((e: any) => e.data.duration)).toEqual([
+      Limits.PUNISH_DURATION_MAX_S,
+      Limits.PUNISH_DURATION_MIN_S,
+    ]);
+  });
+});

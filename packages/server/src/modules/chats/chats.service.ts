@@ -252,6 +252,9 @@ export function makeChatsService(deps: ChatsDeps) {
 
     ...direct,
 
+    /** A member of the chat now, or one whose membership ended at or after `since` (moderation's reach). */
+    memberSince: (chatId: number, userId: number, since: Date) => store.memberSince(chatId, userId, since),
+
     async assertMember(userId: number, chatId: number): Promise<void> {
       await mustGet(chatId);
       if (!(await store.isMember(chatId, userId))) throw appError('ERR_NOT_CHAT_MEMBER');

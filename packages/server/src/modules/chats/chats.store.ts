@@ -1,4 +1,4 @@
-import { and, count, desc, eq, gt, inArray, isNull, ne, or, sql } from 'drizzle-orm';
+import { and, count, desc, eq, gt, gte, inArray, isNull, ne, or, sql } from 'drizzle-orm';
 import { anyOf, type Db, rowsOf } from '../../platform/db/index.js';
 import { chatActivity, chatInvites, chatMembers, chats, users } from '../../platform/db/schema.js';
 import type { Tx } from '../users/users.store.js';
@@ -144,6 +144,20 @@ export function makeChatsStore(db: Db) {
         .select({ n: count() })
         .from(chatMembers)
         .where(and(eq(chatMembers.chatId, chatId), eq(chatMembers.userId, userId), isNull(chatMembers.leftAt)));
+      return (row?.n ?? 0) > 0;
+    },
+    /** A member now, or one whose membership ended at or after `since`. */
+    async memberSince(chatId: number, userId: number, since: Date): Promise<boolean> {
+      const [row] = await db
+        .select({ n: count() })
+        .from(chatMembers)
+        .where(
+          and(
+            eq(chatMembers.chatId, chatId),
+            eq(chatMembers.userId, userId),
+            or(isNull(chatMembers.leftAt), gte(chatMembers.leftAt, since)),
+          ),
+        );
       return (row?.n ?? 0) > 0;
     },
     /** Adds or re-adds a member; returns false when already a member. */

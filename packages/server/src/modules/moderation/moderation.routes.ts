@@ -60,11 +60,17 @@ export function registerModerationRoutes(
   chatRoute('unmute', TargetBody, 'Lifts this chat’s mutes (not a hard mute); user:unmuted to the chat.', (a, c, b) =>
     moderation.chat.unmute(a, c, b),
   );
-  chatRoute('warn', ReasonBody, 'Warns the user; a system message records it.', (a, c, b) =>
-    moderation.chat.warn(a, c, b),
+  chatRoute(
+    'warn',
+    ReasonBody,
+    'Warns the user; a system message records it. The user is a member or left within 24 hours.',
+    (a, c, b) => moderation.chat.warn(a, c, b),
   );
-  chatRoute('timeout', TimeoutBody, 'Times the user out platform-wide (60 s to 30 days).', (a, c, b) =>
-    moderation.chat.timeout(a, c, b),
+  chatRoute(
+    'timeout',
+    TimeoutBody,
+    'Times the user out platform-wide (60 s to 30 days). The user is a member or left within 24 hours.',
+    (a, c, b) => moderation.chat.timeout(a, c, b),
   );
 
   app.post('/v1/portal/hard-mute', {

@@ -1,4 +1,4 @@
-import { AuditCodes } from '@parlor/protocol';
+import { AuditCodes, Limits } from '@parlor/protocol';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
@@ -58,7 +58,18 @@ export function makeModerationService(deps: ModerationDeps) {
     notify,
   });
 
-  const chatContext = async (actor: ChatActor, chatId: number, targetId: number, unmute = false) => {
+  /**
+   * The chat a moderation names, once the actor may moderate it (spec 4.6 rules 2-3) and reaches
+   * the target. `member`: the action reaches beyond the chat (a platform timeout or warning), so
+   * the target must be a member, or have been one within CHAT_FORMER_MEMBER_REACH_MS.
+   */
+  const chatContext = async (
+    actor: ChatActor,
+    chatId: number,
+    targetId: number,
+    opts: { unmute?: boolean; member?: boolean } = {},
+  ) => {
+    const unmute = opts.unmute ?? false;
     const chat = await chats.find(chatId);
     const ownerLevel = chat.ownerUserId ? (await users.mustGet(chat.ownerUserId)).permissionLevel : 0;
     const rules = { type: chat.type, ownerId: chat.ownerUserId, ownerLevel };
@@ -70,6 +81,9 @@ export function makeModerationService(deps: ModerationDeps) {
     ) {
       throw appError('ERR_FORBIDDEN', 'That user is out of your reach.');
     }
+    const since = new Date(clock.now().getTime() - Limits.CHAT_FORMER_MEMBER_REACH_MS);
+    if (opts.member && !(await chats.memberSince(chatId, targetId, since)))
+      throw appError('ERR_NOT_CHAT_MEMBER', 'That user is not in this chat.');
     return chat;
   };
 
@@ -198,13 +212,13 @@ export function makeModerationService(deps: ModerationDeps) {
 
     /** Spec 4.6 rule 3: removes this chat's mutes only, never a hard mute; user:unmuted to the chat. */
     async unmute(actor: ChatActor, chatId: number, body: { user_id: number }) {
-      await chatContext(actor, chatId, body.user_id, true);
+      await chatContext(actor, chatId, body.user_id, { unmute: true });
       await liftChat(actor, body.user_id, 'CHAT_MUTE', chatId, { code: AuditCodes.CHAT_UNMUTE, action: 'chat-unmute' });
       realtime.emitTo(rooms.chat(chatId), 'user:unmuted', { chat_id: chatId, user_id: body.user_id });
     },
 
     async warn(actor: ChatActor, chatId: number, body: { user_id: number; reason?: string }) {
-      await chatContext(actor, chatId, body.user_id);
+      await chatContext(actor, chatId, body.user_id, { member: true });
       await platform.warn({ kind: 'user', id: actor.userId }, 'operator', body.user_id, body, chatId);
       await announce(chatId, {
         kind: 'warn',
@@ -216,7 +230,7 @@ export function makeModerationService(deps: ModerationDeps) {
 
     /** Spec 4.6: a timeout from a chat applies platform-wide. */
     async timeout(actor: ChatActor, chatId: number, body: { user_id: number; duration: number; reason?: string }) {
-      await chatContext(actor, chatId, body.user_id);
+      await chatContext(actor, chatId, body.user_id, { member: true });
       await platform.timeout({ kind: 'user', id: actor.userId }, 'operator', body.user_id, body, chatId);
     },
   };
