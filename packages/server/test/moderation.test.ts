@@ -239,6 +239,23 @@ describeApp('chat moderation (spec 4.6 rules 2-3)', () => {
     ).toBe(403);
   });
 
+  it('mute and unmute follow spec 4.6 rule 3: the owner or Admins, not a Moderator who outranks the owner', async () => {
+    const { owner, chatId } = await premiumChat('public');
+    const guest = await member(app);
+    expect((await join(guest, { chat_id: chatId })).ok).toBe(true);
+    const mod = await member(app, { level: 1 });
+    const admin = await member(app, { level: 2 });
+    const muteBy = (m: Member) => m.client.post(`/v1/portal/chats/${chatId}/mute`, { user_id: guest.user.id });
+    const refused = await muteBy(mod);
+    expect(refused.status, JSON.stringify(refused.body)).toBe(403);
+    expect(refused.body.code).toBe('ERR_FORBIDDEN');
+    expect((await guest.client.get('/v1/users/me/punishments')).body).toEqual([]);
+    // The same Moderator may warn there (rule 2), so the refusal is the mute rule's.
+    expect((await mod.client.post(`/v1/portal/chats/${chatId}/warn`, { user_id: guest.user.id })).status).toBe(200);
+    expect((await muteBy(admin)).status).toBe(200);
+    expect((await muteBy(owner)).status).toBe(200);
+  });
+
   it('lets a Moderator delete the last messages of a public chat without joining it', async () => {
     const { owner, chatId, chatKey, epoch, guest } = await chatWithGuest();
     const ids = [

@@ -24,7 +24,8 @@ export function registerModerationRoutes(
     return { userId: u.id, level: u.permissionLevel };
   };
 
-  // Chat moderation (spec 4.6 rules 2-3, 4.8): the chat owner, or staff who outrank the owner.
+  // Chat moderation (spec 4.6 rules 2-3, 4.8): the chat owner, or staff who outrank the owner
+  // (mute and unmute: the chat owner or Admin and above).
   const chatRoute = <B extends TSchema>(
     path: string,
     body: B,
@@ -54,11 +55,17 @@ export function registerModerationRoutes(
     moderation.chat.ban(a, c, b),
   );
   chatRoute('unban', ReasonBody, 'Lifts a chat ban.', (a, c, b) => moderation.chat.unban(a, c, b));
-  chatRoute('mute', PunishBody, 'Mutes in this chat (permanent unless duration).', (a, c, b) =>
-    moderation.chat.mute(a, c, b),
+  chatRoute(
+    'mute',
+    PunishBody,
+    'Mutes in this chat (permanent unless duration): the chat owner or Admin and above.',
+    (a, c, b) => moderation.chat.mute(a, c, b),
   );
-  chatRoute('unmute', TargetBody, 'Lifts this chat’s mutes (not a hard mute); user:unmuted to the chat.', (a, c, b) =>
-    moderation.chat.unmute(a, c, b),
+  chatRoute(
+    'unmute',
+    TargetBody,
+    'Lifts this chat’s mutes (not a hard mute); user:unmuted to the chat. Authorised as mute.',
+    (a, c, b) => moderation.chat.unmute(a, c, b),
   );
   chatRoute(
     'warn',

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { canModerateChat, canTarget, canUnmute } from './moderation.rules.js';
+import { canModerateChat, canMute, canTarget } from './moderation.rules.js';
 
 const OWNER_ID = 100;
 const ACTOR_ID = 7;
@@ -49,18 +49,31 @@ describe('canModerateChat (spec 4.6 rule 2)', () => {
   });
 });
 
-describe('canUnmute (spec 4.6 rule 3)', () => {
-  it('allows the chat owner and Admins and above, in any chat', () => {
-    for (const type of ['public', 'official', 'private']) {
-      const chat = { type, ownerId: OWNER_ID, ownerLevel: 0 };
-      expect([0, 1, 2, 3].map((level) => canUnmute({ userId: ACTOR_ID, level }, chat))).toEqual([
-        false,
-        false,
-        true,
-        true,
-      ]);
-      expect(canUnmute({ userId: OWNER_ID, level: 0 }, chat)).toBe(true);
+describe('canMute: mute and unmute (spec 4.6 rule 3)', () => {
+  it('allows the chat owner and Admins and above, in any chat, whatever the owner’s level', () => {
+    for (const type of ['public', 'official', 'private', 'direct']) {
+      for (let owner = 0; owner <= 3; owner++) {
+        const chat = { type, ownerId: OWNER_ID, ownerLevel: owner };
+        expect([0, 1, 2, 3].map((level) => canMute({ userId: ACTOR_ID, level }, chat))).toEqual([
+          false,
+          false,
+          true,
+          true,
+        ]);
+        expect(canMute({ userId: OWNER_ID, level: 0 }, chat)).toBe(true);
+      }
     }
+  });
+
+  it('refuses a Moderator in a public chat whose owner it outranks (unlike kick)', () => {
+    const chat = { type: 'public', ownerId: OWNER_ID, ownerLevel: 0 };
+    const moderator = { userId: ACTOR_ID, level: 1 };
+    expect([canModerateChat(moderator, chat), canMute(moderator, chat)]).toEqual([true, false]);
+  });
+
+  it('refuses Moderators in ownerless (direct) chats; Admins may', () => {
+    const chat = { type: 'direct', ownerId: null, ownerLevel: 0 };
+    expect([0, 1, 2, 3].map((level) => canMute({ userId: ACTOR_ID, level }, chat))).toEqual([false, false, true, true]);
   });
 });
 

@@ -15,7 +15,7 @@ export interface ActorForRules {
 }
 
 /**
- * Kick, ban, mute, warn, timeout in a chat: the chat owner always; in public and official chats,
+ * Kick, ban, warn, timeout in a chat: the chat owner always; in public and official chats,
  * anyone who outranks the chat owner (and is at least a Moderator); in private chats only the owner
  * or Admin and above (moderators cannot). Direct chats have no owner: Moderators and above.
  */
@@ -25,8 +25,12 @@ export function canModerateChat(actor: ActorForRules, chat: ChatForRules): boole
   return actor.level >= 1 && actor.level > chat.ownerLevel;
 }
 
-/** Unmute: the chat owner, or Admin and above (any chat). */
-export function canUnmute(actor: ActorForRules, chat: ChatForRules): boolean {
+/**
+ * Mute and unmute (spec 4.6 rule 3: "the chat owner, or Admin and above for public or official
+ * chats, or Admin and above for any chat"): the chat owner, or Admin and above, in any chat.
+ * Moderators do not mute, even in a public chat whose owner they outrank.
+ */
+export function canMute(actor: ActorForRules, chat: ChatForRules): boolean {
   return (chat.ownerId !== null && actor.userId === chat.ownerId) || actor.level >= 2;
 }
 

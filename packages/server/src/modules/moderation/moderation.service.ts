@@ -12,7 +12,7 @@ import type { SessionsService } from '../sessions/sessions.service.js';
 import type { UsersService } from '../users/users.service.js';
 import type { Tx, UsersStore } from '../users/users.store.js';
 import { makePlatformModeration, until } from './moderation.platform.js';
-import { canModerateChat, canTarget, canUnmute } from './moderation.rules.js';
+import { canModerateChat, canMute, canTarget } from './moderation.rules.js';
 import type { ModerationStore } from './moderation.store.js';
 
 export interface ModerationDeps {
@@ -59,21 +59,21 @@ export function makeModerationService(deps: ModerationDeps) {
   });
 
   /**
-   * The chat a moderation names, once the actor may moderate it (spec 4.6 rules 2-3) and reaches
-   * the target. `member`: the action reaches beyond the chat (a platform timeout or warning), so
-   * the target must be a member, or have been one within CHAT_FORMER_MEMBER_REACH_MS.
+   * The chat a moderation names, once the actor may moderate it (spec 4.6 rules 2-3: `mute` for
+   * mute and unmute) and reaches the target. `member`: the action reaches beyond the chat (a
+   * platform timeout or warning), so the target must be a member, or have been one within
+   * CHAT_FORMER_MEMBER_REACH_MS.
    */
   const chatContext = async (
     actor: ChatActor,
     chatId: number,
     targetId: number,
-    opts: { unmute?: boolean; member?: boolean } = {},
+    opts: { mute?: boolean; member?: boolean } = {},
   ) => {
-    const unmute = opts.unmute ?? false;
     const chat = await chats.find(chatId);
     const ownerLevel = chat.ownerUserId ? (await users.mustGet(chat.ownerUserId)).permissionLevel : 0;
     const rules = { type: chat.type, ownerId: chat.ownerUserId, ownerLevel };
-    if (!(unmute ? canUnmute : canModerateChat)({ userId: actor.userId, level: actor.level }, rules))
+    if (!(opts.mute ? canMute : canModerateChat)({ userId: actor.userId, level: actor.level }, rules))
       throw appError('ERR_FORBIDDEN');
     const target = await users.mustGet(targetId);
     if (
@@ -197,7 +197,7 @@ export function makeModerationService(deps: ModerationDeps) {
     },
 
     async mute(actor: ChatActor, chatId: number, body: { user_id: number; duration?: number; reason?: string }) {
-      await chatContext(actor, chatId, body.user_id);
+      await chatContext(actor, chatId, body.user_id, { mute: true });
       await db.transaction((tx) =>
         recordChat(actor, chatId, body.user_id, 'CHAT_MUTE', AuditCodes.CHAT_MUTE, body, tx),
       );
@@ -212,7 +212,7 @@ export function makeModerationService(deps: ModerationDeps) {
 
     /** Spec 4.6 rule 3: removes this chat's mutes only, never a hard mute; user:unmuted to the chat. */
     async unmute(actor: ChatActor, chatId: number, body: { user_id: number }) {
-      await chatContext(actor, chatId, body.user_id, { unmute: true });
+      await chatContext(actor, chatId, body.user_id, { mute: true });
       await liftChat(actor, body.user_id, 'CHAT_MUTE', chatId, { code: AuditCodes.CHAT_UNMUTE, action: 'chat-unmute' });
       realtime.emitTo(rooms.chat(chatId), 'user:unmuted', { chat_id: chatId, user_id: body.user_id });
     },
