@@ -125,6 +125,46 @@ describeApp('POST /v1/bot/me/update and /v1/bot/batch', () => {
   });
 });
 
+describeApp('POST /v1/bot/batch executed_at', () => {
+  /** The executed_at of the bot's recorded commands, as epoch milliseconds. */
+  const storedOf = async (botId: number): Promise<number[]> => {
+    const res = (await app.database.db.execute(
+      `select extract(epoch from executed_at) * 1000 as ms from bot_commands where bot_id = ${botId} order by id` as never,
+    )) as unknown as { rows: { ms: string | number }[] } | { ms: string | number }[];
+    return ('rows' in res ? res.rows : res).map((r) => Math.round(Number(r.ms)));
+  };
+
+  it('refuses times that are no real instant or outside 1970-9999 with 400 ERR_VALIDATION, recording nothing', async () => {
+    const { id, client } = await createBot(app);
+    for (const executed_at of [
+      '2016-12-31T23:59:60Z', // a leap second: RFC 3339, but no JavaScript Date
+      '2024-01-01T00:00:00+01', // an offset without minutes
+      '0000-01-01T00:00:00Z',
+      '1969-12-31T23:59:59.999Z',
+      '9999-12-31T23:59:59-01:00', // year 10000 in UTC
+      '2024-02-30T00:00:00Z',
+    ]) {
+      const res = await client.post('/v1/bot/batch', { commands: [{ command: 'play', executed_at }] });
+      expect(res.status, executed_at).toBe(400);
+      expect(res.body).toMatchObject({
+        code: 'ERR_VALIDATION',
+        errors: [{ path: 'body/commands/0/executed_at', message: expect.any(String) }],
+      });
+    }
+    expect(await storedOf(id)).toEqual([]);
+  });
+
+  it('records the first and last accepted instants, and offsets, as the instant they name', async () => {
+    const { id, client } = await createBot(app);
+    const accepted = ['1970-01-01T00:00:00Z', '9999-12-31T23:59:59.999Z', '2024-01-01T10:00:00.5+05:30'];
+    const res = await client.post('/v1/bot/batch', {
+      commands: accepted.map((executed_at) => ({ command: 'play', executed_at })),
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(await storedOf(id)).toEqual(accepted.map((t) => Date.parse(t)));
+  });
+});
+
 describeApp('GET /v1/bot/users/{user_id} and update', () => {
   it('shows the bot-visible user without subscription details', async () => {
     const { client } = await createBot(app);

@@ -1,6 +1,26 @@
 import { Ajv } from 'ajv';
-import addFormats from 'ajv-formats';
+import addFormats, { type FormatsPlugin } from 'ajv-formats';
 import type { FastifySchemaCompiler } from 'fastify';
+
+const formats = addFormats as unknown as FormatsPlugin;
+const rfc3339 = formats.get('date-time') as { validate: (text: string) => boolean };
+
+/** The first and last instants a `date-time` input may name (UTC): see isStorableInstant. */
+export const INSTANT_MIN_MS = Date.UTC(1970, 0, 1);
+export const INSTANT_MAX_MS = Date.UTC(9999, 11, 31, 23, 59, 59, 999);
+
+/**
+ * The `date-time` format of every input: RFC 3339 text (as ajv-formats checks it) that also
+ * names a real instant from 1970-01-01T00:00:00Z to 9999-12-31T23:59:59.999Z. RFC 3339 alone
+ * lets through what `new Date` cannot read (a leap second, `23:59:60`; a `+01` offset), which
+ * became an Invalid Date and a 500, and years (0000, or past 9999 once the offset is applied)
+ * that PostgreSQL or the four-digit wire format cannot hold.
+ */
+export function isStorableInstant(text: string): boolean {
+  if (!rfc3339.validate(text)) return false;
+  const ms = Date.parse(text);
+  return Number.isFinite(ms) && ms >= INSTANT_MIN_MS && ms <= INSTANT_MAX_MS;
+}
 
 /**
  * Two compilers: bodies are validated strictly (no coercion, unknown fields rejected by the
@@ -15,7 +35,8 @@ function makeAjv(coerce: boolean) {
     allErrors: false,
     strict: false,
   });
-  (addFormats as unknown as (a: Ajv) => void)(ajv);
+  formats(ajv);
+  ajv.addFormat('date-time', { type: 'string', validate: isStorableInstant });
   return ajv;
 }
 
