@@ -2,6 +2,7 @@ import { Limits } from '@parlor/protocol';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { describeApp, startApp, type TestApp } from './support/app.js';
 import { Client, nextIp } from './support/client.js';
+import { countRows, failInserts } from './support/faults.js';
 import { createBot, login, operator, setLevel } from './support/flows.js';
 
 let app: TestApp;
@@ -80,6 +81,24 @@ describeApp('bot rate limits', () => {
     expect(next.body.retry_after).toBeLessThanOrEqual(60);
     // Another bot is not affected.
     expect((await (await createBot(app)).client.get('/v1/bot/me')).status).toBe(200);
+  });
+});
+
+describeApp('POST /v1/admin/bots/create atomicity', () => {
+  it('registers no bot when its audit entry cannot be written (the key was never shown)', async () => {
+    const name = `Unaudited ${Date.now()}`;
+    const lift = await failInserts(app, 'audit_log', "new.action = 'create' and new.target_bot_id is not null");
+    try {
+      const res = await operator(app).post('/v1/admin/bots/create', { name });
+      expect(res.status).toBe(500);
+      expect(res.body).toEqual({ code: 'ERR_INTERNAL', message: expect.any(String) });
+    } finally {
+      await lift();
+    }
+    expect(await countRows(app, `select count(*) as n from bots where name = '${name}'`)).toBe(0);
+    const again = await operator(app).post('/v1/admin/bots/create', { name });
+    expect(again.status).toBe(200);
+    expect(await countRows(app, `select count(*) as n from bots where name = '${name}'`)).toBe(1);
   });
 });
 

@@ -5,6 +5,7 @@ import { FakeClock } from '../src/platform/clock.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
 import { bundle, join, keyEpoch, type Member, member, receiveKey } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
+import { failInserts } from './support/faults.js';
 import { login } from './support/flows.js';
 import { closeAllSockets, connectSocket } from './support/sockets.js';
 
@@ -341,6 +342,27 @@ describeApp('strangers', () => {
     const msg = await socket.next('message:new', (m) => m.id === sent.body.id);
     expect(decryptMessage({ chatKey, chatId: found.chat_id, content: msg.content }).plaintext).toBe('hello stranger');
     expect(epoch).toBe(received.epoch);
+  });
+
+  it('a stranger block that fails to commit leaves the stranger unblocked, and one that commits leaves the queue', async () => {
+    const s = await stranger();
+    await connectSocket(app.url, s.client);
+    await member(app);
+    const mod = await member(app, { level: 1 });
+    const t = tag();
+    expect((await match(s, [t])).body.state).toBe('searching');
+    const lift = await failInserts(app, 'audit_log', "new.action = 'block-stranger'");
+    try {
+      expect((await mod.client.post('/v1/portal/strangers/block', { user_id: s.user.id })).status).toBe(500);
+    } finally {
+      await lift();
+    }
+    // Nothing of the block stands: the stranger only left the queue, and may search again.
+    expect((await s.client.get('/v1/portal/match/status')).body).toEqual({ state: 'idle' });
+    expect((await match(s, [t])).body.state).toBe('searching');
+    expect((await mod.client.post('/v1/portal/strangers/block', { user_id: s.user.id })).body).toEqual({ ok: true });
+    expect((await s.client.get('/v1/portal/match/status')).body).toEqual({ state: 'idle' });
+    expect((await match(s, [t])).body.code).toBe('ERR_STRANGER_BLOCKED');
   });
 
   it('is blocked from matchmaking by a moderator (403 ERR_STRANGER_BLOCKED), and cannot join public chats', async () => {

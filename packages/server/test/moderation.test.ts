@@ -4,6 +4,7 @@ import { FakeClock } from '../src/platform/clock.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
 import { bundle, join, keyedChat, type Member, member } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
+import { countRows, failInserts } from './support/faults.js';
 import { login, operator } from './support/flows.js';
 import { closeAllSockets, disconnected } from './support/sockets.js';
 
@@ -254,6 +255,31 @@ describeApp('chat moderation (spec 4.6 rules 2-3)', () => {
     expect((await mod.client.post(`/v1/portal/chats/${chatId}/warn`, { user_id: guest.user.id })).status).toBe(200);
     expect((await muteBy(admin)).status).toBe(200);
     expect((await muteBy(owner)).status).toBe(200);
+  });
+
+  it('mute and warn commit with their system message, or not at all', async () => {
+    const { owner, chatId, guest } = await chatWithGuest();
+    const notes = async () => (await guest.client.get('/v1/notifications')).body.notifications;
+    const notesBefore = await notes();
+    const lift = await failInserts(app, 'messages', "new.type = 'system'");
+    try {
+      for (const [path, body] of [
+        ['mute', { user_id: guest.user.id, duration: 300 }],
+        ['warn', { user_id: guest.user.id, reason: 'w' }],
+      ] as const) {
+        const res = await owner.client.post(`/v1/portal/chats/${chatId}/${path}`, body);
+        expect(res.status, path).toBe(500);
+      }
+    } finally {
+      await lift();
+    }
+    // No record, no audit entry, no notification.
+    expect((await guest.client.get('/v1/users/me/punishments')).body).toEqual([]);
+    expect((await operator(app).get(`/v1/admin/audit?target_user_id=${guest.user.id}`)).body.entries).toEqual([]);
+    expect(await notes()).toEqual(notesBefore);
+    expect(await countRows(app, `select count(*) as n from moderation_actions where user_id = ${guest.user.id}`)).toBe(
+      0,
+    );
   });
 
   it('lets a Moderator delete the last messages of a public chat without joining it', async () => {

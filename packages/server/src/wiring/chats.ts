@@ -90,6 +90,15 @@ export function wireMatchmaking(ctx: WiringContext, accounts: Accounts, realtime
     store: makeMatchmakingStore(db),
     realtime,
   });
-  const blocks = makeBlocksService({ store: blocksStore, usersStore, users, queue, audit, clock });
+  const blocks = makeBlocksService({
+    db,
+    store: blocksStore,
+    usersStore,
+    users,
+    queue,
+    audit,
+    clock,
+    log: ctx.app.log,
+  });
   return { matchmaking, blocks };
 }

@@ -64,21 +64,31 @@ export function makeBotsService({ db, store, audit, state, clock, users }: BotsD
       if (body.owner_user_id !== undefined) await users.mustGet(body.owner_user_id);
       const now = clock.now();
       const apiKey = BOT_KEY_PREFIX + randomToken(32);
-      const bot = await store.insert({
-        name: body.name,
-        type: BotTypeNames[body.type ?? 'community'],
-        rateLimitPerHour: body.rate_limit_per_hour ?? Limits.BOT_DEFAULT_RATE_LIMIT_PER_HOUR,
-        keyHash: sha256Hex(apiKey),
-        ownerUserId: body.owner_user_id ?? null,
-        createdAt: now,
-        updatedAt: now,
-      });
-      await audit.record({
-        actor,
-        code: AuditCodes.BOT_CREATE,
-        action: 'create',
-        targetBotId: bot.id,
-        data: { name: bot.name, type: bot.type },
+      // The bot and its audit entry commit together: a failed audit leaves no bot whose key nobody saw.
+      const bot = await db.transaction(async (tx) => {
+        const row = await store.insert(
+          {
+            name: body.name,
+            type: BotTypeNames[body.type ?? 'community'],
+            rateLimitPerHour: body.rate_limit_per_hour ?? Limits.BOT_DEFAULT_RATE_LIMIT_PER_HOUR,
+            keyHash: sha256Hex(apiKey),
+            ownerUserId: body.owner_user_id ?? null,
+            createdAt: now,
+            updatedAt: now,
+          },
+          tx,
+        );
+        await audit.record(
+          {
+            actor,
+            code: AuditCodes.BOT_CREATE,
+            action: 'create',
+            targetBotId: row.id,
+            data: { name: row.name, type: row.type },
+          },
+          tx,
+        );
+        return row;
       });
       return { id: bot.id, api_key: apiKey };
     },

@@ -9,8 +9,8 @@ const live = isNull(bots.deletedAt);
 
 export function makeBotsStore(db: Db) {
   return {
-    async insert(values: typeof bots.$inferInsert): Promise<BotRow> {
-      const [row] = await db.insert(bots).values(values).returning();
+    async insert(values: typeof bots.$inferInsert, tx: Tx = db): Promise<BotRow> {
+      const [row] = await tx.insert(bots).values(values).returning();
       if (!row) throw new Error('insert returned no row');
       return row;
     },

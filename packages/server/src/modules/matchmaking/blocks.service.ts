@@ -1,4 +1,6 @@
+import type { FastifyBaseLogger } from 'fastify';
 import type { Clock } from '../../platform/clock.js';
+import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
 import type { MatchQueue } from '../../platform/state/match-queue.js';
 import type { Actor, AuditStore } from '../audit/audit.store.js';
@@ -10,12 +12,14 @@ import type { BlocksStore } from './blocks.store.js';
 export const STRANGER_BLOCK_CODE = 410;
 
 export function makeBlocksService(deps: {
+  db: Db;
   store: BlocksStore;
   usersStore: UsersStore;
   users: Pick<UsersService, 'mustGet'>;
   queue: MatchQueue;
   audit: AuditStore;
   clock: Clock;
+  log: Pick<FastifyBaseLogger, 'error'>;
 }) {
   const { store, clock } = deps;
   return {
@@ -30,14 +34,29 @@ export function makeBlocksService(deps: {
     async unblock(userId: number, targetId: number) {
       return store.remove(userId, targetId);
     },
-    /** Spec v1.12: a moderator blocks a stranger session from matchmaking; it leaves the queue too. */
+    /**
+     * Spec v1.12: a moderator blocks a stranger session from matchmaking; it leaves the queue too.
+     * The queue lives in the state store, not SQL, so the steps are ordered for failure: leave the
+     * queue (failing here changes nothing), then the block and its audit entry in one transaction
+     * (failing here leaves only the queue left, which the stranger may do itself at any time), then
+     * leave the queue once more, for an enqueue that read the account before the block committed.
+     * That last step follows a committed block (enqueues now refuse), so its failure is logged.
+     */
     async blockStranger(actor: Actor, targetId: number) {
       const target = await deps.users.mustGet(targetId);
       if (!target.isStranger)
         throw appError('ERR_FORBIDDEN', 'Only anonymous (stranger) accounts are blocked this way.');
-      await deps.usersStore.update(targetId, { matchBlockedAt: clock.now() });
       await deps.queue.dequeue(targetId);
-      await deps.audit.record({ actor, code: STRANGER_BLOCK_CODE, action: 'block-stranger', targetUserId: targetId });
+      await deps.db.transaction(async (tx) => {
+        await deps.usersStore.update(targetId, { matchBlockedAt: clock.now() }, tx);
+        await deps.audit.record(
+          { actor, code: STRANGER_BLOCK_CODE, action: 'block-stranger', targetUserId: targetId },
+          tx,
+        );
+      });
+      await deps.queue
+        .dequeue(targetId)
+        .catch((err: unknown) => deps.log.error({ err, userId: targetId }, 'match queue cleanup failed'));
     },
   };
 }

@@ -174,16 +174,18 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
       return toPunishment(record);
     },
 
+    /** Warns; `extra` runs in the same transaction (the chat route's system message). */
     async warn(
       actor: Actor,
       level: ActorLevel,
       targetId: number,
       body: { reason?: string },
       chatId: number | null = null,
+      extra?: (tx: Tx) => Promise<void>,
     ) {
       await assertPlatformTarget(actor, level, targetId);
-      const { record, note } = await db.transaction((tx) =>
-        punish(tx, {
+      const { record, note } = await db.transaction(async (tx) => {
+        const done = await punish(tx, {
           actor,
           targetId,
           chatId,
@@ -192,8 +194,10 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
           action: 'warn',
           body,
           notice: 'warned',
-        }),
-      );
+        });
+        if (extra) await extra(tx);
+        return done;
+      });
       notifications.publish(note);
       return toPunishment(record);
     },

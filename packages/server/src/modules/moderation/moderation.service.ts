@@ -160,12 +160,6 @@ export function makeModerationService(deps: ModerationDeps) {
     return target;
   };
 
-  /** A system message in the chat, persisted so late joiners see it. */
-  const announce = async (chatId: number, system: Record<string, unknown>) => {
-    const message = await db.transaction((tx) => messages.appendSystem(chatId, system, tx));
-    messages.publish(message);
-  };
-
   const chat = {
     async kick(actor: ChatActor, chatId: number, body: { user_id: number; reason?: string }) {
       await chatContext(actor, chatId, body.user_id);
@@ -198,16 +192,22 @@ export function makeModerationService(deps: ModerationDeps) {
 
     async mute(actor: ChatActor, chatId: number, body: { user_id: number; duration?: number; reason?: string }) {
       await chatContext(actor, chatId, body.user_id, { mute: true });
-      await db.transaction((tx) =>
-        recordChat(actor, chatId, body.user_id, 'CHAT_MUTE', AuditCodes.CHAT_MUTE, body, tx),
-      );
-      await announce(chatId, {
-        kind: 'mute',
-        user_id: body.user_id,
-        actor_id: actor.userId,
-        duration: body.duration ?? null,
-        reason: body.reason ?? null,
+      // The record, its audit entry and the system message (spec 2.9) commit together.
+      const system = await db.transaction(async (tx) => {
+        await recordChat(actor, chatId, body.user_id, 'CHAT_MUTE', AuditCodes.CHAT_MUTE, body, tx);
+        return messages.appendSystem(
+          chatId,
+          {
+            kind: 'mute',
+            user_id: body.user_id,
+            actor_id: actor.userId,
+            duration: body.duration ?? null,
+            reason: body.reason ?? null,
+          },
+          tx,
+        );
       });
+      messages.publish(system);
     },
 
     /** Spec 4.6 rule 3: removes this chat's mutes only, never a hard mute; user:unmuted to the chat. */
@@ -219,13 +219,13 @@ export function makeModerationService(deps: ModerationDeps) {
 
     async warn(actor: ChatActor, chatId: number, body: { user_id: number; reason?: string }) {
       await chatContext(actor, chatId, body.user_id, { member: true });
-      await platform.warn({ kind: 'user', id: actor.userId }, 'operator', body.user_id, body, chatId);
-      await announce(chatId, {
-        kind: 'warn',
-        user_id: body.user_id,
-        actor_id: actor.userId,
-        reason: body.reason ?? null,
+      // The warning and the system message (spec 2.9) commit together.
+      let system: Awaited<ReturnType<typeof messages.appendSystem>> | undefined;
+      await platform.warn({ kind: 'user', id: actor.userId }, 'operator', body.user_id, body, chatId, async (tx) => {
+        const details = { kind: 'warn', user_id: body.user_id, actor_id: actor.userId, reason: body.reason ?? null };
+        system = await messages.appendSystem(chatId, details, tx);
       });
+      if (system) messages.publish(system);
     },
 
     /** Spec 4.6: a timeout from a chat applies platform-wide. */
