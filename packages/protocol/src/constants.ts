@@ -137,6 +137,13 @@ export const LOGIN_CODE_ALPHABET = '23456789ABCDEFGHJKLMNPQRSTUVWXYZ';
 export const Platforms = ['platform_a', 'platform_b'] as const;
 export type Platform = (typeof Platforms)[number];
 
+/**
+ * The platform guilds live on (the spec's "chatplatform"): `chatplatform_id` and
+ * `owner_chatplatform_id` are its snowflakes, and its six default avatars are the spec's
+ * `platform_a_0` … `platform_a_5`. A guild's owner is the user linked to this platform's identity.
+ */
+export const GUILD_PLATFORM: Platform = 'platform_a';
+
 /** Default avatar keys: platform_a_0 … platform_a_5. */
 export const DefaultAvatarKeys = [0, 1, 2, 3, 4, 5].map((n) => `platform_a_${n}`);
 

@@ -1,4 +1,4 @@
-import { AuditCodes, RoomSettingsDefaults } from '@parlor/protocol';
+import { AuditCodes, GUILD_PLATFORM, RoomSettingsDefaults } from '@parlor/protocol';
 import { desc, eq } from 'drizzle-orm';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { FakeClock } from '../src/platform/clock.js';
@@ -188,6 +188,17 @@ describeApp('GET /v1/users/me/guilds', () => {
       sponsor_ids: [],
       room_settings: RoomSettingsDefaults,
     });
+  });
+
+  it('counts only the identity on the guilds’ platform: the same id on another platform owns nothing', async () => {
+    const g = await guild();
+    const impostor = await login(app, { bot, platform: 'platform_b', platformUserId: g.owner });
+    expect((await impostor.client.get('/v1/users/me/guilds')).body).toEqual([]);
+    expectError(await impostor.client.get(`/v1/guilds/${g.id}`), 403, 'ERR_FORBIDDEN');
+    expectError(await roomSettings(impostor.client, g.id, { kiosk: true }), 403, 'ERR_FORBIDDEN');
+    const owner = await login(app, { bot, platform: GUILD_PLATFORM, platformUserId: g.owner });
+    expect((await owner.client.get('/v1/users/me/guilds')).body.map((x: any) => x.chatplatform_id)).toEqual([g.id]);
+    expect((await roomSettings(owner.client, g.id, { kiosk: true })).status).toBe(200);
   });
 
   it('answers [] to a user who owns nothing, 401 without a session', async () => {

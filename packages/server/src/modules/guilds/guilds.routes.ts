@@ -52,7 +52,7 @@ export function registerGuildsRoutes(app: App, deps: { guilds: GuildsService; gu
     schema: {
       tags: ['users', ...tags],
       security: security.session,
-      description: 'The guilds owned by one of your linked platform identities.',
+      description: 'The guilds owned by your linked identity on the guilds’ platform (platform_a).',
       response: { 200: Type.Array(GuildSchema), ...errorResponses },
     },
     onRequest: guards.session,

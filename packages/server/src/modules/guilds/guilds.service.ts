@@ -117,7 +117,7 @@ export function makeGuildsService(deps: GuildsDeps) {
       return toBotGuild(row);
     },
 
-    /** GET /v1/users/me/guilds: the guilds one of the caller's linked identities owns. */
+    /** GET /v1/users/me/guilds: the guilds the caller's identity on the guilds' platform owns. */
     async ownedBy(userId: number): Promise<Guild[]> {
       const rows = await store.ownedBy(userId);
       const sponsors = await store.sponsorsOf(rows.map((g) => g.id));

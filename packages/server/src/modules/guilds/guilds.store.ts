@@ -1,3 +1,4 @@
+import { GUILD_PLATFORM } from '@parlor/protocol';
 import { and, asc, eq, gt, inArray, sql } from 'drizzle-orm';
 import { anyOf, type Db } from '../../platform/db/index.js';
 import { guildSponsors, guilds, linkedPlatforms } from '../../platform/db/schema.js';
@@ -42,20 +43,29 @@ export function makeGuildsStore(db: Db) {
       const [row] = await tx.update(guilds).set(values).where(eq(guilds.id, id)).returning();
       return row;
     },
-    /** Guilds owned by one of the user's linked platform identities, oldest first. */
+    /** Guilds owned by the user's identity on the guilds' platform, oldest first. */
     async ownedBy(userId: number): Promise<GuildRow[]> {
       const identities = db
         .select({ id: linkedPlatforms.platformUserId })
         .from(linkedPlatforms)
-        .where(eq(linkedPlatforms.userId, userId));
+        .where(and(eq(linkedPlatforms.userId, userId), eq(linkedPlatforms.platform, GUILD_PLATFORM)));
       return db.select().from(guilds).where(inArray(guilds.ownerChatplatformId, identities)).orderBy(asc(guilds.id));
     },
-    /** True when one of the user's linked platform identities is this platform user id. */
+    /**
+     * True when the user's identity on the guilds' platform has this id. The platform is matched
+     * too: an identity on another platform may carry the same digits.
+     */
     async hasIdentity(userId: number, platformUserId: string): Promise<boolean> {
       const rows = await db
         .select({ id: linkedPlatforms.id })
         .from(linkedPlatforms)
-        .where(and(eq(linkedPlatforms.userId, userId), eq(linkedPlatforms.platformUserId, platformUserId)))
+        .where(
+          and(
+            eq(linkedPlatforms.userId, userId),
+            eq(linkedPlatforms.platform, GUILD_PLATFORM),
+            eq(linkedPlatforms.platformUserId, platformUserId),
+          ),
+        )
         .limit(1);
       return rows.length > 0;
     },
