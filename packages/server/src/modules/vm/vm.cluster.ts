@@ -27,7 +27,15 @@ type Handler = (op: string, args: unknown) => Promise<unknown>;
  * once per frame whatever the number of viewers). In embedded mode the same code runs on the
  * in-process store: this node owns every room and nothing crosses a node.
  */
-export function makeVmCluster(state: StateStore, nodeId: string = randomUUID()) {
+export function makeVmCluster(
+  state: StateStore,
+  opts: {
+    /** A failure nobody awaits (a reply that could not be sent): logged, never thrown out. */
+    log: { warn(obj: object, msg: string): void };
+    nodeId?: string;
+  },
+) {
+  const { log, nodeId = randomUUID() } = opts;
   const key = (chatId: number) => `vm:room:${chatId}`;
   const pending = new Map<string, { resolve(v: unknown): void; reject(e: unknown): void; timer: NodeJS.Timeout }>();
   const eventHandlers = new Set<(e: RoomEvent) => void>();
@@ -49,14 +57,18 @@ export function makeVmCluster(state: StateStore, nodeId: string = randomUUID()) 
   const ready = Promise.all([
     state.subscribe(`vm:rpc:${nodeId}`, (raw) => {
       const msg = JSON.parse(raw) as { id: string; from: string; op: string; args: unknown };
-      handler(msg.op, msg.args).then(
-        (result) => state.publish(`vm:rpc-reply:${msg.from}`, JSON.stringify({ id: msg.id, result })),
-        (err: unknown) => {
-          const e = err instanceof AppError ? err : appError('ERR_INTERNAL');
-          const error = { code: e.code, message: e.message, extra: e.extra };
-          return state.publish(`vm:rpc-reply:${msg.from}`, JSON.stringify({ id: msg.id, error }));
-        },
-      );
+      // Nobody awaits the reply: a publish that fails (a Redis blip) is logged, and the caller
+      // times out (CALL_TIMEOUT_MS). Unhandled, it would end the process.
+      handler(msg.op, msg.args)
+        .then(
+          (result) => state.publish(`vm:rpc-reply:${msg.from}`, JSON.stringify({ id: msg.id, result })),
+          (err: unknown) => {
+            const e = err instanceof AppError ? err : appError('ERR_INTERNAL');
+            const error = { code: e.code, message: e.message, extra: e.extra };
+            return state.publish(`vm:rpc-reply:${msg.from}`, JSON.stringify({ id: msg.id, error }));
+          },
+        )
+        .catch((err: unknown) => log.warn({ err, op: msg.op, to: msg.from }, 'room VM reply to another node failed'));
     }),
     state.subscribe(`vm:rpc-reply:${nodeId}`, (raw) => {
       const msg = JSON.parse(raw) as {
@@ -76,7 +88,13 @@ export function makeVmCluster(state: StateStore, nodeId: string = randomUUID()) 
       for (const h of eventHandlers) h(e);
     }),
   ]);
-  subscriptions.push(ready.then((u) => async () => void (await Promise.all(u.map((f) => f())))));
+  // Failed subscriptions reject `ready` (start-up awaits it); this copy of it must not reject unheard.
+  subscriptions.push(
+    ready.then(
+      (u) => async () => void (await Promise.all(u.map((f) => f()))),
+      () => async () => {},
+    ),
+  );
 
   return {
     nodeId,
@@ -117,7 +135,14 @@ export function makeVmCluster(state: StateStore, nodeId: string = randomUUID()) 
         timer.unref();
         pending.set(id, { resolve: resolve as (v: unknown) => void, reject, timer });
       });
-      await state.publish(`vm:rpc:${node}`, JSON.stringify({ id, from: nodeId, op, args }));
+      try {
+        await state.publish(`vm:rpc:${node}`, JSON.stringify({ id, from: nodeId, op, args }));
+      } catch (err) {
+        // Not sent: no answer will come, so no timeout may reject `answer` later with nobody listening.
+        clearTimeout(pending.get(id)?.timer);
+        pending.delete(id);
+        throw err;
+      }
       return answer;
     },
 

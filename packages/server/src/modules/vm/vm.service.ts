@@ -54,7 +54,7 @@ const START_WAIT_MS = 30_000;
  */
 export function makeVmService(deps: VmDeps) {
   const { chats, realtime, clock, tokens } = deps;
-  const cluster = makeVmCluster(deps.state);
+  const cluster = makeVmCluster(deps.state, { log: deps.log });
   const launches = deps.state.limiter('vm-start', Limits.ROOM_STARTS_PER_USER, Limits.ROOM_START_WINDOW_MS);
   const self = cluster.nodeId;
   let settingsFor = deps.settingsFor ?? defaultSettingsSource;
