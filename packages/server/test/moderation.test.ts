@@ -5,7 +5,7 @@ import { describeApp, startApp, type TestApp } from './support/app.js';
 import { bundle, join, keyedChat, type Member, member } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
 import { countRows, failInserts } from './support/faults.js';
-import { login, operator } from './support/flows.js';
+import { createBot, login, operator } from './support/flows.js';
 import { closeAllSockets, disconnected } from './support/sockets.js';
 
 let app: TestApp;
@@ -81,6 +81,20 @@ describeApp('platform punishments (operator and Admins)', () => {
     expect((await target.client.get('/v1/users/me')).status).toBe(200);
     await app.services.moderation.sweep();
     expect((await target.client.get('/v1/users/me/punishments')).body[0]).toMatchObject({ is_lifted: true });
+  });
+
+  it('shows state Active in GET /v1/users/me and the bot view once a timeout ends, before the sweep', async () => {
+    const target = await member(app);
+    const { client: botClient } = await createBot(app);
+    const botState = async () => (await botClient.get(`/v1/bot/users/${target.user.id}`)).body.state;
+    expect((await target.client.get('/v1/users/me')).body.user.state).toBe(0);
+    const res = await operator(app).post('/v1/admin/punishments/timeout', { user_id: target.user.id, duration: 60 });
+    expect(res.status).toBe(200);
+    expect(await botState()).toBe(1);
+    clock.advance(60_000);
+    expect((await target.client.get('/v1/users/me')).body.user.state).toBe(0);
+    expect(await botState()).toBe(0);
+    expect(await countRows(app, `select count(*) as n from users where id = ${target.user.id} and state = 1`)).toBe(1);
   });
 
   it('applies the level rules: an Admin cannot ban an Admin, an Owner can', async () => {

@@ -296,6 +296,31 @@ describeApp('has_premium and chat slots follow the tier', () => {
   });
 });
 
+describeApp('the effective subscription before the downgrade sweep (fake clock)', () => {
+  it('shows Basic in GET /v1/users/me, its subscription view and the bot view from the expiry on, the sweep not run', async () => {
+    const who = await login(app, { bot });
+    expect((await grant(op, { user_id: who.user.id, tier: 'PREMIUM', duration_days: 1 })).status).toBe(200);
+    const me = async () => (await who.client.get('/v1/users/me')).body.user;
+    const botView = async () => (await bot.get(`/v1/bot/users/${who.user.id}`)).body;
+    // Read once before the expiry: the node keeps this profile, and must not serve it past the deadline.
+    expect(await me()).toMatchObject({ subscription_tier: 2, subscription_granted_by: null });
+    clock.advance(DAY - 1);
+    expect((await me()).subscription_tier).toBe(2);
+    expect((await botView()).subscription_tier).toBe(2);
+    clock.advance(1);
+    expect(await me()).toMatchObject({
+      subscription_tier: 0,
+      subscription_expires_at: null,
+      subscription_granted_by: null,
+    });
+    expect((await who.client.get('/v1/users/me/subscription')).body).toMatchObject({ tier: 0, has_premium: false });
+    expect((await botView()).subscription_tier).toBe(0);
+    // The stored row still says Premium: nothing swept it.
+    const [row] = await app.database.db.select().from(users).where(eq(users.id, who.user.id));
+    expect(row?.subscriptionTier).toBe(2);
+  });
+});
+
 describeApp('the automatic downgrade (sweep, fake clock)', () => {
   let sweepApp: TestApp;
   const sweepClock = new FakeClock(Date.now());

@@ -8,7 +8,7 @@ import type { StateStore } from '../../platform/state/index.js';
 import type { NotificationsService } from '../notifications/notifications.service.js';
 import type { NotificationRow } from '../notifications/notifications.store.js';
 import type { SessionsService } from '../sessions/sessions.service.js';
-import { effectiveState } from '../users/users.service.js';
+import { effectiveState } from '../users/users.presenter.js';
 import { isUniqueViolation, type Tx, type UserRow, type UsersStore } from '../users/users.store.js';
 import { CODE_SHAPE, type CodePool, type CodeRecord, type CodeStore } from './auth.codes.js';
 

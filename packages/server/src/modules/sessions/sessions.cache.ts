@@ -1,7 +1,7 @@
 import type { AuthUser, Principal } from '../../platform/auth.js';
 import { UserCache } from '../../platform/cache.js';
 import type { Clock } from '../../platform/clock.js';
-import { effectiveState } from '../users/users.service.js';
+import { effectiveState } from '../users/users.presenter.js';
 import type { UserRow } from '../users/users.store.js';
 import type { SessionRow } from './sessions.store.js';
 

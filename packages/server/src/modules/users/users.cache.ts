@@ -8,18 +8,28 @@ export const PROFILE_CACHE_MAX = 10_000;
 export const PROFILE_CACHE_TTL_MS = 10_000;
 
 /**
- * User id → the own profile of GET /v1/users/me (spec 2.1), as presented. Nothing in it depends on
- * the time, so an entry is right until the user, their sessions or linked platforms change, which
- * drops it on every node (users.changes.ts). Entries are frozen: every caller shares them.
+ * An own profile as presented, and when (ms) it stops being right by time alone: the state and
+ * subscription it shows are those that applied when it was read (a timeout or a Premium that runs
+ * out changes them), so it is served only until `until` (null: no such deadline).
  */
-export type ProfileCache = UserCache<number, User>;
+export interface CachedProfile {
+  user: User;
+  until: number | null;
+}
+
+/**
+ * User id → the own profile of GET /v1/users/me (spec 2.1), as presented. An entry is right until
+ * its `until`, or until the user, their sessions or linked platforms change, which drops it on
+ * every node (users.changes.ts). Entries are frozen: every caller shares them.
+ */
+export type ProfileCache = UserCache<number, CachedProfile>;
 
 export function makeProfileCache(clock: Clock, opts: { max?: number; ttlMs?: number } = {}): ProfileCache {
-  return new UserCache<number, User>({
+  return new UserCache<number, CachedProfile>({
     max: opts.max ?? PROFILE_CACHE_MAX,
     ttlMs: opts.ttlMs ?? PROFILE_CACHE_TTL_MS,
     clock,
-    userOf: (u) => u.id,
+    userOf: (e) => e.user.id,
   });
 }
 

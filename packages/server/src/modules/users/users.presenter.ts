@@ -18,6 +18,43 @@ export function hasPremium(user: Pick<UserRow, 'subscriptionTier' | 'subscriptio
 }
 
 /**
+ * The state that applies now: a timeout (or temporary ban) whose deadline has passed no longer
+ * restricts, before the moderation sweep writes it back to Active. The session guard, login and
+ * every view of a user read it through this.
+ */
+export function effectiveState(u: Pick<UserRow, 'state' | 'stateExpiresAt'>, now: Date): number {
+  if (u.state !== 0 && u.stateExpiresAt && u.stateExpiresAt <= now) return 0;
+  return u.state;
+}
+
+/**
+ * The subscription that applies now: an expired Trial or Premium is Basic, with no expiry and no
+ * grantor, exactly as the downgrade sweep will write it. Every view of a user reads it through this.
+ */
+export function effectiveSubscription(
+  u: Pick<UserRow, 'subscriptionTier' | 'subscriptionExpiresAt' | 'subscriptionGrantedBy'>,
+  now: Date,
+): { tier: number; expiresAt: Date | null; grantedBy: number | null } {
+  if (!hasPremium(u, now)) return { tier: 0, expiresAt: null, grantedBy: null };
+  return { tier: u.subscriptionTier, expiresAt: u.subscriptionExpiresAt, grantedBy: u.subscriptionGrantedBy };
+}
+
+/**
+ * When (ms) the effective state or subscription of this user next changes by time alone: the
+ * earliest deadline still ahead, or null. A presented profile is right until then.
+ */
+export function nextChangeAt(
+  u: Pick<UserRow, 'state' | 'stateExpiresAt' | 'subscriptionTier' | 'subscriptionExpiresAt'>,
+  now: Date,
+): number | null {
+  const ahead = [
+    u.state !== 0 ? u.stateExpiresAt : null,
+    u.subscriptionTier !== 0 ? u.subscriptionExpiresAt : null,
+  ].filter((d): d is Date => d !== null && d > now);
+  return ahead.length > 0 ? Math.min(...ahead.map((d) => d.getTime())) : null;
+}
+
+/**
  * Which avatar a user shows: the chosen linked platform's picture, a default picture, or (for an
  * empty choice or a platform no longer linked) the earliest linked platform's.
  */
@@ -43,18 +80,19 @@ export function toLinkedPlatform(p: LinkedPlatformRow): LinkedPlatform {
   };
 }
 
-/** The own profile (spec 2.1). */
-export function toUser(u: UserRow, platforms: LinkedPlatformRow[], publicUrl: string): User {
+/** The own profile (spec 2.1), with the state and subscription that apply at `now`. */
+export function toUser(u: UserRow, platforms: LinkedPlatformRow[], publicUrl: string, now: Date): User {
   const avatar = effectiveAvatar(u.avatarSource, platforms, publicUrl);
+  const subscription = effectiveSubscription(u, now);
   return {
     id: u.id,
     username: u.username,
     avatar_url: avatar.url,
-    subscription_tier: u.subscriptionTier,
-    state: u.state,
+    subscription_tier: subscription.tier,
+    state: effectiveState(u, now),
     permission_level: u.permissionLevel,
-    subscription_expires_at: isoOrNull(u.subscriptionExpiresAt),
-    subscription_granted_by: u.subscriptionGrantedBy,
+    subscription_expires_at: isoOrNull(subscription.expiresAt),
+    subscription_granted_by: subscription.grantedBy,
     last_activity_at: iso(u.lastActivityAt),
     permission_since: isoOrNull(u.permissionSince),
     avatar_source: avatar.source,
@@ -85,7 +123,7 @@ export function toFullUser(
   now: Date,
 ): FullUser {
   return {
-    ...toUser(u, platforms, publicUrl),
+    ...toUser(u, platforms, publicUrl, now),
     has_premium: hasPremium(u, now),
     subscription_history: subscriptionAudit.map((a) => {
       const data = (a.data ?? {}) as { tier?: number; expires_at?: string | null };
@@ -113,14 +151,14 @@ export function toPunishment(p: PunishmentRow): Punishment {
   };
 }
 
-/** Bot-visible user (spec 2.2): no subscription details. */
+/** Bot-visible user (spec 2.2): no subscription details; the state and tier that apply at `now`. */
 export function toBotUser(u: UserRow, now: Date) {
   return {
     id: u.id,
     username: u.username,
-    subscription_tier: hasPremium(u, now) ? u.subscriptionTier : 0,
+    subscription_tier: effectiveSubscription(u, now).tier,
     permission_level: u.permissionLevel,
-    state: u.state,
+    state: effectiveState(u, now),
     created_at: iso(u.createdAt),
     updated_at: iso(u.updatedAt),
   };

@@ -11,10 +11,12 @@ import {
 } from '@parlor/protocol';
 import type { Clock } from '../../platform/clock.js';
 import { appError } from '../../platform/errors.js';
-import { frozenProfile, type ProfileCache } from './users.cache.js';
+import { type CachedProfile, frozenProfile, type ProfileCache } from './users.cache.js';
 import {
   effectiveAvatar,
+  effectiveSubscription,
   hasPremium,
+  nextChangeAt,
   toBotUser,
   toFullUser,
   toPublicUser,
@@ -35,12 +37,6 @@ export function isValidUsername(name: string): boolean {
   return usernameRe.test(name);
 }
 
-/** The state that applies now: a timeout whose deadline has passed no longer restricts. */
-export function effectiveState(u: Pick<UserRow, 'state' | 'stateExpiresAt'>, now: Date): number {
-  if (u.state !== 0 && u.stateExpiresAt && u.stateExpiresAt <= now) return 0;
-  return u.state;
-}
-
 /** Whether a viewer sees another user's full detail: Admins for users below them, Owners for all. */
 export function seesFullDetail(viewerLevel: number | null, targetLevel: number): boolean {
   if (viewerLevel === null || viewerLevel < 2) return false;
@@ -56,7 +52,7 @@ export interface UsersDeps {
 }
 
 export function makeUsersService({ store, clock, publicUrl, profiles }: UsersDeps) {
-  const present = async (u: UserRow): Promise<User> => toUser(u, await store.platformsOf(u.id), publicUrl);
+  const present = async (u: UserRow): Promise<User> => toUser(u, await store.platformsOf(u.id), publicUrl, clock.now());
 
   const presentFor = async (u: UserRow, viewerLevel: number | null): Promise<FullUser | PublicUser> => {
     const platforms = await store.platformsOf(u.id);
@@ -99,14 +95,25 @@ export function makeUsersService({ store, clock, publicUrl, profiles }: UsersDep
     rename,
     avatarSourceProblem,
 
-    /** The own profile: from the profile cache when it holds it (no SQL), else read and cached. */
+    /**
+     * The own profile: from the profile cache when it holds it (no SQL), else read and cached. An
+     * entry is served only until its next deadline (a timeout or subscription running out), after
+     * which the profile is presented anew.
+     */
     async me(userId: number): Promise<User> {
-      const read = async () => frozenProfile(await present(await mustGet(userId)));
-      if (!profiles) return read();
-      const user = profiles.get(userId) ?? (await profiles.load(userId, read));
-      // `read` answers a profile or throws, so this never happens.
-      if (!user) throw appError('ERR_USER_NOT_FOUND');
-      return user;
+      const read = async (): Promise<CachedProfile> => {
+        const u = await mustGet(userId);
+        const now = clock.now();
+        return { user: frozenProfile(await present(u)), until: nextChangeAt(u, now) };
+      };
+      const current = (e: CachedProfile | null | undefined): e is CachedProfile =>
+        !!e && (e.until === null || e.until > clock.now().getTime());
+      if (!profiles) return (await read()).user;
+      const cached = profiles.get(userId);
+      if (current(cached)) return cached.user;
+      if (cached) profiles.delete(userId);
+      const loaded = await profiles.load(userId, read);
+      return (current(loaded) ? loaded : await read()).user;
     },
 
     /** Spec 4.2 rule 1: fields succeed or fail independently; `errors` names the failures. */
@@ -127,15 +134,13 @@ export function makeUsersService({ store, clock, publicUrl, profiles }: UsersDep
 
     async subscription(userId: number): Promise<SubscriptionStatus> {
       const u = await mustGet(userId);
-      const now = clock.now();
-      const active = hasPremium(u, now);
-      const tier = active ? u.subscriptionTier : SubscriptionTier.BASIC;
+      const s = effectiveSubscription(u, clock.now());
       return {
-        tier,
-        tier_name: TIER_NAMES[tier] ?? 'basic',
-        has_premium: active,
-        expires_at: active && u.subscriptionExpiresAt ? u.subscriptionExpiresAt.toISOString() : null,
-        granted_by: active ? u.subscriptionGrantedBy : null,
+        tier: s.tier,
+        tier_name: TIER_NAMES[s.tier] ?? 'basic',
+        has_premium: s.tier !== SubscriptionTier.BASIC,
+        expires_at: s.expiresAt ? s.expiresAt.toISOString() : null,
+        granted_by: s.grantedBy,
         trial_used: await store.hasAudit(userId, AuditCodes.SUBSCRIPTION_GRANT, 'trial'),
       };
     },
