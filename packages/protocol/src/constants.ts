@@ -61,6 +61,12 @@ export const Limits = {
    */
   ROOM_ENTERS_PER_USER: 300,
   ROOM_ENTER_WINDOW_MS: 60_000,
+  /**
+   * Users one user may block (Parlor's choice; the spec names no limit). Blocks keep two users from
+   * being matched, and each match-queue entry carries its user's block list, so the list is
+   * bounded; a thousand is far beyond what a person blocks by hand.
+   */
+  BLOCKS_PER_USER: 1000,
   INVITE_MAX_USES: 1000,
   INVITE_MAX_TTL_S: 30 * 24 * 3600,
   /** Chat slots by tier/level (spec 2.11). Owners: unlimited. */

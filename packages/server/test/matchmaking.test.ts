@@ -386,6 +386,34 @@ describeApp('strangers', () => {
   });
 });
 
+describeApp('POST /v1/users/me/blocks/create', () => {
+  it(`keeps up to ${Limits.BLOCKS_PER_USER} blocks per user and answers 409 ERR_BLOCK_LIMIT to the next`, async () => {
+    const who = await login(app);
+    const [last, over] = [await login(app), await login(app)];
+    // All but one block seeded in SQL, on accounts made there (a POST each would meet the write limit).
+    await app.database.db.execute(
+      `with seeded as (
+         insert into users (username, last_activity_at, created_at, updated_at)
+         select 'blockseed_' || ${who.user.id} || '_' || g, now(), now(), now()
+         from generate_series(1, ${Limits.BLOCKS_PER_USER - 1}) g
+         returning id
+       )
+       insert into user_blocks (blocker_id, blocked_id, created_at) select ${who.user.id}, id, now() from seeded` as never,
+    );
+    const block = (user_id: number) => who.client.post('/v1/users/me/blocks/create', { user_id });
+    expect((await block(last.user.id)).body).toEqual({ ok: true });
+    expect((await who.client.get('/v1/users/me/blocks')).body.blocks).toHaveLength(Limits.BLOCKS_PER_USER);
+    const refused = await block(over.user.id);
+    expect(refused.status).toBe(409);
+    expect(refused.body).toEqual({ code: 'ERR_BLOCK_LIMIT', message: expect.any(String) });
+    // Blocking someone already blocked changes nothing and is fine at the limit; unblocking frees a place.
+    expect((await block(last.user.id)).body).toEqual({ ok: true });
+    expect((await who.client.post('/v1/users/me/blocks/delete', { user_id: last.user.id })).body).toEqual({ ok: true });
+    expect((await block(over.user.id)).body).toEqual({ ok: true });
+    expect((await who.client.get('/v1/users/me/blocks')).body.blocks).toHaveLength(Limits.BLOCKS_PER_USER);
+  });
+});
+
 describeApp('GET /v1/portal/match/statistics', () => {
   it('counts online users and the top 5 tags by queue depth', async () => {
     const tags = Array.from({ length: 6 }, () => tag());

@@ -1,3 +1,4 @@
+import { Limits } from '@parlor/protocol';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
@@ -26,10 +27,20 @@ export function makeBlocksService(deps: {
     async list(userId: number) {
       return (await store.listBy(userId)).map((b) => ({ user_id: b.blockedId, created_at: b.createdAt.toISOString() }));
     },
+    /**
+     * Blocks a user (idempotent), up to Limits.BLOCKS_PER_USER (409 ERR_BLOCK_LIMIT past it;
+     * blocking someone already blocked is fine at the limit). The blocker's row is locked, so
+     * concurrent blocks by one user cannot pass the count together.
+     */
     async block(userId: number, targetId: number) {
       if (userId === targetId) throw appError('ERR_VALIDATION', 'You cannot block yourself.');
       await deps.users.mustGet(targetId);
-      await store.add(userId, targetId, clock.now());
+      await deps.db.transaction(async (tx) => {
+        await deps.usersStore.byIdForUpdate(userId, tx);
+        if (await store.has(userId, targetId, tx)) return;
+        if ((await store.countBy(userId, tx)) >= Limits.BLOCKS_PER_USER) throw appError('ERR_BLOCK_LIMIT');
+        await store.add(userId, targetId, clock.now(), tx);
+      });
     },
     async unblock(userId: number, targetId: number) {
       return store.remove(userId, targetId);

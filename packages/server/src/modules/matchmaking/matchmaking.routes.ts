@@ -114,7 +114,7 @@ export function registerMatchmakingRoutes(
     schema: {
       tags,
       ...auth,
-      description: 'Blocked users are never matched with you.',
+      description: 'Blocked users are never matched with you. At most 1,000 blocks: past it, 409 ERR_BLOCK_LIMIT.',
       body: UserIdBody,
       response: { 200: OkSchema, ...errorResponses },
     },
