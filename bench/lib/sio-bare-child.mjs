@@ -20,7 +20,8 @@ export const commands = {
     io = new Server(server, {
       path: '/socket.io',
       serveClient: false,
-      maxHttpBufferSize: 1e6,
+      // Parlor's SOCKET_MESSAGE_MAX_BYTES (platform/realtime.ts).
+      maxHttpBufferSize: 32 * 1024,
       connectionStateRecovery: { maxDisconnectionDuration: 2 * 60 * 1000, skipMiddlewares: false },
     });
     io.on('connection', (socket) => {

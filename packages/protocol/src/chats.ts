@@ -1,5 +1,5 @@
 import { type Static, Type } from '@sinclair/typebox';
-import { IdParam, Nullable, Timestamp } from './common.js';
+import { IdParam, INT32_MAX, Nullable, Timestamp } from './common.js';
 import { Limits } from './constants.js';
 
 const strict = { additionalProperties: false } as const;
@@ -123,17 +123,40 @@ export const ChatKeyResponse = Type.Object({
   envelope: Nullable(Type.String()),
   key_ring: KeyRingSchema,
 });
-export const Envelope = Type.String({ minLength: 1, maxLength: 256, pattern: '^[A-Za-z0-9+/]+={0,2}$' });
+export const Envelope = Type.String({
+  minLength: 1,
+  maxLength: Limits.ENVELOPE_MAX_CHARS,
+  pattern: '^[A-Za-z0-9+/]+={0,2}$',
+});
+/**
+ * A chat key generation as a client names it: positive, and within the `integer` column the
+ * server keeps it in (message bundles are held to the same bound by the server's bundle parser).
+ */
+export const Epoch = Type.Integer({ minimum: 1, maximum: INT32_MAX });
 export const ShareKeysBody = Type.Object(
   {
-    epoch: Type.Integer({ minimum: 1 }),
-    envelopes: Type.Array(Type.Object({ session_id: Type.Integer({ minimum: 1 }), wrapped: Envelope }, strict), {
+    epoch: Epoch,
+    envelopes: Type.Array(Type.Object({ session_id: IdParam, wrapped: Envelope }, strict), {
       minItems: 1,
-      maxItems: 500,
+      maxItems: Limits.KEY_SHARE_ENVELOPES_MAX,
     }),
   },
   strict,
 );
+/**
+ * The largest body ShareKeysBody admits, in bytes of compact JSON (as JSON.stringify writes it):
+ * the most envelopes, each of the longest envelope for the longest session id, at the largest
+ * epoch; about 147 KB. The share route takes bodies up to this size: under the general 64 KiB limit
+ * a request could carry only about 220 such envelopes (about 375 of the SDK's 140 characters),
+ * fewer than the schema allows.
+ */
+export const KEY_SHARE_BODY_MAX_BYTES = JSON.stringify({
+  epoch: INT32_MAX,
+  envelopes: Array.from({ length: Limits.KEY_SHARE_ENVELOPES_MAX }, () => ({
+    session_id: INT32_MAX,
+    wrapped: 'A'.repeat(Limits.ENVELOPE_MAX_CHARS),
+  })),
+}).length;
 export const ShareKeysResponse = Type.Object({ epoch: Type.Integer(), stored: Type.Integer() });
 
 export type Chat = Static<typeof ChatSchema>;

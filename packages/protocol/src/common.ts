@@ -19,8 +19,15 @@ export const ErrorBodySchema = Type.Object(
 
 export const OkSchema = Type.Object({ ok: Type.Boolean() });
 
-/** Integer path parameter (ids are positive integers). */
-export const IdParam = Type.Integer({ minimum: 1, maximum: 2147483647 });
+/**
+ * The largest value of an SQL `integer` column (2^31-1). Every integer a client sends that reaches
+ * one (ids, epochs, offsets) is bounded by it, so a larger one is refused as invalid input instead
+ * of failing in the database ("integer out of range", a 500).
+ */
+export const INT32_MAX = 2_147_483_647;
+
+/** Integer path parameter (ids are positive integers, stored in `integer` columns). */
+export const IdParam = Type.Integer({ minimum: 1, maximum: INT32_MAX });
 
 /**
  * The body of POST routes that take no input: none at all, or `{}`; any field is rejected.

@@ -94,6 +94,15 @@ export const Limits = {
    */
   CHAT_FORMER_MEMBER_REACH_MS: 24 * 3600_000,
   BODY_LIMIT_BYTES: 64 * 1024,
+  /**
+   * Envelopes one key share request carries at most, and the longest envelope accepted (the SDK's
+   * are 140 characters, docs/e2e.md). A key ring larger than one request is keyed over several
+   * (docs/api.md, Keys). The share route's body limit follows from these (KEY_SHARE_BODY_MAX_BYTES).
+   */
+  KEY_SHARE_ENVELOPES_MAX: 500,
+  ENVELOPE_MAX_CHARS: 256,
+  /** Characters of text one `vm:input {kind: "text"}` carries (paste, IME). */
+  VM_INPUT_TEXT_MAX: 4096,
   /** Notifications (spec 2.7, 4.7): list page size, and what an admin may write. */
   NOTIFICATIONS_PAGE_DEFAULT: 20,
   NOTIFICATIONS_PAGE_MAX: 100,

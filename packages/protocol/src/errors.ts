@@ -65,7 +65,8 @@ export const ErrorCodes = {
   ERR_EPOCH_ALREADY_KEYED: { status: 409, message: 'This epoch already has a chat key.' },
   ERR_KEY_RING_CHANGED: {
     status: 409,
-    message: 'The key ring changed: share envelopes for every active member session of the current ring.',
+    message:
+      'The key ring changed: the first share of an epoch names every session of the current ring (or, for a ring larger than one request, 500 of them with your own).',
   },
   ERR_NO_SESSION_KEY: { status: 409, message: 'Register this session’s public key first.' },
   ERR_USERNAME_TAKEN: { status: 409, message: 'This username is taken.' },

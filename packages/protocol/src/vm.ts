@@ -1,5 +1,6 @@
 import { type Static, Type } from '@sinclair/typebox';
 import { IdParam, Timestamp } from './common.js';
+import { Limits } from './constants.js';
 import type { Ack } from './events.js';
 
 /**
@@ -63,7 +64,7 @@ export const VmInputFields = {
     key: Type.String({ minLength: 1, maxLength: 32 }),
     code: Type.String({ maxLength: 32 }),
   },
-  text: { kind: Type.Literal('text'), text: Type.String({ minLength: 1, maxLength: 4096 }) },
+  text: { kind: Type.Literal('text'), text: Type.String({ minLength: 1, maxLength: Limits.VM_INPUT_TEXT_MAX }) },
   navigateUrl: { url: VmNavigateUrl },
   navigateAction: { action: oneOf('back', 'forward', 'reload') },
 };

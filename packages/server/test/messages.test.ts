@@ -1,4 +1,4 @@
-import { Limits } from '@parlor/protocol';
+import { INT32_MAX, Limits } from '@parlor/protocol';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { makeMessagesStore } from '../src/modules/messages/messages.store.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
@@ -187,5 +187,22 @@ describeApp('GET /v1/portal/chats/{chat_id}/messages', () => {
     expect((await owner.client.post(`/v1/portal/chats/${priv}/delete`, {})).status).toBe(200);
     const gone = await owner.client.get(privUrl);
     expect([gone.status, gone.body.code]).toEqual([404, 'ERR_CHAT_NOT_FOUND']);
+  });
+});
+
+describeApp('the bundle epoch', () => {
+  it(`is a bundle up to ${INT32_MAX} (then 403 ERR_EPOCH_MISMATCH as any other epoch); above, 422 ERR_INVALID_BUNDLE`, async () => {
+    const { owner, chatId } = await keyedChat(app);
+    const send = (epoch: number | string) =>
+      owner.client.post(`/v1/portal/chats/${chatId}/messages`, { content: `{"v":2,"epoch":${epoch},"ct":"AAAA"}` });
+    const at = async (epoch: number | string) => {
+      const res = await send(epoch);
+      return [res.status, res.body.code];
+    };
+    expect(await at(INT32_MAX)).toEqual([403, 'ERR_EPOCH_MISMATCH']);
+    expect(await at(INT32_MAX + 1)).toEqual([422, 'ERR_INVALID_BUNDLE']);
+    expect(await at(3_000_000_000)).toEqual([422, 'ERR_INVALID_BUNDLE']);
+    expect(await at('2147483648.0')).toEqual([422, 'ERR_INVALID_BUNDLE']);
+    expect(await at('1e300')).toEqual([422, 'ERR_INVALID_BUNDLE']);
   });
 });

@@ -1,7 +1,14 @@
 import type { KeyRing } from '@parlor/protocol';
-import { buildKeyShare, generateChatKey, type SkippedSession, unwrapChatKey } from '../crypto/index.js';
+import {
+  buildKeyShare,
+  generateChatKey,
+  type KeyShareEnvelope,
+  type SkippedSession,
+  unwrapChatKey,
+} from '../crypto/index.js';
 import type { ParlorClient } from './api.js';
 import { ChatKeyStore, type EpochKey } from './e2e-keys.js';
+import { splitShare } from './e2e-share.js';
 import { type E2EChatSessionEvents, E2ESessionError } from './e2e-types.js';
 import { isApiError } from './errors.js';
 
@@ -204,13 +211,21 @@ export class ChatKeying {
       skipSessionIds: skip,
     });
     this.#reportSkipped(chatId, share.skipped);
-    if (share.envelopes.length === 0) return;
+    for (const part of splitShare(share.envelopes, null)) {
+      if (!(await this.#topUp(chatId, current.epoch, part))) return;
+    }
+  }
+
+  /** One share request from a holder; false when the rest need not be tried (the epoch or ring moved on). */
+  async #topUp(chatId: number, epoch: number, envelopes: KeyShareEnvelope[]): Promise<boolean> {
     try {
-      await this.#o.client.shareKeys(chatId, { epoch: current.epoch, envelopes: share.envelopes });
+      await this.#o.client.shareKeys(chatId, { epoch, envelopes });
+      return true;
     } catch (error) {
-      if (isApiError(error, 'ERR_EPOCH_MISMATCH', 'ERR_KEY_RING_CHANGED', 'ERR_EPOCH_ALREADY_KEYED')) return;
-      if (isApiError(error, 'ERR_NOT_CHAT_MEMBER', 'ERR_CHAT_NOT_FOUND')) return;
+      if (isApiError(error, 'ERR_EPOCH_MISMATCH', 'ERR_KEY_RING_CHANGED', 'ERR_EPOCH_ALREADY_KEYED')) return false;
+      if (isApiError(error, 'ERR_NOT_CHAT_MEMBER', 'ERR_CHAT_NOT_FOUND')) return false;
       this.#error('BACKGROUND_FAILURE', `Could not share the key of chat ${chatId}.`, chatId, { cause: error });
+      return false;
     }
   }
 
@@ -248,14 +263,19 @@ export class ChatKeying {
     return this.hasKey(chatId);
   }
 
-  /** Makes a chat key and shares it with the whole ring: the first complete share keys the epoch. */
+  /**
+   * Makes a chat key and shares it with the whole ring: the first complete share keys the epoch.
+   * A ring larger than one request is keyed by its first request (ours among its envelopes), and
+   * the rest follow as top-ups once we hold the key.
+   */
   async #keyEpoch(chatId: number, epoch: number, ring: KeyRing): Promise<'keyed' | 'taken' | 'retry'> {
     const chatKey = generateChatKey();
     const share = buildKeyShare({ keyRing: ring, chatKey, chatId, epoch });
     this.#reportSkipped(chatId, share.skipped);
+    const [keying = [], ...rest] = splitShare(share.envelopes, this.#sessionId);
     let stored: number;
     try {
-      stored = (await this.#o.client.shareKeys(chatId, { epoch, envelopes: share.envelopes })).stored;
+      stored = (await this.#o.client.shareKeys(chatId, { epoch, envelopes: keying })).stored;
     } catch (error) {
       if (isApiError(error, 'ERR_EPOCH_ALREADY_KEYED')) return 'taken';
       if (isApiError(error, 'ERR_KEY_RING_CHANGED', 'ERR_EPOCH_MISMATCH')) return 'retry';
@@ -264,7 +284,7 @@ export class ChatKeying {
     // A session that received the winner's envelope meanwhile counts as a holder, so its late
     // attempt is taken as a top-up and answers 200 with fewer envelopes stored (our own not among
     // them): our key is the epoch's key only when every envelope was stored.
-    if (stored !== share.envelopes.length) {
+    if (stored !== keying.length) {
       if (stored > 0) {
         // Sessions that still lacked an envelope got ours, whose key is not the epoch's key: they
         // cannot read the others until the next epoch. The server cannot tell the keys apart.
@@ -280,6 +300,7 @@ export class ChatKeying {
       return 'retry';
     }
     this.#store(chatId, epoch, chatKey, 'keyed', this.#sessionId);
+    for (const part of rest) if (!(await this.#topUp(chatId, epoch, part))) break;
     return 'keyed';
   }
 

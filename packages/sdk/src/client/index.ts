@@ -2,6 +2,7 @@
 export { BotClient, type BotClientOptions, ParlorClient, type ParlorClientOptions } from './api.js';
 export { ChatKeyStore, type EpochKey } from './e2e-keys.js';
 export { E2EChatSession } from './e2e-session.js';
+export { splitShare } from './e2e-share.js';
 export {
   type ChatEntry,
   type E2EChatSessionEvents,

@@ -4,6 +4,7 @@ import { createAdapter } from '@socket.io/redis-streams-adapter';
 import type { Redis } from 'ioredis';
 import { Server, type Socket } from 'socket.io';
 import { toErrorBody } from './errors.js';
+import { guardRecovery, type RecoveryCheck } from './recovery.js';
 import { coalesceSocketWrites } from './socket-writes.js';
 import { compilePayload } from './validation.js';
 
@@ -12,6 +13,11 @@ export const rooms = {
   chat: (id: number) => `chat:${id}`,
   user: (id: number) => `user:${id}`,
   session: (id: number) => `session:${id}`,
+  /** The chat id of a chat room's name; null for any other room. */
+  chatIdOf: (room: string): number | null => {
+    const id = /^chat:(\d+)$/.exec(room)?.[1];
+    return id === undefined ? null : Number(id);
+  },
 };
 
 /** What the server knows of a connected socket (set by the handshake, read by handlers). */
@@ -37,11 +43,23 @@ export interface RealtimeOptions {
 /** How long a dropped client may come back and receive what it missed. */
 const RECOVERY_WINDOW_MS = 2 * 60 * 1000;
 
+/**
+ * The largest message a client may send on the socket (Engine.IO's `maxHttpBufferSize`: a longer
+ * WebSocket message closes the connection, a longer polling request is refused), like the HTTP
+ * body limit. The largest legitimate client event is `vm:input {kind: "text"}` with
+ * `Limits.VM_INPUT_TEXT_MAX` (4096) characters, each at most 6 bytes of JSON (a control character
+ * or a lone surrogate is written `\u001f`): 24,576 bytes, plus under 100 for the rest of its packet
+ * (event name, chat id, ack id). The next largest, `vm:input` navigate (2000-character URL), is
+ * under 12.1 KB; the others are under 3.2 KB. 32 KiB covers the largest with a margin of a quarter,
+ * where Socket.IO's default (1 MB) let every socket make the server buffer and parse a megabyte.
+ */
+export const SOCKET_MESSAGE_MAX_BYTES = 32 * 1024;
+
 export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
   const io: Io = new Server(server, {
     path: '/socket.io',
     serveClient: false,
-    maxHttpBufferSize: 1e6,
+    maxHttpBufferSize: SOCKET_MESSAGE_MAX_BYTES,
     allowRequest: (req, cb) => {
       const origin = req.headers.origin;
       cb(null, origin === undefined || opts.allowedOrigins.includes(origin));
@@ -61,11 +79,21 @@ export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
   // One write per connection per turn: the frames of a group-committed batch leave together.
   coalesceSocketWrites(io.engine as unknown as Parameters<typeof coalesceSocketWrites>[0]);
 
+  /** Set by the chats wiring: which restored rooms a recovered connection keeps (recovery.ts). */
+  let recoveryCheck: RecoveryCheck | null = null;
+  guardRecovery(io.of('/').adapter, () => recoveryCheck);
+
   io.use((socket, next) => {
     opts
       .authenticate(socket.handshake.headers.cookie)
       .then((data) => {
         if (!data) return next(new Error('ERR_UNAUTHENTICATED'));
+        // A recovered socket carries the rooms of the session it had; another session (the
+        // cookie changed meanwhile) starts from none of them. The data is always the fresh one
+        // (a level changed while away is the current level).
+        if (socket.recovered && socket.data.sessionId !== data.sessionId) {
+          for (const room of [...socket.rooms]) if (room !== socket.id) void socket.leave(room);
+        }
         socket.data = data;
         next();
       })
@@ -99,6 +127,13 @@ export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
     ): void {
       if (handlers.has(event)) throw new Error(`socket event ${event} registered twice`);
       handlers.set(event, { event, valid: compilePayload(schema), run: handler as ClientEvent['run'] });
+    },
+    /**
+     * Decides what a connection recovered within the window keeps of its rooms before anything is
+     * replayed to it (recovery.ts); without one it keeps them all.
+     */
+    checkRecovery(check: RecoveryCheck): void {
+      recoveryCheck = check;
     },
     /** Typed emit to one or more rooms, on every node. */
     emitTo<E extends keyof ServerToClientEvents>(

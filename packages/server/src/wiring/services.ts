@@ -64,11 +64,15 @@ export async function wireServices(ctx: WiringContext) {
   });
   const { vm, vmProvider } = await wireVm(ctx, chats, realtime);
 
-  // Ended sessions (logout, destroy, eviction) lose their sockets and their keys, on every node.
-  sessions.onEnded(({ userId, sessionIds }) => {
-    realtime.disconnectSessions(sessionIds);
-    keys.removeSessions(userId, sessionIds).catch((err: unknown) => app.log.error({ err }, 'key removal failed'));
-  });
+  // Ended sessions (logout, destroy, eviction) lose their keys in the transaction that ends them
+  // (their chats move to a new epoch with it), and their sockets on every node once it commits.
+  sessions.onEnding(({ userId, sessionIds }, tx) => keys.removeSessionsIn(tx, userId, sessionIds));
+  sessions.onEnded(({ sessionIds }) => realtime.disconnectSessions(sessionIds));
+  // A socket recovered after a drop comes back only with a live session of a user who may connect,
+  // and only to the chat rooms it is still allowed in, before anything missed is replayed to it.
+  realtime.checkRecovery(async (data, restored) =>
+    (await sessions.mayConnect(data.userId, data.sessionId)) ? chats.roomsStillAllowed(data.userId, restored) : null,
+  );
   // A guild chat's room VM starts with its guild's room settings (other chats: the vm defaults).
   vm.useSettings(guilds.roomSettingsOfChat);
   // The public chat of a guild has no owner row: the guild's owner runs its room.

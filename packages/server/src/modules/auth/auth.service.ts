@@ -143,7 +143,6 @@ export function makeAuthService(deps: AuthDeps) {
       }
       return { user: updated ?? locked, newAccount, created, note };
     });
-    sessions.announceEvicted(result.user.id, result.created.evicted);
     if (result.note) notifications.publish(result.note);
     return {
       user: await deps.present(result.user),

@@ -72,6 +72,9 @@ export function makeChatMembership(deps: MembershipDeps) {
   ): Promise<boolean> => {
     const now = clock.now();
     const result = await db.transaction(async (tx) => {
+      // First the chat row's lock: a join that would make this user a member waits for it, so it
+      // sees the ban this transaction records, or comes before and its membership is removed here.
+      if (!(await store.lockById(chatId, tx))) throw appError('ERR_CHAT_NOT_FOUND');
       const removed = await store.removeMember(chatId, userId, now, tx);
       if (!removed && !opts.tolerateNonMember) throw appError('ERR_NOT_CHAT_MEMBER');
       if (opts.extra) await opts.extra(tx);
@@ -104,12 +107,19 @@ export function makeChatMembership(deps: MembershipDeps) {
       if (target.method === 'direct') await assertCanSee(viewer, chat);
       if (chat.type === 'direct' && !(await store.isMember(chat.id, viewer.userId)))
         throw appError('ERR_CANNOT_BROWSE_PRIVATE');
+      // Refused early without a write; the check that counts is made again under the chat's lock.
       if (await messages.isChatBanned(chat.id, viewer.userId)) throw appError('ERR_CHAT_BANNED');
       const now = clock.now();
       const joined = await db.transaction(async (tx) => {
         if (await store.isMember(chat.id, viewer.userId, tx)) return false;
         // Entering the room of a chat one is already in is free (every reconnect does it).
         await deps.writes.spend(viewer.userId);
+        // A new member: the chat row's lock orders this join with a kick or ban, which take it
+        // first (removeFromChat). A ban committed before this lock is granted is read below and
+        // refuses; one that waits for it comes after this membership and ends it.
+        if (!(await store.lockById(chat.id, tx))) throw appError('ERR_CHAT_NOT_FOUND');
+        if (await store.isMember(chat.id, viewer.userId, tx)) return false;
+        if (await messages.isChatBanned(chat.id, viewer.userId, tx)) throw appError('ERR_CHAT_BANNED');
         if (target.invite && !(await store.useInvite(target.invite, now, tx))) throw appError('ERR_INVITE_NOT_FOUND');
         await store.addMember(chat.id, viewer.userId, now, tx);
         await store.logActivity(

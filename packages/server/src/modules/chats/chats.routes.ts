@@ -144,18 +144,17 @@ export function registerChatSockets(realtime: Realtime, chats: ChatsService) {
       .list(socket.data.userId)
       .then((list) => emitSnapshot(socket, 'chat:list', { chats: list }))
       .catch(() => {});
-    // A recovered connection is back in its chat rooms: tell the others it is present again.
+    // A recovered connection is back in the chat rooms it may still be in (the others were taken
+    // from it before it was restored, platform/recovery.ts): tell them it is present again.
     for (const room of socket.rooms) {
-      const id = /^chat:(\d+)$/.exec(room)?.[1];
-      if (id) chats.announcePresence(Number(id), socket.data, true);
+      const id = rooms.chatIdOf(room);
+      if (id !== null) chats.announcePresence(id, socket.data, true);
     }
 
     socket.on('disconnecting', () => {
-      const chatIds = [...socket.rooms]
-        .map((r) => /^chat:(\d+)$/.exec(r)?.[1])
-        .filter((x): x is string => x !== undefined);
+      const chatIds = [...socket.rooms].map(rooms.chatIdOf).filter((x): x is number => x !== null);
       setImmediate(() => {
-        for (const id of chatIds) chats.announcePresence(Number(id), socket.data, false);
+        for (const id of chatIds) chats.announcePresence(id, socket.data, false);
       });
     });
   });

@@ -97,6 +97,20 @@ export function makeChatsService(deps: ChatsDeps) {
     },
     presence: chatPresence.presence,
     announcePresence: chatPresence.announcePresence,
+
+    /**
+     * Of the rooms a recovered connection had, those it keeps: its chat rooms where it is still a
+     * member and not banned (kicks, bans, leaves and deletions while it was away), and every
+     * other room (its own, its user's and session's).
+     */
+    async roomsStillAllowed(userId: number, restored: string[]): Promise<string[]> {
+      const chatIds = restored.map(rooms.chatIdOf).filter((id): id is number => id !== null);
+      const still = new Set(await store.stillIn(userId, chatIds, clock.now()));
+      return restored.filter((room) => {
+        const id = rooms.chatIdOf(room);
+        return id === null || still.has(id);
+      });
+    },
     /** The chat row (deleted chats: ERR_CHAT_NOT_FOUND). */
     find: mustGet,
 

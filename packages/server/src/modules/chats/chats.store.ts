@@ -1,6 +1,6 @@
 import { and, count, desc, eq, gt, gte, inArray, isNull, ne, or, sql } from 'drizzle-orm';
 import { anyOf, type Db, rowsOf } from '../../platform/db/index.js';
-import { chatActivity, chatInvites, chatMembers, chats, users } from '../../platform/db/schema.js';
+import { chatActivity, chatInvites, chatMembers, chats, moderationActions, users } from '../../platform/db/schema.js';
 import type { Tx } from '../users/users.store.js';
 
 export type ChatRow = typeof chats.$inferSelect;
@@ -187,6 +187,37 @@ export function makeChatsStore(db: Db) {
         .from(chatMembers)
         .where(and(eq(chatMembers.chatId, chatId), isNull(chatMembers.leftAt)));
       return rows.map((r) => r.userId);
+    },
+    /** Of some chats, those the user is still a member of, live and with no chat ban in force. */
+    async stillIn(userId: number, chatIds: number[], now: Date): Promise<number[]> {
+      if (chatIds.length === 0) return [];
+      const a = moderationActions;
+      const banned = db
+        .select({ one: sql`1` })
+        .from(a)
+        .where(
+          and(
+            or(eq(a.chatId, chatMembers.chatId), isNull(a.chatId)),
+            eq(a.userId, userId),
+            eq(a.actionType, 'CHAT_BAN'),
+            eq(a.isLifted, false),
+            or(isNull(a.expiresAt), gt(a.expiresAt, now)),
+          ),
+        );
+      const rows = await db
+        .select({ chatId: chatMembers.chatId })
+        .from(chatMembers)
+        .innerJoin(chats, eq(chats.id, chatMembers.chatId))
+        .where(
+          and(
+            eq(chatMembers.userId, userId),
+            anyOf(chatMembers.chatId, chatIds),
+            isNull(chatMembers.leftAt),
+            live,
+            sql`not exists (${banned})`,
+          ),
+        );
+      return rows.map((r) => r.chatId);
     },
     async chatIdsOf(userId: number, tx: Tx = db): Promise<number[]> {
       const rows = await tx

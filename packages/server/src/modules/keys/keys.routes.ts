@@ -1,6 +1,7 @@
 import {
   ChatIdParams,
   ChatKeyResponse,
+  KEY_SHARE_BODY_MAX_BYTES,
   RegisterKeyBody,
   RegisterKeyResponse,
   ShareKeysBody,
@@ -49,10 +50,14 @@ export function registerKeysRoutes(app: App, deps: { keys: KeysService; chats: C
   });
 
   app.post('/v1/portal/chats/:chat_id/keys/share', {
+    // The largest body the schema admits (500 envelopes of the longest kind, about 147 KB), not the
+    // general 64 KiB: keying an epoch sends one envelope per session of the ring, as many per
+    // request as the schema allows (protocol KEY_SHARE_BODY_MAX_BYTES has the arithmetic).
+    bodyLimit: KEY_SHARE_BODY_MAX_BYTES,
     schema: {
       tags,
       security: security.session,
-      description: 'Shares the chat key with sessions as envelopes (DESIGN.md 7).',
+      description: `Shares the chat key with sessions as envelopes (DESIGN.md 7). Takes bodies up to ${KEY_SHARE_BODY_MAX_BYTES} bytes (the largest its schema admits), not the general 64 KiB.`,
       params: ChatIdParams,
       body: ShareKeysBody,
       response: { 200: ShareKeysResponse, ...errorResponses },

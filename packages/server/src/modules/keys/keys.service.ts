@@ -1,6 +1,7 @@
 import { createPrivateKey, createPublicKey, diffieHellman } from 'node:crypto';
-import type { KeyRing, ShareKeysBody } from '@parlor/protocol';
+import { type KeyRing, Limits, type ShareKeysBody } from '@parlor/protocol';
 import type { Clock } from '../../platform/clock.js';
+import { afterCommit } from '../../platform/db/after-commit.js';
 import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
@@ -107,28 +108,31 @@ export function makeKeysService({ db, store, clock, realtime, membership }: Keys
     },
 
     /**
-     * Removes the keys of ended sessions; their chats move to a new epoch. `wholeUser` (ban, full
-     * disconnect) announces `session_id: null`, meaning every session of that user.
+     * Removes the keys of ended sessions inside the transaction that ends them, and raises the
+     * epoch of the user's chats there too: the sessions end, lose their keys and leave the chats'
+     * current epoch together or not at all (DESIGN.md 9). `portal:key_removed` and `room:rekey`
+     * go out once it commits (before the transaction's promise resolves, see after-commit.ts).
+     * `wholeUser` (ban, full disconnect) announces `session_id: null`, meaning every session of
+     * that user.
      */
-    async removeSessions(userId: number, sessionIds: number[], wholeUser = false): Promise<void> {
-      const result = await db.transaction(async (tx) => {
-        const removed = await store.deleteKeys(sessionIds, tx);
-        if (removed.length === 0 && !wholeUser) return null;
-        const chatIds = await membership.chatIdsOf(userId, tx);
-        return { removed, chatIds, bumped: removed.length > 0 ? await store.bumpEpochs(chatIds, tx) : [] };
-      });
-      if (!result) return;
-      for (const chatId of result.chatIds) {
-        const ids: (number | null)[] = wholeUser ? [null] : result.removed;
-        for (const sessionId of ids) {
-          realtime.emitTo(rooms.chat(chatId), 'portal:key_removed', {
-            chat_id: chatId,
-            user_id: userId,
-            session_id: sessionId,
-          });
+    async removeSessionsIn(tx: Tx, userId: number, sessionIds: number[], wholeUser = false): Promise<void> {
+      const removed = await store.deleteKeys(sessionIds, tx);
+      if (removed.length === 0 && !wholeUser) return;
+      const chatIds = await membership.chatIdsOf(userId, tx);
+      const bumped = removed.length > 0 ? await store.bumpEpochs(chatIds, tx) : [];
+      await afterCommit(tx, async () => {
+        const ids: (number | null)[] = wholeUser ? [null] : removed;
+        for (const chatId of chatIds) {
+          for (const sessionId of ids) {
+            realtime.emitTo(rooms.chat(chatId), 'portal:key_removed', {
+              chat_id: chatId,
+              user_id: userId,
+              session_id: sessionId,
+            });
+          }
         }
-      }
-      announceRekey(result.bumped);
+        announceRekey(bumped);
+      });
     },
 
     /** The caller session's envelope at the current epoch (null until someone shares it). */
@@ -142,9 +146,10 @@ export function makeKeysService({ db, store, clock, realtime, membership }: Keys
     },
 
     /**
-     * Stores envelopes at the current epoch. The first share of an epoch keys it and must cover
-     * every session of the key ring; later shares come from sessions that hold the key and only
-     * add envelopes for sessions still lacking one.
+     * Stores envelopes at the current epoch. The first share of an epoch keys it: it names the
+     * caller and every session of the key ring or, for a ring of more sessions than one request
+     * carries (KEY_SHARE_ENVELOPES_MAX), that many of them. Later shares come from sessions that
+     * hold the key and only add envelopes for sessions still lacking one.
      */
     async share(chatId: number, sessionId: number, body: ShareKeysBody): Promise<{ epoch: number; stored: number }> {
       const now = clock.now();
@@ -159,7 +164,10 @@ export function makeKeysService({ db, store, clock, realtime, membership }: Keys
         if (targets.size !== body.envelopes.length) throw appError('ERR_VALIDATION', 'One envelope per session.');
         if ([...targets].some((id) => !inRing.has(id))) throw appError('ERR_KEY_RING_CHANGED');
         if ((await store.envelopeCount(chatId, epoch, tx)) === 0) {
-          if (inRing.size !== targets.size || !targets.has(sessionId)) throw appError('ERR_KEY_RING_CHANGED');
+          // The keying share: the whole ring, or as much of it as one request carries when the
+          // ring is larger (the keyer, a holder from then on, tops up the rest).
+          const keying = Math.min(inRing.size, Limits.KEY_SHARE_ENVELOPES_MAX);
+          if (targets.size !== keying || !targets.has(sessionId)) throw appError('ERR_KEY_RING_CHANGED');
         } else if (targets.has(sessionId) || !(await store.envelope(chatId, epoch, sessionId, tx))) {
           // A holder tops up other sessions and never itself; a share naming the caller is a
           // keying attempt that lost the race.

@@ -135,8 +135,8 @@ export function makeMessagesService({ store, clock, state, realtime, access }: M
       return toMessage({ ...row, createdAt: at });
     },
 
-    async isChatBanned(chatId: number, userId: number): Promise<boolean> {
-      return (await store.activeRestriction(chatId, userId, ['CHAT_BAN'], clock.now())) !== undefined;
+    async isChatBanned(chatId: number, userId: number, tx?: Tx): Promise<boolean> {
+      return (await store.activeRestriction(chatId, userId, ['CHAT_BAN'], clock.now(), tx)) !== undefined;
     },
 
     /**

@@ -1,5 +1,6 @@
 import { AuditCodes } from '@parlor/protocol';
 import type { Clock } from '../../platform/clock.js';
+import { afterCommit } from '../../platform/db/after-commit.js';
 import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
@@ -111,7 +112,7 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
     /** Bans platform-wide: every session ends (sockets drop, keys go), login is refused until lifted. */
     async ban(actor: Actor, level: ActorLevel, targetId: number, body: Body, chatId: number | null = null) {
       await assertPlatformTarget(actor, level, targetId);
-      const { record, note, ended } = await db.transaction(async (tx) => {
+      const record = await db.transaction(async (tx) => {
         const done = await punish(tx, {
           actor,
           targetId,
@@ -123,12 +124,17 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
           notice: 'banned',
           state: 2,
         });
-        return { ...done, ended: await deps.sessions.endAll(targetId, 'banned', tx) };
+        const ended = await deps.sessions.endAll(targetId, 'banned', tx);
+        // Once committed, in this order: the notice, the sockets drop, then the chats hear that
+        // the keys are gone and move to new epochs (removed and raised in this transaction).
+        await afterCommit(tx, async () => {
+          notifications.publish(done.note);
+          realtime.disconnectSessions(ended);
+          dropSockets(targetId);
+        });
+        await deps.keys.removeSessionsIn(tx, targetId, ended, true);
+        return done.record;
       });
-      notifications.publish(note);
-      realtime.disconnectSessions(ended);
-      dropSockets(targetId);
-      await deps.keys.removeSessions(targetId, ended, true);
       return toPunishment(record);
     },
 

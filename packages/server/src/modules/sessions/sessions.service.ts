@@ -1,11 +1,13 @@
 import { Limits } from '@parlor/protocol';
 import type { SessionResolver } from '../../platform/auth.js';
 import type { Clock } from '../../platform/clock.js';
+import { afterCommit } from '../../platform/db/after-commit.js';
 import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
 import type { GeoLookup } from '../../platform/geo.js';
 import { batched, batchedWrite } from '../../platform/group-commit.js';
 import { randomToken, sha256Hex } from '../../platform/secrets.js';
+import { effectiveState } from '../users/users.service.js';
 import type { Tx } from '../users/users.store.js';
 import { type AuthCache, resolvedOf, toAuthEntry } from './sessions.cache.js';
 import { toActiveSession, toHistoryEntry } from './sessions.presenter.js';
@@ -22,6 +24,8 @@ export function sessionTtlMs(permissionLevel: number): number {
 }
 
 export type SessionsEndedListener = (e: { userId: number; sessionIds: number[]; reason: string }) => void;
+/** Work that must commit with the end of sessions (their keys go, their chats rekey): runs in its transaction. */
+export type SessionsEndingHook = (e: { userId: number; sessionIds: number[]; reason: string }, tx: Tx) => Promise<void>;
 
 export interface SessionsDeps {
   db: Db;
@@ -41,20 +45,41 @@ export function makeSessionsService({ db, store, clock, geo, cache }: SessionsDe
    */
   const touch = batchedWrite((ids: number[]) => store.touch(ids, clock.now()));
   const listeners: SessionsEndedListener[] = [];
+  const hooks: SessionsEndingHook[] = [];
   const ended = (userId: number, sessionIds: number[], reason: string) => {
     if (sessionIds.length === 0) return;
     for (const l of listeners) l({ userId, sessionIds, reason });
   };
+  /**
+   * Inside the transaction that ended the sessions: the `onEnding` hooks run in it, and the
+   * `onEnded` listeners are queued for its commit, ahead of what the hooks queue (the sockets drop
+   * before the chats hear of the rekey). All of it is done before the transaction's promise
+   * resolves, so before the route answers (DESIGN.md 9).
+   */
+  const finishEnding = async (userId: number, sessionIds: number[], reason: string, tx: Tx) => {
+    if (sessionIds.length === 0) return;
+    await afterCommit(tx, async () => ended(userId, sessionIds, reason));
+    for (const hook of hooks) await hook({ userId, sessionIds, reason }, tx);
+  };
 
   const service = {
-    /** Called whenever sessions end (logout, destroy, eviction, ban), e.g. to drop their sockets. */
+    /**
+     * Called once sessions ended by logout, destroy or eviction have committed, e.g. to drop their
+     * sockets. (Bans and deletions end every session of a user and do their own clean-up.)
+     */
     onEnded(listener: SessionsEndedListener) {
       listeners.push(listener);
     },
 
+    /** Runs inside the transaction that ends sessions by logout, destroy or eviction (their keys). */
+    onEnding(hook: SessionsEndingHook) {
+      hooks.push(hook);
+    },
+
     /**
      * Opens a session inside the caller's transaction, after the caller locked the user row.
-     * Evicts the oldest live sessions beyond MAX_SESSIONS_PER_USER. Returns the raw token once.
+     * Evicts the oldest live sessions beyond MAX_SESSIONS_PER_USER, their keys with them (in the
+     * same transaction; their sockets drop once it commits). Returns the raw token once.
      */
     async create(
       input: { userId: number; permissionLevel: number; ip: string; userAgent: string },
@@ -81,12 +106,8 @@ export function makeSessionsService({ db, store, clock, geo, cache }: SessionsDe
       );
       const overflow = live.slice(Limits.MAX_SESSIONS_PER_USER - 1).map((s) => s.id);
       const evicted = await store.end(overflow, 'evicted', now, tx);
+      await finishEnding(input.userId, evicted, 'evicted', tx);
       return { token, session, evicted };
-    },
-
-    /** Announces evictions once the creating transaction has committed. */
-    announceEvicted(userId: number, evicted: number[]) {
-      ended(userId, evicted, 'evicted');
     },
 
     /**
@@ -119,6 +140,16 @@ export function makeSessionsService({ db, store, clock, geo, cache }: SessionsDe
       };
     },
 
+    /**
+     * Whether a session is still live and its user may connect (active, or a timeout that ran
+     * out): what a socket recovered after a drop must still be (platform/recovery.ts).
+     */
+    async mayConnect(userId: number, sessionId: number): Promise<boolean> {
+      const now = clock.now();
+      const owner = await store.liveOwner(sessionId, now);
+      return owner?.userId === userId && effectiveState(owner, now) === 0;
+    },
+
     async list(userId: number, currentId: number) {
       const now = clock.now();
       const [live, past] = await Promise.all([
@@ -131,31 +162,39 @@ export function makeSessionsService({ db, store, clock, geo, cache }: SessionsDe
     /** Spec 4.2 rule 2: the current session → 400, an unknown suffix → 404. */
     async destroyBySuffix(userId: number, currentId: number, suffix: string): Promise<boolean> {
       const now = clock.now();
-      const target = (await store.activeOf(userId, now)).find((s) => s.tokenSuffix === suffix);
-      if (!target) throw appError('ERR_SESSION_NOT_FOUND');
-      if (target.id === currentId) throw appError('ERR_CANNOT_DESTROY_CURRENT_SESSION');
-      const done = await store.end([target.id], 'destroyed', now);
-      ended(userId, done, 'destroyed');
-      return done.length === 1;
+      return db.transaction(async (tx) => {
+        const target = (await store.activeOf(userId, now, tx)).find((s) => s.tokenSuffix === suffix);
+        if (!target) throw appError('ERR_SESSION_NOT_FOUND');
+        if (target.id === currentId) throw appError('ERR_CANNOT_DESTROY_CURRENT_SESSION');
+        const done = await store.end([target.id], 'destroyed', now, tx);
+        await finishEnding(userId, done, 'destroyed', tx);
+        return done.length === 1;
+      });
     },
 
     async destroyOthers(userId: number, currentId: number): Promise<number> {
-      const done = await store.endAllOf(userId, currentId, 'destroyed', clock.now());
-      ended(userId, done, 'destroyed');
-      return done.length;
+      return db.transaction(async (tx) => {
+        const done = await store.endAllOf(userId, currentId, 'destroyed', clock.now(), tx);
+        await finishEnding(userId, done, 'destroyed', tx);
+        return done.length;
+      });
     },
 
     async logout(userId: number, sessionId: number): Promise<void> {
-      const done = await store.end([sessionId], 'logout', clock.now());
-      ended(userId, done, 'logout');
+      await db.transaction(async (tx) => {
+        const done = await store.end([sessionId], 'logout', clock.now(), tx);
+        await finishEnding(userId, done, 'logout', tx);
+      });
     },
 
-    /** Ends every session of a user (ban, deletion); their sockets drop through onEnded. */
+    /**
+     * Ends every session of a user inside the caller's transaction (ban, deletion). The caller
+     * removes their keys and drops their sockets (no hooks or listeners run).
+     */
     async endAll(userId: number, reason: string, tx?: Tx): Promise<number[]> {
       return store.endAllOf(userId, null, reason, clock.now(), tx ?? db);
     },
 
-    announceEnded: ended,
     store,
   };
   return service;

@@ -39,6 +39,15 @@ export function makeSessionsStore(db: Db, onChanged: UsersChanged = noUsersChang
       const byHash = new Map(rows.map((r) => [r.session.tokenHash, r]));
       return tokenHashes.map((h) => byHash.get(h));
     },
+    /** A live session's user and that user's stored state (undefined: no such live session). */
+    async liveOwner(sessionId: number, now: Date) {
+      const [row] = await db
+        .select({ userId: users.id, state: users.state, stateExpiresAt: users.stateExpiresAt })
+        .from(sessions)
+        .innerJoin(users, eq(users.id, sessions.userId))
+        .where(and(eq(sessions.id, sessionId), active(now)));
+      return row;
+    },
     async activeOf(userId: number, now: Date, tx: Tx = db): Promise<SessionRow[]> {
       return tx
         .select()

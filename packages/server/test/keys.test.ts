@@ -1,0 +1,154 @@
+import { INT32_MAX, KEY_SHARE_BODY_MAX_BYTES, Limits } from '@parlor/protocol';
+import { and, count, eq } from 'drizzle-orm';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { schema } from '../src/platform/db/index.js';
+import { describeApp, startApp, type TestApp } from './support/app.js';
+import { bulkMembers } from './support/bulk.js';
+import { join, keyedChat, type Member, member } from './support/chat-flows.js';
+import { closeAllSockets } from './support/sockets.js';
+
+let app: TestApp;
+beforeAll(async () => {
+  app = await startApp();
+});
+afterAll(async () => {
+  closeAllSockets();
+  await app?.close();
+});
+
+const MAX = Limits.KEY_SHARE_ENVELOPES_MAX;
+/** A stand-in envelope of the real size (104 bytes, 140 characters); the server never opens one. */
+const wrapped = (n: number) => Buffer.alloc(104, n % 256).toString('base64');
+const share = (m: Member, chatId: number, body: unknown) =>
+  m.client.post(`/v1/portal/chats/${chatId}/keys/share`, body);
+const envelopesFor = (sessionIds: number[]) =>
+  sessionIds.map((session_id) => ({ session_id, wrapped: wrapped(session_id) }));
+const answer = (res: { status: number; body: any }) => [res.status, res.body?.code ?? res.body];
+
+async function storedAt(chatId: number, epoch: number): Promise<number> {
+  const [row] = await app.database.db
+    .select({ n: count() })
+    .from(schema.keyEnvelopes)
+    .where(and(eq(schema.keyEnvelopes.chatId, chatId), eq(schema.keyEnvelopes.epoch, epoch)));
+  return Number(row?.n ?? 0);
+}
+
+describeApp('POST /v1/portal/chats/{chat_id}/keys/share: integers the integer columns hold', () => {
+  it(`takes an epoch up to ${INT32_MAX} (403 ERR_EPOCH_MISMATCH as any other); ${INT32_MAX + 1} is 400 ERR_VALIDATION`, async () => {
+    const { owner, chatId } = await keyedChat(app);
+    const at = (epoch: number) => share(owner, chatId, { epoch, envelopes: envelopesFor([owner.sessionId]) });
+    expect(answer(await at(INT32_MAX))).toEqual([403, 'ERR_EPOCH_MISMATCH']);
+    expect(answer(await at(INT32_MAX + 1))).toEqual([400, 'ERR_VALIDATION']);
+    expect(answer(await at(3_000_000_000))).toEqual([400, 'ERR_VALIDATION']);
+  });
+
+  it(`takes a session id up to ${INT32_MAX} (409 ERR_KEY_RING_CHANGED: no such session); ${INT32_MAX + 1} is 400`, async () => {
+    const { owner, chatId, epoch } = await keyedChat(app);
+    const to = (sessionId: number) => share(owner, chatId, { epoch, envelopes: envelopesFor([sessionId]) });
+    expect(answer(await to(INT32_MAX))).toEqual([409, 'ERR_KEY_RING_CHANGED']);
+    expect(answer(await to(INT32_MAX + 1))).toEqual([400, 'ERR_VALIDATION']);
+  });
+
+  it('GET …/keys reads no query: an epoch there is ignored, never out of range', async () => {
+    const { owner, chatId, epoch } = await keyedChat(app);
+    const res = await owner.client.get(`/v1/portal/chats/${chatId}/keys?epoch=3000000000`);
+    expect(res.status).toBe(200);
+    expect(res.body.epoch).toBe(epoch);
+  });
+});
+
+describeApp('POST /v1/portal/chats/{chat_id}/keys/share: body size', () => {
+  it(`takes the largest body its schema admits (${KEY_SHARE_BODY_MAX_BYTES} bytes); one byte more is 413`, async () => {
+    const { owner, chatId } = await keyedChat(app);
+    const largest = JSON.stringify({
+      epoch: INT32_MAX,
+      envelopes: Array.from({ length: MAX }, () => ({
+        session_id: INT32_MAX,
+        wrapped: 'A'.repeat(Limits.ENVELOPE_MAX_CHARS),
+      })),
+    });
+    expect(largest.length).toBe(KEY_SHARE_BODY_MAX_BYTES);
+    expect(largest.length).toBeGreaterThan(Limits.BODY_LIMIT_BYTES);
+    const path = `/v1/portal/chats/${chatId}/keys/share`;
+    // Through the size limit and the schema to the rules: the epoch is not the chat's.
+    expect(answer(await owner.client.post(path, undefined, { raw: largest }))).toEqual([403, 'ERR_EPOCH_MISMATCH']);
+    expect(answer(await owner.client.post(path, undefined, { raw: `${largest} ` }))).toEqual([
+      413,
+      'ERR_PAYLOAD_TOO_LARGE',
+    ]);
+    // Every other route keeps the general limit.
+    const big = JSON.stringify({ content: 'x'.repeat(Limits.BODY_LIMIT_BYTES) });
+    const message = await owner.client.post(`/v1/portal/chats/${chatId}/messages`, undefined, { raw: big });
+    expect(answer(message)).toEqual([413, 'ERR_PAYLOAD_TOO_LARGE']);
+  });
+});
+
+describeApp('keying a key ring larger than one request', () => {
+  it(`a ring of ${MAX} sessions is keyed by one share of all of them, never fewer`, async () => {
+    const owner = await member(app, { level: 2 });
+    const chatId = (await owner.client.post('/v1/portal/chats/create', { name: 'Exact', type: 'public' })).body.chat.id;
+    expect((await join(owner, { chat_id: chatId })).ok).toBe(true);
+    const others = await bulkMembers(app, chatId, { users: MAX - 1, perUser: 1 });
+    const ring = [owner.sessionId, ...others.map((s) => s.sessionId)];
+    expect(
+      Object.values((await owner.client.get(`/v1/portal/chats/${chatId}/keys`)).body.key_ring).flatMap((s) =>
+        Object.keys(s as object),
+      ),
+    ).toHaveLength(MAX);
+    const short = share(owner, chatId, { epoch: 1, envelopes: envelopesFor(ring.slice(0, MAX - 1)) });
+    expect(answer(await short)).toEqual([409, 'ERR_KEY_RING_CHANGED']);
+    expect((await share(owner, chatId, { epoch: 1, envelopes: envelopesFor(ring) })).body).toEqual({
+      epoch: 1,
+      stored: MAX,
+    });
+  });
+
+  it(`a ring of more: the first ${MAX}, the caller's among them, key it; holders top up the rest`, async () => {
+    const owner = await member(app, { level: 2 });
+    const chatId = (await owner.client.post('/v1/portal/chats/create', { name: 'Large', type: 'public' })).body.chat.id;
+    expect((await join(owner, { chat_id: chatId })).ok).toBe(true);
+    const guest = await member(app);
+    expect((await join(guest, { chat_id: chatId })).ok).toBe(true);
+    // Users with several sessions, as the ring counts sessions: MAX + 2 with the owner and the guest.
+    const others = await bulkMembers(app, chatId, { users: MAX / 5, perUser: 5 });
+    const bulk = others.map((s) => s.sessionId);
+    const ring = [owner.sessionId, guest.sessionId, ...bulk];
+    const listed = (await owner.client.get(`/v1/portal/chats/${chatId}/keys`)).body.key_ring;
+    expect(Object.values(listed).flatMap((sessions) => Object.keys(sessions as object))).toHaveLength(MAX + 2);
+
+    // More than one request carries: refused by the schema.
+    expect(answer(await share(owner, chatId, { epoch: 1, envelopes: envelopesFor(ring.slice(0, MAX + 1)) }))).toEqual([
+      400,
+      'ERR_VALIDATION',
+    ]);
+    // A full request without the caller's own session, or one short of full: not a keying share.
+    const withoutSelf = envelopesFor([guest.sessionId, ...bulk].slice(0, MAX));
+    expect(answer(await share(owner, chatId, { epoch: 1, envelopes: withoutSelf }))).toEqual([
+      409,
+      'ERR_KEY_RING_CHANGED',
+    ]);
+    const shortOfFull = envelopesFor([owner.sessionId, ...bulk].slice(0, MAX - 1));
+    expect(answer(await share(owner, chatId, { epoch: 1, envelopes: shortOfFull }))).toEqual([
+      409,
+      'ERR_KEY_RING_CHANGED',
+    ]);
+    expect(await storedAt(chatId, 1)).toBe(0);
+
+    // A full request with the caller's session keys the epoch.
+    const first = envelopesFor([owner.sessionId, ...bulk].slice(0, MAX));
+    expect((await share(owner, chatId, { epoch: 1, envelopes: first })).body).toEqual({ epoch: 1, stored: MAX });
+    // The guest, left out of it, cannot key the epoch over it.
+    const grab = await share(guest, chatId, { epoch: 1, envelopes: envelopesFor([guest.sessionId]) });
+    expect(answer(grab)).toEqual([409, 'ERR_EPOCH_ALREADY_KEYED']);
+    // The keyer, a holder now, tops up the rest; the guest gets its envelope.
+    const rest = envelopesFor([guest.sessionId, ...bulk.slice(MAX - 1)]);
+    expect(rest).toHaveLength(2);
+    expect((await share(owner, chatId, { epoch: 1, envelopes: rest })).body).toEqual({ epoch: 1, stored: 2 });
+    expect(await storedAt(chatId, 1)).toBe(MAX + 2);
+    expect(await guest.socket.next('room:key', (e) => e.chat_id === chatId)).toMatchObject({
+      epoch: 1,
+      envelope: wrapped(guest.sessionId),
+    });
+    expect((await guest.client.get(`/v1/portal/chats/${chatId}/keys`)).body.envelope).toBe(wrapped(guest.sessionId));
+  });
+});

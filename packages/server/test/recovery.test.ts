@@ -1,0 +1,194 @@
+import { io, type Socket } from 'socket.io-client';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { describeApp, startApp, type TestApp } from './support/app.js';
+import { bundle, keyEpoch, keyedChat, type Member, member } from './support/chat-flows.js';
+import { closeAllSockets } from './support/sockets.js';
+
+let app: TestApp;
+const opened: Socket[] = [];
+beforeAll(async () => {
+  app = await startApp();
+});
+afterAll(async () => {
+  for (const s of opened) s.close();
+  closeAllSockets();
+  await app?.close();
+});
+
+/**
+ * A socket of `m`'s session that can come back with connection state recovery: it reconnects
+ * only when told (`connect()`), after `drop()` cut its transport (not a clean disconnect, so the
+ * server keeps its session for the recovery window). `packets` records every event packet that
+ * reaches the client, before or without a successful connect too (the manager's decoded packets).
+ */
+async function recoverable(m: Member) {
+  const socket = io(app.url, {
+    transports: ['websocket'],
+    extraHeaders: { cookie: `psession=${m.client.cookie}` },
+    reconnection: false,
+    forceNew: true,
+  });
+  opened.push(socket);
+  const packets: { event: string; payload: any }[] = [];
+  socket.io.on('packet', (p: { type: number; data?: unknown[] }) => {
+    if (p.type === 2 && Array.isArray(p.data)) packets.push({ event: String(p.data[0]), payload: p.data[1] });
+  });
+  await new Promise<void>((resolve, reject) => {
+    socket.once('connect', () => resolve());
+    socket.once('connect_error', reject);
+  });
+  return {
+    socket,
+    packets,
+    /** The ids of the user messages received (system messages aside). */
+    messages: () =>
+      packets.filter((p) => p.event === 'message:new' && p.payload.type === 'user').map((p) => p.payload.id as string),
+    async drop() {
+      const down = new Promise<void>((resolve) => socket.once('disconnect', () => resolve()));
+      socket.io.engine.close();
+      await down;
+    },
+    /** Reconnects; resolves with the connect error's message, or null once connected. */
+    reconnect(): Promise<string | null> {
+      return new Promise((resolve) => {
+        socket.once('connect', () => resolve(null));
+        socket.once('connect_error', (err) => resolve(err.message));
+        socket.connect();
+      });
+    },
+  };
+}
+
+/** Resolves once `socket` has received a message with this id. */
+function received(r: Awaited<ReturnType<typeof recoverable>>, id: string, ms = 10_000): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const t = setInterval(() => {
+      if (r.messages().includes(id)) {
+        clearInterval(t);
+        clearTimeout(timer);
+        resolve();
+      }
+    }, 10);
+    const timer = setTimeout(() => {
+      clearInterval(t);
+      reject(new Error(`no message ${id}; got ${r.messages().join(', ')}`));
+    }, ms);
+  });
+}
+
+/** A member of the chat whose only socket is a recoverable one, in the chat room, with a recovery offset. */
+async function inChat(chat: Awaited<ReturnType<typeof keyedChat>>) {
+  const m = await member(app);
+  m.socket.close(); // member() connects a socket of its own; this test watches only `r`.
+  const r = await recoverable(m);
+  expect(((await r.socket.emitWithAck('room:join', { chat_id: chat.chatId })) as { ok: boolean }).ok).toBe(true);
+  return { m, r };
+}
+
+/** The owner keys the chat's new epoch (after a kick, ban or logout raised it). */
+const rekey = async (chat: Awaited<ReturnType<typeof keyedChat>>) => {
+  Object.assign(chat, await keyEpoch(chat.owner, chat.chatId));
+};
+
+const send = async (chat: Awaited<ReturnType<typeof keyedChat>>, text: string): Promise<string> => {
+  const res = await chat.owner.client.post(`/v1/portal/chats/${chat.chatId}/messages`, {
+    content: bundle(chat.chatKey, chat.chatId, chat.epoch, text),
+  });
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
+  return res.body.id;
+};
+
+/** Drops both transports and waits until the chat has heard both go offline (the server kept their sessions). */
+async function dropAll(chat: Awaited<ReturnType<typeof keyedChat>>, ...who: Awaited<ReturnType<typeof inChat>>[]) {
+  for (const w of who) await w.r.drop();
+  for (const w of who) {
+    await chat.owner.socket.next(
+      'portal:presence',
+      (p) => p.chat_id === chat.chatId && p.session_id === w.m.sessionId && p.online === false,
+    );
+  }
+}
+
+describeApp('connection state recovery after a kick', () => {
+  it('gives a kicked user back no chat room and replays nothing the chat was sent; a member still in it gets both', async () => {
+    const chat = await keyedChat(app);
+    const kicked = await inChat(chat);
+    const stays = await inChat(chat);
+    // A first message gives both clients a recovery offset.
+    const one = await send(chat, 'one');
+    await received(kicked.r, one);
+    await received(stays.r, one);
+
+    await dropAll(chat, kicked, stays);
+    const away = kicked.r.packets.length;
+    const heard = chat.owner.socket.received.length;
+    const kick = await chat.owner.client.post(`/v1/portal/chats/${chat.chatId}/kick`, { user_id: kicked.m.user.id });
+    expect(kick.status, JSON.stringify(kick.body)).toBe(200);
+    await rekey(chat);
+    const missed = await send(chat, 'two');
+
+    expect(await kicked.r.reconnect()).toBeNull();
+    expect(await stays.r.reconnect()).toBeNull();
+    expect(kicked.r.socket.recovered).toBe(true);
+    expect(stays.r.socket.recovered).toBe(true);
+    const live = await send(chat, 'three');
+    await received(stays.r, missed);
+    await received(stays.r, live);
+    // An ack on the kicked socket's connection comes after anything the chat was sent before it.
+    await kicked.r.socket.emitWithAck('vm:credentials', { chat_id: chat.chatId });
+
+    expect(stays.r.messages()).toEqual([one, missed, live]);
+    expect(kicked.r.messages()).toEqual([one]);
+    // What went to the user while away is replayed: the kick itself.
+    expect(kicked.r.packets).toContainEqual({
+      event: 'room:left',
+      payload: { chat_id: chat.chatId, reason: 'kicked' },
+    });
+    // Nothing the chat was sent since: no system message, no rekey, no key or presence events.
+    const since = kicked.r.packets.slice(away).filter((p) => p.payload?.chat_id === chat.chatId);
+    expect(since.map((p) => p.event)).toEqual(['room:left']);
+    // The chat is told the member who stayed is back, not the one who was kicked.
+    const back = (sessionId: number) =>
+      chat.owner.socket.received
+        .slice(heard)
+        .some((e) => e.event === 'portal:presence' && e.payload.session_id === sessionId && e.payload.online === true);
+    await chat.owner.socket.next('portal:presence', (p) => p.session_id === stays.m.sessionId && p.online === true);
+    expect(back(kicked.m.sessionId)).toBe(false);
+  });
+
+  it('is the same after a ban from the chat', async () => {
+    const chat = await keyedChat(app);
+    const banned = await inChat(chat);
+    const one = await send(chat, 'one');
+    await received(banned.r, one);
+    await dropAll(chat, banned);
+    const ban = await chat.owner.client.post(`/v1/portal/chats/${chat.chatId}/ban`, { user_id: banned.m.user.id });
+    expect(ban.status, JSON.stringify(ban.body)).toBe(200);
+    await rekey(chat);
+    await send(chat, 'two');
+    expect(await banned.r.reconnect()).toBeNull();
+    expect(banned.r.socket.recovered).toBe(true);
+    await send(chat, 'three');
+    await banned.r.socket.emitWithAck('vm:credentials', { chat_id: chat.chatId });
+    expect(banned.r.messages()).toEqual([one]);
+    expect(banned.r.packets).toContainEqual({
+      event: 'room:left',
+      payload: { chat_id: chat.chatId, reason: 'banned' },
+    });
+  });
+});
+
+describeApp('connection state recovery after the session ended', () => {
+  it('recovers nothing for a session that logged out while away: the handshake is refused and no missed packet is sent', async () => {
+    const chat = await keyedChat(app);
+    const gone = await inChat(chat);
+    const one = await send(chat, 'one');
+    await received(gone.r, one);
+    await dropAll(chat, gone);
+    expect((await gone.m.client.post('/v1/authentication/logout', {})).status).toBe(200);
+    await rekey(chat);
+    await send(chat, 'two');
+    expect(await gone.r.reconnect()).toBe('ERR_UNAUTHENTICATED');
+    expect(gone.r.messages()).toEqual([one]);
+  });
+});

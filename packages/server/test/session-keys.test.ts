@@ -1,0 +1,123 @@
+import { Limits } from '@parlor/protocol';
+import { eq, sql } from 'drizzle-orm';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { schema } from '../src/platform/db/index.js';
+import { describeApp, startApp, type TestApp } from './support/app.js';
+import { join, keyedChat, type Member, member } from './support/chat-flows.js';
+import { login, operator } from './support/flows.js';
+import { closeAllSockets } from './support/sockets.js';
+
+let app: TestApp;
+beforeAll(async () => {
+  app = await startApp();
+});
+afterAll(async () => {
+  closeAllSockets();
+  await app?.close();
+});
+
+/**
+ * DESIGN.md 9: a 2xx on a mutation means it is committed and its events are published. Ending a
+ * session removes its key and moves its chats to a new epoch in the same transaction, so right
+ * after the answer, with no waiting: the chat is at a new epoch, the ring lacks the session, and
+ * its key row is gone.
+ */
+async function expectRekeyedWithout(chat: { owner: Member; chatId: number }, before: number, gone: Member) {
+  const state = await chat.owner.client.get(`/v1/portal/chats/${chat.chatId}/keys`);
+  expect(state.status).toBe(200);
+  expect(state.body.epoch).toBe(before + 1);
+  expect(Object.keys(state.body.key_ring[String(gone.user.id)] ?? {})).not.toContain(String(gone.sessionId));
+  const rows = await app.database.db
+    .select()
+    .from(schema.sessionKeys)
+    .where(eq(schema.sessionKeys.sessionId, gone.sessionId));
+  expect(rows).toEqual([]);
+}
+
+/** A keyed chat with `m` (and, being one user, every session of it) as a member; the current epoch. */
+async function chatWith(m: Member) {
+  const chat = await keyedChat(app);
+  expect((await join(m, { chat_id: chat.chatId })).ok).toBe(true);
+  const ring = (await chat.owner.client.get(`/v1/portal/chats/${chat.chatId}/keys`)).body.key_ring;
+  expect(Object.keys(ring[String(m.user.id)] ?? {})).toContain(String(m.sessionId));
+  return chat;
+}
+
+describeApp('ending a session rekeys its chats before the answer', () => {
+  it('POST /v1/authentication/logout', async () => {
+    const guest = await member(app);
+    const chat = await chatWith(guest);
+    const res = await guest.client.post('/v1/authentication/logout', {});
+    expect(res.status).toBe(200);
+    await expectRekeyedWithout(chat, chat.epoch, guest);
+  });
+
+  it('POST /v1/users/me/sessions/{token_suffix}/destroy', async () => {
+    const a = await member(app);
+    const b = await member(app, { platformUserId: a.platformUserId });
+    const chat = await chatWith(a);
+    const res = await a.client.post(`/v1/users/me/sessions/${b.client.cookie?.slice(-6)}/destroy`);
+    expect(res.body).toEqual({ destroyed: true });
+    await expectRekeyedWithout(chat, chat.epoch, b);
+  });
+
+  it('POST /v1/users/me/sessions/destroy', async () => {
+    const a = await member(app);
+    const b = await member(app, { platformUserId: a.platformUserId });
+    const chat = await chatWith(a);
+    const res = await a.client.post('/v1/users/me/sessions/destroy', {});
+    expect(res.body).toEqual({ destroyed: 1 });
+    await expectRekeyedWithout(chat, chat.epoch, b);
+  });
+
+  it(`the eviction at login ${Limits.MAX_SESSIONS_PER_USER + 1}`, async () => {
+    const oldest = await member(app);
+    const chat = await chatWith(oldest);
+    for (let i = 1; i < Limits.MAX_SESSIONS_PER_USER; i++) await login(app, { platformUserId: oldest.platformUserId });
+    // Those logins registered no key: nothing changed for the chat yet.
+    expect((await chat.owner.client.get(`/v1/portal/chats/${chat.chatId}/keys`)).body.epoch).toBe(chat.epoch);
+    await login(app, { platformUserId: oldest.platformUserId });
+    expect((await oldest.client.get('/v1/users/me')).status).toBe(401);
+    await expectRekeyedWithout(chat, chat.epoch, oldest);
+  });
+
+  it('a platform ban', async () => {
+    const target = await member(app);
+    const chat = await chatWith(target);
+    const res = await operator(app).post('/v1/admin/punishments/ban', { user_id: target.user.id });
+    expect(res.status).toBe(200);
+    await expectRekeyedWithout(chat, chat.epoch, target);
+  });
+});
+
+describeApp('ending a session and removing its key are one transaction', () => {
+  it('a logout whose key removal fails ends nothing: 500, the session stays live, the epoch stays', async () => {
+    const guest = await member(app);
+    const chat = await chatWith(guest);
+    const db = app.database.db;
+    // The key removal fails for this session only (a trigger of this test's database).
+    await db.execute(
+      sql.raw(`create function test_refuse_key_delete() returns trigger language plpgsql as $$
+        begin
+          if old.session_id = ${guest.sessionId} then raise exception 'key removal refused by the test'; end if;
+          return old;
+        end $$`),
+    );
+    await db.execute(
+      sql.raw(`create trigger test_refuse_key_delete before delete on session_keys
+        for each row execute function test_refuse_key_delete()`),
+    );
+    try {
+      const res = await guest.client.post('/v1/authentication/logout', {});
+      expect(res.status).toBe(500);
+      expect(res.body.code).toBe('ERR_INTERNAL');
+    } finally {
+      await db.execute(sql.raw('drop trigger test_refuse_key_delete on session_keys'));
+      await db.execute(sql.raw('drop function test_refuse_key_delete()'));
+    }
+    expect((await guest.client.get('/v1/users/me')).status).toBe(200);
+    const state = await chat.owner.client.get(`/v1/portal/chats/${chat.chatId}/keys`);
+    expect(state.body.epoch).toBe(chat.epoch);
+    expect(Object.keys(state.body.key_ring[String(guest.user.id)] ?? {})).toContain(String(guest.sessionId));
+  });
+});

@@ -1,0 +1,87 @@
+import { INT32_MAX, Limits } from '@parlor/protocol';
+import { io, type Socket } from 'socket.io-client';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { SOCKET_MESSAGE_MAX_BYTES } from '../src/platform/realtime.js';
+import { describeApp, startApp, type TestApp } from './support/app.js';
+import { login } from './support/flows.js';
+
+let app: TestApp;
+let cookie: string;
+const opened: Socket[] = [];
+beforeAll(async () => {
+  app = await startApp();
+  cookie = (await login(app)).client.cookie ?? '';
+});
+afterAll(async () => {
+  for (const s of opened) s.close();
+  await app?.close();
+});
+
+async function connect(transport: 'websocket' | 'polling'): Promise<Socket> {
+  const socket = io(app.url, {
+    transports: [transport],
+    extraHeaders: { cookie: `psession=${cookie}` },
+    reconnection: false,
+    forceNew: true,
+  });
+  opened.push(socket);
+  await new Promise<void>((resolve, reject) => {
+    socket.once('connect', () => resolve());
+    socket.once('connect_error', reject);
+  });
+  return socket;
+}
+
+/**
+ * The bytes of one client event on the wire without an ack: Engine.IO's message type ("4"),
+ * Socket.IO's event type ("2") and the JSON of `[event, payload]` (ASCII here: one byte each).
+ */
+const wireBytes = (event: string, payload: unknown) => 2 + JSON.stringify([event, payload]).length;
+
+/** A `vm:input` text event whose message is exactly `bytes` long (its text is too long to be valid). */
+function eventOfSize(bytes: number) {
+  const empty = { chat_id: 1, kind: 'text', text: '' };
+  const payload = { ...empty, text: 'a'.repeat(bytes - wireBytes('vm:input', empty)) };
+  expect(wireBytes('vm:input', payload)).toBe(bytes);
+  return payload;
+}
+
+/** Whether the socket is still served: an event with an ack gets its answer. */
+const answers = async (socket: Socket) =>
+  ((await socket.timeout(5000).emitWithAck('room:leave', { chat_id: INT32_MAX })) as { ok: boolean }).ok === false;
+
+describeApp('the largest socket message', () => {
+  it('takes the largest legitimate client event: vm:input text of the most characters JSON writes longest', async () => {
+    const socket = await connect('websocket');
+    // A control character (or a lone surrogate) takes 6 bytes of JSON: "\u0001".
+    const payload = { chat_id: INT32_MAX, kind: 'text', text: '\u0001'.repeat(Limits.VM_INPUT_TEXT_MAX) };
+    const bytes = Buffer.byteLength(JSON.stringify(['vm:input', payload])) + 2 + String(Number.MAX_SAFE_INTEGER).length;
+    expect(bytes).toBeGreaterThan(Limits.VM_INPUT_TEXT_MAX * 6);
+    expect(bytes).toBeLessThanOrEqual(SOCKET_MESSAGE_MAX_BYTES);
+    const ack = (await socket.timeout(5000).emitWithAck('vm:input', payload as never)) as { ok: boolean; code: string };
+    // Valid, so it reached the room VM rules (this user is in no such chat).
+    expect(ack.ok).toBe(false);
+    expect(ack.code).not.toBe('ERR_VALIDATION');
+    expect(socket.connected).toBe(true);
+  });
+
+  for (const transport of ['websocket', 'polling'] as const) {
+    it(`${transport}: keeps a socket whose message is ${SOCKET_MESSAGE_MAX_BYTES} bytes; closes one whose message is a byte more`, async () => {
+      const atLimit = await connect(transport);
+      atLimit.emit('vm:input', eventOfSize(SOCKET_MESSAGE_MAX_BYTES) as never);
+      expect(await answers(atLimit)).toBe(true);
+      expect(atLimit.connected).toBe(true);
+
+      const over = await connect(transport);
+      const closed = new Promise<string>((resolve, reject) => {
+        const t = setTimeout(() => reject(new Error('the socket was not closed')), 5000);
+        over.once('disconnect', (reason) => {
+          clearTimeout(t);
+          resolve(reason);
+        });
+      });
+      over.emit('vm:input', eventOfSize(SOCKET_MESSAGE_MAX_BYTES + 1) as never);
+      expect(await closed).toMatch(/^transport (close|error)$/);
+    });
+  }
+});
