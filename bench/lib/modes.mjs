@@ -228,7 +228,7 @@ export async function startMode(mode, { pglite = 'disk', config = {}, attach = n
         redisPrefix,
         publicApiKey: BENCH_PUBLIC_KEY,
         operatorToken: BENCH_OPERATOR_TOKEN,
-        trustProxy: true,
+        trustProxy: 1,
         logLevel: 'silent',
         sourceHash: 'bench',
         ...config,

@@ -16,6 +16,7 @@ import { type SubscriptionSweep, SWEEP_INTERVAL_MS } from './modules/subscriptio
 import type { VmService } from './modules/vm/vm.service.js';
 import { emptyPrincipal, makeGuards } from './platform/auth.js';
 import { every } from './platform/background.js';
+import { trustProxyOption } from './platform/client-address.js';
 import { type Clock, systemClock } from './platform/clock.js';
 import type { Config } from './platform/config.js';
 import { trackCommits } from './platform/db/after-commit.js';
@@ -27,7 +28,7 @@ import type { App } from './platform/routing.js';
 import { loadOrCreateSecret } from './platform/secret-files.js';
 import { API_SECURITY_HEADERS, computeSecurityHeaders, isApiPath } from './platform/security-headers.js';
 import { openState, type StateStore } from './platform/state/index.js';
-import { validatorCompiler } from './platform/validation.js';
+import { installJsonBodyParser, validatorCompiler } from './platform/validation.js';
 import type { VmProvider } from './platform/vm/provider.js';
 import { installWriteLimit } from './platform/write-limit.js';
 import { registerRoutes } from './wiring/routes.js';
@@ -101,7 +102,7 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
               censor: '[redacted]',
             },
           },
-    trustProxy: config.trustProxy,
+    trustProxy: trustProxyOption(config.trustProxy),
     bodyLimit: Limits.BODY_LIMIT_BYTES,
     return503OnClosing: true,
     forceCloseConnections: true,
@@ -113,6 +114,7 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
   }).withTypeProvider<TypeBoxTypeProvider>() as unknown as App;
   // The API speaks JSON only: Fastify's built-in text/plain parser would let a text body reach validation.
   app.removeContentTypeParser('text/plain');
+  installJsonBodyParser(app);
   app.setValidatorCompiler(validatorCompiler);
   installErrorHandler(app);
   installMethodNotAllowed(app);

@@ -57,6 +57,102 @@ describeApp('POST /v1/authentication/request', () => {
     expect(second.body.expires_at).toBe(first.body.expires_at);
   });
 
+  it('gives a request from another address the same code, which then verifies from either address', async () => {
+    const id = nextIdentity();
+    const [a, b, c] = [site(), site(), site()];
+    const first = await a.post('/v1/authentication/request', { platform: 'platform_a', platform_user_id: id });
+    const code = (await botCode(id)).body.code;
+    const second = await b.post('/v1/authentication/request', { platform: 'platform_a', platform_user_id: id });
+    expect(second.status).toBe(200);
+    expect(second.body.expires_at).toBe(first.body.expires_at);
+    expect((await botCode(id)).body.code).toBe(code);
+    // An address that never asked cannot use it; each one that asked can.
+    expect((await c.post('/v1/authentication/verify', { code })).body.code).toBe('ERR_INVALID_CODE');
+    expect((await b.post('/v1/authentication/verify', { code })).status).toBe(200);
+    expect((await a.post('/v1/authentication/verify', { code })).body.code).toBe('ERR_INVALID_CODE');
+  });
+
+  it('lets no request cancel a pending login: the first address still verifies after requests from others', async () => {
+    const id = nextIdentity();
+    const owner = site();
+    await owner.post('/v1/authentication/request', { platform: 'platform_a', platform_user_id: id });
+    const code = (await botCode(id)).body.code;
+    for (let i = 0; i < 3; i++)
+      expect(
+        (await site().post('/v1/authentication/request', { platform: 'platform_a', platform_user_id: id })).status,
+      ).toBe(200);
+    expect((await botCode(id)).body.code).toBe(code);
+    expect((await owner.post('/v1/authentication/verify', { code })).status).toBe(200);
+  });
+
+  it('hands one code to concurrent requests for one identity from many addresses', async () => {
+    const id = nextIdentity();
+    const clients = Array.from({ length: 8 }, () => site());
+    const answers = await Promise.all(
+      clients.map((c) => c.post('/v1/authentication/request', { platform: 'platform_a', platform_user_id: id })),
+    );
+    expect(answers.map((r) => r.status)).toEqual(clients.map(() => 200));
+    expect(new Set(answers.map((r) => r.body.expires_at)).size).toBe(1);
+    const code = (await botCode(id)).body.code;
+    expect((await (clients[5] as Client).post('/v1/authentication/verify', { code })).status).toBe(200);
+  });
+
+  it(`counts a request for another address's pending code among its own ${Limits.PENDING_WEB_CODES_PER_IP}; repeating one of them is not a new one`, async () => {
+    const client = site();
+    const own = Array.from({ length: Limits.PENDING_WEB_CODES_PER_IP - 1 }, () => nextIdentity());
+    for (const id of own)
+      expect(
+        (await client.post('/v1/authentication/request', { platform: 'platform_a', platform_user_id: id })).status,
+      ).toBe(200);
+    const [theirs, other] = [nextIdentity(), nextIdentity()];
+    await site().post('/v1/authentication/request', { platform: 'platform_a', platform_user_id: theirs });
+    await site().post('/v1/authentication/request', { platform: 'platform_a', platform_user_id: other });
+    // The fifth pending code of this address is one another address asked for first.
+    expect(
+      (await client.post('/v1/authentication/request', { platform: 'platform_a', platform_user_id: theirs })).status,
+    ).toBe(200);
+    const sixth = await client.post('/v1/authentication/request', { platform: 'platform_a', platform_user_id: other });
+    expect(sixth.status).toBe(429);
+    expect(sixth.body.code).toBe('ERR_RATE_LIMITED');
+    for (const id of [...own, theirs])
+      expect(
+        (await client.post('/v1/authentication/request', { platform: 'platform_a', platform_user_id: id })).status,
+      ).toBe(200);
+    // Refused, the address was not bound to the code.
+    const code = (await botCode(other)).body.code;
+    expect((await client.post('/v1/authentication/verify', { code })).body.code).toBe('ERR_INVALID_CODE');
+  });
+
+  it('keys pending codes of IPv6 clients by their /64: another address in it counts against the same five', async () => {
+    const inNet = (host: number) => new Client(app.url, `2001:db8:7:1::${host.toString(16)}`, app.publicApiKey);
+    for (let i = 1; i <= Limits.PENDING_WEB_CODES_PER_IP; i++) {
+      const res = await inNet(i).post('/v1/authentication/request', {
+        platform: 'platform_a',
+        platform_user_id: nextIdentity(),
+      });
+      expect(res.status).toBe(200);
+    }
+    const sameNet = await new Client(app.url, '2001:db8:7:1:aaaa:bbbb:cccc:dddd', app.publicApiKey).post(
+      '/v1/authentication/request',
+      { platform: 'platform_a', platform_user_id: nextIdentity() },
+    );
+    expect(sameNet.status).toBe(429);
+    const nextNet = await new Client(app.url, '2001:db8:7:2::1', app.publicApiKey).post('/v1/authentication/request', {
+      platform: 'platform_a',
+      platform_user_id: nextIdentity(),
+    });
+    expect(nextNet.status).toBe(200);
+    // A web code stays bound to the exact address that asked for it.
+    const id = nextIdentity();
+    await new Client(app.url, '2001:db8:7:3::1', app.publicApiKey).post('/v1/authentication/request', {
+      platform: 'platform_a',
+      platform_user_id: id,
+    });
+    const code = (await botCode(id)).body.code;
+    const neighbour = new Client(app.url, '2001:db8:7:3::2', app.publicApiKey);
+    expect((await neighbour.post('/v1/authentication/verify', { code })).body.code).toBe('ERR_INVALID_CODE');
+  });
+
   it('refuses an unsupported platform with 400 ERR_UNSUPPORTED_PLATFORM', async () => {
     const res = await site().post('/v1/authentication/request', { platform: 'elsewhere', platform_user_id: '1' });
     expect(res.status).toBe(400);
@@ -187,6 +283,43 @@ describeApp('POST /v1/authentication/verify', () => {
     expect(blocked.body.code).toBe('ERR_RATE_LIMITED');
     expect(blocked.body.retry_after).toBeGreaterThan(0);
   });
+
+  it(`counts parallel wrong guesses before checking them: of 60 from one address ${Limits.VERIFY_FAILURES_PER_IP} are checked, the rest answer 429`, async () => {
+    const client = site();
+    const guesses = Array.from(
+      { length: 60 },
+      (_, i) => `ZZZZZZ${'23456789ABCDEFGHJKLMNPQRSTUVWXYZ'[i % 32]}${i < 32 ? 'Y' : 'X'}`,
+    );
+    const answers = await Promise.all(guesses.map((code) => client.post('/v1/authentication/verify', { code })));
+    const checked = answers.filter((r) => r.status === 400);
+    const refused = answers.filter((r) => r.status === 429);
+    expect(checked.map((r) => r.body.code)).toEqual(Array(Limits.VERIFY_FAILURES_PER_IP).fill('ERR_INVALID_CODE'));
+    expect(refused).toHaveLength(60 - Limits.VERIFY_FAILURES_PER_IP);
+    expect(new Set(refused.map((r) => r.body.code))).toEqual(new Set(['ERR_RATE_LIMITED']));
+  });
+
+  it('does not count a verify that finds its code among the failures', async () => {
+    const client = site();
+    for (let i = 0; i < Limits.VERIFY_FAILURES_PER_IP - 1; i++)
+      expect((await client.post('/v1/authentication/verify', { code: 'ZZZZZZZZ' })).status).toBe(400);
+    const id = nextIdentity();
+    await client.post('/v1/authentication/request', { platform: 'platform_a', platform_user_id: id });
+    const code = (await botCode(id)).body.code;
+    expect((await client.post('/v1/authentication/verify', { code })).status).toBe(200);
+    expect((await client.post('/v1/authentication/verify', { code: 'ZZZZZZZZ' })).status).toBe(400);
+    expect((await client.post('/v1/authentication/verify', { code: 'ZZZZZZZZ' })).status).toBe(429);
+  });
+
+  it('counts the failures of an IPv6 client per /64, whichever address in it guesses', async () => {
+    for (let i = 1; i <= Limits.VERIFY_FAILURES_PER_IP; i++) {
+      const guesser = new Client(app.url, `2001:db8:8:1::${i}`, app.publicApiKey);
+      expect((await guesser.post('/v1/authentication/verify', { code: 'ZZZZZZZZ' })).status).toBe(400);
+    }
+    const next = new Client(app.url, '2001:db8:8:1:ffff::1', app.publicApiKey);
+    expect((await next.post('/v1/authentication/verify', { code: 'ZZZZZZZZ' })).status).toBe(429);
+    const elsewhere = new Client(app.url, '2001:db8:8:2::1', app.publicApiKey);
+    expect((await elsewhere.post('/v1/authentication/verify', { code: 'ZZZZZZZZ' })).status).toBe(400);
+  });
 });
 
 describeApp('POST /v1/authentication/lookup', () => {
@@ -258,6 +391,51 @@ describeApp('POST /v1/authentication/bot/send-code', () => {
     const res = await site().post('/v1/authentication/verify', { code: a.body.code });
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ new_account: false, user: { id: user.id } });
+  });
+
+  it('keeps one code per identity: a bot code replaces a pending web code, and bot/login-code hands out the bot code', async () => {
+    const { user, platformUserId } = await login(app, { bot });
+    const browser = site();
+    await browser.post('/v1/authentication/request', { platform: 'platform_a', platform_user_id: platformUserId });
+    const web = (await botCode(platformUserId)).body.code;
+    const sent = await bot.post('/v1/authentication/bot/send-code', {
+      platform: 'platform_a',
+      platform_user_id: platformUserId,
+    });
+    expect(sent.status).toBe(200);
+    expect(sent.body.code).not.toBe(web);
+    expect((await botCode(platformUserId)).body).toEqual(sent.body);
+    expect((await browser.post('/v1/authentication/verify', { code: web })).body.code).toBe('ERR_INVALID_CODE');
+    const res = await site().post('/v1/authentication/verify', { code: sent.body.code });
+    expect(res.status).toBe(200);
+    expect(res.body.user.id).toBe(user.id);
+  });
+
+  it('answers a web request with the pending bot code, which it neither cancels nor binds', async () => {
+    const { platformUserId } = await login(app, { bot });
+    const body = { platform: 'platform_a', platform_user_id: platformUserId };
+    const sent = await bot.post('/v1/authentication/bot/send-code', body);
+    const asked = await site().post('/v1/authentication/request', body);
+    expect(asked.status).toBe(200);
+    expect(asked.body.expires_at).toBe(sent.body.expires_at);
+    expect((await botCode(platformUserId)).body).toEqual(sent.body);
+    expect((await bot.post('/v1/authentication/bot/send-code', body)).body).toEqual(sent.body);
+    expect((await site().post('/v1/authentication/verify', { code: sent.body.code })).status).toBe(200);
+  });
+
+  it('leaves a pending web code alone when it refuses a bot login (ERR_WEB_LOGIN_REQUIRED): bot/login-code still delivers it', async () => {
+    const { platformUserId } = await login(app, { bot });
+    const body = { platform: 'platform_a', platform_user_id: platformUserId };
+    for (let i = 0; i < Limits.BOT_LOGIN_WEB_REQUIRED_EVERY; i++) {
+      const sent = await bot.post('/v1/authentication/bot/send-code', body);
+      expect((await site().post('/v1/authentication/verify', { code: sent.body.code })).status).toBe(200);
+    }
+    const browser = site();
+    await browser.post('/v1/authentication/request', body);
+    const web = (await botCode(platformUserId)).body.code;
+    expect((await bot.post('/v1/authentication/bot/send-code', body)).body.code).toBe('ERR_WEB_LOGIN_REQUIRED');
+    expect((await botCode(platformUserId)).body.code).toBe(web);
+    expect((await browser.post('/v1/authentication/verify', { code: web })).status).toBe(200);
   });
 
   it(`allows ${Limits.BOT_LOGIN_WEB_REQUIRED_EVERY} bot logins in a row; the next answers 403 ERR_WEB_LOGIN_REQUIRED until a web login`, async () => {

@@ -1,5 +1,7 @@
 import path from 'node:path';
+import Fastify from 'fastify';
 import { describe, expect, it } from 'vitest';
+import { trustProxyOption } from './client-address.js';
 import { type Config, ConfigError, loadConfig } from './config.js';
 
 /** Every call passes SOURCE_HASH so loadConfig never shells out to git. */
@@ -123,7 +125,7 @@ describe('loadConfig', () => {
       publicUrl: 'https://chat.example.org',
       guildApiUrl: 'https://guilds.example.org',
       cookieDomain: 'example.org',
-      trustProxy: true,
+      trustProxy: 1,
       allowedOrigins: ['https://chat.example.org', 'https://app.example.org:8443'],
       chromiumPath: '/opt/chromium/chrome',
       vmMaxPerNode: 12,
@@ -201,12 +203,50 @@ describe('loadConfig', () => {
     expect(problemsOf({ [name]: value })).toEqual([expect.stringMatching(new RegExp(`^${name} must be an integer`))]);
   });
 
-  it.each(['1', 'true', 'TRUE', 'yes', 'on', 'On'])('reads TRUST_PROXY=%s as on', (v) => {
-    expect(load({ TRUST_PROXY: v }).trustProxy).toBe(true);
+  it.each(['1', 'true', 'TRUE', 'yes', 'on', 'On', ' 1 '])('reads TRUST_PROXY=%s as exactly one proxy hop', (v) => {
+    expect(load({ TRUST_PROXY: v }).trustProxy).toBe(1);
   });
 
   it.each(['0', 'false', 'no', 'OFF'])('reads TRUST_PROXY=%s as off', (v) => {
     expect(load({ TRUST_PROXY: v }).trustProxy).toBe(false);
+  });
+
+  it.each([
+    ['2', 2],
+    ['10', 10],
+  ])('reads TRUST_PROXY=%s as that many proxy hops', (v, hops) => {
+    expect(load({ TRUST_PROXY: v }).trustProxy).toBe(hops);
+  });
+
+  it('refuses more than 10 proxy hops', () => {
+    expect(problemsOf({ TRUST_PROXY: '11' })).toEqual(['TRUST_PROXY must count 1 to 10 proxies (got "11")']);
+  });
+
+  it.each([
+    ['127.0.0.1', ['127.0.0.1']],
+    [' 10.0.0.0/8 , 192.168.1.7 ', ['10.0.0.0/8', '192.168.1.7']],
+    ['loopback, uniquelocal,linklocal', ['loopback', 'uniquelocal', 'linklocal']],
+    ['::1, FD00::/8, 2001:db8::1/128', ['::1', 'fd00::/8', '2001:db8::1/128']],
+  ])('reads TRUST_PROXY=%s as a list of proxies, which Fastify accepts', (v, list) => {
+    const trustProxy = load({ TRUST_PROXY: v }).trustProxy;
+    expect(trustProxy).toEqual(list);
+    const app = Fastify({ trustProxy: trustProxyOption(trustProxy) });
+    expect(app).toBeDefined();
+  });
+
+  it.each([
+    '10.0.0.0/33',
+    '::1/129',
+    '10.0.0.1/8/1',
+    '10.0.0.0/255.0.0.0',
+    '10.0.0.1,',
+    'proxy.internal',
+    '10.0.0.1 192.168.0.1',
+    '-1',
+  ])('refuses TRUST_PROXY=%s', (v) => {
+    expect(problemsOf({ TRUST_PROXY: v })).toEqual([
+      expect.stringMatching(/^TRUST_PROXY must be a hop count \(1 = one proxy in front\) or a comma-separated list/),
+    ]);
   });
 
   it.each(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'])('accepts LOG_LEVEL=%s', (level) => {

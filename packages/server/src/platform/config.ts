@@ -1,6 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import { isIP } from 'node:net';
 import path from 'node:path';
+import { parseTrustProxy, type TrustProxy } from './client-address.js';
 
 /** Validated configuration. Built once from the environment; nothing else reads process.env. */
 export interface Config {
@@ -26,8 +27,12 @@ export interface Config {
   guildApiUrl: string;
   /** Domain attribute of the session cookie; null means a host-only cookie. */
   cookieDomain: string | null;
-  /** Honour X-Forwarded-For (only behind a proxy you control). */
-  trustProxy: boolean;
+  /**
+   * Whose X-Forwarded-For to believe (off): a hop count (the number of proxies in front, each
+   * adding one entry; TRUST_PROXY=1/true is one) or the proxies' addresses and CIDR ranges. The
+   * client address binds web login codes and keys the per-address limits (http.ts).
+   */
+  trustProxy: TrustProxy;
   /** Origins allowed for cookie-authenticated mutations and sockets. */
   allowedOrigins: string[];
   /** Browser binary for room VMs. */
@@ -224,6 +229,8 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
     problems.push('VM_HOST_TOKEN must be set when VM_HOSTS names browser hosts (the token they share)');
   const logLevel = (str('LOG_LEVEL') ?? 'info') as Config['logLevel'];
   if (!LOG_LEVELS.includes(logLevel)) problems.push(`LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}`);
+  const trustProxy = parseTrustProxy(str('TRUST_PROXY'));
+  if ('problem' in trustProxy) problems.push(trustProxy.problem);
   const redisPrefix = str('REDIS_PREFIX') ?? 'parlor:';
   if (!/^[A-Za-z0-9:_-]{1,64}$/.test(redisPrefix)) problems.push('REDIS_PREFIX must be 1-64 of A-Z a-z 0-9 : _ -');
 
@@ -239,7 +246,7 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
     publicUrl,
     guildApiUrl: (url('GUILD_API_URL', ['http:', 'https:']) ?? publicUrl).replace(/\/$/, ''),
     cookieDomain: str('COOKIE_DOMAIN'),
-    trustProxy: bool('TRUST_PROXY'),
+    trustProxy: 'value' in trustProxy ? trustProxy.value : false,
     allowedOrigins: origins.length > 0 ? origins : publicOrigin ? [publicOrigin] : [],
     chromiumPath: str('CHROMIUM_PATH') ?? '/usr/bin/chromium',
     vmMaxPerNode,

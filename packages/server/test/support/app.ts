@@ -86,7 +86,7 @@ export async function startApp(opts: StartOptions = {}): Promise<TestApp> {
       redisPrefix: backing.redisPrefix,
       publicApiKey: PUBLIC_KEY,
       operatorToken: OPERATOR_TOKEN,
-      trustProxy: true,
+      trustProxy: 1,
       logLevel: 'silent',
       sourceHash: 'test-hash',
       ...opts.config,

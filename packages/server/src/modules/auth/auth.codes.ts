@@ -1,54 +1,107 @@
 import { Limits, LOGIN_CODE_ALPHABET } from '@parlor/protocol';
+import { addressKey } from '../../platform/client-address.js';
 import type { Clock } from '../../platform/clock.js';
 import { randomCode } from '../../platform/secrets.js';
 import type { StateStore } from '../../platform/state/index.js';
 
-/** Codes come from separate pools per login source (spec 5). */
+/**
+ * Codes come from separate pools per login source (spec 5): a code's pool says how it verifies
+ * (web codes from the addresses that requested them, bot codes from anywhere) and what the login
+ * counts as (bot logins towards BOT_LOGIN_WEB_REQUIRED_EVERY). An identity holds one active code
+ * of either pool at a time.
+ */
 export type CodePool = 'web' | 'bot';
 
 export interface CodeRecord {
   pool: CodePool;
   platform: string;
   platformUserId: string;
-  /** The requesting address for web codes (they are bound to it); null for bot codes. */
+  /**
+   * The address whose request made a web code; null for bot codes. Addresses that asked for the
+   * same identity's code later are in the code's requester set (join).
+   */
   ip: string | null;
   expiresAt: number;
-  /** The platform profile a bot supplied (bot/login-code), used when the account is created. */
-  profile: { username: string; avatarUrl: string } | null;
 }
 
+/** The platform profile a bot supplied (bot/login-code), used when the account is created. */
+export interface CodeProfile {
+  username: string;
+  avatarUrl: string;
+}
+
+/** A record as verify takes it, with the profile a bot left for it. */
+export type TakenCode = CodeRecord & { profile: CodeProfile | null };
+
 const codeKey = (pool: CodePool, code: string) => `code:${pool}:${code}`;
-const identityKey = (pool: CodePool, platform: string, id: string) => `codeid:${pool}:${platform}:${id}`;
-const ipKey = (ip: string) => `codeip:${ip}`;
+/** An identity's one active code, as `pool:code`, whichever pool it came from. */
+const identityKey = (platform: string, id: string) => `codeid:${platform}:${id}`;
+/** The codes pending for a client address (counted per addressKey: an IPv6 client by its /64). */
+const pendingKey = (ip: string) => `codeip:${addressKey(ip)}`;
+/** Every address besides the first that asked for a web code: it verifies from each of them. */
+const requestersKey = (code: string) => `codeby:${code}`;
+/**
+ * Kept apart from the record, so that saving it never writes the record again: a record written
+ * after a verify took it would make a used code usable once more.
+ */
+const profileKey = (pool: CodePool, code: string) => `codeprofile:${pool}:${code}`;
 export const CODE_SHAPE = new RegExp(`^[${LOGIN_CODE_ALPHABET}]{${Limits.LOGIN_CODE_LENGTH}}$`);
 
 /**
  * Login codes in the coordination store, so every node sees them: code → record, identity → its
- * one active code, and per IP the set of pending web codes. Single use is an atomic take.
+ * one active code, and per client address the set of codes pending for it. Records are written
+ * once; single use is an atomic take.
  */
 export function makeCodeStore(state: StateStore, clock: Clock) {
-  const ttl = (rec: CodeRecord) => Math.max(1, rec.expiresAt - clock.now().getTime());
+  const now = () => clock.now().getTime();
   const read = async (pool: CodePool, code: string): Promise<CodeRecord | null> => {
     const raw = await state.get(codeKey(pool, code));
     if (!raw) return null;
     const rec = JSON.parse(raw) as CodeRecord;
-    return rec.expiresAt > clock.now().getTime() ? rec : null;
+    return rec.expiresAt > now() ? rec : null;
   };
 
-  return {
+  /**
+   * Counts a code as pending for an address until the code expires (again: no change). Answers
+   * null, or when the address already has its PENDING_WEB_CODES_PER_IP codes pending the wait
+   * (ms) until the oldest of them expires, leaving the set as it was.
+   */
+  const addPending = async (ip: string, code: string, expiresAt: number): Promise<number | null> => {
+    const { count, earliest } = await state.addExpiring(pendingKey(ip), [code], expiresAt);
+    if (count <= Limits.PENDING_WEB_CODES_PER_IP) return null;
+    await state.removeExpiring(pendingKey(ip), code);
+    return Math.max(1, earliest - now());
+  };
+
+  /** Removes a code's identity entry and its pending entries for the given addresses. */
+  const forget = async (code: string, rec: CodeRecord, ips: (string | null)[]) => {
+    const idKey = identityKey(rec.platform, rec.platformUserId);
+    if ((await state.get(idKey)) === `${rec.pool}:${code}`) await state.del(idKey);
+    const keys = new Set(ips.filter((ip): ip is string => ip !== null).map(pendingKey));
+    for (const key of keys) await state.removeExpiring(key, code);
+    await state.del(profileKey(rec.pool, code));
+  };
+
+  const store = {
     read,
-    /** The live code of an identity in a pool, with its record. */
-    async activeFor(pool: CodePool, platform: string, platformUserId: string) {
-      const code = await state.get(identityKey(pool, platform, platformUserId));
-      if (!code) return null;
+
+    /** The identity's live code, of whichever pool, with its record. */
+    async active(platform: string, platformUserId: string): Promise<{ code: string; rec: CodeRecord } | null> {
+      const held = await state.get(identityKey(platform, platformUserId));
+      const at = held?.indexOf(':') ?? -1;
+      if (!held || at < 0) return null;
+      const pool = held.slice(0, at);
+      const code = held.slice(at + 1);
+      if (pool !== 'web' && pool !== 'bot') return null;
       const rec = await read(pool, code);
       return rec ? { code, rec } : null;
     },
 
     /**
-     * Issues a fresh code for an identity unless another request won the race, in which case the
-     * winner's code is returned. For web codes the IP's pending count is checked first: the caller
-     * gets `limited` with the time until the oldest pending code expires.
+     * Issues a fresh code for an identity unless it has one already (another request won the
+     * race), in which case that code is returned, whatever its pool. For web codes the address's
+     * pending count is checked first: the caller gets `limited` with the time until its oldest
+     * pending code expires.
      */
     async issue(
       pool: CodePool,
@@ -56,61 +109,70 @@ export function makeCodeStore(state: StateStore, clock: Clock) {
       platformUserId: string,
       ip: string | null,
     ): Promise<{ code: string; rec: CodeRecord } | { limited: number }> {
-      const now = clock.now().getTime();
-      const code = randomCode(LOGIN_CODE_ALPHABET, Limits.LOGIN_CODE_LENGTH);
-      const rec: CodeRecord = {
-        pool,
-        platform,
-        platformUserId,
-        ip,
-        expiresAt: now + Limits.LOGIN_CODE_TTL_MS,
-        profile: null,
-      };
-      if (ip !== null) {
-        const { count, earliest } = await state.addExpiring(ipKey(ip), [code], rec.expiresAt);
-        if (count > Limits.PENDING_WEB_CODES_PER_IP) {
-          await state.removeExpiring(ipKey(ip), code);
-          return { limited: Math.max(1, earliest - now) };
+      for (;;) {
+        const code = randomCode(LOGIN_CODE_ALPHABET, Limits.LOGIN_CODE_LENGTH);
+        const rec: CodeRecord = { pool, platform, platformUserId, ip, expiresAt: now() + Limits.LOGIN_CODE_TTL_MS };
+        if (ip !== null) {
+          const limited = await addPending(ip, code, rec.expiresAt);
+          if (limited !== null) return { limited };
         }
+        await state.set(codeKey(pool, code), JSON.stringify(rec), Limits.LOGIN_CODE_TTL_MS);
+        if (await state.setIfAbsent(identityKey(platform, platformUserId), `${pool}:${code}`, Limits.LOGIN_CODE_TTL_MS))
+          return { code, rec };
+        // The identity has a code already: undo ours and hand back that one.
+        await state.del(codeKey(pool, code));
+        if (ip !== null) await state.removeExpiring(pendingKey(ip), code);
+        const winner = await store.active(platform, platformUserId);
+        if (winner) return winner;
       }
-      await state.set(codeKey(pool, code), JSON.stringify(rec), Limits.LOGIN_CODE_TTL_MS);
-      if (await state.setIfAbsent(identityKey(pool, platform, platformUserId), code, Limits.LOGIN_CODE_TTL_MS)) {
-        return { code, rec };
-      }
-      // Another request for this identity won: undo ours and hand back theirs.
-      await state.del(codeKey(pool, code));
-      if (ip !== null) await state.removeExpiring(ipKey(ip), code);
-      const winner = await this.activeFor(pool, platform, platformUserId);
-      if (winner) return winner;
-      return this.issue(pool, platform, platformUserId, ip);
     },
 
-    /** Replaces a record's details, keeping its deadline. */
-    async save(code: string, rec: CodeRecord) {
-      await state.set(codeKey(rec.pool, code), JSON.stringify(rec), ttl(rec));
+    /**
+     * Makes an identity's code pending for one more requesting address: it counts against that
+     * address's pending codes (spec 8), and a web code verifies from that address too. Nothing
+     * changes for an address that asked before. Answers null, or the wait (ms) when the address
+     * has no pending code left to spend.
+     */
+    async join(code: string, rec: CodeRecord, ip: string): Promise<number | null> {
+      if (rec.ip === ip) return null;
+      if (rec.pool === 'web' && (await state.hasExpiring(requestersKey(code), ip))) return null;
+      const limited = await addPending(ip, code, rec.expiresAt);
+      if (limited !== null) return limited;
+      if (rec.pool === 'web') await state.addExpiring(requestersKey(code), [ip], rec.expiresAt);
+      return null;
     },
 
-    /** Consumes a code: of two concurrent verifies only one gets the record. */
-    async take(pool: CodePool, code: string): Promise<CodeRecord | null> {
+    /** Whether `ip` may use the code: a bot code from anywhere, a web code from an address that asked for it. */
+    async usableFrom(code: string, rec: CodeRecord, ip: string): Promise<boolean> {
+      return rec.pool === 'bot' || rec.ip === ip || state.hasExpiring(requestersKey(code), ip);
+    },
+
+    /** Leaves the platform profile a bot supplied with a live code, until the code expires. */
+    async setProfile(code: string, rec: CodeRecord, profile: CodeProfile) {
+      await state.set(profileKey(rec.pool, code), JSON.stringify(profile), Math.max(1, rec.expiresAt - now()));
+    },
+
+    /**
+     * Consumes a code: of two concurrent takes only one gets the record. The pending entries of
+     * the address that made it and of the one taking it are freed (other requesters' expire with it).
+     */
+    async take(pool: CodePool, code: string, ip: string): Promise<TakenCode | null> {
       const raw = await state.take(codeKey(pool, code));
       if (!raw) return null;
       const rec = JSON.parse(raw) as CodeRecord;
-      await this.forget(code, rec);
-      return rec.expiresAt > clock.now().getTime() ? rec : null;
+      const profile = await state.get(profileKey(pool, code));
+      await forget(code, rec, [rec.ip, ip]);
+      if (rec.expiresAt <= now()) return null;
+      return { ...rec, profile: profile ? (JSON.parse(profile) as CodeProfile) : null };
     },
 
-    /** Removes a code's identity and pending-IP entries. */
-    async forget(code: string, rec: CodeRecord) {
-      const idKey = identityKey(rec.pool, rec.platform, rec.platformUserId);
-      if ((await state.get(idKey)) === code) await state.del(idKey);
-      if (rec.ip !== null) await state.removeExpiring(ipKey(rec.ip), code);
-    },
-
+    /** Ends a code before its time. */
     async revoke(code: string, rec: CodeRecord) {
       await state.del(codeKey(rec.pool, code));
-      await this.forget(code, rec);
+      await forget(code, rec, [rec.ip]);
     },
   };
+  return store;
 }
 
 export type CodeStore = ReturnType<typeof makeCodeStore>;

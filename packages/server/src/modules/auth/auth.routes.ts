@@ -16,8 +16,9 @@ import {
 import { Type } from '@sinclair/typebox';
 import type { FastifyReply } from 'fastify';
 import { currentSession, type Guards } from '../../platform/auth.js';
+import { clientIp } from '../../platform/client-address.js';
 import type { Config } from '../../platform/config.js';
-import { clientIp, SESSION_COOKIE, userAgent } from '../../platform/http.js';
+import { SESSION_COOKIE, userAgent } from '../../platform/http.js';
 import { type App, errorResponses, security } from '../../platform/routing.js';
 import type { AuthService } from './auth.service.js';
 

@@ -1,4 +1,5 @@
 import { Limits, Platforms, type User } from '@parlor/protocol';
+import { addressKey } from '../../platform/client-address.js';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
@@ -10,7 +11,8 @@ import type { NotificationRow } from '../notifications/notifications.store.js';
 import type { SessionsService } from '../sessions/sessions.service.js';
 import { effectiveState } from '../users/users.presenter.js';
 import { isUniqueViolation, type Tx, type UserRow, type UsersStore } from '../users/users.store.js';
-import { CODE_SHAPE, type CodePool, type CodeRecord, type CodeStore } from './auth.codes.js';
+import { makeVerifyAttempts } from './auth.attempts.js';
+import { CODE_SHAPE, type CodeStore, type TakenCode } from './auth.codes.js';
 
 const USERNAME_SUFFIX_ALPHABET = 'abcdefghijklmnopqrstuvwxyz0123456789';
 
@@ -49,42 +51,30 @@ function assertPlatform(platform: string) {
 
 export function makeAuthService(deps: AuthDeps) {
   const { db, clock, state, codes, users, sessions, notifications } = deps;
-  const failuresPerIp = state.limiter('verify-fail-ip', Limits.VERIFY_FAILURES_PER_IP, Limits.VERIFY_FAILURE_WINDOW_MS);
-  const failuresGlobal = state.limiter(
-    'verify-fail-all',
-    Limits.VERIFY_FAILURES_GLOBAL,
-    Limits.VERIFY_FAILURE_WINDOW_MS,
-  );
-
+  const attempts = makeVerifyAttempts(state);
   const strangersPerIp = state.limiter('stranger-ip', Limits.STRANGERS_PER_IP, Limits.STRANGER_WINDOW_MS);
 
   const assertNotBanned = (u: UserRow | undefined) => {
     if (u && effectiveState(u, clock.now()) === 2) throw appError('ERR_BANNED');
   };
 
-  /**
-   * Refuses an address that used up its failed attempts. When the service-wide failure budget is
-   * spent too, addresses that failed at least once in the window are refused as well, while clean
-   * addresses still verify (so an attacker cannot lock everyone out). docs/security.md has the sums.
-   */
-  const assertAttemptsLeft = async (ip: string) => {
-    const own = await failuresPerIp.peek(ip);
-    if (!own.allowed)
-      throw appError('ERR_RATE_LIMITED', undefined, { retry_after: retryAfterSeconds(own.retryAfterMs) });
-    if (own.remaining === Limits.VERIFY_FAILURES_PER_IP) return;
-    const all = await failuresGlobal.peek('all');
-    if (!all.allowed)
-      throw appError('ERR_RATE_LIMITED', undefined, { retry_after: retryAfterSeconds(all.retryAfterMs) });
-  };
+  const rateLimited = (ms: number, message?: string) =>
+    appError('ERR_RATE_LIMITED', message, { retry_after: retryAfterSeconds(ms) });
+  const pendingLimit = (ms: number) =>
+    rateLimited(ms, 'Too many pending login codes from this address; use one or wait for one to expire.');
 
-  const failed = async (ip: string): Promise<never> => {
-    await failuresPerIp.consume(ip);
-    await failuresGlobal.consume('all');
-    throw appError('ERR_INVALID_CODE');
+  /** Takes a code that `ip` may use, from whichever pool holds it; null when there is none. */
+  const takeCode = async (code: string, ip: string): Promise<TakenCode | null> => {
+    if (!CODE_SHAPE.test(code)) return null;
+    for (const pool of ['web', 'bot'] as const) {
+      const rec = await codes.read(pool, code);
+      if (rec && (await codes.usableFrom(code, rec, ip))) return codes.take(pool, code, ip);
+    }
+    return null;
   };
 
   /** Creates the account of spec 4.1 rule 1: a random `user_…` name and the platform identity. */
-  const createAccount = async (rec: CodeRecord, tx: Tx): Promise<UserRow> => {
+  const createAccount = async (rec: TakenCode, tx: Tx): Promise<UserRow> => {
     const now = clock.now();
     for (let attempt = 0; ; attempt++) {
       const username = `user_${randomCode(USERNAME_SUFFIX_ALPHABET, 10)}`;
@@ -110,7 +100,7 @@ export function makeAuthService(deps: AuthDeps) {
   };
 
   /** Finds or creates the account, opens a session and writes the notifications, in one transaction. */
-  const login = async (rec: CodeRecord, ip: string, userAgent: string): Promise<LoginResult> => {
+  const login = async (rec: TakenCode, ip: string, userAgent: string): Promise<LoginResult> => {
     const now = clock.now();
     const result = await db.transaction(async (tx) => {
       let user = await users.byIdentity(rec.platform, rec.platformUserId, tx);
@@ -170,29 +160,27 @@ export function makeAuthService(deps: AuthDeps) {
     },
 
     /**
-     * Web-initiated code (spec 5): bound to the requesting IP; a repeated request from the same IP
-     * returns the same code; a request from another IP replaces it (one active code per identity).
+     * Web-initiated code (spec 5): an identity has one active code, and every request for it gets
+     * that code, from whatever address it comes (no request can cancel another's pending login).
+     * Each requesting address may verify a web code; each has at most PENDING_WEB_CODES_PER_IP
+     * codes pending, repeated requests for one identity counting once (spec 8).
      */
     async request(platform: string, platformUserId: string, ip: string): Promise<{ expires_at: string }> {
       assertPlatform(platform);
       assertNotBanned(await users.byIdentity(platform, platformUserId));
-      const existing = await codes.activeFor('web', platform, platformUserId);
-      if (existing && existing.rec.ip === ip) return { expires_at: new Date(existing.rec.expiresAt).toISOString() };
-      if (existing) await codes.revoke(existing.code, existing.rec);
-      const issued = await codes.issue('web', platform, platformUserId, ip);
-      if ('limited' in issued) {
-        throw appError(
-          'ERR_RATE_LIMITED',
-          'Too many pending login codes from this address; use one or wait for one to expire.',
-          {
-            retry_after: retryAfterSeconds(issued.limited),
-          },
-        );
-      }
-      return { expires_at: new Date(issued.rec.expiresAt).toISOString() };
+      const held =
+        (await codes.active(platform, platformUserId)) ?? (await codes.issue('web', platform, platformUserId, ip));
+      if ('limited' in held) throw pendingLimit(held.limited);
+      const wait = await codes.join(held.code, held.rec, ip);
+      if (wait !== null) throw pendingLimit(wait);
+      return { expires_at: new Date(held.rec.expiresAt).toISOString() };
     },
 
-    /** A bot fetches the pending web code to deliver it, supplying the platform profile. */
+    /**
+     * A bot fetches the identity's pending code to deliver it, supplying the platform profile (used
+     * if verify creates the account). That is the web code a request made, or a bot code when
+     * send-code made one first: a request then answered with that code.
+     */
     async botLoginCode(input: {
       platform: string;
       platform_user_id: string;
@@ -200,25 +188,38 @@ export function makeAuthService(deps: AuthDeps) {
       platform_avatar_url: string;
     }): Promise<{ code: string | null; expires_at: string | null }> {
       assertPlatform(input.platform);
-      const active = await codes.activeFor('web', input.platform, input.platform_user_id);
+      const active = await codes.active(input.platform, input.platform_user_id);
       if (!active) return { code: null, expires_at: null };
-      active.rec.profile = { username: input.platform_username, avatarUrl: input.platform_avatar_url };
-      await codes.save(active.code, active.rec);
+      await codes.setProfile(active.code, active.rec, {
+        username: input.platform_username,
+        avatarUrl: input.platform_avatar_url,
+      });
       return { code: active.code, expires_at: new Date(active.rec.expiresAt).toISOString() };
     },
 
-    /** Bot-initiated quick login: existing accounts only, and the website every 6th time. */
+    /**
+     * Bot-initiated quick login: existing accounts only, and the website every 6th time. A pending
+     * bot code is returned again. A pending web code is replaced by a bot code: only a bot can ask,
+     * for the identity's owner, who receives the new code (as every code of the identity), which
+     * works from any address where the web code works only where it was requested.
+     */
     async botSendCode(platform: string, platformUserId: string): Promise<{ code: string; expires_at: string }> {
       assertPlatform(platform);
       const user = await users.byIdentity(platform, platformUserId);
       if (!user) throw appError('ERR_PLATFORM_IDENTITY_NOT_FOUND');
       assertNotBanned(user);
       if (user.botLoginsSinceWeb >= Limits.BOT_LOGIN_WEB_REQUIRED_EVERY) throw appError('ERR_WEB_LOGIN_REQUIRED');
-      const issued =
-        (await codes.activeFor('bot', platform, platformUserId)) ??
-        (await codes.issue('bot', platform, platformUserId, null));
-      if ('limited' in issued) throw appError('ERR_RATE_LIMITED');
-      return { code: issued.code, expires_at: new Date(issued.rec.expiresAt).toISOString() };
+      // Should web requests race in and win the identity back twice, their code is handed out: it
+      // still works where it was requested.
+      for (let round = 1; ; round++) {
+        const held =
+          (await codes.active(platform, platformUserId)) ?? (await codes.issue('bot', platform, platformUserId, null));
+        // Never for a bot code (no address to count it against): the type says it may.
+        if ('limited' in held) throw appError('ERR_RATE_LIMITED');
+        if (held.rec.pool === 'bot' || round === 3)
+          return { code: held.code, expires_at: new Date(held.rec.expiresAt).toISOString() };
+        await codes.revoke(held.code, held.rec);
+      }
     },
 
     /** An anonymous account and session for matchmaking (DESIGN.md 6, strangers). */
@@ -226,11 +227,9 @@ export function makeAuthService(deps: AuthDeps) {
       ip: string,
       userAgent: string,
     ): Promise<{ id: number; username: string; token: string; expiresAt: Date }> {
-      const allowance = await strangersPerIp.consume(ip);
+      const allowance = await strangersPerIp.consume(addressKey(ip));
       if (!allowance.allowed)
-        throw appError('ERR_RATE_LIMITED', 'Too many anonymous sessions from this address; try again later.', {
-          retry_after: retryAfterSeconds(allowance.retryAfterMs),
-        });
+        throw rateLimited(allowance.retryAfterMs, 'Too many anonymous sessions from this address; try again later.');
       const now = clock.now();
       const created = await db.transaction(async (tx) => {
         const user = await users.insertUser(
@@ -270,19 +269,17 @@ export function makeAuthService(deps: AuthDeps) {
       return removed;
     },
 
-    /** Verifies a code of either pool; failures are counted per IP and service-wide. */
+    /**
+     * Verifies a code of either pool. Every attempt is counted before the code is looked at, per
+     * client address (addressKey) and service-wide; one that finds its code is given back.
+     */
     async verify(rawCode: string, ip: string, userAgent: string): Promise<LoginResult> {
-      await assertAttemptsLeft(ip);
-      const code = rawCode.toUpperCase();
-      if (!CODE_SHAPE.test(code)) return failed(ip);
-      let pool: CodePool | null = null;
-      for (const p of ['web', 'bot'] as const) {
-        const rec = await codes.read(p, code);
-        if (rec && (rec.ip === null || rec.ip === ip)) pool = p;
-      }
-      if (!pool) return failed(ip);
-      const rec = await codes.take(pool, code);
-      if (!rec) return failed(ip);
+      const key = addressKey(ip);
+      const refused = await attempts.spend(key);
+      if (refused !== null) throw rateLimited(refused);
+      const rec = await takeCode(rawCode.toUpperCase(), ip);
+      if (!rec) throw appError('ERR_INVALID_CODE');
+      await attempts.giveBack(key);
       return login(rec, ip, userAgent);
     },
   };

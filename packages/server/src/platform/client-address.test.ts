@@ -1,0 +1,87 @@
+import Fastify from 'fastify';
+import { afterAll, describe, expect, it } from 'vitest';
+import { addressKey, clientIp, trustProxyOption } from './client-address.js';
+
+describe('addressKey', () => {
+  it.each([
+    ['203.0.113.9', '203.0.113.9'],
+    ['10.0.0.1', '10.0.0.1'],
+  ])('keeps IPv4 address %s as it is', (ip, key) => {
+    expect(addressKey(ip)).toBe(key);
+  });
+
+  it.each([
+    ['::ffff:203.0.113.9', '203.0.113.9'],
+    ['::FFFF:203.0.113.9', '203.0.113.9'],
+    ['::ffff:cb00:7109', '203.0.113.9'],
+    ['0:0:0:0:0:ffff:cb00:7109', '203.0.113.9'],
+  ])('reads IPv4-mapped %s as its IPv4 address', (ip, key) => {
+    expect(addressKey(ip)).toBe(key);
+  });
+
+  it.each([
+    ['2001:db8:1:2::1', '2001:db8:1:2::/64'],
+    ['2001:db8:1:2:aaaa:bbbb:cccc:dddd', '2001:db8:1:2::/64'],
+    ['2001:0DB8:0001:0002:0000:0000:0000:0001', '2001:db8:1:2::/64'],
+    ['2001:db8::1', '2001:db8:0:0::/64'],
+    ['2001:db8:0:0:1::', '2001:db8:0:0::/64'],
+    ['::1', '0:0:0:0::/64'],
+    ['fe80::1%eth0', 'fe80:0:0:0::/64'],
+    ['64:ff9b::203.0.113.9', '64:ff9b:0:0::/64'],
+  ])('keys IPv6 address %s by its /64 (%s)', (ip, key) => {
+    expect(addressKey(ip)).toBe(key);
+  });
+
+  it('gives every address of one /64 the same key, and neighbouring /64s others', () => {
+    const keys = new Set(
+      ['2001:db8:a:b::1', '2001:db8:a:b:ffff:ffff:ffff:ffff', '2001:db8:a:b:1234::9'].map(addressKey),
+    );
+    expect(keys.size).toBe(1);
+    expect(addressKey('2001:db8:a:c::1')).not.toBe(addressKey('2001:db8:a:b::1'));
+  });
+
+  it.each(['', 'unknown', '203.0.113'])('keeps %j, which is not an address, as it is', (value) => {
+    expect(addressKey(value)).toBe(value);
+  });
+});
+
+describe('trustProxyOption and clientIp', () => {
+  /** One Fastify app per setting that answers the address clientIp reads; all closed at the end. */
+  const apps: ReturnType<typeof Fastify>[] = [];
+  afterAll(async () => {
+    for (const app of apps) await app.close();
+  });
+  const ipWith = async (trust: Parameters<typeof trustProxyOption>[0], xff: string | null) => {
+    const app = Fastify({ trustProxy: trustProxyOption(trust) });
+    apps.push(app);
+    app.get('/', async (req) => clientIp(req));
+    const res = await app.inject({
+      url: '/',
+      remoteAddress: '10.0.0.2',
+      headers: xff === null ? {} : { 'x-forwarded-for': xff },
+    });
+    return res.body;
+  };
+
+  it('ignores X-Forwarded-For when off', async () => {
+    expect(await ipWith(false, '203.0.113.9')).toBe('10.0.0.2');
+  });
+
+  it('takes the rightmost entry behind one proxy, never one the client wrote', async () => {
+    expect(await ipWith(1, '203.0.113.9')).toBe('203.0.113.9');
+    expect(await ipWith(1, '198.51.100.66, 203.0.113.9')).toBe('203.0.113.9');
+    expect(await ipWith(1, '1.1.1.1,198.51.100.66,  203.0.113.9')).toBe('203.0.113.9');
+    expect(await ipWith(1, null)).toBe('10.0.0.2');
+  });
+
+  it('takes the Nth entry from the right behind N proxies', async () => {
+    expect(await ipWith(2, '198.51.100.66, 203.0.113.9, 10.0.0.1')).toBe('203.0.113.9');
+  });
+
+  it('with a list, takes the rightmost entry that is not a listed proxy', async () => {
+    expect(await ipWith(['10.0.0.0/8'], '198.51.100.66, 203.0.113.9, 10.0.0.1')).toBe('203.0.113.9');
+    expect(await ipWith(['10.0.0.2', '10.0.0.1'], '198.51.100.66, 203.0.113.9, 10.0.0.1')).toBe('203.0.113.9');
+    // A peer that is not a listed proxy is the client, whatever it sends.
+    expect(await ipWith(['192.168.0.0/16'], '203.0.113.9')).toBe('10.0.0.2');
+  });
+});
