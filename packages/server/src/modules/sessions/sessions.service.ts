@@ -7,7 +7,7 @@ import { appError } from '../../platform/errors.js';
 import type { GeoLookup } from '../../platform/geo.js';
 import { batched, batchedWrite } from '../../platform/group-commit.js';
 import { randomToken, sha256Hex } from '../../platform/secrets.js';
-import { effectiveState } from '../users/users.service.js';
+import { effectiveState } from '../users/users.presenter.js';
 import type { Tx } from '../users/users.store.js';
 import { type AuthCache, resolvedOf, toAuthEntry } from './sessions.cache.js';
 import { toActiveSession, toHistoryEntry } from './sessions.presenter.js';
