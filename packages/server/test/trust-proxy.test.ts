@@ -1,25 +1,30 @@
+/**
+ * TRUST_PROXY as an operator sets it, read by loadConfig and given to a real app on a port. Test
+ * clients reach it from 127.0.0.1 (the proxy's place) and send X-Forwarded-For as written here,
+ * the client's own entries on the left and the proxy's on the right.
+ */
 import { Limits } from '@parlor/protocol';
-import { afterEach, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it } from 'vitest';
 import { loadConfig } from '../src/platform/config.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
 import { Client } from './support/client.js';
 import { createBot, nextIdentity } from './support/flows.js';
 
 /**
- * TRUST_PROXY as an operator sets it, read by loadConfig and given to a real app on a port. Test
- * clients reach it from 127.0.0.1 (the proxy's place) and send X-Forwarded-For as written here,
- * the client's own entries on the left and the proxy's on the right.
+ * Starts an app behind `trustProxy` before the tests of the enclosing describe and closes it after
+ * them (in a hook: starting an embedded app can take a while on a busy machine). Answers a getter.
  */
-let app: TestApp | undefined;
-afterEach(async () => {
-  await app?.close();
-  app = undefined;
-});
-
-async function startBehind(trustProxy: string): Promise<TestApp> {
-  const config = loadConfig({ TRUST_PROXY: trustProxy, SOURCE_HASH: 'test-hash' });
-  app = await startApp({ config: { trustProxy: config.trustProxy } });
-  return app;
+function behind(trustProxy: string): () => TestApp {
+  let app: TestApp | undefined;
+  beforeAll(async () => {
+    const config = loadConfig({ TRUST_PROXY: trustProxy, SOURCE_HASH: 'test-hash' });
+    app = await startApp({ config: { trustProxy: config.trustProxy } });
+  });
+  afterAll(async () => app?.close());
+  return () => {
+    if (!app) throw new Error('the app did not start');
+    return app;
+  };
 }
 
 /** A web login request with this X-Forwarded-For header, for a fresh identity unless one is given. */
@@ -36,15 +41,19 @@ async function fillPendingCodes(a: TestApp, headers: (i: number) => string) {
   return request(a, headers(Limits.PENDING_WEB_CODES_PER_IP + 1));
 }
 
-describeApp('TRUST_PROXY', () => {
-  it('with 1 (one proxy in front), counts, binds and records a request under the address the proxy added', async () => {
-    const a = await startBehind('1');
-    const sixth = await fillPendingCodes(a, (i) => `198.51.100.${i}, 203.0.113.50`);
+describeApp('TRUST_PROXY=1 (one proxy in front)', () => {
+  const app = behind('1');
+
+  it('counts a request under the address the proxy added, not one the client wrote', async () => {
+    const sixth = await fillPendingCodes(app(), (i) => `198.51.100.${i}, 203.0.113.50`);
     expect(sixth.status).toBe(429);
     expect(sixth.body.code).toBe('ERR_RATE_LIMITED');
     // The same spoofed entry behind another proxy-added address is another client.
-    expect((await request(a, '198.51.100.1, 203.0.113.51')).status).toBe(200);
+    expect((await request(app(), '198.51.100.1, 203.0.113.51')).status).toBe(200);
+  });
 
+  it('binds a web code and records the session under the address the proxy added', async () => {
+    const a = app();
     const bot = (await createBot(a)).client;
     const id = nextIdentity();
     expect((await request(a, '10.9.9.9, 203.0.113.60', id)).status).toBe(200);
@@ -63,18 +72,24 @@ describeApp('TRUST_PROXY', () => {
     const sessions = await user.get('/v1/users/me/sessions');
     expect(sessions.body.sessions.map((s: { client_ip: string }) => s.client_ip)).toEqual(['203.0.113.60']);
   });
+});
 
-  it('with a list of proxies, takes the rightmost address that is not one of them', async () => {
-    const a = await startBehind('127.0.0.1, 10.20.0.0/16');
-    const sixth = await fillPendingCodes(a, (i) => `198.51.100.${i}, 203.0.113.80, 10.20.1.${i}`);
+describeApp('TRUST_PROXY=127.0.0.1, 10.20.0.0/16 (a list of proxies)', () => {
+  const app = behind('127.0.0.1, 10.20.0.0/16');
+
+  it('takes the rightmost address that is not one of them', async () => {
+    const sixth = await fillPendingCodes(app(), (i) => `198.51.100.${i}, 203.0.113.80, 10.20.1.${i}`);
     expect(sixth.status).toBe(429);
-    expect((await request(a, '198.51.100.1, 203.0.113.81, 10.20.1.1')).status).toBe(200);
-    expect((await request(a, '203.0.113.80, 203.0.113.82')).status).toBe(200);
+    expect((await request(app(), '198.51.100.1, 203.0.113.81, 10.20.1.1')).status).toBe(200);
+    expect((await request(app(), '203.0.113.80, 203.0.113.82')).status).toBe(200);
   });
+});
 
-  it('with a list that does not name the peer, ignores X-Forwarded-For: every request is the peer', async () => {
-    const a = await startBehind('10.20.0.0/16');
-    const sixth = await fillPendingCodes(a, (i) => `203.0.113.${90 + i}`);
+describeApp('TRUST_PROXY=10.20.0.0/16 (a list that does not name the peer)', () => {
+  const app = behind('10.20.0.0/16');
+
+  it('ignores X-Forwarded-For: every request is the peer', async () => {
+    const sixth = await fillPendingCodes(app(), (i) => `203.0.113.${90 + i}`);
     expect(sixth.status).toBe(429);
   });
 });
