@@ -204,6 +204,7 @@ describeApp('POST /v1/portal/match', () => {
     ]);
   });
 
+  // An app of its own starts inside the test: that may take tens of seconds on a loaded machine.
   it('answers 409 ERR_MATCH_NO_PEERS_ONLINE when nobody else has a socket', async () => {
     const lone = await startApp({ clock });
     try {
@@ -223,7 +224,7 @@ describeApp('POST /v1/portal/match', () => {
       closeAllSockets();
       await lone.close();
     }
-  });
+  }, 90_000);
 });
 
 describeApp('queue deadline, leave and the direct chat lifecycle', () => {

@@ -124,6 +124,7 @@ describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('two nodes o
 });
 
 describeApp('restart', () => {
+  // Two app starts inside the test: each may take tens of seconds on a loaded machine.
   it('keeps accounts, sessions, bots and chat history across a restart', async () => {
     const backing = await createBacking();
     try {
@@ -149,5 +150,5 @@ describeApp('restart', () => {
     } finally {
       await backing.release();
     }
-  });
+  }, 120_000);
 });
