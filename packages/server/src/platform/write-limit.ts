@@ -1,6 +1,5 @@
 import { Limits } from '@parlor/protocol';
-import { appError } from './errors.js';
-import { retryAfterSeconds } from './http.js';
+import { rateLimited } from './http.js';
 import type { App } from './routing.js';
 import type { StateStore } from './state/index.js';
 
@@ -28,8 +27,7 @@ export function makeUserLimit(
   return {
     async spend(userId) {
       const spent = await limiter.consume(String(userId));
-      if (!spent.allowed)
-        throw appError('ERR_RATE_LIMITED', opts.message, { retry_after: retryAfterSeconds(spent.retryAfterMs) });
+      if (!spent.allowed) throw rateLimited(spent.retryAfterMs, opts.message);
     },
   };
 }

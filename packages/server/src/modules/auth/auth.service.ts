@@ -3,7 +3,7 @@ import { addressKey } from '../../platform/client-address.js';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
-import { retryAfterSeconds } from '../../platform/http.js';
+import { rateLimited } from '../../platform/http.js';
 import { randomCode } from '../../platform/secrets.js';
 import type { StateStore } from '../../platform/state/index.js';
 import type { NotificationsService } from '../notifications/notifications.service.js';
@@ -58,8 +58,6 @@ export function makeAuthService(deps: AuthDeps) {
     if (u && effectiveState(u, clock.now()) === 2) throw appError('ERR_BANNED');
   };
 
-  const rateLimited = (ms: number, message?: string) =>
-    appError('ERR_RATE_LIMITED', message, { retry_after: retryAfterSeconds(ms) });
   const pendingLimit = (ms: number) =>
     rateLimited(ms, 'Too many pending login codes from this address; use one or wait for one to expire.');
 

@@ -11,7 +11,7 @@ import type { BotResolver } from '../../platform/auth.js';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
-import { retryAfterSeconds } from '../../platform/http.js';
+import { rateLimited } from '../../platform/http.js';
 import { randomToken, sha256Hex } from '../../platform/secrets.js';
 import type { Limiter, StateStore } from '../../platform/state/index.js';
 import { type ActorLevel, canManageOfficial } from '../admin/admin.rules.js';
@@ -148,8 +148,7 @@ export function makeBotsService({ db, store, audit, state, clock, users }: BotsD
           if (!bot) return null;
           for (const limiter of [perMinute, hourly(bot.rateLimitPerHour)]) {
             const r = await limiter.consume(String(bot.id));
-            if (!r.allowed)
-              throw appError('ERR_RATE_LIMITED', undefined, { retry_after: retryAfterSeconds(r.retryAfterMs) });
+            if (!r.allowed) throw rateLimited(r.retryAfterMs);
           }
           return { id: bot.id, type: bot.type };
         },

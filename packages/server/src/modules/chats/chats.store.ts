@@ -1,6 +1,7 @@
 import { and, count, desc, eq, gt, gte, inArray, isNull, ne, or, sql } from 'drizzle-orm';
 import { anyOf, type Db, rowsOf } from '../../platform/db/index.js';
 import { chatActivity, chatInvites, chatMembers, chats, moderationActions, users } from '../../platform/db/schema.js';
+import { restrictionInForce } from '../messages/messages.store.js';
 import type { Tx } from '../users/users.store.js';
 
 export type ChatRow = typeof chats.$inferSelect;
@@ -191,19 +192,10 @@ export function makeChatsStore(db: Db) {
     /** Of some chats, those the user is still a member of, live and with no chat ban in force. */
     async stillIn(userId: number, chatIds: number[], now: Date): Promise<number[]> {
       if (chatIds.length === 0) return [];
-      const a = moderationActions;
       const banned = db
         .select({ one: sql`1` })
-        .from(a)
-        .where(
-          and(
-            or(eq(a.chatId, chatMembers.chatId), isNull(a.chatId)),
-            eq(a.userId, userId),
-            eq(a.actionType, 'CHAT_BAN'),
-            eq(a.isLifted, false),
-            or(isNull(a.expiresAt), gt(a.expiresAt, now)),
-          ),
-        );
+        .from(moderationActions)
+        .where(restrictionInForce(chatMembers.chatId, userId, ['CHAT_BAN'], now));
       const rows = await db
         .select({ chatId: chatMembers.chatId })
         .from(chatMembers)

@@ -2,7 +2,7 @@ import { Limits, type Message } from '@parlor/protocol';
 import type { Clock } from '../../platform/clock.js';
 import { appError } from '../../platform/errors.js';
 import { groupCommit } from '../../platform/group-commit.js';
-import { retryAfterSeconds } from '../../platform/http.js';
+import { rateLimited } from '../../platform/http.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
 import type { StateStore } from '../../platform/state/index.js';
 import type { Tx } from '../users/users.store.js';
@@ -80,10 +80,9 @@ export function makeMessagesService({ store, clock, state, realtime, access }: M
     ]);
     if (!chatLimit.allowed) {
       await global.refund(String(userId));
-      throw appError('ERR_RATE_LIMITED', undefined, { retry_after: retryAfterSeconds(chatLimit.retryAfterMs) });
+      throw rateLimited(chatLimit.retryAfterMs);
     }
-    if (!userLimit.allowed)
-      throw appError('ERR_RATE_LIMITED', undefined, { retry_after: retryAfterSeconds(userLimit.retryAfterMs) });
+    if (!userLimit.allowed) throw rateLimited(userLimit.retryAfterMs);
   };
 
   /** Throws why a send was refused, checking in the order of spec 4.6 and DESIGN.md 7. */

@@ -1,5 +1,5 @@
 import type { Message } from '@parlor/protocol';
-import { and, desc, eq, gt, inArray, isNull, or } from 'drizzle-orm';
+import { type AnyColumn, and, desc, eq, gt, inArray, isNull, or } from 'drizzle-orm';
 import { type Db, rowsOf } from '../../platform/db/index.js';
 import { messages, moderationActions } from '../../platform/db/schema.js';
 import type { Tx } from '../users/users.store.js';
@@ -11,6 +11,21 @@ export type MessageRow = typeof messages.$inferSelect;
 export function parseMessageId(id: string): { ms: number; seq: number } {
   const [ms, seq] = id.split('-').map(Number);
   return { ms: ms ?? 0, seq: seq ?? 0 };
+}
+
+/**
+ * A chat restriction in force: one of `actionTypes` against the user, in the chat (a chat id, or
+ * the column of an outer query) or platform-wide (no chat), neither lifted nor expired at `now`.
+ */
+export function restrictionInForce(chatId: number | AnyColumn, userId: number, actionTypes: string[], now: Date) {
+  const a = moderationActions;
+  return and(
+    or(eq(a.chatId, chatId), isNull(a.chatId)),
+    eq(a.userId, userId),
+    inArray(a.actionType, actionTypes),
+    eq(a.isLifted, false),
+    or(isNull(a.expiresAt), gt(a.expiresAt, now)),
+  );
 }
 
 export function makeMessagesStore(db: Db) {
@@ -87,15 +102,7 @@ export function makeMessagesStore(db: Db) {
       const [row] = await tx
         .select()
         .from(moderationActions)
-        .where(
-          and(
-            or(eq(moderationActions.chatId, chatId), isNull(moderationActions.chatId)),
-            eq(moderationActions.userId, userId),
-            inArray(moderationActions.actionType, actionTypes),
-            eq(moderationActions.isLifted, false),
-            or(isNull(moderationActions.expiresAt), gt(moderationActions.expiresAt, now)),
-          ),
-        )
+        .where(restrictionInForce(chatId, userId, actionTypes, now))
         .orderBy(desc(moderationActions.expiresAt))
         .limit(1);
       return row;

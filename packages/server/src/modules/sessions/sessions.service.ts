@@ -23,9 +23,15 @@ export function sessionTtlMs(permissionLevel: number): number {
   return permissionLevel >= 2 ? Limits.SESSION_TTL_STAFF_MS : Limits.SESSION_TTL_USER_MS;
 }
 
-export type SessionsEndedListener = (e: { userId: number; sessionIds: number[]; reason: string }) => void;
+/** Sessions of one user that ended together, and why (logout, destroyed, evicted). */
+export interface SessionsEnd {
+  userId: number;
+  sessionIds: number[];
+  reason: string;
+}
+export type SessionsEndedListener = (e: SessionsEnd) => void;
 /** Work that must commit with the end of sessions (their keys go, their chats rekey): runs in its transaction. */
-export type SessionsEndingHook = (e: { userId: number; sessionIds: number[]; reason: string }, tx: Tx) => Promise<void>;
+export type SessionsEndingHook = (e: SessionsEnd, tx: Tx) => Promise<void>;
 
 export interface SessionsDeps {
   db: Db;

@@ -1,7 +1,7 @@
 import { Limits, VM_TOKEN_TTL_MS, type VmCredentials, type VmInputPayload } from '@parlor/protocol';
 import type { Clock } from '../../platform/clock.js';
 import { appError } from '../../platform/errors.js';
-import { retryAfterSeconds } from '../../platform/http.js';
+import { rateLimited } from '../../platform/http.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
 import type { StateStore } from '../../platform/state/index.js';
 import type { VmProvider } from '../../platform/vm/provider.js';
@@ -156,10 +156,7 @@ export function makeVmService(deps: VmDeps) {
       // A start that would launch a browser spends one of the user's starts (shared by every node).
       if (!(await cluster.placeOf(chatId))) {
         const spent = await launches.consume(String(actor.userId));
-        if (!spent.allowed)
-          throw appError('ERR_RATE_LIMITED', 'Too many room starts; try again later.', {
-            retry_after: retryAfterSeconds(spent.retryAfterMs),
-          });
+        if (!spent.allowed) throw rateLimited(spent.retryAfterMs, 'Too many room starts; try again later.');
       }
       for (let attempt = 0; attempt < 3; attempt++) {
         const held = await cluster.claim(chatId);
