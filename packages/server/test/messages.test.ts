@@ -32,6 +32,44 @@ describeApp('POST /v1/portal/chats/{chat_id}/messages', () => {
     expect(res.status).toBe(200);
   });
 
+  it(`allows ${Limits.MESSAGES_GLOBAL} messages per window across chats and answers 429 to the next`, async () => {
+    // Spread over enough chats that none reaches its own limit, the next send included.
+    const chats = Math.ceil((Limits.MESSAGES_GLOBAL + 1) / Limits.MESSAGES_PER_CHAT);
+    expect(chats).toBeLessThanOrEqual(Limits.CHAT_SLOTS_ADMIN);
+    const first = await keyedChat(app);
+    const { owner } = first;
+    const keyed = [first];
+    while (keyed.length < chats) {
+      const created = await owner.client.post('/v1/portal/chats/create', {
+        name: `Chat ${keyed.length}`,
+        type: 'public',
+      });
+      expect(created.status).toBe(200);
+      const chatId: number = created.body.chat.id;
+      expect((await join(owner, { chat_id: chatId })).ok).toBe(true);
+      keyed.push({ owner, chatId, ...(await keyEpoch(owner, chatId)) });
+    }
+    const send = (i: number) => {
+      const { chatId, chatKey, epoch } = keyed[i % chats] as (typeof keyed)[number];
+      return owner.client.post(`/v1/portal/chats/${chatId}/messages`, {
+        content: bundle(chatKey, chatId, epoch, `m${i}`),
+      });
+    };
+    // Sent together, so the whole allowance is spent well inside one window.
+    const accepted = await Promise.all(Array.from({ length: Limits.MESSAGES_GLOBAL }, (_, i) => send(i)));
+    expect(accepted.map((r) => r.status)).toEqual(Array(Limits.MESSAGES_GLOBAL).fill(200));
+    const next = await send(Limits.MESSAGES_GLOBAL);
+    expect(next.status).toBe(429);
+    expect(next.body).toEqual({
+      code: 'ERR_RATE_LIMITED',
+      message: expect.any(String),
+      retry_after: expect.any(Number),
+    });
+    expect(Number.isInteger(next.body.retry_after)).toBe(true);
+    expect(next.body.retry_after).toBeGreaterThanOrEqual(1);
+    expect(next.body.retry_after).toBeLessThanOrEqual(Limits.MESSAGE_WINDOW_MS / 1000);
+  });
+
   it('gives concurrent sends distinct, increasing ids, and history lists them in that order', async () => {
     const { owner, chatId, chatKey, epoch } = await keyedChat(app);
     const content = bundle(chatKey, chatId, epoch, 'race');
