@@ -41,6 +41,8 @@ async function connectCounting(server: Awaited<ReturnType<typeof start>>, transp
           write(chunk, enc, cb);
         };
       }
+      // Answers a client's round trip: once its ack is back, nothing of the connection's start is in flight.
+      socket.on('sync', (ack: () => void) => ack());
       resolve({
         writes: () => writes,
         emitAll: (n) => {
@@ -68,15 +70,14 @@ function receive(client: ClientSocket, n: number): Promise<number[]> {
   });
 }
 
-const settle = () => new Promise((r) => setTimeout(r, 50));
-
 describe('coalesced socket writes', () => {
   /** 20 packets emitted in one turn to a WebSocket client: what it received, and the TCP writes. */
   async function burst(coalescing: boolean) {
     const server = await start(coalescing);
     opened.push(server);
     const { client, writes, emitAll } = await connectCounting(server, ['websocket']);
-    await settle();
+    // One round trip first, so the count starts after every write the connection made so far.
+    await client.emitWithAck('sync');
     const before = writes();
     const got = receive(client, 20);
     emitAll(20);
