@@ -103,7 +103,7 @@ describe.each(implementations)('the %s match queue', (_name, makeNodes) => {
     expect(await q.topTags(5)).toEqual([]);
   });
 
-  it('under concurrency on two nodes: nobody in two pairs, nobody with itself or an excluded user, every pair shares a tag', async () => {
+  it('under concurrency on two nodes: nobody in two pairs, nobody with itself or an excluded user, every pair shares a tag, no pairable users left waiting', async () => {
     const tags = ['t01', 't02', 't03', 't04', 't05'];
     await fc.assert(
       fc.asyncProperty(
@@ -115,9 +115,10 @@ describe.each(implementations)('the %s match queue', (_name, makeNodes) => {
           { minLength: 2, maxLength: 30 },
         ),
         async (users) => {
-          const q = make();
+          const [q, other] = makeNodes();
+          // Users alternate between the two handles, as they would between two nodes.
           const results = await Promise.all(
-            users.map((u, i) => q.enqueue(entry(i + 1, u.tags, { exclude: u.exclude }), NOW)),
+            users.map((u, i) => (i % 2 === 0 ? q : other).enqueue(entry(i + 1, u.tags, { exclude: u.exclude }), NOW)),
           );
           const seen = new Set<number>();
           for (const [i, r] of results.entries()) {
@@ -135,9 +136,27 @@ describe.each(implementations)('the %s match queue', (_name, makeNodes) => {
             expect(mine?.exclude).not.toContain(peer);
             expect(theirs?.exclude).not.toContain(me);
           }
-          // Whoever is still queued is not also in a pair.
+          // Whoever is in a pair is out of the queue; everyone else was queued and still waits.
+          const waiting: number[] = [];
           for (let id = 1; id <= users.length; id++) {
-            if (seen.has(id)) expect(await q.get(id, NOW)).toBeNull();
+            const queued = await q.get(id, NOW);
+            if (seen.has(id)) {
+              expect(queued).toBeNull();
+            } else {
+              expect(results[id - 1]).toEqual({ kind: 'queued' });
+              expect(queued).toMatchObject({ userId: id });
+              waiting.push(id);
+            }
+          }
+          // And no two of those waiting could have been paired: the queue left no match undone.
+          for (const a of waiting) {
+            for (const b of waiting) {
+              if (a >= b) continue;
+              const [ua, ub] = [users[a - 1], users[b - 1]];
+              const shareTag = ua?.tags.some((t) => ub?.tags.includes(t));
+              const allowed = !ua?.exclude.includes(b) && !ub?.exclude.includes(a);
+              expect(shareTag && allowed, `users ${a} and ${b} both still waiting`).toBe(false);
+            }
           }
         },
       ),
