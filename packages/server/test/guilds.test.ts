@@ -347,7 +347,20 @@ describeApp('PUT /v1/guilds/{guild_id}/room-settings', () => {
       allow_control_requests: false,
     });
     expect((await owner.client.get(`/v1/guilds/${g.id}`)).body.room_settings).toEqual(more.body);
-    expect((await guildAudits(AuditCodes.GUILD_ROOM_SETTINGS_UPDATE)).length).toBeGreaterThanOrEqual(2);
+    // One audit per update of this guild, newest first, each naming what it changed.
+    const audits = (await guildAudits(AuditCodes.GUILD_ROOM_SETTINGS_UPDATE)).filter(
+      (a) => (a.data as { guild_id: string }).guild_id === g.id,
+    );
+    expect(audits.map((a) => a.data)).toEqual([
+      {
+        guild_id: g.id,
+        browser: 'tor',
+        proxy: 'eu',
+        allow_control_requests: false,
+        start_url: 'https://example.org/start?q=1',
+      },
+      { guild_id: g.id, kiosk: true },
+    ]);
   });
 
   it('accepts a start_url of 2000 characters and refuses 2001, other schemes and non-URLs', async () => {
