@@ -207,6 +207,20 @@ describeApp('GET /v1/bot/users/{user_id} and update', () => {
     const { client } = await createBot(app);
     const a = await login(app);
     const b = await login(app);
+    const rename = (id: number, username: string) => client.post(`/v1/bot/users/${id}/update`, { username });
+    // The shortest and the longest names, both unique to this user.
+    const shortest = a.user.id.toString(36).padStart(Limits.USERNAME_MIN, '_');
+    const longest = `bot_named_${a.user.id}`.padEnd(Limits.USERNAME_MAX, 'x');
+    for (const username of [shortest, longest]) {
+      const res = await rename(a.user.id, username);
+      expect([res.status, res.body.username], username).toEqual([200, username]);
+    }
+    for (const username of ['no', `${longest}x`]) {
+      const res = await rename(a.user.id, username);
+      expect(res.status, username).toBe(400);
+      expect(res.body.errors).toEqual([{ path: 'body/username', message: expect.any(String) }]);
+    }
+    expect((await client.get(`/v1/bot/users/${a.user.id}`)).body.username).toBe(longest);
     const ok = await client.post(`/v1/bot/users/${a.user.id}/update`, { username: `bot_named_${a.user.id}` });
     expect(ok.status).toBe(200);
     expect(ok.body).toEqual({
@@ -220,9 +234,6 @@ describeApp('GET /v1/bot/users/{user_id} and update', () => {
     const taken = await client.post(`/v1/bot/users/${b.user.id}/update`, { username: `BOT_NAMED_${a.user.id}` });
     expect(taken.status).toBe(409);
     expect(taken.body.code).toBe('ERR_USERNAME_TAKEN');
-    const bad = await client.post(`/v1/bot/users/${b.user.id}/update`, { username: 'no' });
-    expect(bad.status).toBe(400);
-    expect(bad.body.errors).toEqual([{ path: 'body/username', message: expect.any(String) }]);
   });
 });
 
