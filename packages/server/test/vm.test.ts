@@ -249,8 +249,17 @@ describeBrowser('room VM (real Chromium)', () => {
     expect(frames().length).toBeGreaterThanOrEqual(FRAME_WINDOW);
     expect(frames().length).toBeLessThanOrEqual(FRAME_WINDOW + resendsAllowed);
     const held = frames().at(-1)?.payload;
-    // Meanwhile the page makes more frames; while the window is full they replace each other.
-    await new Promise((r) => setTimeout(r, 600));
+    // Meanwhile the page makes more frames; while the window is full they replace each other. Wait
+    // (on the room's own frames) until it has made at least two past the last one sent.
+    let made = 0;
+    const stopWatching = app.vmProvider.subscribe(String(chat2), (f) => {
+      made = Math.max(made, f.seq);
+    });
+    try {
+      await eventually(() => made >= held.seq + 2, WAIT_MS, 'two more frames of the room');
+    } finally {
+      stopWatching();
+    }
     expect((await ack(owner, 'vm:frame:ack', { chat_id: chat2, seq: held.seq })).ok).toBe(true);
     const next = await owner.socket.next('vm:frame', (p) => p.chat_id === chat2 && p.seq > held.seq);
     expect(next.seq).toBeGreaterThan(held.seq + 1); // the frames in between were skipped, not queued
