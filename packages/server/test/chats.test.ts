@@ -1,6 +1,7 @@
 import { Limits } from '@parlor/protocol';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { FakeClock } from '../src/platform/clock.js';
 import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { bundle, join, keyedChat, member } from './support/chat-flows.js';
 import { login, setLevel } from './support/flows.js';
@@ -374,9 +375,36 @@ describeApp('POST /v1/portal/chats/{chat_id}/messages', () => {
     expect(over.body.code).toBe('ERR_VALIDATION');
   });
 
-  it('refuses non-members, wrong epochs, sessions without the key, chat bans and mutes', async () => {
+  it(`allows ${Limits.MESSAGES_PER_CHAT} messages per window in one chat and answers 429 to the next`, async () => {
     const { owner, chatId, chatKey, epoch } = await keyedChat(app);
-    const outsider = await member(app);
+    const content = bundle(chatKey, chatId, epoch, 'flood');
+    const statuses = await Promise.all(
+      Array.from({ length: Limits.MESSAGES_PER_CHAT }, () =>
+        owner.client.post(`/v1/portal/chats/${chatId}/messages`, { content }),
+      ),
+    );
+    expect(statuses.map((s) => s.status)).toEqual(Array(Limits.MESSAGES_PER_CHAT).fill(200));
+    const next = await owner.client.post(`/v1/portal/chats/${chatId}/messages`, { content });
+    expect(next.status).toBe(429);
+    expect(next.body.code).toBe('ERR_RATE_LIMITED');
+    expect(next.body.retry_after).toBeGreaterThan(0);
+  });
+});
+
+describeApp('POST /v1/portal/chats/{chat_id}/messages (fake clock)', () => {
+  // An app of its own whose time moves only by hand, so the mute's seconds left are exact.
+  let timed: TestApp;
+  const clock = new FakeClock(Date.now());
+  beforeAll(async () => {
+    timed = await startApp({ clock });
+  });
+  afterAll(async () => {
+    await timed?.close();
+  });
+
+  it('refuses non-members, wrong epochs, sessions without the key, chat bans and mutes', async () => {
+    const { owner, chatId, chatKey, epoch } = await keyedChat(timed);
+    const outsider = await member(timed);
     const notJoined = await outsider.client.post(`/v1/portal/chats/${chatId}/messages`, {
       content: bundle(chatKey, chatId, epoch, 'x'),
     });
@@ -392,17 +420,19 @@ describeApp('POST /v1/portal/chats/{chat_id}/messages', () => {
     });
     expect(noKey.status).toBe(403);
     expect(noKey.body.code).toBe('ERR_NO_ROOM_KEY');
-    const db = app.database.db;
+    const db = timed.database.db;
+    const ends = new Date(clock.now().getTime() + 90_000).toISOString();
     await db.execute(
-      `insert into moderation_actions (user_id, chat_id, action_type, expires_at, created_at) values (${owner.user.id}, ${chatId}, 'CHAT_MUTE', now() + interval '90 seconds', now())` as never,
+      `insert into moderation_actions (user_id, chat_id, action_type, expires_at, created_at) values (${owner.user.id}, ${chatId}, 'CHAT_MUTE', '${ends}', now())` as never,
     );
-    const muted = await owner.client.post(`/v1/portal/chats/${chatId}/messages`, {
-      content: bundle(chatKey, chatId, epoch, 'x'),
-    });
+    const send = () =>
+      owner.client.post(`/v1/portal/chats/${chatId}/messages`, { content: bundle(chatKey, chatId, epoch, 'x') });
+    const muted = await send();
     expect(muted.status).toBe(403);
-    expect(muted.body.code).toBe('ERR_MUTED');
-    expect(muted.body.ttl).toBeGreaterThan(80);
-    expect(muted.body.ttl).toBeLessThanOrEqual(90);
+    expect(muted.body).toEqual({ code: 'ERR_MUTED', message: expect.any(String), ttl: 90 });
+    // The seconds left, rounded up.
+    clock.advance(10_001);
+    expect((await send()).body).toMatchObject({ code: 'ERR_MUTED', ttl: 80 });
     await db.execute(
       `insert into moderation_actions (user_id, chat_id, action_type, expires_at, created_at) values (${owner.user.id}, ${chatId}, 'CHAT_MUTE', null, now())` as never,
     );
@@ -417,21 +447,6 @@ describeApp('POST /v1/portal/chats/{chat_id}/messages', () => {
       content: bundle(chatKey, chatId, epoch, 'x'),
     });
     expect(banned.body.code).toBe('ERR_CHAT_BANNED');
-  });
-
-  it(`allows ${Limits.MESSAGES_PER_CHAT} messages per window in one chat and answers 429 to the next`, async () => {
-    const { owner, chatId, chatKey, epoch } = await keyedChat(app);
-    const content = bundle(chatKey, chatId, epoch, 'flood');
-    const statuses = await Promise.all(
-      Array.from({ length: Limits.MESSAGES_PER_CHAT }, () =>
-        owner.client.post(`/v1/portal/chats/${chatId}/messages`, { content }),
-      ),
-    );
-    expect(statuses.map((s) => s.status)).toEqual(Array(Limits.MESSAGES_PER_CHAT).fill(200));
-    const next = await owner.client.post(`/v1/portal/chats/${chatId}/messages`, { content });
-    expect(next.status).toBe(429);
-    expect(next.body.code).toBe('ERR_RATE_LIMITED');
-    expect(next.body.retry_after).toBeGreaterThan(0);
   });
 });
 

@@ -5,7 +5,7 @@ import { FakeClock } from '../src/platform/clock.js';
 import { schema } from '../src/platform/db/index.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
 import { Client, nextIp } from './support/client.js';
-import { createBot, login, setLevel } from './support/flows.js';
+import { createBot, login, nextIdentity, setLevel } from './support/flows.js';
 
 let app: TestApp;
 let bot: Client;
@@ -165,6 +165,15 @@ describeApp('POST /v1/users/me/sessions/destroy', () => {
 });
 
 describeApp('login codes and time', () => {
+  it('answers POST /v1/authentication/request with expires_at ten minutes away and never the code', async () => {
+    const res = await new Client(app.url, nextIp(), app.publicApiKey).post('/v1/authentication/request', {
+      platform: 'platform_a',
+      platform_user_id: nextIdentity(),
+    });
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({ expires_at: new Date(clock.now().getTime() + Limits.LOGIN_CODE_TTL_MS).toISOString() });
+  });
+
   it('accepts a code just before 10 minutes and refuses it at 10 minutes', async () => {
     const ids = ['900001', '900002'];
     const client = new Client(app.url, nextIp(), app.publicApiKey);
