@@ -234,5 +234,15 @@ describeApp('session activity', () => {
     const answers = await Promise.all([a.get('/v1/users/me'), b.get('/v1/users/me'), a.get('/v1/users/me')]);
     expect(answers.map((r) => r.status)).toEqual([200, 200, 200]);
     expect(await seen()).toEqual([at, at]);
+    // Half a minute later, requests of both sessions write nothing.
+    clock.advance(30_000);
+    const again = await Promise.all([a.get('/v1/users/me'), b.get('/v1/users/me')]);
+    expect(again.map((r) => r.status)).toEqual([200, 200]);
+    expect(await seen()).toEqual([at, at]);
+    // Past the minute, only the session that made a request is written.
+    clock.advance(31_000);
+    const later = clock.now().getTime();
+    expect((await a.get('/v1/users/me')).status).toBe(200);
+    expect((await seen()).sort((x, y) => (x ?? 0) - (y ?? 0))).toEqual([at, later]);
   });
 });
