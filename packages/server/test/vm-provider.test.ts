@@ -8,6 +8,7 @@ import {
   CHROMIUM,
   describeProvider,
   eventually,
+  rootOnly,
   startTestSite,
   testEgressNetwork,
   WAIT_MS,
@@ -23,6 +24,7 @@ vi.setConfig({ testTimeout: BROWSER_TEST_TIMEOUT_MS });
  * project only.
  */
 const describeLocal = describeProvider;
+const itAsRoot = rootOnly('the browser account tests of vm-provider.test.ts (VM_BROWSER_USER, VM_BROWSER_UIDS)');
 
 let site: Awaited<ReturnType<typeof startTestSite>>;
 beforeAll(async () => {
@@ -45,7 +47,7 @@ describeLocal('local Chromium provider', () => {
     expect(missing.list()).toEqual([]);
   });
 
-  it('runs a server-as-root’s browsers as VM_BROWSER_USER inside the sandbox; refuses an unknown account', async () => {
+  it('runs a server-as-root’s browsers as VM_BROWSER_USER (else as the server’s own user) inside the sandbox', async () => {
     const root = process.getuid?.() === 0;
     const provider = new LocalChromiumProvider({ chromiumPath: CHROMIUM, maxRooms: 1 });
     try {
@@ -67,50 +69,52 @@ describeLocal('local Chromium provider', () => {
     } finally {
       await provider.close();
     }
-    if (!root) return;
+  });
+
+  itAsRoot('refuses an unknown VM_BROWSER_USER with ERR_ROOM_START_FAILED', async () => {
     const unknown = new LocalChromiumProvider({
       chromiumPath: CHROMIUM,
       maxRooms: 1,
       browserUser: 'no-such-user-here',
     });
-    await rejectsWith(unknown.start('x', spec()), 'ERR_ROOM_START_FAILED', /VM_BROWSER_USER/);
-    expect(unknown.list()).toEqual([]);
-    await unknown.close();
+    try {
+      await rejectsWith(unknown.start('x', spec()), 'ERR_ROOM_START_FAILED', /VM_BROWSER_USER/);
+      expect(unknown.list()).toEqual([]);
+    } finally {
+      await unknown.close();
+    }
   });
 
-  it.runIf(process.getuid?.() === 0)(
-    'gives each room its own uid from VM_BROWSER_UIDS, and its profile to it',
-    async () => {
-      const provider = new LocalChromiumProvider({
-        chromiumPath: CHROMIUM,
-        maxRooms: 2,
-        browserUids: { first: 200100, last: 200101 },
+  itAsRoot('gives each room its own uid from VM_BROWSER_UIDS, and its profile to it', async () => {
+    const provider = new LocalChromiumProvider({
+      chromiumPath: CHROMIUM,
+      maxRooms: 2,
+      browserUids: { first: 200100, last: 200101 },
+    });
+    try {
+      await Promise.all(['u1', 'u2'].map((id) => provider.start(id, spec({ startUrl: site.url('/button') }))));
+      const owners = ['u1', 'u2'].map((id) => {
+        const pid = provider.pidOf(id) as number;
+        const uid = Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]);
+        const cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+        const profile = cmdline
+          .find((a) => a.startsWith('--user-data-dir='))
+          ?.slice('--user-data-dir='.length) as string;
+        expect(cmdline).not.toContain('--no-sandbox');
+        expect(statSync(profile).uid).toBe(uid);
+        return uid;
       });
-      try {
-        await Promise.all(['u1', 'u2'].map((id) => provider.start(id, spec({ startUrl: site.url('/button') }))));
-        const owners = ['u1', 'u2'].map((id) => {
-          const pid = provider.pidOf(id) as number;
-          const uid = Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]);
-          const cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
-          const profile = cmdline
-            .find((a) => a.startsWith('--user-data-dir='))
-            ?.slice('--user-data-dir='.length) as string;
-          expect(cmdline).not.toContain('--no-sandbox');
-          expect(statSync(profile).uid).toBe(uid);
-          return uid;
-        });
-        expect([...owners].sort()).toEqual([200100, 200101]);
-        // A room started after one stopped takes the uid that is free.
-        const freed = owners[0] as number;
-        await provider.stop('u1');
-        await provider.start('u3', spec({ startUrl: site.url('/button') }));
-        const pid = provider.pidOf('u3') as number;
-        expect(Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1])).toBe(freed);
-      } finally {
-        await provider.close();
-      }
-    },
-  );
+      expect([...owners].sort()).toEqual([200100, 200101]);
+      // A room started after one stopped takes the uid that is free.
+      const freed = owners[0] as number;
+      await provider.stop('u1');
+      await provider.start('u3', spec({ startUrl: site.url('/button') }));
+      const pid = provider.pidOf('u3') as number;
+      expect(Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1])).toBe(freed);
+    } finally {
+      await provider.close();
+    }
+  });
 
   it('shows a tab the page opens (target=_blank) in the room’s own tab', async () => {
     const provider = new LocalChromiumProvider({ chromiumPath: CHROMIUM, maxRooms: 1 });

@@ -3,7 +3,7 @@ import { existsSync } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { describe, inject } from 'vitest';
+import { describe, inject, it } from 'vitest';
 import type { VmStartSpec } from '../../src/platform/vm/provider.js';
 import { MODE } from './app.js';
 
@@ -15,14 +15,17 @@ import type { TestSocket } from './sockets.js';
 export const CHROMIUM = '/usr/bin/chromium';
 export const browserAvailable = existsSync(CHROMIUM);
 
+/** Says on stderr, where a run cannot miss it, that tests are skipped and why. */
+function announceSkip(message: string): void {
+  const line = '!'.repeat(78);
+  process.stderr.write(`\n${line}\n!! SKIPPING ${message}\n${line}\n\n`);
+}
+
 if (!browserAvailable) {
   if (process.env.REQUIRE_BROWSER === '1') {
     throw new Error(`REQUIRE_BROWSER=1 but ${CHROMIUM} is missing: apt-get install chromium`);
   }
-  const line = '!'.repeat(78);
-  process.stderr.write(
-    `\n${line}\n!! SKIPPING room VM browser suites: ${CHROMIUM} is missing (apt-get install chromium)\n${line}\n\n`,
-  );
+  announceSkip(`room VM browser suites: ${CHROMIUM} is missing (apt-get install chromium)`);
 }
 
 /** `describe` for suites that need a real browser (and, on the cluster project, PostgreSQL + Redis). */
@@ -31,6 +34,17 @@ if (!browserAvailable) {
  * on the embedded project only.
  */
 export const describeProvider = describe.skipIf(!browserAvailable || MODE === 'cluster');
+
+/**
+ * `it` for provider tests only a server running as root can pass (browsers under accounts of their
+ * own). Not root: they are skipped, and the run says so loudly (`what` names them).
+ */
+export function rootOnly(what: string) {
+  const root = process.getuid?.() === 0;
+  if (!root && browserAvailable && MODE !== 'cluster')
+    announceSkip(`${what}: they need root, and this run is uid ${process.getuid?.()}`);
+  return it.skipIf(!root);
+}
 
 /** A room's start spec for provider suites: a small window on a blank page, private networks off. */
 export const roomSpec = (over: Partial<VmStartSpec> = {}): VmStartSpec => ({
