@@ -73,7 +73,7 @@ describe('UserCache', () => {
       const { clock, cache, put } = make({ ttlMs: 1_000 });
       put('a', 1);
       clock.advance(600);
-      cache.get('a');
+      expect(cache.get('a')).toEqual({ userId: 1, v: 'a' });
       clock.advance(600);
       expect(cache.get('a')).toBeUndefined();
     });
