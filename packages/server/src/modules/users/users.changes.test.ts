@@ -26,6 +26,12 @@ function fakeDb(log: string[]) {
 const cacheOf = () =>
   new UserCache<number, { id: number }>({ max: 100, ttlMs: 10_000, clock: new FakeClock(), userOf: (u) => u.id });
 
+/** Stores user `id`'s entry and checks that it is served, so a later miss means it was dropped. */
+function store(cache: UserCache<number, { id: number }>, id: number): void {
+  expect(cache.set(id, { id }, cache.begin())).toBe(true);
+  expect(cache.get(id)).toEqual({ id });
+}
+
 describe('the user-change channel', () => {
   let state: StateStore;
   afterEach(async () => state?.close());
@@ -74,22 +80,22 @@ describe('the user-change channel', () => {
 
   it('drops the changed users’ entries on this node, and only theirs', async () => {
     const { changes, cache, db } = await setup();
-    cache.set(1, { id: 1 }, cache.begin());
-    cache.set(2, { id: 2 }, cache.begin());
+    store(cache, 1);
+    store(cache, 2);
     await changes.changed([1], db);
     expect([cache.get(1), cache.get(2)]).toEqual([undefined, { id: 2 }]);
   });
 
   it('drops entries named by a message from another node', async () => {
     const { cache } = await setup();
-    cache.set(5, { id: 5 }, cache.begin());
+    store(cache, 5);
     await state.publish(USER_CHANGES_CHANNEL, '[5]');
     expect(cache.get(5)).toBeUndefined();
   });
 
   it('empties the caches on a message it cannot read', async () => {
     const { cache } = await setup();
-    cache.set(5, { id: 5 }, cache.begin());
+    store(cache, 5);
     await state.publish(USER_CHANGES_CHANNEL, 'not json');
     expect(cache.get(5)).toBeUndefined();
     expect(cache.set(5, { id: 5 }, cache.begin())).toBe(true);
@@ -102,7 +108,7 @@ describe('the user-change channel', () => {
     changes.attach(cache);
     expect(cache.set(1, { id: 1 }, cache.begin())).toBe(false);
     await changes.start();
-    expect(cache.set(1, { id: 1 }, cache.begin())).toBe(true);
+    store(cache, 1);
     await changes.stop();
     expect(cache.get(1)).toBeUndefined();
     expect(cache.set(1, { id: 1 }, cache.begin())).toBe(false);
@@ -121,7 +127,7 @@ describe('the user-change channel', () => {
     const cache = cacheOf();
     changes.attach(cache);
     await changes.start();
-    cache.set(1, { id: 1 }, cache.begin());
+    store(cache, 1);
     onDelivery?.(false);
     expect(cache.get(1)).toBeUndefined();
     expect(cache.set(1, { id: 1 }, cache.begin())).toBe(false);
@@ -217,7 +223,7 @@ describe('the user-change channel', () => {
     const cache = cacheOf();
     changes.attach(cache);
     await changes.start();
-    cache.set(1, { id: 1 }, cache.begin());
+    store(cache, 1);
     await changes.changed([1], {});
     expect(cache.get(1)).toBeUndefined();
     expect(errors).toHaveLength(1);
