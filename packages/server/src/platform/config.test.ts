@@ -227,11 +227,15 @@ describe('loadConfig', () => {
     [' 10.0.0.0/8 , 192.168.1.7 ', ['10.0.0.0/8', '192.168.1.7']],
     ['loopback, uniquelocal,linklocal', ['loopback', 'uniquelocal', 'linklocal']],
     ['::1, FD00::/8, 2001:db8::1/128', ['::1', 'fd00::/8', '2001:db8::1/128']],
-  ])('reads TRUST_PROXY=%s as a list of proxies, which Fastify accepts', (v, list) => {
+  ])('reads TRUST_PROXY=%s as a list of proxies, which Fastify accepts', async (v, list) => {
     const trustProxy = load({ TRUST_PROXY: v }).trustProxy;
     expect(trustProxy).toEqual(list);
-    const app = Fastify({ trustProxy: trustProxyOption(trustProxy) });
-    expect(app).toBeDefined();
+    let app: ReturnType<typeof Fastify> | undefined;
+    expect(() => {
+      app = Fastify({ trustProxy: trustProxyOption(trustProxy) });
+    }).not.toThrow();
+    await expect(app?.ready()).resolves.toBe(app);
+    await app?.close();
   });
 
   it.each([
