@@ -2,18 +2,26 @@ import { randomBytes } from 'node:crypto';
 import { type Chat, Limits } from '@parlor/protocol';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
+import { drain } from '../../platform/drain.js';
 import { appError } from '../../platform/errors.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
 import type { MessagesService } from '../messages/messages.service.js';
 import { toChat } from './chats.presenter.js';
 import type { ChatsStore, ChatWithCount } from './chats.store.js';
 
+/** Chats each step of the lifecycle sweep takes per statement (and transaction). */
+export const DIRECT_SWEEP_BATCH = 200;
+/** Batches per step and tick (60 s): up to 2,000 chats a step per node per minute, then the next tick goes on. */
+export const DIRECT_SWEEP_MAX_BATCHES = 10;
+/** How long a removed direct chat's rows stay before they are deleted for good (messages, keys, memberships). */
+export const DIRECT_PURGE_AFTER_MS = 7 * 24 * 3600_000;
+
 export interface DirectChatsDeps {
   db: Db;
   store: ChatsStore;
   clock: Clock;
   messages: MessagesService;
-  realtime: Pick<Realtime, 'emitTo' | 'io'>;
+  realtime: Pick<Realtime, 'emitTo' | 'io' | 'leaveChat'>;
   /** The chat row (deleted chats: ERR_CHAT_NOT_FOUND). */
   mustGet: (chatId: number) => Promise<ChatWithCount>;
   /** Tells the chat-deletion listeners (the room VM stops theirs). */
@@ -82,21 +90,34 @@ export function makeDirectChats(deps: DirectChatsDeps) {
       return chat.id;
     },
 
-    /** The direct-chat lifecycle sweep: expired → archived, archived 24 h → removed. Safe on many nodes. */
-    async sweepDirect(limit = 200): Promise<{ archived: number; removed: number }> {
+    /**
+     * The direct-chat lifecycle sweep: expired → archived, archived 24 h → removed (memberships
+     * ended), removed 7 days → purged (deleted with everything in it). Each step runs batches of
+     * `batch` while they come back full, at most `maxBatches` a tick. Safe on many nodes.
+     */
+    async sweepDirect(
+      opts: { batch?: number; maxBatches?: number } = {},
+    ): Promise<{ archived: number; removed: number; purged: number }> {
+      const size = opts.batch ?? DIRECT_SWEEP_BATCH;
+      const maxBatches = opts.maxBatches ?? DIRECT_SWEEP_MAX_BATCHES;
       const now = clock.now();
-      const archived = await store.sweepDirect('archive', now, now, limit);
-      for (const c of archived)
-        realtime.emitTo(rooms.chat(c.id), 'chat:updated', { chat: toChat({ ...c, memberCount: 2 }) });
-      const removed = await store.sweepDirect(
-        'remove',
-        new Date(now.getTime() - Limits.DIRECT_ARCHIVE_TTL_MS),
-        now,
-        limit,
-      );
-      for (const c of removed) realtime.emitTo(rooms.chat(c.id), 'room:left', { chat_id: c.id, reason: 'deleted' });
-      removedChats(removed.map((c) => c.id));
-      return { archived: archived.length, removed: removed.length };
+      const archived = await drain(size, maxBatches, async () => {
+        const rows = await store.archiveDue(now, size);
+        for (const c of rows)
+          realtime.emitTo(rooms.chat(c.id), 'chat:updated', { chat: toChat({ ...c, memberCount: 2 }) });
+        return rows.length;
+      });
+      const removedBefore = new Date(now.getTime() - Limits.DIRECT_ARCHIVE_TTL_MS);
+      const removed = await drain(size, maxBatches, async () => {
+        const { removed: rows, members } = await store.removeDue(removedBefore, now, size);
+        for (const c of rows) realtime.emitTo(rooms.chat(c.id), 'room:left', { chat_id: c.id, reason: 'deleted' });
+        for (const m of members) realtime.leaveChat(m.userId, m.chatId);
+        removedChats(rows.map((c) => c.id));
+        return rows.length;
+      });
+      const purgeBefore = new Date(now.getTime() - DIRECT_PURGE_AFTER_MS);
+      const purged = await drain(size, maxBatches, () => store.purgeRemoved(purgeBefore, size));
+      return { archived, removed, purged };
     },
   };
 }

@@ -3,6 +3,7 @@ import { anyOf, type Db, rowsOf } from '../../platform/db/index.js';
 import { chatActivity, chatInvites, chatMembers, chats, moderationActions, users } from '../../platform/db/schema.js';
 import { restrictionInForce } from '../messages/messages.store.js';
 import type { Tx } from '../users/users.store.js';
+import { makeDirectSweepStore } from './chats.direct.store.js';
 
 export type ChatRow = typeof chats.$inferSelect;
 export type InviteRow = typeof chatInvites.$inferSelect;
@@ -35,6 +36,8 @@ export function makeChatsStore(db: Db) {
     .prepare('chats_list_for');
 
   return {
+    // The direct-chat lifecycle's batches (chats.direct.store.ts).
+    ...makeDirectSweepStore(db),
     async insert(values: typeof chats.$inferInsert, tx: Tx = db): Promise<ChatRow> {
       const [row] = await tx.insert(chats).values(values).returning();
       if (!row) throw new Error('insert returned no row');
@@ -308,22 +311,6 @@ export function makeChatsStore(db: Db) {
         .where(and(eq(chats.matchToken, token), live))
         .limit(1);
       return row;
-    },
-    /**
-     * Archives active direct chats past their expiry, or deletes archived ones past the archive
-     * window, up to `limit` at a time. Rows another node is handling are skipped (SKIP LOCKED).
-     */
-    async sweepDirect(kind: 'archive' | 'remove', cutoff: Date, now: Date, limit: number): Promise<ChatRow[]> {
-      const due =
-        kind === 'archive'
-          ? sql`${chats.archivedAt} is null and ${chats.expiresAt} <= ${cutoff.toISOString()}`
-          : sql`${chats.archivedAt} <= ${cutoff.toISOString()}`;
-      const picked = sql`select ${chats.id} from ${chats} where ${chats.type} = 'direct' and ${chats.deletedAt} is null and ${due} order by ${chats.id} limit ${limit} for update skip locked`;
-      return db
-        .update(chats)
-        .set(kind === 'archive' ? { archivedAt: now, updatedAt: now } : { deletedAt: now, updatedAt: now })
-        .where(sql`${chats.id} in (${picked})`)
-        .returning();
     },
     async otherMembers(chatId: number, userId: number): Promise<number[]> {
       const rows = await db

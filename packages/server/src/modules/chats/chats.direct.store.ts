@@ -1,0 +1,90 @@
+import { and, isNull, type SQL, sql } from 'drizzle-orm';
+import { anyOf, type Db } from '../../platform/db/index.js';
+import { chatMembers, chats } from '../../platform/db/schema.js';
+
+type ChatRow = typeof chats.$inferSelect;
+
+/** The steps of a direct chat's life after the match: expired → archived → removed → purged. */
+export type DirectStep = 'archive' | 'remove' | 'purge';
+
+/**
+ * The ids of up to `limit` direct chats due for `step` at `cutoff`, oldest first, rows another
+ * node is handling skipped (SKIP LOCKED). Each predicate is exactly that of a partial index of
+ * schema.ts (`chats_direct_*_idx`), so a sweep reads only the chats it acts on. Exported for the
+ * test that checks the plans use them.
+ */
+export function dueDirect(step: DirectStep, cutoff: Date, limit: number): SQL {
+  // Raw sql`` parameters must be strings or numbers: postgres-js does not serialise Date there.
+  const at = cutoff.toISOString();
+  const [due, oldest] =
+    step === 'archive'
+      ? [
+          sql`${chats.deletedAt} is null and ${chats.archivedAt} is null and ${chats.expiresAt} <= ${at}`,
+          chats.expiresAt,
+        ]
+      : step === 'remove'
+        ? [sql`${chats.deletedAt} is null and ${chats.archivedAt} <= ${at}`, chats.archivedAt]
+        : [sql`${chats.deletedAt} <= ${at}`, chats.deletedAt];
+  return sql`select ${chats.id} from ${chats} where ${chats.type} = 'direct' and ${due} order by ${oldest} limit ${limit} for update skip locked`;
+}
+
+/** The direct-chat lifecycle's writes, one batch each; safe on many nodes at once. */
+export function makeDirectSweepStore(db: Db) {
+  return {
+    /** Archives up to `limit` active direct chats whose expiry passed; answers them. */
+    async archiveDue(now: Date, limit: number): Promise<ChatRow[]> {
+      return db
+        .update(chats)
+        .set({ archivedAt: now, updatedAt: now })
+        .where(sql`${chats.id} in (${dueDirect('archive', now, limit)})`)
+        .returning();
+    },
+    /**
+     * Removes (soft-deletes) up to `limit` direct chats archived at or before `cutoff` and ends
+     * their memberships in the same transaction, so nothing that lists a user's chats reads them
+     * again. Answers the chats and the users whose membership ended.
+     */
+    async removeDue(
+      cutoff: Date,
+      now: Date,
+      limit: number,
+    ): Promise<{ removed: ChatRow[]; members: { chatId: number; userId: number }[] }> {
+      return db.transaction(async (tx) => {
+        const removed = await tx
+          .update(chats)
+          .set({ deletedAt: now, updatedAt: now })
+          .where(sql`${chats.id} in (${dueDirect('remove', cutoff, limit)})`)
+          .returning();
+        if (removed.length === 0) return { removed, members: [] };
+        const members = await tx
+          .update(chatMembers)
+          .set({ leftAt: now })
+          .where(
+            and(
+              anyOf(
+                chatMembers.chatId,
+                removed.map((c) => c.id),
+              ),
+              isNull(chatMembers.leftAt),
+            ),
+          )
+          .returning({ chatId: chatMembers.chatId, userId: chatMembers.userId });
+        return { removed, members };
+      });
+    },
+    /**
+     * Deletes up to `limit` direct chats removed at or before `cutoff`, for good: their messages,
+     * key envelopes, memberships, activity and invites go with them (ON DELETE CASCADE).
+     * Answers how many.
+     */
+    async purgeRemoved(cutoff: Date, limit: number): Promise<number> {
+      const rows = await db
+        .delete(chats)
+        .where(sql`${chats.id} in (${dueDirect('purge', cutoff, limit)})`)
+        .returning({ id: chats.id });
+      return rows.length;
+    },
+  };
+}
+
+export type DirectSweepStore = ReturnType<typeof makeDirectSweepStore>;
