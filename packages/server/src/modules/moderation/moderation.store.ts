@@ -1,10 +1,27 @@
-import { and, eq, inArray, isNull, lte, sql } from 'drizzle-orm';
+import { and, eq, inArray, isNull, lte, type SQL, sql } from 'drizzle-orm';
 import type { Db } from '../../platform/db/index.js';
 import { moderationActions, users } from '../../platform/db/schema.js';
 import { noUsersChanged, type UsersChanged } from '../users/users.changes.js';
 import type { Tx } from '../users/users.store.js';
 
 export type ModerationRow = typeof moderationActions.$inferSelect;
+
+/**
+ * Records not yet lifted whose expiry passed, up to `limit`, rows another node holds skipped. The
+ * predicate is that of the partial index moderation_actions_expiry_idx (schema.ts), exactly.
+ */
+export function liftDue(now: Date, limit: number): SQL {
+  return sql`select ${moderationActions.id} from ${moderationActions} where ${moderationActions.isLifted} = false and ${moderationActions.expiresAt} <= ${now.toISOString()} order by ${moderationActions.expiresAt} limit ${limit} for update skip locked`;
+}
+
+/**
+ * Users in Timeout or Banned whose state expired: the predicate of the partial index
+ * users_state_expiry_idx (schema.ts). The states are literals, not parameters, so that the
+ * planner can match the index's predicate in a prepared statement's generic plan too.
+ */
+export function stateExpired(now: Date): SQL {
+  return sql`${users.state} in (1, 2) and ${lte(users.stateExpiresAt, now)}`;
+}
 
 /** `onChanged` hears of the users whose state the expiry sweep restored (read caches, users.changes.ts). */
 export function makeModerationStore(db: Db, onChanged: UsersChanged = noUsersChanged) {
@@ -30,9 +47,9 @@ export function makeModerationStore(db: Db, onChanged: UsersChanged = noUsersCha
         .returning({ id: moderationActions.id });
       return rows.length;
     },
-    /** Marks records whose expiry passed as lifted; returns them. Safe on many nodes. */
+    /** Marks records whose expiry passed as lifted, oldest expiry first; returns them. Safe on many nodes. */
     async liftExpired(now: Date, limit: number): Promise<ModerationRow[]> {
-      const due = sql`select ${moderationActions.id} from ${moderationActions} where ${moderationActions.isLifted} = false and ${moderationActions.expiresAt} <= ${now.toISOString()} order by ${moderationActions.id} limit ${limit} for update skip locked`;
+      const due = liftDue(now, limit);
       return db
         .update(moderationActions)
         .set({ isLifted: true, liftedAt: now })
@@ -44,7 +61,7 @@ export function makeModerationStore(db: Db, onChanged: UsersChanged = noUsersCha
       const rows = await db
         .update(users)
         .set({ state: 0, stateExpiresAt: null, updatedAt: now })
-        .where(and(inArray(users.state, [1, 2]), lte(users.stateExpiresAt, now)))
+        .where(stateExpired(now))
         .returning({ id: users.id });
       const ids = rows.map((r) => r.id);
       await onChanged(ids, db);

@@ -47,6 +47,8 @@ export const users = pgTable(
     index('users_subscription_expiry_idx').on(t.subscriptionExpiresAt).where(sql`${t.subscriptionTier} in (1, 2)`),
     // The stranger sweep's lookup (auth.service sweepStrangers): only anonymous accounts.
     index('users_stranger_idx').on(t.id).where(sql`${t.isStranger}`),
+    // The punishment expiry sweep's state restore (moderation.store restoreExpiredStates): Timeout and Banned.
+    index('users_state_expiry_idx').on(t.stateExpiresAt).where(sql`${t.state} in (1, 2)`),
   ],
 );
 
@@ -108,7 +110,11 @@ export const moderationActions = pgTable(
     isLifted: boolean('is_lifted').notNull().default(false),
     createdAt: ts('created_at').notNull(),
   },
-  (t) => [index('moderation_actions_user_idx').on(t.userId, t.createdAt)],
+  (t) => [
+    index('moderation_actions_user_idx').on(t.userId, t.createdAt),
+    // The punishment expiry sweep's lookup (moderation.store liftExpired): records not yet lifted.
+    index('moderation_actions_expiry_idx').on(t.expiresAt).where(sql`${t.isLifted} = false`),
+  ],
 );
 
 export const notifications = pgTable(
@@ -217,7 +223,17 @@ export const chats = pgTable(
     updatedAt: ts('updated_at').notNull(),
     deletedAt: ts('deleted_at'),
   },
-  (t) => [index('chats_owner_idx').on(t.ownerUserId), uniqueIndex('chats_match_token_idx').on(t.matchToken)],
+  (t) => [
+    index('chats_owner_idx').on(t.ownerUserId),
+    uniqueIndex('chats_match_token_idx').on(t.matchToken),
+    // The direct-chat lifecycle sweep's steps (chats.direct.store.ts dueDirect), predicate for predicate:
+    // active ones by expiry, archived ones by archive time, removed ones by removal time.
+    index('chats_direct_expiry_idx')
+      .on(t.expiresAt)
+      .where(sql`${t.type} = 'direct' and ${t.deletedAt} is null and ${t.archivedAt} is null`),
+    index('chats_direct_archived_idx').on(t.archivedAt).where(sql`${t.type} = 'direct' and ${t.deletedAt} is null`),
+    index('chats_direct_removed_idx').on(t.deletedAt).where(sql`${t.type} = 'direct'`),
+  ],
 );
 
 /** User-to-user blocks: a block keeps two users from being matched, in both directions. */
