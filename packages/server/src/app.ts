@@ -24,6 +24,7 @@ import { type Database, openDatabase } from './platform/db/index.js';
 import { installErrorHandler, toErrorBody } from './platform/errors.js';
 import type { GeoLookup } from './platform/geo.js';
 import { installMethodNotAllowed } from './platform/method-not-allowed.js';
+import type { Retention } from './platform/retention.js';
 import type { App } from './platform/routing.js';
 import { loadOrCreateSecret } from './platform/secret-files.js';
 import { API_SECURITY_HEADERS, computeSecurityHeaders, isApiPath } from './platform/security-headers.js';
@@ -70,6 +71,7 @@ export interface BuiltApp {
     moderation: ModerationService;
     vm: VmService;
     auth: AuthService;
+    retention: Retention;
   };
   /** The room VM provider of this node: its own browsers, or its browser hosts' (VM_HOSTS). */
   vmProvider: VmProvider;
@@ -164,7 +166,7 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
     operatorToken: operator.value,
     version: VERSION,
   });
-  const { realtime, matchmaking, chats, moderation, vm, vmProvider, subscriptionSweep, auth } = services;
+  const { realtime, matchmaking, chats, moderation, vm, vmProvider, subscriptionSweep, auth, retention } = services;
 
   const guards = makeGuards({
     config,
@@ -206,7 +208,7 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
 
   return {
     app: app as unknown as FastifyInstance,
-    services: { matchmaking, chats, moderation, vm, auth },
+    services: { matchmaking, chats, moderation, vm, auth, retention },
     vmProvider,
     publicApiKey: apiKey.value,
     operatorToken: operator.value,

@@ -1,9 +1,13 @@
 import { type SQL, sql } from 'drizzle-orm';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { commandsBefore } from '../src/modules/bots/bots.store.js';
+import { activityBefore } from '../src/modules/chats/chats.activity.store.js';
 import { dueDirect } from '../src/modules/chats/chats.direct.store.js';
 import { liftDue, stateExpired } from '../src/modules/moderation/moderation.store.js';
+import { notificationsBefore } from '../src/modules/notifications/notifications.store.js';
+import { sessionsOver } from '../src/modules/sessions/sessions.store.js';
 import { rowsOf } from '../src/platform/db/index.js';
-import { users } from '../src/platform/db/schema.js';
+import { botCommands, chatActivity, notifications, sessions, users } from '../src/platform/db/schema.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
 
 let app: TestApp;
@@ -48,5 +52,30 @@ describeApp('the sweeps read through partial indexes that match their predicates
   it('the state restore uses users_state_expiry_idx', async () => {
     const query = sql`select ${users.id} from ${users} where ${stateExpired(now)}`;
     expect(await plan(query)).toMatch(reads('users_state_expiry_idx'));
+  });
+
+  it.each([
+    [
+      'sessions',
+      sql`select ${sessions.id} from ${sessions} where ${sessionsOver(now)} limit 1000`,
+      'sessions_over_idx',
+    ],
+    [
+      'notifications',
+      sql`select ${notifications.id} from ${notifications} where ${notificationsBefore(now)} limit 1000`,
+      'notifications_created_idx',
+    ],
+    [
+      'bot_commands',
+      sql`select ${botCommands.id} from ${botCommands} where ${commandsBefore(now)} limit 1000`,
+      'bot_commands_created_idx',
+    ],
+    [
+      'chat_activity',
+      sql`select ${chatActivity.id} from ${chatActivity} where ${activityBefore(now)} limit 1000`,
+      'chat_activity_created_idx',
+    ],
+  ] as const)('retention of %s uses %s', async (_table, query, index) => {
+    expect(await plan(query)).toMatch(reads(index));
   });
 });

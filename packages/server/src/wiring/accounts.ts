@@ -52,9 +52,10 @@ export async function wireAccounts(ctx: WiringContext, realtime: () => Realtime)
     geo: ctx.geo ?? new GeoipLiteLookup(),
     cache: authCache,
   });
+  const notificationsStore = makeNotificationsStore(db);
   const notifications = makeNotificationsService({
     db,
-    store: makeNotificationsStore(db),
+    store: notificationsStore,
     clock,
     audit,
     users: usersStore,
@@ -62,7 +63,8 @@ export async function wireAccounts(ctx: WiringContext, realtime: () => Realtime)
     events: realtimeNotificationEvents(realtime),
     log: app.log,
   });
-  const bots = makeBotsService({ db, store: makeBotsStore(db), audit, state, clock, users });
+  const botsStore = makeBotsStore(db);
+  const bots = makeBotsService({ db, store: botsStore, audit, state, clock, users });
   const auth = makeAuthService({
     db,
     clock,
@@ -91,6 +93,8 @@ export async function wireAccounts(ctx: WiringContext, realtime: () => Realtime)
     auth,
     subscriptions,
     subscriptionSweep,
+    // The stores of the tables the retention sweep trims (wiring/retention.ts).
+    stores: { sessions: sessionsStore, notifications: notificationsStore, bots: botsStore },
   };
 }
 

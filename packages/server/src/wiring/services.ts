@@ -21,6 +21,7 @@ import { vmProviderFor } from '../platform/vm/from-config.js';
 import { makeWriteLimit } from '../platform/write-limit.js';
 import { type Accounts, wireAccounts } from './accounts.js';
 import { wireChats, wireMatchmaking } from './chats.js';
+import { wireRetention } from './retention.js';
 
 /** What the services are built from (app.ts): the app (log, hooks, HTTP server), config, clock and open stores. */
 export interface WiringContext {
@@ -63,6 +64,8 @@ export async function wireServices(ctx: WiringContext) {
     chatIdsOf: (userId, tx) => chatsStore.chatIdsOf(userId, tx),
   });
   const { vm, vmProvider } = await wireVm(ctx, chats, realtime);
+  // Deletes what only grows past its window (ended sessions, old notifications, …), every 10 minutes.
+  const retention = wireRetention(ctx, { ...accounts.stores, chats: chatsStore });
 
   // Ended sessions (logout, destroy, eviction) lose their keys in the transaction that ends them
   // (their chats move to a new epoch with it), and their sockets on every node once it commits.
@@ -98,6 +101,7 @@ export async function wireServices(ctx: WiringContext) {
     moderation,
     vm,
     vmProvider,
+    retention,
   };
 }
 

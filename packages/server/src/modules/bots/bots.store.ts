@@ -1,11 +1,19 @@
-import { and, asc, count, desc, eq, ilike, isNull, sql } from 'drizzle-orm';
-import type { Db } from '../../platform/db/index.js';
+import { and, asc, count, desc, eq, ilike, isNull, type SQL, sql } from 'drizzle-orm';
+import { type Db, deleteBatch } from '../../platform/db/index.js';
 import { botCommands, bots } from '../../platform/db/schema.js';
 import { likeEscape, type Tx } from '../users/users.store.js';
 
 export type BotRow = typeof bots.$inferSelect;
 
 const live = isNull(bots.deletedAt);
+
+/**
+ * Command reports received at or before `before` (`created_at`: `executed_at` is what the bot
+ * says): the range of the index bot_commands_created_idx (retention).
+ */
+export function commandsBefore(before: Date): SQL {
+  return sql`${botCommands.createdAt} <= ${before.toISOString()}`;
+}
 
 export function makeBotsStore(db: Db) {
   return {
@@ -69,6 +77,10 @@ export function makeBotsStore(db: Db) {
       if (rows.length === 0) return 0;
       const inserted = await db.insert(botCommands).values(rows).returning({ id: botCommands.id });
       return inserted.length;
+    },
+    /** Deletes up to `limit` command reports received at or before `before` (retention). */
+    async pruneCommands(before: Date, limit: number): Promise<number> {
+      return deleteBatch(db, botCommands, botCommands.id, commandsBefore(before), limit);
     },
     async countsByType(): Promise<Map<number, number>> {
       const rows = await db.select({ type: bots.type, n: count() }).from(bots).where(live).groupBy(bots.type);

@@ -1,13 +1,14 @@
 import { and, count, desc, eq, gt, gte, inArray, isNull, ne, or, sql } from 'drizzle-orm';
 import { anyOf, type Db, rowsOf } from '../../platform/db/index.js';
-import { chatActivity, chatInvites, chatMembers, chats, moderationActions, users } from '../../platform/db/schema.js';
+import { chatInvites, chatMembers, chats, moderationActions, users } from '../../platform/db/schema.js';
 import { restrictionInForce } from '../messages/messages.store.js';
 import type { Tx } from '../users/users.store.js';
+import { makeActivityStore } from './chats.activity.store.js';
 import { makeDirectSweepStore } from './chats.direct.store.js';
 
 export type ChatRow = typeof chats.$inferSelect;
 export type InviteRow = typeof chatInvites.$inferSelect;
-export type ActivityRow = typeof chatActivity.$inferSelect;
+export type { ActivityRow } from './chats.activity.store.js';
 export type ChatWithCount = ChatRow & { memberCount: number };
 
 const memberCount =
@@ -38,6 +39,8 @@ export function makeChatsStore(db: Db) {
   return {
     // The direct-chat lifecycle's batches (chats.direct.store.ts).
     ...makeDirectSweepStore(db),
+    // Membership history (chats.activity.store.ts).
+    ...makeActivityStore(db),
     async insert(values: typeof chats.$inferInsert, tx: Tx = db): Promise<ChatRow> {
       const [row] = await tx.insert(chats).values(values).returning();
       if (!row) throw new Error('insert returned no row');
@@ -226,18 +229,6 @@ export function makeChatsStore(db: Db) {
       if (ids.length === 0) return new Map();
       const rows = await db.select({ id: users.id, username: users.username }).from(users).where(anyOf(users.id, ids));
       return new Map(rows.map((r) => [r.id, r.username]));
-    },
-    async logActivity(values: typeof chatActivity.$inferInsert, tx: Tx = db): Promise<void> {
-      await tx.insert(chatActivity).values(values);
-    },
-    async activity(chatId: number, offset: number, limit: number): Promise<ActivityRow[]> {
-      return db
-        .select()
-        .from(chatActivity)
-        .where(eq(chatActivity.chatId, chatId))
-        .orderBy(desc(chatActivity.id))
-        .offset(offset)
-        .limit(limit);
     },
     async insertInvite(values: typeof chatInvites.$inferInsert): Promise<InviteRow> {
       const [row] = await db.insert(chatInvites).values(values).returning();

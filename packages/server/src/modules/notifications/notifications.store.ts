@@ -1,5 +1,5 @@
-import { and, count, desc, eq, isNull, lt, sql } from 'drizzle-orm';
-import { anyOf, type Db } from '../../platform/db/index.js';
+import { and, count, desc, eq, isNull, lt, type SQL, sql } from 'drizzle-orm';
+import { anyOf, type Db, deleteBatch } from '../../platform/db/index.js';
 import { notifications } from '../../platform/db/schema.js';
 import type { Tx } from '../users/users.store.js';
 
@@ -12,8 +12,18 @@ function rowsOf<T>(result: unknown): T[] {
   return ((result as { rows?: T[] }).rows ?? []) as T[];
 }
 
+/** Notifications created at or before `before`: the range of the index notifications_created_idx (retention). */
+export function notificationsBefore(before: Date): SQL {
+  return sql`${notifications.createdAt} <= ${before.toISOString()}`;
+}
+
 export function makeNotificationsStore(db: Db) {
   return {
+    /** Deletes up to `limit` notifications, read or not, created at or before `before` (retention). */
+    async prune(before: Date, limit: number): Promise<number> {
+      return deleteBatch(db, notifications, notifications.id, notificationsBefore(before), limit);
+    },
+
     async insert(values: NotificationInsert, tx: Tx = db): Promise<NotificationRow> {
       const [row] = await tx.insert(notifications).values(values).returning();
       if (!row) throw new Error('insert returned no row');

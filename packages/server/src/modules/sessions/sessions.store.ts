@@ -1,5 +1,5 @@
-import { and, count, desc, eq, gt, isNotNull, isNull, lte, ne, or, type Placeholder, sql } from 'drizzle-orm';
-import { anyOf, type Db } from '../../platform/db/index.js';
+import { and, count, desc, eq, gt, isNotNull, isNull, lte, ne, or, type Placeholder, type SQL, sql } from 'drizzle-orm';
+import { anyOf, type Db, deleteBatch } from '../../platform/db/index.js';
 import { sessions, users } from '../../platform/db/schema.js';
 import { noUsersChanged, type UsersChanged } from '../users/users.changes.js';
 import type { Tx } from '../users/users.store.js';
@@ -8,6 +8,15 @@ export type SessionRow = typeof sessions.$inferSelect;
 
 /** Live at `now` (a placeholder in a statement built once). */
 const active = (now: Date | Placeholder) => and(isNull(sessions.endedAt), gt(sessions.expiresAt, now));
+
+/**
+ * Sessions over (ended, or expired unended) at or before `before`: least() skips a null end, so a
+ * session is over at its end or its expiry, whichever came first. The expression is that of the
+ * index sessions_over_idx (schema.ts), which the retention sweep reads through.
+ */
+export function sessionsOver(before: Date): SQL {
+  return sql`least(${sessions.endedAt}, ${sessions.expiresAt}) <= ${before.toISOString()}`;
+}
 
 /**
  * `onChanged` hears of every write that ends or shortens live sessions (the read caches'
@@ -93,6 +102,10 @@ export function makeSessionsStore(db: Db, onChanged: UsersChanged = noUsersChang
     /** Records activity of several sessions at once (the resolver batches a burst's touches). */
     async touch(ids: number[], now: Date): Promise<void> {
       await db.update(sessions).set({ lastSeenAt: now }).where(anyOf(sessions.id, ids));
+    },
+    /** Deletes up to `limit` sessions over at or before `before` (retention); answers how many. */
+    async pruneOver(before: Date, limit: number): Promise<number> {
+      return deleteBatch(db, sessions, sessions.id, sessionsOver(before), limit);
     },
     /** Shortens live sessions to at most `maxExpiry` (after a promotion to a staff level). */
     async clampExpiry(userId: number, maxExpiry: Date, now: Date, tx: Tx = db): Promise<void> {

@@ -3,7 +3,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { PGlite } from '@electric-sql/pglite';
 import { type Placeholder, type SQL, sql } from 'drizzle-orm';
-import type { AnyPgColumn, PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
+import type { AnyPgColumn, PgDatabase, PgQueryResultHKT, PgTable } from 'drizzle-orm/pg-core';
 import { drizzle as drizzlePglite } from 'drizzle-orm/pglite';
 import { migrate as migratePglite } from 'drizzle-orm/pglite/migrator';
 import { drizzle as drizzlePostgres } from 'drizzle-orm/postgres-js';
@@ -80,6 +80,18 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
 export function anyOf(column: AnyPgColumn, values: readonly (string | number)[] | Placeholder): SQL {
   // A placeholder (a statement built once with `.prepare()`) is bound to the list at each run.
   return Array.isArray(values) ? sql`${column} = any(${sql.param(values)})` : sql`${column} = any(${values})`;
+}
+
+/**
+ * Deletes up to `limit` rows of `table` that match `where`, in one statement, skipping rows another
+ * node is deleting (SKIP LOCKED), and answers how many went: a batch of a retention sweep. Give a
+ * `where` that an index of the table serves (its predicate, or its leading column's range), or
+ * each batch reads the whole table.
+ */
+export async function deleteBatch(db: Db, table: PgTable, id: AnyPgColumn, where: SQL, limit: number): Promise<number> {
+  const picked = sql`select ${id} from ${table} where ${where} limit ${limit} for update skip locked`;
+  const rows = await db.delete(table).where(sql`${id} in (${picked})`).returning({ id });
+  return rows.length;
 }
 
 /** Cheap liveness probe used by health checks. */

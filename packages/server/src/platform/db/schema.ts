@@ -91,7 +91,12 @@ export const sessions = pgTable(
     geo: jsonb('geo').notNull(),
     lastSeenAt: ts('last_seen_at').notNull(),
   },
-  (t) => [uniqueIndex('sessions_token_hash_idx').on(t.tokenHash), index('sessions_user_idx').on(t.userId, t.endedAt)],
+  (t) => [
+    uniqueIndex('sessions_token_hash_idx').on(t.tokenHash),
+    index('sessions_user_idx').on(t.userId, t.endedAt),
+    // Retention: when a session was over (its end, else its expiry; sessions.store sessionsOver).
+    index('sessions_over_idx').on(sql`least(${t.endedAt}, ${t.expiresAt})`),
+  ],
 );
 
 export const moderationActions = pgTable(
@@ -136,6 +141,8 @@ export const notifications = pgTable(
   (t) => [
     index('notifications_user_idx').on(t.userId, t.id),
     index('notifications_broadcast_idx').on(t.broadcastId).where(sql`${t.broadcastId} is not null`),
+    // Retention (notifications.store notificationsBefore).
+    index('notifications_created_idx').on(t.createdAt),
   ],
 );
 
@@ -197,7 +204,11 @@ export const botCommands = pgTable(
     executedAt: ts('executed_at').notNull(),
     createdAt: ts('created_at').notNull(),
   },
-  (t) => [index('bot_commands_bot_idx').on(t.botId, t.executedAt)],
+  (t) => [
+    index('bot_commands_bot_idx').on(t.botId, t.executedAt),
+    // Retention (bots.store commandsBefore).
+    index('bot_commands_created_idx').on(t.createdAt),
+  ],
 );
 
 export const chats = pgTable(
@@ -283,7 +294,11 @@ export const chatActivity = pgTable(
     actorUserId: integer('actor_user_id'),
     createdAt: ts('created_at').notNull(),
   },
-  (t) => [index('chat_activity_chat_idx').on(t.chatId, t.id)],
+  (t) => [
+    index('chat_activity_chat_idx').on(t.chatId, t.id),
+    // Retention (chats.activity.store activityBefore).
+    index('chat_activity_created_idx').on(t.createdAt),
+  ],
 );
 
 export const chatInvites = pgTable(

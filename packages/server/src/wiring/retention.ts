@@ -1,0 +1,41 @@
+import type { BotsStore } from '../modules/bots/bots.store.js';
+import type { ChatsStore } from '../modules/chats/chats.store.js';
+import type { NotificationsStore } from '../modules/notifications/notifications.store.js';
+import type { SessionsStore } from '../modules/sessions/sessions.store.js';
+import { every } from '../platform/background.js';
+import { makeRetention, RETENTION_INTERVAL_MS, type Retention } from '../platform/retention.js';
+import type { WiringContext } from './services.js';
+
+const DAY_MS = 24 * 3600_000;
+
+/**
+ * How long the tables that only grow keep their rows (docs/operations.md, "Data retention").
+ * Audit entries are never deleted: the one-time Trial check and the admin history read them.
+ */
+export const RETENTION_MS = {
+  /** Ended or expired sessions, from when they were over: the session history and the "new IP login" check. */
+  sessions: 30 * DAY_MS,
+  /** Notifications, read or not, from their creation: the notification list pages back this far. */
+  notifications: 90 * DAY_MS,
+  /** Bot command reports, from their receipt: nothing in the service reads them back. */
+  botCommands: 30 * DAY_MS,
+  /** Chats' membership history, from the entry: GET …/activity lists this far back. */
+  chatActivity: 90 * DAY_MS,
+} as const;
+
+/** The retention sweep over the stores, every 10 minutes on every node; stopped before the stores close. */
+export function wireRetention(
+  ctx: WiringContext,
+  stores: { sessions: SessionsStore; notifications: NotificationsStore; bots: BotsStore; chats: ChatsStore },
+): Retention {
+  const { app, clock } = ctx;
+  const retention = makeRetention(clock, [
+    { name: 'sessions', keepMs: RETENTION_MS.sessions, prune: (b, n) => stores.sessions.pruneOver(b, n) },
+    { name: 'notifications', keepMs: RETENTION_MS.notifications, prune: (b, n) => stores.notifications.prune(b, n) },
+    { name: 'bot_commands', keepMs: RETENTION_MS.botCommands, prune: (b, n) => stores.bots.pruneCommands(b, n) },
+    { name: 'chat_activity', keepMs: RETENTION_MS.chatActivity, prune: (b, n) => stores.chats.pruneActivity(b, n) },
+  ]);
+  const stop = every(RETENTION_INTERVAL_MS, 'data-retention', () => retention.run(), app.log);
+  app.addHook('preClose', async () => stop());
+  return retention;
+}

@@ -1,0 +1,102 @@
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { FakeClock } from '../src/platform/clock.js';
+import { RETENTION_MS } from '../src/wiring/retention.js';
+import { describeApp, startApp, type TestApp } from './support/app.js';
+import { sessionIdOf } from './support/chat-flows.js';
+import { countRows } from './support/faults.js';
+import { createBot, login, setLevel } from './support/flows.js';
+
+let app: TestApp;
+const clock = new FakeClock(Date.now());
+
+beforeAll(async () => {
+  app = await startApp({ clock });
+});
+afterAll(async () => app?.close());
+
+const run = (opts?: { batch?: number; maxBatches?: number }) => app.services.retention.run(opts);
+const count = (from: string) => countRows(app, `select count(*) as n from ${from}`);
+
+describeApp('data retention', () => {
+  it('deletes a session 30 days after it ended, not before; live sessions stay', async () => {
+    const ended = await login(app);
+    const endedId = await sessionIdOf(app, ended.client);
+    expect((await ended.client.post('/v1/authentication/logout', {})).status).toBe(200);
+    clock.advance(RETENTION_MS.sessions - 1);
+    const live = await login(app);
+    const liveId = await sessionIdOf(app, live.client);
+    await run();
+    expect(await count(`sessions where id = ${endedId}`)).toBe(1);
+    clock.advance(1);
+    expect((await run()).sessions).toBe(1);
+    expect(await count(`sessions where id = ${endedId}`)).toBe(0);
+    expect(await count(`sessions where id = ${liveId}`)).toBe(1);
+    expect((await live.client.get('/v1/users/me/sessions')).body.sessions).toHaveLength(1);
+  });
+
+  it('deletes a session that expired without ending 30 days after its expiry', async () => {
+    const user = await login(app);
+    const id = await sessionIdOf(app, user.client);
+    // A user session lives 30 days; it is over then, and deleted 30 days later.
+    clock.advance(30 * 24 * 3600_000 + RETENTION_MS.sessions - 1);
+    await run();
+    expect(await count(`sessions where id = ${id}`)).toBe(1);
+    clock.advance(1);
+    await run();
+    expect(await count(`sessions where id = ${id}`)).toBe(0);
+  });
+
+  it('deletes notifications 90 days after their creation, read or not; newer ones stay', async () => {
+    const old = await login(app);
+    const oldUnread = `notifications where user_id = ${old.user.id} and read_at is null`;
+    const written = await count(oldUnread);
+    expect(written).toBeGreaterThan(0);
+    clock.advance(RETENTION_MS.notifications - 1);
+    const recent = await login(app);
+    await run();
+    expect(await count(oldUnread)).toBe(written);
+    clock.advance(1);
+    expect((await run()).notifications).toBe(written);
+    expect(await count(`notifications where user_id = ${old.user.id}`)).toBe(0);
+    expect(await count(`notifications where user_id = ${recent.user.id}`)).toBeGreaterThan(0);
+    expect((await recent.client.get('/v1/notifications')).body.notifications.length).toBeGreaterThan(0);
+  });
+
+  it('deletes bot command reports 30 days after they were received, whatever their executed_at', async () => {
+    await run();
+    const bot = await createBot(app);
+    const commands = [1, 2, 3].map((i) => ({ command: `c${i}`, executed_at: '9999-01-01T00:00:00Z' }));
+    expect((await bot.client.post('/v1/bot/batch', { commands })).body).toEqual({ recorded: 3 });
+    clock.advance(RETENTION_MS.botCommands - 1);
+    expect((await run()).bot_commands).toBe(0);
+    clock.advance(1);
+    // Batches of 1, at most 2 a tick: the tick stops with a backlog, the next one takes the rest.
+    expect((await run({ batch: 1, maxBatches: 2 })).bot_commands).toBe(2);
+    expect((await run({ batch: 1, maxBatches: 2 })).bot_commands).toBe(1);
+    expect(await count(`bot_commands where bot_id = ${bot.id}`)).toBe(0);
+  });
+
+  it('deletes membership history 90 days after the entry; the chat stays', async () => {
+    const owner = await login(app);
+    await setLevel(app, owner.user.id, 2);
+    const created = await owner.client.post('/v1/portal/chats/create', { name: 'kept', type: 'public' });
+    expect(created.status).toBe(200);
+    const chatId: number = created.body.chat.id;
+    expect(await count(`chat_activity where chat_id = ${chatId}`)).toBe(1);
+    clock.advance(RETENTION_MS.chatActivity - 1);
+    await run();
+    expect(await count(`chat_activity where chat_id = ${chatId}`)).toBe(1);
+    clock.advance(1);
+    await run();
+    expect(await count(`chat_activity where chat_id = ${chatId}`)).toBe(0);
+    expect(await count(`chats where id = ${chatId} and deleted_at is null`)).toBe(1);
+  });
+
+  it('keeps the audit log (the one-time Trial check reads it)', async () => {
+    const before = await count('audit_log');
+    expect(before).toBeGreaterThan(0);
+    clock.advance(10 * 365 * 24 * 3600_000);
+    await run();
+    expect(await count('audit_log')).toBe(before);
+  });
+});
