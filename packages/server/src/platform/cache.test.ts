@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { UserCache } from './cache.js';
+import { cachedFor, UserCache } from './cache.js';
 import { FakeClock } from './clock.js';
 
 interface Entry {
@@ -183,5 +183,50 @@ describe('UserCache', () => {
       cache.reset(true);
       expect(cache.set('a', { userId: 7, v: 'a' }, stamp)).toBe(false);
     });
+  });
+});
+
+describe('cachedFor', () => {
+  const counter = () => {
+    const clock = new FakeClock();
+    let reads = 0;
+    let fail = false;
+    const get = cachedFor(30_000, clock, async () => {
+      reads += 1;
+      if (fail) throw new Error('down');
+      return reads;
+    });
+    return {
+      clock,
+      get,
+      reads: () => reads,
+      failNext: (f: boolean) => {
+        fail = f;
+      },
+    };
+  };
+
+  it('reads once per window and keeps the value until it ends', async () => {
+    const c = counter();
+    expect(await c.get()).toBe(1);
+    c.clock.advance(29_999);
+    expect(await c.get()).toBe(1);
+    c.clock.advance(1);
+    expect(await c.get()).toBe(2);
+    expect(c.reads()).toBe(2);
+  });
+
+  it('shares one read among concurrent callers', async () => {
+    const c = counter();
+    expect(await Promise.all([c.get(), c.get(), c.get()])).toEqual([1, 1, 1]);
+    expect(c.reads()).toBe(1);
+  });
+
+  it('keeps no failed read: the next call reads again', async () => {
+    const c = counter();
+    c.failNext(true);
+    await expect(c.get()).rejects.toThrow('down');
+    c.failNext(false);
+    expect(await c.get()).toBe(2);
   });
 });

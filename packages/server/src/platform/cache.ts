@@ -154,3 +154,26 @@ export class UserCache<K, V> {
     if (keys?.size === 0) this.keysOf.delete(slot.userId);
   }
 }
+
+/**
+ * A value read at most once per `ttlMs` on this node (a figure everyone may ask for, like the public
+ * statistics): calls within the window get the value read at its start, and calls while it is
+ * being read again share that read. A failed read is not kept: the next call reads again.
+ */
+export function cachedFor<T>(ttlMs: number, clock: Clock, read: () => Promise<T>): () => Promise<T> {
+  let kept: { at: number; value: T } | null = null;
+  let reading: Promise<T> | null = null;
+  return () => {
+    const now = clock.now().getTime();
+    if (kept && now - kept.at < ttlMs) return Promise.resolve(kept.value);
+    reading ??= read()
+      .then((value) => {
+        kept = { at: now, value };
+        return value;
+      })
+      .finally(() => {
+        reading = null;
+      });
+    return reading;
+  };
+}

@@ -1,3 +1,4 @@
+import { cachedFor } from '../../platform/cache.js';
 import type { Clock } from '../../platform/clock.js';
 import { appError } from '../../platform/errors.js';
 import type { BotsService } from '../bots/bots.service.js';
@@ -17,11 +18,18 @@ export interface StatsDeps {
   rooms: () => { active_browsers: number; viewers: number; controllers: number };
 }
 
+/**
+ * How long a node keeps the user counts of GET /statistics/users and /statistics/app: they count
+ * over the whole users and sessions tables, and any holder of the public key may ask.
+ */
+export const STATS_CACHE_MS = 30_000;
+
 export function makeStatsService(deps: StatsDeps) {
   const uptime = () => Math.floor((deps.clock.now().getTime() - deps.startedAt.getTime()) / 1000);
+  const userCounts = cachedFor(STATS_CACHE_MS, deps.clock, () => deps.usersStore.statistics(deps.clock.now()));
   return {
     async users() {
-      const s = await deps.usersStore.statistics(deps.clock.now());
+      const s = await userCounts();
       return {
         total: s.total,
         active_24h: s.active24h,
@@ -36,7 +44,7 @@ export function makeStatsService(deps: StatsDeps) {
       return deps.rooms();
     },
     async app() {
-      const [u, b] = await Promise.all([deps.usersStore.statistics(deps.clock.now()), deps.bots.statistics()]);
+      const [u, b] = await Promise.all([userCounts(), deps.bots.statistics()]);
       return {
         version: deps.version,
         uptime_seconds: uptime(),
