@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -8,6 +8,11 @@ import { createBacking, describeApp, MODE } from './support/app.js';
 
 const MAIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../dist/main.js');
 const dirs: string[] = [];
+/** The secrets a cluster's nodes share. */
+const SHARED = {
+  PUBLIC_API_KEY: 'ppk_main_test_public_key_0123456789',
+  OPERATOR_TOKEN: 'pop_main_test_operator_token_0123456789',
+};
 afterAll(() => {
   for (const d of dirs) rmSync(d, { recursive: true, force: true });
 });
@@ -41,18 +46,30 @@ describeApp('the server process (npm start)', () => {
   it('starts with no services, prints URL, public key and token file, serves, and stops cleanly on SIGTERM', async () => {
     const dataDir = mkdtempSync(path.join(tmpdir(), 'parlor-main-'));
     dirs.push(dataDir);
-    // Cluster runs point the process at a scratch PostgreSQL database and a Redis prefix.
+    // Cluster runs point the process at a scratch PostgreSQL database and a Redis prefix, with the
+    // secrets every node shares (REDIS_URL requires them); embedded runs generate both.
     const backing = MODE === 'cluster' ? await createBacking() : null;
     const services: Record<string, string> = backing?.databaseUrl
-      ? { DATABASE_URL: backing.databaseUrl, REDIS_URL: backing.redisUrl ?? '', REDIS_PREFIX: backing.redisPrefix }
+      ? {
+          DATABASE_URL: backing.databaseUrl,
+          REDIS_URL: backing.redisUrl ?? '',
+          REDIS_PREFIX: backing.redisPrefix,
+          PUBLIC_API_KEY: SHARED.PUBLIC_API_KEY,
+          OPERATOR_TOKEN: SHARED.OPERATOR_TOKEN,
+        }
       : {};
     const p = run({ DATA_DIR: dataDir, PORT: '0', ...services });
     await waitFor(() => p.out().includes('operator token'));
     const url = /serving (http:\/\/\S+)/.exec(p.out())?.[1];
     expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
-    expect(p.out()).toMatch(/public API key: ppk_/);
-    expect(p.out()).toContain(path.join(dataDir, 'operator-token'));
-    expect(statSync(path.join(dataDir, 'operator-token')).mode & 0o777).toBe(0o600);
+    if (backing) {
+      expect(p.out()).toContain(`public API key: ${SHARED.PUBLIC_API_KEY}`);
+      expect(p.out()).toContain('operator token: from OPERATOR_TOKEN');
+    } else {
+      expect(p.out()).toMatch(/public API key: ppk_/);
+      expect(p.out()).toContain(path.join(dataDir, 'operator-token'));
+      expect(statSync(path.join(dataDir, 'operator-token')).mode & 0o777).toBe(0o600);
+    }
     const health = await fetch(`${url}/v1/health`);
     expect(((await health.json()) as { source_hash: string }).source_hash).toBe('main-test');
     expect(p.out(), p.out()).toContain(MODE === 'cluster' ? '(cluster (PostgreSQL, Redis) mode)' : 'embedded mode');
@@ -60,6 +77,17 @@ describeApp('the server process (npm start)', () => {
     expect(await p.exited).toBe(0);
     await backing?.release();
   }, 60_000);
+
+  it('refuses to start with REDIS_URL but no PUBLIC_API_KEY or OPERATOR_TOKEN (nodes must share them)', async () => {
+    const dataDir = mkdtempSync(path.join(tmpdir(), 'parlor-main-'));
+    dirs.push(dataDir);
+    const p = run({ REDIS_URL: 'redis://127.0.0.1:6379', DATA_DIR: dataDir, OPERATOR_TOKEN: SHARED.OPERATOR_TOKEN });
+    expect(await p.exited).toBe(1);
+    expect(p.err().trim().split('\n')).toEqual([
+      expect.stringMatching(/^parlor: invalid configuration: PUBLIC_API_KEY must be set when REDIS_URL is set/),
+    ]);
+    expect(existsSync(path.join(dataDir, 'public-api-key'))).toBe(false);
+  });
 
   it('refuses to start on invalid configuration, one line per variable', async () => {
     const p = run({ PORT: 'eighty', LOG_LEVEL: 'loud', DATA_DIR: tmpdir() });

@@ -19,6 +19,9 @@ function problemsOf(env: Record<string, string>): string[] {
   throw new Error(`expected a ConfigError for ${JSON.stringify(env)}`);
 }
 
+/** The secrets every node of a cluster shares (REDIS_URL requires them). */
+const SHARED_SECRETS = { PUBLIC_API_KEY: 'ppk_0123456789abcdef', OPERATOR_TOKEN: 'pop_0123456789abcdef012345' };
+
 /** One invalid value per validated variable. */
 const INVALID: Record<string, string> = {
   PORT: 'eighty',
@@ -260,8 +263,28 @@ describe('loadConfig', () => {
   it('accepts both postgres: and postgresql: database URLs, and redis: and rediss: Redis URLs', () => {
     expect(load({ DATABASE_URL: 'postgresql://db/p' }).databaseUrl).toBe('postgresql://db/p');
     expect(load({ DATABASE_URL: 'postgres://db/p' }).databaseUrl).toBe('postgres://db/p');
-    expect(load({ REDIS_URL: 'redis://r:6379' }).redisUrl).toBe('redis://r:6379');
-    expect(load({ REDIS_URL: 'rediss://r:6380' }).redisUrl).toBe('rediss://r:6380');
+    expect(load({ REDIS_URL: 'redis://r:6379', ...SHARED_SECRETS }).redisUrl).toBe('redis://r:6379');
+    expect(load({ REDIS_URL: 'rediss://r:6380', ...SHARED_SECRETS }).redisUrl).toBe('rediss://r:6380');
+  });
+
+  it('refuses REDIS_URL without PUBLIC_API_KEY and OPERATOR_TOKEN, one line naming each', () => {
+    expect(problemsOf({ REDIS_URL: 'redis://r:6379' })).toEqual([
+      expect.stringMatching(/^PUBLIC_API_KEY must be set when REDIS_URL is set/),
+      expect.stringMatching(/^OPERATOR_TOKEN must be set when REDIS_URL is set/),
+    ]);
+    expect(problemsOf({ REDIS_URL: 'redis://r:6379', OPERATOR_TOKEN: SHARED_SECRETS.OPERATOR_TOKEN })).toEqual([
+      expect.stringMatching(/^PUBLIC_API_KEY must be set when REDIS_URL is set/),
+    ]);
+    // Given as overrides (tests and benches start apps that way), they count too.
+    expect(
+      load(
+        {},
+        { redisUrl: 'redis://r:6379', publicApiKey: SHARED_SECRETS.PUBLIC_API_KEY, operatorToken: 'x'.repeat(24) },
+      ).redisUrl,
+    ).toBe('redis://r:6379');
+    expect(() => load({}, { redisUrl: 'redis://r:6379' })).toThrow(/PUBLIC_API_KEY must be set/);
+    // Embedded (no Redis) still generates them, and so does a single node on PostgreSQL.
+    expect(load({ DATABASE_URL: 'postgres://db/p' }).publicApiKey).toBeNull();
   });
 
   it.each(['https://chat.example.org/', 'https://chat.example.org/path', '*', 'chat.example.org'])(

@@ -17,9 +17,12 @@ export interface Config {
   redisUrl: string | null;
   /** Prefix of every Redis key, so several deployments (or test runs) can share one Redis. */
   redisPrefix: string;
-  /** Public API key (K); null means generate once into dataDir. */
+  /** Public API key (K); null means generate once into dataDir (embedded only: REDIS_URL requires it). */
   publicApiKey: string | null;
-  /** Operator token for the CLI; null means generate once into dataDir/operator-token (0600). */
+  /**
+   * Operator token for the CLI; null means generate once into dataDir/operator-token (0600)
+   * (embedded only: REDIS_URL requires it, the nodes' viewer-token key derives from it).
+   */
   operatorToken: string | null;
   /** The URL users reach the service at; used for links and the default allowed origin. */
   publicUrl: string;
@@ -265,6 +268,18 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
     sourceHash: str('SOURCE_HASH') ?? '',
     ...overrides,
   };
+  // Several nodes (Redis) must share both secrets; a generated one would be per node (per DATA_DIR):
+  // a key one node accepts and another refuses, viewer tokens that fail on the other nodes.
+  if (config.redisUrl !== null) {
+    for (const [name, value] of [
+      ['PUBLIC_API_KEY', config.publicApiKey],
+      ['OPERATOR_TOKEN', config.operatorToken],
+    ] as const)
+      if (value === null)
+        problems.push(
+          `${name} must be set when REDIS_URL is set: every node needs the same one (a generated one is per DATA_DIR)`,
+        );
+  }
   if (problems.length > 0) throw new ConfigError(problems);
   if (config.sourceHash === '') config.sourceHash = gitHead();
   return Object.freeze(config);
