@@ -81,7 +81,13 @@ export interface BuiltApp {
 export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
   const { config } = opts;
   const clock = opts.clock ?? systemClock;
-  const database = opts.database ?? (await openDatabase({ url: config.databaseUrl, dataDir: config.dataDir }));
+  const database =
+    opts.database ??
+    (await openDatabase({
+      url: config.databaseUrl,
+      dataDir: config.dataDir,
+      statementTimeoutMs: config.databaseStatementTimeoutMs,
+    }));
   const state = opts.state ?? (await openState({ url: config.redisUrl, prefix: config.redisPrefix, clock }));
   const apiKey = loadOrCreateSecret(config.publicApiKey, config.dataDir, 'public-api-key', 'ppk_');
   const operator = loadOrCreateSecret(config.operatorToken, config.dataDir, 'operator-token', 'pop_');

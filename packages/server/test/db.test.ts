@@ -3,7 +3,7 @@ import { drizzle } from 'drizzle-orm/postgres-js';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { anyOf, type Database, type Db, openDatabase, rowsOf, schema } from '../src/platform/db/index.js';
-import { MODE } from './support/app.js';
+import { MODE, startApp, type TestApp } from './support/app.js';
 import { createScratchDatabase } from './support/services.js';
 
 /**
@@ -76,5 +76,29 @@ describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('statements 
     } finally {
       await raw.end();
     }
+  });
+});
+
+/** DATABASE_STATEMENT_TIMEOUT_MS: a statement on the pool that runs past it is cancelled by PostgreSQL. */
+describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('the statement limit on PostgreSQL', () => {
+  let app: TestApp;
+
+  beforeAll(async () => {
+    app = await startApp({ config: { databaseStatementTimeoutMs: 300 } });
+  });
+  afterAll(async () => app?.close());
+
+  it('cancels a statement that runs past it (57014, statement timeout); the pool goes on', async () => {
+    const err = await app.database.db.execute(sql`select pg_sleep(5)`).then(
+      () => null,
+      (e: unknown) => e as Error & { cause?: { code?: string; message?: string } },
+    );
+    expect(err?.cause).toMatchObject({ code: '57014', message: expect.stringContaining('statement timeout') });
+    expect(rowsOf(await app.database.db.execute(sql`select pg_sleep(0.01), 1 as one`))).toEqual([
+      expect.objectContaining({ one: 1 }),
+    ]);
+    expect(rowsOf(await app.database.db.execute(sql`show statement_timeout`))).toEqual([
+      { statement_timeout: '300ms' },
+    ]);
   });
 });

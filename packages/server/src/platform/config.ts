@@ -13,6 +13,13 @@ export interface Config {
   dataDir: string;
   /** PostgreSQL URL; unset means the embedded PGlite store under dataDir. */
   databaseUrl: string | null;
+  /**
+   * Longest a statement may run on the PostgreSQL pool, in milliseconds (15000; 0: none set, the
+   * database role's own statement_timeout applies).
+   * A statement that hangs on a lock or a runaway plan then fails instead of holding a connection
+   * and its request. Migrations run on a connection of their own, without it. PGlite: unused.
+   */
+  databaseStatementTimeoutMs: number;
   /** Redis URL; unset means in-process coordination (one node only). */
   redisUrl: string | null;
   /** Prefix of every Redis key, so several deployments (or test runs) can share one Redis. */
@@ -242,6 +249,7 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
     host,
     dataDir: path.resolve(str('DATA_DIR') ?? './data'),
     databaseUrl: url('DATABASE_URL', ['postgres:', 'postgresql:']),
+    databaseStatementTimeoutMs: int('DATABASE_STATEMENT_TIMEOUT_MS', 15_000, 0, 3_600_000),
     redisUrl: url('REDIS_URL', ['redis:', 'rediss:']),
     redisPrefix,
     publicApiKey,

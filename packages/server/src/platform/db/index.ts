@@ -36,12 +36,20 @@ export interface DatabaseOptions {
   dataDir: string | null;
   /** Pool size for PostgreSQL. */
   poolSize?: number;
+  /** PostgreSQL: longest a statement on the pool may run, in ms (0: no limit); migrations are exempt. */
+  statementTimeoutMs?: number;
 }
+
+/** The pool's statement limit when none is given (config DATABASE_STATEMENT_TIMEOUT_MS). */
+export const STATEMENT_TIMEOUT_MS = 15_000;
+/** Seconds to wait for a new PostgreSQL connection (postgres-js waits 30 by default). */
+export const CONNECT_TIMEOUT_S = 10;
 
 /** Opens the store and brings its schema up to date. */
 export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
   if (opts.url) {
-    const lockClient = postgres(opts.url, { max: 1, onnotice: () => {} });
+    // Migrations may build indexes on large tables: their connection has no statement limit.
+    const lockClient = postgres(opts.url, { max: 1, connect_timeout: CONNECT_TIMEOUT_S, onnotice: () => {} });
     try {
       await lockClient`select pg_advisory_lock(${MIGRATION_LOCK})`;
       await migratePostgres(drizzlePostgres(lockClient, { schema }), { migrationsFolder: MIGRATIONS_DIR });
@@ -49,7 +57,15 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
     } finally {
       await lockClient.end();
     }
-    const client = postgres(opts.url, { max: opts.poolSize ?? 10, onnotice: () => {} });
+    // statement_timeout is a startup parameter: every connection of the pool starts with it (0 sends
+    // none, for poolers that refuse startup parameters; the role's own setting then applies).
+    const statementTimeout = opts.statementTimeoutMs ?? STATEMENT_TIMEOUT_MS;
+    const client = postgres(opts.url, {
+      max: opts.poolSize ?? 10,
+      connect_timeout: CONNECT_TIMEOUT_S,
+      connection: statementTimeout > 0 ? { statement_timeout: statementTimeout } : {},
+      onnotice: () => {},
+    });
     return {
       db: drizzlePostgres(alwaysPrepared(client), { schema }) as unknown as Db,
       kind: 'postgres',
