@@ -1,8 +1,20 @@
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { eq, inArray, sql } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/postgres-js';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { anyOf, type Database, type Db, openDatabase, rowsOf, schema } from '../src/platform/db/index.js';
+import {
+  anyOf,
+  type Database,
+  type Db,
+  openDatabase,
+  PGLITE_LOCK_FILE,
+  rowsOf,
+  schema,
+} from '../src/platform/db/index.js';
 import { MODE, startApp, type TestApp } from './support/app.js';
 import { createScratchDatabase } from './support/services.js';
 
@@ -101,4 +113,49 @@ describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('the stateme
       { statement_timeout: '300ms' },
     ]);
   });
+});
+
+/**
+ * PGlite has no locking across processes: openDatabase takes DATA_DIR/pglite.lock first, so a
+ * second server on the same directory fails at start instead of opening the live database.
+ */
+describe.skipIf(MODE !== 'embedded')('the embedded data directory lock', () => {
+  const dirs: string[] = [];
+  afterAll(() => {
+    for (const d of dirs) rmSync(d, { recursive: true, force: true });
+  });
+  const dataDir = () => {
+    const d = mkdtempSync(path.join(tmpdir(), 'parlor-lock-'));
+    dirs.push(d);
+    return d;
+  };
+
+  it('refuses a second open of the same DATA_DIR while the first is open, and allows it once closed', async () => {
+    const dir = dataDir();
+    const first = await openDatabase({ url: null, dataDir: dir });
+    try {
+      await expect(openDatabase({ url: null, dataDir: dir })).rejects.toThrow(
+        `DATA_DIR ${dir} is in use by another process (pid ${process.pid})`,
+      );
+      // The first is untouched.
+      expect(rowsOf(await first.db.execute(sql`select 1 as one`))).toEqual([{ one: 1 }]);
+    } finally {
+      await first.close();
+    }
+    expect(existsSync(path.join(dir, PGLITE_LOCK_FILE))).toBe(false);
+    const again = await openDatabase({ url: null, dataDir: dir });
+    await again.close();
+  }, 60_000);
+
+  it('takes over the lock a crashed server left (its pid runs no more)', async () => {
+    const dir = dataDir();
+    const child = spawnSync(process.execPath, ['-e', '']);
+    writeFileSync(path.join(dir, PGLITE_LOCK_FILE), `${child.pid}\n`);
+    const database = await openDatabase({ url: null, dataDir: dir });
+    try {
+      expect(readFileSync(path.join(dir, PGLITE_LOCK_FILE), 'utf8').trim()).toBe(String(process.pid));
+    } finally {
+      await database.close();
+    }
+  }, 60_000);
 });
