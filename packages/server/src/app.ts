@@ -7,6 +7,7 @@ import swaggerUi from '@fastify/swagger-ui';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { ErrorBodySchema, Limits } from '@parlor/protocol';
 import Fastify, { type FastifyInstance, type FastifyReply } from 'fastify';
+import type { Logger } from 'pino';
 import { type AuthService, STRANGER_SWEEP_INTERVAL_MS } from './modules/auth/auth.service.js';
 import type { ChatsService } from './modules/chats/chats.service.js';
 import { localUserIds } from './modules/matchmaking/matchmaking.routes.js';
@@ -23,6 +24,7 @@ import { trackCommits } from './platform/db/after-commit.js';
 import { type Database, openDatabase } from './platform/db/index.js';
 import { installErrorHandler, toErrorBody } from './platform/errors.js';
 import type { GeoLookup } from './platform/geo.js';
+import { createLogger, RequestLogController } from './platform/logging.js';
 import { installMethodNotAllowed } from './platform/method-not-allowed.js';
 import type { Retention } from './platform/retention.js';
 import type { App } from './platform/routing.js';
@@ -51,7 +53,8 @@ export interface AppOptions {
   state?: StateStore;
   /** Keep the database/state open on close (the caller owns them). */
   ownsStores?: boolean;
-  logger?: boolean;
+  /** The process's logger (main.ts); `false` logs nothing (tests); unset: one at `LOG_LEVEL` on stdout. */
+  logger?: false | Logger;
 }
 
 export interface BuiltApp {
@@ -95,21 +98,9 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
   const db = trackCommits(database.db);
 
   const app = Fastify({
-    logger:
-      opts.logger === false
-        ? false
-        : {
-            level: config.logLevel,
-            redact: {
-              paths: [
-                'req.headers.cookie',
-                'req.headers["x-api-key"]',
-                'req.headers.authorization',
-                'res.headers["set-cookie"]',
-              ],
-              censor: '[redacted]',
-            },
-          },
+    // JSON lines with credentials redacted and query/command values kept out of errors (logging.ts).
+    ...(opts.logger === false ? { logger: false } : { loggerInstance: opts.logger ?? createLogger(config.logLevel) }),
+    logController: new RequestLogController(),
     trustProxy: trustProxyOption(config.trustProxy),
     bodyLimit: Limits.BODY_LIMIT_BYTES,
     return503OnClosing: true,

@@ -1,6 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import type { Logger } from 'pino';
 import { describe, inject } from 'vitest';
 import { type BuiltApp, buildApp } from '../../src/app.js';
 import type { Clock } from '../../src/platform/clock.js';
@@ -65,6 +66,8 @@ export interface StartOptions {
   config?: Partial<Config>;
   /** Keep PGlite on disk under the backing's dataDir (restart tests); default in memory. */
   persistEmbedded?: boolean;
+  /** The app's logger (support/logs.ts captures one); default none. */
+  logger?: Logger;
 }
 
 /**
@@ -98,7 +101,7 @@ export async function startApp(opts: StartOptions = {}): Promise<TestApp> {
     database = await openDatabase({ url: null, dataDir: opts.persistEmbedded ? backing.dataDir : null });
     state = await openState({ url: null, prefix: 'parlor:', clock: opts.clock ?? { now: () => new Date() } });
   }
-  const built = await buildApp({ config, clock: opts.clock, database, state, logger: false });
+  const built = await buildApp({ config, clock: opts.clock, database, state, logger: opts.logger ?? false });
   const address = await built.app.listen({ port: 0, host: '127.0.0.1' });
   return {
     ...built,

@@ -1,0 +1,123 @@
+import { PGlite } from '@electric-sql/pglite';
+import { DrizzleQueryError, sql } from 'drizzle-orm';
+import { drizzle } from 'drizzle-orm/pglite';
+import { ReplyError } from 'ioredis';
+import postgres from 'postgres';
+import { afterAll, describe, expect, it } from 'vitest';
+import { createLogger, serializeError } from './logging.js';
+
+const SECRET = 'ct-SECRET-9f8e7d';
+
+/** A logger at `level` whose JSON lines are collected. */
+function capture(level = 'info') {
+  const lines: string[] = [];
+  const log = createLogger(level, { write: (line: string) => void lines.push(line) });
+  return { log, lines, parsed: () => lines.map((l) => JSON.parse(l) as Record<string, unknown>) };
+}
+
+const pglite = new PGlite();
+afterAll(() => pglite.close());
+
+/** A real failed Drizzle query (PGlite's error as its cause) whose parameter is the secret. */
+async function failedQuery(): Promise<DrizzleQueryError> {
+  try {
+    await drizzle(pglite).execute(sql`select ${SECRET}::text, 1/0`);
+  } catch (err) {
+    return err as DrizzleQueryError;
+  }
+  throw new Error('the query did not fail');
+}
+
+/** postgres.js's error as its query path leaves it (debug mode makes the value fields enumerable). */
+function postgresError(): Error {
+  const err = new postgres.PostgresError({
+    message: 'duplicate key value violates unique constraint "sessions_token_hash_key"',
+    code: '23505',
+    detail: `Key (token_hash)=(${SECRET}) already exists.`,
+    severity: 'ERROR',
+  } as never);
+  Object.defineProperties(err, {
+    query: { value: 'insert into sessions (token_hash) values ($1)', enumerable: true },
+    parameters: { value: [SECRET], enumerable: true },
+    args: { value: [SECRET], enumerable: true },
+  });
+  return err;
+}
+
+/** ioredis's reply error as its data handler leaves it: the command and its arguments attached. */
+function redisReplyError(): Error {
+  const err = new ReplyError('WRONGTYPE Operation against a key holding the wrong kind of value') as Error & {
+    command?: unknown;
+  };
+  err.command = { name: 'getdel', args: [`parlor:code:web:${SECRET}`] };
+  return err;
+}
+
+describe('serializeError', () => {
+  it('keeps the statement text and the cause of a failed Drizzle query, not its values', async () => {
+    const err = await failedQuery();
+    expect(err).toBeInstanceOf(DrizzleQueryError);
+    expect(JSON.stringify(err.params)).toContain(SECRET);
+    const out = serializeError(err) as Record<string, unknown> & { cause: Record<string, unknown> };
+    expect(JSON.stringify(out)).not.toContain(SECRET);
+    expect(out.message).toBe('Failed query: select $1::text, 1/0');
+    expect(out.stack).toMatch(/^Error: Failed query: select \$1::text, 1\/0\n\s+at /);
+    expect(out.query).toBe('select $1::text, 1/0');
+    expect(out.cause.message).toBe('division by zero');
+    expect(out.cause.code).toBe('22012');
+    expect(out.cause).not.toHaveProperty('params');
+  });
+
+  it('drops the parameters, arguments and row values of a postgres.js error', () => {
+    const out = serializeError(postgresError()) as Record<string, unknown>;
+    expect(JSON.stringify(out)).not.toContain(SECRET);
+    expect(out).toMatchObject({
+      type: 'PostgresError',
+      code: '23505',
+      query: 'insert into sessions (token_hash) values ($1)',
+    });
+  });
+
+  it('keeps the name of a failed Redis command, not its arguments (key names hold login codes)', () => {
+    const out = serializeError(redisReplyError()) as Record<string, unknown>;
+    expect(JSON.stringify(out)).not.toContain(SECRET);
+    expect(out).toMatchObject({ type: 'ReplyError', command: { name: 'getdel' } });
+    expect(out.message).toMatch(/^WRONGTYPE/);
+  });
+
+  it('follows causes and aggregated errors', () => {
+    const nested = new Error('request failed', {
+      cause: new AggregateError([redisReplyError(), postgresError()], 'both'),
+    });
+    const out = serializeError(nested) as { cause: { errors: Record<string, unknown>[] } };
+    expect(JSON.stringify(out)).not.toContain(SECRET);
+    expect(out.cause.errors.map((e) => e.type)).toEqual(['ReplyError', 'PostgresError']);
+  });
+});
+
+describe('createLogger', () => {
+  it('writes no query, parameter or command value into a log line, at any depth', async () => {
+    const { log, lines } = capture();
+    const wrapped = new Error('sweep failed', { cause: await failedQuery() });
+    log.error({ err: await failedQuery() }, 'unexpected error');
+    log.warn({ err: redisReplyError() }, 'redis failed');
+    log.error({ err: postgresError() }, 'insert failed');
+    log.error({ err: wrapped, task: 'sweep' }, 'background task failed');
+    expect(lines).toHaveLength(4);
+    for (const line of lines) expect(line).not.toContain(SECRET);
+    const last = JSON.parse(lines[3] ?? '{}') as { err: { message: string; cause: { message: string } } };
+    expect(last.err.message).toBe('sweep failed');
+    expect(last.err.cause.message).toBe('Failed query: select $1::text, 1/0');
+  });
+
+  it('redacts credentials of the request', () => {
+    const { log, parsed } = capture();
+    log.info(
+      { req: { headers: { cookie: 'psession=abc', authorization: 'Bearer pop_x', 'x-api-key': 'ppk_y' } } },
+      'x',
+    );
+    expect(parsed()[0]?.req).toEqual({
+      headers: { cookie: '[redacted]', authorization: '[redacted]', 'x-api-key': '[redacted]' },
+    });
+  });
+});
