@@ -75,6 +75,7 @@ export const ErrorCodes = {
   ERR_ROOM_NOT_RUNNING: { status: 409, message: 'The chat’s room VM is not running.' },
   ERR_VANITY_TAKEN: { status: 409, message: 'Another guild uses this vanity invite.' },
   ERR_METHOD_NOT_ALLOWED: { status: 405, message: 'This method is not allowed on this path.' },
+  ERR_REQUEST_TIMEOUT: { status: 408, message: 'The request did not arrive in time.' },
   ERR_PAYLOAD_TOO_LARGE: { status: 413, message: 'The request body is too large.' },
   ERR_UNSUPPORTED_MEDIA_TYPE: { status: 415, message: 'Send the body as application/json.' },
   ERR_INVALID_BUNDLE: { status: 422, message: 'The content is not a valid ciphertext bundle.' },

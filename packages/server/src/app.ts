@@ -20,6 +20,7 @@ import { every } from './platform/background.js';
 import { trustProxyOption } from './platform/client-address.js';
 import { type Clock, systemClock } from './platform/clock.js';
 import type { Config } from './platform/config.js';
+import { connectionOptions, installDrain } from './platform/connections.js';
 import { trackCommits } from './platform/db/after-commit.js';
 import { type Database, openDatabase } from './platform/db/index.js';
 import { installErrorHandler, toErrorBody } from './platform/errors.js';
@@ -103,8 +104,8 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
     logController: new RequestLogController(),
     trustProxy: trustProxyOption(config.trustProxy),
     bodyLimit: Limits.BODY_LIMIT_BYTES,
-    return503OnClosing: true,
-    forceCloseConnections: true,
+    // Close lets requests in flight finish; later ones get the API's 503 (connections.ts).
+    ...connectionOptions,
     // Failures before routing (a malformed %-escape, an over-long path parameter) get the error body too.
     frameworkErrors: (err, _request, reply) => {
       const { status, body } = toErrorBody(err);
@@ -127,6 +128,7 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
     reply.headers(isApiPath(req.url) ? API_SECURITY_HEADERS : pageHeaders);
     done();
   });
+  installDrain(app);
 
   await app.register(cookie);
   await app.register(swagger, {

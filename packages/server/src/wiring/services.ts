@@ -118,10 +118,11 @@ function wireStats(ctx: WiringContext, accounts: Accounts, rooms: StatsDeps['roo
     sourceHash: config.sourceHash,
     storage: config.databaseUrl ? 'cluster' : 'embedded',
     startedAt: clock.now(),
-    probe: async () => {
-      await ping(db);
-      await state.get('health-probe');
+    probes: {
+      database: () => ping(db),
+      [state.kind === 'redis' ? 'redis' : 'coordination']: () => state.get('health-probe'),
     },
+    log: ctx.app.log,
     rooms,
   });
 }

@@ -68,6 +68,8 @@ export interface StartOptions {
   persistEmbedded?: boolean;
   /** The app's logger (support/logs.ts captures one); default none. */
   logger?: Logger;
+  /** Called with the built app before it listens (hooks can still be added then). */
+  beforeListen?: (built: BuiltApp) => void;
 }
 
 /**
@@ -102,6 +104,7 @@ export async function startApp(opts: StartOptions = {}): Promise<TestApp> {
     state = await openState({ url: null, prefix: 'parlor:', clock: opts.clock ?? { now: () => new Date() } });
   }
   const built = await buildApp({ config, clock: opts.clock, database, state, logger: opts.logger ?? false });
+  opts.beforeListen?.(built);
   const address = await built.app.listen({ port: 0, host: '127.0.0.1' });
   return {
     ...built,

@@ -1,6 +1,7 @@
 import { cachedFor } from '../../platform/cache.js';
 import type { Clock } from '../../platform/clock.js';
 import { appError } from '../../platform/errors.js';
+import { TIMED_OUT, withinTime } from '../../platform/timeout.js';
 import type { BotsService } from '../bots/bots.service.js';
 import type { UsersStore } from '../users/users.store.js';
 
@@ -12,8 +13,9 @@ export interface StatsDeps {
   sourceHash: string;
   storage: 'embedded' | 'cluster';
   startedAt: Date;
-  /** Throws when a backing store does not answer. */
-  probe: () => Promise<void>;
+  /** One check per backing store, by name; each throws when its store does not answer. */
+  probes: Record<string, () => Promise<unknown>>;
+  log: { warn(obj: object, msg: string): void };
   /** Live room VM figures; zero until the VM provider reports (shared browsers). */
   rooms: () => { active_browsers: number; viewers: number; controllers: number };
 }
@@ -23,6 +25,12 @@ export interface StatsDeps {
  * over the whole users and sessions tables, and any holder of the public key may ask.
  */
 export const STATS_CACHE_MS = 30_000;
+
+/**
+ * How long the health probe waits for each backing store: well under a load balancer's probe
+ * timeout (often 5 s), so a store that hangs gives a 503 rather than a probe that never answers.
+ */
+export const HEALTH_PROBE_TIMEOUT_MS = 2_500;
 
 export function makeStatsService(deps: StatsDeps) {
   const uptime = () => Math.floor((deps.clock.now().getTime() - deps.startedAt.getTime()) / 1000);
@@ -54,11 +62,11 @@ export function makeStatsService(deps: StatsDeps) {
       };
     },
     async health() {
-      try {
-        await deps.probe();
-      } catch {
-        throw appError('ERR_SERVICE_UNAVAILABLE', 'A backing store does not answer.');
-      }
+      const checks = await Promise.all(
+        Object.entries(deps.probes).map(([store, probe]) => check(store, probe, deps.log)),
+      );
+      const down = checks.filter((store) => store !== null);
+      if (down.length > 0) throw appError('ERR_SERVICE_UNAVAILABLE', `Not answering: ${down.join(', ')}.`);
       return {
         status: 'ok' as const,
         source_hash: deps.sourceHash,
@@ -68,6 +76,18 @@ export function makeStatsService(deps: StatsDeps) {
       };
     },
   };
+}
+
+/** Null when the store answered in time; else its name, and why it did not is logged at warn. */
+async function check(store: string, probe: () => Promise<unknown>, log: StatsDeps['log']): Promise<string | null> {
+  try {
+    const answer = await withinTime(Promise.resolve().then(probe), HEALTH_PROBE_TIMEOUT_MS);
+    if (answer !== TIMED_OUT) return null;
+    log.warn({ store, timeout_ms: HEALTH_PROBE_TIMEOUT_MS }, 'health probe: a backing store did not answer in time');
+  } catch (err) {
+    log.warn({ store, err }, 'health probe: a backing store failed');
+  }
+  return store;
 }
 
 export type StatsService = ReturnType<typeof makeStatsService>;

@@ -1,0 +1,46 @@
+import { once } from 'node:events';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import net from 'node:net';
+import { afterAll, describe, expect, it } from 'vitest';
+import { answerClientError } from './connections.js';
+
+// A plain Node server with a short request timeout (the app's is REQUEST_TIMEOUT_MS) and the
+// app's client-error answer, so that a stalled request is cut while the test waits for it.
+// Like Fastify, it answers once the body is in.
+const server = createServer({ requestTimeout: 300, connectionsCheckingInterval: 50 }, (req, res) =>
+  req.resume().on('end', () => res.end('ok')),
+);
+server.on('clientError', answerClientError);
+server.listen(0, '127.0.0.1');
+await once(server, 'listening');
+const port = (server.address() as AddressInfo).port;
+afterAll(() => new Promise((resolve) => server.close(resolve)));
+
+/** Writes `text` on a new connection and reads everything until the server ends it. */
+async function exchange(text: string): Promise<string> {
+  const socket = net.connect(port, '127.0.0.1');
+  let received = '';
+  socket.on('data', (d: Buffer) => {
+    received += d.toString('utf8');
+  });
+  socket.on('error', () => {});
+  socket.write(text);
+  await once(socket, 'close');
+  return received;
+}
+
+describe('answerClientError', () => {
+  it('answers a request that does not arrive in time with 408 ERR_REQUEST_TIMEOUT and ends the connection', async () => {
+    const received = await exchange('POST /v1/x HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\n{"trick');
+    const [head = '', body = ''] = received.split('\r\n\r\n');
+    expect(head.split('\r\n')[0]).toBe('HTTP/1.1 408 Request Timeout');
+    expect(head).toContain('Connection: close');
+    expect(JSON.parse(body)).toEqual({ code: 'ERR_REQUEST_TIMEOUT', message: 'The request did not arrive in time.' });
+  });
+
+  it('answers what is not HTTP with 400', async () => {
+    const received = await exchange('NOT HTTP AT ALL\r\n\r\n');
+    expect(received.split('\r\n')[0]).toBe('HTTP/1.1 400 Bad Request');
+  });
+});

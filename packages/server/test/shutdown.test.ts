@@ -1,0 +1,94 @@
+import { once } from 'node:events';
+import net from 'node:net';
+import { expect, it } from 'vitest';
+import { REQUEST_TIMEOUT_MS } from '../src/platform/connections.js';
+import { describeApp, startApp } from './support/app.js';
+
+const PUBLIC_KEY = 'ppk_test_public_key_0123456789abcdef';
+
+/** A raw HTTP/1.1 request (the test writes its body in parts). */
+function request(method: string, path: string, body = '', headers: Record<string, string> = {}) {
+  const lines = [`${method} ${path} HTTP/1.1`, 'Host: parlor.test', `Content-Length: ${Buffer.byteLength(body)}`];
+  for (const [k, v] of Object.entries(headers)) lines.push(`${k}: ${v}`);
+  return `${lines.join('\r\n')}\r\n\r\n`;
+}
+
+/** The answers read off a connection until the server ends it: status, headers and body each. */
+function answers(text: string) {
+  return text
+    .split(/(?=HTTP\/1\.1 \d{3} )/)
+    .filter(Boolean)
+    .map((raw) => {
+      const [head = '', body = ''] = raw.split('\r\n\r\n');
+      const [statusLine = '', ...headerLines] = head.split('\r\n');
+      const headers = Object.fromEntries(
+        headerLines.map((l) => [l.slice(0, l.indexOf(':')).toLowerCase(), l.slice(l.indexOf(':') + 1).trim()]),
+      );
+      return { status: Number(statusLine.split(' ')[1]), headers, body };
+    });
+}
+
+describeApp('shutdown', () => {
+  it('answers a request in flight when close begins, and one arriving during the drain with 503 ERR_SERVICE_UNAVAILABLE', async () => {
+    // The last preClose hook: once it has run, Fastify only closes connections and waits for them.
+    let preCloseDone: () => void = () => {};
+    const closing = new Promise<void>((resolve) => {
+      preCloseDone = resolve;
+    });
+    const app = await startApp({
+      beforeListen: (built) => built.app.addHook('preClose', async () => preCloseDone()),
+    });
+    const port = Number(new URL(app.url).port);
+    const socket = net.connect(port, '127.0.0.1');
+    await once(socket, 'connect');
+    let received = '';
+    socket.on('data', (d: Buffer) => {
+      received += d.toString('utf8');
+    });
+    const ended = new Promise<void>((resolve) => socket.on('close', () => resolve()));
+    socket.on('error', () => {});
+
+    // A request whose body is still on its way (a slow client): in flight when close begins.
+    const body = JSON.stringify({ username: 'nobody_here' });
+    const arrived = once(app.app.server, 'request');
+    socket.write(
+      request('POST', '/v1/authentication/lookup', body, {
+        'Content-Type': 'application/json',
+        'X-API-Key': PUBLIC_KEY,
+      }) + body.slice(0, 5),
+    );
+    await arrived;
+    const closed = app.close();
+    await closing;
+    // One turn later Fastify has dealt with open connections and stopped listening.
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(app.app.server.listening).toBe(false);
+
+    // The rest of the body, and a second request behind it on the same connection.
+    socket.write(body.slice(5) + request('GET', '/v1/health'));
+    await ended;
+    await closed;
+
+    const [first, second] = answers(received);
+    expect(first?.status, received).toBe(404);
+    expect(JSON.parse(first?.body ?? '{}')).toMatchObject({ code: 'ERR_USER_NOT_FOUND' });
+    expect(second?.status, received).toBe(503);
+    expect(second?.headers.connection).toBe('close');
+    expect(JSON.parse(second?.body ?? '{}')).toEqual({
+      code: 'ERR_SERVICE_UNAVAILABLE',
+      message: 'The service is not available right now.',
+    });
+  });
+
+  it('gives a client REQUEST_TIMEOUT_MS to send a whole request (Fastify leaves it unlimited)', async () => {
+    const app = await startApp();
+    try {
+      expect(app.app.server.requestTimeout).toBe(REQUEST_TIMEOUT_MS);
+      // Only receiving counts; still, a long-poll's whole life (Socket.IO's 25 s ping interval and
+      // 20 s ping timeout) fits in it.
+      expect(REQUEST_TIMEOUT_MS).toBeGreaterThan(25_000 + 20_000);
+    } finally {
+      await app.close();
+    }
+  });
+});
