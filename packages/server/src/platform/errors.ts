@@ -1,5 +1,5 @@
 import { type ErrorBody, type ErrorCode, ErrorCodes } from '@parlor/protocol';
-import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyBaseLogger, FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 
 /** The one error type services throw; the handler below turns it into the error body. */
 export class AppError extends Error {
@@ -53,9 +53,69 @@ const FASTIFY_CODES: Record<string, ErrorCode> = {
   FST_ERR_CTP_INVALID_TYPE: 'ERR_UNSUPPORTED_MEDIA_TYPE',
 };
 
-/** Maps any thrown value to a status and error body. Unknown errors become a bare 500. */
-export function toErrorBody(err: unknown): { status: number; body: ErrorBody; unexpected: boolean } {
+/** Seconds a client is asked to wait (`Retry-After`) when a backing store does not answer. */
+export const UNAVAILABLE_RETRY_AFTER_SECONDS = 5;
+
+/**
+ * Codes of a store connection that failed: the socket's (Node), postgres.js's own, and PostgreSQL's
+ * SQLSTATEs for a server shutting down (57P01-57P03) or out of connections (53300); class 08
+ * (connection exceptions) is matched by its prefix.
+ */
+const CONNECTION_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ETIMEDOUT',
+  'EPIPE',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'CONNECTION_CLOSED',
+  'CONNECTION_ENDED',
+  'CONNECTION_DESTROYED',
+  'CONNECT_TIMEOUT',
+  '57P01',
+  '57P02',
+  '57P03',
+  '53300',
+]);
+
+/**
+ * The connection-level failure behind `err` (itself, a `cause` or an AggregateError member), or
+ * null: a store that cannot be reached, as opposed to a failed statement or a bug. ioredis reports
+ * its own as `MaxRetriesPerRequestError` (commands queued while reconnecting) or "Connection is
+ * closed." (a client that gave up or was closed).
+ */
+export function connectionFailure(err: unknown, depth = 0): (Error & { code?: unknown }) | null {
+  if (typeof err !== 'object' || err === null || depth > 5) return null;
+  const e = err as Error & { code?: unknown; cause?: unknown; errors?: unknown };
+  const code = typeof e.code === 'string' ? e.code : '';
+  if (CONNECTION_CODES.has(code) || /^08[0-9A-Z]{3}$/.test(code)) return e;
+  if (e.name === 'MaxRetriesPerRequestError' || e.message === 'Connection is closed.') return e;
+  for (const inner of [e.cause, ...(Array.isArray(e.errors) ? e.errors : [])]) {
+    const found = connectionFailure(inner, depth + 1);
+    if (found) return found;
+  }
+  return null;
+}
+
+export interface ErrorAnswer {
+  status: number;
+  body: ErrorBody;
+  /** A bug or an unknown failure: logged at error with its stack. */
+  unexpected: boolean;
+  /** A backing store could not be reached: 503, logged at warn. */
+  unavailable?: boolean;
+}
+
+/**
+ * Maps any thrown value to a status and error body. A store that cannot be reached is a 503
+ * ERR_SERVICE_UNAVAILABLE; other unknown errors become a bare 500.
+ */
+export function toErrorBody(err: unknown): ErrorAnswer {
   if (err instanceof AppError) return { status: err.status, body: err.body(), unexpected: false };
+  if (connectionFailure(err)) {
+    const body: ErrorBody = { code: 'ERR_SERVICE_UNAVAILABLE', message: ErrorCodes.ERR_SERVICE_UNAVAILABLE.message };
+    return { status: 503, body, unexpected: false, unavailable: true };
+  }
   const fe = err as FastifyError;
   if (fe && Array.isArray(fe.validation)) {
     return {
@@ -93,13 +153,33 @@ export function toErrorBody(err: unknown): { status: number; body: ErrorBody; un
   return { status: 500, body: { code: 'ERR_INTERNAL', message: ErrorCodes.ERR_INTERNAL.message }, unexpected: true };
 }
 
+/**
+ * Logs a failure that was answered with `answer`: an unexpected one at error with its stack (the
+ * logger's serializer keeps query values out), a store that cannot be reached at warn with only
+ * the connection error's type, code and message (an outage is many such lines, not many stacks).
+ * Refusals (4xx) are the caller's to log.
+ */
+export function logFailure(log: FastifyBaseLogger, err: unknown, answer: ErrorAnswer, context: object): void {
+  if (answer.unexpected) log.error({ err, ...context }, 'unexpected error');
+  else if (answer.unavailable) {
+    const cause = connectionFailure(err);
+    log.warn(
+      { store_error: { type: cause?.name, code: cause?.code, message: cause?.message }, ...context },
+      'backing store unavailable',
+    );
+  }
+}
+
 /** One handler shapes every failure and logs the request context, never secrets or bodies. */
 export function installErrorHandler(app: FastifyInstance): void {
   app.setErrorHandler((err: unknown, request: FastifyRequest, reply: FastifyReply) => {
-    const { status, body, unexpected } = toErrorBody(err);
-    if (unexpected) request.log.error({ err, route: request.routeOptions.url }, 'unexpected error');
+    const answer = toErrorBody(err);
+    const { status, body } = answer;
+    if (answer.unexpected || answer.unavailable)
+      logFailure(request.log, err, answer, { route: request.routeOptions.url });
     else request.log.info({ code: body.code, status }, 'request refused');
     if (body.retry_after !== undefined) void reply.header('retry-after', String(body.retry_after));
+    if (answer.unavailable) void reply.header('retry-after', String(UNAVAILABLE_RETRY_AFTER_SECONDS));
     return reply.status(status).send(body);
   });
 }

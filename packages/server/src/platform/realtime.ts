@@ -1,9 +1,10 @@
 import type { Server as HttpServer } from 'node:http';
 import type { ClientToServerEvents, ServerToClientEvents } from '@parlor/protocol';
 import { createAdapter } from '@socket.io/redis-streams-adapter';
+import type { FastifyBaseLogger } from 'fastify';
 import type { Redis } from 'ioredis';
 import { Server, type Socket } from 'socket.io';
-import { toErrorBody } from './errors.js';
+import { logFailure, toErrorBody } from './errors.js';
 import { guardRecovery, type RecoveryCheck } from './recovery.js';
 import { coalesceSocketWrites } from './socket-writes.js';
 import { compilePayload } from './validation.js';
@@ -38,6 +39,8 @@ export interface RealtimeOptions {
   authenticate(cookieHeader: string | undefined): Promise<SocketData | null>;
   /** Cluster mode: a Redis connection of its own for the streams adapter, and the key prefix. */
   redis: { client: Redis; prefix: string } | null;
+  /** The app's logger: failed handshakes and events (query values kept out by its serializer). */
+  log: FastifyBaseLogger;
 }
 
 /** How long a dropped client may come back and receive what it missed. */
@@ -97,7 +100,12 @@ export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
         socket.data = data;
         next();
       })
-      .catch(() => next(new Error('ERR_INTERNAL')));
+      .catch((err: unknown) => {
+        // A store that cannot be reached refuses with ERR_SERVICE_UNAVAILABLE (the client retries).
+        const answer = toErrorBody(err);
+        logFailure(opts.log, err, answer, { socket_handshake: true });
+        next(new Error(answer.unavailable ? answer.body.code : 'ERR_INTERNAL'));
+      });
   });
 
   /** The client events of every module (`on`), served by one middleware per socket. */
@@ -109,7 +117,7 @@ export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
     // about 2 KiB per connection (measured with the connect bench), for events most never send.
     socket.use((packet, next) => {
       const handler = handlers.get(packet[0] as string);
-      if (handler) serveEvent(socket, handler, packet[1], packet[2]);
+      if (handler) serveEvent(socket, handler, packet[1], packet[2], opts.log);
       else next();
     });
   });
@@ -189,7 +197,7 @@ interface ClientEvent {
 }
 
 /** Answers one client event: ERR_VALIDATION for a bad payload, else the handler's result or error. */
-function serveEvent(socket: AppSocket, h: ClientEvent, payload: unknown, ack: unknown): void {
+function serveEvent(socket: AppSocket, h: ClientEvent, payload: unknown, ack: unknown, log: FastifyBaseLogger): void {
   const reply = typeof ack === 'function' ? (ack as (a: unknown) => void) : () => {};
   if (!h.valid(payload)) {
     reply({ ok: false, code: 'ERR_VALIDATION', message: 'The payload is not valid.' });
@@ -199,8 +207,9 @@ function serveEvent(socket: AppSocket, h: ClientEvent, payload: unknown, ack: un
     .then(() => h.run(socket, payload))
     .then((result) => reply({ ok: true, ...result }))
     .catch((err: unknown) => {
-      const { body, unexpected } = toErrorBody(err);
-      if (unexpected) console.error(`socket event ${h.event} failed`, err);
+      const answer = toErrorBody(err);
+      const { body } = answer;
+      logFailure(log, err, answer, { event: h.event });
       reply({
         ok: false,
         code: body.code,

@@ -133,6 +133,7 @@ function wireRealtime(ctx: WiringContext, sessionResolver: SessionResolver): Rea
   return createRealtime(app.server, {
     allowedOrigins: config.allowedOrigins,
     redis: state instanceof RedisState ? { client: adapterClient(state, app), prefix: config.redisPrefix } : null,
+    log: app.log,
     authenticate: async (cookieHeader): Promise<SocketData | null> => {
       const token = cookieHeader ? app.parseCookie(cookieHeader).psession : undefined;
       if (!token || token.length > 256) return null;
