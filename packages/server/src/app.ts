@@ -185,18 +185,14 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
     every(60_000, 'direct-chat-lifecycle', () => chats.sweepDirect(), app.log),
     every(30_000, 'punishment-expiry', () => moderation.sweep(), app.log),
     every(STRANGER_SWEEP_INTERVAL_MS, 'stranger-accounts', () => auth.sweepStrangers(), app.log),
+    // Expired Trial/Premium back to Basic (SKIP LOCKED keeps nodes apart).
+    every(SWEEP_INTERVAL_MS, 'subscription-downgrade', () => subscriptionSweep.run(), app.log),
   ];
-  // Every minute, on every node: expired Trial/Premium back to Basic (SKIP LOCKED keeps nodes apart).
-  const sweeping = subscriptionSweep.start(SWEEP_INTERVAL_MS, (err) =>
-    app.log.error({ err }, 'subscription sweep failed'),
-  );
-  app.addHook('preClose', async () => {
-    await sweeping.stop();
-  });
   registerWeb(app);
 
   app.addHook('preClose', async () => {
-    for (const stop of stops) stop();
+    // Each waits for its run in progress (bounded): the stores close after this.
+    await Promise.all(stops.map((stop) => stop()));
     await realtime.close();
   });
   app.addHook('onClose', async () => {

@@ -225,7 +225,7 @@ async function wireVm(ctx: WiringContext, chats: ChatsService, realtime: Realtim
   const stopVmSweep = every(1_000, 'room-vm-sweep', () => vm.sweep(), app.log);
   // Before the socket server closes (viewers hear room:stopped); kills every browser of this node.
   app.addHook('preClose', async () => {
-    stopVmSweep();
+    await stopVmSweep();
     await vm.close();
   });
   return { vm, vmProvider };

@@ -56,33 +56,8 @@ export function makeSubscriptionSweep(deps: SweepDeps) {
     }
   };
 
-  return {
-    run,
-
-    /**
-     * Runs `run` every `intervalMs` on an unref'd timer (it never keeps the process alive). A tick
-     * that finds the previous run still going is skipped. `stop` clears the timer and waits for a
-     * run in progress, so the database is not closed under it.
-     */
-    start(intervalMs: number, onError: (err: unknown) => void): { stop(): Promise<void> } {
-      let running: Promise<void> | null = null;
-      const timer = setInterval(() => {
-        if (running) return;
-        running = run()
-          .then(() => undefined, onError)
-          .finally(() => {
-            running = null;
-          });
-      }, intervalMs);
-      timer.unref();
-      return {
-        async stop() {
-          clearInterval(timer);
-          await running;
-        },
-      };
-    },
-  };
+  // app.ts runs it every SWEEP_INTERVAL_MS with background.ts's `every`.
+  return { run };
 }
 
 export type SubscriptionSweep = ReturnType<typeof makeSubscriptionSweep>;

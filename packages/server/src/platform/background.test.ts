@@ -1,0 +1,110 @@
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { every, RUN_TIMEOUT_MS, STOP_WAIT_MS, type TaskLog } from './background.js';
+
+/** A task whose runs end when the test says so; counts its runs. */
+function controlledTask() {
+  const ends: (() => void)[] = [];
+  return {
+    runs: () => ends.length,
+    task: () =>
+      new Promise<void>((resolve) => {
+        ends.push(resolve);
+      }),
+    /** Ends run `i` (0-based). */
+    end: (i: number) => ends[i]?.(),
+  };
+}
+
+/** What the task logged, as [level, message, fields]. */
+function fakeLog() {
+  const lines: [string, string, object][] = [];
+  const log = {
+    error: (obj: object, msg: string) => void lines.push(['error', msg, obj]),
+    warn: (obj: object, msg: string) => void lines.push(['warn', msg, obj]),
+  } as unknown as TaskLog;
+  return { log, lines };
+}
+
+/** The promise's state so far. */
+function track(p: Promise<unknown>) {
+  const state = { settled: false };
+  void p.then(() => {
+    state.settled = true;
+  });
+  return state;
+}
+
+beforeEach(() => {
+  vi.useFakeTimers();
+});
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+describe('every', () => {
+  it('runs the task each interval, never two runs at once, and logs a failure', async () => {
+    const { log, lines } = fakeLog();
+    const t = controlledTask();
+    const stop = every(1_000, 'sweep', t.task, log);
+    await vi.advanceTimersByTimeAsync(1_000);
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(t.runs()).toBe(1);
+    t.end(0);
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(t.runs()).toBe(2);
+    t.end(1);
+    await stop();
+
+    const failing = every(1_000, 'broken', () => Promise.reject(new Error('boom')), log);
+    await vi.advanceTimersByTimeAsync(1_000);
+    await failing();
+    expect(lines).toEqual([['error', 'background task failed', { err: new Error('boom'), task: 'broken' }]]);
+  });
+
+  it('stop waits for the run in progress, so the stores are not closed under it', async () => {
+    const { log } = fakeLog();
+    const t = controlledTask();
+    const stop = every(1_000, 'sweep', t.task, log);
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(t.runs()).toBe(1);
+    const stopped = track(stop());
+    await vi.advanceTimersByTimeAsync(STOP_WAIT_MS - 1);
+    expect(stopped.settled).toBe(false);
+    t.end(0);
+    await vi.advanceTimersByTimeAsync(0);
+    expect(stopped.settled).toBe(true);
+    await vi.advanceTimersByTimeAsync(10_000);
+    expect(t.runs()).toBe(1);
+  });
+
+  it('stop waits STOP_WAIT_MS at most for a run that does not end, and says so', async () => {
+    const { log, lines } = fakeLog();
+    const t = controlledTask();
+    const stop = every(1_000, 'sweep', t.task, log);
+    await vi.advanceTimersByTimeAsync(1_000);
+    const stopped = track(stop());
+    await vi.advanceTimersByTimeAsync(STOP_WAIT_MS);
+    expect(stopped.settled).toBe(true);
+    expect(lines).toEqual([
+      ['warn', 'background task still running at stop', { task: 'sweep', timeout_ms: STOP_WAIT_MS }],
+    ]);
+  });
+
+  it('abandons a run that hangs past RUN_TIMEOUT_MS, with a warning, and starts the next one', async () => {
+    const { log, lines } = fakeLog();
+    const t = controlledTask();
+    const stop = every(1_000, 'sweep', t.task, log);
+    await vi.advanceTimersByTimeAsync(1_000);
+    await vi.advanceTimersByTimeAsync(RUN_TIMEOUT_MS - 1_000);
+    expect(t.runs()).toBe(1);
+    expect(lines).toEqual([]);
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(lines).toEqual([
+      ['warn', 'background task abandoned: the run did not end in time', { task: 'sweep', timeout_ms: RUN_TIMEOUT_MS }],
+    ]);
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(t.runs()).toBe(2);
+    t.end(1);
+    await stop();
+  });
+});
