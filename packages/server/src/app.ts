@@ -27,6 +27,7 @@ import { installErrorHandler, toErrorBody } from './platform/errors.js';
 import type { GeoLookup } from './platform/geo.js';
 import { createLogger, RequestLogController } from './platform/logging.js';
 import { installMethodNotAllowed } from './platform/method-not-allowed.js';
+import { embeddedLocation, openStore, storeLocation } from './platform/open-stores.js';
 import type { Retention } from './platform/retention.js';
 import type { App } from './platform/routing.js';
 import { loadOrCreateSecret } from './platform/secret-files.js';
@@ -85,22 +86,24 @@ export interface BuiltApp {
 export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
   const { config } = opts;
   const clock = opts.clock ?? systemClock;
-  const database =
-    opts.database ??
-    (await openDatabase({
-      url: config.databaseUrl,
-      dataDir: config.dataDir,
-      statementTimeoutMs: config.databaseStatementTimeoutMs,
-    }));
-  const state = opts.state ?? (await openState({ url: config.redisUrl, prefix: config.redisPrefix, clock }));
+  // JSON lines with credentials redacted and query/command values kept out of errors (logging.ts).
+  const log = opts.logger === false ? undefined : (opts.logger ?? createLogger(config.logLevel));
+  const database = opts.database ?? (await openConfiguredDatabase(config));
+  let state: StateStore;
+  try {
+    state = opts.state ?? (await openConfiguredState(config, clock, log));
+  } catch (err) {
+    // Not left open behind a failed start (PGlite writes its files on close).
+    if (!opts.database) await database.close().catch(() => {});
+    throw err;
+  }
   const apiKey = loadOrCreateSecret(config.publicApiKey, config.dataDir, 'public-api-key', 'ppk_');
   const operator = loadOrCreateSecret(config.operatorToken, config.dataDir, 'operator-token', 'pop_');
   // Transactions run work queued with afterCommit once committed (the user-change channel's publishes).
   const db = trackCommits(database.db);
 
   const app = Fastify({
-    // JSON lines with credentials redacted and query/command values kept out of errors (logging.ts).
-    ...(opts.logger === false ? { logger: false } : { loggerInstance: opts.logger ?? createLogger(config.logLevel) }),
+    ...(log ? { loggerInstance: log } : { logger: false }),
     logController: new RequestLogController(),
     trustProxy: trustProxyOption(config.trustProxy),
     bodyLimit: Limits.BODY_LIMIT_BYTES,
@@ -213,6 +216,26 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
     state,
     subscriptionSweep,
   };
+}
+
+/** The coordination store of the configuration; a failure to reach Redis says where. */
+function openConfiguredState(config: Readonly<Config>, clock: Clock, log: Logger | undefined): Promise<StateStore> {
+  const open = () => openState({ url: config.redisUrl, prefix: config.redisPrefix, clock, log });
+  return config.redisUrl ? openStore(storeLocation('Redis', config.redisUrl), open) : open();
+}
+
+/** The SQL store of the configuration; a failure to open it says which and where. */
+function openConfiguredDatabase(config: Readonly<Config>): Promise<Database> {
+  const location = config.databaseUrl
+    ? storeLocation('PostgreSQL', config.databaseUrl)
+    : embeddedLocation(config.dataDir);
+  return openStore(location, () =>
+    openDatabase({
+      url: config.databaseUrl,
+      dataDir: config.dataDir,
+      statementTimeoutMs: config.databaseStatementTimeoutMs,
+    }),
+  );
 }
 
 /** The web app's landing page until the single-page app lands (packages/web). */

@@ -16,7 +16,7 @@ import { type Db, ping } from '../platform/db/index.js';
 import type { GeoLookup } from '../platform/geo.js';
 import { createRealtime, type Realtime, type SocketData } from '../platform/realtime.js';
 import type { App } from '../platform/routing.js';
-import { RedisState, type StateStore } from '../platform/state/index.js';
+import { RedisState, type StateStore, watchConnection } from '../platform/state/index.js';
 import { vmProviderFor } from '../platform/vm/from-config.js';
 import { makeWriteLimit } from '../platform/write-limit.js';
 import { type Accounts, wireAccounts } from './accounts.js';
@@ -153,7 +153,7 @@ function wireRealtime(ctx: WiringContext, sessionResolver: SessionResolver): Rea
 /** A Redis connection of the socket adapter's own (it blocks on stream reads); errors are logged. */
 function adapterClient(state: RedisState, app: App) {
   const client = state.client.duplicate();
-  client.on('error', (err: Error) => app.log.warn({ err: err.message }, 'socket adapter redis error'));
+  watchConnection(client, 'socket adapter', app.log);
   return client;
 }
 

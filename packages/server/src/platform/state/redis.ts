@@ -1,6 +1,7 @@
 import { Redis } from 'ioredis';
 import { RateLimiterRedis } from 'rate-limiter-flexible';
 import { type Clock, systemClock } from '../clock.js';
+import { type ConnectionLog, watchConnection } from './connection-log.js';
 import { wrapLimiter } from './limiter.js';
 import type { Limiter, StateStore, Unsubscribe } from './types.js';
 
@@ -45,10 +46,11 @@ export class RedisState implements StateStore {
     url: string,
     private readonly prefix: string,
     private readonly clock: Clock = systemClock,
+    /** Where outages and returns of its connections are logged (once each, connection-log.ts). */
+    private readonly log?: ConnectionLog,
   ) {
     this.client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 3, enableOfflineQueue: true });
-    // ioredis reconnects by itself; without a listener a dropped connection is an unhandled error.
-    this.client.on('error', () => {});
+    watchConnection(this.client, 'commands', log);
   }
 
   async connect(): Promise<void> {
@@ -157,7 +159,7 @@ export class RedisState implements StateStore {
     // Re-subscribing after a reconnection is done here, so delivery is announced only once the
     // channels are really subscribed again (ioredis's own resubscription gives no such signal).
     const sub = this.client.duplicate({ autoResubscribe: false });
-    sub.on('error', () => {});
+    watchConnection(sub, 'subscriber', this.log);
     sub.on('message', (name: string, message: string) => {
       const subs = this.subscriptions.get(name);
       if (!subs) return;
