@@ -1,30 +1,37 @@
+import type { FastifyInstance } from 'fastify';
 import { buildApp } from './app.js';
 import { loadConfigOrExit } from './platform/config.js';
+import { createLogger } from './platform/logging.js';
+import { handleProcessEvents } from './platform/process-lifecycle.js';
 
-/** Starts the service: config, app, listen; stops cleanly on SIGTERM/SIGINT. */
+/** Starts the service: config, app, listen; stops cleanly on SIGTERM/SIGINT and on a crash. */
 async function main() {
   const config = loadConfigOrExit('parlor');
-  const built = await buildApp({ config });
-  const { app } = built;
-  let closing = false;
-  const shutdown = async (signal: string) => {
-    if (closing) return;
-    closing = true;
-    app.log.info({ signal }, 'shutting down');
-    const timer = setTimeout(() => process.exit(1), 10_000);
-    timer.unref();
-    try {
-      await app.close();
-      process.exit(0);
-    } catch (e) {
-      app.log.error({ err: e }, 'shutdown failed');
-      process.exit(1);
-    }
-  };
-  process.on('SIGTERM', () => void shutdown('SIGTERM'));
-  process.on('SIGINT', () => void shutdown('SIGINT'));
+  const log = createLogger(config.logLevel);
+  let app: FastifyInstance | null = null;
+  let starting: Promise<unknown> = Promise.resolve();
+  const events = handleProcessEvents({
+    log,
+    // A start in progress is let finish (bounded by the cap), so what it opened is closed too.
+    close: async () => {
+      await starting.catch(() => {});
+      await app?.close();
+    },
+  });
+  log.info('starting');
 
-  const address = await app.listen({ port: config.port, host: config.host });
+  const start = async () => {
+    const built = await buildApp({ config, logger: log });
+    app = built.app;
+    if (events.stopping) return null;
+    const address = await app.listen({ port: config.port, host: config.host });
+    return { built, address };
+  };
+  const started = start();
+  starting = started;
+  const serving = await started;
+  if (!serving) return;
+  const { built, address } = serving;
   const coordination = config.redisUrl ? 'Redis' : 'in-process coordination';
   const mode = config.databaseUrl ? `cluster (PostgreSQL, ${coordination})` : 'embedded';
   process.stdout.write(

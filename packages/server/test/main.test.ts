@@ -1,5 +1,6 @@
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -17,8 +18,10 @@ afterAll(() => {
   for (const d of dirs) rmSync(d, { recursive: true, force: true });
 });
 
-function run(env: Record<string, string>) {
-  const child = spawn(process.execPath, [MAIN], {
+const CRASH = path.resolve(path.dirname(fileURLToPath(import.meta.url)), 'fixtures/crash.mjs');
+
+function run(env: Record<string, string>, argv: string[] = [MAIN]) {
+  const child = spawn(process.execPath, argv, {
     env: { PATH: process.env.PATH ?? '', LOG_LEVEL: 'silent', SOURCE_HASH: 'main-test', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -31,7 +34,30 @@ function run(env: Record<string, string>) {
     err += d;
   });
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
-  return { child, exited, out: () => out, err: () => err };
+  /** The JSON log lines written so far. */
+  const logs = () =>
+    out
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
+  return { child, exited, out: () => out, err: () => err, logs };
+}
+
+/** The environment of a node over this run's stores (a scratch database in cluster mode). */
+async function nodeEnv(): Promise<{ env: Record<string, string>; release: () => Promise<void> }> {
+  const dataDir = mkdtempSync(path.join(tmpdir(), 'parlor-main-'));
+  dirs.push(dataDir);
+  const backing = MODE === 'cluster' ? await createBacking() : null;
+  const services: Record<string, string> = backing?.databaseUrl
+    ? {
+        DATABASE_URL: backing.databaseUrl,
+        REDIS_URL: backing.redisUrl ?? '',
+        REDIS_PREFIX: backing.redisPrefix,
+        PUBLIC_API_KEY: SHARED.PUBLIC_API_KEY,
+        OPERATOR_TOKEN: SHARED.OPERATOR_TOKEN,
+      }
+    : {};
+  return { env: { DATA_DIR: dataDir, PORT: '0', ...services }, release: async () => backing?.release() };
 }
 
 async function waitFor(check: () => boolean, ms = 50_000) {
@@ -88,6 +114,53 @@ describeApp('the server process (npm start)', () => {
     ]);
     expect(existsSync(path.join(dataDir, 'public-api-key'))).toBe(false);
   });
+
+  it('stops cleanly on a SIGTERM that arrives while it is still starting (migrations)', async () => {
+    const node = await nodeEnv();
+    const p = run({ ...node.env, LOG_LEVEL: 'info' });
+    await waitFor(() => p.logs().some((l) => l.msg === 'starting'));
+    p.child.kill('SIGTERM');
+    expect(await p.exited, p.err()).toBe(0);
+    expect(p.logs().some((l) => l.msg === 'shutting down' && l.signal === 'SIGTERM')).toBe(true);
+    await node.release();
+  }, 60_000);
+
+  it('exits at once on a second signal while the first shutdown waits for a request in flight', async () => {
+    const node = await nodeEnv();
+    const p = run({ ...node.env, LOG_LEVEL: 'info' });
+    await waitFor(() => p.out().includes('operator token'));
+    const url = new URL(/serving (http:\/\/\S+)/.exec(p.out())?.[1] ?? '');
+    const key = /public API key: (\S+)/.exec(p.out())?.[1];
+    // A request whose body never comes (past its key check): the shutdown waits for it (10 s cap).
+    const socket = net.connect(Number(url.port), url.hostname);
+    socket.on('error', () => {});
+    socket.write(
+      `POST /v1/authentication/lookup HTTP/1.1\r\nHost: x\r\nX-API-Key: ${key}\r\nContent-Type: application/json\r\nContent-Length: 50\r\n\r\n{`,
+    );
+    await waitFor(() => p.logs().some((l) => l.msg === 'incoming request'));
+    p.child.kill('SIGINT');
+    await waitFor(() => p.logs().some((l) => l.msg === 'shutting down'));
+    p.child.kill('SIGINT');
+    expect(await p.exited).toBe(130);
+    expect(p.logs().some((l) => l.msg === 'second signal: exiting at once')).toBe(true);
+    socket.destroy();
+    await node.release();
+  }, 60_000);
+
+  it.each(['exception', 'rejection'])(
+    'logs an uncaught %s at fatal as JSON without query values, closes, and exits 1',
+    async (kind) => {
+      const p = run({}, [CRASH, kind]);
+      expect(await p.exited).toBe(1);
+      const lines = p.logs();
+      const fatal = lines.find((l) => l.level === 60);
+      expect(fatal?.msg).toBe(kind === 'exception' ? 'uncaught exception' : 'unhandled rejection');
+      expect(fatal?.err).toMatchObject({ message: 'Failed query: select $1::text', cause: { message: 'boom' } });
+      expect(lines.map((l) => l.msg)).toContain('closed');
+      expect(p.out()).not.toContain('ct-SECRET-9f8e7d');
+      expect(p.err()).toBe('');
+    },
+  );
 
   it('refuses to start on invalid configuration, one line per variable', async () => {
     const p = run({ PORT: 'eighty', LOG_LEVEL: 'loud', DATA_DIR: tmpdir() });
