@@ -3,6 +3,10 @@ import net from 'node:net';
 import { expect, it } from 'vitest';
 import { REQUEST_TIMEOUT_MS } from '../src/platform/connections.js';
 import { describeApp, startApp } from './support/app.js';
+import { join, member } from './support/chat-flows.js';
+import { closeAllSockets } from './support/sockets.js';
+import { stalledBrowser } from './support/stalled-browser.js';
+import { alive, eventually } from './support/vm-browser.js';
 
 const PUBLIC_KEY = 'ppk_test_public_key_0123456789abcdef';
 
@@ -91,4 +95,32 @@ describeApp('shutdown', () => {
       await app.close();
     }
   });
+
+  it('calls off a room still starting: its start answers 503 ERR_ROOM_START_FAILED, its browser is killed', async () => {
+    // A browser that never becomes ready: without the call-off, close would wait its 20 s timeout.
+    const browser = stalledBrowser();
+    const app = await startApp({ config: { chromiumPath: browser.path, vmAllowPrivateNetworks: true } });
+    try {
+      const owner = await member(app, { level: 2 });
+      const created = await owner.client.post('/v1/portal/chats/create', {
+        name: 'Starting at shutdown',
+        type: 'public',
+      });
+      const chatId = created.body.chat.id as number;
+      expect((await join(owner, { chat_id: chatId })).ok).toBe(true);
+      const start = owner.client.post(`/v1/portal/chats/${chatId}/start`, {});
+      const pid = (await eventually(() => browser.pid(), 20_000, 'the browser to start')) as number;
+      closeAllSockets();
+      await app.close();
+      const res = await start;
+      expect(res.status).toBe(503);
+      expect(res.body).toEqual({
+        code: 'ERR_ROOM_START_FAILED',
+        message: 'The room start was called off: the room was stopped or this node is shutting down.',
+      });
+      expect(alive(pid)).toBe(false);
+    } finally {
+      browser.remove();
+    }
+  }, 60_000);
 });

@@ -2,6 +2,7 @@ import { VM_VIEWPORT, type VmInputPayload, type VmStopReason } from '@parlor/pro
 import type { Clock } from '../../platform/clock.js';
 import { appError } from '../../platform/errors.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
+import { withinTime } from '../../platform/timeout.js';
 import type { VmFrame, VmProvider } from '../../platform/vm/provider.js';
 import type { ChatsService } from '../chats/chats.service.js';
 import { encodeFrame, PLACE_TTL_MS, type VmCluster } from './vm.cluster.js';
@@ -53,6 +54,9 @@ interface HostedRoom {
   /** Input events sent to the browser and not yet answered (a flood is refused, not queued). */
   inputsInFlight: number;
 }
+
+/** How long close waits for the starts it called off to settle. */
+const CLOSE_WAIT_MS = 2_000;
 
 /** A controller may have this many input events waiting for the browser; more are refused. */
 const MAX_INPUTS_IN_FLIGHT = 64;
@@ -270,10 +274,17 @@ export function makeRoomHost(deps: HostDeps) {
       return { active_browsers: activeBrowsers, viewers, controllers };
     },
 
+    /**
+     * Closes the provider first: it kills every browser, and calls off the starts still in
+     * progress rather than letting them run to their 20 s ready timeout (the shutdown cap would
+     * fire before the stores close). The launches so failed settle (each releases its room map
+     * entry) within CLOSE_WAIT_MS; then every room that was running is reported stopped.
+     */
     async close(): Promise<void> {
-      await Promise.all([...starting.values()].map((p) => p.catch(() => {})));
-      await Promise.all([...hosted.keys()].map((id) => stop(id, 'shutdown')));
+      const launches = [...starting.values()].map((p) => p.catch(() => {}));
       await provider.close();
+      await withinTime(Promise.all(launches), CLOSE_WAIT_MS);
+      await Promise.all([...hosted.keys()].map((id) => stop(id, 'shutdown')));
     },
   };
 }

@@ -130,6 +130,14 @@ function processExists(pid: number): boolean {
   }
 }
 
+/** A start called off before the browser was ready (its room stopped, or the node shuts down). */
+export function calledOff() {
+  return appError(
+    'ERR_ROOM_START_FAILED',
+    'The room start was called off: the room was stopped or this node is shutting down.',
+  );
+}
+
 /** How long a browser may take to answer its first DevTools command. */
 const READY_TIMEOUT_MS = 20_000;
 
@@ -183,6 +191,8 @@ export class ChromiumProcess {
       upstream?: RoomUpstream | null;
       /** As whom, and whether sandboxed (default: the server's user, sandboxed unless it is root). */
       identity?: BrowserIdentity;
+      /** Calls the start off (the room stopped, the node shuts down): the browser is killed at once. */
+      signal?: AbortSignal;
     } = {},
   ): Promise<ChromiumProcess> {
     const { log = () => {}, extraArgs = [], upstream = null } = opts;
@@ -195,6 +205,7 @@ export class ChromiumProcess {
         `The room browser is not installed: ${binary} is missing or not executable (CHROMIUM_PATH).`,
       );
     }
+    if (opts.signal?.aborted) throw calledOff();
     const userDataDir = await mkdtemp(path.join(tmpdir(), `${PROFILE_PREFIX}${process.pid}-`));
     await writeProfilePreferences(userDataDir);
     if (account) await handOver(userDataDir, account);
@@ -216,9 +227,17 @@ export class ChromiumProcess {
       const timeout = new Promise<never>((_, reject) =>
         setTimeout(() => reject(new Error('no answer in time')), READY_TIMEOUT_MS).unref(),
       );
-      await Promise.race([ready, timeout, spawnError.then((e) => Promise.reject(e))]);
+      const abort = new Promise<never>((_, reject) => {
+        if (opts.signal?.aborted) reject(calledOff());
+        opts.signal?.addEventListener('abort', () => reject(calledOff()), { once: true });
+      });
+      await Promise.race([ready, timeout, abort, spawnError.then((e) => Promise.reject(e))]);
       return proc;
     } catch (err) {
+      if (opts.signal?.aborted) {
+        await proc.kill(0);
+        throw calledOff();
+      }
       const why = err instanceof Error ? err.message : String(err);
       log(`room browser failed to start: ${why}\n${proc.diagnostics}`);
       await proc.kill();

@@ -220,8 +220,10 @@ export class LocalChromiumProvider implements VmProvider {
     if (!entry) return;
     this.rooms.delete(roomId);
     entry.info.state = 'stopped';
+    // A browser still starting is killed now rather than awaited (up to its 20 s ready timeout).
+    const stopping = entry.room.stop();
     await entry.ready.catch(() => {});
-    await entry.room.stop();
+    await stopping;
   }
 
   status(roomId: string): VmInfo | null {

@@ -1,7 +1,7 @@
 import { appError } from '../errors.js';
 import type { BrowserIdentity } from './browser-account.js';
 import type { CdpEvent, CdpPipe } from './cdp.js';
-import { ChromiumProcess, type RoomUpstream } from './chromium-process.js';
+import { ChromiumProcess, calledOff, type RoomUpstream } from './chromium-process.js';
 import { InputMapper } from './input-events.js';
 import type { NetworkGuard } from './network-guard.js';
 import type { VmFrame, VmInput, VmNavigation, VmStartSpec } from './provider.js';
@@ -34,6 +34,8 @@ export class LocalRoom {
   private readonly inputs = new InputMapper();
   /** Called when the browser exits without being asked to. */
   onCrash: () => void = () => {};
+  /** Aborted by `stop`: a launch in progress is called off, its browser killed, and none follows. */
+  private readonly stopped = new AbortController();
 
   constructor(
     readonly spec: VmStartSpec,
@@ -51,12 +53,19 @@ export class LocalRoom {
   /** Starts (or restarts) the browser and shows the start page. */
   async launch(): Promise<void> {
     const size = { width: this.spec.width, height: this.spec.height };
+    const { signal } = this.stopped;
     const proc = await ChromiumProcess.launch(this.opts.chromiumPath, size, {
       log: this.opts.log,
       extraArgs: this.opts.extraArgs,
       upstream: this.opts.upstream,
       identity: this.opts.identity,
+      signal,
     });
+    if (signal.aborted) {
+      // Stopped in the moment between the browser answering and this line.
+      await proc.kill(0);
+      throw calledOff();
+    }
     this.proc = proc;
     this.screencasting = false;
     this.inputs.reset();
@@ -72,6 +81,7 @@ export class LocalRoom {
     } catch (err) {
       this.proc = null;
       await proc.kill(0);
+      if (signal.aborted) throw calledOff();
       this.opts.log(`room browser set-up failed: ${err instanceof Error ? err.message : String(err)}`);
       throw appError('ERR_ROOM_START_FAILED', 'The room browser started but could not be set up.');
     }
@@ -276,8 +286,9 @@ export class LocalRoom {
     return r.result?.value;
   }
 
-  /** Ends the browser for good (subscribers are dropped). */
+  /** Ends the browser for good (subscribers are dropped), a launch in progress included. */
   async stop(): Promise<void> {
+    this.stopped.abort();
     const proc = this.proc;
     this.proc = null;
     this.subscribers.clear();
