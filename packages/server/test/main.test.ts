@@ -44,7 +44,7 @@ function run(env: Record<string, string>, argv: string[] = [MAIN]) {
 }
 
 /** The environment of a node over this run's stores (a scratch database in cluster mode). */
-async function nodeEnv(): Promise<{ env: Record<string, string>; release: () => Promise<void> }> {
+async function nodeEnv(): Promise<{ env: Record<string, string>; dataDir: string; release: () => Promise<void> }> {
   const dataDir = mkdtempSync(path.join(tmpdir(), 'parlor-main-'));
   dirs.push(dataDir);
   const backing = MODE === 'cluster' ? await createBacking() : null;
@@ -57,7 +57,7 @@ async function nodeEnv(): Promise<{ env: Record<string, string>; release: () => 
         OPERATOR_TOKEN: SHARED.OPERATOR_TOKEN,
       }
     : {};
-  return { env: { DATA_DIR: dataDir, PORT: '0', ...services }, release: async () => backing?.release() };
+  return { env: { DATA_DIR: dataDir, PORT: '0', ...services }, dataDir, release: async () => backing?.release() };
 }
 
 async function waitFor(check: () => boolean, ms = 50_000) {
@@ -70,25 +70,15 @@ async function waitFor(check: () => boolean, ms = 50_000) {
 
 describeApp('the server process (npm start)', () => {
   it('starts with no services, prints URL, public key and token file, serves, and stops cleanly on SIGTERM', async () => {
-    const dataDir = mkdtempSync(path.join(tmpdir(), 'parlor-main-'));
-    dirs.push(dataDir);
     // Cluster runs point the process at a scratch PostgreSQL database and a Redis prefix, with the
     // secrets every node shares (REDIS_URL requires them); embedded runs generate both.
-    const backing = MODE === 'cluster' ? await createBacking() : null;
-    const services: Record<string, string> = backing?.databaseUrl
-      ? {
-          DATABASE_URL: backing.databaseUrl,
-          REDIS_URL: backing.redisUrl ?? '',
-          REDIS_PREFIX: backing.redisPrefix,
-          PUBLIC_API_KEY: SHARED.PUBLIC_API_KEY,
-          OPERATOR_TOKEN: SHARED.OPERATOR_TOKEN,
-        }
-      : {};
-    const p = run({ DATA_DIR: dataDir, PORT: '0', ...services });
+    const node = await nodeEnv();
+    const { dataDir } = node;
+    const p = run(node.env);
     await waitFor(() => p.out().includes('operator token'));
     const url = /serving (http:\/\/\S+)/.exec(p.out())?.[1];
     expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
-    if (backing) {
+    if (MODE === 'cluster') {
       expect(p.out()).toContain(`public API key: ${SHARED.PUBLIC_API_KEY}`);
       expect(p.out()).toContain('operator token: from OPERATOR_TOKEN');
     } else {
@@ -101,7 +91,7 @@ describeApp('the server process (npm start)', () => {
     expect(p.out(), p.out()).toContain(MODE === 'cluster' ? '(cluster (PostgreSQL, Redis) mode)' : 'embedded mode');
     p.child.kill('SIGTERM');
     expect(await p.exited).toBe(0);
-    await backing?.release();
+    await node.release();
   }, 60_000);
 
   it('refuses to start with REDIS_URL but no PUBLIC_API_KEY or OPERATOR_TOKEN (nodes must share them)', async () => {
