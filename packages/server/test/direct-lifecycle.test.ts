@@ -1,6 +1,6 @@
 import { Limits } from '@parlor/protocol';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { DIRECT_PURGE_AFTER_MS } from '../src/modules/chats/chats.direct.js';
+import { CHAT_PURGE_AFTER_MS } from '../src/modules/chats/chats.direct.js';
 import { FakeClock } from '../src/platform/clock.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
 import { countRows } from './support/faults.js';
@@ -40,7 +40,7 @@ describeApp('the direct-chat lifecycle sweep', () => {
     ).toBe(0);
     expect(await rowsOf('messages', chatId)).toBe(1);
 
-    clock.advance(DIRECT_PURGE_AFTER_MS - 1);
+    clock.advance(CHAT_PURGE_AFTER_MS - 1);
     expect((await sweep()).purged).toBe(0);
     expect(await rowsOf('chat_activity', chatId)).toBe(2);
     clock.advance(1);
@@ -63,7 +63,7 @@ describeApp('the direct-chat lifecycle sweep', () => {
     expect((await sweep({ batch: 2, maxBatches: 2 })).archived).toBe(1);
     clock.advance(Limits.DIRECT_ARCHIVE_TTL_MS);
     expect((await sweep({ batch: 2, maxBatches: 5 })).removed).toBe(5);
-    clock.advance(DIRECT_PURGE_AFTER_MS);
+    clock.advance(CHAT_PURGE_AFTER_MS);
     expect((await sweep({ batch: 2, maxBatches: 5 })).purged).toBe(5);
   });
 });

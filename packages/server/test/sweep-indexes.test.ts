@@ -3,11 +3,20 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { commandsBefore } from '../src/modules/bots/bots.store.js';
 import { activityBefore } from '../src/modules/chats/chats.activity.store.js';
 import { dueDirect } from '../src/modules/chats/chats.direct.store.js';
+import { duePurge, ofDeletedChats } from '../src/modules/chats/chats.purge.store.js';
 import { liftDue, stateExpired } from '../src/modules/moderation/moderation.store.js';
 import { notificationsBefore } from '../src/modules/notifications/notifications.store.js';
 import { sessionsOver } from '../src/modules/sessions/sessions.store.js';
 import { rowsOf } from '../src/platform/db/index.js';
-import { botCommands, chatActivity, notifications, sessions, users } from '../src/platform/db/schema.js';
+import {
+  botCommands,
+  chatActivity,
+  keyEnvelopes,
+  messages,
+  notifications,
+  sessions,
+  users,
+} from '../src/platform/db/schema.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
 
 let app: TestApp;
@@ -40,9 +49,20 @@ describeApp('the sweeps read through partial indexes that match their predicates
   it.each([
     ['archive', 'chats_direct_expiry_idx'],
     ['remove', 'chats_direct_archived_idx'],
-    ['purge', 'chats_direct_removed_idx'],
   ] as const)('direct-chat step %s uses %s', async (step, index) => {
     expect(await plan(dueDirect(step, now, 200))).toMatch(reads(index));
+  });
+
+  it('the purge of deleted chats (any type) uses chats_deleted_idx', async () => {
+    expect(await plan(duePurge(now, 200))).toMatch(reads('chats_deleted_idx'));
+  });
+
+  it.each([
+    ['messages', messages.chatId],
+    ['key_envelopes', keyEnvelopes.chatId],
+  ] as const)('clearing the %s of deleted chats reaches them through chats_deleted_idx', async (_table, chatId) => {
+    const query = sql`select 1 from ${chatId.table} where ${ofDeletedChats(chatId, now)} limit 5000 for update skip locked`;
+    expect(await plan(query)).toMatch(reads('chats_deleted_idx'));
   });
 
   it('punishment expiry uses moderation_actions_expiry_idx', async () => {

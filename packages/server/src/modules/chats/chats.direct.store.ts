@@ -4,8 +4,11 @@ import { chatMembers, chats } from '../../platform/db/schema.js';
 
 type ChatRow = typeof chats.$inferSelect;
 
-/** The steps of a direct chat's life after the match: expired → archived → removed → purged. */
-export type DirectStep = 'archive' | 'remove' | 'purge';
+/**
+ * The steps of a direct chat's life after the match: expired → archived → removed. A removed chat
+ * is purged with every other deleted chat (chats.purge.store.ts).
+ */
+export type DirectStep = 'archive' | 'remove';
 
 /**
  * The ids of up to `limit` direct chats due for `step` at `cutoff`, oldest first, rows another
@@ -22,9 +25,7 @@ export function dueDirect(step: DirectStep, cutoff: Date, limit: number): SQL {
           sql`${chats.deletedAt} is null and ${chats.archivedAt} is null and ${chats.expiresAt} <= ${at}`,
           chats.expiresAt,
         ]
-      : step === 'remove'
-        ? [sql`${chats.deletedAt} is null and ${chats.archivedAt} <= ${at}`, chats.archivedAt]
-        : [sql`${chats.deletedAt} <= ${at}`, chats.deletedAt];
+      : [sql`${chats.deletedAt} is null and ${chats.archivedAt} <= ${at}`, chats.archivedAt];
   return sql`select ${chats.id} from ${chats} where ${chats.type} = 'direct' and ${due} order by ${oldest} limit ${limit} for update skip locked`;
 }
 
@@ -71,18 +72,6 @@ export function makeDirectSweepStore(db: Db) {
           .returning({ chatId: chatMembers.chatId, userId: chatMembers.userId });
         return { removed, members };
       });
-    },
-    /**
-     * Deletes up to `limit` direct chats removed at or before `cutoff`, for good: their messages,
-     * key envelopes, memberships, activity and invites go with them (ON DELETE CASCADE).
-     * Answers how many.
-     */
-    async purgeRemoved(cutoff: Date, limit: number): Promise<number> {
-      const rows = await db
-        .delete(chats)
-        .where(sql`${chats.id} in (${dueDirect('purge', cutoff, limit)})`)
-        .returning({ id: chats.id });
-      return rows.length;
     },
   };
 }

@@ -13,8 +13,13 @@ import type { ChatsStore, ChatWithCount } from './chats.store.js';
 export const DIRECT_SWEEP_BATCH = 200;
 /** Batches per step and tick (60 s): up to 2,000 chats a step per node per minute, then the next tick goes on. */
 export const DIRECT_SWEEP_MAX_BATCHES = 10;
-/** How long a removed direct chat's rows stay before they are deleted for good (messages, keys, memberships). */
-export const DIRECT_PURGE_AFTER_MS = 7 * 24 * 3600_000;
+/**
+ * How long a deleted chat's rows stay before they are deleted for good (messages, keys,
+ * memberships): a removed direct chat, or a chat its owner or an admin deleted.
+ */
+export const CHAT_PURGE_AFTER_MS = 7 * 24 * 3600_000;
+/** Messages or key envelopes of deleted chats the purge deletes per statement. */
+export const PURGE_ROWS_BATCH = 5000;
 
 export interface DirectChatsDeps {
   db: Db;
@@ -91,13 +96,15 @@ export function makeDirectChats(deps: DirectChatsDeps) {
     },
 
     /**
-     * The direct-chat lifecycle sweep: expired → archived, archived 24 h → removed (memberships
-     * ended), removed 7 days → purged (deleted with everything in it). Each step runs batches of
-     * `batch` while they come back full, at most `maxBatches` a tick. Safe on many nodes.
+     * The chat lifecycle sweep: direct chats expired → archived, archived 24 h → removed
+     * (memberships ended); then every chat deleted 7 days ago, direct or not, purged (deleted with
+     * everything in it): its messages and key envelopes first, `purgeRows` a statement, then the
+     * chat. Each step runs batches of `batch` (chats) while they come back full, at most
+     * `maxBatches` a tick. Safe on many nodes.
      */
     async sweepDirect(
-      opts: { batch?: number; maxBatches?: number } = {},
-    ): Promise<{ archived: number; removed: number; purged: number }> {
+      opts: { batch?: number; maxBatches?: number; purgeRows?: number } = {},
+    ): Promise<{ archived: number; removed: number; cleared: number; purged: number }> {
       const size = opts.batch ?? DIRECT_SWEEP_BATCH;
       const maxBatches = opts.maxBatches ?? DIRECT_SWEEP_MAX_BATCHES;
       const now = clock.now();
@@ -115,9 +122,13 @@ export function makeDirectChats(deps: DirectChatsDeps) {
         removedChats(rows.map((c) => c.id));
         return rows.length;
       });
-      const purgeBefore = new Date(now.getTime() - DIRECT_PURGE_AFTER_MS);
-      const purged = await drain(size, maxBatches, () => store.purgeRemoved(purgeBefore, size));
-      return { archived, removed, purged };
+      const purgeBefore = new Date(now.getTime() - CHAT_PURGE_AFTER_MS);
+      const rows = opts.purgeRows ?? PURGE_ROWS_BATCH;
+      let cleared = 0;
+      for (const table of ['messages', 'key_envelopes'] as const)
+        cleared += await drain(rows, maxBatches, () => store.clearDeleted(table, purgeBefore, rows));
+      const purged = await drain(size, maxBatches, () => store.purgeDeleted(purgeBefore, size));
+      return { archived, removed, cleared, purged };
     },
   };
 }

@@ -5,6 +5,7 @@ import { restrictionInForce } from '../messages/messages.store.js';
 import type { Tx } from '../users/users.store.js';
 import { makeActivityStore } from './chats.activity.store.js';
 import { makeDirectSweepStore } from './chats.direct.store.js';
+import { makeChatPurgeStore } from './chats.purge.store.js';
 
 export type ChatRow = typeof chats.$inferSelect;
 export type InviteRow = typeof chatInvites.$inferSelect;
@@ -39,6 +40,8 @@ export function makeChatsStore(db: Db) {
   return {
     // The direct-chat lifecycle's batches (chats.direct.store.ts).
     ...makeDirectSweepStore(db),
+    // The purge of deleted chats, every type (chats.purge.store.ts).
+    ...makeChatPurgeStore(db),
     // Membership history (chats.activity.store.ts).
     ...makeActivityStore(db),
     async insert(values: typeof chats.$inferInsert, tx: Tx = db): Promise<ChatRow> {

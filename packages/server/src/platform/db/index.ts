@@ -124,13 +124,23 @@ export function anyOf(column: AnyPgColumn, values: readonly (string | number)[] 
 
 /**
  * Deletes up to `limit` rows of `table` that match `where`, in one statement, skipping rows another
- * node is deleting (SKIP LOCKED), and answers how many went: a batch of a retention sweep. Give a
- * `where` that an index of the table serves (its predicate, or its leading column's range), or
- * each batch reads the whole table.
+ * node is deleting (SKIP LOCKED), and answers how many went: a batch of a retention sweep. `key` is
+ * the table's primary key, one column or all of a composite one. Give a `where` that an index of
+ * the table serves (its predicate, or its leading column's range), or each batch reads the whole
+ * table.
  */
-export async function deleteBatch(db: Db, table: PgTable, id: AnyPgColumn, where: SQL, limit: number): Promise<number> {
-  const picked = sql`select ${id} from ${table} where ${where} limit ${limit} for update skip locked`;
-  const rows = await db.delete(table).where(sql`${id} in (${picked})`).returning({ id });
+export async function deleteBatch(
+  db: Db,
+  table: PgTable,
+  key: AnyPgColumn | readonly [AnyPgColumn, ...AnyPgColumn[]],
+  where: SQL,
+  limit: number,
+): Promise<number> {
+  const columns = Array.isArray(key) ? key : [key];
+  const id = columns[0] as AnyPgColumn;
+  const list = sql.join(columns, sql`, `);
+  const picked = sql`select ${list} from ${table} where ${where} limit ${limit} for update skip locked`;
+  const rows = await db.delete(table).where(sql`(${list}) in (${picked})`).returning({ id });
   return rows.length;
 }
 

@@ -237,13 +237,14 @@ export const chats = pgTable(
   (t) => [
     index('chats_owner_idx').on(t.ownerUserId),
     uniqueIndex('chats_match_token_idx').on(t.matchToken),
-    // The direct-chat lifecycle sweep's steps (chats.direct.store.ts dueDirect), predicate for predicate:
-    // active ones by expiry, archived ones by archive time, removed ones by removal time.
+    // The chat lifecycle sweep's steps, predicate for predicate: active direct chats by expiry and
+    // archived ones by archive time (chats.direct.store.ts dueDirect), deleted chats of every type
+    // by deletion time (chats.purge.store.ts deletedBy).
     index('chats_direct_expiry_idx')
       .on(t.expiresAt)
       .where(sql`${t.type} = 'direct' and ${t.deletedAt} is null and ${t.archivedAt} is null`),
     index('chats_direct_archived_idx').on(t.archivedAt).where(sql`${t.type} = 'direct' and ${t.deletedAt} is null`),
-    index('chats_direct_removed_idx').on(t.deletedAt).where(sql`${t.type} = 'direct'`),
+    index('chats_deleted_idx').on(t.deletedAt).where(sql`${t.deletedAt} is not null`),
   ],
 );
 

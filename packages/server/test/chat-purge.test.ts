@@ -1,0 +1,97 @@
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { CHAT_PURGE_AFTER_MS } from '../src/modules/chats/chats.direct.js';
+import { FakeClock } from '../src/platform/clock.js';
+import { describeApp, startApp, type TestApp } from './support/app.js';
+import { bundle, join, keyedChat, member } from './support/chat-flows.js';
+import { countRows } from './support/faults.js';
+import { operator } from './support/flows.js';
+import { closeAllSockets } from './support/sockets.js';
+
+let app: TestApp;
+const clock = new FakeClock(Date.now());
+
+beforeAll(async () => {
+  app = await startApp({ clock });
+});
+afterAll(async () => {
+  closeAllSockets();
+  await app?.close();
+});
+
+const sweep = (opts?: { batch?: number; maxBatches?: number; purgeRows?: number }) =>
+  app.services.chats.sweepDirect(opts);
+/** Rows of `table` that belong to chat `chatId`. */
+const rowsOf = (table: string, chatId: number) =>
+  countRows(app, `select count(*) as n from ${table} where chat_id = ${chatId}`);
+const CHAT_TABLES = ['messages', 'key_envelopes', 'chat_members', 'chat_activity', 'chat_invites'];
+
+/** A keyed chat with a second member, `sent` messages, an invite and a chat mute given in it. */
+async function usedChat(type: 'public' | 'private', sent: number) {
+  const chat = await keyedChat(app, type);
+  const { owner, chatId, chatKey, epoch } = chat;
+  const guest = await member(app);
+  const invite = await owner.client.post(`/v1/portal/chats/${chatId}/invites/create`, {});
+  expect(invite.status).toBe(200);
+  expect((await join(guest, { invite: invite.body.invite.code })).ok).toBe(true);
+  for (let i = 0; i < sent; i++) {
+    const res = await owner.client.post(`/v1/portal/chats/${chatId}/messages`, {
+      content: bundle(chatKey, chatId, epoch, `m${i}`),
+    });
+    expect(res.status).toBe(200);
+  }
+  const mute = await owner.client.post(`/v1/portal/chats/${chatId}/mute`, { user_id: guest.user.id, duration: 300 });
+  expect(mute.status).toBe(200);
+  return { ...chat, guest };
+}
+
+describeApp('the purge of deleted chats', () => {
+  it('deletes public and private chats 7 days after their deletion, with everything in them', async () => {
+    // Whatever earlier tests left due is handled first.
+    await sweep({ batch: 1000, maxBatches: 100 });
+    const pub = await usedChat('public', 3);
+    const priv = await usedChat('private', 2);
+    const kept = await usedChat('public', 1);
+    expect((await pub.owner.client.post(`/v1/portal/chats/${pub.chatId}/delete`, {})).status).toBe(200);
+    expect((await operator(app).post(`/v1/admin/chats/${priv.chatId}/delete`)).status).toBe(200);
+    for (const table of CHAT_TABLES) expect(await rowsOf(table, pub.chatId), table).toBeGreaterThan(0);
+
+    clock.advance(CHAT_PURGE_AFTER_MS - 1);
+    expect(await sweep()).toMatchObject({ cleared: 0, purged: 0 });
+    expect(await rowsOf('messages', pub.chatId)).toBe(4); // 3 and the mute's system message
+    clock.advance(1);
+    expect(await sweep()).toMatchObject({ purged: 2 });
+    for (const chatId of [pub.chatId, priv.chatId]) {
+      expect(await countRows(app, `select count(*) as n from chats where id = ${chatId}`)).toBe(0);
+      for (const table of CHAT_TABLES) expect(await rowsOf(table, chatId), table).toBe(0);
+      // The punishment stays in the user's history with the bare chat id; the audit log is kept.
+      expect(await rowsOf('moderation_actions', chatId)).toBe(1);
+    }
+    expect(
+      await countRows(
+        app,
+        `select count(*) as n from audit_log where code = 603 and data->>'chat_id' = '${priv.chatId}'`,
+      ),
+    ).toBe(1);
+    // The live chat and the users are untouched (their sessions have expired by now).
+    expect(
+      await countRows(app, `select count(*) as n from chats where id = ${kept.chatId} and deleted_at is null`),
+    ).toBe(1);
+    for (const table of CHAT_TABLES) expect(await rowsOf(table, kept.chatId), table).toBeGreaterThan(0);
+    const users = [pub.owner, pub.guest, priv.owner].map((m) => m.user.id).join(',');
+    expect(await countRows(app, `select count(*) as n from users where id in (${users})`)).toBe(3);
+  });
+
+  it('takes a chat’s messages and key envelopes apart in bounded batches before the chat itself', async () => {
+    await sweep({ batch: 1000, maxBatches: 100 });
+    const big = await usedChat('public', 5);
+    expect((await big.owner.client.post(`/v1/portal/chats/${big.chatId}/delete`, {})).status).toBe(200);
+    clock.advance(CHAT_PURGE_AFTER_MS);
+    // 6 messages (5 and the mute's) and the owner's envelope: 2 rows a statement, 2 statements a
+    // table and tick leave 2 messages, and the chat waits for them.
+    expect(await sweep({ purgeRows: 2, maxBatches: 2 })).toMatchObject({ cleared: 5, purged: 0 });
+    expect(await rowsOf('messages', big.chatId)).toBe(2);
+    expect(await countRows(app, `select count(*) as n from chats where id = ${big.chatId}`)).toBe(1);
+    expect(await sweep({ purgeRows: 2, maxBatches: 2 })).toMatchObject({ cleared: 2, purged: 1 });
+    for (const table of CHAT_TABLES) expect(await rowsOf(table, big.chatId), table).toBe(0);
+  });
+});
