@@ -1,6 +1,7 @@
 import { AuditCodes, Limits } from '@parlor/protocol';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
+import { drain } from '../../platform/drain.js';
 import { appError } from '../../platform/errors.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
 import type { AuditStore } from '../audit/audit.store.js';
@@ -14,6 +15,11 @@ import type { Tx, UsersStore } from '../users/users.store.js';
 import { makePlatformModeration, until } from './moderation.platform.js';
 import { canModerateChat, canMute, canTarget } from './moderation.rules.js';
 import type { ModerationStore } from './moderation.store.js';
+
+/** Punishments lifted, or users restored, per statement of the expiry sweep. */
+export const EXPIRY_BATCH = 500;
+/** Batches per step and tick (30 s): up to 5,000 of each per node, then the next tick goes on. */
+export const EXPIRY_MAX_BATCHES = 10;
 
 export interface ModerationDeps {
   db: Db;
@@ -252,12 +258,18 @@ export function makeModerationService(deps: ModerationDeps) {
       await liftChat(actor, target.id, 'CHAT_MUTE', null, { code: AuditCodes.HARD_UNMUTE, action: 'hard-unmute' });
     },
 
-    /** Lifts records whose time is up and restores users whose timeout or ban ended. Safe on many nodes. */
-    async sweep(): Promise<{ lifted: number; restored: number }> {
+    /**
+     * Lifts records whose time is up and restores users whose timeout or ban ended: each in
+     * batches of `batch` while they come back full, at most `maxBatches` a tick (the next tick goes
+     * on). Safe on many nodes.
+     */
+    async sweep(opts: { batch?: number; maxBatches?: number } = {}): Promise<{ lifted: number; restored: number }> {
+      const size = opts.batch ?? EXPIRY_BATCH;
+      const maxBatches = opts.maxBatches ?? EXPIRY_MAX_BATCHES;
       const now = clock.now();
-      const lifted = await store.liftExpired(now, 500);
-      const restored = await store.restoreExpiredStates(now);
-      return { lifted: lifted.length, restored: restored.length };
+      const lifted = await drain(size, maxBatches, async () => (await store.liftExpired(now, size)).length);
+      const restored = await drain(size, maxBatches, async () => (await store.restoreExpiredStates(now, size)).length);
+      return { lifted, restored };
     },
   };
 }

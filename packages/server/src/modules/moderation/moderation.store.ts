@@ -23,6 +23,14 @@ export function stateExpired(now: Date): SQL {
   return sql`${users.state} in (1, 2) and ${lte(users.stateExpiresAt, now)}`;
 }
 
+/**
+ * The ids of up to `limit` users whose Timeout or Ban expired at `now`, oldest expiry first, rows
+ * another node holds skipped (SKIP LOCKED): read through users_state_expiry_idx.
+ */
+export function restoreDue(now: Date, limit: number): SQL {
+  return sql`select ${users.id} from ${users} where ${stateExpired(now)} order by ${users.stateExpiresAt} limit ${limit} for update skip locked`;
+}
+
 /** `onChanged` hears of the users whose state the expiry sweep restored (read caches, users.changes.ts). */
 export function makeModerationStore(db: Db, onChanged: UsersChanged = noUsersChanged) {
   return {
@@ -56,12 +64,15 @@ export function makeModerationStore(db: Db, onChanged: UsersChanged = noUsersCha
         .where(sql`${moderationActions.id} in (${due})`)
         .returning();
     },
-    /** Users whose timeout or temporary ban ended: back to Active. */
-    async restoreExpiredStates(now: Date): Promise<number[]> {
+    /**
+     * Up to `limit` users whose timeout or temporary ban ended: back to Active; answers their ids.
+     * Safe on many nodes (each batch skips the users another node is restoring).
+     */
+    async restoreExpiredStates(now: Date, limit: number): Promise<number[]> {
       const rows = await db
         .update(users)
         .set({ state: 0, stateExpiresAt: null, updatedAt: now })
-        .where(stateExpired(now))
+        .where(sql`${users.id} in (${restoreDue(now, limit)})`)
         .returning({ id: users.id });
       const ids = rows.map((r) => r.id);
       await onChanged(ids, db);

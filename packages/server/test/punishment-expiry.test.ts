@@ -1,0 +1,48 @@
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { FakeClock } from '../src/platform/clock.js';
+import { describeApp, startApp, type TestApp } from './support/app.js';
+import { countRows } from './support/faults.js';
+import { type LoggedIn, login, operator } from './support/flows.js';
+
+// An app of its own: the sweep's counts are those of this file's punishments alone.
+let app: TestApp;
+const clock = new FakeClock(Date.now());
+beforeAll(async () => {
+  app = await startApp({ clock });
+});
+afterAll(async () => app?.close());
+
+const sweep = (opts?: { batch?: number; maxBatches?: number }) => app.services.moderation.sweep(opts);
+const timedOut = (users: LoggedIn[]) =>
+  countRows(
+    app,
+    `select count(*) as n from users where state = 1 and id in (${users.map((u) => u.user.id).join(',')})`,
+  );
+
+describeApp('the punishment expiry sweep', () => {
+  it('lifts and restores more than one batch a tick while batches come back full, up to maxBatches', async () => {
+    const users: LoggedIn[] = [];
+    for (let i = 0; i < 5; i++) users.push(await login(app));
+    for (const [i, u] of users.entries()) {
+      const res = await operator(app).post('/v1/admin/punishments/timeout', { user_id: u.user.id, duration: 60 + i });
+      expect(res.status).toBe(200);
+      expect((await u.client.get('/v1/users/me')).body.code).toBe('ERR_TIMED_OUT');
+    }
+    expect(await sweep({ batch: 2, maxBatches: 2 })).toEqual({ lifted: 0, restored: 0 });
+
+    clock.advance(65_000);
+    // Two full batches of two, then the tick ends; the oldest expiries go first.
+    expect(await sweep({ batch: 2, maxBatches: 2 })).toEqual({ lifted: 4, restored: 4 });
+    expect(await timedOut(users)).toBe(1);
+    expect(await timedOut(users.slice(0, 4))).toBe(0);
+    expect(await sweep({ batch: 2, maxBatches: 2 })).toEqual({ lifted: 1, restored: 1 });
+    expect(await timedOut(users)).toBe(0);
+    for (const u of users) {
+      expect((await u.client.get('/v1/users/me')).body.user.state).toBe(0);
+      expect((await u.client.get('/v1/users/me/punishments')).body[0]).toMatchObject({
+        action_type: 'PLATFORM_TIMEOUT',
+        is_lifted: true,
+      });
+    }
+  });
+});
