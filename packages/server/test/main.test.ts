@@ -1,4 +1,3 @@
-import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
@@ -6,6 +5,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, expect, it } from 'vitest';
 import { createBacking, describeApp, MODE } from './support/app.js';
+import { runNode, waitFor } from './support/process.js';
 
 const MAIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../dist/main.js');
 const dirs: string[] = [];
@@ -20,28 +20,7 @@ afterAll(() => {
 
 const CRASH = path.resolve(path.dirname(fileURLToPath(import.meta.url)), 'fixtures/crash.mjs');
 
-function run(env: Record<string, string>, argv: string[] = [MAIN]) {
-  const child = spawn(process.execPath, argv, {
-    env: { PATH: process.env.PATH ?? '', LOG_LEVEL: 'silent', SOURCE_HASH: 'main-test', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let out = '';
-  let err = '';
-  child.stdout.on('data', (d) => {
-    out += d;
-  });
-  child.stderr.on('data', (d) => {
-    err += d;
-  });
-  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
-  /** The JSON log lines written so far. */
-  const logs = () =>
-    out
-      .split('\n')
-      .filter((l) => l.startsWith('{'))
-      .map((l) => JSON.parse(l) as Record<string, unknown>);
-  return { child, exited, out: () => out, err: () => err, logs };
-}
+const run = (env: Record<string, string>, argv: string[] = [MAIN]) => runNode(argv, env);
 
 /** The environment of a node over this run's stores (a scratch database in cluster mode). */
 async function nodeEnv(): Promise<{ env: Record<string, string>; dataDir: string; release: () => Promise<void> }> {
@@ -58,14 +37,6 @@ async function nodeEnv(): Promise<{ env: Record<string, string>; dataDir: string
       }
     : {};
   return { env: { DATA_DIR: dataDir, PORT: '0', ...services }, dataDir, release: async () => backing?.release() };
-}
-
-async function waitFor(check: () => boolean, ms = 50_000) {
-  const until = Date.now() + ms;
-  while (!check()) {
-    if (Date.now() > until) throw new Error('timed out');
-    await new Promise((r) => setTimeout(r, 50));
-  }
 }
 
 describeApp('the server process (npm start)', () => {

@@ -16,6 +16,7 @@ import {
   CHROMIUM,
   describeBrowser,
   eventually,
+  livingInSession,
   startTestSite,
   WAIT_MS,
 } from './support/vm-browser.js';
@@ -167,17 +168,7 @@ describeBrowser('room VM lifecycle (real Chromium)', () => {
     expect(alive(pid)).toBe(true);
     expect(profile).toContain(`parlor-vm-${child.pid}-`);
     child.kill('SIGKILL'); // no shutdown path runs: only the closed DevTools pipe tells the browser
-    const living = () => {
-      try {
-        return execFileSync('ps', ['-o', 'stat=', '-s', String(pid)])
-          .toString()
-          .split('\n')
-          .filter((stat) => stat.trim() !== '' && !stat.trim().startsWith('Z')).length;
-      } catch {
-        return 0;
-      }
-    };
-    await eventually(() => living() === 0, WAIT_MS, 'the browser and its children gone');
+    await eventually(() => livingInSession(pid) === 0, WAIT_MS, 'the browser and its children gone');
     // The next server's provider sweeps profiles whose server is gone, and only those.
     const mine = path.join(tmpdir(), `parlor-vm-${process.pid}-keep`);
     mkdirSync(mine, { recursive: true });

@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import http from 'node:http';
@@ -211,5 +212,21 @@ export function alive(pid: number): boolean {
     return true;
   } catch {
     return false;
+  }
+}
+
+/**
+ * Processes of the session `pid` leads (a room browser and its children: Chromium starts detached)
+ * that still run; zombies are not counted (a reparented child may wait for a reaper that never
+ * comes in a container).
+ */
+export function livingInSession(pid: number): number {
+  try {
+    return execFileSync('ps', ['-o', 'stat=', '-s', String(pid)])
+      .toString()
+      .split('\n')
+      .filter((stat) => stat.trim() !== '' && !stat.trim().startsWith('Z')).length;
+  } catch {
+    return 0;
   }
 }
