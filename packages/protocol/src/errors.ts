@@ -80,6 +80,7 @@ export const ErrorCodes = {
   ERR_UNSUPPORTED_MEDIA_TYPE: { status: 415, message: 'Send the body as application/json.' },
   ERR_INVALID_BUNDLE: { status: 422, message: 'The content is not a valid ciphertext bundle.' },
   ERR_RATE_LIMITED: { status: 429, message: 'Too many requests; try again later.' },
+  ERR_HEADERS_TOO_LARGE: { status: 431, message: 'The request headers are too large.' },
   ERR_INTERNAL: { status: 500, message: 'Something went wrong on our side.' },
   ERR_SERVICE_UNAVAILABLE: { status: 503, message: 'The service is not available right now.' },
   ERR_ROOM_START_FAILED: { status: 503, message: 'The room VM could not be started; try again later.' },

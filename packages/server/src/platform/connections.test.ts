@@ -7,10 +7,11 @@ import { answerClientError } from './connections.js';
 
 // A plain Node server with a short request timeout (the app's is REQUEST_TIMEOUT_MS) and the
 // app's client-error answer, so that a stalled request is cut while the test waits for it.
-// Like Fastify, it answers once the body is in.
-const server = createServer({ requestTimeout: 300, connectionsCheckingInterval: 50 }, (req, res) =>
-  req.resume().on('end', () => res.end('ok')),
-);
+// Like Fastify, it answers once the body is in; /partial begins its answer and never ends it.
+const server = createServer({ requestTimeout: 300, connectionsCheckingInterval: 50 }, (req, res) => {
+  if (req.url === '/partial') res.writeHead(200, { 'content-type': 'text/plain' }).write('partial');
+  else req.resume().on('end', () => res.end('ok'));
+});
 server.on('clientError', answerClientError);
 server.listen(0, '127.0.0.1');
 await once(server, 'listening');
@@ -39,8 +40,36 @@ describe('answerClientError', () => {
     expect(JSON.parse(body)).toEqual({ code: 'ERR_REQUEST_TIMEOUT', message: 'The request did not arrive in time.' });
   });
 
-  it('answers what is not HTTP with 400', async () => {
-    const received = await exchange('NOT HTTP AT ALL\r\n\r\n');
-    expect(received.split('\r\n')[0]).toBe('HTTP/1.1 400 Bad Request');
+  it('answers what is not HTTP with 400 ERR_VALIDATION in the API error body and ends the connection', async () => {
+    const [head = '', body = ''] = (await exchange('NOT HTTP AT ALL\r\n\r\n')).split('\r\n\r\n');
+    expect(head.split('\r\n')[0]).toBe('HTTP/1.1 400 Bad Request');
+    expect(head).toContain('Connection: close');
+    expect(JSON.parse(body)).toEqual({ code: 'ERR_VALIDATION', message: 'The request is not valid HTTP.' });
+  });
+
+  it('answers headers over 16 KiB with 431 ERR_HEADERS_TOO_LARGE', async () => {
+    const received = await exchange(`GET /v1/x HTTP/1.1\r\nHost: a\r\nX-Big: ${'b'.repeat(20_000)}\r\n\r\n`);
+    const [head = '', body = ''] = received.split('\r\n\r\n');
+    expect(head.split('\r\n')[0]).toBe('HTTP/1.1 431 Request Header Fields Too Large');
+    expect(head).toContain('Connection: close');
+    expect(JSON.parse(body)).toEqual({ code: 'ERR_HEADERS_TOO_LARGE', message: 'The request headers are too large.' });
+  });
+
+  it('writes nothing into an answer already under way on the connection, and ends it', async () => {
+    const socket = net.connect(port, '127.0.0.1');
+    let received = '';
+    socket.on('data', (d: Buffer) => {
+      received += d.toString('utf8');
+    });
+    socket.on('error', () => {});
+    const closed = once(socket, 'close');
+    socket.write('GET /partial HTTP/1.1\r\nHost: a\r\n\r\n');
+    await once(socket, 'data');
+    // A pipelined request Node cannot parse, while the first answer is still being written.
+    socket.write('NOT HTTP AT ALL\r\n\r\n');
+    await closed;
+    expect(received).toMatch(/^HTTP\/1\.1 200 OK\r\n/);
+    expect(received).toContain('partial');
+    expect(received).not.toContain('HTTP/1.1 400');
   });
 });

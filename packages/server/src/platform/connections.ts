@@ -1,6 +1,6 @@
 import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
-import { type ErrorBody, ErrorCodes } from '@parlor/protocol';
+import { type ErrorBody, type ErrorCode, ErrorCodes } from '@parlor/protocol';
 import type { FastifyInstance } from 'fastify';
 
 /**
@@ -25,25 +25,42 @@ export const connectionOptions = {
   clientErrorHandler: answerClientError,
 } as const;
 
+/** A socket's response in progress: Node's own field (`ServerResponse.assignSocket` sets it). */
+type HttpSocket = Socket & { _httpMessage?: { headersSent?: boolean } | null };
+
 /**
- * Node's `clientError`: a request that is not HTTP, or did not arrive within REQUEST_TIMEOUT_MS.
- * Fastify's own answer for the timeout is `{"error":"Request Timeout"}`; ours is the API's error
- * body. The other cases keep Fastify's answers (400, 431). The connection ends either way.
+ * Node's `clientError`: what its HTTP parser refuses before Fastify sees a request, or a request
+ * that did not arrive within REQUEST_TIMEOUT_MS. Fastify's and Node's own answers have bodies of
+ * their own; these answer the API's error body, with `Connection: close`:
+ * - a request that is not HTTP (malformed request line, header or chunk): `400 ERR_VALIDATION`;
+ * - request line and headers over Node's 16 KiB: `431 ERR_HEADERS_TOO_LARGE`;
+ * - the request timeout: `408 ERR_REQUEST_TIMEOUT`.
+ * Nothing is written to a socket that is gone or no longer writable, nor where an earlier
+ * request's answer has begun on the connection (pipelining): a second status line would corrupt
+ * it. The connection ends in every case.
  */
 export function answerClientError(err: Error & { code?: string }, socket: Socket): void {
   if (err.code === 'ECONNRESET' || socket.destroyed) return;
-  const [status, body]: [number, ErrorBody | object] =
-    err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
-      ? [408, { code: 'ERR_REQUEST_TIMEOUT', message: ErrorCodes.ERR_REQUEST_TIMEOUT.message }]
-      : err.code === 'HPE_HEADER_OVERFLOW'
-        ? [431, { error: STATUS_CODES[431], message: 'Exceeded maximum allowed HTTP header size', statusCode: 431 }]
-        : [400, { error: STATUS_CODES[400], message: 'Client Error', statusCode: 400 }];
-  const text = JSON.stringify(body);
-  if (socket.writable)
+  const started = (socket as HttpSocket)._httpMessage?.headersSent === true;
+  if (socket.writable && !started) {
+    const [status, body] = clientErrorBody(err.code);
+    const text = JSON.stringify(body);
     socket.write(
-      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nConnection: close\r\nContent-Length: ${Buffer.byteLength(text)}\r\nContent-Type: application/json\r\n\r\n${text}`,
+      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nConnection: close\r\nContent-Length: ${Buffer.byteLength(text)}\r\nContent-Type: application/json; charset=utf-8\r\n\r\n${text}`,
     );
+  }
   socket.destroy(err);
+}
+
+/** The status and API error body for a `clientError` code of Node's. */
+function clientErrorBody(code: string | undefined): [number, ErrorBody] {
+  const answer = (c: ErrorCode, message: string = ErrorCodes[c].message): [number, ErrorBody] => [
+    ErrorCodes[c].status,
+    { code: c, message },
+  ];
+  if (code === 'ERR_HTTP_REQUEST_TIMEOUT') return answer('ERR_REQUEST_TIMEOUT');
+  if (code === 'HPE_HEADER_OVERFLOW') return answer('ERR_HEADERS_TOO_LARGE');
+  return answer('ERR_VALIDATION', 'The request is not valid HTTP.');
 }
 
 /**
