@@ -34,8 +34,8 @@ export function makeUserLimit(
 
 /**
  * The per-user write limit: Limits.WRITES_PER_USER changes per Limits.WRITE_WINDOW_MS for each
- * signed-in user. Spent by every POST or PUT made with a session (installWriteLimit) and by the socket
- * events that change a membership (room:join as a new member, room:leave).
+ * signed-in user. Spent by every POST or PUT made with a session (installWriteLimit) and by the
+ * socket events that change a membership (room:join as a new member, room:leave).
  */
 export function makeWriteLimit(state: Pick<StateStore, 'limiter'>): UserLimit {
   return makeUserLimit(state, {
@@ -61,9 +61,10 @@ export function makeEnterLimit(state: Pick<StateStore, 'limiter'>): UserLimit {
 }
 
 /**
- * Every request that changes something (POST, PUT: not GET or HEAD) made with a session spends a write before its handler runs. The hook runs after
- * authentication and validation, so a refused credential or a malformed body spends nothing; the
- * operator token and bots (limited per key) are not counted, nor routes marked `ownWriteLimit`.
+ * Every request that changes something (POST, PUT: not GET or HEAD) made with a session spends a
+ * write before its handler runs. The hook runs after authentication and validation, so a refused
+ * credential or a malformed body spends nothing; the operator token and bots (limited per key)
+ * are not counted, nor routes marked `ownWriteLimit`.
  * A refused request does nothing.
  */
 export function installWriteLimit(app: App, writes: UserLimit): void {
