@@ -1,9 +1,9 @@
-import { spawnSync } from 'node:child_process';
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { takeLockFile } from './dir-lock.js';
+import { startTimeOf, takeLockFile } from './dir-lock.js';
 
 let dir: string;
 let file: string;
@@ -11,7 +11,26 @@ beforeEach(() => {
   dir = mkdtempSync(path.join(tmpdir(), 'parlor-lock-'));
   file = path.join(dir, 'pglite.lock');
 });
-afterEach(() => rmSync(dir, { recursive: true, force: true }));
+let sleeper: ChildProcess | undefined;
+afterEach(() => {
+  sleeper?.kill();
+  sleeper = undefined;
+  rmSync(dir, { recursive: true, force: true });
+});
+
+/** What this process writes in a lock file. */
+const mine = () => `${process.pid} ${startTimeOf(process.pid)}`;
+
+/** A live process other than this one (killed after the test), with its start time. */
+function liveOther(): { pid: number; start: string } {
+  sleeper = spawn(process.execPath, ['-e', 'setTimeout(() => {}, 60_000)'], { stdio: 'ignore' });
+  const pid = sleeper.pid as number;
+  const start = startTimeOf(pid);
+  expect(start).toMatch(/^\d+$/);
+  return { pid, start: start as string };
+}
+
+const linux = process.platform === 'linux';
 
 /** The pid of a process that has exited (and so runs no more). */
 function deadPid(): number {
@@ -21,9 +40,9 @@ function deadPid(): number {
 }
 
 describe('takeLockFile', () => {
-  it('writes this pid, refuses a second taker while held (this process too), and frees the file on release', () => {
+  it('writes this pid and start time, refuses a second taker while held (this process too), and frees the file on release', () => {
     const release = takeLockFile(file, 'DATA_DIR x');
-    expect(readFileSync(file, 'utf8').trim()).toBe(String(process.pid));
+    expect(readFileSync(file, 'utf8').trim()).toBe(linux ? mine() : String(process.pid));
     expect(() => takeLockFile(file, 'DATA_DIR x')).toThrow(
       `DATA_DIR x is in use by another process (pid ${process.pid}): stop it first, or remove ${file} if that pid is not a Parlor server`,
     );
@@ -38,8 +57,51 @@ describe('takeLockFile', () => {
   it('takes over a stale lock whose process no longer runs', () => {
     writeFileSync(file, `${deadPid()}\n`);
     const release = takeLockFile(file, 'DATA_DIR x');
-    expect(readFileSync(file, 'utf8').trim()).toBe(String(process.pid));
+    expect(readFileSync(file, 'utf8').trim()).toBe(linux ? mine() : String(process.pid));
     release();
+  });
+
+  it('takes over a lock naming this pid that this process does not hold (a restart reusing the pid, PID 1 in a container)', () => {
+    for (const content of [`${process.pid}\n`, `${mine()}\n`]) {
+      writeFileSync(file, content);
+      const release = takeLockFile(file, 'DATA_DIR x');
+      expect(readFileSync(file, 'utf8').trim()).toBe(linux ? mine() : String(process.pid));
+      release();
+    }
+  });
+
+  it.runIf(linux)('takes over a lock naming a live pid with another start time (a reused pid)', () => {
+    const other = liveOther();
+    writeFileSync(file, `${other.pid} ${Number(other.start) + 1}\n`);
+    const release = takeLockFile(file, 'DATA_DIR x');
+    expect(readFileSync(file, 'utf8').trim()).toBe(mine());
+    release();
+  });
+
+  it.runIf(linux)('refuses a lock held by a live other process, old format (pid only) or new', () => {
+    const other = liveOther();
+    for (const content of [`${other.pid} ${other.start}\n`, `${other.pid}\n`]) {
+      writeFileSync(file, content);
+      expect(() => takeLockFile(file, 'DATA_DIR x')).toThrow(`in use by another process (pid ${other.pid})`);
+      expect(readFileSync(file, 'utf8')).toBe(content);
+    }
+  });
+
+  it('lets exactly one of two takers racing on one stale lock hold it', () => {
+    writeFileSync(file, `${deadPid()}\n`);
+    let first: (() => void) | undefined;
+    // Taker B judges the lock stale; before it moves it aside, taker A takes it over completely.
+    const second = () =>
+      takeLockFile(file, 'DATA_DIR x', {
+        beforeTakeover: () => {
+          if (!first) first = takeLockFile(file, 'DATA_DIR x');
+        },
+      });
+    expect(second).toThrow(`DATA_DIR x is in use by another process (pid ${process.pid})`);
+    expect(first).toBeDefined();
+    expect(readdirSync(dir)).toEqual(['pglite.lock']);
+    first?.();
+    expect(existsSync(file)).toBe(false);
   });
 
   it('takes over an empty or unreadable lock (a crash before the pid was written)', () => {
