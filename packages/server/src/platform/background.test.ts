@@ -90,7 +90,7 @@ describe('every', () => {
     ]);
   });
 
-  it('abandons a run that hangs past RUN_TIMEOUT_MS, with a warning, and starts the next one', async () => {
+  it('reports a run that hangs past RUN_TIMEOUT_MS once, starts no other until it ends, and stop awaits it', async () => {
     const { log, lines } = fakeLog();
     const t = controlledTask();
     const stop = every(1_000, 'sweep', t.task, log);
@@ -99,9 +99,32 @@ describe('every', () => {
     expect(t.runs()).toBe(1);
     expect(lines).toEqual([]);
     await vi.advanceTimersByTimeAsync(1_000);
-    expect(lines).toEqual([
-      ['warn', 'background task abandoned: the run did not end in time', { task: 'sweep', timeout_ms: RUN_TIMEOUT_MS }],
-    ]);
+    const overdue = [
+      'warn',
+      'background task overdue: the run did not end in time; no new run starts until it does',
+      { task: 'sweep', timeout_ms: RUN_TIMEOUT_MS },
+    ];
+    expect(lines).toEqual([overdue]);
+    // A stall: minutes of ticks start nothing more and log nothing more.
+    await vi.advanceTimersByTimeAsync(3 * RUN_TIMEOUT_MS);
+    expect(t.runs()).toBe(1);
+    expect(lines).toEqual([overdue]);
+    // Stop waits for the overdue run too.
+    const stopped = track(stop());
+    await vi.advanceTimersByTimeAsync(STOP_WAIT_MS - 1);
+    expect(stopped.settled).toBe(false);
+    t.end(0);
+    await vi.advanceTimersByTimeAsync(0);
+    expect(stopped.settled).toBe(true);
+  });
+
+  it('starts the next run once an overdue run ends', async () => {
+    const { log } = fakeLog();
+    const t = controlledTask();
+    const stop = every(1_000, 'sweep', t.task, log);
+    await vi.advanceTimersByTimeAsync(1_000 + RUN_TIMEOUT_MS + 5_000);
+    expect(t.runs()).toBe(1);
+    t.end(0);
     await vi.advanceTimersByTimeAsync(1_000);
     expect(t.runs()).toBe(2);
     t.end(1);

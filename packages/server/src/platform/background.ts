@@ -2,9 +2,9 @@ import type { FastifyBaseLogger } from 'fastify';
 import { TIMED_OUT, withinTime } from './timeout.js';
 
 /**
- * How long one run of a background task may take. A run still going then is abandoned (logged at
- * warn): the next tick starts a new one instead of the task stopping for good behind a run that
- * hangs (a lock or a connection that never answers). The abandoned run is not cancelled.
+ * How long one run of a background task may take before it is reported overdue (logged once at
+ * warn). It is not cancelled, and no new run starts until it ends: during a database stall each
+ * task holds one stuck run, not one more per interval.
  */
 export const RUN_TIMEOUT_MS = 60_000;
 
@@ -17,9 +17,10 @@ export const STOP_WAIT_MS = 3_000;
 export type TaskLog = Pick<FastifyBaseLogger, 'error' | 'warn'>;
 
 /**
- * Runs `task` every `ms` on this node, never two runs at once (but see RUN_TIMEOUT_MS), errors
- * logged. Every task must be safe when all nodes run it (row locks, SKIP LOCKED, atomic scripts).
- * Returns the stop function: no new run starts, and the one in progress is awaited (STOP_WAIT_MS).
+ * Runs `task` every `ms` on this node, never two runs at once (ticks are skipped while a run, even
+ * an overdue one, is going), errors logged. Every task must be safe when all nodes run it (row
+ * locks, SKIP LOCKED, atomic scripts). Returns the stop function: no new run starts, and the one in
+ * progress is awaited (STOP_WAIT_MS).
  */
 export function every(
   ms: number,
@@ -36,11 +37,17 @@ export function every(
       .then(
         () => {},
         (err: unknown) => log.error({ err, task: name }, 'background task failed'),
-      );
-    current = withinTime(run, runTimeoutMs).then((outcome) => {
+      )
+      .finally(() => {
+        current = null;
+      });
+    current = run;
+    void withinTime(run, runTimeoutMs).then((outcome) => {
       if (outcome === TIMED_OUT)
-        log.warn({ task: name, timeout_ms: runTimeoutMs }, 'background task abandoned: the run did not end in time');
-      current = null;
+        log.warn(
+          { task: name, timeout_ms: runTimeoutMs },
+          'background task overdue: the run did not end in time; no new run starts until it does',
+        );
     });
   }, ms);
   timer.unref();
