@@ -16,7 +16,7 @@ import type { ModerationService } from './modules/moderation/moderation.service.
 import { type SubscriptionSweep, SWEEP_INTERVAL_MS } from './modules/subscriptions/subscriptions.sweep.js';
 import type { VmService } from './modules/vm/vm.service.js';
 import { emptyPrincipal, makeGuards } from './platform/auth.js';
-import { every } from './platform/background.js';
+import { type BackgroundTasks, backgroundTasks } from './platform/background.js';
 import { trustProxyOption } from './platform/client-address.js';
 import { type Clock, systemClock } from './platform/clock.js';
 import type { Config } from './platform/config.js';
@@ -80,6 +80,8 @@ export interface BuiltApp {
   };
   /** The room VM provider of this node: its own browsers, or its browser hosts' (VM_HOSTS). */
   vmProvider: VmProvider;
+  /** The background tasks of this node, stopped together at close. */
+  tasks: BackgroundTasks;
 }
 
 /** Builds the whole service from configuration: stores, services, routes. Nothing listens yet. */
@@ -157,9 +159,15 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
   await app.register(swaggerUi, { routePrefix: '/docs', staticCSP: true });
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
 
+  // Every background task (the sweeps below, retention, the room VM sweep) stops in this one hook,
+  // all at once, before the room VMs, the sockets and the stores close (background.ts).
+  const tasks = backgroundTasks(app.log);
+  app.addHook('preClose', async () => tasks.stopAll());
+
   // Stores and services, wired by hand: each gets only what it uses (wiring/).
   const services = await wireServices({
     app,
+    tasks,
     config,
     clock,
     db,
@@ -182,22 +190,16 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
   registerRoutes(app, services, guards, config);
 
   // Background work, safe on every node at once.
-  const stops = [
-    every(5_000, 'match-queue-deadlines', () => matchmaking.sweepQueue(), app.log),
-    every(30_000, 'online-refresh', () => matchmaking.markOnline(localUserIds(realtime)), app.log),
-    every(60_000, 'direct-chat-lifecycle', () => chats.sweepDirect(), app.log),
-    every(30_000, 'punishment-expiry', () => moderation.sweep(), app.log),
-    every(STRANGER_SWEEP_INTERVAL_MS, 'stranger-accounts', () => auth.sweepStrangers(), app.log),
-    // Expired Trial/Premium back to Basic (SKIP LOCKED keeps nodes apart).
-    every(SWEEP_INTERVAL_MS, 'subscription-downgrade', () => subscriptionSweep.run(), app.log),
-  ];
+  tasks.every(5_000, 'match-queue-deadlines', () => matchmaking.sweepQueue());
+  tasks.every(30_000, 'online-refresh', () => matchmaking.markOnline(localUserIds(realtime)));
+  tasks.every(60_000, 'direct-chat-lifecycle', () => chats.sweepDirect());
+  tasks.every(30_000, 'punishment-expiry', () => moderation.sweep());
+  tasks.every(STRANGER_SWEEP_INTERVAL_MS, 'stranger-accounts', () => auth.sweepStrangers());
+  // Expired Trial/Premium back to Basic (SKIP LOCKED keeps nodes apart).
+  tasks.every(SWEEP_INTERVAL_MS, 'subscription-downgrade', () => subscriptionSweep.run());
   registerWeb(app);
 
-  app.addHook('preClose', async () => {
-    // Each waits for its run in progress (bounded): the stores close after this.
-    await Promise.all(stops.map((stop) => stop()));
-    await realtime.close();
-  });
+  app.addHook('preClose', async () => realtime.close());
   app.addHook('onClose', async () => {
     if (opts.ownsStores === false) return;
     await state.close();
@@ -215,6 +217,7 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
     database,
     state,
     subscriptionSweep,
+    tasks,
   };
 }
 

@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from './app.js';
 import { loadConfigOrExit } from './platform/config.js';
+import type { Database } from './platform/db/index.js';
 import { createLogger } from './platform/logging.js';
 import { handleProcessEvents } from './platform/process-lifecycle.js';
 
@@ -9,6 +10,7 @@ async function main() {
   const config = loadConfigOrExit('parlor');
   const log = createLogger(config.logLevel);
   let app: FastifyInstance | null = null;
+  let database: Database | null = null;
   let starting: Promise<unknown> = Promise.resolve();
   const events = handleProcessEvents({
     log,
@@ -17,12 +19,17 @@ async function main() {
       await starting.catch(() => {});
       await app?.close();
     },
+    // Past the cap: the database at least (PGlite's files written, the DATA_DIR lock released).
+    lastResort: async () => {
+      await database?.close();
+    },
   });
   log.info('starting');
 
   const start = async () => {
     const built = await buildApp({ config, logger: log });
     app = built.app;
+    database = built.database;
     if (events.stopping) return null;
     const address = await app.listen({ port: config.port, host: config.host });
     return { built, address };

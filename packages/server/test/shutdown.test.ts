@@ -123,4 +123,31 @@ describeApp('shutdown', () => {
       browser.remove();
     }
   }, 60_000);
+
+  it('stops every background task, retention and the room VM sweep included, all at once in one step', async () => {
+    const app = await startApp();
+    expect([...app.tasks.names].sort()).toEqual(
+      [
+        'data-retention',
+        'direct-chat-lifecycle',
+        'match-queue-deadlines',
+        'online-refresh',
+        'punishment-expiry',
+        'room-vm-sweep',
+        'stranger-accounts',
+        'subscription-downgrade',
+      ].sort(),
+    );
+    // Two tasks whose stops each wait for a run to end: the second stop must begin before the first ends.
+    const order: string[] = [];
+    const stopping = (name: string) => async () => {
+      order.push(`${name} stopping`);
+      await new Promise((resolve) => setImmediate(resolve));
+      order.push(`${name} stopped`);
+    };
+    app.tasks.add('first', stopping('first'));
+    app.tasks.add('second', stopping('second'));
+    await app.close();
+    expect(order).toEqual(['first stopping', 'second stopping', 'first stopped', 'second stopped']);
+  });
 });

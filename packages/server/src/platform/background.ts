@@ -57,3 +57,34 @@ export function every(
       log.warn({ task: name, timeout_ms: STOP_WAIT_MS }, 'background task still running at stop');
   };
 }
+
+/**
+ * The node's background work: tasks started with `every` (and other stops `add`ed), all stopped by
+ * `stopAll` at once, in parallel, so shutdown waits STOP_WAIT_MS at most for all of them together
+ * rather than one bound after another (the shutdown cap is 10 s: process-lifecycle.ts).
+ */
+export interface BackgroundTasks {
+  /** Starts `task` every `ms` (see `every`); stopped with the others. */
+  every(ms: number, name: string, task: () => Promise<unknown>): void;
+  /** Adds a stop, bounded by its owner, to run with the others. */
+  add(name: string, stop: () => Promise<void>): void;
+  /** The names of the tasks, in the order they were added. */
+  readonly names: readonly string[];
+  /** Runs every stop at once and waits for all of them. */
+  stopAll(): Promise<void>;
+}
+
+export function backgroundTasks(log: TaskLog): BackgroundTasks {
+  const stops: { name: string; stop: () => Promise<void> }[] = [];
+  const add = (name: string, stop: () => Promise<void>) => void stops.push({ name, stop });
+  return {
+    every: (ms, name, task) => add(name, every(ms, name, task, log)),
+    add,
+    get names() {
+      return stops.map((s) => s.name);
+    },
+    stopAll: async () => {
+      await Promise.all(stops.map((s) => s.stop()));
+    },
+  };
+}

@@ -7,6 +7,25 @@ export const SHUTDOWN_CAP_MS = 10_000;
 /** How long the shutdown after a crash may take: the process is in an unknown state. */
 export const CRASH_CAP_MS = 3_000;
 
+/** How long the last resort (closing the database, releasing DATA_DIR) may take once a cap has passed. */
+export const LAST_RESORT_MS = 1_000;
+
+export interface ProcessEventsOptions {
+  log: Logger;
+  /** Closes the app (or what a start in progress has opened). */
+  close: () => Promise<void>;
+  /**
+   * Run when a cap passes with `close` unfinished, for LAST_RESORT_MS at most, before the exit:
+   * closes what must not be left open (the embedded database, so its files are written and its
+   * DATA_DIR lock released).
+   */
+  lastResort?: () => Promise<void>;
+  /** Where the signals and crashes come from (tests: an emitter); `process` by default. */
+  events?: Pick<NodeJS.EventEmitter, 'on'>;
+  /** How the process exits (tests: a stub); `process.exit` by default. */
+  exit?: (code: number) => void;
+}
+
 export interface ProcessEvents {
   /** True from the first signal or crash on: a start still in progress must not begin serving. */
   readonly stopping: boolean;
@@ -21,23 +40,37 @@ export interface ProcessEvents {
  * - uncaughtException/unhandledRejection: logged at fatal (the logger's serializer keeps query
  *   values out), the same `close()` capped at CRASH_CAP_MS, then exit 1. Node's default would print
  *   a non-JSON stack and leave the stores unclosed.
+ * Past a cap, `lastResort()` gets LAST_RESORT_MS before the exit 1.
  */
-export function handleProcessEvents(opts: { log: Logger; close: () => Promise<void> }): ProcessEvents {
+export function handleProcessEvents(opts: ProcessEventsOptions): ProcessEvents {
   const { log } = opts;
+  const exit = opts.exit ?? ((code: number) => process.exit(code));
   let stopping = false;
   let crashed = false;
 
+  const lastResortThenExit = () => {
+    if (!opts.lastResort) return exit(1);
+    const bound = setTimeout(() => exit(1), LAST_RESORT_MS);
+    Promise.resolve()
+      .then(opts.lastResort)
+      .catch((err: unknown) => log.error({ err }, 'last-resort close failed'))
+      .finally(() => {
+        clearTimeout(bound);
+        exit(1);
+      });
+  };
+
   const shutDown = (capMs: number) => {
     const cap = setTimeout(() => {
-      log.error({ cap_ms: capMs }, 'shutdown did not finish in time; exiting');
-      process.exit(1);
+      log.error({ cap_ms: capMs }, 'shutdown did not finish in time; closing the database and exiting');
+      lastResortThenExit();
     }, capMs);
     cap.unref();
     opts.close().then(
-      () => process.exit(crashed ? 1 : 0),
+      () => exit(crashed ? 1 : 0),
       (err: unknown) => {
         log.error({ err }, 'shutdown failed');
-        process.exit(1);
+        exit(1);
       },
     );
   };
@@ -45,7 +78,7 @@ export function handleProcessEvents(opts: { log: Logger; close: () => Promise<vo
   const onSignal = (signal: NodeJS.Signals) => {
     if (stopping) {
       log.warn({ signal }, 'second signal: exiting at once');
-      process.exit(128 + constants.signals[signal]);
+      exit(128 + constants.signals[signal]);
     }
     stopping = true;
     log.info({ signal }, 'shutting down');
@@ -57,17 +90,18 @@ export function handleProcessEvents(opts: { log: Logger; close: () => Promise<vo
     crashed = true;
     if (stopping) {
       // A shutdown is under way: it exits 1 when done, or at the crash cap.
-      setTimeout(() => process.exit(1), CRASH_CAP_MS).unref();
+      setTimeout(() => exit(1), CRASH_CAP_MS).unref();
       return;
     }
     stopping = true;
     shutDown(CRASH_CAP_MS);
   };
 
-  process.on('SIGTERM', onSignal);
-  process.on('SIGINT', onSignal);
-  process.on('uncaughtException', onCrash('uncaught exception'));
-  process.on('unhandledRejection', onCrash('unhandled rejection'));
+  const events = opts.events ?? process;
+  events.on('SIGTERM', onSignal);
+  events.on('SIGINT', onSignal);
+  events.on('uncaughtException', onCrash('uncaught exception'));
+  events.on('unhandledRejection', onCrash('unhandled rejection'));
   return {
     get stopping() {
       return stopping;

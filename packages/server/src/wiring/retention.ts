@@ -2,7 +2,6 @@ import type { BotsStore } from '../modules/bots/bots.store.js';
 import type { ChatsStore } from '../modules/chats/chats.store.js';
 import type { NotificationsStore } from '../modules/notifications/notifications.store.js';
 import type { SessionsStore } from '../modules/sessions/sessions.store.js';
-import { every } from '../platform/background.js';
 import { makeRetention, RETENTION_INTERVAL_MS, type Retention } from '../platform/retention.js';
 import type { WiringContext } from './services.js';
 
@@ -23,19 +22,18 @@ export const RETENTION_MS = {
   chatActivity: 90 * DAY_MS,
 } as const;
 
-/** The retention sweep over the stores, every 10 minutes on every node; stopped before the stores close. */
+/** The retention sweep over the stores, every 10 minutes on every node; stopped with the other tasks, before the stores close. */
 export function wireRetention(
   ctx: WiringContext,
   stores: { sessions: SessionsStore; notifications: NotificationsStore; bots: BotsStore; chats: ChatsStore },
 ): Retention {
-  const { app, clock } = ctx;
+  const { clock } = ctx;
   const retention = makeRetention(clock, [
     { name: 'sessions', keepMs: RETENTION_MS.sessions, prune: (b, n) => stores.sessions.pruneOver(b, n) },
     { name: 'notifications', keepMs: RETENTION_MS.notifications, prune: (b, n) => stores.notifications.prune(b, n) },
     { name: 'bot_commands', keepMs: RETENTION_MS.botCommands, prune: (b, n) => stores.bots.pruneCommands(b, n) },
     { name: 'chat_activity', keepMs: RETENTION_MS.chatActivity, prune: (b, n) => stores.chats.pruneActivity(b, n) },
   ]);
-  const stop = every(RETENTION_INTERVAL_MS, 'data-retention', () => retention.run(), app.log);
-  app.addHook('preClose', async () => stop());
+  ctx.tasks.every(RETENTION_INTERVAL_MS, 'data-retention', () => retention.run());
   return retention;
 }

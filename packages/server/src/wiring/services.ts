@@ -9,7 +9,7 @@ import { makeStatsService, type StatsDeps } from '../modules/stats/stats.service
 import { makeVmService } from '../modules/vm/vm.service.js';
 import { makeViewerTokens, viewerTokenKey } from '../modules/vm/vm.tokens.js';
 import type { SessionResolver } from '../platform/auth.js';
-import { every } from '../platform/background.js';
+import type { BackgroundTasks } from '../platform/background.js';
 import type { Clock } from '../platform/clock.js';
 import type { Config } from '../platform/config.js';
 import { type Db, ping } from '../platform/db/index.js';
@@ -28,6 +28,8 @@ export interface WiringContext {
   app: App;
   config: Readonly<Config>;
   clock: Clock;
+  /** Where background tasks are started: all are stopped together at close (background.ts). */
+  tasks: BackgroundTasks;
   /** The database handle that runs afterCommit work (trackCommits). */
   db: Db;
   state: StateStore;
@@ -222,11 +224,9 @@ async function wireVm(ctx: WiringContext, chats: ChatsService, realtime: Realtim
     log: app.log,
   });
   await vm.ready;
-  const stopVmSweep = every(1_000, 'room-vm-sweep', () => vm.sweep(), app.log);
-  // Before the socket server closes (viewers hear room:stopped); kills every browser of this node.
-  app.addHook('preClose', async () => {
-    await stopVmSweep();
-    await vm.close();
-  });
+  ctx.tasks.every(1_000, 'room-vm-sweep', () => vm.sweep());
+  // After the background tasks stopped (the sweep included) and before the socket server closes
+  // (viewers hear room:stopped); kills every browser of this node.
+  app.addHook('preClose', async () => vm.close());
   return { vm, vmProvider };
 }

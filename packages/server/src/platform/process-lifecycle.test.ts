@@ -1,0 +1,75 @@
+import { EventEmitter } from 'node:events';
+import type { Logger } from 'pino';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { handleProcessEvents, LAST_RESORT_MS, SHUTDOWN_CAP_MS } from './process-lifecycle.js';
+
+/** What was logged, as [level, message]. */
+function fakeLog() {
+  const lines: [string, string][] = [];
+  const at = (level: string) => (_obj: object, msg: string) => void lines.push([level, msg]);
+  const log = { info: at('info'), warn: at('warn'), error: at('error'), fatal: at('fatal') } as unknown as Logger;
+  return { log, lines };
+}
+
+/** A shutdown whose close never ends, with what happened in order. */
+function stuckShutdown(lastResort: () => Promise<void>) {
+  const { log, lines } = fakeLog();
+  const events = new EventEmitter();
+  const order: string[] = [];
+  handleProcessEvents({
+    log,
+    close: () => new Promise<void>(() => {}),
+    lastResort: () => {
+      order.push('last resort');
+      return lastResort();
+    },
+    events,
+    exit: (code) => void order.push(`exit ${code}`),
+  });
+  events.emit('SIGTERM', 'SIGTERM');
+  return { order, lines };
+}
+
+beforeEach(() => {
+  vi.useFakeTimers();
+});
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+describe('handleProcessEvents', () => {
+  it('past the cap with close unfinished, runs the last resort (the database close), then exits 1', async () => {
+    let closed: () => void = () => {};
+    const { order, lines } = stuckShutdown(
+      () =>
+        new Promise<void>((resolve) => {
+          closed = resolve;
+        }),
+    );
+    await vi.advanceTimersByTimeAsync(SHUTDOWN_CAP_MS - 1);
+    expect(order).toEqual([]);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(order).toEqual(['last resort']);
+    closed();
+    await vi.advanceTimersByTimeAsync(0);
+    expect(order).toEqual(['last resort', 'exit 1']);
+    expect(lines).toContainEqual(['error', 'shutdown did not finish in time; closing the database and exiting']);
+  });
+
+  it('exits 1 after LAST_RESORT_MS when the last resort does not end either, and once only', async () => {
+    const { order } = stuckShutdown(() => new Promise<void>(() => {}));
+    await vi.advanceTimersByTimeAsync(SHUTDOWN_CAP_MS + LAST_RESORT_MS - 1);
+    expect(order).toEqual(['last resort']);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(order).toEqual(['last resort', 'exit 1']);
+    await vi.advanceTimersByTimeAsync(60_000);
+    expect(order).toEqual(['last resort', 'exit 1']);
+  });
+
+  it('exits 1 when the last resort fails, and logs why', async () => {
+    const { order, lines } = stuckShutdown(() => Promise.reject(new Error('disk gone')));
+    await vi.advanceTimersByTimeAsync(SHUTDOWN_CAP_MS);
+    expect(order).toEqual(['last resort', 'exit 1']);
+    expect(lines).toContainEqual(['error', 'last-resort close failed']);
+  });
+});
