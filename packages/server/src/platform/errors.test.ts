@@ -1,3 +1,5 @@
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import net from 'node:net';
 import Fastify, { type FastifyBaseLogger } from 'fastify';
 import { Redis } from 'ioredis';
@@ -17,13 +19,28 @@ async function thrown(run: () => Promise<unknown>): Promise<unknown> {
   throw new Error('did not fail');
 }
 
-/** A connection reset by the peer: a server that resets every connection it accepts. */
-async function connectionReset(): Promise<unknown> {
+/** A server on 127.0.0.1 that resets every connection it accepts; its port. */
+async function resettingServer(): Promise<number> {
   const server = net.createServer((s) => s.resetAndDestroy()).listen(0, '127.0.0.1');
   await new Promise((resolve) => server.once('listening', resolve));
-  const socket = net.connect((server.address() as net.AddressInfo).port, '127.0.0.1');
-  const err = await new Promise((resolve) => socket.once('error', resolve));
-  server.close();
+  clients.push({ end: () => server.close() });
+  return (server.address() as net.AddressInfo).port;
+}
+
+/** The error of a real connection reset by the peer (ECONNRESET), raw from Node's socket. */
+async function connectionReset(): Promise<unknown> {
+  const socket = net.connect(await resettingServer(), '127.0.0.1');
+  return new Promise((resolve) => socket.once('error', resolve));
+}
+
+/** A real EPIPE, raw from Node: a write to a pipe whose reader has gone (as a dead browser's DevTools pipe). */
+async function brokenPipe(): Promise<unknown> {
+  const reader = "require('fs').closeSync(0); console.log('closed'); setInterval(() => {}, 1000)";
+  const child = spawn(process.execPath, ['-e', reader], { stdio: ['pipe', 'pipe', 'ignore'] });
+  await once(child.stdout, 'data');
+  child.stdin.write('x'.repeat(1 << 16));
+  const [err] = await once(child.stdin, 'error');
+  child.kill();
   return err;
 }
 
@@ -31,19 +48,29 @@ async function connectionReset(): Promise<unknown> {
 const pgError = (code: string, message: string) =>
   new postgres.PostgresError({ code, message, severity: 'FATAL' } as never);
 
-const port = await closedPort();
 const clients: { end(): unknown }[] = [];
+const port = await closedPort();
 afterAll(async () => {
   for (const c of clients) await c.end();
 });
 
 /** Real connection-level failures of each store, by what produced them. */
 const outages: [string, () => Promise<unknown>][] = [
-  ['a refused connection (ECONNREFUSED)', connectionRefused],
-  ['a connection reset by the peer (ECONNRESET)', connectionReset],
+  ['a Drizzle query whose connection was refused (ECONNREFUSED)', async () => failedQuery(await connectionRefused())],
   [
-    'a connection attempt that timed out (ETIMEDOUT)',
-    async () => Object.assign(new Error('connect ETIMEDOUT 10.0.0.9:5432'), { code: 'ETIMEDOUT', syscall: 'connect' }),
+    'postgres.js meeting a server that resets the connection (ECONNRESET)',
+    async () => {
+      const sql = postgres({ host: '127.0.0.1', port: await resettingServer(), onnotice: () => {} });
+      clients.push(sql);
+      return thrown(() => sql`select 1`);
+    },
+  ],
+  [
+    'a Drizzle query whose connection attempt timed out (ETIMEDOUT)',
+    async () =>
+      failedQuery(
+        Object.assign(new Error('connect ETIMEDOUT 10.0.0.9:5432'), { code: 'ETIMEDOUT', syscall: 'connect' }),
+      ),
   ],
   [
     'postgres.js meeting a closed port',
@@ -105,6 +132,22 @@ describe('toErrorBody', () => {
     });
   });
 
+  /** Socket failures that no store driver raised: a client or a browser pipe, not the store. */
+  const notStores: [string, () => Promise<unknown>][] = [
+    ['a raw refused connection (ECONNREFUSED)', connectionRefused],
+    ['a raw connection reset (ECONNRESET)', connectionReset],
+    ['a raw broken pipe (EPIPE), as from a dead browser', brokenPipe],
+    [
+      'a broken pipe wrapped by its caller',
+      async () => new Error('DevTools call failed', { cause: await brokenPipe() }),
+    ],
+  ];
+
+  it.each(notStores)('does not answer %s as a store outage', async (_what, make) => {
+    const err = await make();
+    expect(toErrorBody(err)).toMatchObject({ status: 500, unexpected: true, body: { code: 'ERR_INTERNAL' } });
+  });
+
   it('keeps a failed statement and an unknown error a 500, and an AppError its own answer', () => {
     expect(toErrorBody(failedQuery(pgError('22012', 'division by zero')))).toMatchObject({
       status: 500,
@@ -127,7 +170,37 @@ describe('the error handler', () => {
   app.get('/fail', async () => {
     throw failure;
   });
+  app.post('/body', async () => ({}));
+  let errored: (err: unknown) => void = () => {};
+  app.addHook('onError', async (_request, _reply, err) => errored(err));
+
   afterAll(() => app.close());
+
+  it('does not take a client that drops mid-body for a store outage', async () => {
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    const seen = new Promise<unknown>((resolve) => {
+      errored = resolve;
+    });
+
+    // The body has begun to arrive before the client goes away.
+    const started = new Promise((resolve) => app.server.once('request', (req) => req.once('data', resolve)));
+    const socket = net.connect((app.server.address() as net.AddressInfo).port, '127.0.0.1');
+    await once(socket, 'connect');
+    socket.write(
+      'POST /body HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"a":',
+    );
+    await started;
+    socket.destroy();
+    const err = (await seen) as { code?: string; statusCode?: number };
+    // The handler runs after the onError hook: wait for its line, whichever it is.
+    const handled = () => logs.lines().some((l) => /request refused|backing store|unexpected/.test(l.msg));
+    while (!handled()) await new Promise((resolve) => setImmediate(resolve));
+    expect(err).toMatchObject({ code: 'ECONNRESET', statusCode: 400 });
+    expect(toErrorBody(err)).toMatchObject({ status: 400, unexpected: false });
+    expect(logs.lines().filter((l) => l.level >= LEVEL.warn)).toEqual([]);
+    expect(logs.text()).not.toContain('backing store unavailable');
+    expect(logs.lines().at(-1)).toMatchObject({ msg: 'request refused', status: 400 });
+  });
 
   it('answers a store outage with 503, Retry-After, and one warn line without a stack or values', async () => {
     failure = failedQuery(await connectionRefused());

@@ -1,5 +1,7 @@
 import { type ErrorBody, type ErrorCode, ErrorCodes } from '@parlor/protocol';
+import { DrizzleQueryError } from 'drizzle-orm';
 import type { FastifyBaseLogger, FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import postgres from 'postgres';
 
 /** The one error type services throw; the handler below turns it into the error body. */
 export class AppError extends Error {
@@ -57,17 +59,18 @@ const FASTIFY_CODES: Record<string, ErrorCode> = {
 export const UNAVAILABLE_RETRY_AFTER_SECONDS = 5;
 
 /**
- * Codes of a store connection that failed: the socket's (Node), postgres.js's own, and PostgreSQL's
- * SQLSTATEs for a server shutting down (57P01-57P03) or out of connections (53300); class 08
- * (connection exceptions) is matched by its prefix.
+ * Socket-level codes (Node's): a store connection that failed, but only when the error comes from a
+ * store driver. The same codes come from a client that drops mid-body (ECONNRESET with a 400) or a
+ * dead room browser's DevTools pipe (EPIPE), which are no store outage.
  */
-const CONNECTION_CODES = new Set([
-  'ECONNREFUSED',
-  'ECONNRESET',
-  'ETIMEDOUT',
-  'EPIPE',
-  'EHOSTUNREACH',
-  'ENETUNREACH',
+const SOCKET_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'EHOSTUNREACH', 'ENETUNREACH']);
+
+/**
+ * Codes only a store names: postgres.js's own for a connection, and PostgreSQL's SQLSTATEs for a
+ * server shutting down (57P01-57P03) or out of connections (53300); class 08 (connection
+ * exceptions) is matched by its prefix.
+ */
+const STORE_CODES = new Set([
   'CONNECTION_CLOSED',
   'CONNECTION_ENDED',
   'CONNECTION_DESTROYED',
@@ -78,20 +81,40 @@ const CONNECTION_CODES = new Set([
   '53300',
 ]);
 
+type CodedError = Error & { code?: unknown; cause?: unknown; errors?: unknown; statusCode?: unknown };
+
+/**
+ * Whether `e` was thrown by a database driver: PostgreSQL's error as postgres.js throws it, any
+ * error postgres.js rejects a query with (it attaches `query` and `parameters`), or Drizzle's
+ * wrapper of the driver's error (whose cause, and that cause's own causes, are the driver's).
+ */
+function fromDriver(e: CodedError): boolean {
+  return (
+    e instanceof postgres.PostgresError ||
+    e instanceof DrizzleQueryError ||
+    (Object.hasOwn(e, 'query') && Object.hasOwn(e, 'parameters'))
+  );
+}
+
 /**
  * The connection-level failure behind `err` (itself, a `cause` or an AggregateError member), or
- * null: a store that cannot be reached, as opposed to a failed statement or a bug. ioredis reports
- * its own as `MaxRetriesPerRequestError` (commands queued while reconnecting) or "Connection is
- * closed." (a client that gave up or was closed).
+ * null: a store that cannot be reached, as opposed to a failed statement, a client that went away
+ * or a bug. A socket code counts only inside a driver's error (see `fromDriver`); an error that
+ * carries a 4xx `statusCode` never counts. ioredis reports its own as `MaxRetriesPerRequestError`
+ * (commands queued while reconnecting) or "Connection is closed." (a client that gave up or was
+ * closed); it never rejects a command with the socket's error.
  */
-export function connectionFailure(err: unknown, depth = 0): (Error & { code?: unknown }) | null {
+export function connectionFailure(err: unknown, depth = 0, driver = false): (Error & { code?: unknown }) | null {
   if (typeof err !== 'object' || err === null || depth > 5) return null;
-  const e = err as Error & { code?: unknown; cause?: unknown; errors?: unknown };
+  const e = err as CodedError;
+  if (typeof e.statusCode === 'number' && e.statusCode >= 400 && e.statusCode < 500) return null;
+  const inDriver = driver || fromDriver(e);
   const code = typeof e.code === 'string' ? e.code : '';
-  if (CONNECTION_CODES.has(code) || /^08[0-9A-Z]{3}$/.test(code)) return e;
+  if (STORE_CODES.has(code) || /^08[0-9A-Z]{3}$/.test(code)) return e;
+  if (inDriver && SOCKET_CODES.has(code)) return e;
   if (e.name === 'MaxRetriesPerRequestError' || e.message === 'Connection is closed.') return e;
   for (const inner of [e.cause, ...(Array.isArray(e.errors) ? e.errors : [])]) {
-    const found = connectionFailure(inner, depth + 1);
+    const found = connectionFailure(inner, depth + 1, inDriver);
     if (found) return found;
   }
   return null;
