@@ -28,6 +28,33 @@ async function failedQuery(): Promise<DrizzleQueryError> {
   throw new Error('the query did not fail');
 }
 
+/** The error of a real PGlite statement on `value` that fails with a data exception (class 22). */
+async function dataException(statement: (value: string) => ReturnType<typeof sql>, value: string) {
+  try {
+    await drizzle(pglite).execute(statement(value));
+  } catch (err) {
+    return err as DrizzleQueryError & { cause: Error & Record<string, unknown> };
+  }
+  throw new Error('the query did not fail');
+}
+
+/** The same failure as postgres.js throws it: PostgreSQL's fields under postgres.js's names. */
+function asPostgresJs(cause: Error & Record<string, unknown>): Error {
+  const err = new postgres.PostgresError({
+    message: cause.message,
+    code: cause.code,
+    severity: 'ERROR',
+    where: cause.where,
+    routine: cause.routine,
+    internal_query: 'select $1',
+  } as never);
+  Object.defineProperties(err, {
+    query: { value: 'select $1::integer', enumerable: true },
+    parameters: { value: [SECRET], enumerable: true },
+  });
+  return err;
+}
+
 /** postgres.js's error as its query path leaves it (debug mode makes the value fields enumerable). */
 function postgresError(): Error {
   const err = new postgres.PostgresError({
@@ -63,7 +90,7 @@ describe('serializeError', () => {
     expect(out.message).toBe('Failed query: select $1::text, 1/0');
     expect(out.stack).toMatch(/^Error: Failed query: select \$1::text, 1\/0\n\s+at /);
     expect(out.query).toBe('select $1::text, 1/0');
-    expect(out.cause.message).toBe('division by zero');
+    expect(out.cause.message).toBe('data exception 22012 (routine int4div)');
     expect(out.cause.code).toBe('22012');
     expect(out.cause).not.toHaveProperty('params');
   });
@@ -83,6 +110,32 @@ describe('serializeError', () => {
     expect(JSON.stringify(out)).not.toContain(SECRET);
     expect(out).toMatchObject({ type: 'ReplyError', command: { name: 'getdel' } });
     expect(out.message).toMatch(/^WRONGTYPE/);
+  });
+
+  it('keeps the value out of a data exception (class 22): message, stack and wrappers', async () => {
+    const err = await dataException((v) => sql`select ${v}::integer`, SECRET);
+    expect(err.cause.message).toBe(`invalid input syntax for type integer: "${SECRET}"`);
+    expect(err.cause.code).toBe('22P02');
+    const wrapped = new Error(`sweep failed: ${err.cause.message}`, { cause: err });
+    for (const e of [err, err.cause, wrapped, asPostgresJs(err.cause)]) {
+      const out = serializeError(e);
+      expect(JSON.stringify(out)).not.toContain(SECRET);
+    }
+    const out = serializeError(wrapped) as { message: string; cause: { cause: Record<string, unknown> } };
+    expect(out.message).toMatch(/^sweep failed: data exception 22P02 \(routine \w+\)$/);
+    expect(out.cause.cause).toMatchObject({ code: '22P02', routine: expect.any(String) });
+    expect(out.cause.cause.stack).toMatch(/^error: data exception 22P02/);
+  });
+
+  it("drops PostgreSQL's `where`, which quotes a jsonb input", async () => {
+    const err = await dataException((v) => sql`select ${v}::jsonb`, `{"token": "${SECRET}`);
+    expect(err.cause.code).toMatch(/^22/);
+    expect(String(err.cause.where)).toContain(SECRET);
+    const out = serializeError(err.cause) as Record<string, unknown>;
+    expect(out).not.toHaveProperty('where');
+    expect(JSON.stringify(serializeError(err))).not.toContain(SECRET);
+    expect(JSON.stringify(serializeError(asPostgresJs(err.cause)))).not.toContain(SECRET);
+    expect(serializeError(asPostgresJs(err.cause))).not.toHaveProperty('internal_query');
   });
 
   it('follows causes and aggregated errors', () => {

@@ -4,10 +4,36 @@ import { type DestinationStream, type Logger, pino } from 'pino';
 /**
  * Fields of library errors that carry the values of a failed statement or command: Drizzle's
  * `params`, postgres.js's `parameters`/`args`/`types`, PGlite's `params`/`queryOptions`, and
- * PostgreSQL's `detail` ("Key (token_hash)=(…) already exists"). Message ciphertext, addresses,
- * token hashes and login codes travel in them, so they never reach a log line.
+ * PostgreSQL's `detail` ("Key (token_hash)=(…) already exists"), `where` (the context, which
+ * quotes a jsonb input) and internal query (postgres.js `internal_query`/`internal_position`,
+ * PGlite `internalQuery`/`internalPosition`). Message ciphertext, addresses, token hashes and
+ * login codes travel in them, so they never reach a log line.
  */
-const VALUE_FIELDS = new Set(['params', 'parameters', 'args', 'types', 'detail', 'queryOptions', 'internalQuery']);
+const VALUE_FIELDS = new Set([
+  'params',
+  'parameters',
+  'args',
+  'types',
+  'detail',
+  'queryOptions',
+  'where',
+  'internalQuery',
+  'internalPosition',
+  'internal_query',
+  'internal_position',
+]);
+
+/**
+ * Fields of a PostgreSQL error (postgres.js's names, then PGlite's) that name what a data
+ * exception (SQLSTATE class 22) was about without its value.
+ */
+const DATA_ERROR_FIELDS: [string, string][] = [
+  ['column', 'column_name'],
+  ['datatype', 'data type_name'],
+  ['routine', 'routine'],
+  ['column', 'column'],
+  ['datatype', 'dataType'],
+];
 
 /** How deep `cause` chains and aggregated errors are followed. */
 const MAX_DEPTH = 5;
@@ -26,26 +52,57 @@ export interface SerializedError {
  * for a nested `cause` and the members of an AggregateError. A statement's text (`query`, with
  * `$n` placeholders) stays: it names what failed without the values.
  */
-export function serializeError(err: unknown, depth = 0): unknown {
+export function serializeError(err: unknown, depth = 0, scrub = dataErrorTexts(err)): unknown {
   if (!isErrorLike(err)) return err;
-  const message = withoutValues(err);
+  const message = scrubTexts(withoutValues(err), scrub);
   const out: SerializedError = { type: errorType(err), message };
   const stack = typeof err.stack === 'string' ? err.stack : undefined;
-  if (stack !== undefined) out.stack = message === err.message ? stack : scrubStack(stack, err.message, message);
+  if (stack !== undefined)
+    out.stack = scrubTexts(message === err.message ? stack : scrubStack(stack, err.message, message), scrub);
   for (const key of Object.keys(err)) {
     if (key === 'cause' || key === 'errors' || key === 'stack' || key === 'message' || VALUE_FIELDS.has(key)) continue;
     const value = (err as unknown as Record<string, unknown>)[key];
     if (key === 'command') out.command = commandName(value);
-    else if (isErrorLike(value)) out[key] = depth < MAX_DEPTH ? serializeError(value, depth + 1) : value.message;
+    else if (isErrorLike(value))
+      out[key] = depth < MAX_DEPTH ? serializeError(value, depth + 1, scrub) : scrubTexts(value.message, scrub);
+    else if (typeof value === 'string') out[key] = scrubTexts(value, scrub);
     else if (typeof value !== 'function') out[key] = value;
   }
   // Fields the libraries define as non-enumerable (postgres.js's `query` outside debug mode).
   if (out.code === undefined && 'code' in err) out.code = (err as { code?: unknown }).code;
   if (depth < MAX_DEPTH) {
-    if (err.cause !== undefined) out.cause = serializeError(err.cause, depth + 1);
+    if (err.cause !== undefined) out.cause = serializeError(err.cause, depth + 1, scrub);
     if (Array.isArray((err as { errors?: unknown }).errors))
-      out.errors = (err as unknown as { errors: unknown[] }).errors.map((e) => serializeError(e, depth + 1));
+      out.errors = (err as unknown as { errors: unknown[] }).errors.map((e) => serializeError(e, depth + 1, scrub));
   }
+  return out;
+}
+
+/**
+ * The messages of the data exceptions (SQLSTATE class 22) in `err`, its causes and aggregated
+ * errors, each with its value-free stand-in: PostgreSQL quotes the input in them (`invalid input
+ * syntax for type integer: "…"`), and wrapping errors may quote the message in turn.
+ */
+function dataErrorTexts(err: unknown, depth = 0, found = new Map<string, string>()): Map<string, string> {
+  if (!isErrorLike(err) || depth > MAX_DEPTH) return found;
+  const fields = err as unknown as Record<string, unknown>;
+  const code = fields.code;
+  if (typeof code === 'string' && /^22[0-9A-Z]{3}$/.test(code) && err.message !== '') {
+    const about = DATA_ERROR_FIELDS.filter(([, field]) => typeof fields[field] === 'string' && fields[field] !== '')
+      .map(([name, field]) => `${name} ${String(fields[field])}`)
+      .join(', ');
+    found.set(err.message, `data exception ${code}${about ? ` (${about})` : ''}`);
+  }
+  dataErrorTexts(err.cause, depth + 1, found);
+  const errors = (err as { errors?: unknown }).errors;
+  if (Array.isArray(errors)) for (const e of errors) dataErrorTexts(e, depth + 1, found);
+  return found;
+}
+
+/** `text` with every data-exception message in it replaced by its stand-in. */
+function scrubTexts(text: string, scrub: Map<string, string>): string {
+  let out = text;
+  for (const [original, standIn] of scrub) out = out.split(original).join(standIn);
   return out;
 }
 
