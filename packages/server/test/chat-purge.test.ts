@@ -81,17 +81,29 @@ describeApp('the purge of deleted chats', () => {
     expect(await countRows(app, `select count(*) as n from users where id in (${users})`)).toBe(3);
   });
 
-  it('takes a chat’s messages and key envelopes apart in bounded batches before the chat itself', async () => {
+  it('takes a chat’s rows apart in bounded batches, members and history too, before the chat itself', async () => {
     await sweep({ batch: 1000, maxBatches: 100 });
     const big = await usedChat('public', 5);
+    const invite = await big.owner.client.post(`/v1/portal/chats/${big.chatId}/invites/create`, {});
+    for (let i = 0; i < 4; i++)
+      expect((await join(await member(app), { invite: invite.body.invite.code })).ok).toBe(true);
     expect((await big.owner.client.post(`/v1/portal/chats/${big.chatId}/delete`, {})).status).toBe(200);
+    const before = new Map<string, number>();
+    for (const table of CHAT_TABLES) before.set(table, await rowsOf(table, big.chatId));
+    // Members and history span more than one tick of 2 statements of 2 rows; every table fits in two.
+    expect(before.get('chat_members')).toBe(6);
+    expect(before.get('chat_activity')).toBeGreaterThan(4);
+    for (const [table, n] of before) expect(n, table).toBeLessThanOrEqual(8);
     clock.advance(CHAT_PURGE_AFTER_MS);
-    // 6 messages (5 and the mute's) and the owner's envelope: 2 rows a statement, 2 statements a
-    // table and tick leave 2 messages, and the chat waits for them.
-    expect(await sweep({ purgeRows: 2, maxBatches: 2 })).toMatchObject({ cleared: 5, purged: 0 });
-    expect(await rowsOf('messages', big.chatId)).toBe(2);
+    const left = (n: number, ticks: number) => Math.max(n - 4 * ticks, 0);
+    const clearedIn = (tick: number) =>
+      [...before.values()].reduce((sum, n) => sum + left(n, tick - 1) - left(n, tick), 0);
+
+    expect(await sweep({ purgeRows: 2, maxBatches: 2 })).toMatchObject({ cleared: clearedIn(1), purged: 0 });
+    for (const [table, n] of before) expect(await rowsOf(table, big.chatId), table).toBe(left(n, 1));
     expect(await countRows(app, `select count(*) as n from chats where id = ${big.chatId}`)).toBe(1);
-    expect(await sweep({ purgeRows: 2, maxBatches: 2 })).toMatchObject({ cleared: 2, purged: 1 });
+    expect(await sweep({ purgeRows: 2, maxBatches: 2 })).toMatchObject({ cleared: clearedIn(2), purged: 1 });
     for (const table of CHAT_TABLES) expect(await rowsOf(table, big.chatId), table).toBe(0);
+    expect(await countRows(app, `select count(*) as n from chats where id = ${big.chatId}`)).toBe(0);
   });
 });

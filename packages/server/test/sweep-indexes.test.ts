@@ -11,6 +11,8 @@ import { rowsOf } from '../src/platform/db/index.js';
 import {
   botCommands,
   chatActivity,
+  chatInvites,
+  chatMembers,
   keyEnvelopes,
   messages,
   notifications,
@@ -59,6 +61,9 @@ describeApp('the sweeps read through partial indexes that match their predicates
   it.each([
     ['messages', messages.chatId],
     ['key_envelopes', keyEnvelopes.chatId],
+    ['chat_activity', chatActivity.chatId],
+    ['chat_members', chatMembers.chatId],
+    ['chat_invites', chatInvites.chatId],
   ] as const)('clearing the %s of deleted chats reaches them through chats_deleted_idx', async (_table, chatId) => {
     const query = sql`select 1 from ${chatId.table} where ${ofDeletedChats(chatId, now)} limit 5000 for update skip locked`;
     expect(await plan(query)).toMatch(reads('chats_deleted_idx'));

@@ -7,6 +7,7 @@ import { appError } from '../../platform/errors.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
 import type { MessagesService } from '../messages/messages.service.js';
 import { toChat } from './chats.presenter.js';
+import { CHAT_ROWS_TABLES } from './chats.purge.store.js';
 import type { ChatsStore, ChatWithCount } from './chats.store.js';
 
 /** Chats each step of the lifecycle sweep takes per statement (and transaction). */
@@ -18,7 +19,7 @@ export const DIRECT_SWEEP_MAX_BATCHES = 10;
  * memberships): a removed direct chat, or a chat its owner or an admin deleted.
  */
 export const CHAT_PURGE_AFTER_MS = 7 * 24 * 3600_000;
-/** Messages or key envelopes of deleted chats the purge deletes per statement. */
+/** Rows of deleted chats (messages, key envelopes, history, invites, memberships) the purge deletes per statement. */
 export const PURGE_ROWS_BATCH = 5000;
 
 export interface DirectChatsDeps {
@@ -98,8 +99,8 @@ export function makeDirectChats(deps: DirectChatsDeps) {
     /**
      * The chat lifecycle sweep: direct chats expired → archived, archived 24 h → removed
      * (memberships ended); then every chat deleted 7 days ago, direct or not, purged (deleted with
-     * everything in it): its messages and key envelopes first, `purgeRows` a statement, then the
-     * chat. Each step runs batches of `batch` (chats) while they come back full, at most
+     * everything in it): its messages, key envelopes, history, invites and memberships first,
+     * `purgeRows` a statement, then the chat. Each step runs batches of `batch` (chats) while they come back full, at most
      * `maxBatches` a tick. Safe on many nodes.
      */
     async sweepDirect(
@@ -125,7 +126,7 @@ export function makeDirectChats(deps: DirectChatsDeps) {
       const purgeBefore = new Date(now.getTime() - CHAT_PURGE_AFTER_MS);
       const rows = opts.purgeRows ?? PURGE_ROWS_BATCH;
       let cleared = 0;
-      for (const table of ['messages', 'key_envelopes'] as const)
+      for (const table of CHAT_ROWS_TABLES)
         cleared += await drain(rows, maxBatches, () => store.clearDeleted(table, purgeBefore, rows));
       const purged = await drain(size, maxBatches, () => store.purgeDeleted(purgeBefore, size));
       return { archived, removed, cleared, purged };

@@ -1,7 +1,29 @@
 import { type SQL, sql } from 'drizzle-orm';
 import type { AnyPgColumn } from 'drizzle-orm/pg-core';
 import { type Db, deleteBatch } from '../../platform/db/index.js';
-import { chats, keyEnvelopes, messages } from '../../platform/db/schema.js';
+import { chatActivity, chatInvites, chatMembers, chats, keyEnvelopes, messages } from '../../platform/db/schema.js';
+
+/**
+ * The tables a deleted chat's rows live in, each with the key a batch deletes by, in the order the
+ * purge clears them: messages and key envelopes (members × epochs) can hold millions, history
+ * (90 days of joins and leaves) and memberships of a big public chat hundreds of thousands. Each
+ * index or key leads with `chat_id`.
+ */
+const CHAT_ROWS = {
+  messages: { chatId: messages.chatId, key: [messages.chatId, messages.ms, messages.seq] },
+  key_envelopes: {
+    chatId: keyEnvelopes.chatId,
+    key: [keyEnvelopes.chatId, keyEnvelopes.epoch, keyEnvelopes.recipientSessionId],
+  },
+  chat_activity: { chatId: chatActivity.chatId, key: [chatActivity.id] },
+  chat_invites: { chatId: chatInvites.chatId, key: [chatInvites.code] },
+  chat_members: { chatId: chatMembers.chatId, key: [chatMembers.chatId, chatMembers.userId] },
+} as const satisfies Record<string, { chatId: AnyPgColumn; key: readonly [AnyPgColumn, ...AnyPgColumn[]] }>;
+
+export type ChatRowsTable = keyof typeof CHAT_ROWS;
+
+/** The tables `clearDeleted` takes apart, in order, before the chat row itself goes. */
+export const CHAT_ROWS_TABLES = Object.keys(CHAT_ROWS) as ChatRowsTable[];
 
 /**
  * Chats of any type deleted at or before `cutoff` (direct chats the lifecycle removed, chats their
@@ -15,20 +37,24 @@ export function deletedBy(cutoff: Date): SQL {
 
 /**
  * The ids of up to `limit` chats due for purge at `cutoff`, oldest deletion first, rows another
- * node is purging skipped. Only chats whose messages and key envelopes are already gone
- * (`clearDeleted`): the cascade of the chat row then takes its memberships, history and invites.
- * Exported for the test that checks the plan reads chats_deleted_idx.
+ * node is purging skipped. Only chats whose rows in every CHAT_ROWS table are already gone
+ * (`clearDeleted`): the delete of the chat row then cascades to nothing, so no statement grows
+ * with the size of a chat. Exported for the test that checks the plan reads chats_deleted_idx.
  */
 export function duePurge(cutoff: Date, limit: number): SQL {
-  return sql`select ${chats.id} from ${chats} where ${deletedBy(cutoff)}
-    and not exists (select 1 from ${messages} where ${messages.chatId} = ${chats.id})
-    and not exists (select 1 from ${keyEnvelopes} where ${keyEnvelopes.chatId} = ${chats.id})
+  const empty = sql.join(
+    Object.values(CHAT_ROWS).map(
+      ({ chatId }) => sql`and not exists (select 1 from ${chatId.table} where ${chatId} = ${chats.id})`,
+    ),
+    sql` `,
+  );
+  return sql`select ${chats.id} from ${chats} where ${deletedBy(cutoff)} ${empty}
     order by ${chats.deletedAt} limit ${limit} for update skip locked`;
 }
 
 /**
- * Rows of chats due for purge at `cutoff`, in a table whose primary key leads with `chatId`
- * (messages, key envelopes): read through chats_deleted_idx, then that key. Exported for the plan test.
+ * Rows of chats due for purge at `cutoff`, in a table whose key or index leads with `chatId`
+ * (CHAT_ROWS): read through chats_deleted_idx, then that key. Exported for the plan test.
  */
 export function ofDeletedChats(chatId: AnyPgColumn, cutoff: Date): SQL {
   return sql`${chatId} in (select ${chats.id} from ${chats} where ${deletedBy(cutoff)})`;
@@ -38,33 +64,19 @@ export function ofDeletedChats(chatId: AnyPgColumn, cutoff: Date): SQL {
 export function makeChatPurgeStore(db: Db) {
   return {
     /**
-     * Deletes up to `limit` rows of one of the two tables a chat can hold millions of (messages,
-     * key envelopes: members × epochs), of chats due for purge at `cutoff`; answers how many. A
-     * big chat is taken apart over several batches and ticks rather than in one cascade that
-     * could outrun the statement timeout, and so hold up every purge after it.
+     * Deletes up to `limit` rows of one of the CHAT_ROWS tables (messages, key envelopes,
+     * history, invites, memberships) of chats due for purge at `cutoff`; answers how many. A big
+     * chat is taken apart over several batches and ticks rather than in one cascade that could
+     * outrun the statement timeout, and so hold up every purge after it.
      */
-    async clearDeleted(table: 'messages' | 'key_envelopes', cutoff: Date, limit: number): Promise<number> {
-      return table === 'messages'
-        ? deleteBatch(
-            db,
-            messages,
-            [messages.chatId, messages.ms, messages.seq],
-            ofDeletedChats(messages.chatId, cutoff),
-            limit,
-          )
-        : deleteBatch(
-            db,
-            keyEnvelopes,
-            [keyEnvelopes.chatId, keyEnvelopes.epoch, keyEnvelopes.recipientSessionId],
-            ofDeletedChats(keyEnvelopes.chatId, cutoff),
-            limit,
-          );
+    async clearDeleted(table: ChatRowsTable, cutoff: Date, limit: number): Promise<number> {
+      const { chatId, key } = CHAT_ROWS[table];
+      return deleteBatch(db, chatId.table, key, ofDeletedChats(chatId, cutoff), limit);
     },
     /**
-     * Deletes up to `limit` chats deleted at or before `cutoff` whose messages and key envelopes
-     * are gone, for good: their memberships, history and invites go with them (ON DELETE
-     * CASCADE); a guild whose chat it was keeps the guild with no chat (ON DELETE SET NULL).
-     * Answers how many.
+     * Deletes up to `limit` chats deleted at or before `cutoff` whose rows in every CHAT_ROWS
+     * table are gone, for good (the ON DELETE CASCADE finds nothing left); a guild whose chat it
+     * was keeps the guild with no chat (ON DELETE SET NULL). Answers how many.
      */
     async purgeDeleted(cutoff: Date, limit: number): Promise<number> {
       const rows = await db
