@@ -1,6 +1,10 @@
 import { AuditCodes, Limits } from '@parlor/protocol';
 import { and, desc, eq, sql } from 'drizzle-orm';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { makeAuditStore } from '../src/modules/audit/audit.store.js';
+import { makeNotificationsService } from '../src/modules/notifications/notifications.service.js';
+import { makeNotificationsStore } from '../src/modules/notifications/notifications.store.js';
+import { systemClock } from '../src/platform/clock.js';
 import { auditLog, notifications, users } from '../src/platform/db/schema.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
 import { Client, nextIp } from './support/client.js';
@@ -366,6 +370,47 @@ describeApp('POST /v1/admin/notifications (broadcast) and deletion', () => {
       action: 'delete-broadcast',
       data: { broadcast_id: sent.body.broadcast_id, deleted: sent.body.recipients },
     });
+  });
+
+  it('deletes a broadcast of more copies than one statement takes, batch by batch, answering as before', async () => {
+    for (let i = 0; i < 4; i++) await login(app, { bot });
+    const sent = await op.post('/v1/admin/notifications', { title: 'Big', body: 'To everyone', type: 'info' });
+    expect(sent.body.recipients).toBeGreaterThan(5);
+    // The app's own service and store over the same database, with batches of 2 copies.
+    const { db } = app.database;
+    const store = makeNotificationsStore(db);
+    const batches: number[] = [];
+    const service = makeNotificationsService({
+      db,
+      store: {
+        ...store,
+        deleteBroadcastBatch: async (broadcastId: string, keepId: number, limit: number) => {
+          const n = await store.deleteBroadcastBatch(broadcastId, keepId, limit);
+          batches.push(n);
+          return n;
+        },
+      },
+      clock: systemClock,
+      events: { toUser: () => {}, onlineUserIds: async () => [] },
+      audit: makeAuditStore(db, systemClock),
+      users: { byId: async () => undefined },
+      log: { error: () => {} },
+      broadcastDeleteBatch: 2,
+    });
+    const res = await service.remove({ kind: 'operator' }, 'operator', sent.body.id);
+    expect(res).toEqual({ deleted: sent.body.recipients, broadcast_id: sent.body.broadcast_id });
+    // Every copy but the one named went in statements of at most 2; that one went with the audit entry.
+    expect(batches.length).toBeGreaterThan(2);
+    for (const n of batches) expect(n).toBeLessThanOrEqual(2);
+    expect(batches.reduce((a, b) => a + b, 0)).toBe(sent.body.recipients - 1);
+    const left = await db.select().from(notifications).where(eq(notifications.broadcastId, sent.body.broadcast_id));
+    expect(left).toEqual([]);
+    expect(await lastAudit(AuditCodes.NOTIFICATION_DELETE)).toMatchObject({
+      actorKind: 'operator',
+      action: 'delete-broadcast',
+      data: { broadcast_id: sent.body.broadcast_id, deleted: sent.body.recipients },
+    });
+    expectError(await op.post(`/v1/admin/notifications/${sent.body.id}/delete`), 404, 'ERR_NOTIFICATION_NOT_FOUND');
   });
 
   it('refuses deletion to Users and the level rule applies to targeted notifications', async () => {

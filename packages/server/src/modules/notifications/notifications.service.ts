@@ -10,6 +10,7 @@ import {
 } from '@parlor/protocol';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
+import { drain } from '../../platform/drain.js';
 import { appError } from '../../platform/errors.js';
 import { type ActorLevel, canActOn } from '../admin/admin.rules.js';
 import type { Actor, AuditStore } from '../audit/audit.store.js';
@@ -95,7 +96,12 @@ export interface NotificationsDeps {
   audit: AuditStore;
   users: Pick<UsersStore, 'byId'>;
   log: { error(obj: object, msg: string): void };
+  /** Copies of a broadcast deleted per statement (default BROADCAST_DELETE_BATCH). */
+  broadcastDeleteBatch?: number;
 }
+
+/** Copies of a broadcast its deletion removes per statement: no statement grows with the user base. */
+export const BROADCAST_DELETE_BATCH = 5000;
 
 export function makeNotificationsService(deps: NotificationsDeps) {
   const { db, store, clock, events, audit, users, log } = deps;
@@ -217,15 +223,23 @@ export function makeNotificationsService(deps: NotificationsDeps) {
 
     /**
      * POST /v1/admin/notifications/{id}/delete (803). A targeted notification is deleted alone; a
-     * copy of a broadcast deletes the whole broadcast (every recipient's copy).
+     * copy of a broadcast deletes the whole broadcast (every recipient's copy). A broadcast's other
+     * copies go first, `broadcastDeleteBatch` a statement; then the copy `id` goes with the audit
+     * entry in one transaction. Until then the broadcast can be found by `id`, so a deletion cut
+     * short (a failed statement, a crash) is finished by asking again.
      */
     async remove(actor: Actor, actorLevel: ActorLevel, id: number): Promise<AdminNotificationDeleted> {
       const row = await store.byId(id);
       if (!row) throw appError('ERR_NOTIFICATION_NOT_FOUND');
       if (row.broadcastId === null) await assertMayTarget(actorLevel, row.userId);
       const broadcastId = row.broadcastId;
+      const batch = deps.broadcastDeleteBatch ?? BROADCAST_DELETE_BATCH;
+      // Every batch until one comes back short: the request, not a later sweep, removes them all.
+      const others = broadcastId
+        ? await drain(batch, Number.POSITIVE_INFINITY, () => store.deleteBroadcastBatch(broadcastId, id, batch))
+        : 0;
       const deleted = await db.transaction(async (tx) => {
-        const n = broadcastId ? await store.deleteBroadcast(broadcastId, tx) : await store.deleteById(id, tx);
+        const n = (await store.deleteById(id, tx)) + others;
         if (n === 0) throw appError('ERR_NOTIFICATION_NOT_FOUND');
         await audit.record(
           {

@@ -1,4 +1,4 @@
-import { and, count, desc, eq, isNull, lt, type SQL, sql } from 'drizzle-orm';
+import { and, count, desc, eq, isNull, lt, ne, type SQL, sql } from 'drizzle-orm';
 import { anyOf, type Db, deleteBatch } from '../../platform/db/index.js';
 import { notifications } from '../../platform/db/schema.js';
 import type { Tx } from '../users/users.store.js';
@@ -128,12 +128,14 @@ export function makeNotificationsStore(db: Db) {
       return rows.length;
     },
 
-    /** Deletes every copy of a broadcast; answers how many (counted in SQL: a broadcast may be large). */
-    async deleteBroadcast(broadcastId: string, tx: Tx = db): Promise<number> {
-      const result = await tx.execute(sql`
-        with deleted as (delete from notifications where broadcast_id = ${broadcastId}::uuid returning 1)
-        select count(*)::integer as n from deleted`);
-      return Number(rowsOf<{ n: number | string }>(result)[0]?.n ?? 0);
+    /**
+     * Deletes up to `limit` copies of a broadcast, all but the copy `keepId` (read through
+     * notifications_broadcast_idx); answers how many. One bounded statement: a broadcast has a copy
+     * per registered user, so deleting them all at once would grow with the user base.
+     */
+    async deleteBroadcastBatch(broadcastId: string, keepId: number, limit: number): Promise<number> {
+      const where = and(eq(notifications.broadcastId, broadcastId), ne(notifications.id, keepId)) as SQL;
+      return deleteBatch(db, notifications, notifications.id, where, limit);
     },
   };
 }
