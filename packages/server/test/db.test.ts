@@ -147,6 +147,15 @@ describe.skipIf(MODE !== 'embedded')('the embedded data directory lock', () => {
     await again.close();
   }, 60_000);
 
+  it('closes once when closed twice at the same time, and frees the lock only when closed', async () => {
+    const dir = dataDir();
+    const database = await openDatabase({ url: null, dataDir: dir });
+    // The shutdown cap's last resort can race the app's own close: both calls wait for one close.
+    await expect(Promise.all([database.close(), database.close()])).resolves.toEqual([undefined, undefined]);
+    expect(existsSync(path.join(dir, PGLITE_LOCK_FILE))).toBe(false);
+    await database.close();
+  }, 60_000);
+
   it('takes over the lock a crashed server left (its pid runs no more)', async () => {
     const dir = dataDir();
     const child = spawnSync(process.execPath, ['-e', '']);

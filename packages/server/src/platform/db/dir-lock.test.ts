@@ -104,6 +104,46 @@ describe('takeLockFile', () => {
     expect(existsSync(file)).toBe(false);
   });
 
+  it('lets one of three takers hold it when two judged the lock stale before the third took it', () => {
+    writeFileSync(file, `${deadPid()}\n`);
+    const held: Array<() => void> = [];
+    // B and A both judge the lock stale; C takes it over before either removes it. Neither A nor B
+    // may remove C's lock (removal is only of the content judged stale, one taker at a time).
+    const take = (inner?: () => void) => () => takeLockFile(file, 'DATA_DIR x', { beforeTakeover: () => inner?.() });
+    let c: (() => void) | undefined;
+    const a = take(() => {
+      if (!c) c = takeLockFile(file, 'DATA_DIR x');
+    });
+    const b = take(() => {
+      expect(a).toThrow('in use by another process');
+    });
+    expect(b).toThrow(`DATA_DIR x is in use by another process (pid ${process.pid})`);
+    expect(c).toBeDefined();
+    if (c) held.push(c);
+    expect(readdirSync(dir)).toEqual(['pglite.lock']);
+    expect(readFileSync(file, 'utf8').trim()).toBe(linux ? mine() : String(process.pid));
+    for (const release of held) release();
+    expect(existsSync(file)).toBe(false);
+  });
+
+  it('removes a takeover file left by a taker that crashed, then takes the stale lock', () => {
+    writeFileSync(file, `${deadPid()}\n`);
+    writeFileSync(`${file}.takeover`, `${deadPid()}\n`);
+    const release = takeLockFile(file, 'DATA_DIR x');
+    expect(readdirSync(dir)).toEqual(['pglite.lock']);
+    release();
+  });
+
+  it.runIf(linux)('leaves a stale lock alone while a live taker holds the takeover file', () => {
+    const stale = `${deadPid()}\n`;
+    writeFileSync(file, stale);
+    const other = liveOther();
+    writeFileSync(`${file}.takeover`, `${other.pid} ${other.start}\n`);
+    expect(() => takeLockFile(file, 'DATA_DIR x')).toThrow('in use by another process');
+    expect(readFileSync(file, 'utf8')).toBe(stale);
+    expect(readdirSync(dir).sort()).toEqual(['pglite.lock', 'pglite.lock.takeover']);
+  });
+
   it('takes over an empty or unreadable lock (a crash before the pid was written)', () => {
     for (const content of ['', 'not a pid\n']) {
       writeFileSync(file, content);

@@ -1,4 +1,4 @@
-import { linkSync, readFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
+import { linkSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 
 /** The lock files this process holds (resolved paths): a file naming this pid but not listed here is stale. */
@@ -71,29 +71,39 @@ const unlinkIfThere = (file: string) => {
   }
 };
 
-/** Test seam: runs after a lock has been judged stale, before it is moved aside. */
+/** Test seam: runs after a lock has been judged stale, before it is removed. */
 export interface LockHooks {
   beforeTakeover?: () => void;
 }
 
 /**
- * Moves the stale lock (`content`) aside atomically and removes it. If what was moved is not that
- * content, another taker won the race since: its lock is put back (link: never over a newer one).
+ * Removes the stale lock (`content`) while holding `<file>.takeover`, created exclusively: takers of
+ * one stale lock go one at a time, and each removes the lock only if it still holds that content,
+ * so none can remove a lock another taker has just put in place. A takeover file left by a taker
+ * that crashed is judged like a lock and removed (the caller's next attempt takes it). Answers
+ * false when another live taker holds it: the caller starts over.
  */
-function moveAsideIfStill(file: string, content: string): void {
-  const moved = `${file}.stale.${process.pid}.${++scratch}`;
+function removeIfStill(file: string, content: string, mine: string): boolean {
+  const guard = `${file}.takeover`;
+  const aside = `${guard}.${process.pid}.${++scratch}.tmp`;
+  writeFileSync(aside, mine, { mode: 0o600 });
   try {
-    renameSync(file, moved);
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return;
-    throw e;
-  }
-  try {
-    if (contentOf(moved) !== content) linkSync(moved, file);
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+    try {
+      linkSync(aside, guard);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+      const holder = contentOf(guard);
+      if (holder !== null && !live(path.resolve(guard), holder)) unlinkIfThere(guard);
+      return false;
+    }
+    try {
+      if (contentOf(file) === content) unlinkIfThere(file);
+    } finally {
+      if (contentOf(guard) === mine) unlinkIfThere(guard);
+    }
+    return true;
   } finally {
-    unlinkIfThere(moved);
+    unlinkIfThere(aside);
   }
 }
 
@@ -127,7 +137,7 @@ export function takeLockFile(file: string, what: string, hooks: LockHooks = {}):
         );
       if (content === null) continue; // gone since: try again
       hooks.beforeTakeover?.();
-      moveAsideIfStill(file, content);
+      removeIfStill(file, content, mine);
     }
   } finally {
     unlinkIfThere(aside);

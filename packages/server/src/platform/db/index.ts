@@ -73,7 +73,7 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
     return {
       db: drizzlePostgres(alwaysPrepared(client), { schema }) as unknown as Db,
       kind: 'postgres',
-      close: () => client.end({ timeout: 5 }),
+      close: once(() => client.end({ timeout: 5 })),
     };
   }
   // PGlite has no locking across processes: a second server on the same directory would open and
@@ -95,13 +95,15 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
     return {
       db: db as unknown as Db,
       kind: 'pglite',
-      close: async () => {
+      // Once: a second call (the shutdown cap's last resort racing the app's own close) waits for
+      // the first instead of failing at once and releasing the lock while PGlite still writes.
+      close: once(async () => {
         try {
           await client.close();
         } finally {
           release();
         }
-      },
+      }),
     };
   } catch (e) {
     await client.close().catch(() => {});
@@ -153,4 +155,13 @@ export async function ping(db: Db): Promise<void> {
 export function rowsOf<T>(result: unknown): T[] {
   if (Array.isArray(result)) return result as T[];
   return ((result as { rows?: T[] }).rows ?? []) as T[];
+}
+
+/** `fn` run at most once: every call answers the first call's promise. */
+function once(fn: () => Promise<void>): () => Promise<void> {
+  let running: Promise<void> | undefined;
+  return () => {
+    running ??= fn();
+    return running;
+  };
 }
