@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import type { Logger } from 'pino';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { handleProcessEvents, LAST_RESORT_MS, SHUTDOWN_CAP_MS } from './process-lifecycle.js';
+import { CRASH_CAP_MS, handleProcessEvents, LAST_RESORT_MS, SHUTDOWN_CAP_MS } from './process-lifecycle.js';
 
 /** What was logged, as [level, message]. */
 function fakeLog() {
@@ -13,6 +13,11 @@ function fakeLog() {
 
 /** A shutdown whose close never ends, with what happened in order. */
 function stuckShutdown(lastResort: () => Promise<void>) {
+  return stuck(lastResort).started;
+}
+
+/** The same, with the emitter, so a test can add events after the SIGTERM. */
+function stuck(lastResort: () => Promise<void>) {
   const { log, lines } = fakeLog();
   const events = new EventEmitter();
   const order: string[] = [];
@@ -27,7 +32,7 @@ function stuckShutdown(lastResort: () => Promise<void>) {
     exit: (code) => void order.push(`exit ${code}`),
   });
   events.emit('SIGTERM', 'SIGTERM');
-  return { order, lines };
+  return { started: { order, lines }, events };
 }
 
 beforeEach(() => {
@@ -54,6 +59,19 @@ describe('handleProcessEvents', () => {
     await vi.advanceTimersByTimeAsync(0);
     expect(order).toEqual(['last resort', 'exit 1']);
     expect(lines).toContainEqual(['error', 'shutdown did not finish in time; closing the database and exiting']);
+  });
+
+  it('a crash during a signal shutdown runs the last resort at the crash cap, once, then exits 1', async () => {
+    const { started, events } = stuck(async () => {});
+    events.emit('uncaughtException', new Error('boom'));
+    await vi.advanceTimersByTimeAsync(CRASH_CAP_MS - 1);
+    expect(started.order).toEqual([]);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(started.order).toEqual(['last resort', 'exit 1']);
+    // The signal's own cap, later, does not run it again.
+    await vi.advanceTimersByTimeAsync(SHUTDOWN_CAP_MS);
+    expect(started.order).toEqual(['last resort', 'exit 1']);
+    expect(started.lines).toContainEqual(['fatal', 'uncaught exception']);
   });
 
   it('exits 1 after LAST_RESORT_MS when the last resort does not end either, and once only', async () => {

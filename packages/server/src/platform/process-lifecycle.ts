@@ -48,7 +48,10 @@ export function handleProcessEvents(opts: ProcessEventsOptions): ProcessEvents {
   let stopping = false;
   let crashed = false;
 
+  let lastResortStarted = false;
   const lastResortThenExit = () => {
+    if (lastResortStarted) return;
+    lastResortStarted = true;
     if (!opts.lastResort) return exit(1);
     const bound = setTimeout(() => exit(1), LAST_RESORT_MS);
     Promise.resolve()
@@ -89,8 +92,8 @@ export function handleProcessEvents(opts: ProcessEventsOptions): ProcessEvents {
     log.fatal({ err }, what);
     crashed = true;
     if (stopping) {
-      // A shutdown is under way: it exits 1 when done, or at the crash cap.
-      setTimeout(() => exit(1), CRASH_CAP_MS).unref();
+      // A shutdown is under way: it exits 1 when done, or at the crash cap after the last resort.
+      setTimeout(lastResortThenExit, CRASH_CAP_MS).unref();
       return;
     }
     stopping = true;
