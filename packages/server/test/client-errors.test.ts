@@ -1,7 +1,6 @@
-import { once } from 'node:events';
-import net from 'node:net';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { describeApp, startApp, type TestApp } from './support/app.js';
+import { rawExchange } from './support/raw-http.js';
 
 let app: TestApp;
 beforeAll(async () => {
@@ -11,14 +10,7 @@ afterAll(async () => app?.close());
 
 /** Writes `text` on a new connection to the app and reads everything until the server ends it. */
 async function exchange(text: string): Promise<{ status: string; head: string; body: unknown }> {
-  const socket = net.connect(Number(new URL(app.url).port), '127.0.0.1');
-  let received = '';
-  socket.on('data', (d: Buffer) => {
-    received += d.toString('utf8');
-  });
-  socket.on('error', () => {});
-  socket.write(text);
-  await once(socket, 'close');
+  const received = await rawExchange(Number(new URL(app.url).port), text);
   const [head = '', body = ''] = received.split('\r\n\r\n');
   return { status: head.split('\r\n')[0] ?? '', head, body: JSON.parse(body) };
 }

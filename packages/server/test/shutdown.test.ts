@@ -1,9 +1,9 @@
 import { once } from 'node:events';
-import net from 'node:net';
 import { expect, it } from 'vitest';
 import { REQUEST_TIMEOUT_MS } from '../src/platform/connections.js';
 import { describeApp, startApp } from './support/app.js';
 import { join, member } from './support/chat-flows.js';
+import { rawConnection } from './support/raw-http.js';
 import { closeAllSockets } from './support/sockets.js';
 import { stalledBrowser } from './support/stalled-browser.js';
 import { alive, eventually } from './support/vm-browser.js';
@@ -43,14 +43,8 @@ describeApp('shutdown', () => {
       beforeListen: (built) => built.app.addHook('preClose', async () => preCloseDone()),
     });
     const port = Number(new URL(app.url).port);
-    const socket = net.connect(port, '127.0.0.1');
+    const { socket, received, closed: ended } = rawConnection(port);
     await once(socket, 'connect');
-    let received = '';
-    socket.on('data', (d: Buffer) => {
-      received += d.toString('utf8');
-    });
-    const ended = new Promise<void>((resolve) => socket.on('close', () => resolve()));
-    socket.on('error', () => {});
 
     // A request whose body is still on its way (a slow client): in flight when close begins.
     const body = JSON.stringify({ username: 'nobody_here' });
@@ -73,10 +67,10 @@ describeApp('shutdown', () => {
     await ended;
     await closed;
 
-    const [first, second] = answers(received);
-    expect(first?.status, received).toBe(404);
+    const [first, second] = answers(received());
+    expect(first?.status, received()).toBe(404);
     expect(JSON.parse(first?.body ?? '{}')).toMatchObject({ code: 'ERR_USER_NOT_FOUND' });
-    expect(second?.status, received).toBe(503);
+    expect(second?.status, received()).toBe(503);
     expect(second?.headers.connection).toBe('close');
     expect(JSON.parse(second?.body ?? '{}')).toEqual({
       code: 'ERR_SERVICE_UNAVAILABLE',

@@ -1,8 +1,8 @@
 import { once } from 'node:events';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import net from 'node:net';
 import { afterAll, describe, expect, it } from 'vitest';
+import { rawConnection, rawExchange } from '../../test/support/raw-http.js';
 import { answerClientError } from './connections.js';
 
 // A plain Node server with a short request timeout (the app's is REQUEST_TIMEOUT_MS) and the
@@ -18,18 +18,7 @@ await once(server, 'listening');
 const port = (server.address() as AddressInfo).port;
 afterAll(() => new Promise((resolve) => server.close(resolve)));
 
-/** Writes `text` on a new connection and reads everything until the server ends it. */
-async function exchange(text: string): Promise<string> {
-  const socket = net.connect(port, '127.0.0.1');
-  let received = '';
-  socket.on('data', (d: Buffer) => {
-    received += d.toString('utf8');
-  });
-  socket.on('error', () => {});
-  socket.write(text);
-  await once(socket, 'close');
-  return received;
-}
+const exchange = (text: string) => rawExchange(port, text);
 
 describe('answerClientError', () => {
   it('answers a request that does not arrive in time with 408 ERR_REQUEST_TIMEOUT and ends the connection', async () => {
@@ -56,20 +45,14 @@ describe('answerClientError', () => {
   });
 
   it('writes nothing into an answer already under way on the connection, and ends it', async () => {
-    const socket = net.connect(port, '127.0.0.1');
-    let received = '';
-    socket.on('data', (d: Buffer) => {
-      received += d.toString('utf8');
-    });
-    socket.on('error', () => {});
-    const closed = once(socket, 'close');
+    const { socket, received, closed } = rawConnection(port);
     socket.write('GET /partial HTTP/1.1\r\nHost: a\r\n\r\n');
     await once(socket, 'data');
     // A pipelined request Node cannot parse, while the first answer is still being written.
     socket.write('NOT HTTP AT ALL\r\n\r\n');
     await closed;
-    expect(received).toMatch(/^HTTP\/1\.1 200 OK\r\n/);
-    expect(received).toContain('partial');
-    expect(received).not.toContain('HTTP/1.1 400');
+    expect(received()).toMatch(/^HTTP\/1\.1 200 OK\r\n/);
+    expect(received()).toContain('partial');
+    expect(received()).not.toContain('HTTP/1.1 400');
   });
 });
