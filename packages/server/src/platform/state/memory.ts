@@ -1,8 +1,7 @@
-import { RateLimiterMemory } from 'rate-limiter-flexible';
 import { type Clock, systemClock } from '../clock.js';
 import { ExpiringSet } from './expiring-set.js';
-import { wrapLimiter } from './limiter.js';
 import type { Limiter, StateStore, Unsubscribe } from './types.js';
+import { WindowLimiter } from './window-limiter.js';
 
 interface Entry {
   value: string;
@@ -14,7 +13,7 @@ export class MemoryState implements StateStore {
   readonly kind = 'memory' as const;
   private readonly values = new Map<string, Entry>();
   private readonly sets = new Map<string, ExpiringSet>();
-  private readonly limiters = new Map<string, Limiter>();
+  private readonly limiters = new Map<string, WindowLimiter>();
   private readonly channels = new Map<string, Set<(message: string) => void>>();
   private readonly sweeper: NodeJS.Timeout;
 
@@ -44,6 +43,7 @@ export class MemoryState implements StateStore {
       s.prune(now);
       if (s.size === 0) this.sets.delete(k);
     }
+    for (const l of this.limiters.values()) l.prune(now);
   }
 
   async get(key: string) {
@@ -90,10 +90,11 @@ export class MemoryState implements StateStore {
   }
   limiter(name: string, points: number, durationMs: number): Limiter {
     // One counter per name, as in Redis: a second limiter of the same name shares the allowance.
+    // Its windows run on this store's clock, like every other deadline here.
     const id = `${name}|${points}|${durationMs}`;
     let limiter = this.limiters.get(id);
     if (!limiter) {
-      limiter = wrapLimiter(new RateLimiterMemory({ keyPrefix: name, points, duration: durationMs / 1000 }), points);
+      limiter = new WindowLimiter(points, durationMs, () => this.now());
       this.limiters.set(id, limiter);
     }
     return limiter;

@@ -1,0 +1,82 @@
+import type { Limiter, LimitResult } from './types.js';
+
+interface Window {
+  /** Points spent in this window (refused attempts count too, as in Redis). */
+  spent: number;
+  /** When the window ends (ms since the epoch, on the store's clock). */
+  endsAt: number;
+}
+
+/**
+ * The in-process fixed-window limiter of the embedded mode, on the store's clock (so a test moves
+ * its windows with the same fake clock as everything else). A key's window opens at its first
+ * point and lasts `durationMs`; every point spent in it counts, refused ones included, exactly as
+ * the Redis limiter counts them. Ended windows are dropped when their key is next used and by
+ * `prune` (the store's periodic sweep), so keys never used again do not accumulate.
+ */
+export class WindowLimiter implements Limiter {
+  private readonly windows = new Map<string, Window>();
+
+  constructor(
+    private readonly points: number,
+    private readonly durationMs: number,
+    private readonly now: () => number,
+  ) {}
+
+  /** The key's window if it has not ended (an ended one is dropped). */
+  private open(key: string, now: number): Window | undefined {
+    const w = this.windows.get(key);
+    if (w && w.endsAt <= now) {
+      this.windows.delete(key);
+      return undefined;
+    }
+    return w;
+  }
+
+  private result(w: Window | undefined, now: number, refused: number): LimitResult {
+    const spent = w?.spent ?? 0;
+    const allowed = spent <= this.points - refused;
+    return {
+      allowed,
+      remaining: Math.max(0, this.points - spent),
+      retryAfterMs: allowed || !w ? 0 : Math.max(1, w.endsAt - now),
+    };
+  }
+
+  async consume(key: string, points = 1): Promise<LimitResult> {
+    const now = this.now();
+    let w = this.open(key, now);
+    if (!w) {
+      w = { spent: 0, endsAt: now + this.durationMs };
+      this.windows.set(key, w);
+    }
+    w.spent += points;
+    return this.result(w, now, 0);
+  }
+
+  async refund(key: string, points = 1): Promise<void> {
+    // Only points of the window still open come back; an ended window has nothing to return.
+    const w = this.open(key, this.now());
+    if (w) w.spent = Math.max(0, w.spent - points);
+  }
+
+  async peek(key: string): Promise<LimitResult> {
+    const now = this.now();
+    // Allowed when one more point would be: the window has not spent them all.
+    return this.result(this.open(key, now), now, 1);
+  }
+
+  async reset(key: string): Promise<void> {
+    this.windows.delete(key);
+  }
+
+  /** Drops every ended window. */
+  prune(now: number): void {
+    for (const [key, w] of this.windows) if (w.endsAt <= now) this.windows.delete(key);
+  }
+
+  /** Keys with an open (or not yet pruned) window. */
+  get size(): number {
+    return this.windows.size;
+  }
+}
