@@ -14,7 +14,8 @@ async function main() {
   let starting: Promise<unknown> = Promise.resolve();
   const events = handleProcessEvents({
     log,
-    // A start in progress is let finish (bounded by the cap), so what it opened is closed too.
+    // A start in progress is let finish (START_CAP_MS), so what it opened is closed too.
+    started: () => starting,
     close: async () => {
       await starting.catch(() => {});
       await app?.close();

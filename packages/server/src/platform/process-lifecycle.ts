@@ -4,6 +4,14 @@ import type { Logger } from 'pino';
 /** How long a shutdown on SIGTERM/SIGINT may take before the process exits 1 regardless. */
 export const SHUTDOWN_CAP_MS = 10_000;
 
+/**
+ * How long a signal waits for a start in progress (migrations) before SHUTDOWN_CAP_MS begins. A
+ * start is not cut short: PGlite's migrations are one transaction that a kill would make run again
+ * at the next start, and a slow machine takes several seconds for a first start. This bounds a
+ * start that hangs (a store that never answers); a second signal still exits at once.
+ */
+export const START_CAP_MS = 120_000;
+
 /** How long the shutdown after a crash may take: the process is in an unknown state. */
 export const CRASH_CAP_MS = 3_000;
 
@@ -12,7 +20,12 @@ export const LAST_RESORT_MS = 1_000;
 
 export interface ProcessEventsOptions {
   log: Logger;
-  /** Closes the app (or what a start in progress has opened). */
+  /**
+   * Settles when the start in progress (if any) has ended, either way: a signal's shutdown waits
+   * for it (START_CAP_MS at most) before `close` and its SHUTDOWN_CAP_MS begin.
+   */
+  started?: () => Promise<unknown>;
+  /** Closes the app (or what the start opened). */
   close: () => Promise<void>;
   /**
    * Run when a cap passes with `close` unfinished, for LAST_RESORT_MS at most, before the exit:
@@ -34,9 +47,9 @@ export interface ProcessEvents {
 /**
  * The process's signals and crashes, installed before anything is opened (a SIGTERM during the
  * migrations would otherwise kill the process mid-write, PGlite unclosed):
- * - SIGTERM/SIGINT: `close()` (the app, or what a start in progress has opened), then exit 0; 1
- *   if it fails or takes over SHUTDOWN_CAP_MS. A second signal exits at once, 128 + its number
- *   (130 for a second Ctrl-C).
+ * - SIGTERM/SIGINT: waits for a start in progress (`started`, START_CAP_MS at most), then
+ *   `close()`, then exit 0; 1 if it fails or takes over SHUTDOWN_CAP_MS. A second signal exits at
+ *   once, 128 + its number (130 for a second Ctrl-C).
  * - uncaughtException/unhandledRejection: logged at fatal (the logger's serializer keeps query
  *   values out), the same `close()` capped at CRASH_CAP_MS, then exit 1. Node's default would print
  *   a non-JSON stack and leave the stores unclosed.
@@ -69,6 +82,10 @@ export function handleProcessEvents(opts: ProcessEventsOptions): ProcessEvents {
       lastResortThenExit();
     }, capMs);
     cap.unref();
+    closeAndExit();
+  };
+
+  const closeAndExit = () => {
     opts.close().then(
       () => exit(crashed ? 1 : 0),
       (err: unknown) => {
@@ -85,7 +102,20 @@ export function handleProcessEvents(opts: ProcessEventsOptions): ProcessEvents {
     }
     stopping = true;
     log.info({ signal }, 'shutting down');
-    shutDown(SHUTDOWN_CAP_MS);
+    if (!opts.started) return shutDown(SHUTDOWN_CAP_MS);
+    // The cap counts from the end of the start: a start (migrations) is let finish, not cut off.
+    const startCap = setTimeout(() => {
+      log.error({ cap_ms: START_CAP_MS }, 'the start in progress did not end in time; exiting');
+      lastResortThenExit();
+    }, START_CAP_MS);
+    startCap.unref();
+    opts
+      .started()
+      .catch(() => {})
+      .then(() => {
+        clearTimeout(startCap);
+        if (!lastResortStarted) shutDown(SHUTDOWN_CAP_MS);
+      });
   };
 
   const onCrash = (what: string) => (err: unknown) => {
