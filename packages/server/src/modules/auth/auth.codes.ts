@@ -75,8 +75,8 @@ export function makeCodeStore(state: StateStore, clock: Clock) {
 
   /** Removes a code's identity entry and its pending entries for the given addresses. */
   const forget = async (code: string, rec: CodeRecord, ips: (string | null)[]) => {
-    const idKey = identityKey(rec.platform, rec.platformUserId);
-    if ((await state.get(idKey)) === `${rec.pool}:${code}`) await state.del(idKey);
+    // Only while it still names this code: a code issued meanwhile keeps its identity entry.
+    await state.delIf(identityKey(rec.platform, rec.platformUserId), `${rec.pool}:${code}`);
     const keys = new Set(ips.filter((ip): ip is string => ip !== null).map(pendingKey));
     for (const key of keys) await state.removeExpiring(key, code);
     await state.del(profileKey(rec.pool, code));
@@ -124,6 +124,10 @@ export function makeCodeStore(state: StateStore, clock: Clock) {
         if (ip !== null) await state.removeExpiring(pendingKey(ip), code);
         const winner = await store.active(platform, platformUserId);
         if (winner) return winner;
+        // The entry names a code that is gone (taken, or left by a process that stopped between
+        // the take and `forget`): remove that entry, unless it changed meanwhile, and try again.
+        const held = await state.get(identityKey(platform, platformUserId));
+        if (held !== null) await state.delIf(identityKey(platform, platformUserId), held);
       }
     },
 

@@ -65,6 +65,16 @@ export class MemoryState implements StateStore {
   async del(...keys: string[]) {
     for (const k of keys) this.values.delete(k);
   }
+  async delIf(key: string, expected: string) {
+    if (this.live(key)?.value !== expected) return false;
+    this.values.delete(key);
+    return true;
+  }
+  async replaceIf(key: string, expected: string, value: string, ttlMs: number) {
+    if (this.live(key)?.value !== expected) return false;
+    this.values.set(key, { value, expiresAt: this.now() + ttlMs });
+    return true;
+  }
   /** The set under `setKey` without the members whose deadline has passed (an empty one if none). */
   private liveSet(setKey: string) {
     const s = this.sets.get(setKey) ?? new ExpiringSet();

@@ -21,6 +21,19 @@ if top[2] then redis.call('PEXPIREAT', KEYS[1], top[2]) end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 return {redis.call('ZCARD', KEYS[1]), first[2] or ARGV[2]}`;
 
+/** KEYS[1]; ARGV: expected. Deletes the key while it holds `expected`; answers 1 when it did. */
+const DEL_IF = `
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0`;
+
+/** KEYS[1]; ARGV: expected, value, ttl ms. Replaces the value while it is `expected`; 1 when it did. */
+const REPLACE_IF = `
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+return 0`;
+
 /** Members per script call: the script unpacks two arguments per member onto Lua's stack (8000 at most). */
 const EXPIRING_CHUNK = 1000;
 
@@ -75,6 +88,13 @@ export class RedisState implements StateStore {
   }
   async del(...keys: string[]) {
     if (keys.length > 0) await this.client.del(...keys.map((k) => this.k(k)));
+  }
+  async delIf(key: string, expected: string) {
+    return (await this.client.eval(DEL_IF, 1, this.k(key), expected)) === 1;
+  }
+  async replaceIf(key: string, expected: string, value: string, ttlMs: number) {
+    const ttl = String(Math.max(1, Math.ceil(ttlMs)));
+    return (await this.client.eval(REPLACE_IF, 1, this.k(key), expected, value, ttl)) === 1;
   }
   async addExpiring(setKey: string, members: string[], expiresAtMs: number) {
     let answer: [number, string] = [0, String(expiresAtMs)];

@@ -137,6 +137,52 @@ export function describeStateContract(name: string, harness: StateHarness, opts:
       });
     });
 
+    describe('delIf / replaceIf (compare-and-delete, compare-and-set)', () => {
+      it('delIf deletes only while the key holds the expected value', async () => {
+        const k = freshKey('delif');
+        await state.set(k, 'mine', LONG_MS);
+        expect(await state.delIf(k, 'theirs')).toBe(false);
+        expect(await state.get(k)).toBe('mine');
+        expect(await state.delIf(k, 'mine')).toBe(true);
+        expect(await state.get(k)).toBeNull();
+        expect(await state.delIf(k, 'mine')).toBe(false);
+      });
+
+      it('delIf leaves a value that replaced the expected one, and finds an expired key gone', async () => {
+        const k = freshKey('delif-late');
+        await state.set(k, 'old', LONG_MS);
+        await state.set(k, 'new', LONG_MS);
+        expect(await state.delIf(k, 'old')).toBe(false);
+        expect(await state.get(k)).toBe('new');
+        const gone = freshKey('delif-expired');
+        await state.set(gone, 'v', TTL_MS);
+        await sleep(PAST_TTL_MS);
+        expect(await state.delIf(gone, 'v')).toBe(false);
+      });
+
+      it('replaceIf sets value and lifetime only over the expected value, never over an absent key', async () => {
+        const k = freshKey('replaceif');
+        expect(await state.replaceIf(k, 'x', 'y', LONG_MS)).toBe(false);
+        expect(await state.get(k)).toBeNull();
+        await state.set(k, 'v1', TTL_MS);
+        expect(await state.replaceIf(k, 'other', 'v2', LONG_MS)).toBe(false);
+        expect(await state.replaceIf(k, 'v1', 'v2', LONG_MS)).toBe(true);
+        // The new lifetime holds: the first one (TTL_MS) has passed.
+        await sleep(PAST_TTL_MS);
+        expect(await state.get(k)).toBe('v2');
+      });
+
+      it('is atomic: of 20 concurrent replaceIf from one value, exactly one wins', async () => {
+        const k = freshKey('replaceif-race');
+        await state.set(k, 'start', LONG_MS);
+        const results = await Promise.all(
+          Array.from({ length: 20 }, (_, i) => state.replaceIf(k, 'start', `caller-${i}`, LONG_MS)),
+        );
+        expect(results.filter(Boolean)).toHaveLength(1);
+        expect(await state.get(k)).toBe(`caller-${results.indexOf(true)}`);
+      });
+    });
+
     describe('take', () => {
       it('returns the value once and deletes it', async () => {
         const k = freshKey('take');

@@ -13,6 +13,13 @@ export interface StateStore {
   /** Atomically reads and deletes: of two concurrent takes, one gets the value. */
   take(key: string): Promise<string | null>;
   del(...keys: string[]): Promise<void>;
+  /** Deletes the key only while it holds `expected`; atomic. True when this call deleted it. */
+  delIf(key: string, expected: string): Promise<boolean>;
+  /**
+   * Sets `value` with a new lifetime only while the key holds `expected` (an absent key is never
+   * replaced: see setIfAbsent); atomic. True when this call set it.
+   */
+  replaceIf(key: string, expected: string, value: string, ttlMs: number): Promise<boolean>;
   /**
    * Adds `members` to an expiring set with one deadline (each member keeps its own: a member added
    * again takes the new one), drops members whose deadline has passed, and returns how many remain
