@@ -1,6 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { FakeClock } from '../../platform/clock.js';
 import { MemoryState } from '../../platform/state/memory.js';
-import { makeVmCluster } from './vm.cluster.js';
+import { makeVmCluster, PLACE_TTL_MS } from './vm.cluster.js';
 
 /** An in-process state store whose publishes to matching channels fail, as during a Redis blip. */
 class FlakyState extends MemoryState {
@@ -67,5 +68,40 @@ describe('vm cluster plumbing when the state store fails to publish', () => {
     expect(await caller.call('owner', 'ping', { n: 1 })).toEqual({ op: 'ping', args: { n: 1 } });
     expect(log.warn).not.toHaveBeenCalled();
     await Promise.all([owner.close(), caller.close()]);
+  });
+});
+
+describe('the room map after a node stalled past its entry’s lifetime', () => {
+  it('the stalled node neither overwrites nor releases the entry of the node that took the room', async () => {
+    const clock = new FakeClock(Date.UTC(2026, 10, 25));
+    const state = new MemoryState(clock);
+    const log = { warn: vi.fn() };
+    const a = makeVmCluster(state, { log, nodeId: 'node-a' });
+    const b = makeVmCluster(state, { log, nodeId: 'node-b' });
+    await Promise.all([a.ready, b.ready]);
+    try {
+      expect(await a.claim(7)).toBeNull();
+      expect(await a.hold(7, 'running')).toBe(true);
+      // Node A stalls past the entry's lifetime; node B claims the stopped-looking room.
+      clock.advance(PLACE_TTL_MS);
+      expect(await b.claim(7)).toBeNull();
+      expect(await a.hold(7, 'running')).toBe(false);
+      await a.release(7);
+      expect(await a.placeOf(7)).toEqual({ node: 'node-b', state: 'starting' });
+      // B's own hold and release still work.
+      expect(await b.hold(7, 'running')).toBe(true);
+      expect(await b.placeOf(7)).toEqual({ node: 'node-b', state: 'running' });
+      await b.release(7);
+      expect(await b.placeOf(7)).toBeNull();
+      // An entry that lapsed with nobody claiming it is taken back by its holder.
+      expect(await a.claim(8)).toBeNull();
+      clock.advance(PLACE_TTL_MS);
+      expect(await a.hold(8, 'running')).toBe(true);
+      expect(await b.placeOf(8)).toEqual({ node: 'node-a', state: 'running' });
+    } finally {
+      await a.close();
+      await b.close();
+      await state.close();
+    }
   });
 });

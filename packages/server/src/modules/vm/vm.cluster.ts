@@ -110,13 +110,22 @@ export function makeVmCluster(
       if (await state.setIfAbsent(key(chatId), JSON.stringify(mine), PLACE_TTL_MS)) return null;
       return (await this.placeOf(chatId)) ?? { node: '', state: 'starting' };
     },
-    /** The owner keeps its rooms in the map (called every sweep; the entry expires if it stops). */
-    async hold(chatId: number, s: RoomPlace['state']): Promise<void> {
-      await state.set(key(chatId), JSON.stringify({ node: nodeId, state: s }), PLACE_TTL_MS);
+    /**
+     * The owner keeps its rooms in the map (called every sweep; the entry expires if it stops). An
+     * entry another node holds is left alone (this node paused past the lifetime and the room was
+     * claimed meanwhile): answers false, and the caller's room is not this node's any more.
+     */
+    async hold(chatId: number, s: RoomPlace['state']): Promise<boolean> {
+      const value = JSON.stringify({ node: nodeId, state: s });
+      const raw = await state.get(key(chatId));
+      if (raw === null) return state.setIfAbsent(key(chatId), value, PLACE_TTL_MS);
+      if (parsePlace(raw)?.node !== nodeId) return false;
+      return state.replaceIf(key(chatId), raw, value, PLACE_TTL_MS);
     },
+    /** Removes this node's entry; never one another node holds (compare-and-delete). */
     async release(chatId: number): Promise<void> {
-      const place = await this.placeOf(chatId);
-      if (place?.node === nodeId) await state.del(key(chatId));
+      const raw = await state.get(key(chatId));
+      if (raw !== null && parsePlace(raw)?.node === nodeId) await state.delIf(key(chatId), raw);
     },
 
     /** Serves requests from other nodes (`call`): one handler for every operation. */

@@ -129,7 +129,13 @@ export function makeRoomHost(deps: HostDeps) {
         last: null,
         inputsInFlight: 0,
       });
-      await cluster.hold(chatId, 'running');
+      if (!(await cluster.hold(chatId, 'running'))) {
+        // The claim lapsed while the browser started (this node stalled) and another node took the
+        // room: this copy goes, the other one serves the chat.
+        hosted.delete(chatId);
+        await provider.stop(String(chatId)).catch(() => {});
+        throw appError('ERR_ROOM_START_FAILED', 'Another node took this room over while it was starting.');
+      }
     } catch (err) {
       await cluster.release(chatId).catch(() => {});
       throw err;
@@ -253,7 +259,15 @@ export function makeRoomHost(deps: HostDeps) {
     async sweep(at: number): Promise<void> {
       for (const chatId of starting.keys()) if (!hosted.has(chatId)) await cluster.hold(chatId, 'starting');
       for (const room of [...hosted.values()]) {
-        await cluster.hold(room.chatId, 'running');
+        if (!(await cluster.hold(room.chatId, 'running'))) {
+          // Another node holds the room now (this one stalled past the map's lifetime and the room
+          // was claimed again): close this copy quietly, the chat's sockets follow the other one.
+          deps.log.warn({ chat_id: room.chatId }, 'room VM taken over by another node; closing this copy');
+          hosted.delete(room.chatId);
+          room.unsubscribe?.();
+          await provider.stop(String(room.chatId)).catch(() => {});
+          continue;
+        }
         // Nodes report their viewers every few seconds; one silent for the map's TTL is gone.
         for (const [node, a] of room.audiences)
           if (node !== self && now() - a.seenAt > PLACE_TTL_MS) room.audiences.delete(node);
