@@ -50,6 +50,8 @@ export function makeBotsService({ db, store, audit, state, clock, users }: BotsD
     return l;
   };
 
+  const officialOnly = () => appError('ERR_FORBIDDEN', 'Only Owners and the operator manage official bots.');
+
   const mustGet = async (id: number): Promise<BotRow> => {
     const b = await store.byId(id);
     if (!b) throw appError('ERR_BOT_NOT_FOUND');
@@ -98,9 +100,9 @@ export function makeBotsService({ db, store, audit, state, clock, users }: BotsD
      * needs an Owner or the operator. Audited (202) with the fields that changed.
      */
     async adminUpdate(botId: number, body: AdminBotUpdateBody, actor: Actor, level: ActorLevel) {
-      const bot = await mustGet(botId);
-      if ((bot.type === OFFICIAL || body.type === 'official') && !canManageOfficial(level))
-        throw appError('ERR_FORBIDDEN', 'Only Owners and the operator manage official bots.');
+      const mayManage = (bot: BotRow) =>
+        !((bot.type === OFFICIAL || body.type === 'official') && !canManageOfficial(level));
+      if (!mayManage(await mustGet(botId))) throw officialOnly();
       if (body.owner_user_id) await users.mustGet(body.owner_user_id);
       const now = clock.now();
       const values: Parameters<BotsStore['update']>[1] = { updatedAt: now };
@@ -110,6 +112,10 @@ export function makeBotsService({ db, store, audit, state, clock, users }: BotsD
       if (body.owner_user_id !== undefined) values.ownerUserId = body.owner_user_id;
       if (body.avatar_url !== undefined) values.avatarUrl = body.avatar_url;
       const row = await db.transaction(async (tx) => {
+        // Decided again on the locked row: an Owner may have made the bot official meanwhile.
+        const bot = await store.lockById(botId, tx);
+        if (!bot) throw appError('ERR_BOT_NOT_FOUND');
+        if (!mayManage(bot)) throw officialOnly();
         const row = await store.update(botId, values, tx);
         if (!row) throw appError('ERR_BOT_NOT_FOUND');
         await audit.record(
@@ -123,11 +129,13 @@ export function makeBotsService({ db, store, audit, state, clock, users }: BotsD
 
     /** POST /v1/admin/bots/{id}/delete: a soft delete; the key stops working with the next request. */
     async remove(botId: number, actor: Actor, level: ActorLevel): Promise<void> {
-      const bot = await mustGet(botId);
-      if (bot.type === OFFICIAL && !canManageOfficial(level))
-        throw appError('ERR_FORBIDDEN', 'Only Owners and the operator manage official bots.');
+      const mayManage = (bot: BotRow) => bot.type !== OFFICIAL || canManageOfficial(level);
+      if (!mayManage(await mustGet(botId))) throw officialOnly();
       const now = clock.now();
       await db.transaction(async (tx) => {
+        const bot = await store.lockById(botId, tx);
+        if (!bot) throw appError('ERR_BOT_NOT_FOUND');
+        if (!mayManage(bot)) throw officialOnly();
         if (!(await store.update(botId, { deletedAt: now, updatedAt: now }, tx))) throw appError('ERR_BOT_NOT_FOUND');
         await audit.record(
           { actor, code: AuditCodes.BOT_DELETE, action: 'delete', targetBotId: botId, data: { name: bot.name } },

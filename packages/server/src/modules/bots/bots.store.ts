@@ -30,6 +30,16 @@ export function makeBotsStore(db: Db) {
         .limit(1);
       return row;
     },
+    /** The live bot's row, locked until the transaction ends (a change decided on what it holds). */
+    async lockById(id: number, tx: Tx): Promise<BotRow | undefined> {
+      const [row] = await tx
+        .select()
+        .from(bots)
+        .where(and(eq(bots.id, id), live))
+        .limit(1)
+        .for('update');
+      return row;
+    },
     async byKeyHash(hash: string): Promise<BotRow | undefined> {
       const [row] = await db
         .select()

@@ -1,0 +1,35 @@
+import type postgres from 'postgres';
+
+/**
+ * Race tests on PostgreSQL fix an interleaving with locks of their own: a transaction that holds
+ * rows (or writes) until released, and a wait until the app's statements queue behind it.
+ */
+
+/** Resolves once `n` backends of this database wait for a lock (the interleaving is then fixed). */
+export async function lockWaiters(sql: postgres.Sql, n: number): Promise<void> {
+  for (;;) {
+    const [row] = await sql<{ n: number }[]>`
+      select count(*)::int as n from pg_stat_activity
+      where datname = current_database() and wait_event_type = 'Lock'`;
+    if ((row?.n ?? 0) >= n) return;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+/** A transaction of the test's own, held open until `release()`; `ready` once `work` has run in it. */
+export function hold(sql: postgres.Sql, work: (tx: postgres.TransactionSql) => Promise<unknown>) {
+  let release!: () => void;
+  const released = new Promise<void>((r) => {
+    release = r;
+  });
+  let ready!: () => void;
+  const started = new Promise<void>((r) => {
+    ready = r;
+  });
+  const done = sql.begin(async (tx) => {
+    await work(tx);
+    ready();
+    await released;
+  });
+  return { ready: started, release, done };
+}
