@@ -50,12 +50,23 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
     return target;
   };
 
+  /**
+   * Takes the target's row lock for the rest of the transaction, before its records are read or
+   * written: punishments of one user on any node then run one after the other, each seeing the
+   * records of those before it (UsersStore.byIdForUpdate). A user deleted meanwhile: 404.
+   */
+  const lockTarget = async (tx: Tx, targetId: number) => {
+    if (!(await usersStore.byIdForUpdate(targetId, tx))) throw appError('ERR_USER_NOT_FOUND');
+  };
+
   /** Drops every socket of a user, on every node (timeouts, bans). */
   const dropSockets = (userId: number) => realtime.io.in(rooms.user(userId)).disconnectSockets(true);
 
   /**
-   * One platform punishment inside a transaction: the user's state (for bans and timeouts), the
-   * record of spec 2.6, the audit entry and the automated notification. Publish `note` after commit.
+   * One platform punishment inside a transaction: the record of spec 2.6, the user's state (for
+   * bans and timeouts: the one all their active records give, ModerationStore.platformState, so a
+   * timeout never lowers a ban and a shorter punishment never shortens a longer one), the audit
+   * entry and the automated notification. Publish `note` after commit.
    */
   const punish = async (
     tx: Tx,
@@ -68,12 +79,12 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
       action: string;
       body: { duration?: number; reason?: string };
       notice: AutomatedKind;
-      state?: 1 | 2;
+      settlesState: boolean;
     },
   ) => {
     const now = clock.now();
     const expiresAt = until(now, p.body.duration);
-    if (p.state) await usersStore.update(p.targetId, { state: p.state, stateExpiresAt: expiresAt, updatedAt: now }, tx);
+    if (p.settlesState) await lockTarget(tx, p.targetId);
     const record = await store.record(
       {
         userId: p.targetId,
@@ -86,6 +97,7 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
       },
       tx,
     );
+    if (p.settlesState) await store.settleState(p.targetId, now, tx);
     await audit.record(
       {
         actor: p.actor,
@@ -122,7 +134,7 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
           action: 'ban',
           body,
           notice: 'banned',
-          state: 2,
+          settlesState: true,
         });
         const ended = await deps.sessions.endAll(targetId, 'banned', tx);
         // Once committed, in this order: the notice, the sockets drop, then the chats hear that
@@ -138,12 +150,14 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
       return toPunishment(record);
     },
 
+    /** Lifts every platform ban; the state is then what the other records give (a running timeout stays). */
     async unban(actor: Actor, level: ActorLevel, targetId: number, body: { reason?: string }) {
       await assertPlatformTarget(actor, level, targetId);
       const now = clock.now();
       const note = await db.transaction(async (tx) => {
-        await usersStore.update(targetId, { state: 0, stateExpiresAt: null, updatedAt: now }, tx);
+        await lockTarget(tx, targetId);
         await store.lift(targetId, ['PLATFORM_BAN'], null, now, tx);
+        await store.settleState(targetId, now, tx);
         await audit.record(
           { actor, code: AuditCodes.PUNISH_UNBAN, action: 'unban', targetUserId: targetId, reason: body.reason },
           tx,
@@ -153,7 +167,11 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
       notifications.publish(note);
     },
 
-    /** Times out platform-wide: sockets drop and every request answers 403 ERR_TIMED_OUT until expiry. */
+    /**
+     * Times out platform-wide: sockets drop and every request answers 403 ERR_TIMED_OUT until expiry.
+     * A banned user is timed out too (recorded, 200) but stays Banned: the timeout applies only if
+     * the ban ends (unban, expiry) before it does.
+     */
     async timeout(
       actor: Actor,
       level: ActorLevel,
@@ -172,7 +190,7 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
           action: 'timeout',
           body,
           notice: 'timed_out',
-          state: 1,
+          settlesState: true,
         }),
       );
       notifications.publish(note);
@@ -200,6 +218,7 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
           action: 'warn',
           body,
           notice: 'warned',
+          settlesState: false,
         });
         if (extra) await extra(tx);
         return done;

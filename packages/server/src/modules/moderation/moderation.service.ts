@@ -259,16 +259,23 @@ export function makeModerationService(deps: ModerationDeps) {
     },
 
     /**
-     * Lifts records whose time is up and restores users whose timeout or ban ended: each in
-     * batches of `batch` while they come back full, at most `maxBatches` a tick (the next tick goes
-     * on). Safe on many nodes.
+     * Lifts records whose time is up and settles users whose timeout or ban ended to the state
+     * their other records still give: each in batches of `batch` while they come back full, at most
+     * `maxBatches` a tick (the next tick goes on). `restored` counts the users back to Active (a
+     * user whose timeout outlasts a temporary ban moves to Timeout, and is not counted). Safe on
+     * many nodes.
      */
     async sweep(opts: { batch?: number; maxBatches?: number } = {}): Promise<{ lifted: number; restored: number }> {
       const size = opts.batch ?? EXPIRY_BATCH;
       const maxBatches = opts.maxBatches ?? EXPIRY_MAX_BATCHES;
       const now = clock.now();
       const lifted = await drain(size, maxBatches, async () => (await store.liftExpired(now, size)).length);
-      const restored = await drain(size, maxBatches, async () => (await store.restoreExpiredStates(now, size)).length);
+      let restored = 0;
+      await drain(size, maxBatches, async () => {
+        const settled = await store.restoreExpiredStates(now, size);
+        restored += settled.filter((u) => u.state === 0).length;
+        return settled.length;
+      });
       return { lifted, restored };
     },
   };

@@ -1,4 +1,4 @@
-import { and, eq, inArray, isNull, lte, type SQL, sql } from 'drizzle-orm';
+import { and, type Column, eq, inArray, isNull, lte, type SQL, sql } from 'drizzle-orm';
 import type { Db } from '../../platform/db/index.js';
 import { moderationActions, users } from '../../platform/db/schema.js';
 import { noUsersChanged, type UsersChanged } from '../users/users.changes.js';
@@ -31,7 +31,30 @@ export function restoreDue(now: Date, limit: number): SQL {
   return sql`select ${users.id} from ${users} where ${stateExpired(now)} order by ${users.stateExpiresAt} limit ${limit} for update skip locked`;
 }
 
-/** `onChanged` hears of the users whose state the expiry sweep restored (read caches, users.changes.ts). */
+/**
+ * The platform state the records of user `userId` give at `now`, as the two values of the users row
+ * (spec 3): Banned while an unlifted, unexpired PLATFORM_BAN exists, until the longest one ends
+ * (none: permanent); else Timeout until the latest active PLATFORM_TIMEOUT ends; else Active with no
+ * expiry. Records from a chat count too (a chat timeout applies platform-wide). The only place the
+ * state is computed, so a punishment, an unban and the sweep never disagree. Each is one scalar
+ * subquery (an aggregate without grouping: one row even when there is no record).
+ */
+export function platformState(userId: Column | number, now: Date): { state: SQL<number>; expiresAt: SQL<Date | null> } {
+  const m = moderationActions;
+  const active = sql`from ${m} where ${m.userId} = ${userId} and ${m.actionType} in ('PLATFORM_BAN', 'PLATFORM_TIMEOUT')
+    and ${m.isLifted} = false and (${m.expiresAt} is null or ${m.expiresAt} > ${now.toISOString()})`;
+  const banned = sql`${m.actionType} = 'PLATFORM_BAN'`;
+  return {
+    state: sql<number>`(select case when bool_or(${banned}) then 2 when count(*) > 0 then 1 else 0 end ${active})`,
+    expiresAt: sql<Date | null>`(select case
+      when bool_or(${banned}) then case when bool_or(${banned} and ${m.expiresAt} is null) then null
+        else max(${m.expiresAt}) filter (where ${banned}) end
+      when bool_or(${m.expiresAt} is null) then null
+      else max(${m.expiresAt}) end ${active})`,
+  };
+}
+
+/** `onChanged` hears of the users whose state a punishment or the expiry sweep wrote (read caches, users.changes.ts). */
 export function makeModerationStore(db: Db, onChanged: UsersChanged = noUsersChanged) {
   return {
     async record(values: typeof moderationActions.$inferInsert, tx: Tx = db): Promise<ModerationRow> {
@@ -55,6 +78,22 @@ export function makeModerationStore(db: Db, onChanged: UsersChanged = noUsersCha
         .returning({ id: moderationActions.id });
       return rows.length;
     },
+    /**
+     * Writes the state the user's records give at `now` (platformState) to the users row. Call it
+     * with the row locked (UsersStore.byIdForUpdate) before the records were read or written in
+     * this transaction, so concurrent punishments of one user each see the others' records.
+     */
+    async settleState(userId: number, now: Date, tx: Tx): Promise<{ state: number; stateExpiresAt: Date | null }> {
+      const derived = platformState(userId, now);
+      const [row] = await tx
+        .update(users)
+        .set({ state: derived.state, stateExpiresAt: derived.expiresAt, updatedAt: now })
+        .where(eq(users.id, userId))
+        .returning({ state: users.state, stateExpiresAt: users.stateExpiresAt });
+      if (!row) throw new Error('settleState: no such user');
+      await onChanged([userId], tx);
+      return row;
+    },
     /** Marks records whose expiry passed as lifted, oldest expiry first; returns them. Safe on many nodes. */
     async liftExpired(now: Date, limit: number): Promise<ModerationRow[]> {
       const due = liftDue(now, limit);
@@ -65,18 +104,23 @@ export function makeModerationStore(db: Db, onChanged: UsersChanged = noUsersCha
         .returning();
     },
     /**
-     * Up to `limit` users whose timeout or temporary ban ended: back to Active; answers their ids.
-     * Safe on many nodes (each batch skips the users another node is restoring).
+     * Up to `limit` users whose timeout or temporary ban ended: to the state their records still
+     * give (platformState: Active when none is active, Timeout when a timeout outlasts a temporary
+     * ban, Banned when a row was written otherwise); answers their ids and new states. Safe on many
+     * nodes (each batch skips the users another node is restoring or a punishment holds).
      */
-    async restoreExpiredStates(now: Date, limit: number): Promise<number[]> {
+    async restoreExpiredStates(now: Date, limit: number): Promise<{ id: number; state: number }[]> {
+      const derived = platformState(users.id, now);
       const rows = await db
         .update(users)
-        .set({ state: 0, stateExpiresAt: null, updatedAt: now })
+        .set({ state: derived.state, stateExpiresAt: derived.expiresAt, updatedAt: now })
         .where(sql`${users.id} in (${restoreDue(now, limit)})`)
-        .returning({ id: users.id });
-      const ids = rows.map((r) => r.id);
-      await onChanged(ids, db);
-      return ids;
+        .returning({ id: users.id, state: users.state });
+      await onChanged(
+        rows.map((r) => r.id),
+        db,
+      );
+      return rows;
     },
   };
 }
