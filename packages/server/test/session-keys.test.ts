@@ -1,18 +1,24 @@
 import { Limits } from '@parlor/protocol';
+import { generateKeyPair, publicKeyToBase64 } from '@parlor/sdk';
 import { eq, sql } from 'drizzle-orm';
+import postgres from 'postgres';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { schema } from '../src/platform/db/index.js';
-import { describeApp, startApp, type TestApp } from './support/app.js';
-import { join, keyedChat, type Member, member } from './support/chat-flows.js';
-import { login, operator } from './support/flows.js';
+import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
+import { join, keyedChat, type Member, member, sessionIdOf } from './support/chat-flows.js';
+import { login, operator, setLevel } from './support/flows.js';
+import { hold, lockWaiters } from './support/pg-locks.js';
 import { closeAllSockets } from './support/sockets.js';
 
 let app: TestApp;
+let pg: postgres.Sql;
 beforeAll(async () => {
   app = await startApp();
+  if (app.config.databaseUrl) pg = postgres(app.config.databaseUrl, { max: 3, onnotice: () => {} });
 });
 afterAll(async () => {
   closeAllSockets();
+  await pg?.end({ timeout: 1 });
   await app?.close();
 });
 
@@ -120,4 +126,44 @@ describeApp('ending a session and removing its key are one transaction', () => {
     expect(state.body.epoch).toBe(chat.epoch);
     expect(Object.keys(state.body.key_ring[String(guest.user.id)] ?? {})).toContain(String(guest.sessionId));
   });
+});
+
+// DESIGN.md 7: a member session's key replaced raises its chats' epochs. Two tabs share one
+// session (its cookie); PGlite runs one transaction at a time, so only PostgreSQL interleaves
+// their registrations.
+describeApp('two key registrations for one session at once (PostgreSQL)', () => {
+  it.skipIf(MODE === 'embedded')(
+    'the second replaces the first and raises the epoch of the session’s chats exactly once',
+    async () => {
+      const owner = await login(app);
+      await setLevel(app, owner.user.id, 2);
+      // The creator is the chat's first member; this session has no key yet.
+      const created = await owner.client.post('/v1/portal/chats/create', { name: 'Two tabs', type: 'public' });
+      expect(created.status).toBe(200);
+      const chatId: number = created.body.chat.id;
+      const sessionId = await sessionIdOf(app, owner.client);
+      const epochOf = async () =>
+        (await pg<{ epoch: number }[]>`select epoch from chats where id = ${chatId}`)[0]?.epoch;
+      const before = await epochOf();
+      const [first, second] = [generateKeyPair(), generateKeyPair()].map((k) => publicKeyToBase64(k.publicKey));
+      // The session row, held here: both registrations queue behind it, in the order sent (without
+      // the registration's own lock on it, both would have read "no key" first, then waited for
+      // their inserts' foreign key check).
+      const session = hold(pg, (tx) => tx`select id from sessions where id = ${sessionId} for update`);
+      await session.ready;
+      const one = owner.client.post('/v1/portal/keys', { public_key: first });
+      await Promise.race([one, lockWaiters(pg, 1)]);
+      const two = owner.client.post('/v1/portal/keys', { public_key: second });
+      await Promise.race([two, lockWaiters(pg, 2)]);
+      session.release();
+      await session.done;
+      expect((await one).body).toEqual({ status: 'registered' });
+      expect((await two).body).toEqual({ status: 'registered' });
+      expect(await epochOf()).toBe((before ?? 0) + 1);
+      const keys = await pg<
+        { public_key: string }[]
+      >`select public_key from session_keys where session_id = ${sessionId}`;
+      expect(keys.map((k) => k.public_key)).toEqual([second]);
+    },
+  );
 });

@@ -86,6 +86,9 @@ export function makeKeysService({ db, store, clock, realtime, membership }: Keys
         });
       }
       const result = await db.transaction(async (tx) => {
+        // Two registrations at once for one session (two tabs share its cookie) would both read
+        // no key and neither raise the epochs; in turn, the second reads the first's key.
+        await store.lockSession(sessionId, tx);
         const old = await store.keyOf(sessionId, tx);
         if (old === publicKey) return null;
         await store.upsertKey(sessionId, userId, publicKey, clock.now(), tx);

@@ -11,6 +11,13 @@ export interface RingEntry {
 
 export function makeKeysStore(db: Db) {
   return {
+    /**
+     * Locks the session's row for the transaction (FOR NO KEY UPDATE: rows that only reference the
+     * session are still inserted meanwhile), so key registrations of one session run one at a time.
+     */
+    async lockSession(sessionId: number, tx: Tx): Promise<void> {
+      await tx.select({ id: sessions.id }).from(sessions).where(eq(sessions.id, sessionId)).for('no key update');
+    },
     async keyOf(sessionId: number, tx: Tx = db): Promise<string | null> {
       const [row] = await tx
         .select({ k: sessionKeys.publicKey })
