@@ -1,7 +1,10 @@
+import { and, eq, isNull } from 'drizzle-orm';
 import postgres from 'postgres';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { schema } from '../src/platform/db/index.js';
 import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
-import { join, type Member, member } from './support/chat-flows.js';
+import { bundle, join, keyEpoch, type Member, member } from './support/chat-flows.js';
+import { hold as holdTx, lockWaiters as waitForLocks } from './support/pg-locks.js';
 import { closeAllSockets } from './support/sockets.js';
 
 let app: TestApp;
@@ -16,34 +19,8 @@ afterAll(async () => {
   await app?.close();
 });
 
-/** Resolves once `n` backends of this database wait for a lock (the interleaving is then fixed). */
-async function lockWaiters(n: number): Promise<void> {
-  for (;;) {
-    const [row] = await sql<{ n: number }[]>`
-      select count(*)::int as n from pg_stat_activity
-      where datname = current_database() and wait_event_type = 'Lock'`;
-    if ((row?.n ?? 0) >= n) return;
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
-
-/** A transaction of the test's own, held open until `release()`; `ready` once `work` has run in it. */
-function hold(work: (tx: postgres.TransactionSql) => Promise<unknown>) {
-  let release!: () => void;
-  const released = new Promise<void>((r) => {
-    release = r;
-  });
-  let ready!: () => void;
-  const started = new Promise<void>((r) => {
-    ready = r;
-  });
-  const done = sql.begin(async (tx) => {
-    await work(tx);
-    ready();
-    await released;
-  });
-  return { ready: started, release, done };
-}
+const lockWaiters = (n: number) => waitForLocks(sql, n);
+const hold = (work: (tx: postgres.TransactionSql) => Promise<unknown>) => holdTx(sql, work);
 
 async function isMember(chatId: number, userId: number): Promise<boolean> {
   const rows =
@@ -106,6 +83,140 @@ describeApp('a chat ban racing a join (PostgreSQL)', () => {
       // Whichever way the join ends, the banned user is not a member after the ban.
       expect(joined.ok === true || joined.code === 'ERR_CHAT_BANNED').toBe(true);
       expect(await isMember(chatId, target.user.id)).toBe(false);
+    },
+  );
+});
+
+/** A member now (read through the app's own database handle: both stores). */
+async function memberNow(chatId: number, userId: number): Promise<boolean> {
+  const m = schema.chatMembers;
+  const rows = await app.database.db
+    .select({ userId: m.userId })
+    .from(m)
+    .where(and(eq(m.chatId, chatId), eq(m.userId, userId), isNull(m.leftAt)));
+  return rows.length > 0;
+}
+
+type Join = TestApp['services']['chats']['join'];
+
+/** Runs `wrap` instead of the chats service's join for `userId`'s joins (the socket route calls it) until restored. */
+function interceptJoin(userId: number, wrap: (original: Join, ...args: Parameters<Join>) => ReturnType<Join>) {
+  const chats = app.services.chats;
+  const original = chats.join;
+  chats.join = (data, payload, enter) =>
+    data.userId === userId ? wrap(original, data, payload, enter) : original(data, payload, enter);
+  return () => {
+    chats.join = original;
+  };
+}
+
+/**
+ * `target`'s socket is outside the chat's room: the room VM's control request, which checks the
+ * socket room first, refuses it (a socket in the room would hear ERR_ROOM_NOT_RUNNING), and a
+ * message sent now reaches the owner's socket but not the target's.
+ */
+async function expectOutsideRoom(owner: Member, target: Member, chatId: number): Promise<void> {
+  const request = () => target.socket.emitWithAck('vm:control:request', { chat_id: chatId }) as Promise<any>;
+  expect(await request()).toMatchObject({ ok: false, code: 'ERR_NOT_CHAT_MEMBER' });
+  const { chatKey, epoch } = await keyEpoch(owner, chatId);
+  const sent = await owner.client.post(`/v1/portal/chats/${chatId}/messages`, {
+    content: bundle(chatKey, chatId, epoch, 'after the kick'),
+  });
+  expect(sent.status, JSON.stringify(sent.body)).toBe(200);
+  await owner.socket.next('message:new', (m) => m.id === sent.body.id);
+  // The room's sockets are sent it together; one round trip on the target's socket comes after.
+  await request();
+  expect(target.socket.received.filter((r) => r.event === 'message:new' && r.payload.id === sent.body.id)).toEqual([]);
+}
+
+/** An Admin's public chat whose socket is in its room, and a user with a key and a socket. */
+async function roomAndTarget() {
+  const owner = await member(app, { level: 2 });
+  const chatId = await chatOf(owner);
+  expect((await join(owner, { chat_id: chatId })).ok).toBe(true);
+  const target = await member(app);
+  return { owner, chatId, target };
+}
+
+/** The kick's room:left reached `target` (its sockets left the chat's room before it was sent). */
+const leftRoom = (target: Member, chatId: number) =>
+  target.socket.next('room:left', (e) => e.chat_id === chatId && e.reason === 'kicked');
+
+const kick = (owner: Member, chatId: number, target: Member) =>
+  owner.client.post(`/v1/portal/chats/${chatId}/kick`, { user_id: target.user.id });
+
+// Spec 4.6 rule 1: a removed member gets none of the chat's events. A kick takes the user's
+// sockets out of the chat's room after it commits, so a join must be in the room by then.
+describeApp('a kick racing a join: the socket room follows the membership', () => {
+  it.each([
+    ['a member entering again (a reconnect, another tab)', true],
+    ['a new member', false],
+  ])('%s: a kick committed after the join made or read the membership leaves the socket outside', async (_, before) => {
+    const { owner, chatId, target } = await roomAndTarget();
+    if (before) expect((await join(target, { chat_id: chatId })).ok).toBe(true);
+    // The kick commits once the join has done its work, before the socket route answers.
+    let kicked: number | undefined;
+    const restore = interceptJoin(target.user.id, async (original, ...args) => {
+      const out = await original(...args);
+      kicked = (await kick(owner, chatId, target)).status;
+      // The kick's sockets-leave is done (on the cluster adapter it is applied after a Redis write).
+      await leftRoom(target, chatId);
+      return out;
+    });
+    const joined = await join(target, { chat_id: chatId }).finally(restore);
+    expect(kicked).toBe(200);
+    expect(joined.ok).toBe(true);
+    await leftRoom(target, chatId);
+    expect(await memberNow(chatId, target.user.id)).toBe(false);
+    await expectOutsideRoom(owner, target, chatId);
+  });
+
+  // On PostgreSQL the kick is seen to wait for the membership row the join holds while its socket
+  // enters; PGlite runs one transaction at a time, so there the kick simply comes after the join.
+  it('a kick that comes while a member’s join is entering the room waits for it, then takes the socket out', async () => {
+    const { owner, chatId, target } = await roomAndTarget();
+    expect((await join(target, { chat_id: chatId })).ok).toBe(true);
+    let kicking: Promise<{ status: number }> | undefined;
+    const restore = interceptJoin(target.user.id, (original, data, payload, enter) =>
+      original(data, payload, async (id) => {
+        kicking = kick(owner, chatId, target);
+        // PostgreSQL: the kick waits for the membership row this join holds. Were it not held, the
+        // kick would commit and its user's sockets leave the room (room:left follows) before this
+        // socket enters.
+        if (MODE === 'cluster') await Promise.race([kicking.then(() => leftRoom(target, chatId)), lockWaiters(1)]);
+        return enter(id);
+      }),
+    );
+    const joined = await join(target, { chat_id: chatId }).finally(restore);
+    expect(joined.ok).toBe(true);
+    expect((await kicking)?.status).toBe(200);
+    await leftRoom(target, chatId);
+    expect(await memberNow(chatId, target.user.id)).toBe(false);
+    await expectOutsideRoom(owner, target, chatId);
+  });
+
+  it.skipIf(MODE === 'embedded')(
+    'a kick that waits for a new member’s join to commit: whichever way the join ends, its socket is outside',
+    async () => {
+      const { owner, chatId, target } = await roomAndTarget();
+      const invite = await owner.client.post(`/v1/portal/chats/${chatId}/invites/create`, {});
+      const code: string = invite.body.invite.code;
+      // The join (with an invite) holds the chat row and stops at the invite row, held here.
+      const invites = hold((tx) => tx`select code from chat_invites where code = ${code} for update`);
+      await invites.ready;
+      const joining = join(target, { invite: code });
+      await Promise.race([joining, lockWaiters(1)]);
+      // The kick waits for the chat row; it comes right after the join's commit.
+      const kicking = kick(owner, chatId, target);
+      await Promise.race([kicking, lockWaiters(2)]);
+      invites.release();
+      await invites.done;
+      const [joined, kicked] = await Promise.all([joining, kicking]);
+      expect(kicked.status, JSON.stringify(kicked.body)).toBe(200);
+      expect(joined.ok === true || joined.code === 'ERR_NOT_CHAT_MEMBER', JSON.stringify(joined)).toBe(true);
+      await leftRoom(target, chatId);
+      expect(await memberNow(chatId, target.user.id)).toBe(false);
+      await expectOutsideRoom(owner, target, chatId);
     },
   );
 });

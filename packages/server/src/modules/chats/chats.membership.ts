@@ -97,8 +97,11 @@ export function makeChatMembership(deps: MembershipDeps) {
   };
 
   return {
-    /** room:join: becomes a member if not one yet (membership history records how). */
-    async join(data: SocketData, payload: RoomJoinPayload) {
+    /**
+     * room:join: becomes a member if not one yet (membership history records how). `enter` puts
+     * the socket into the chat's room; it runs while this join holds the membership row.
+     */
+    async join(data: SocketData, payload: RoomJoinPayload, enter: (chatId: number) => unknown) {
       await deps.enters.spend(data.userId);
       const viewer: Viewer = { userId: data.userId, permissionLevel: data.permissionLevel };
       const target = await resolveJoin(payload);
@@ -110,15 +113,30 @@ export function makeChatMembership(deps: MembershipDeps) {
       // Refused early without a write; the check that counts is made again under the chat's lock.
       if (await messages.isChatBanned(chat.id, viewer.userId)) throw appError('ERR_CHAT_BANNED');
       const now = clock.now();
+      // The socket enters the chat's room only in a transaction that holds the membership row
+      // (holdMembership, FOR SHARE). A kick, ban, leave or deletion ends that row with an UPDATE
+      // and calls leaveChat after its commit: it commits either before (no membership is found,
+      // the socket stays out) or after the socket is in (leaveChat takes it out). So the room
+      // follows the committed membership, and no non-member ever gets the room's events. Entering
+      // first and leaving when the join fails would show them to anyone who asks to join a chat,
+      // until the refusal; entering and checking again would show them to a just-removed user
+      // until the check answers, for one query more. A member's join, the hot path (every
+      // reconnect and tab), reads its membership anyway: the lock costs it no query.
       const joined = await db.transaction(async (tx) => {
-        if (await store.isMember(chat.id, viewer.userId, tx)) return false;
+        if (await store.holdMembership(chat.id, viewer.userId, tx)) {
+          await enter(chat.id);
+          return false;
+        }
         // Entering the room of a chat one is already in is free (every reconnect does it).
         await deps.writes.spend(viewer.userId);
         // A new member: the chat row's lock orders this join with a kick or ban, which take it
         // first (removeFromChat). A ban committed before this lock is granted is read below and
         // refuses; one that waits for it comes after this membership and ends it.
         if (!(await store.lockById(chat.id, tx))) throw appError('ERR_CHAT_NOT_FOUND');
-        if (await store.isMember(chat.id, viewer.userId, tx)) return false;
+        if (await store.holdMembership(chat.id, viewer.userId, tx)) {
+          await enter(chat.id);
+          return false;
+        }
         if (await messages.isChatBanned(chat.id, viewer.userId, tx)) throw appError('ERR_CHAT_BANNED');
         if (target.invite && !(await store.useInvite(target.invite, now, tx))) throw appError('ERR_INVITE_NOT_FOUND');
         await store.addMember(chat.id, viewer.userId, now, tx);
@@ -145,6 +163,17 @@ export function makeChatMembership(deps: MembershipDeps) {
             session_id: Number(sessionId),
             public_key: publicKey,
           });
+        }
+        // Enters as a member does (above): a kick or ban that came after the commit has ended
+        // the membership by now, or waits until the socket is in the room.
+        const still = await db.transaction(async (tx) => {
+          if (!(await store.holdMembership(chat.id, viewer.userId, tx))) return false;
+          await enter(chat.id);
+          return true;
+        });
+        if (!still) {
+          if (await messages.isChatBanned(chat.id, viewer.userId)) throw appError('ERR_CHAT_BANNED');
+          throw appError('ERR_NOT_CHAT_MEMBER', 'The membership this join made has ended since (a kick, a leave).');
         }
       }
       return { chat: toChat((await store.byId(chat.id)) ?? chat), epoch: chat.epoch, key_ring: ring };

@@ -122,12 +122,24 @@ export function registerChatsRoutes(app: App, { chats, guards }: { chats: ChatsS
 /** Socket handlers: room:join, room:leave, the chat list on (re)connect, presence on disconnect. */
 export function registerChatSockets(realtime: Realtime, chats: ChatsService) {
   realtime.on('room:join', RoomJoinPayload, async (socket, payload: Parameters<ChatsService['join']>[1]) => {
-    const joined = await chats.join(socket.data, payload);
-    const room = rooms.chat(joined.chat.id);
+    // The join puts the socket into the chat's room while it holds the membership (see join).
     // Entering a room this socket is already in changes nobody's presence: no delta.
-    const entered = !socket.rooms.has(room);
-    await socket.join(room);
-    if (entered) chats.announcePresence(joined.chat.id, socket.data, true);
+    const entered: { room: string | null } = { room: null };
+    const enter = (chatId: number) => {
+      const room = rooms.chat(chatId);
+      if (socket.rooms.has(room)) return;
+      entered.room = room;
+      return socket.join(room);
+    };
+    let joined: Awaited<ReturnType<ChatsService['join']>>;
+    try {
+      joined = await chats.join(socket.data, payload, enter);
+    } catch (err) {
+      // A join that fails after entering (its commit, a read after it) leaves the room it entered.
+      if (entered.room) await socket.leave(entered.room);
+      throw err;
+    }
+    if (entered.room) chats.announcePresence(joined.chat.id, socket.data, true);
     // The whole list goes to the joiner only; the others had the delta just above.
     const members = await chats.presence(joined.chat.id);
     emitSnapshot(socket, 'room:members', { chat_id: joined.chat.id, members });

@@ -156,6 +156,18 @@ export function makeChatsStore(db: Db) {
         .where(and(eq(chatMembers.chatId, chatId), eq(chatMembers.userId, userId), isNull(chatMembers.leftAt)));
       return (row?.n ?? 0) > 0;
     },
+    /**
+     * A member now: locks the membership row (FOR SHARE) for the transaction, so a kick, ban,
+     * leave or deletion, which all end it with an UPDATE, waits for this transaction to end.
+     */
+    async holdMembership(chatId: number, userId: number, tx: Tx): Promise<boolean> {
+      const rows = await tx
+        .select({ userId: chatMembers.userId })
+        .from(chatMembers)
+        .where(and(eq(chatMembers.chatId, chatId), eq(chatMembers.userId, userId), isNull(chatMembers.leftAt)))
+        .for('share');
+      return rows.length > 0;
+    },
     /** A member now, or one whose membership ended at or after `since`. */
     async memberSince(chatId: number, userId: number, since: Date): Promise<boolean> {
       const [row] = await db
