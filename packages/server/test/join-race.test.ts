@@ -220,3 +220,21 @@ describeApp('a kick racing a join: the socket room follows the membership', () =
     },
   );
 });
+
+describeApp('a join by chat id racing a change of the chat (PostgreSQL)', () => {
+  it.skipIf(MODE === 'embedded')(
+    'a chat made private while the join waits for its lock is not joined: ERR_CANNOT_BROWSE_PRIVATE, no member',
+    async () => {
+      const { chatId, target } = await roomAndTarget();
+      // The join reads the chat as public, then waits for its row, which is made private here.
+      const change = hold((tx) => tx`update chats set type = 'private' where id = ${chatId}`);
+      await change.ready;
+      const joining = join(target, { chat_id: chatId });
+      await Promise.race([joining, lockWaiters(1)]);
+      change.release();
+      await change.done;
+      expect(await joining).toMatchObject({ ok: false, code: 'ERR_CANNOT_BROWSE_PRIVATE' });
+      expect(await memberNow(chatId, target.user.id)).toBe(false);
+    },
+  );
+});

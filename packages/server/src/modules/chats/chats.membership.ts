@@ -9,8 +9,8 @@ import type { MessagesService } from '../messages/messages.service.js';
 import type { Tx } from '../users/users.store.js';
 import type { ChatPresence } from './chats.presence.js';
 import { toChat } from './chats.presenter.js';
-import type { Viewer } from './chats.rules.js';
-import type { ChatsStore, ChatWithCount } from './chats.store.js';
+import { canManage, type Viewer } from './chats.rules.js';
+import type { ChatRow, ChatsStore, ChatWithCount } from './chats.store.js';
 
 export interface MembershipDeps {
   db: Db;
@@ -33,6 +33,23 @@ export interface MembershipDeps {
 }
 
 type JoinMethod = 'direct' | 'invite' | 'vanity';
+
+/**
+ * Whether a join may make this viewer, not a member, a member of the chat as read under its lock:
+ * strangers only join direct chats, direct chats have their two members only, and a private chat
+ * is joined by id only by its managers (others need an invite or its guild's vanity).
+ */
+function assertMayBecomeMember(
+  viewer: Viewer,
+  stranger: boolean,
+  method: JoinMethod,
+  chat: Pick<ChatRow, 'type' | 'ownerUserId'>,
+): void {
+  if (stranger && chat.type !== 'direct') throw appError('ERR_STRANGER_NOT_ALLOWED');
+  if (chat.type === 'direct') throw appError('ERR_CANNOT_BROWSE_PRIVATE');
+  if (method === 'direct' && chat.type === 'private' && !canManage(viewer, chat.ownerUserId))
+    throw appError('ERR_CANNOT_BROWSE_PRIVATE');
+}
 
 /** Joining and leaving chats (room:join, room:leave, kicks and bans): membership history, rekeys, presence. */
 export function makeChatMembership(deps: MembershipDeps) {
@@ -106,11 +123,12 @@ export function makeChatMembership(deps: MembershipDeps) {
       const viewer: Viewer = { userId: data.userId, permissionLevel: data.permissionLevel };
       const target = await resolveJoin(payload);
       const chat = await mustGet(target.chatId);
+      // Refused early without a write or a lock; for a new member the checks that count are made
+      // again on the row read under the chat's lock.
       if (data.stranger && chat.type !== 'direct') throw appError('ERR_STRANGER_NOT_ALLOWED');
       if (target.method === 'direct') await assertCanSee(viewer, chat);
       if (chat.type === 'direct' && !(await store.isMember(chat.id, viewer.userId)))
         throw appError('ERR_CANNOT_BROWSE_PRIVATE');
-      // Refused early without a write; the check that counts is made again under the chat's lock.
       if (await messages.isChatBanned(chat.id, viewer.userId)) throw appError('ERR_CHAT_BANNED');
       const now = clock.now();
       // The socket enters the chat's room only in a transaction that holds the membership row
@@ -132,11 +150,14 @@ export function makeChatMembership(deps: MembershipDeps) {
         // A new member: the chat row's lock orders this join with a kick or ban, which take it
         // first (removeFromChat). A ban committed before this lock is granted is read below and
         // refuses; one that waits for it comes after this membership and ends it.
-        if (!(await store.lockById(chat.id, tx))) throw appError('ERR_CHAT_NOT_FOUND');
+        const locked = await store.lockById(chat.id, tx);
+        if (!locked) throw appError('ERR_CHAT_NOT_FOUND');
         if (await store.holdMembership(chat.id, viewer.userId, tx)) {
           await enter(chat.id);
           return false;
         }
+        // The chat as it is now (made private since it was read above, say) decides.
+        assertMayBecomeMember(viewer, data.stranger, target.method, locked);
         if (await messages.isChatBanned(chat.id, viewer.userId, tx)) throw appError('ERR_CHAT_BANNED');
         if (target.invite && !(await store.useInvite(target.invite, now, tx))) throw appError('ERR_INVITE_NOT_FOUND');
         await store.addMember(chat.id, viewer.userId, now, tx);
