@@ -237,4 +237,22 @@ describeApp('a join by chat id racing a change of the chat (PostgreSQL)', () => 
       expect(await memberNow(chatId, target.user.id)).toBe(false);
     },
   );
+
+  it.skipIf(MODE === 'embedded')(
+    'a rekey committed while the join waits for the chat row: the ack carries the new epoch',
+    async () => {
+      const { chatId, target } = await roomAndTarget();
+      const [before] = await sql<{ epoch: number }[]>`select epoch from chats where id = ${chatId}`;
+      const rekey = hold((tx) => tx`update chats set epoch = epoch + 1 where id = ${chatId}`);
+      await rekey.ready;
+      const joining = join(target, { chat_id: chatId });
+      await Promise.race([joining, lockWaiters(1)]);
+      rekey.release();
+      await rekey.done;
+      const joined = await joining;
+      expect(joined.ok).toBe(true);
+      expect(joined.epoch).toBe((before?.epoch ?? 0) + 1);
+      expect(joined.chat.id).toBe(chatId);
+    },
+  );
 });

@@ -174,6 +174,9 @@ export function makeChatMembership(deps: MembershipDeps) {
         );
         return true;
       });
+      // The chat and its epoch as they are now; the key ring read after them is never older
+      // (a rekey in between makes the epoch stale, which a share refuses, ERR_EPOCH_MISMATCH).
+      const current = (await store.byId(chat.id)) ?? chat;
       const ring = await keys.ring(chat.id);
       if (joined) {
         // Holders of the chat key see the new member's sessions and share envelopes with them.
@@ -197,7 +200,7 @@ export function makeChatMembership(deps: MembershipDeps) {
           throw appError('ERR_NOT_CHAT_MEMBER', 'The membership this join made has ended since (a kick, a leave).');
         }
       }
-      return { chat: toChat((await store.byId(chat.id)) ?? chat), epoch: chat.epoch, key_ring: ring };
+      return { chat: toChat(current), epoch: current.epoch, key_ring: ring };
     },
 
     /** room:leave: ends the membership; the chat moves to a new epoch without this user. */
