@@ -1,6 +1,7 @@
-import { and, isNull, type SQL, sql } from 'drizzle-orm';
+import { and, eq, isNull, type SQL, sql } from 'drizzle-orm';
 import { anyOf, type Db } from '../../platform/db/index.js';
 import { chatMembers, chats } from '../../platform/db/schema.js';
+import type { Tx } from '../users/users.store.js';
 
 type ChatRow = typeof chats.$inferSelect;
 
@@ -32,6 +33,20 @@ export function dueDirect(step: DirectStep, cutoff: Date, limit: number): SQL {
 /** The direct-chat lifecycle's writes, one batch each; safe on many nodes at once. */
 export function makeDirectSweepStore(db: Db) {
   return {
+    /**
+     * Archives one direct chat (an explicit leave) if it is still active, in the caller's
+     * transaction; answers false when it was archived or removed already (a second leave, or the
+     * expiry sweep first), so the caller writes nothing more. On PostgreSQL a concurrent archive
+     * holds the row: this waits for it and then sees the chat archived.
+     */
+    async archiveActive(chatId: number, now: Date, tx: Tx): Promise<boolean> {
+      const rows = await tx
+        .update(chats)
+        .set({ archivedAt: now, updatedAt: now })
+        .where(and(eq(chats.id, chatId), eq(chats.type, 'direct'), isNull(chats.deletedAt), isNull(chats.archivedAt)))
+        .returning({ id: chats.id });
+      return rows.length > 0;
+    },
     /** Archives up to `limit` active direct chats whose expiry passed; answers them. */
     async archiveDue(now: Date, limit: number): Promise<ChatRow[]> {
       return db

@@ -80,14 +80,19 @@ export function makeDirectChats(deps: DirectChatsDeps) {
       return store.activeDirectOf(userId);
     },
 
-    /** Leaves (archives) a direct chat: read-only for 24 hours; the peer sees a system message. */
+    /**
+     * Leaves (archives) a direct chat: read-only for 24 hours; the peer sees a system message.
+     * The archive is conditional on the chat still being active, so of two leaves at once (two
+     * tabs, a double click) or a leave racing the expiry sweep only one writes; the other answers
+     * ERR_NO_DIRECT_CHAT, as when there was none, and writes nothing.
+     */
     async leaveDirect(userId: number, chatId: number | undefined): Promise<number> {
       const active = await store.activeDirectOf(userId);
       const chat = chatId === undefined ? active[0] : active.find((c) => c.id === chatId);
       if (!chat) throw appError('ERR_NO_DIRECT_CHAT');
       const now = clock.now();
       const system = await db.transaction(async (tx) => {
-        await store.update(chat.id, { archivedAt: now, updatedAt: now }, tx);
+        if (!(await store.archiveActive(chat.id, now, tx))) throw appError('ERR_NO_DIRECT_CHAT');
         await store.logActivity({ chatId: chat.id, userId, action: 'leave', createdAt: now }, tx);
         return messages.appendSystem(chat.id, { kind: 'leave', user_id: userId }, tx);
       });
