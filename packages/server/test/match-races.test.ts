@@ -3,7 +3,8 @@ import postgres from 'postgres';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { FakeClock } from '../src/platform/clock.js';
 import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
-import { countRows } from './support/faults.js';
+import { type Member, member } from './support/chat-flows.js';
+import { countRows, failInserts } from './support/faults.js';
 import { type LoggedIn, login } from './support/flows.js';
 import { hold, lockWaiters } from './support/pg-locks.js';
 import { closeAllSockets } from './support/sockets.js';
@@ -21,6 +22,14 @@ afterAll(async () => {
   await sql?.end({ timeout: 1 });
   await app?.close();
 });
+
+let tagCounter = 0;
+/** A tag no other test uses, so tests do not pair across each other. */
+const tag = () => `race${Date.now() % 1000}x${++tagCounter}`;
+const match = (m: { client: Member['client'] }, interests: string[]) =>
+  m.client.post('/v1/portal/match', { interests });
+/** The match events a member's sockets got so far. */
+const matchEvents = (m: Member) => m.socket.received.filter((r) => r.event.startsWith('match:'));
 
 /** A matched direct chat of `a` and `b`, made as the pairing makes it. */
 async function matched(a: LoggedIn, b: LoggedIn): Promise<number> {
@@ -122,4 +131,31 @@ describeApp('leaving a direct chat twice at once', () => {
       ).toBe(1);
     },
   );
+});
+
+describeApp('a pairing that fails after the queue took the waiting peer', () => {
+  it('puts the peer back as it was (same search and deadline), tells it nothing, and answers the caller the error', async () => {
+    const t = tag();
+    const [a, b, c] = [await member(app), await member(app), await member(app)];
+    const searching = await match(a, [t]);
+    expect(searching.body).toEqual({ state: 'searching', interests: [t], expires_at: expect.any(String) });
+    const lift = await failInserts(app, 'chats', "new.type = 'direct'");
+    let failed: Awaited<ReturnType<typeof match>>;
+    try {
+      failed = await match(b, ['other1', t]);
+    } finally {
+      await lift();
+    }
+    expect(failed.status).toBe(500);
+    expect((await b.client.get('/v1/portal/match/status')).body).toEqual({ state: 'idle' });
+    expect((await a.client.get('/v1/portal/match/status')).body).toEqual(searching.body);
+    expect(matchEvents(a)).toEqual([]);
+    // Still waiting: the next searcher on the tag pairs with it.
+    expect((await match(c, [t])).status).toBe(200);
+    const found = await a.socket.next('match:found');
+    expect(found.peer.id).toBe(c.user.id);
+    expect(
+      await countRows(app, `select count(*) as n from chats where id = ${found.chat_id} and type = 'direct'`),
+    ).toBe(1);
+  });
 });

@@ -89,6 +89,7 @@ export function wireMatchmaking(ctx: WiringContext, accounts: Accounts, realtime
     chats,
     store: makeMatchmakingStore(db),
     realtime,
+    log: ctx.app.log,
   });
   const blocks = makeBlocksService({
     db,

@@ -12,7 +12,16 @@ function setup() {
   const clock = new FakeClock(Date.UTC(2026, 5, 1));
   const state = new MemoryState(clock);
   const queue = new MemoryMatchQueue();
-  const calls = { count: 0, get: 0, created: [] as number[][], found: [] as [string, number][] };
+  const calls = {
+    count: 0,
+    get: 0,
+    created: [] as number[][],
+    found: [] as [string, number][],
+    other: [] as [string, string, unknown][],
+    warned: [] as unknown[],
+  };
+  /** Replaces the chat creation (to make it fail); the default answers a chat. */
+  const hooks: { beforeCreate?: () => Promise<void> } = {};
   const countExpiring = state.countExpiring.bind(state);
   state.countExpiring = async (key: string) => {
     calls.count++;
@@ -26,6 +35,7 @@ function setup() {
   const facts: SearcherFacts = { premium: false, activeDirect: 0, exclude: [], country: null };
   const chats = {
     createDirect: async (userIds: number[]) => {
+      await hooks.beforeCreate?.();
       calls.created.push(userIds);
       return {
         chat: { id: 7, expires_at: new Date(clock.now().getTime() + Limits.DIRECT_CHAT_TTL_MS).toISOString() },
@@ -41,14 +51,16 @@ function setup() {
     chats,
     store: { searcherFacts: async (keys) => keys.map(() => ({ ...facts })) },
     realtime: {
-      emitTo: (room: string, _event: string, e: unknown) => {
-        calls.found.push([room, (e as { peer: { id: number } }).peer.id]);
+      emitTo: (room: string, event: string, e: unknown) => {
+        if (event === 'match:found') calls.found.push([room, (e as { peer: { id: number } }).peer.id]);
+        else calls.other.push([room, event, e]);
       },
     },
+    log: { warn: (obj: unknown) => calls.warned.push(obj) },
   };
   const svc = makeMatchmakingService(deps);
   const searcher = (userId: number) => ({ userId, sessionId: userId, stranger: false, matchBlocked: false });
-  return { clock, state, svc, calls, facts, searcher };
+  return { clock, state, queue, svc, calls, facts, searcher, hooks };
 }
 
 describe('matchmaking enqueue pre-checks', () => {
@@ -97,5 +109,59 @@ describe('matchmaking enqueue pre-checks', () => {
     await expect(svc.enqueue(searcher(3), ['ghi'])).rejects.toMatchObject({ code: 'ERR_MATCH_ALREADY_SEARCHING' });
     await expect(svc.enqueue(searcher(5), ['ghi'])).rejects.toMatchObject({ code: 'ERR_MATCH_SLOT_LIMIT' });
     expect(calls.get).toBe(2);
+  });
+});
+
+describe('matchmaking: a pairing whose chat cannot be made', () => {
+  // Online for longer than a search lasts, so only the queue deadline matters below.
+  const online = async (state: MemoryState, clock: FakeClock) => {
+    const until = clock.now().getTime() + 2 * Limits.MATCH_QUEUE_WAIT_MS;
+    for (const id of ['1', '2']) await state.addExpiring('online-users', [id], until);
+  };
+
+  it('puts the peer back as it was; the caller gets the error and the peer hears nothing', async () => {
+    const { clock, state, queue, svc, calls, searcher, hooks } = setup();
+    await online(state, clock);
+    await svc.enqueue(searcher(1), ['abc']);
+    const before = await queue.get(1, clock.now().getTime());
+    hooks.beforeCreate = async () => {
+      clock.advance(5_000);
+      throw new Error('database down');
+    };
+    await expect(svc.enqueue(searcher(2), ['abc'])).rejects.toThrow('database down');
+    expect(await queue.get(1, clock.now().getTime())).toEqual(before);
+    expect(await queue.get(2, clock.now().getTime())).toBeNull();
+    expect(calls.other).toEqual([]);
+    expect(calls.warned).toEqual([]);
+  });
+
+  it('tells the peer match:timeout when its deadline passed meanwhile, and leaves it out of the queue', async () => {
+    const { clock, state, queue, svc, calls, searcher, hooks } = setup();
+    await online(state, clock);
+    await svc.enqueue(searcher(1), ['abc', 'def']);
+    clock.advance(Limits.MATCH_QUEUE_WAIT_MS - 1);
+    hooks.beforeCreate = async () => {
+      clock.advance(1);
+      throw new Error('slow database');
+    };
+    await expect(svc.enqueue(searcher(2), ['def'])).rejects.toThrow('slow database');
+    expect(calls.other).toEqual([['user:1', 'match:timeout', { interests: ['abc', 'def'] }]]);
+    expect(await queue.get(1, clock.now().getTime() - 1)).toBeNull();
+    expect(calls.warned).toEqual([]);
+  });
+
+  it('logs at warn and tells the peer match:timeout when the queue cannot take it back', async () => {
+    const { clock, state, queue, svc, calls, searcher, hooks } = setup();
+    await online(state, clock);
+    await svc.enqueue(searcher(1), ['abc']);
+    hooks.beforeCreate = async () => {
+      throw new Error('database down');
+    };
+    queue.restore = async () => {
+      throw new Error('queue down');
+    };
+    await expect(svc.enqueue(searcher(2), ['abc'])).rejects.toThrow('database down');
+    expect(calls.warned).toEqual([{ err: new Error('queue down'), userId: 1 }]);
+    expect(calls.other).toEqual([['user:1', 'match:timeout', { interests: ['abc'] }]]);
   });
 });

@@ -1,4 +1,5 @@
 import { INTEREST_PATTERN, Limits, type MatchStatus } from '@parlor/protocol';
+import type { FastifyBaseLogger } from 'fastify';
 import type { Clock } from '../../platform/clock.js';
 import { appError } from '../../platform/errors.js';
 import { batched, batchedWrite } from '../../platform/group-commit.js';
@@ -39,6 +40,7 @@ export interface MatchmakingDeps {
   chats: ChatsService;
   store: MatchmakingStore;
   realtime: Pick<Realtime, 'emitTo'>;
+  log: Pick<FastifyBaseLogger, 'warn'>;
 }
 
 /** Spec 4.5 interests: 1-3 distinct tags, each 3-12 lower-case letters and digits. */
@@ -85,14 +87,34 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
   };
 
   /**
+   * Puts a waiting peer that the queue handed to a pairing which then failed back in the queue as
+   * it was (place in line, deadline, exclusions), best effort: the failure is the caller's, not the
+   * peer's. When it cannot go back (its deadline passed meanwhile, or the queue failed, logged) its
+   * search has ended and it is told so, as at its deadline (`match:timeout`). A peer searching again
+   * on a newer entry is left to that search.
+   */
+  const putBack = async (peer: QueueEntry): Promise<void> => {
+    try {
+      if ((await queue.restore(peer, clock.now().getTime())) !== 'expired') return;
+    } catch (err) {
+      deps.log.warn({ err, userId: peer.userId }, 'match peer not re-queued after a failed pairing');
+    }
+    realtime.emitTo(rooms.user(peer.userId), 'match:timeout', { interests: peer.tags });
+  };
+
+  /**
    * Creates the direct chat of a pair and tells every session of the waiting peer at once; the
    * pairing caller is told by the returned function, which the route runs once its answer is out
-   * (spec 4.5: the enqueue answers `searching`, `match:found` follows).
+   * (spec 4.5: the enqueue answers `searching`, `match:found` follows). If the chat cannot be made,
+   * the peer goes back to the queue and the caller gets the error.
    */
   const complete = async (me: Searcher, mine: QueueEntry, peer: QueueEntry, tag: string): Promise<() => void> => {
     const shared = [tag, ...mine.tags.filter((t) => t !== tag && peer.tags.includes(t))];
     // Names and kinds as stored, read by the statement that creates the chat (the peer may have renamed).
-    const { chat, token, users } = await chats.createDirect([peer.userId, me.userId], shared);
+    const { chat, token, users } = await chats.createDirect([peer.userId, me.userId], shared).catch(async (err) => {
+      await putBack(peer);
+      throw err;
+    });
     const [theirs, ours] = users as [Found, Found];
     const expires_at = chat.expires_at ?? new Date(clock.now().getTime() + Limits.DIRECT_CHAT_TTL_MS).toISOString();
     const found = (other: Found, otherEntry: QueueEntry) => ({

@@ -1,5 +1,11 @@
 import type { Redis } from 'ioredis';
-import { CANDIDATES_PER_TAG, type EnqueueResult, type MatchQueue, type QueueEntry } from './match-queue.js';
+import {
+  CANDIDATES_PER_TAG,
+  type EnqueueResult,
+  type MatchQueue,
+  type QueueEntry,
+  type RestoreResult,
+} from './match-queue.js';
 
 /**
  * Shared Lua: `remove(uid, entry)` takes a user out of every structure. Keys: `mq:e:<uid>` (the
@@ -19,7 +25,19 @@ local function remove(p, uid, e)
 end
 `;
 
-const ENQUEUE = `${REMOVE}
+/** Shared Lua: `insert(uid, entry, raw)` queues a user on every tag (in line by enqueue time) and by deadline. */
+const INSERT = `
+local function insert(p, uid, e, raw)
+  for _, tag in ipairs(e.tags) do
+    redis.call('ZADD', p .. 'mq:t:' .. tag, e.enqueuedAt, uid)
+    redis.call('ZINCRBY', p .. 'mq:depth', 1, tag)
+  end
+  redis.call('SET', p .. 'mq:e:' .. uid, raw)
+  redis.call('ZADD', p .. 'mq:d', e.deadline, uid)
+end
+`;
+
+const ENQUEUE = `${REMOVE}${INSERT}
 local p, me, raw, now = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local entry = cjson.decode(raw)
 local existing = redis.call('GET', p .. 'mq:e:' .. me)
@@ -53,13 +71,21 @@ for _, tag in ipairs(entry.tags) do
     end
   end
 end
-for _, tag in ipairs(entry.tags) do
-  redis.call('ZADD', p .. 'mq:t:' .. tag, entry.enqueuedAt, me)
-  redis.call('ZINCRBY', p .. 'mq:depth', 1, tag)
-end
-redis.call('SET', p .. 'mq:e:' .. me, raw)
-redis.call('ZADD', p .. 'mq:d', entry.deadline, me)
+insert(p, me, entry, raw)
 return {'queued'}`;
+
+const RESTORE = `${REMOVE}${INSERT}
+local p, me, raw, now = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local entry = cjson.decode(raw)
+if entry.deadline <= now then return 'expired' end
+local existing = redis.call('GET', p .. 'mq:e:' .. me)
+if existing then
+  local cur = cjson.decode(existing)
+  if cur.deadline > now then return 'already' end
+  remove(p, me, cur)
+end
+insert(p, me, entry, raw)
+return 'restored'`;
 
 const DEQUEUE = `${REMOVE}
 local p, me = ARGV[1], ARGV[2]
@@ -103,6 +129,17 @@ export class RedisMatchQueue implements MatchQueue {
     if (res[0] === 'paired')
       return { kind: 'paired', peer: JSON.parse(res[1] as string) as QueueEntry, tag: res[2] as string };
     return { kind: 'queued' };
+  }
+
+  async restore(entry: QueueEntry, now: number): Promise<RestoreResult> {
+    return (await this.client.eval(
+      RESTORE,
+      0,
+      this.prefix,
+      String(entry.userId),
+      JSON.stringify(entry),
+      String(now),
+    )) as RestoreResult;
   }
 
   async dequeue(userId: number): Promise<boolean> {

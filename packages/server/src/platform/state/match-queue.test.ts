@@ -91,6 +91,29 @@ describe.each(implementations)('the %s match queue', (_name, makeNodes) => {
     expect(await q.topTags(5)).toEqual([{ tag: 'cats', searching: 1 }]);
   });
 
+  it('puts a paired peer back as it was (place in line, deadline, exclusions) without pairing it; not when expired or searching again', async () => {
+    const q = make();
+    expect(await q.enqueue(entry(1, ['aaa'], { exclude: [3, 5] }), NOW)).toEqual({ kind: 'queued' });
+    const first = await q.enqueue(entry(2, ['aaa']), NOW);
+    if (first.kind !== 'paired') throw new Error(`not paired: ${first.kind}`);
+    expect(await q.enqueue(entry(3, ['aaa'], { exclude: [1] }), NOW)).toEqual({ kind: 'queued' });
+    expect(await q.restore(first.peer, NOW)).toBe('restored');
+    expect(await q.get(1, NOW)).toEqual(entry(1, ['aaa'], { exclude: [3, 5] }));
+    expect(await q.topTags(5)).toEqual([{ tag: 'aaa', searching: 2 }]);
+    // Back in its place: ahead of 3, who enqueued after it.
+    expect(await q.enqueue(entry(6, ['aaa']), NOW)).toMatchObject({ kind: 'paired', peer: { userId: 1 } });
+    expect(await q.restore(first.peer, NOW)).toBe('restored');
+    // Its exclusions stand: 5 gets 3.
+    expect(await q.enqueue(entry(5, ['aaa']), NOW)).toMatchObject({ kind: 'paired', peer: { userId: 3 } });
+    // Searching (here: still queued), it is not put back over its current entry.
+    expect(await q.restore(entry(1, ['bbb']), NOW)).toBe('already');
+    expect(await q.get(1, NOW)).toMatchObject({ tags: ['aaa'] });
+    // Past its deadline it is not put back.
+    expect(await q.restore(entry(7, ['aaa'], { deadline: NOW + 10 }), NOW + 10)).toBe('expired');
+    expect(await q.get(7, NOW)).toBeNull();
+    expect(await q.topTags(5)).toEqual([{ tag: 'aaa', searching: 1 }]);
+  });
+
   it('dequeues and counts tags by depth', async () => {
     const q = make();
     await q.enqueue(entry(1, ['aaa', 'bbb'], { exclude: [2, 3] }), NOW);

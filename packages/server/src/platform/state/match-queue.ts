@@ -21,9 +21,21 @@ export type EnqueueResult =
   /** Paired with `peer` (now out of the queue) on `tag`; the caller was never queued. */
   | { kind: 'paired'; peer: QueueEntry; tag: string };
 
+/**
+ * What putting back a peer taken out by a pairing that then failed did: `restored`, as it was;
+ * `expired`, not restored (its deadline passed meanwhile); `already`, not restored (the user searches
+ * again, on a newer entry).
+ */
+export type RestoreResult = 'restored' | 'expired' | 'already';
+
 export interface MatchQueue {
   /** Pairs the entry with the longest-waiting compatible user on its first tag that has one, else queues it. */
   enqueue(entry: QueueEntry, now: number): Promise<EnqueueResult>;
+  /**
+   * Puts back an entry that `enqueue` answered as a peer, exactly as it was (its place in line,
+   * deadline and exclusions), without pairing it: for when the pair could not be made.
+   */
+  restore(entry: QueueEntry, now: number): Promise<RestoreResult>;
   /** Removes a user from the queue; false when it was not searching. */
   dequeue(userId: number): Promise<boolean>;
   get(userId: number, now: number): Promise<QueueEntry | null>;
@@ -72,9 +84,31 @@ export class MemoryMatchQueue implements MatchQueue {
         return { kind: 'paired', peer: candidate, tag };
       }
     }
-    this.entries.set(entry.userId, entry);
-    for (const tag of entry.tags) this.byTag.set(tag, [...(this.byTag.get(tag) ?? []), entry.userId]);
+    this.insert(entry);
     return { kind: 'queued' };
+  }
+
+  async restore(entry: QueueEntry, now: number): Promise<RestoreResult> {
+    if (entry.deadline <= now) return 'expired';
+    const current = this.entries.get(entry.userId);
+    if (current && current.deadline > now) return 'already';
+    if (current) this.remove(entry.userId);
+    this.insert(entry);
+    return 'restored';
+  }
+
+  /**
+   * Adds the entry on each of its tags, in line by enqueue time: a new entry goes last, a restored
+   * one back to its place (before everyone who enqueued after it).
+   */
+  private insert(entry: QueueEntry): void {
+    this.entries.set(entry.userId, entry);
+    for (const tag of entry.tags) {
+      const line = [...(this.byTag.get(tag) ?? [])];
+      const after = line.findIndex((id) => (this.entries.get(id)?.enqueuedAt ?? 0) > entry.enqueuedAt);
+      line.splice(after === -1 ? line.length : after, 0, entry.userId);
+      this.byTag.set(tag, line);
+    }
   }
 
   async dequeue(userId: number): Promise<boolean> {
