@@ -1,8 +1,8 @@
 import { Limits } from '@parlor/protocol';
 import postgres from 'postgres';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { FakeClock } from '../src/platform/clock.js';
-import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
+import { describeApp, MODE, type Nodes, startApp, startNodes, type TestApp } from './support/app.js';
 import { type Member, member } from './support/chat-flows.js';
 import { countRows, failInserts } from './support/faults.js';
 import { type LoggedIn, login } from './support/flows.js';
@@ -31,9 +31,18 @@ const match = (m: { client: Member['client'] }, interests: string[]) =>
 /** The match events a member's sockets got so far. */
 const matchEvents = (m: Member) => m.socket.received.filter((r) => r.event.startsWith('match:'));
 
+/** Active direct chats of a user, as the slot limit counts them. */
+const activeDirect = (app: TestApp, userId: number) =>
+  countRows(
+    app,
+    `select count(*) as n from chat_members m join chats c on c.id = m.chat_id
+     where m.user_id = ${userId} and m.left_at is null and c.deleted_at is null and c.type = 'direct' and c.archived_at is null`,
+  );
+
 /** A matched direct chat of `a` and `b`, made as the pairing makes it. */
 async function matched(a: LoggedIn, b: LoggedIn): Promise<number> {
   const made = await app.services.chats.createDirect([a.user.id, b.user.id], ['races']);
+  if ('refused' in made) throw new Error(`direct chat refused: ${JSON.stringify(made.refused)}`);
   return made.chat.id;
 }
 
@@ -157,5 +166,64 @@ describeApp('a pairing that fails after the queue took the waiting peer', () => 
     expect(
       await countRows(app, `select count(*) as n from chats where id = ${found.chat_id} and type = 'direct'`),
     ).toBe(1);
+  });
+});
+
+describeApp('the direct-chat slot limit under parallel enqueues of one user', () => {
+  it('two enqueues of a free user in one turn, each pairing with a different waiting peer: one chat, the other 409 ERR_MATCH_SLOT_LIMIT and its peer back in the queue', async () => {
+    const [ta, tb] = [tag(), tag()];
+    const [a, c, d] = [await member(app), await member(app), await member(app)];
+    const waiting = { [c.user.id]: (await match(c, [ta])).body, [d.user.id]: (await match(d, [tb])).body };
+    const searcher = { userId: a.user.id, sessionId: a.sessionId, stranger: false, matchBlocked: false };
+    // One turn: both read the same pre-check (no chat yet) and both pair in the queue.
+    const results = await Promise.allSettled([
+      app.services.matchmaking.enqueue(searcher, [ta]),
+      app.services.matchmaking.enqueue(searcher, [tb]),
+    ]);
+    expect(results.map(outcome).sort()).toEqual(['ERR_MATCH_SLOT_LIMIT', 'ok']);
+    expect(await activeDirect(app, a.user.id)).toBe(Limits.DIRECT_SLOTS_FREE);
+    // The refused pair's peer searches on as before; the other one is matched with A.
+    const [matched, refused] = results[0]?.status === 'fulfilled' ? [c, d] : [d, c];
+    expect((await refused.client.get('/v1/portal/match/status')).body).toEqual(waiting[refused.user.id]);
+    expect(matchEvents(refused)).toEqual([]);
+    expect((await matched.client.get('/v1/portal/match/status')).body.state).toBe('matched');
+    expect(await activeDirect(app, refused.user.id)).toBe(0);
+  });
+});
+
+// Two nodes over one PostgreSQL and Redis: the test holds the two waiting peers' user rows, so
+// both pairings of the same user (one per node) reach the chat insert before either commits.
+describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('the direct-chat slot limit on two nodes', () => {
+  let nodes: Nodes;
+  let db: postgres.Sql;
+  beforeAll(async () => {
+    nodes = await startNodes();
+    db = postgres(nodes.a.config.databaseUrl ?? '', { max: 3, onnotice: () => {} });
+  });
+  afterAll(async () => {
+    closeAllSockets();
+    await db?.end({ timeout: 1 });
+    await nodes?.close();
+  });
+
+  it('a free user enqueuing on node A and node B at once gets one direct chat; the other answer is 409 ERR_MATCH_SLOT_LIMIT', async () => {
+    const { a: nodeA, b: nodeB } = nodes;
+    const [ta, tb] = [tag(), tag()];
+    const [user, c, d] = [await member(nodeA), await member(nodeA), await member(nodeB)];
+    const waiting = { [c.user.id]: (await match(c, [ta])).body, [d.user.id]: (await match(d, [tb])).body };
+    // The peers' rows, as a user update would hold them: the chat insert waits for them (its members' key).
+    const peers = hold(db, (tx) => tx`select id from users where id in (${c.user.id}, ${d.user.id}) for update`);
+    await peers.ready;
+    const both = [match(user, [ta]), match({ client: user.client.on(nodeB) }, [tb])];
+    await lockWaiters(db, 2);
+    peers.release();
+    await peers.done;
+    const answers = await Promise.all(both);
+    expect(answers.map((r) => r.status).sort()).toEqual([200, 409]);
+    expect(answers.find((r) => r.status === 409)?.body.code).toBe('ERR_MATCH_SLOT_LIMIT');
+    expect(await activeDirect(nodeA, user.user.id)).toBe(Limits.DIRECT_SLOTS_FREE);
+    const refused = answers[0]?.status === 409 ? c : d;
+    expect((await refused.client.get('/v1/portal/match/status')).body).toEqual(waiting[refused.user.id]);
+    expect(await activeDirect(nodeA, refused.user.id)).toBe(0);
   });
 });

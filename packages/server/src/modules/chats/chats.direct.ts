@@ -8,7 +8,7 @@ import { type Realtime, rooms } from '../../platform/realtime.js';
 import type { MessagesService } from '../messages/messages.service.js';
 import { toChat } from './chats.presenter.js';
 import { CHAT_ROWS_TABLES } from './chats.purge.store.js';
-import type { ChatsStore, ChatWithCount } from './chats.store.js';
+import type { ChatsStore, ChatWithCount, DirectRefusal } from './chats.store.js';
 
 /** Chats each step of the lifecycle sweep takes per statement (and transaction). */
 export const DIRECT_SWEEP_BATCH = 200;
@@ -34,6 +34,13 @@ export interface DirectChatsDeps {
   removedChats: (chatIds: number[]) => void;
 }
 
+/** A direct chat made: the chat, its match token, and its users as stored. */
+export interface DirectMade {
+  chat: Chat;
+  token: string;
+  users: { id: number; username: string; stranger: boolean }[];
+}
+
 /** Matched direct chats: creation, leaving (archive) and the expiry sweep. */
 export function makeDirectChats(deps: DirectChatsDeps) {
   const { db, store, clock, messages, realtime, mustGet, removedChats } = deps;
@@ -41,18 +48,18 @@ export function makeDirectChats(deps: DirectChatsDeps) {
   return {
     /**
      * A matched direct chat for two users: 24 h expiry, both members, the opening system message.
-     * Answers the users as stored too (name and kind, read in the same statement).
+     * Answers the users as stored too (name and kind, read in the same statement). Made only if
+     * both users exist and have a free direct-chat slot (spec 8), checked atomically with the
+     * write on every node; otherwise nothing is written and the answer says who refused it.
      */
-    async createDirect(
-      userIds: number[],
-      tags: string[],
-    ): Promise<{ chat: Chat; token: string; users: { id: number; username: string; stranger: boolean }[] }> {
+    async createDirect(userIds: number[], tags: string[]): Promise<DirectMade | { refused: DirectRefusal }> {
       const now = clock.now();
       const token = randomBytes(18).toString('base64url');
       const expiresAt = new Date(now.getTime() + Limits.DIRECT_CHAT_TTL_MS);
       const opening = { kind: 'match', tags, user_ids: userIds };
-      const created = await store.insertDirect({ userIds, matchToken: token, expiresAt, at: now, opening });
-      if (!created) throw appError('ERR_USER_NOT_FOUND');
+      const slots = { free: Limits.DIRECT_SLOTS_FREE, premium: Limits.DIRECT_SLOTS_PREMIUM };
+      const created = await store.insertDirect({ userIds, matchToken: token, expiresAt, at: now, opening, slots });
+      if ('refused' in created) return created;
       const system = messages.opening(created.id, opening, now);
       // Both users' sockets enter the room (one call) so the opening message and keys reach them.
       realtime.io.in(userIds.map((id) => rooms.user(id))).socketsJoin(rooms.chat(created.id));

@@ -27,6 +27,15 @@ const liveInvite = (code: string, now: Date) =>
     or(isNull(chatInvites.maxUses), sql`${chatInvites.uses} < ${chatInvites.maxUses}`),
   );
 
+/** The advisory-lock class of a user's direct-chat slots (the key is the user id). */
+const DIRECT_SLOTS_LOCK = 7244;
+
+/** Why a direct chat was not made: users that do not exist, and users whose direct-chat slots are full. */
+export interface DirectRefusal {
+  missing: number[];
+  full: number[];
+}
+
 export function makeChatsStore(db: Db) {
   /** Built once: the chat lists of a turn's socket connections (`chat:list`). */
   const listForQuery = db
@@ -50,11 +59,15 @@ export function makeChatsStore(db: Db) {
       return row;
     },
     /**
-     * A matched direct chat in one statement (atomic without a transaction): the chat (named after
-     * its users, in order), both memberships and their join activity, and the opening system
-     * message, which takes the chat's first id `<at>-0` (the chat's id counter starts there).
-     * Answers the new chat's id and epoch and the users as stored; nothing is written unless every
-     * user exists, and then the answer is undefined.
+     * A matched direct chat, within both users' concurrent direct-chat slots (spec 8: `slots.free`,
+     * or `slots.premium` for a registered account with premium): the chat (named after its users,
+     * in order), both memberships and their join activity, and the opening system message, which
+     * takes the chat's first id `<at>-0` (the chat's id counter starts there). One transaction:
+     * a lock per user (pg_advisory_xact_lock, ascending ids, so pairings sharing a user wait for
+     * each other on every node and never deadlock), then one statement that counts each user's
+     * active direct chats and writes only if every user exists and has a free slot. Answers the new
+     * chat's id and epoch and the users as stored, or what refused it: the users that do not exist
+     * and those whose slots are full (nothing written).
      */
     async insertDirect(v: {
       userIds: number[];
@@ -62,8 +75,10 @@ export function makeChatsStore(db: Db) {
       expiresAt: Date;
       at: Date;
       opening: Record<string, unknown>;
+      slots: { free: number; premium: number };
     }): Promise<
-      { id: number; epoch: number; users: { id: number; username: string; stranger: boolean }[] } | undefined
+      | { id: number; epoch: number; users: { id: number; username: string; stranger: boolean }[] }
+      | { refused: DirectRefusal }
     > {
       // Raw sql`` parameters must be strings or numbers: postgres-js does not serialise Date or arrays there.
       const ids = sql`array[${sql.join(
@@ -72,33 +87,61 @@ export function makeChatsStore(db: Db) {
       )}]`;
       const at = sql`${v.at.toISOString()}::timestamptz`;
       const atMs = sql`${v.at.getTime()}::bigint`;
-      const result = await db.execute(sql`
-        with u as (
-          select id, username, is_stranger, array_position(${ids}, id) as pos from users where id = any(${ids})
-        ), c as (
-          insert into chats (type, name, owner_user_id, match_token, expires_at, msg_ms, msg_seq, created_at, updated_at)
-          select 'direct', string_agg(username, ' & ' order by pos), null, ${v.matchToken},
-                 ${v.expiresAt.toISOString()}::timestamptz, ${atMs}, 0, ${at}, ${at}
-          from u
-          having count(*) = ${v.userIds.length}::integer
-          returning id, epoch
-        ), m as (
-          insert into chat_members (chat_id, user_id, joined_at) select c.id, u.id, ${at} from c, u
-        ), a as (
-          insert into chat_activity (chat_id, user_id, action, method, created_at)
-          select c.id, u.id, 'join', 'direct', ${at} from c, u
-        ), s as (
-          insert into messages (chat_id, ms, seq, type, sender_id, content, system, created_at)
-          select c.id, ${atMs}, 0, 'system', null, '', ${JSON.stringify(v.opening)}::text::jsonb, ${at} from c
-        )
-        select c.id::integer as chat_id, c.epoch::integer as epoch, u.id::integer as user_id, u.username,
-               u.is_stranger
-        from c, u order by u.pos`);
-      const rows = rowsOf<{ chat_id: number; epoch: number; user_id: number; username: string; is_stranger: boolean }>(
-        result,
-      );
+      const rows = await db.transaction(async (tx) => {
+        // The locks are taken after the sort (PostgreSQL evaluates volatile output columns after ORDER BY).
+        await tx.execute(
+          sql`select pg_advisory_xact_lock(${DIRECT_SLOTS_LOCK}, id) from unnest(${ids}) as l(id) order by id`,
+        );
+        // A statement of its own after the locks: its snapshot sees every pairing that held them.
+        const result = await tx.execute(sql`
+          with u as (
+            select id, username, is_stranger, array_position(${ids}, id) as pos,
+                   (select count(*) from chat_members cm join chats d on d.id = cm.chat_id
+                     where cm.user_id = users.id and cm.left_at is null and d.deleted_at is null
+                       and d.type = 'direct' and d.archived_at is null)::integer as active,
+                   -- Premium as hasPremium (users.presenter.ts) tells it; a stranger never has it.
+                   case when not is_stranger and subscription_tier <> 0
+                          and (subscription_expires_at is null or subscription_expires_at > ${at})
+                        then ${v.slots.premium}::integer else ${v.slots.free}::integer end as slots
+            from users where id = any(${ids})
+          ), c as (
+            insert into chats (type, name, owner_user_id, match_token, expires_at, msg_ms, msg_seq, created_at, updated_at)
+            select 'direct', string_agg(username, ' & ' order by pos), null, ${v.matchToken},
+                   ${v.expiresAt.toISOString()}::timestamptz, ${atMs}, 0, ${at}, ${at}
+            from u
+            having count(*) = ${v.userIds.length}::integer and bool_and(active < slots)
+            returning id, epoch
+          ), m as (
+            insert into chat_members (chat_id, user_id, joined_at) select c.id, u.id, ${at} from c, u
+          ), a as (
+            insert into chat_activity (chat_id, user_id, action, method, created_at)
+            select c.id, u.id, 'join', 'direct', ${at} from c, u
+          ), s as (
+            insert into messages (chat_id, ms, seq, type, sender_id, content, system, created_at)
+            select c.id, ${atMs}, 0, 'system', null, '', ${JSON.stringify(v.opening)}::text::jsonb, ${at} from c
+          )
+          select c.id::integer as chat_id, c.epoch::integer as epoch, u.id::integer as user_id, u.username,
+                 u.is_stranger, u.active >= u.slots as full
+          from u left join c on true order by u.pos`);
+        return rowsOf<{
+          chat_id: number | null;
+          epoch: number | null;
+          user_id: number;
+          username: string;
+          is_stranger: boolean;
+          full: boolean;
+        }>(result);
+      });
       const first = rows[0];
-      if (!first) return undefined;
+      if (first?.chat_id == null || first.epoch == null) {
+        const found = new Set(rows.map((r) => Number(r.user_id)));
+        return {
+          refused: {
+            missing: v.userIds.filter((id) => !found.has(id)),
+            full: rows.filter((r) => r.full === true).map((r) => Number(r.user_id)),
+          },
+        };
+      }
       return {
         id: Number(first.chat_id),
         epoch: Number(first.epoch),

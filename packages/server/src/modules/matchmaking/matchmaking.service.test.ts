@@ -4,6 +4,7 @@ import { FakeClock } from '../../platform/clock.js';
 import { MemoryMatchQueue } from '../../platform/state/match-queue.js';
 import { MemoryState } from '../../platform/state/memory.js';
 import type { ChatsService } from '../chats/chats.service.js';
+import type { DirectRefusal } from '../chats/chats.store.js';
 import { type MatchmakingDeps, makeMatchmakingService, PEERS_ONLINE_REUSE_MS } from './matchmaking.service.js';
 import type { SearcherFacts } from './matchmaking.store.js';
 
@@ -21,7 +22,7 @@ function setup() {
     warned: [] as unknown[],
   };
   /** Replaces the chat creation (to make it fail); the default answers a chat. */
-  const hooks: { beforeCreate?: () => Promise<void> } = {};
+  const hooks: { beforeCreate?: () => Promise<void>; refuse?: (userIds: number[]) => DirectRefusal | undefined } = {};
   const countExpiring = state.countExpiring.bind(state);
   state.countExpiring = async (key: string) => {
     calls.count++;
@@ -36,6 +37,8 @@ function setup() {
   const chats = {
     createDirect: async (userIds: number[]) => {
       await hooks.beforeCreate?.();
+      const refused = hooks.refuse?.(userIds);
+      if (refused) return { refused };
       calls.created.push(userIds);
       return {
         chat: { id: 7, expires_at: new Date(clock.now().getTime() + Limits.DIRECT_CHAT_TTL_MS).toISOString() },
@@ -163,5 +166,54 @@ describe('matchmaking: a pairing whose chat cannot be made', () => {
     await expect(svc.enqueue(searcher(2), ['abc'])).rejects.toThrow('database down');
     expect(calls.warned).toEqual([{ err: new Error('queue down'), userId: 1 }]);
     expect(calls.other).toEqual([['user:1', 'match:timeout', { interests: ['abc'] }]]);
+  });
+});
+
+describe('matchmaking: a pair the chat store refuses (slots full by now, or a user gone)', () => {
+  const online = async (state: MemoryState, clock: FakeClock) => {
+    for (const id of ['1', '2']) await state.addExpiring('online-users', [id], clock.now().getTime() + 60_000);
+  };
+
+  it('answers the caller 409 ERR_MATCH_SLOT_LIMIT when its slots are full, and puts the peer back', async () => {
+    const { clock, state, queue, svc, calls, searcher, hooks } = setup();
+    await online(state, clock);
+    await svc.enqueue(searcher(1), ['abc']);
+    const before = await queue.get(1, clock.now().getTime());
+    hooks.refuse = () => ({ missing: [], full: [2] });
+    await expect(svc.enqueue(searcher(2), ['abc'])).rejects.toMatchObject({ code: 'ERR_MATCH_SLOT_LIMIT' });
+    expect(await queue.get(1, clock.now().getTime())).toEqual(before);
+    expect(await queue.get(2, clock.now().getTime())).toBeNull();
+    expect(calls.other).toEqual([]);
+  });
+
+  it('drops a peer whose slots are full (match:timeout) or whose account is gone, and pairs the caller on', async () => {
+    const { clock, state, queue, svc, calls, searcher, hooks } = setup();
+    await online(state, clock);
+    // Each waits on a tag of its own (so they do not pair), tried by the caller in this order.
+    for (const [id, t] of [
+      [1, 'aaa'],
+      [3, 'ccc'],
+      [4, 'ddd'],
+    ] as const)
+      await svc.enqueue(searcher(id), [t]);
+    hooks.refuse = (ids) =>
+      ids[0] === 1 ? { missing: [], full: [1] } : ids[0] === 3 ? { missing: [3], full: [] } : undefined;
+    const paired = await svc.enqueue(searcher(2), ['aaa', 'ccc', 'ddd']);
+    expect(paired.answer.state).toBe('searching');
+    expect(paired.tellCaller).toBeDefined();
+    expect(calls.created).toEqual([[4, 2]]);
+    expect(calls.other).toEqual([['user:1', 'match:timeout', { interests: ['aaa'] }]]);
+    for (const id of [1, 2, 3, 4]) expect(await queue.get(id, clock.now().getTime())).toBeNull();
+  });
+
+  it('queues the caller when every waiting peer is refused, and answers its search', async () => {
+    const { clock, state, queue, svc, searcher, hooks } = setup();
+    await online(state, clock);
+    await svc.enqueue(searcher(1), ['abc']);
+    hooks.refuse = () => ({ missing: [], full: [1] });
+    const queued = await svc.enqueue(searcher(2), ['abc']);
+    expect(queued.tellCaller).toBeUndefined();
+    expect(await queue.get(2, clock.now().getTime())).toMatchObject({ userId: 2, tags: ['abc'] });
+    expect(await queue.get(1, clock.now().getTime())).toBeNull();
   });
 });

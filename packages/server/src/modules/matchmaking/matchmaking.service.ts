@@ -7,6 +7,7 @@ import { type Realtime, rooms } from '../../platform/realtime.js';
 import type { StateStore } from '../../platform/state/index.js';
 import type { MatchQueue, QueueEntry } from '../../platform/state/match-queue.js';
 import type { ChatsService } from '../chats/chats.service.js';
+import type { DirectRefusal } from '../chats/chats.store.js';
 import type { MatchmakingStore, SearcherKey } from './matchmaking.store.js';
 
 const interestRe = new RegExp(INTEREST_PATTERN);
@@ -103,18 +104,44 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
   };
 
   /**
+   * A pair the chat store refused (a user gone, or its direct-chat slots full by now: parallel
+   * enqueues of one user, on any node, pass the pre-check together). A peer that is not the reason
+   * goes back to the queue; one whose slots are full leaves it (its search ended, it is told). The
+   * caller, if it is a reason, gets the refusal; else it searches on (answers normally).
+   */
+  const refused = async (me: Searcher, peer: QueueEntry, why: DirectRefusal): Promise<void> => {
+    const out = (id: number) => why.missing.includes(id) || why.full.includes(id);
+    if (!out(peer.userId)) await putBack(peer);
+    else if (why.full.includes(peer.userId))
+      realtime.emitTo(rooms.user(peer.userId), 'match:timeout', { interests: peer.tags });
+    if (why.missing.includes(me.userId)) throw appError('ERR_USER_NOT_FOUND');
+    if (why.full.includes(me.userId)) throw appError('ERR_MATCH_SLOT_LIMIT');
+  };
+
+  /**
    * Creates the direct chat of a pair and tells every session of the waiting peer at once; the
    * pairing caller is told by the returned function, which the route runs once its answer is out
    * (spec 4.5: the enqueue answers `searching`, `match:found` follows). If the chat cannot be made,
-   * the peer goes back to the queue and the caller gets the error.
+   * the peer goes back to the queue and the caller gets the error; undefined when only the peer
+   * could not take the chat (it has left the queue) and the caller should search on.
    */
-  const complete = async (me: Searcher, mine: QueueEntry, peer: QueueEntry, tag: string): Promise<() => void> => {
+  const complete = async (
+    me: Searcher,
+    mine: QueueEntry,
+    peer: QueueEntry,
+    tag: string,
+  ): Promise<(() => void) | undefined> => {
     const shared = [tag, ...mine.tags.filter((t) => t !== tag && peer.tags.includes(t))];
     // Names and kinds as stored, read by the statement that creates the chat (the peer may have renamed).
-    const { chat, token, users } = await chats.createDirect([peer.userId, me.userId], shared).catch(async (err) => {
+    const made = await chats.createDirect([peer.userId, me.userId], shared).catch(async (err) => {
       await putBack(peer);
       throw err;
     });
+    if ('refused' in made) {
+      await refused(me, peer, made.refused);
+      return undefined;
+    }
+    const { chat, token, users } = made;
     const [theirs, ours] = users as [Found, Found];
     const expires_at = chat.expires_at ?? new Date(clock.now().getTime() + Limits.DIRECT_CHAT_TTL_MS).toISOString();
     const found = (other: Found, otherEntry: QueueEntry) => ({
@@ -180,11 +207,16 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
         exclude: mine.exclude,
         country: mine.country,
       };
-      const result = await queue.enqueue(entry, now);
-      if (result.kind === 'already') throw appError('ERR_MATCH_ALREADY_SEARCHING');
       const answer: MatchStatus = { state: 'searching', interests, expires_at: new Date(entry.deadline).toISOString() };
-      if (result.kind !== 'paired') return { answer };
-      return { answer, tellCaller: await complete(searcher, entry, result.peer, result.tag) };
+      // Each round that pairs with a peer unable to take the chat has taken that peer out of the
+      // queue for good, so the rounds end: queued, or paired.
+      for (let at = now; ; at = clock.now().getTime()) {
+        const result = await queue.enqueue(entry, at);
+        if (result.kind === 'already') throw appError('ERR_MATCH_ALREADY_SEARCHING');
+        if (result.kind !== 'paired') return { answer };
+        const tellCaller = await complete(searcher, entry, result.peer, result.tag);
+        if (tellCaller) return { answer, tellCaller };
+      }
     },
 
     async dequeue(userId: number): Promise<MatchStatus> {
