@@ -4,22 +4,23 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { FakeClock } from '../src/platform/clock.js';
 import { describeApp, MODE, type Nodes, startApp, startNodes, type TestApp } from './support/app.js';
 import { type Member, member } from './support/chat-flows.js';
+import { Client, nextIp } from './support/client.js';
 import { countRows, failInserts } from './support/faults.js';
 import { type LoggedIn, login } from './support/flows.js';
 import { hold, lockWaiters } from './support/pg-locks.js';
-import { closeAllSockets } from './support/sockets.js';
+import { closeAllSockets, connectSocket } from './support/sockets.js';
 
 let app: TestApp;
-let sql: postgres.Sql;
+let db: postgres.Sql;
 const clock = new FakeClock(Date.now());
 
 beforeAll(async () => {
   app = await startApp({ clock });
-  if (app.config.databaseUrl) sql = postgres(app.config.databaseUrl, { max: 3, onnotice: () => {} });
+  if (app.config.databaseUrl) db = postgres(app.config.databaseUrl, { max: 3, onnotice: () => {} });
 });
 afterAll(async () => {
   closeAllSockets();
-  await sql?.end({ timeout: 1 });
+  await db?.end({ timeout: 1 });
   await app?.close();
 });
 
@@ -100,10 +101,10 @@ describeApp('leaving a direct chat twice at once', () => {
     async () => {
       const [a, b] = [await login(app), await login(app)];
       const chatId = await matched(a, b);
-      const row = hold(sql, (tx) => tx`select id from chats where id = ${chatId} for update`);
+      const row = hold(db, (tx) => tx`select id from chats where id = ${chatId} for update`);
       await row.ready;
       const both = [a.client.post('/v1/portal/match/leave', {}), a.client.post('/v1/portal/match/leave', {})];
-      await lockWaiters(sql, 2);
+      await lockWaiters(db, 2);
       row.release();
       await row.done;
       const answers = await Promise.all(both);
@@ -123,12 +124,12 @@ describeApp('leaving a direct chat twice at once', () => {
       // The sweep's archive as archiveDue writes it, not yet committed: the leave still reads the
       // chat as active, then waits for its row, and the archive commits first.
       const sweep = hold(
-        sql,
+        db,
         (tx) => tx`update chats set archived_at = ${archivedAt}, updated_at = ${archivedAt} where id = ${chatId}`,
       );
       await sweep.ready;
       const leaving = a.client.post('/v1/portal/match/leave', {});
-      await lockWaiters(sql, 1);
+      await lockWaiters(db, 1);
       sweep.release();
       await sweep.done;
       const res = await leaving;
@@ -195,14 +196,14 @@ describeApp('the direct-chat slot limit under parallel enqueues of one user', ()
 // both pairings of the same user (one per node) reach the chat insert before either commits.
 describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('the direct-chat slot limit on two nodes', () => {
   let nodes: Nodes;
-  let db: postgres.Sql;
+  let shared: postgres.Sql;
   beforeAll(async () => {
     nodes = await startNodes();
-    db = postgres(nodes.a.config.databaseUrl ?? '', { max: 3, onnotice: () => {} });
+    shared = postgres(nodes.a.config.databaseUrl ?? '', { max: 3, onnotice: () => {} });
   });
   afterAll(async () => {
     closeAllSockets();
-    await db?.end({ timeout: 1 });
+    await shared?.end({ timeout: 1 });
     await nodes?.close();
   });
 
@@ -212,10 +213,10 @@ describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('the direct-
     const [user, c, d] = [await member(nodeA), await member(nodeA), await member(nodeB)];
     const waiting = { [c.user.id]: (await match(c, [ta])).body, [d.user.id]: (await match(d, [tb])).body };
     // The peers' rows, as a user update would hold them: the chat insert waits for them (its members' key).
-    const peers = hold(db, (tx) => tx`select id from users where id in (${c.user.id}, ${d.user.id}) for update`);
+    const peers = hold(shared, (tx) => tx`select id from users where id in (${c.user.id}, ${d.user.id}) for update`);
     await peers.ready;
     const both = [match(user, [ta]), match({ client: user.client.on(nodeB) }, [tb])];
-    await lockWaiters(db, 2);
+    await lockWaiters(shared, 2);
     peers.release();
     await peers.done;
     const answers = await Promise.all(both);
@@ -226,4 +227,35 @@ describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('the direct-
     expect((await refused.client.get('/v1/portal/match/status')).body).toEqual(waiting[refused.user.id]);
     expect(await activeDirect(nodeA, refused.user.id)).toBe(0);
   });
+});
+
+describeApp('a stranger block racing an enqueue in flight', () => {
+  // The enqueue's pre-check (one statement reading the account, its blocks and session) waits on
+  // the test's lock on user_blocks while the block commits: it read the session before the block.
+  it.skipIf(MODE === 'embedded')(
+    'on PostgreSQL: an enqueue whose pre-check runs while the block commits answers 403 ERR_STRANGER_BLOCKED and leaves nobody queued',
+    async () => {
+      const client = new Client(app.url, nextIp(), app.publicApiKey);
+      const created = await client.post('/v1/portal/stranger', {});
+      expect(created.status).toBe(200);
+      const strangerId: number = created.body.user.id;
+      await connectSocket(app.url, client);
+      const [mod, peer] = [await member(app, { level: 1 }), await member(app)];
+      const t = tag();
+      const blocks = hold(db, (tx) => tx`lock table user_blocks in access exclusive mode`);
+      await blocks.ready;
+      const enqueuing = client.post('/v1/portal/match', { interests: [t] });
+      await lockWaiters(db, 1);
+      expect((await mod.client.post('/v1/portal/strangers/block', { user_id: strangerId })).body).toEqual({ ok: true });
+      blocks.release();
+      await blocks.done;
+      const res = await enqueuing;
+      expect(res.status).toBe(403);
+      expect(res.body.code).toBe('ERR_STRANGER_BLOCKED');
+      expect((await client.get('/v1/portal/match/status')).body).toEqual({ state: 'idle' });
+      // Nobody can meet it: the next searcher on its tag waits.
+      expect((await match(peer, [t])).body.state).toBe('searching');
+      expect(matchEvents(peer)).toEqual([]);
+    },
+  );
 });

@@ -12,6 +12,14 @@ import type { BlocksStore } from './blocks.store.js';
 /** Audit code of a moderator blocking a stranger from matchmaking (Parlor's, 4xx punishments). */
 export const STRANGER_BLOCK_CODE = 410;
 
+/**
+ * How long the match queue refuses a stranger being blocked, from before the block commits: far
+ * longer than an enqueue takes from reading the account to its queue call (one SQL statement,
+ * bounded by the statement timeout), so none that read the account before the block gets in; after
+ * it, enqueues read the stored block. Short, so the queue's barred set holds only recent blocks.
+ */
+export const STRANGER_BAR_MS = 10 * 60_000;
+
 export function makeBlocksService(deps: {
   db: Db;
   store: BlocksStore;
@@ -47,27 +55,33 @@ export function makeBlocksService(deps: {
     },
     /**
      * Spec v1.12: a moderator blocks a stranger session from matchmaking; it leaves the queue too.
-     * The queue lives in the state store, not SQL, so the steps are ordered for failure: leave the
-     * queue (failing here changes nothing), then the block and its audit entry in one transaction
-     * (failing here leaves only the queue left, which the stranger may do itself at any time), then
-     * leave the queue once more, for an enqueue that read the account before the block committed.
-     * That last step follows a committed block (enqueues now refuse), so its failure is logged.
+     * The queue lives in the state store, not SQL, so the steps are ordered for failure. First the
+     * queue bars the user (out of the queue, its enqueues refused for STRANGER_BAR_MS, one atomic
+     * step; failing here changes nothing): an enqueue that read the account before the block
+     * commits is refused when it reaches the queue. Then the block and its audit entry in one
+     * transaction; enqueues read the stored block from then on. If that fails the bar is lifted
+     * (logged if that fails too), so nothing of the block stands but the queue left.
      */
     async blockStranger(actor: Actor, targetId: number) {
       const target = await deps.users.mustGet(targetId);
       if (!target.isStranger)
         throw appError('ERR_FORBIDDEN', 'Only anonymous (stranger) accounts are blocked this way.');
-      await deps.queue.dequeue(targetId);
-      await deps.db.transaction(async (tx) => {
-        await deps.usersStore.update(targetId, { matchBlockedAt: clock.now() }, tx);
-        await deps.audit.record(
-          { actor, code: STRANGER_BLOCK_CODE, action: 'block-stranger', targetUserId: targetId },
-          tx,
-        );
-      });
-      await deps.queue
-        .dequeue(targetId)
-        .catch((err: unknown) => deps.log.error({ err, userId: targetId }, 'match queue cleanup failed'));
+      const now = clock.now();
+      await deps.queue.bar(targetId, now.getTime() + STRANGER_BAR_MS, now.getTime());
+      try {
+        await deps.db.transaction(async (tx) => {
+          await deps.usersStore.update(targetId, { matchBlockedAt: now }, tx);
+          await deps.audit.record(
+            { actor, code: STRANGER_BLOCK_CODE, action: 'block-stranger', targetUserId: targetId },
+            tx,
+          );
+        });
+      } catch (err) {
+        await deps.queue
+          .unbar(targetId)
+          .catch((e: unknown) => deps.log.error({ err: e, userId: targetId }, 'match queue bar not lifted'));
+        throw err;
+      }
     },
   };
 }

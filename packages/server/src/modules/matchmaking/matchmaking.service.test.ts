@@ -33,7 +33,9 @@ function setup() {
     calls.get++;
     return get(userId, now);
   };
-  const facts: SearcherFacts = { premium: false, activeDirect: 0, exclude: [], country: null };
+  const facts: SearcherFacts = { premium: false, activeDirect: 0, exclude: [], country: null, matchBlocked: false };
+  /** Holds the next facts read until released (an enqueue in flight), when set. */
+  const gate: { next?: Promise<void> } = {};
   const chats = {
     createDirect: async (userIds: number[]) => {
       await hooks.beforeCreate?.();
@@ -52,7 +54,15 @@ function setup() {
     state,
     queue,
     chats,
-    store: { searcherFacts: async (keys) => keys.map(() => ({ ...facts })) },
+    store: {
+      searcherFacts: async (keys) => {
+        const read = keys.map(() => ({ ...facts }));
+        const held = gate.next;
+        gate.next = undefined;
+        await held;
+        return read;
+      },
+    },
     realtime: {
       emitTo: (room: string, event: string, e: unknown) => {
         if (event === 'match:found') calls.found.push([room, (e as { peer: { id: number } }).peer.id]);
@@ -63,7 +73,7 @@ function setup() {
   };
   const svc = makeMatchmakingService(deps);
   const searcher = (userId: number) => ({ userId, sessionId: userId, stranger: false, matchBlocked: false });
-  return { clock, state, queue, svc, calls, facts, searcher, hooks };
+  return { clock, state, queue, svc, calls, facts, searcher, hooks, gate };
 }
 
 describe('matchmaking enqueue pre-checks', () => {
@@ -215,5 +225,37 @@ describe('matchmaking: a pair the chat store refuses (slots full by now, or a us
     expect(queued.tellCaller).toBeUndefined();
     expect(await queue.get(2, clock.now().getTime())).toMatchObject({ userId: 2, tags: ['abc'] });
     expect(await queue.get(1, clock.now().getTime())).toBeNull();
+  });
+});
+
+describe('matchmaking: a stranger block racing an enqueue', () => {
+  const online = async (state: MemoryState, clock: FakeClock) => {
+    for (const id of ['1', '2']) await state.addExpiring('online-users', [id], clock.now().getTime() + 60_000);
+  };
+
+  it('refuses 403 ERR_STRANGER_BLOCKED when the stored account is blocked, though the session said not', async () => {
+    const { clock, state, queue, svc, facts, searcher } = setup();
+    await online(state, clock);
+    facts.matchBlocked = true;
+    await expect(svc.enqueue(searcher(1), ['abc'])).rejects.toMatchObject({ code: 'ERR_STRANGER_BLOCKED' });
+    expect(await queue.get(1, clock.now().getTime())).toBeNull();
+  });
+
+  it('refuses an enqueue that read the account before the block when the block barred it before the queue call', async () => {
+    const { clock, state, queue, svc, searcher, gate } = setup();
+    await online(state, clock);
+    await svc.enqueue(searcher(2), ['abc']);
+    let release!: () => void;
+    gate.next = new Promise<void>((r) => {
+      release = r;
+    });
+    // The enqueue has read "not blocked"; the block bars the user (its first step) before it goes on.
+    const enqueuing = svc.enqueue(searcher(1), ['abc']);
+    await queue.bar(1, clock.now().getTime() + 60_000, clock.now().getTime());
+    release();
+    await expect(enqueuing).rejects.toMatchObject({ code: 'ERR_STRANGER_BLOCKED' });
+    expect(await queue.get(1, clock.now().getTime())).toBeNull();
+    // The waiting user was not taken.
+    expect(await queue.get(2, clock.now().getTime())).toMatchObject({ userId: 2 });
   });
 });

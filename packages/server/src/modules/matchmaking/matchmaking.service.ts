@@ -193,6 +193,8 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
         throw appError(code);
       };
       if (!mine) return refuse('ERR_USER_NOT_FOUND');
+      // A block committed since the session's account was cached (the queue bars one still being written).
+      if (mine.matchBlocked) throw appError('ERR_STRANGER_BLOCKED');
       const premium = !searcher.stranger && mine.premium;
       const slots = premium ? Limits.DIRECT_SLOTS_PREMIUM : Limits.DIRECT_SLOTS_FREE;
       if (mine.activeDirect >= slots) return refuse('ERR_MATCH_SLOT_LIMIT');
@@ -213,6 +215,7 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
       for (let at = now; ; at = clock.now().getTime()) {
         const result = await queue.enqueue(entry, at);
         if (result.kind === 'already') throw appError('ERR_MATCH_ALREADY_SEARCHING');
+        if (result.kind === 'barred') throw appError('ERR_STRANGER_BLOCKED');
         if (result.kind !== 'paired') return { answer };
         const tellCaller = await complete(searcher, entry, result.peer, result.tag);
         if (tellCaller) return { answer, tellCaller };

@@ -2,7 +2,10 @@ import { sql } from 'drizzle-orm';
 import { type Db, rowsOf } from '../../platform/db/index.js';
 import { hasPremium } from '../users/users.presenter.js';
 
-/** What POST /v1/portal/match checks about its caller before the queue is touched. */
+/**
+ * What POST /v1/portal/match checks about its caller before the queue is touched (read fresh: the
+ * session's cached account may predate a stranger block).
+ */
 export interface SearcherFacts {
   premium: boolean;
   /** Active (not archived) direct chats the user is a member of. */
@@ -11,6 +14,8 @@ export interface SearcherFacts {
   exclude: number[];
   /** The country of the session's address (its stored geo), or null. */
   country: string | null;
+  /** A moderator blocked this (stranger) account from matchmaking, as stored now. */
+  matchBlocked: boolean;
 }
 
 /** Whose facts to read: the user and the session that enqueues. */
@@ -40,10 +45,11 @@ export function makeMatchmakingStore(db: Db) {
         active_direct: number | string;
         exclude: string | null;
         country: string | null;
+        match_blocked: boolean;
       }>(
         await db.execute(sql`
           with input (ord, uid, sid) as (values ${input})
-          select i.ord, u.subscription_tier as tier,
+          select i.ord, u.subscription_tier as tier, u.match_blocked_at is not null as match_blocked,
                  (extract(epoch from u.subscription_expires_at) * 1000)::float8 as tier_expires_ms,
                  (select count(*) from chat_members cm join chats c on c.id = cm.chat_id
                    where cm.user_id = i.uid and cm.left_at is null and c.deleted_at is null
@@ -62,6 +68,7 @@ export function makeMatchmakingStore(db: Db) {
           activeDirect: Number(r.active_direct),
           exclude: r.exclude ? [...new Set(r.exclude.split(',').map(Number))] : [],
           country: r.country ? r.country : null,
+          matchBlocked: r.match_blocked === true,
         };
       }
       return out;

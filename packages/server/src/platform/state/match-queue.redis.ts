@@ -10,7 +10,7 @@ import {
 /**
  * Shared Lua: `remove(uid, entry)` takes a user out of every structure. Keys: `mq:e:<uid>` (the
  * entry, JSON), `mq:t:<tag>` (waiting users by enqueue time), `mq:d` (users by deadline),
- * `mq:depth` (tag → waiting count). All under the deployment's prefix (ARGV[1]). The scripts name
+ * `mq:depth` (tag → waiting count), `mq:barred` (barred users by the end of their bar). All under the deployment's prefix (ARGV[1]). The scripts name
  * their keys through ARGV, which a single Redis (not Redis Cluster) allows.
  */
 const REMOVE = `
@@ -40,6 +40,8 @@ end
 const ENQUEUE = `${REMOVE}${INSERT}
 local p, me, raw, now = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local entry = cjson.decode(raw)
+local barred = redis.call('ZSCORE', p .. 'mq:barred', me)
+if barred and tonumber(barred) > now then return {'barred'} end
 local existing = redis.call('GET', p .. 'mq:e:' .. me)
 if existing then
   local cur = cjson.decode(existing)
@@ -77,6 +79,8 @@ return {'queued'}`;
 const RESTORE = `${REMOVE}${INSERT}
 local p, me, raw, now = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local entry = cjson.decode(raw)
+local barred = redis.call('ZSCORE', p .. 'mq:barred', me)
+if barred and tonumber(barred) > now then return 'barred' end
 if entry.deadline <= now then return 'expired' end
 local existing = redis.call('GET', p .. 'mq:e:' .. me)
 if existing then
@@ -92,6 +96,14 @@ local p, me = ARGV[1], ARGV[2]
 local raw = redis.call('GET', p .. 'mq:e:' .. me)
 if not raw then return 0 end
 remove(p, me, cjson.decode(raw))
+return 1`;
+
+const BAR = `${REMOVE}
+local p, me, untilMs, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+redis.call('ZREMRANGEBYSCORE', p .. 'mq:barred', '-inf', now)
+redis.call('ZADD', p .. 'mq:barred', untilMs, me)
+local raw = redis.call('GET', p .. 'mq:e:' .. me)
+if raw then remove(p, me, cjson.decode(raw)) end
 return 1`;
 
 const POP_EXPIRED = `${REMOVE}
@@ -126,6 +138,7 @@ export class RedisMatchQueue implements MatchQueue {
       String(now),
     )) as string[];
     if (res[0] === 'already') return { kind: 'already' };
+    if (res[0] === 'barred') return { kind: 'barred' };
     if (res[0] === 'paired')
       return { kind: 'paired', peer: JSON.parse(res[1] as string) as QueueEntry, tag: res[2] as string };
     return { kind: 'queued' };
@@ -144,6 +157,14 @@ export class RedisMatchQueue implements MatchQueue {
 
   async dequeue(userId: number): Promise<boolean> {
     return (await this.client.eval(DEQUEUE, 0, this.prefix, String(userId))) === 1;
+  }
+
+  async bar(userId: number, until: number, now: number): Promise<void> {
+    await this.client.eval(BAR, 0, this.prefix, String(userId), String(until), String(now));
+  }
+
+  async unbar(userId: number): Promise<void> {
+    await this.client.zrem(`${this.prefix}mq:barred`, String(userId));
   }
 
   async get(userId: number, now: number): Promise<QueueEntry | null> {

@@ -114,6 +114,23 @@ describe.each(implementations)('the %s match queue', (_name, makeNodes) => {
     expect(await q.topTags(5)).toEqual([{ tag: 'aaa', searching: 1 }]);
   });
 
+  it('bars a user: out of the queue at once, its enqueues and restores refused until the bar ends or is lifted', async () => {
+    const q = make();
+    expect(await q.enqueue(entry(1, ['aaa']), NOW)).toEqual({ kind: 'queued' });
+    expect(await q.enqueue(entry(2, ['bbb']), NOW)).toEqual({ kind: 'queued' });
+    await q.bar(1, NOW + 100, NOW);
+    expect(await q.get(1, NOW)).toBeNull();
+    expect(await q.topTags(5)).toEqual([{ tag: 'bbb', searching: 1 }]);
+    expect(await q.enqueue(entry(1, ['bbb']), NOW + 99)).toEqual({ kind: 'barred' });
+    expect(await q.restore(entry(1, ['aaa']), NOW + 99)).toBe('barred');
+    // Nobody pairs with it or is taken by its refused enqueue.
+    expect(await q.get(2, NOW + 99)).toMatchObject({ userId: 2 });
+    expect(await q.enqueue(entry(1, ['ccc']), NOW + 100)).toEqual({ kind: 'queued' });
+    await q.bar(3, NOW + 1_000, NOW + 100);
+    await q.unbar(3);
+    expect(await q.enqueue(entry(3, ['ddd']), NOW + 100)).toEqual({ kind: 'queued' });
+  });
+
   it('dequeues and counts tags by depth', async () => {
     const q = make();
     await q.enqueue(entry(1, ['aaa', 'bbb'], { exclude: [2, 3] }), NOW);

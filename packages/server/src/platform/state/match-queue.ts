@@ -19,14 +19,16 @@ export type EnqueueResult =
   | { kind: 'queued' }
   | { kind: 'already' }
   /** Paired with `peer` (now out of the queue) on `tag`; the caller was never queued. */
-  | { kind: 'paired'; peer: QueueEntry; tag: string };
+  | { kind: 'paired'; peer: QueueEntry; tag: string }
+  /** Refused: the user is barred (see `bar`); nothing changed. */
+  | { kind: 'barred' };
 
 /**
  * What putting back a peer taken out by a pairing that then failed did: `restored`, as it was;
  * `expired`, not restored (its deadline passed meanwhile); `already`, not restored (the user searches
  * again, on a newer entry).
  */
-export type RestoreResult = 'restored' | 'expired' | 'already';
+export type RestoreResult = 'restored' | 'expired' | 'already' | 'barred';
 
 export interface MatchQueue {
   /** Pairs the entry with the longest-waiting compatible user on its first tag that has one, else queues it. */
@@ -38,6 +40,14 @@ export interface MatchQueue {
   restore(entry: QueueEntry, now: number): Promise<RestoreResult>;
   /** Removes a user from the queue; false when it was not searching. */
   dequeue(userId: number): Promise<boolean>;
+  /**
+   * Removes a user from the queue and, in the same atomic step, refuses its enqueues (and
+   * restores) until `until` (ms): a block being written elsewhere holds from here, whatever an
+   * enqueue already in flight read before it. Bars past their time at `now` are forgotten.
+   */
+  bar(userId: number, until: number, now: number): Promise<void>;
+  /** Lifts a bar (the block it announced did not happen). */
+  unbar(userId: number): Promise<void>;
   get(userId: number, now: number): Promise<QueueEntry | null>;
   /** Takes out up to `limit` entries whose deadline passed; each is returned to exactly one caller. */
   popExpired(now: number, limit: number): Promise<QueueEntry[]>;
@@ -52,6 +62,12 @@ export const CANDIDATES_PER_TAG = 50;
 export class MemoryMatchQueue implements MatchQueue {
   private readonly entries = new Map<number, QueueEntry>();
   private readonly byTag = new Map<string, number[]>();
+  /** Barred users → until when (ms). */
+  private readonly barred = new Map<number, number>();
+
+  private isBarred(userId: number, now: number): boolean {
+    return (this.barred.get(userId) ?? 0) > now;
+  }
 
   private remove(userId: number): QueueEntry | undefined {
     const e = this.entries.get(userId);
@@ -66,6 +82,7 @@ export class MemoryMatchQueue implements MatchQueue {
   }
 
   async enqueue(entry: QueueEntry, now: number): Promise<EnqueueResult> {
+    if (this.isBarred(entry.userId, now)) return { kind: 'barred' };
     const current = this.entries.get(entry.userId);
     if (current && current.deadline > now) return { kind: 'already' };
     if (current) this.remove(entry.userId);
@@ -89,6 +106,7 @@ export class MemoryMatchQueue implements MatchQueue {
   }
 
   async restore(entry: QueueEntry, now: number): Promise<RestoreResult> {
+    if (this.isBarred(entry.userId, now)) return 'barred';
     if (entry.deadline <= now) return 'expired';
     const current = this.entries.get(entry.userId);
     if (current && current.deadline > now) return 'already';
@@ -113,6 +131,16 @@ export class MemoryMatchQueue implements MatchQueue {
 
   async dequeue(userId: number): Promise<boolean> {
     return this.remove(userId) !== undefined;
+  }
+
+  async bar(userId: number, until: number, now: number): Promise<void> {
+    for (const [id, t] of this.barred) if (t <= now) this.barred.delete(id);
+    this.barred.set(userId, until);
+    this.remove(userId);
+  }
+
+  async unbar(userId: number): Promise<void> {
+    this.barred.delete(userId);
   }
 
   async get(userId: number, now: number): Promise<QueueEntry | null> {
