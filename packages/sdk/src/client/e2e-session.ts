@@ -20,8 +20,8 @@ import {
   type JoinOptions,
 } from './e2e-types.js';
 import { AsyncQueue, TypedEmitter } from './emitter.js';
-import { isApiError } from './errors.js';
-import { connect, joinRoom, leaveRoom, type ParlorSocket } from './socket.js';
+import { isApiError, type ParlorApiError } from './errors.js';
+import { connect, joinRoom, keepConnected, leaveRoom, type ParlorSocket } from './socket.js';
 import type { HistoryInput } from './types.js';
 
 /**
@@ -46,6 +46,7 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
   readonly #keyWaitMs: number;
   readonly #shareOnJoin: boolean;
   #closed = false;
+  #stopSupervising: () => void = () => {};
 
   private constructor(opts: E2EChatSessionOptions, socket: ParlorSocket, ownsSocket: boolean) {
     super();
@@ -214,10 +215,24 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
     return queue;
   }
 
-  /** Stops everything: socket listeners, timers, waits and iterators; closes the socket it opened. */
-  async close(): Promise<void> {
+  /**
+   * Stops everything: socket listeners, timers, waits and iterators; closes the socket it opened.
+   * Emits `closed {reason: 'closed'}` first.
+   */
+  close(): Promise<void> {
+    return this.#end({ reason: 'closed' });
+  }
+
+  /** The server refused this session for good on a reconnection: report it, then close. */
+  #refused(error: ParlorApiError): void {
+    void this.#end({ reason: 'refused', code: error.code, error });
+  }
+
+  async #end(e: Parameters<E2EChatSessionEvents['closed']>[0]): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    this.emit('closed', e);
+    this.#stopSupervising();
     for (const off of this.#unsubscribe.splice(0)) off();
     for (const it of this.#iterators) it.end();
     this.#iterators.clear();
@@ -244,10 +259,23 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
     });
     // The socket is connected when the session starts, so every later `connect` is a reconnection.
     const onConnect = () => {
-      if (!this.socket.recovered) void this.#rejoin();
+      if (this.socket.recovered) this.emit('reconnected', { recovered: true });
+      else
+        void this.#rejoin().then(() => {
+          if (!this.#closed) this.emit('reconnected', { recovered: false });
+        });
+    };
+    const onDisconnect = (reason: string) => {
+      if (!this.#closed) this.emit('disconnected', { reason });
     };
     this.socket.on('connect', onConnect);
-    this.#unsubscribe.push(() => this.socket.off('connect', onConnect));
+    this.socket.on('disconnect', onDisconnect);
+    this.#unsubscribe.push(() => {
+      this.socket.off('connect', onConnect);
+      this.socket.off('disconnect', onDisconnect);
+    });
+    // Socket.IO does not reconnect after the server dropped the socket or refused a reconnection.
+    this.#stopSupervising = keepConnected(this.socket, { onRefused: (error) => this.#refused(error) });
   }
 
   /** After a reconnection the server could not recover, enter the chat rooms again. */

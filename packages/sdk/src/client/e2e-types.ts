@@ -1,6 +1,7 @@
 import type { Message } from '@parlor/protocol';
 import type { E2EError, KeyPair } from '../crypto/index.js';
 import type { ParlorClient } from './api.js';
+import type { ParlorApiError } from './errors.js';
 import type { ParlorSocket, RoomJoined } from './socket.js';
 
 /** Failures of the E2E session layer (the crypto layer's own failures are `E2EError`). */
@@ -60,6 +61,24 @@ export interface E2EChatSessionEvents {
   key: (e: { chatId: number; epoch: number; source: 'envelope' | 'keyed'; senderSessionId: number | null }) => void;
   /** The membership ended (`room:left`). */
   left: (e: { chatId: number; reason: string }) => void;
+  /**
+   * The socket disconnected (`reason` as Socket.IO gives it: `io server disconnect` when the server
+   * dropped it, `transport close`, `ping timeout`, …). It reconnects by itself (see `reconnected`);
+   * meanwhile nothing arrives, while `send` (HTTP) still works.
+   */
+  disconnected: (e: { reason: string }) => void;
+  /**
+   * The socket is connected again. `recovered`: the server restored its rooms and replayed the
+   * events it missed; otherwise the session re-entered its chats itself before this event (what was
+   * sent meanwhile is not replayed: read it with `history`).
+   */
+  reconnected: (e: { recovered: boolean }) => void;
+  /**
+   * The session ended: `close()` (`reason: 'closed'`), or the server refused its session for good on
+   * a reconnection (`reason: 'refused'`, `code` `ERR_UNAUTHENTICATED` after a logout, an eviction
+   * or a ban). Message iterators end; log in again and open a new session.
+   */
+  closed: (e: { reason: 'closed' | 'refused'; code?: string; error?: ParlorApiError }) => void;
   /** A background failure; never thrown, since no caller is waiting for it. */
   error: (error: E2ESessionError) => void;
 }

@@ -1,5 +1,17 @@
 import { type ErrorBody, type ErrorCode, ErrorCodes } from '@parlor/protocol';
 
+/**
+ * Codes the SDK gives a {@link ParlorApiError} for failures no server answer describes (status 0);
+ * the server's codes are the catalogue's (docs/api.md, `ErrorCodes` of the protocol).
+ */
+export const ClientErrorCode = {
+  /** The socket handshake failed without a catalogue code (e.g. the server cannot be reached). */
+  ERR_SOCKET_CONNECT: 'ERR_SOCKET_CONNECT',
+  /** The socket did not connect, or an event was not acknowledged, in time. */
+  ERR_SOCKET_TIMEOUT: 'ERR_SOCKET_TIMEOUT',
+} as const;
+export type ClientErrorCode = (typeof ClientErrorCode)[keyof typeof ClientErrorCode];
+
 /** Where a {@link ParlorApiError} came from: an HTTP answer or a socket acknowledgement. */
 export type ParlorErrorSource = 'http' | 'socket';
 

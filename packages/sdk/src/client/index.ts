@@ -13,16 +13,19 @@ export {
   type JoinOptions,
 } from './e2e-types.js';
 export { AsyncQueue, TypedEmitter } from './emitter.js';
-export { isApiError, ParlorApiError, type ParlorErrorSource } from './errors.js';
+export { ClientErrorCode, isApiError, ParlorApiError, type ParlorErrorSource } from './errors.js';
 export { HttpClient, type HttpClientOptions, parseSetCookie, type Query, SESSION_COOKIE } from './http.js';
 export {
   type ConnectOptions,
   connect,
   emitAck,
   joinRoom,
+  type KeepConnectedOptions,
+  keepConnected,
   leaveRoom,
   type ParlorSocket,
   type RoomJoined,
+  TERMINAL_CONNECT_CODES,
 } from './socket.js';
 export type * from './types.js';
 export { RoomVm, type RoomVmEvents, type RoomVmOptions, type VmFrame, type VmInput, type VmWatching } from './vm.js';

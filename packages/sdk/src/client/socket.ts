@@ -1,7 +1,7 @@
 import type { ClientToServerEvents, RoomJoinAck, RoomJoinPayload, ServerToClientEvents } from '@parlor/protocol';
 import type { Static } from '@sinclair/typebox';
 import { io, type Socket } from 'socket.io-client';
-import { ParlorApiError } from './errors.js';
+import { ClientErrorCode, ParlorApiError } from './errors.js';
 import type { HttpClient } from './http.js';
 
 /** A Socket.IO client typed with the protocol's event maps. */
@@ -16,8 +16,109 @@ export const DEFAULT_ACK_TIMEOUT_MS = 10_000;
 export interface ConnectOptions {
   /** How long the first connection may take (default 10 s). */
   timeoutMs?: number;
-  /** Reconnect automatically after a drop (default true; the server recovers state for 2 min). */
+  /**
+   * Reconnect automatically after a drop (default true; the server recovers state for 2 min),
+   * also after the server dropped the socket or refused a reconnection ({@link keepConnected}).
+   */
   reconnection?: boolean;
+}
+
+/** Handshake refusals that no retry can change: the session ended, or the account is banned. */
+export const TERMINAL_CONNECT_CODES: readonly string[] = ['ERR_UNAUTHENTICATED', 'ERR_BANNED'];
+
+export interface KeepConnectedOptions {
+  /** Called once when the server refuses the session for good ({@link TERMINAL_CONNECT_CODES}); reconnecting stops. */
+  onRefused?: (error: ParlorApiError) => void;
+}
+
+interface Supervisor {
+  refused: Set<(error: ParlorApiError) => void>;
+  stop(): void;
+}
+
+const supervisors = new WeakMap<ParlorSocket, Supervisor>();
+
+/**
+ * Keeps a socket connected where Socket.IO itself gives up: after the server dropped it
+ * (`io server disconnect`: a graceful shutdown, a permission change, an ended session) and after
+ * the server's middleware refused a reconnection (`connect_error` with the socket inactive). It
+ * calls `socket.connect()` again after a capped, randomised, doubling delay (the Manager's
+ * `reconnectionDelay` … `reconnectionDelayMax`, 1-5 s by default). A refusal with a code of
+ * {@link TERMINAL_CONNECT_CODES} stops it and calls `onRefused`. A disconnect the client asked for
+ * (`socket.disconnect()`) is left alone, as is a socket made with `reconnection: false`.
+ * `connect` installs it; installing it again on the same socket only adds `onRefused`.
+ * @returns a function that removes this `onRefused` (and stops supervising when it was the last).
+ */
+export function keepConnected(socket: ParlorSocket, opts: KeepConnectedOptions = {}): () => void {
+  let supervisor = supervisors.get(socket);
+  if (!supervisor) {
+    supervisor = supervise(socket);
+    supervisors.set(socket, supervisor);
+  }
+  const own = supervisor;
+  const onRefused = opts.onRefused ?? (() => {});
+  own.refused.add(onRefused);
+  return () => {
+    own.refused.delete(onRefused);
+    if (own.refused.size === 0 && supervisors.get(socket) === own) {
+      own.stop();
+      supervisors.delete(socket);
+    }
+  };
+}
+
+function supervise(socket: ParlorSocket): Supervisor {
+  const refused = new Set<(error: ParlorApiError) => void>();
+  let attempts = 0;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let stopped = false;
+  const retry = () => {
+    if (stopped || timer !== undefined || !socket.io.reconnection()) return;
+    const cap = Math.min(socket.io.reconnectionDelayMax(), socket.io.reconnectionDelay() * 2 ** attempts);
+    attempts++;
+    timer = setTimeout(
+      () => {
+        timer = undefined;
+        if (!stopped && !socket.active) socket.connect();
+      },
+      cap / 2 + Math.random() * (cap / 2),
+    );
+  };
+  const onDisconnect = (reason: string) => {
+    if (reason === 'io server disconnect') retry();
+  };
+  const onConnectError = (err: Error) => {
+    // While the socket is active the Manager retries transport failures itself.
+    if (socket.active) return;
+    const code = connectErrorCode(err);
+    if (TERMINAL_CONNECT_CODES.includes(code)) {
+      stop();
+      const error = ParlorApiError.fromAck({ code, message: err.message });
+      for (const listener of [...refused]) listener(error);
+      return;
+    }
+    retry();
+  };
+  const onConnect = () => {
+    attempts = 0;
+  };
+  const stop = () => {
+    stopped = true;
+    clearTimeout(timer);
+    timer = undefined;
+    socket.off('disconnect', onDisconnect);
+    socket.off('connect_error', onConnectError);
+    socket.off('connect', onConnect);
+  };
+  socket.on('disconnect', onDisconnect);
+  socket.on('connect_error', onConnectError);
+  socket.on('connect', onConnect);
+  return { refused, stop };
+}
+
+/** The server refuses a handshake with an Error whose message is the catalogue code. */
+function connectErrorCode(err: Error): string {
+  return /^ERR_[A-Z_]+$/.test(err.message) ? err.message : ClientErrorCode.ERR_SOCKET_CONNECT;
 }
 
 /**
@@ -53,16 +154,18 @@ export function connect(client: HttpClient, opts: ConnectOptions = {}): Promise<
     };
     const onConnect = () => {
       cleanup();
+      if (opts.reconnection ?? true) keepConnected(socket);
       resolve(socket);
     };
-    // The server refuses a handshake with an Error whose message is the catalogue code.
-    const onError = (err: Error) => {
-      const code = /^ERR_[A-Z_]+$/.test(err.message) ? err.message : 'ERR_SOCKET_CONNECT';
-      fail(ParlorApiError.fromAck({ code, message: err.message }));
-    };
+    const onError = (err: Error) => fail(ParlorApiError.fromAck({ code: connectErrorCode(err), message: err.message }));
     const timer = setTimeout(
       () =>
-        fail(ParlorApiError.fromAck({ code: 'ERR_SOCKET_TIMEOUT', message: 'The socket did not connect in time.' })),
+        fail(
+          ParlorApiError.fromAck({
+            code: ClientErrorCode.ERR_SOCKET_TIMEOUT,
+            message: 'The socket did not connect in time.',
+          }),
+        ),
       opts.timeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS,
     );
     socket.on('connect', onConnect);
@@ -90,7 +193,10 @@ export async function emitAck<T extends object>(
   try {
     ack = await emitter.emitWithAck(event, payload);
   } catch {
-    throw ParlorApiError.fromAck({ code: 'ERR_SOCKET_TIMEOUT', message: `No acknowledgement of ${event} in time.` });
+    throw ParlorApiError.fromAck({
+      code: ClientErrorCode.ERR_SOCKET_TIMEOUT,
+      message: `No acknowledgement of ${event} in time.`,
+    });
   }
   if (typeof ack === 'object' && ack !== null && (ack as { ok?: unknown }).ok === true) {
     const { ok: _ok, ...rest } = ack as { ok: true } & T;

@@ -1,0 +1,83 @@
+import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
+import { describeApp, startApp, type TestApp } from '../../server/test/support/app.js';
+import { setLevel } from '../../server/test/support/flows.js';
+import type { BotClient, E2EChatSession, E2EChatSessionEvents, E2ESessionError } from '../src/index.js';
+import { closeSessions, collector, loginUser, openSession, plaintexts, testBot } from './support.js';
+
+let app: TestApp;
+let bot: BotClient;
+beforeAll(async () => {
+  app = await startApp();
+  bot = await testBot(app);
+});
+afterEach(async () => {
+  await closeSessions();
+});
+afterAll(async () => {
+  await app?.close();
+});
+
+type Events = E2EChatSessionEvents;
+
+/** Resolves with the next `event` of the session (bounded, so a missing event fails the test). */
+function next<K extends keyof Events>(
+  session: E2EChatSession,
+  event: K,
+  timeoutMs = 10_000,
+): Promise<Parameters<Events[K]>[0]> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      off();
+      reject(new Error(`no ${String(event)} event within ${timeoutMs} ms`));
+    }, timeoutMs);
+    const off = session.on(event, ((e: Parameters<Events[K]>[0]) => {
+      clearTimeout(timer);
+      off();
+      resolve(e);
+    }) as Events[K]);
+  });
+}
+
+function errorsOf(...sessions: E2EChatSession[]): E2ESessionError[] {
+  const errors: E2ESessionError[] = [];
+  for (const s of sessions) s.on('error', (e) => errors.push(e));
+  return errors;
+}
+
+describeApp('E2EChatSession: reconnection', () => {
+  it('reconnects after the server drops its socket (a permission change) and receives again', async () => {
+    const alice = await loginUser(app, bot, { level: 2 });
+    const bob = await loginUser(app, bot);
+    const [a, b] = [await openSession(alice.client), await openSession(bob.client)];
+    const errors = errorsOf(a, b);
+    const { chat } = await alice.client.createChat({ name: 'Dropped', type: 'public' });
+    await a.join({ chat_id: chat.id });
+    await b.join({ chat_id: chat.id });
+
+    const disconnected = next(b, 'disconnected');
+    const reconnected = next(b, 'reconnected');
+    await setLevel(app, bob.user.id, 1); // the server drops the user's sockets to apply the new level
+    expect(await disconnected).toEqual({ reason: 'io server disconnect' });
+    expect(await reconnected).toEqual({ recovered: false });
+    expect(b.socket.connected).toBe(true);
+
+    const inbox = collector(b, chat.id);
+    await a.send(chat.id, 'after the drop');
+    expect(plaintexts(await inbox.waitFor(1, (e) => e.kind === 'user'))).toEqual(['after the drop']);
+    expect(errors).toEqual([]);
+  });
+
+  it('reports a session refused for good on reconnection as closed, and ends its iterators', async () => {
+    const carol = await loginUser(app, bot);
+    const c = await openSession(carol.client);
+    const iterator = c.messages();
+    const pending = iterator.next();
+    const closed = next(c, 'closed');
+    await carol.client.logout(); // ends the session: its socket is dropped, and the handshake refuses it
+    expect(await closed).toMatchObject({ reason: 'refused', code: 'ERR_UNAUTHENTICATED' });
+    expect(await pending).toEqual({ value: undefined, done: true });
+    expect(c.socket.connected).toBe(false);
+    expect(c.socket.active).toBe(false);
+    await expect(c.send(1, 'x')).rejects.toMatchObject({ code: 'CLOSED' });
+  });
+});
