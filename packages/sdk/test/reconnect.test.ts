@@ -81,3 +81,39 @@ describeApp('E2EChatSession: reconnection', () => {
     await expect(c.send(1, 'x')).rejects.toMatchObject({ code: 'CLOSED' });
   });
 });
+
+describeApp('E2EChatSession: resync after a reconnection that was not recovered', () => {
+  it('re-enters only the chats the user is still a member of, and reports the others as left', async () => {
+    const owner = await loginUser(app, bot, { level: 2 });
+    const o = await openSession(owner.client);
+    const { chat: kept } = await owner.client.createChat({ name: 'Kept', type: 'public' });
+    const { chat: leftElsewhere } = await owner.client.createChat({ name: 'Left elsewhere', type: 'public' });
+    await o.join({ chat_id: kept.id });
+    await o.join({ chat_id: leftElsewhere.id });
+    const first = await loginUser(app, bot);
+    const second = await loginUser(app, bot, { platformUserId: first.platformUserId });
+    const [a, b] = [await openSession(first.client), await openSession(second.client)];
+    const errors = errorsOf(o, a, b);
+    for (const s of [a, b]) {
+      await s.join({ chat_id: kept.id });
+      await s.join({ chat_id: leftElsewhere.id });
+    }
+
+    a.socket.disconnect(); // a drop the server keeps no recovery state for
+    await b.leave(leftElsewhere.id); // the other device leaves while this one is away
+    const left = next(a, 'left');
+    const reconnected = next(a, 'reconnected');
+    a.socket.connect();
+    expect(await left).toEqual({ chatId: leftElsewhere.id, reason: 'removed' });
+    expect(await reconnected).toMatchObject({ recovered: false });
+
+    // It did not join the chat again, and is back in the other one.
+    const memberOf = (await second.client.listChats()).chats.map((c) => c.id);
+    expect(memberOf).toContain(kept.id);
+    expect(memberOf).not.toContain(leftElsewhere.id);
+    const inbox = collector(a, kept.id);
+    await o.send(kept.id, 'still here');
+    expect(plaintexts(await inbox.waitFor(1, (e) => e.kind === 'user'))).toEqual(['still here']);
+    expect(errors).toEqual([]);
+  });
+});

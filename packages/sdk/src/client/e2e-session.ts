@@ -24,6 +24,17 @@ import { isApiError, type ParlorApiError } from './errors.js';
 import { connect, joinRoom, keepConnected, leaveRoom, type ParlorSocket } from './socket.js';
 import type { HistoryInput } from './types.js';
 
+/** How long a resync waits for the server's `chat:list` before asking `GET /v1/portal/chats`. */
+const CHAT_LIST_WAIT_MS = 5000;
+
+/** `room:join` refusals that mean the user is no longer in the chat. */
+const REMOVED_CODES = [
+  'ERR_NOT_CHAT_MEMBER',
+  'ERR_CANNOT_BROWSE_PRIVATE',
+  'ERR_CHAT_BANNED',
+  'ERR_CHAT_NOT_FOUND',
+] as const;
+
 /**
  * The client side of DESIGN.md section 7 for one logged-in session: registers this session's
  * X25519 key, keeps the chat keys of every epoch it obtains, keys new epochs (the first member to
@@ -47,6 +58,13 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
   readonly #shareOnJoin: boolean;
   #closed = false;
   #stopSupervising: () => void = () => {};
+  /** Bumped at every connect and disconnect: a resync of an older connection stops at its next step. */
+  #connection = 0;
+  /** Takes the next `chat:list` (set while a resync waits for it). */
+  #chatList: ((chatIds: number[]) => void) | null = null;
+  /** The resync after the last reconnection that was not recovered (they run one after another). */
+  #resync: Promise<void> = Promise.resolve();
+  readonly #wakers = new Set<() => void>();
 
   private constructor(opts: E2EChatSessionOptions, socket: ParlorSocket, ownsSocket: boolean) {
     super();
@@ -234,9 +252,11 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
     this.emit('closed', e);
     this.#stopSupervising();
     for (const off of this.#unsubscribe.splice(0)) off();
+    this.#wake();
     for (const it of this.#iterators) it.end();
     this.#iterators.clear();
     if (this.#ownsSocket) this.socket.disconnect();
+    await this.#resync;
     await this.#keying.close();
     await Promise.allSettled([...this.#deliveries.values()]);
     this.removeAllListeners();
@@ -257,15 +277,32 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
       this.#forget(e.chat_id);
       this.emit('left', { chatId: e.chat_id, reason: e.reason });
     });
+    on('chat:list', (e) => {
+      const waiting = this.#chatList;
+      this.#chatList = null;
+      waiting?.(e.chats.map((chat) => chat.id));
+    });
     // The socket is connected when the session starts, so every later `connect` is a reconnection.
     const onConnect = () => {
-      if (this.socket.recovered) this.emit('reconnected', { recovered: true });
-      else
-        void this.#rejoin().then(() => {
-          if (!this.#closed) this.emit('reconnected', { recovered: false });
+      const connection = ++this.#connection;
+      if (this.socket.recovered) {
+        this.emit('reconnected', { recovered: true });
+        return;
+      }
+      // Listen for this connection's chat:list at once; one resync runs at a time, and a newer
+      // connection makes the older one stop at its next step.
+      const members = this.#memberChats(connection);
+      this.#resync = this.#resync
+        .then(() => this.#rejoin(connection, members))
+        .catch((error: unknown) => {
+          if (!this.#closed) {
+            this.emit('error', new E2ESessionError('BACKGROUND_FAILURE', 'The resync failed.', { cause: error }));
+          }
         });
     };
     const onDisconnect = (reason: string) => {
+      this.#connection++;
+      this.#wake();
       if (!this.#closed) this.emit('disconnected', { reason });
     };
     this.socket.on('connect', onConnect);
@@ -278,21 +315,85 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
     this.#stopSupervising = keepConnected(this.socket, { onRefused: (error) => this.#refused(error) });
   }
 
-  /** After a reconnection the server could not recover, enter the chat rooms again. */
-  async #rejoin(): Promise<void> {
+  /** True once the connection a resync works for is gone (or the session closed). */
+  #stale(connection: number): boolean {
+    return this.#closed || connection !== this.#connection || !this.socket.connected;
+  }
+
+  /**
+   * The chats this user is a member of now: the `chat:list` the server sends on every connection,
+   * or `GET /v1/portal/chats` when none came in time. Null when the connection went away meanwhile.
+   */
+  async #memberChats(connection: number): Promise<Set<number> | null> {
+    const pushed = await new Promise<number[] | null>((resolve) => {
+      const done = (ids: number[] | null) => {
+        clearTimeout(timer);
+        this.#wakers.delete(wake);
+        if (this.#chatList === done) this.#chatList = null;
+        resolve(ids);
+      };
+      const wake = () => done(null);
+      const timer = setTimeout(wake, CHAT_LIST_WAIT_MS);
+      this.#chatList = done;
+      this.#wakers.add(wake);
+    });
+    if (this.#stale(connection)) return null;
+    return new Set(pushed ?? (await this.client.listChats()).chats.map((chat) => chat.id));
+  }
+
+  /**
+   * After a reconnection the server could not recover: enters again only the chats this user is
+   * still a member of (a `room:join` would make it a member of a public chat it left elsewhere or
+   * was kicked from), and reports the others as `left {reason: 'removed'}`.
+   */
+  async #rejoin(connection: number, memberChats: Promise<Set<number> | null>): Promise<void> {
+    let members: Set<number> | null;
+    try {
+      members = await memberChats;
+    } catch (error) {
+      if (!this.#stale(connection)) {
+        this.emit(
+          'error',
+          new E2ESessionError('BACKGROUND_FAILURE', 'Could not read the chat list.', { cause: error }),
+        );
+      }
+      return;
+    }
+    if (members === null) return;
     for (const chatId of [...this.#joined]) {
+      if (this.#stale(connection)) return;
+      if (!members.has(chatId)) {
+        this.#removed(chatId);
+        continue;
+      }
       try {
         const joined = await joinRoom(this.socket, { chat_id: chatId });
         this.#keying.keys.raiseEpoch(chatId, joined.epoch);
         this.#keying.background(chatId, this.#keying.ensure(chatId));
       } catch (error) {
-        if (this.#closed) return;
-        this.emit(
-          'error',
-          new E2ESessionError('BACKGROUND_FAILURE', `Could not rejoin chat ${chatId}.`, { chatId, cause: error }),
-        );
+        if (this.#stale(connection)) return;
+        // Removed between the list and the join.
+        if (isApiError(error, ...REMOVED_CODES)) this.#removed(chatId);
+        else {
+          this.emit(
+            'error',
+            new E2ESessionError('BACKGROUND_FAILURE', `Could not rejoin chat ${chatId}.`, { chatId, cause: error }),
+          );
+        }
       }
     }
+    if (!this.#stale(connection)) this.emit('reconnected', { recovered: false });
+  }
+
+  #removed(chatId: number): void {
+    if (!this.#joined.has(chatId)) return;
+    this.#forget(chatId);
+    this.emit('left', { chatId, reason: 'removed' });
+  }
+
+  /** Ends the pauses of a resync (a disconnect or close makes it stop). */
+  #wake(): void {
+    for (const wake of [...this.#wakers]) wake();
   }
 
   #forget(chatId: number): void {

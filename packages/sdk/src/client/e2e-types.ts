@@ -59,7 +59,10 @@ export interface E2EChatSessionEvents {
   message: (entry: ChatEntry) => void;
   /** A chat key was obtained: from an envelope (`senderSessionId` when known) or made here. */
   key: (e: { chatId: number; epoch: number; source: 'envelope' | 'keyed'; senderSessionId: number | null }) => void;
-  /** The membership ended (`room:left`). */
+  /**
+   * The membership ended: `room:left` (`reason` `left` or `deleted`), or `removed` when a resync
+   * after a reconnection found the user no longer a member (its `room:left` was missed).
+   */
   left: (e: { chatId: number; reason: string }) => void;
   /**
    * The socket disconnected (`reason` as Socket.IO gives it: `io server disconnect` when the server
