@@ -58,7 +58,7 @@ describeApp('E2EChatSession: reconnection', () => {
     const reconnected = next(b, 'reconnected');
     await setLevel(app, bob.user.id, 1); // the server drops the user's sockets to apply the new level
     expect(await disconnected).toEqual({ reason: 'io server disconnect' });
-    expect(await reconnected).toEqual({ recovered: false });
+    expect(await reconnected).toEqual({ recovered: false, chats: [chat.id] });
     expect(b.socket.connected).toBe(true);
 
     const inbox = collector(b, chat.id);
@@ -105,7 +105,7 @@ describeApp('E2EChatSession: resync after a reconnection that was not recovered'
     const reconnected = next(a, 'reconnected');
     a.socket.connect();
     expect(await left).toEqual({ chatId: leftElsewhere.id, reason: 'removed' });
-    expect(await reconnected).toMatchObject({ recovered: false });
+    expect(await reconnected).toEqual({ recovered: false, chats: [kept.id] });
 
     // It did not join the chat again, and is back in the other one.
     const memberOf = (await second.client.listChats()).chats.map((c) => c.id);
@@ -114,6 +114,29 @@ describeApp('E2EChatSession: resync after a reconnection that was not recovered'
     const inbox = collector(a, kept.id);
     await o.send(kept.id, 'still here');
     expect(plaintexts(await inbox.waitFor(1, (e) => e.kind === 'user'))).toEqual(['still here']);
+    expect(errors).toEqual([]);
+  });
+
+  it('after the resync, gives the current key to sessions that came while it was away', async () => {
+    const owner = await loginUser(app, bot, { level: 2 });
+    const o = await openSession(owner.client);
+    const { chat } = await owner.client.createChat({ name: 'Away', type: 'public' });
+    await o.join({ chat_id: chat.id });
+    const errors = errorsOf(o);
+
+    o.socket.disconnect(); // the only key holder goes away
+    const newcomer = await openSession((await loginUser(app, bot)).client, { keyWaitMs: 300 });
+    errorsOf(newcomer);
+    // Its portal:key_added reaches nobody who holds the key: it joins without one.
+    expect((await newcomer.join({ chat_id: chat.id })).hasKey).toBe(false);
+
+    const reconnected = next(o, 'reconnected');
+    o.socket.connect();
+    expect(await reconnected).toEqual({ recovered: false, chats: [chat.id] });
+    expect(await newcomer.waitForKey(chat.id, 10_000)).toBe(true);
+    const inbox = collector(o, chat.id);
+    await newcomer.send(chat.id, 'thanks for the key');
+    expect(plaintexts(await inbox.waitFor(1, (e) => e.kind === 'user'))).toEqual(['thanks for the key']);
     expect(errors).toEqual([]);
   });
 });

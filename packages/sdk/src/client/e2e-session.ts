@@ -1,4 +1,4 @@
-import type { Message, RoomJoinPayload, ServerToClientEvents } from '@parlor/protocol';
+import type { KeyRing, Message, RoomJoinPayload, ServerToClientEvents } from '@parlor/protocol';
 import {
   decryptMessage,
   E2EError,
@@ -151,14 +151,14 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
     this.#keying.keys.raiseEpoch(chatId, joined.epoch);
     const keying = this.#keying.ensure(chatId);
     let hasKey: boolean;
+    // Sessions of the ring that missed their envelope (their holders were offline) get it now.
     if (opts.waitForKey === false) {
-      this.#keying.background(chatId, keying);
+      this.#keying.background(chatId, this.#keyAndShare(chatId, joined.key_ring));
       hasKey = this.hasKey(chatId);
     } else {
       hasKey = await keying;
+      if (hasKey && this.#shareOnJoin) this.#keying.shareInBackground(chatId, joined.key_ring);
     }
-    // Sessions of the ring that missed their envelope (their holders were offline) get it now.
-    if (hasKey && this.#shareOnJoin) this.#keying.shareInBackground(chatId, joined.key_ring);
     return { ...joined, hasKey };
   }
 
@@ -286,7 +286,7 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
     const onConnect = () => {
       const connection = ++this.#connection;
       if (this.socket.recovered) {
-        this.emit('reconnected', { recovered: true });
+        this.emit('reconnected', { recovered: true, chats: [...this.#joined] });
         return;
       }
       // Listen for this connection's chat:list at once; one resync runs at a time, and a newer
@@ -360,6 +360,7 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
       return;
     }
     if (members === null) return;
+    const entered: number[] = [];
     for (const chatId of [...this.#joined]) {
       if (this.#stale(connection)) return;
       if (!members.has(chatId)) {
@@ -368,8 +369,11 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
       }
       try {
         const joined = await joinRoom(this.socket, { chat_id: chatId });
+        this.#keying.learn(joined.key_ring);
         this.#keying.keys.raiseEpoch(chatId, joined.epoch);
-        this.#keying.background(chatId, this.#keying.ensure(chatId));
+        // Sessions announced (portal:key_added) while this one was away get the key now.
+        this.#keying.background(chatId, this.#keyAndShare(chatId, joined.key_ring));
+        entered.push(chatId);
       } catch (error) {
         if (this.#stale(connection)) return;
         // Removed between the list and the join.
@@ -382,7 +386,12 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
         }
       }
     }
-    if (!this.#stale(connection)) this.emit('reconnected', { recovered: false });
+    if (!this.#stale(connection)) this.emit('reconnected', { recovered: false, chats: entered });
+  }
+
+  /** Obtains the current key, then (with `shareOnJoin`) gives it to ring sessions that lack it. */
+  async #keyAndShare(chatId: number, ring: KeyRing): Promise<void> {
+    if ((await this.#keying.ensure(chatId)) && this.#shareOnJoin) await this.#keying.shareWith(chatId, ring, true);
   }
 
   #removed(chatId: number): void {

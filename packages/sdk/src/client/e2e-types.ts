@@ -71,11 +71,12 @@ export interface E2EChatSessionEvents {
    */
   disconnected: (e: { reason: string }) => void;
   /**
-   * The socket is connected again. `recovered`: the server restored its rooms and replayed the
-   * events it missed; otherwise the session re-entered its chats itself before this event (what was
-   * sent meanwhile is not replayed: read it with `history`).
+   * The socket is connected again, in `chats`. `recovered`: the server restored its rooms and
+   * replayed the events it missed. Otherwise the session re-entered `chats` itself before this
+   * event, and what was sent to them meanwhile is not replayed: read it with `history` (the keys
+   * of epochs that passed meanwhile may be missing, as for any gap).
    */
-  reconnected: (e: { recovered: boolean }) => void;
+  reconnected: (e: { recovered: boolean; chats: number[] }) => void;
   /**
    * The session ended: `close()` (`reason: 'closed'`), or the server refused its session for good on
    * a reconnection (`reason: 'refused'`, `code` `ERR_UNAUTHENTICATED` after a logout, an eviction
