@@ -12,6 +12,7 @@ import {
   type BotClient,
   connect,
   joinRoom,
+  leaveRoom,
   ParlorApiError,
   type ParlorSocket,
   RoomVm,
@@ -105,5 +106,35 @@ describeBrowser('SDK: RoomVm against real Chromium', () => {
     expect(room.watching).toBe(false);
     room.close();
     ownerRoom.close();
+  });
+
+  it('reports the end of its stream when the socket drops or the membership ends', async () => {
+    const owner = await loginUser(app, bot, { level: 2 });
+    const viewer = await loginUser(app, bot);
+    const { chat } = await owner.client.createChat({ name: 'SDK room ends', type: 'public' });
+    await inChat(owner, chat.id);
+    const room = new RoomVm(await inChat(viewer, chat.id), chat.id);
+    expect(await owner.client.startRoom(chat.id)).toEqual({ ok: true });
+    try {
+      await room.watch();
+      const dropped = new Promise((resolve) => room.on('stopped', resolve));
+      room.socket.disconnect();
+      expect(await dropped).toEqual({ reason: 'disconnected' });
+      expect(room.watching).toBe(false);
+      room.close();
+
+      const again = new RoomVm(await inChat(viewer, chat.id), chat.id);
+      const frames: VmFrame[] = [];
+      again.on('frame', (f) => frames.push(f));
+      await again.watch();
+      await eventually(() => frames.length > 0, WAIT_MS, 'a frame on the new socket');
+      const left = new Promise((resolve) => again.on('stopped', resolve));
+      await leaveRoom(again.socket, chat.id);
+      expect(await left).toEqual({ reason: 'left' });
+      expect(again.watching).toBe(false);
+      again.close();
+    } finally {
+      await owner.client.stopRoom(chat.id);
+    }
   });
 });

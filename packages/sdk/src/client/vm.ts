@@ -20,7 +20,13 @@ export interface VmFrame extends VmFrameEvent {
 export interface RoomVmEvents {
   /** The room started (or was running when this socket entered the chat): fresh credentials. */
   started: (e: { credentials: VmCredentials }) => void;
-  stopped: (e: { reason: VmStopReason }) => void;
+  /**
+   * The room stopped (`reason` from `room:stopped`), or this object's stream ended without it:
+   * `disconnected` (the socket dropped: the server ends a watch on every disconnect, and frames
+   * are not replayed) or `left` (the membership ended: `room:left`). `watching` is false from then
+   * on; call `watch()` again once connected (and in the chat) to resume.
+   */
+  stopped: (e: { reason: VmStopReason | 'disconnected' | 'left' }) => void;
   /** A frame while watching. Acknowledged automatically after the listeners ran (unless `manualAck`). */
   frame: (f: VmFrame) => void;
   control: (e: { controller_user_id: number | null }) => void;
@@ -82,12 +88,27 @@ export class RoomVm extends TypedEmitter<RoomVmEvents> {
     const onRequest = (e: { chat_id: number; user_id: number; username: string }) => {
       if (mine(e)) this.emit('controlRequest', { user_id: e.user_id, username: e.username });
     };
+    const streamEnded = (reason: 'disconnected' | 'left') => {
+      if (!this.#watching) return;
+      this.#watching = false;
+      this.emit('stopped', { reason });
+    };
+    const onDisconnect = () => streamEnded('disconnected');
+    const onLeft = (e: { chat_id: number }) => {
+      if (!mine(e)) return;
+      this.#credentials = null;
+      streamEnded('left');
+    };
     socket.on('room:started', onStarted);
     socket.on('room:stopped', onStopped);
     socket.on('vm:frame', onFrame);
     socket.on('vm:control', onControl);
     socket.on('vm:control:request', onRequest);
+    socket.on('disconnect', onDisconnect);
+    socket.on('room:left', onLeft);
     this.#detach = () => {
+      socket.off('disconnect', onDisconnect);
+      socket.off('room:left', onLeft);
       socket.off('room:started', onStarted);
       socket.off('room:stopped', onStopped);
       socket.off('vm:frame', onFrame);
@@ -96,7 +117,7 @@ export class RoomVm extends TypedEmitter<RoomVmEvents> {
     };
   }
 
-  /** Whether this object is watching (between `watch` and `unwatch`/`stopped`). */
+  /** Whether this object is watching (between `watch` and `unwatch`/`stopped`, including a drop of the socket). */
   get watching(): boolean {
     return this.#watching;
   }
