@@ -14,6 +14,8 @@ import { isApiError } from './errors.js';
 
 /** How long `portal:key_added` events are gathered into one share. */
 const KEY_ADDED_COALESCE_MS = 15;
+/** Tries of one share request refused with ERR_RATE_LIMITED (each after its `retry_after`). */
+const TOP_UP_ATTEMPTS = 5;
 
 type KeyEvent = Parameters<E2EChatSessionEvents['key']>[0];
 type Envelope = { chatId: number; epoch: number; envelope: string; sender: number | null };
@@ -44,6 +46,9 @@ export class ChatKeying {
   readonly #running = new Map<number, Promise<boolean>>();
   readonly #timers = new Set<ReturnType<typeof setTimeout>>();
   readonly #tasks = new Set<Promise<unknown>>();
+  /** Sessions known to hold an envelope at a chat's newest epoch we shared at (so shares skip them). */
+  readonly #holders = new Map<number, { epoch: number; sessions: Set<number> }>();
+  readonly #wakers = new Set<() => void>();
   #sessionId: number | null = null;
   #closed = false;
 
@@ -130,6 +135,7 @@ export class ChatKeying {
 
   forget(chatId: number): void {
     this.#pendingShares.delete(chatId);
+    this.#holders.delete(chatId);
   }
 
   hasKey(chatId: number): boolean {
@@ -211,27 +217,68 @@ export class ChatKeying {
       skipSessionIds: skip,
     });
     this.#reportSkipped(chatId, share.skipped);
-    for (const part of splitShare(share.envelopes, null)) {
+    // Sessions that already hold an envelope need no request (e.g. every one, right after keying).
+    const known = this.#holders.get(chatId);
+    const missing =
+      known?.epoch === current.epoch
+        ? share.envelopes.filter((e) => !known.sessions.has(e.session_id))
+        : share.envelopes;
+    for (const part of splitShare(missing, null)) {
       if (!(await this.#topUp(chatId, current.epoch, part))) return;
     }
   }
 
+  /** Records sessions that hold an envelope at `epoch` (stored now, or already there). */
+  #held(chatId: number, epoch: number, envelopes: KeyShareEnvelope[]): void {
+    let known = this.#holders.get(chatId);
+    if (known && known.epoch > epoch) return;
+    if (!known || known.epoch < epoch) {
+      known = { epoch, sessions: new Set() };
+      this.#holders.set(chatId, known);
+    }
+    for (const e of envelopes) known.sessions.add(e.session_id);
+  }
+
+  /** Waits `ms` unless closed meanwhile; false when closed. */
+  #pause(ms: number): Promise<boolean> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.#wakers.delete(done);
+        resolve(!this.#closed);
+      };
+      const timer = setTimeout(done, ms);
+      this.#wakers.add(done);
+    });
+  }
+
   /** One share request from a holder; false when the rest need not be tried (the epoch or ring moved on). */
   async #topUp(chatId: number, epoch: number, envelopes: KeyShareEnvelope[]): Promise<boolean> {
-    try {
-      await this.#o.client.shareKeys(chatId, { epoch, envelopes });
-      return true;
-    } catch (error) {
-      if (isApiError(error, 'ERR_EPOCH_MISMATCH', 'ERR_KEY_RING_CHANGED', 'ERR_EPOCH_ALREADY_KEYED')) return false;
-      if (isApiError(error, 'ERR_NOT_CHAT_MEMBER', 'ERR_CHAT_NOT_FOUND')) return false;
-      this.#error('BACKGROUND_FAILURE', `Could not share the key of chat ${chatId}.`, chatId, { cause: error });
-      return false;
+    for (let attempt = 1; ; attempt++) {
+      if (this.#closed) return false;
+      try {
+        await this.#o.client.shareKeys(chatId, { epoch, envelopes });
+        this.#held(chatId, epoch, envelopes);
+        return true;
+      } catch (error) {
+        if (isApiError(error, 'ERR_EPOCH_MISMATCH', 'ERR_KEY_RING_CHANGED', 'ERR_EPOCH_ALREADY_KEYED')) return false;
+        if (isApiError(error, 'ERR_NOT_CHAT_MEMBER', 'ERR_CHAT_NOT_FOUND')) return false;
+        // The write limit is shared by the user's sessions: wait as asked, then send this part again.
+        const retryAfter = isApiError(error, 'ERR_RATE_LIMITED') ? error.retryAfter : undefined;
+        if (retryAfter !== undefined && attempt < TOP_UP_ATTEMPTS) {
+          if (await this.#pause(retryAfter * 1000)) continue;
+          return false;
+        }
+        this.#error('BACKGROUND_FAILURE', `Could not share the key of chat ${chatId}.`, chatId, { cause: error });
+        return false;
+      }
     }
   }
 
   /** Ends timers and waits; resolves when running keyings have stopped. */
   async close(): Promise<void> {
     this.#closed = true;
+    for (const wake of [...this.#wakers]) wake();
     for (const timer of this.#timers) clearTimeout(timer);
     this.#timers.clear();
     this.keys.cancelAll();
@@ -299,6 +346,7 @@ export class ChatKeying {
       }
       return 'retry';
     }
+    this.#held(chatId, epoch, keying);
     this.#store(chatId, epoch, chatKey, 'keyed', this.#sessionId);
     for (const part of rest) if (!(await this.#topUp(chatId, epoch, part))) break;
     return 'keyed';

@@ -21,7 +21,7 @@ import {
 } from './e2e-types.js';
 import { AsyncQueue, TypedEmitter } from './emitter.js';
 import { isApiError, type ParlorApiError } from './errors.js';
-import { connect, joinRoom, keepConnected, leaveRoom, type ParlorSocket } from './socket.js';
+import { connect, joinRoom, keepConnected, leaveRoom, type ParlorSocket, type RoomJoined } from './socket.js';
 import type { HistoryInput } from './types.js';
 
 /** How long a resync waits for the server's `chat:list` before asking `GET /v1/portal/chats`. */
@@ -368,7 +368,8 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
         continue;
       }
       try {
-        const joined = await joinRoom(this.socket, { chat_id: chatId });
+        const joined = await this.#enter(connection, chatId);
+        if (joined === null) return;
         this.#keying.learn(joined.key_ring);
         this.#keying.keys.raiseEpoch(chatId, joined.epoch);
         // Sessions announced (portal:key_added) while this one was away get the key now.
@@ -392,6 +393,36 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
   /** Obtains the current key, then (with `shareOnJoin`) gives it to ring sessions that lack it. */
   async #keyAndShare(chatId: number, ring: KeyRing): Promise<void> {
     if ((await this.#keying.ensure(chatId)) && this.#shareOnJoin) await this.#keying.shareWith(chatId, ring, true);
+  }
+
+  /**
+   * `room:join` for a resync. A refusal with ERR_RATE_LIMITED (the user's room entries per minute,
+   * shared by its sessions) is retried after its `retry_after`; null when the connection went away.
+   */
+  async #enter(connection: number, chatId: number): Promise<RoomJoined | null> {
+    for (;;) {
+      try {
+        return await joinRoom(this.socket, { chat_id: chatId });
+      } catch (error) {
+        const retryAfter = isApiError(error, 'ERR_RATE_LIMITED') ? error.retryAfter : undefined;
+        if (retryAfter === undefined || this.#stale(connection)) throw error;
+        await this.#pause(retryAfter * 1000);
+        if (this.#stale(connection)) return null;
+      }
+    }
+  }
+
+  /** Waits `ms`, or less when a disconnect or close wakes it. */
+  #pause(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.#wakers.delete(done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.#wakers.add(done);
+    });
   }
 
   #removed(chatId: number): void {
