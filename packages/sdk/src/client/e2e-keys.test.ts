@@ -5,6 +5,42 @@ import { AsyncQueue } from './emitter.js';
 const key = (n: number) => new Uint8Array(32).fill(n);
 
 describe('ChatKeyStore', () => {
+  it('hands out copies of its keys: wiping an export leaves the held key intact', () => {
+    const store = new ChatKeyStore();
+    store.store(1, 1, key(7));
+    const exported = store.keysOf(1);
+    exported.get(1)?.fill(0);
+    expect(store.get(1, 1)).toEqual(key(7));
+    expect(store.keysOf(1).get(1)).toEqual(key(7));
+  });
+
+  it('imports kept keys only when every one is 32 bytes at a valid epoch, storing none otherwise', () => {
+    const store = new ChatKeyStore();
+    const bad = [
+      new Map([
+        [1, key(1)],
+        [2, new Uint8Array(31)],
+      ]),
+      new Map([
+        [1, key(1)],
+        [1.5, key(2)],
+      ]),
+      new Map([
+        [1, key(1)],
+        [-1, key(2)],
+      ]),
+      new Map([[Number.MAX_SAFE_INTEGER + 1, key(1)]]),
+    ];
+    for (const keys of bad) {
+      expect(() => store.import(1, keys)).toThrow(expect.objectContaining({ code: 'INVALID_INPUT' }));
+      expect(store.keysOf(1).size).toBe(0);
+    }
+    const source = key(3);
+    store.import(1, new Map([[4, source]]));
+    source.fill(0); // the store keeps its own copy
+    expect(store.current(1)).toEqual({ epoch: 4, key: key(3) });
+  });
+
   it('keeps the first key of an epoch and raises the known epoch', () => {
     const store = new ChatKeyStore();
     expect(store.current(1)).toBeUndefined();

@@ -1,3 +1,6 @@
+import { CHAT_KEY_BYTES } from '../crypto/constants.js';
+import { assertBytes, assertId } from '../crypto/validate.js';
+
 interface Waiter {
   check(): boolean;
   timer: ReturnType<typeof setTimeout>;
@@ -62,9 +65,24 @@ export class ChatKeyStore {
     return true;
   }
 
-  /** Every key held for the chat, by epoch (a copy). */
+  /** Every key held for the chat, by epoch (copies: wiping them leaves the held keys intact). */
   keysOf(chatId: number): Map<number, Uint8Array> {
-    return new Map(this.#keys.get(chatId) ?? []);
+    return new Map([...(this.#keys.get(chatId) ?? [])].map(([epoch, key]) => [epoch, key.slice()]));
+  }
+
+  /**
+   * Stores kept keys (copies; held epochs are not replaced). Every entry is checked first, so a bad
+   * one stores none of them.
+   * @throws E2EError INVALID_INPUT for a chat id or epoch that is not a non-negative safe integer,
+   *   or a key that is not 32 bytes.
+   */
+  import(chatId: number, keys: ReadonlyMap<number, Uint8Array>): void {
+    assertId('chatId', chatId);
+    for (const [epoch, key] of keys) {
+      assertId('epoch', epoch);
+      assertBytes('chat key', key, CHAT_KEY_BYTES);
+    }
+    for (const [epoch, key] of keys) this.store(chatId, epoch, key.slice());
   }
 
   /** The `epoch → key` lookup that `decryptMessage` takes. */

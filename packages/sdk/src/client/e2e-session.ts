@@ -126,9 +126,12 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
     return this.#keying.keys.keysOf(chatId);
   }
 
-  /** Restores chat keys kept from an earlier run (see {@link chatKeys}); held epochs are not replaced. */
+  /**
+   * Restores chat keys kept from an earlier run (see {@link chatKeys}); held epochs are not replaced.
+   * @throws E2EError INVALID_INPUT (nothing stored) for a key that is not 32 bytes or a bad epoch.
+   */
   importKeys(chatId: number, keys: ReadonlyMap<number, Uint8Array>): void {
-    for (const [epoch, key] of keys) this.#keying.keys.store(chatId, epoch, key);
+    this.#keying.keys.import(chatId, keys);
   }
 
   /** Waits (bounded) until the key of the newest known epoch is held; true when it is. */

@@ -9,6 +9,12 @@ export const ClientErrorCode = {
   ERR_SOCKET_CONNECT: 'ERR_SOCKET_CONNECT',
   /** The socket did not connect, or an event was not acknowledged, in time. */
   ERR_SOCKET_TIMEOUT: 'ERR_SOCKET_TIMEOUT',
+  /** The socket disconnected before an event was acknowledged (the server may or may not have acted on it). */
+  ERR_SOCKET_DISCONNECTED: 'ERR_SOCKET_DISCONNECTED',
+  /** An HTTP request got no answer: the network failed or the server could not be reached (`cause` has the error). */
+  ERR_NETWORK: 'ERR_NETWORK',
+  /** An HTTP request got no complete answer within the client's `timeoutMs`. */
+  ERR_HTTP_TIMEOUT: 'ERR_HTTP_TIMEOUT',
 } as const;
 export type ClientErrorCode = (typeof ClientErrorCode)[keyof typeof ClientErrorCode];
 
@@ -33,8 +39,9 @@ export class ParlorApiError extends Error {
     message: string,
     body: Record<string, unknown> = {},
     source: ParlorErrorSource = 'http',
+    options: { cause?: unknown } = {},
   ) {
-    super(message);
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
     this.name = 'ParlorApiError';
     this.status = status;
     this.code = code;
@@ -56,12 +63,12 @@ export class ParlorApiError extends Error {
   }
 
   /** Builds the error of an `{ok: false, code, message}` socket acknowledgement. */
-  static fromAck(ack: unknown): ParlorApiError {
+  static fromAck(ack: unknown, options: { cause?: unknown } = {}): ParlorApiError {
     const record = isRecord(ack) ? ack : {};
     const code = typeof record.code === 'string' ? record.code : 'ERR_INTERNAL';
     const known = (ErrorCodes as Record<string, { status: number; message: string }>)[code];
     const message = typeof record.message === 'string' ? record.message : (known?.message ?? code);
-    return new ParlorApiError(known?.status ?? 0, code, message, record, 'socket');
+    return new ParlorApiError(known?.status ?? 0, code, message, record, 'socket', options);
   }
 }
 

@@ -93,3 +93,34 @@ describe('ParlorApiError.fromAck', () => {
     expect(ParlorApiError.fromAck({ code: 'ERR_SOMETHING_NEW' }).status).toBe(0);
   });
 });
+
+describe('HttpClient transport failures', () => {
+  it('reports a failed request as ParlorApiError ERR_NETWORK with its cause', async () => {
+    const cause = new TypeError('fetch failed');
+    const client = new ParlorClient({
+      baseUrl: 'http://127.0.0.1:1',
+      fetch: (async () => {
+        throw cause;
+      }) as typeof fetch,
+    });
+    const error = await client.me().catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ParlorApiError);
+    expect(error).toMatchObject({ status: 0, code: 'ERR_NETWORK', source: 'http', cause });
+  });
+
+  it('reports a request without an answer in time as ERR_HTTP_TIMEOUT', async () => {
+    const client = new ParlorClient({
+      baseUrl: 'http://127.0.0.1:1',
+      timeoutMs: 20,
+      // Never answers; gives up when the request's signal aborts, as fetch does.
+      fetch: ((_input: unknown, init?: RequestInit) =>
+        new Promise((_resolve, reject) => {
+          init?.signal?.addEventListener('abort', () => reject(init.signal?.reason));
+        })) as typeof fetch,
+    });
+    const error = await client.me().catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ParlorApiError);
+    expect(error).toMatchObject({ status: 0, code: 'ERR_HTTP_TIMEOUT', source: 'http' });
+    expect((error as ParlorApiError).cause).toMatchObject({ name: 'TimeoutError' });
+  });
+});

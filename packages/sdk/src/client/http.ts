@@ -1,4 +1,4 @@
-import { ParlorApiError } from './errors.js';
+import { ClientErrorCode, ParlorApiError } from './errors.js';
 
 /** The name of the session cookie the server sets on verify (docs/api.md, Login). */
 export const SESSION_COOKIE = 'psession';
@@ -63,7 +63,8 @@ export class HttpClient {
 
   /**
    * Sends one request and returns the parsed JSON body of a 2xx answer.
-   * @throws ParlorApiError on any non-2xx answer.
+   * @throws ParlorApiError on any non-2xx answer; with status 0 and `ERR_HTTP_TIMEOUT` when no
+   *   complete answer came within `timeoutMs`, `ERR_NETWORK` when the request failed (`cause`).
    */
   async request<T>(method: 'GET' | 'POST', path: string, opts: { body?: unknown; query?: Query } = {}): Promise<T> {
     const headers: Record<string, string> = { accept: 'application/json', ...this.headers };
@@ -75,15 +76,21 @@ export class HttpClient {
       body = JSON.stringify(opts.body);
       headers['content-type'] = 'application/json';
     }
-    const res = await this.#fetch(this.baseUrl + path + queryString(opts.query), {
-      method,
-      headers,
-      body,
-      credentials: 'include',
-      signal: AbortSignal.timeout(this.timeoutMs),
-    });
-    this.#keepCookie(res.headers);
-    const text = await res.text();
+    let res: Response;
+    let text: string;
+    try {
+      res = await this.#fetch(this.baseUrl + path + queryString(opts.query), {
+        method,
+        headers,
+        body,
+        credentials: 'include',
+        signal: AbortSignal.timeout(this.timeoutMs),
+      });
+      this.#keepCookie(res.headers);
+      text = await res.text();
+    } catch (error) {
+      throw transportError(method, path, this.timeoutMs, error);
+    }
     const parsed = parseJson(text);
     if (!res.ok) throw ParlorApiError.fromResponse(res.status, parsed);
     return parsed as T;
@@ -125,6 +132,24 @@ export function parseSetCookie(line: string): { name: string; value: string | nu
   }
   // The value is kept as sent (already cookie-encoded) and sent back the same way.
   return { name, value: expired ? null : raw };
+}
+
+/** A failure of fetch itself (no HTTP answer) as a ParlorApiError with status 0. */
+function transportError(method: string, path: string, timeoutMs: number, error: unknown): ParlorApiError {
+  const name = error instanceof Error || error instanceof DOMException ? error.name : '';
+  if (name === 'TimeoutError') {
+    return new ParlorApiError(
+      0,
+      ClientErrorCode.ERR_HTTP_TIMEOUT,
+      `${method} ${path} got no answer within ${timeoutMs} ms.`,
+      {},
+      'http',
+      { cause: error },
+    );
+  }
+  return new ParlorApiError(0, ClientErrorCode.ERR_NETWORK, `${method} ${path} failed: no answer.`, {}, 'http', {
+    cause: error,
+  });
 }
 
 function queryString(query: Query | undefined): string {

@@ -176,7 +176,9 @@ export function connect(client: HttpClient, opts: ConnectOptions = {}): Promise<
 
 /**
  * Emits a client event and waits (bounded) for its `{ok, …}` acknowledgement.
- * @throws ParlorApiError for `{ok: false, code, message}`, and `ERR_SOCKET_TIMEOUT` without an answer.
+ * @throws ParlorApiError for `{ok: false, code, message}`; `ERR_SOCKET_DISCONNECTED` when the
+ *   socket disconnects before the answer (the server may or may not have acted on the event);
+ *   `ERR_SOCKET_TIMEOUT` without an answer in time.
  */
 export async function emitAck<T extends object>(
   socket: ParlorSocket,
@@ -192,11 +194,18 @@ export async function emitAck<T extends object>(
   let ack: unknown;
   try {
     ack = await emitter.emitWithAck(event, payload);
-  } catch {
-    throw ParlorApiError.fromAck({
-      code: ClientErrorCode.ERR_SOCKET_TIMEOUT,
-      message: `No acknowledgement of ${event} in time.`,
-    });
+  } catch (error) {
+    // Socket.IO rejects the pending acknowledgements with this message when the socket disconnects.
+    const dropped = error instanceof Error && error.message === 'socket has been disconnected';
+    throw ParlorApiError.fromAck(
+      dropped
+        ? {
+            code: ClientErrorCode.ERR_SOCKET_DISCONNECTED,
+            message: `The socket disconnected before ${event} was acknowledged.`,
+          }
+        : { code: ClientErrorCode.ERR_SOCKET_TIMEOUT, message: `No acknowledgement of ${event} in time.` },
+      { cause: error },
+    );
   }
   if (typeof ack === 'object' && ack !== null && (ack as { ok?: unknown }).ok === true) {
     const { ok: _ok, ...rest } = ack as { ok: true } & T;
