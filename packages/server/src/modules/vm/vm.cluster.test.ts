@@ -93,6 +93,14 @@ describe('the room map after a node stalled past its entry’s lifetime', () => 
       expect(await b.placeOf(7)).toEqual({ node: 'node-b', state: 'running' });
       await b.release(7);
       expect(await b.placeOf(7)).toBeNull();
+      // Holds of this node's own at once (the sweep's and a launch's) all keep the entry.
+      expect(await a.claim(9)).toBeNull();
+      expect(await Promise.all([a.hold(9, 'starting'), a.hold(9, 'running'), a.hold(9, 'running')])).toEqual([
+        true,
+        true,
+        true,
+      ]);
+      expect((await a.placeOf(9))?.node).toBe('node-a');
       // An entry that lapsed with nobody claiming it is taken back by its holder.
       expect(await a.claim(8)).toBeNull();
       clock.advance(PLACE_TTL_MS);

@@ -117,10 +117,16 @@ export function makeVmCluster(
      */
     async hold(chatId: number, s: RoomPlace['state']): Promise<boolean> {
       const value = JSON.stringify({ node: nodeId, state: s });
-      const raw = await state.get(key(chatId));
-      if (raw === null) return state.setIfAbsent(key(chatId), value, PLACE_TTL_MS);
-      if (parsePlace(raw)?.node !== nodeId) return false;
-      return state.replaceIf(key(chatId), raw, value, PLACE_TTL_MS);
+      // A write of this node's own in between (the sweep's hold and a launch's) changes the value
+      // but not its holder: read again. Another node's entry ends it.
+      for (let attempt = 0; attempt < 5; attempt++) {
+        const raw = await state.get(key(chatId));
+        if (raw === null) {
+          if (await state.setIfAbsent(key(chatId), value, PLACE_TTL_MS)) return true;
+        } else if (parsePlace(raw)?.node !== nodeId) return false;
+        else if (await state.replaceIf(key(chatId), raw, value, PLACE_TTL_MS)) return true;
+      }
+      return (await this.placeOf(chatId))?.node === nodeId;
     },
     /** Removes this node's entry; never one another node holds (compare-and-delete). */
     async release(chatId: number): Promise<void> {
