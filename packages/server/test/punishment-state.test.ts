@@ -5,6 +5,7 @@ import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { join, member } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
 import { login, operator } from './support/flows.js';
+import { hold, lockWaiters } from './support/pg-locks.js';
 import { closeAllSockets } from './support/sockets.js';
 
 // An app of its own: the sweep's counts are those of this file's punishments alone.
@@ -160,41 +161,20 @@ describeApp('the platform state follows the active punishment records (spec 3)',
     'a timeout racing a ban that another node has not yet committed leaves the user Banned (PostgreSQL)',
     async () => {
       const target = await login(app);
-      let release!: () => void;
-      const released = new Promise<void>((r) => {
-        release = r;
-      });
-      let ready!: () => void;
-      const banWritten = new Promise<void>((r) => {
-        ready = r;
-      });
       // The ban as the ban route writes it: the user row first, then its record and the state.
-      const ban = sql.begin(async (tx) => {
+      const ban = hold(sql, async (tx) => {
         await tx`select id from users where id = ${target.user.id} for update`;
         await tx`insert into moderation_actions (user_id, action_type, created_at)
                values (${target.user.id}, 'PLATFORM_BAN', now())`;
         await tx`update users set state = 2, state_expires_at = null where id = ${target.user.id}`;
-        ready();
-        await released;
       });
-      await banWritten;
+      await ban.ready;
       const timeout = operator(app).post('/v1/admin/punishments/timeout', { user_id: target.user.id, duration: 60 });
-      await lockWaiters(1);
-      release();
-      await ban;
+      await lockWaiters(sql, 1);
+      ban.release();
+      await ban.done;
       expect((await timeout).status).toBe(200);
       expect(await stored(target.user.id)).toEqual({ state: 2, expires: null });
     },
   );
 });
-
-/** Resolves once `n` backends of this database wait for a lock (the interleaving is then fixed). */
-async function lockWaiters(n: number): Promise<void> {
-  for (;;) {
-    const [row] = await sql<{ n: number }[]>`
-      select count(*)::int as n from pg_stat_activity
-      where datname = current_database() and wait_event_type = 'Lock'`;
-    if ((row?.n ?? 0) >= n) return;
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
