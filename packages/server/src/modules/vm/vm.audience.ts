@@ -37,11 +37,21 @@ export function makeAudiences(deps: AudienceDeps) {
   const audiences = new Map<number, Audience>();
 
   const sendFrame = (chatId: number) => (socketIds: string[], f: VmFrame) => {
+    // A volatile packet is dropped when the connection is still writing (a frame before it, say):
+    // such viewers are answered back and keep the frame pending (RoomViewers) rather than lose it.
+    const busy: string[] = [];
+    const ready: string[] = [];
+    for (const id of socketIds) {
+      const socket = realtime.io.sockets.sockets.get(id);
+      (socket && !socket.conn.transport.writable ? busy : ready).push(id);
+    }
     // Volatile and node-local: frames are never kept for reconnecting clients nor sent through the adapter.
     // One emit to all the ready viewers: the frame is encoded once.
-    realtime.io.local
-      .to(socketIds)
-      .volatile.emit('vm:frame', { chat_id: chatId, seq: f.seq, mime: f.mime, data: f.data });
+    if (ready.length > 0)
+      realtime.io.local
+        .to(ready)
+        .volatile.emit('vm:frame', { chat_id: chatId, seq: f.seq, mime: f.mime, data: f.data });
+    return busy;
   };
 
   /** Ends this node's viewing of a room; its viewers (and the chat's sockets here) hear room:stopped. */

@@ -10,6 +10,7 @@ function setUp(window = 1) {
   const viewers = new RoomViewers(
     (ids, f) => {
       for (const id of ids) sent.push([id, f.seq]);
+      return [];
     },
     () => t,
     window,
@@ -109,7 +110,10 @@ describe('RoomViewers', () => {
   it('sends a frame to every ready viewer in one call, leaving out the ones with a full window', () => {
     const calls: [string[], number][] = [];
     const viewers = new RoomViewers(
-      (ids, f) => calls.push([ids, f.seq]),
+      (ids, f) => {
+        calls.push([ids, f.seq]);
+        return [];
+      },
       () => 0,
       1,
     );
@@ -122,5 +126,41 @@ describe('RoomViewers', () => {
     viewers.ack('c', 1);
     viewers.frame(frame(2));
     expect(calls.at(-1)).toEqual([['a', 'c'], 2]);
+  });
+
+  it('a viewer whose connection is still writing keeps the frame pending, and gets it on its next ack or sweep', () => {
+    const busy = new Set<string>(['b']);
+    const sent: [string, number][] = [];
+    let t = 0;
+    const viewers = new RoomViewers(
+      (ids, f) => {
+        for (const id of ids) if (!busy.has(id)) sent.push([id, f.seq]);
+        return ids.filter((id) => busy.has(id));
+      },
+      () => t,
+      2,
+    );
+    viewers.add('a', 1);
+    viewers.add('b', 2);
+    viewers.frame(frame(1));
+    expect(sent).toEqual([['a', 1]]);
+    // Still busy at the sweep: nothing goes, nothing is counted in flight.
+    viewers.resendStale(3000);
+    expect(sent).toEqual([['a', 1]]);
+    viewers.frame(frame(2));
+    busy.clear();
+    // At the next sweep (no timeout to wait for) it gets the newest frame, once.
+    t += 1000;
+    viewers.resendStale(3000);
+    expect(sent).toEqual([
+      ['a', 1],
+      ['a', 2],
+      ['b', 2],
+    ]);
+    viewers.resendStale(3000);
+    expect(sent).toHaveLength(3);
+    viewers.ack('b', 2);
+    viewers.frame(frame(3));
+    expect(sent.at(-1)).toEqual(['b', 3]);
   });
 });

@@ -25,8 +25,12 @@ export class RoomViewers {
   private last: VmFrame | null = null;
 
   constructor(
-    /** Sends one frame to some viewers at once (one encoding of the frame for all of them). */
-    private readonly send: (socketIds: string[], frame: VmFrame) => void,
+    /**
+     * Sends one frame to some viewers at once (one encoding of the frame for all of them); answers
+     * the viewers it could not send to now (their connection is still writing: a volatile frame
+     * would be dropped), which keep the frame as pending instead of counting it in flight.
+     */
+    private readonly send: (socketIds: string[], frame: VmFrame) => string[] | undefined,
     private readonly now: () => number,
     private readonly window: number = FRAME_WINDOW,
   ) {}
@@ -81,7 +85,17 @@ export class RoomViewers {
         ready.push(socketId);
       } else slot.pending = frame;
     }
-    if (ready.length > 0) this.send(ready, frame);
+    if (ready.length > 0) this.unsent(this.send(ready, frame), frame);
+  }
+
+  /** Viewers a frame could not go to keep it as pending: the next ack or sweep sends it. */
+  private unsent(socketIds: string[] | undefined, frame: VmFrame): void {
+    for (const socketId of socketIds ?? []) {
+      const slot = this.slots.get(socketId);
+      if (!slot) continue;
+      slot.inFlight = slot.inFlight.filter((s) => s !== frame.seq);
+      if (!slot.pending || slot.pending.seq < frame.seq) slot.pending = frame;
+    }
   }
 
   /** A viewer acknowledged `seq` (and all before it): the newest pending frame goes out. False: not a viewer. */
@@ -101,6 +115,11 @@ export class RoomViewers {
   resendStale(timeoutMs: number): void {
     const now = this.now();
     for (const [socketId, slot] of this.slots) {
+      // A frame its connection could not take yet goes now, without waiting for the timeout.
+      if (slot.inFlight.length === 0 && slot.pending) {
+        this.deliver(socketId, slot, slot.pending);
+        continue;
+      }
       if (slot.inFlight.length === 0 || now - slot.sentAt < timeoutMs) continue;
       slot.inFlight = [];
       const frame = slot.pending ?? this.last;
@@ -110,7 +129,7 @@ export class RoomViewers {
 
   private deliver(socketId: string, slot: Slot, frame: VmFrame): void {
     this.mark(slot, frame);
-    this.send([socketId], frame);
+    this.unsent(this.send([socketId], frame), frame);
   }
 
   private mark(slot: Slot, frame: VmFrame): void {
