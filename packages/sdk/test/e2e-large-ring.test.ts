@@ -1,23 +1,16 @@
 import { Limits } from '@parlor/protocol';
 import { and, count, eq } from 'drizzle-orm';
-import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { schema } from '../../server/src/platform/db/index.js';
-import { describeApp, startApp, type TestApp } from '../../server/test/support/app.js';
+import { describeApp, type TestApp } from '../../server/test/support/app.js';
 import { bulkMembers } from '../../server/test/support/bulk.js';
 import type { BotClient, E2ESessionError } from '../src/index.js';
-import { closeSessions, collector, loginUser, openSession, testBot } from './support.js';
+import { collector, e2eSuite, loginUser, openSession } from './support.js';
 
 let app: TestApp;
 let bot: BotClient;
-beforeAll(async () => {
-  app = await startApp();
-  bot = await testBot(app);
-});
-afterEach(async () => {
-  await closeSessions();
-});
-afterAll(async () => {
-  await app?.close();
+e2eSuite((started) => {
+  ({ app, bot } = started);
 });
 
 describeApp('E2EChatSession with a key ring larger than one share request', () => {

@@ -1,19 +1,12 @@
-import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
-import { describeApp, startApp, type TestApp } from '../../server/test/support/app.js';
+import { expect, it } from 'vitest';
+import { describeApp, type TestApp } from '../../server/test/support/app.js';
 import { type BotClient, E2EChatSession, type E2ESessionError, ParlorClient } from '../src/index.js';
-import { closeSessions, loginUser, openSession, type TestUser, testBot } from './support.js';
+import { e2eSuite, loginUser, openSession, type TestUser } from './support.js';
 
 let app: TestApp;
 let bot: BotClient;
-beforeAll(async () => {
-  app = await startApp();
-  bot = await testBot(app);
-});
-afterEach(async () => {
-  await closeSessions();
-});
-afterAll(async () => {
-  await app?.close();
+e2eSuite((started) => {
+  ({ app, bot } = started);
 });
 
 /**

@@ -1,5 +1,5 @@
-import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
-import { describeApp, startApp, type TestApp } from '../../server/test/support/app.js';
+import { expect, it } from 'vitest';
+import { describeApp, type TestApp } from '../../server/test/support/app.js';
 import {
   type BotClient,
   type ChatEntry,
@@ -11,19 +11,12 @@ import {
   type Message,
   parseBundle,
 } from '../src/index.js';
-import { closeSessions, collector, loginUser, openSession, plaintexts, storedContents, testBot } from './support.js';
+import { collector, e2eSuite, loginUser, openSession, plaintexts, storedContents } from './support.js';
 
 let app: TestApp;
 let bot: BotClient;
-beforeAll(async () => {
-  app = await startApp();
-  bot = await testBot(app);
-});
-afterEach(async () => {
-  await closeSessions();
-});
-afterAll(async () => {
-  await app?.close();
+e2eSuite((started) => {
+  ({ app, bot } = started);
 });
 
 /** A user logged in on two sessions, each with its E2E session open. */

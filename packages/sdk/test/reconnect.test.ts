@@ -1,20 +1,13 @@
-import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
-import { describeApp, startApp, type TestApp } from '../../server/test/support/app.js';
+import { expect, it } from 'vitest';
+import { describeApp, type TestApp } from '../../server/test/support/app.js';
 import { setLevel } from '../../server/test/support/flows.js';
 import type { BotClient, E2EChatSession, E2EChatSessionEvents, E2ESessionError } from '../src/index.js';
-import { closeSessions, collector, loginUser, openSession, plaintexts, testBot } from './support.js';
+import { collector, e2eSuite, loginUser, openSession, plaintexts } from './support.js';
 
 let app: TestApp;
 let bot: BotClient;
-beforeAll(async () => {
-  app = await startApp();
-  bot = await testBot(app);
-});
-afterEach(async () => {
-  await closeSessions();
-});
-afterAll(async () => {
-  await app?.close();
+e2eSuite((started) => {
+  ({ app, bot } = started);
 });
 
 type Events = E2EChatSessionEvents;

@@ -1,4 +1,5 @@
-import type { TestApp } from '../../server/test/support/app.js';
+import { afterAll, afterEach, beforeAll } from 'vitest';
+import { startApp, type TestApp } from '../../server/test/support/app.js';
 import { nextIp } from '../../server/test/support/client.js';
 import { createBot, nextIdentity, setLevel } from '../../server/test/support/flows.js';
 import {
@@ -14,6 +15,24 @@ import {
 export async function testBot(app: TestApp): Promise<BotClient> {
   const { apiKey } = await createBot(app);
   return new BotClient({ baseUrl: app.url, apiKey, headers: { 'x-forwarded-for': nextIp() } });
+}
+
+/**
+ * The hooks of an E2E suite: an app and a bot client started before its tests (handed to
+ * `started`), the E2E sessions it opened closed after each test, the app closed after all.
+ */
+export function e2eSuite(started: (suite: { app: TestApp; bot: BotClient }) => void): void {
+  let app: TestApp | undefined;
+  beforeAll(async () => {
+    app = await startApp();
+    started({ app, bot: await testBot(app) });
+  });
+  afterEach(async () => {
+    await closeSessions();
+  });
+  afterAll(async () => {
+    await app?.close();
+  });
 }
 
 /** A user client with the public key, from its own address (the test app trusts X-Forwarded-For). */
