@@ -1,10 +1,12 @@
 import { execFileSync } from 'node:child_process';
 import { Limits } from '@parlor/protocol';
+import { and, eq, isNull } from 'drizzle-orm';
 import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import { buildApp } from '../src/app.js';
 import { ACK_TIMEOUT_MS } from '../src/modules/vm/vm.service.js';
 import type { RoomVmSettings } from '../src/modules/vm/vm.settings.js';
 import { FRAME_WINDOW } from '../src/modules/vm/vm.viewers.js';
+import { schema } from '../src/platform/db/index.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
 import { join, type Member, member } from './support/chat-flows.js';
 import { Client } from './support/client.js';
@@ -302,7 +304,24 @@ describeBrowser('room VM (real Chromium)', () => {
     await owner.socket.next('vm:control', (p) => p.chat_id === chat1 && p.controller_user_id === null);
     const bobFrames = bobWatch.frames.length;
     const aliceFrames = aliceWatch.frames.length;
-    // The page changes (alice takes control and navigates): alice sees it, bob gets nothing more.
+    // The window between a kick's commit and its sockets leaving the room: admin's membership ends
+    // while the socket stays in. The room's node checks the membership and hands nothing over.
+    const m = schema.chatMembers;
+    const adminRow = and(eq(m.chatId, chat1), eq(m.userId, admin.user.id), isNull(m.leftAt));
+    const leftAt = new Date();
+    await app.database.db.update(m).set({ leftAt }).where(adminRow);
+    const requestsBefore = owner.socket.received.filter((r) => r.event === 'vm:control:request').length;
+    expect(await ack(admin, 'vm:control:request', { chat_id: chat1 })).toMatchObject({
+      ok: false,
+      code: 'ERR_NOT_CHAT_MEMBER',
+    });
+    await app.database.db
+      .update(m)
+      .set({ leftAt: null })
+      .where(and(eq(m.chatId, chat1), eq(m.userId, admin.user.id), eq(m.leftAt, leftAt)));
+    expect(owner.socket.received.filter((r) => r.event === 'vm:control:request')).toHaveLength(requestsBefore);
+    // The page changes (alice takes control, which admin's request did not, and navigates): alice
+    // sees it, bob gets nothing more.
     expect((await ack(alice, 'vm:control:request', { chat_id: chat1 })).granted).toBe(true);
     expect((await ack(alice, 'vm:input', { chat_id: chat1, kind: 'navigate', url: site.url('/page2') })).ok).toBe(true);
     await eventually(() => aliceWatch.frames.length > aliceFrames, WAIT_MS, 'alice’s next frame');

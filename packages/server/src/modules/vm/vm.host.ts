@@ -192,13 +192,19 @@ export function makeRoomHost(deps: HostDeps) {
 
     lastFrame: (chatId: number): VmFrame | null => hosted.get(chatId)?.last ?? null,
 
-    requestControl(chatId: number, who: RemoteActor): { granted: boolean; controller_user_id: number | null } {
-      const room = mustHost(chatId);
-      if (!room.settings.allow_control_requests)
+    async requestControl(
+      chatId: number,
+      who: RemoteActor,
+    ): Promise<{ granted: boolean; controller_user_id: number | null }> {
+      if (!mustHost(chatId).settings.allow_control_requests)
         throw appError(
           'ERR_FORBIDDEN',
           'Control requests are off in this room; the chat owner or a moderator grants control.',
         );
+      // The sender's socket was in the chat's room on its node; a kick or ban committed since then
+      // (its sockets not yet out) must not hand it control or reach the chat with its request.
+      await deps.chats.assertMember(who.userId, chatId);
+      const room = mustHost(chatId);
       if (room.controller === null) setController(room, who.userId);
       if (room.controller === who.userId) return { granted: true, controller_user_id: who.userId };
       realtime.emitTo(rooms.chat(chatId), 'vm:control:request', {
