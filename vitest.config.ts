@@ -27,6 +27,7 @@ export default defineConfig({
           name: 'embedded',
           include: ['packages/*/test/**/*.test.ts'],
           env: { PARLOR_TEST_MODE: 'embedded' },
+          globalSetup: ['packages/server/test/support/pglite-image-setup.ts'],
           testTimeout: 30_000,
           hookTimeout: 60_000,
         },

@@ -1,4 +1,5 @@
 import { mkdtempSync, rmSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { Logger } from 'pino';
@@ -100,7 +101,11 @@ export async function startApp(opts: StartOptions = {}): Promise<TestApp> {
   let database: Database | undefined;
   let state: StateStore | undefined;
   if (MODE === 'embedded') {
-    database = await openDatabase({ url: null, dataDir: opts.persistEmbedded ? backing.dataDir : null });
+    database = await openDatabase(
+      opts.persistEmbedded
+        ? { url: null, dataDir: backing.dataDir }
+        : { url: null, dataDir: null, image: await image() },
+    );
     state = await openState({ url: null, prefix: 'parlor:', clock: opts.clock ?? { now: () => new Date() } });
   }
   const built = await buildApp({ config, clock: opts.clock, database, state, logger: opts.logger ?? false });
@@ -116,6 +121,13 @@ export async function startApp(opts: StartOptions = {}): Promise<TestApp> {
       if (ownBacking) await backing.release();
     },
   };
+}
+
+let imageBytes: Promise<Buffer> | undefined;
+/** The run's migrated PGlite image (support/pglite-image-setup.ts), read once per test file. */
+async function image(): Promise<Blob> {
+  imageBytes ??= readFile(inject('pgliteImage'));
+  return new Blob([await imageBytes]);
 }
 
 /** `describe` for integration suites: on the cluster project it is skipped when services are missing. */

@@ -42,6 +42,12 @@ export interface DatabaseOptions {
   poolSize?: number;
   /** PostgreSQL: longest a statement on the pool may run, in ms (0: no limit); migrations are exempt. */
   statementTimeoutMs?: number;
+  /**
+   * PGlite in memory: start from this image of a data directory ({@link migratedImage}) instead of
+   * an empty cluster. Creating a cluster costs seconds of CPU; loading an image about a third of
+   * that (the test suites start dozens of databases). Migrations still run, a no-op when current.
+   */
+  image?: Blob;
 }
 
 /** The pool's statement limit when none is given (config DATABASE_STATEMENT_TIMEOUT_MS). */
@@ -86,7 +92,7 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
     release = takeLockFile(path.join(opts.dataDir, PGLITE_LOCK_FILE), `DATA_DIR ${opts.dataDir}`);
     client = new PGlite(dir);
   } else {
-    client = new PGlite();
+    client = opts.image ? new PGlite({ loadDataDir: opts.image }) : new PGlite();
   }
   try {
     await client.waitReady;
@@ -109,6 +115,18 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
     await client.close().catch(() => {});
     release();
     throw e;
+  }
+}
+
+/** An image of a new in-memory PGlite database with every migration applied, for `image` above. */
+export async function migratedImage(): Promise<Blob> {
+  const client = new PGlite();
+  try {
+    await client.waitReady;
+    await migratePglite(drizzlePglite(client, { schema }), { migrationsFolder: MIGRATIONS_DIR });
+    return await client.dumpDataDir('none');
+  } finally {
+    await client.close();
   }
 }
 
