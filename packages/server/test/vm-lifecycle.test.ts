@@ -1,5 +1,5 @@
 import { execFileSync, spawn } from 'node:child_process';
-import { existsSync, mkdirSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -158,7 +158,14 @@ describeBrowser('room VM lifecycle (real Chromium)', () => {
 
   it('a killed server leaves no browser behind, and the next one removes the profile it left', async () => {
     const fixture = path.resolve(path.dirname(fileURLToPath(import.meta.url)), 'fixtures/vm-orphan.mjs');
-    const child = spawn(process.execPath, [fixture, CHROMIUM], { stdio: ['ignore', 'pipe', 'inherit'] });
+    // Its own temporary folder: the other suites' servers, starting meanwhile, sweep the shared one.
+    // Open to all like /tmp: run as root, the provider starts the browser as an unprivileged user.
+    const tmp = mkdtempSync(path.join(tmpdir(), 'parlor-orphan-'));
+    chmodSync(tmp, 0o1777);
+    const child = spawn(process.execPath, [fixture, CHROMIUM], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+      env: { ...process.env, TMPDIR: tmp },
+    });
     let out = '';
     child.stdout.on('data', (d) => {
       out += d;
@@ -170,12 +177,12 @@ describeBrowser('room VM lifecycle (real Chromium)', () => {
     child.kill('SIGKILL'); // no shutdown path runs: only the closed DevTools pipe tells the browser
     await eventually(() => livingInSession(pid) === 0, WAIT_MS, 'the browser and its children gone');
     // The next server's provider sweeps profiles whose server is gone, and only those.
-    const mine = path.join(tmpdir(), `parlor-vm-${process.pid}-keep`);
+    expect(path.dirname(profile)).toBe(tmp);
+    const mine = path.join(tmp, `parlor-vm-${process.pid}-keep`);
     mkdirSync(mine, { recursive: true });
-    expect(await removeStaleProfiles()).toBeGreaterThanOrEqual(1);
+    expect(await removeStaleProfiles(tmp)).toBe(1);
     expect(existsSync(profile)).toBe(false);
     expect(existsSync(mine)).toBe(true);
-    await removeStaleProfiles();
-    execFileSync('rm', ['-rf', mine]);
+    execFileSync('rm', ['-rf', tmp]);
   });
 });
