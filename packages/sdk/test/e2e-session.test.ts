@@ -275,6 +275,44 @@ describeApp('E2EChatSession', () => {
     expect(await read()).toMatchObject({ [recent.id]: 'epoch two', [old.id]: 'epoch one' });
   });
 
+  it('a new session given kept keys sends once a holder has shared the key with it (its envelope), not before', async () => {
+    const alice = await loginUser(app, bot, { level: 2 });
+    const { chat } = await alice.client.createChat({ name: 'Imported', type: 'public' });
+    const keyPair = generateKeyPair();
+    const first = await openSession(alice.client, { keyPair });
+    await first.join({ chat_id: chat.id });
+    const kept = first.chatKeys(chat.id);
+    await first.close();
+
+    // Another device of alice's: a new login and session key, given the kept keys. Nobody online
+    // holds the epoch, so the server has no envelope for this session and refuses its messages.
+    const device = await loginUser(app, bot, { platformUserId: alice.platformUserId });
+    const restored = await openSession(device.client, { keyWaitMs: 1500 });
+    restored.importKeys(chat.id, kept);
+    expect((await restored.join({ chat_id: chat.id })).hasKey).toBe(true);
+    await expect(restored.send(chat.id, 'nobody shared yet')).rejects.toMatchObject({ code: 'NO_CHAT_KEY' });
+
+    // The next send is refused at first; then the first device comes back and shares on join.
+    let onRefused = () => {};
+    const refused = new Promise<void>((resolve) => {
+      onRefused = resolve;
+    });
+    const sendMessage = device.client.sendMessage.bind(device.client);
+    device.client.sendMessage = async (...args) =>
+      sendMessage(...args).catch((error: unknown) => {
+        onRefused();
+        throw error;
+      });
+    const sending = restored.send(chat.id, 'after the share');
+    await refused;
+    const back = await openSession(alice.client, { keyPair });
+    await back.join({ chat_id: chat.id });
+    const sent = await sending;
+    expect(sent.epoch).toBe([...kept.keys()][0]);
+    const read = (await back.history(chat.id)).find((e) => e.message.id === sent.id);
+    expect(read).toMatchObject({ kind: 'user', plaintext: 'after the share' });
+  });
+
   it('bounds its waits: send without any key holder fails with NO_CHAT_KEY, and close() ends everything', async () => {
     const alice = await loginUser(app, bot, { level: 2 });
     const { chat } = await alice.client.createChat({ name: 'Bounded', type: 'public' });

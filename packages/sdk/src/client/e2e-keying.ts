@@ -74,6 +74,7 @@ export class ChatKeying {
 
   /** Opens an envelope addressed to this session (kept for later if our id is not known yet). */
   accept(e: Envelope): boolean {
+    this.keys.markEnvelope(e.chatId, e.epoch);
     if (this.keys.get(e.chatId, e.epoch)) return true;
     if (this.#sessionId === null) {
       if (this.#pendingEnvelopes.length < 1000) this.#pendingEnvelopes.push(e);
@@ -194,6 +195,18 @@ export class ChatKeying {
     this.learn(state.key_ring);
     this.keys.raiseEpoch(chatId, state.epoch);
     if (state.envelope !== null) this.accept({ chatId, epoch: state.epoch, envelope: state.envelope, sender: null });
+  }
+
+  /**
+   * After the server refused a send at `epoch` with ERR_NO_ROOM_KEY although the key is held (keys
+   * imported into a new session): the server holds no envelope of that epoch for this session,
+   * and only a holder can store one (`portal:key_added` asked them to, and a holder that comes
+   * online shares on join). Waits (bounded) for it or for a newer epoch; false on timeout.
+   */
+  async awaitEnvelope(chatId: number, epoch: number): Promise<boolean> {
+    const ready = () =>
+      this.keys.hasEnvelope(chatId, epoch) || (this.keys.epochOf(chatId) ?? 0) > epoch ? true : undefined;
+    return (await this.keys.waitFor(ready, this.#o.keyWaitMs)) === true;
   }
 
   /** {@link shareWith} in the background (awaited by `close()`). */
@@ -347,6 +360,7 @@ export class ChatKeying {
       return 'retry';
     }
     this.#held(chatId, epoch, keying);
+    this.keys.markEnvelope(chatId, epoch);
     this.#store(chatId, epoch, chatKey, 'keyed', this.#sessionId);
     for (const part of rest) if (!(await this.#topUp(chatId, epoch, part))) break;
     return 'keyed';

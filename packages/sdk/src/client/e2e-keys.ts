@@ -21,6 +21,8 @@ export interface EpochKey {
 export class ChatKeyStore {
   readonly #keys = new Map<number, Map<number, Uint8Array>>();
   readonly #epochs = new Map<number, number>();
+  /** Per chat, the newest epoch at which the server is known to hold this session's envelope. */
+  readonly #envelopes = new Map<number, number>();
   readonly #waiters = new Set<Waiter>();
   #closed = false;
 
@@ -36,6 +38,21 @@ export class ChatKeyStore {
     this.#epochs.set(chatId, epoch);
     this.#notify();
     return true;
+  }
+
+  /**
+   * Records that the server holds this session's envelope at `epoch` (it sent it, or stored our
+   * keying share): the server takes messages from a session only at an epoch it holds one for.
+   */
+  markEnvelope(chatId: number, epoch: number): void {
+    if ((this.#envelopes.get(chatId) ?? -1) >= epoch) return;
+    this.#envelopes.set(chatId, epoch);
+    this.#notify();
+  }
+
+  /** Whether the server is known to hold this session's envelope at `epoch`. */
+  hasEnvelope(chatId: number, epoch: number): boolean {
+    return this.#envelopes.get(chatId) === epoch;
   }
 
   get(chatId: number, epoch: number): Uint8Array | undefined {

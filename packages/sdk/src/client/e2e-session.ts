@@ -174,9 +174,10 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
 
   /**
    * Encrypts with the current epoch's key and sends. When the server answers ERR_EPOCH_MISMATCH or
-   * ERR_NO_ROOM_KEY (a rekey this session had not seen yet), it waits (bounded) for the new key
-   * and retries once.
-   * @throws E2ESessionError NO_CHAT_KEY when no key comes in time; ParlorApiError for refusals.
+   * ERR_NO_ROOM_KEY (a rekey this session had not seen yet, or a key imported into a new session
+   * that no holder has shared with it yet), it waits (bounded) for the new key or this session's
+   * envelope and retries once.
+   * @throws E2ESessionError NO_CHAT_KEY when neither comes in time; ParlorApiError for refusals.
    */
   async send(chatId: number, plaintext: string): Promise<{ id: string; epoch: number }> {
     this.#assertOpen();
@@ -186,6 +187,14 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
     } catch (error) {
       if (!isApiError(error, 'ERR_EPOCH_MISMATCH', 'ERR_NO_ROOM_KEY')) throw error;
       await this.#keying.refresh(chatId);
+      if (error.code === 'ERR_NO_ROOM_KEY' && !(await this.#keying.awaitEnvelope(chatId, first.epoch))) {
+        this.#assertOpen();
+        throw new E2ESessionError(
+          'NO_CHAT_KEY',
+          `The server holds no envelope of chat ${chatId} epoch ${first.epoch} for this session, and no member shared one in time.`,
+          { chatId },
+        );
+      }
       const minEpoch = first.epoch + (error.code === 'ERR_EPOCH_MISMATCH' ? 1 : 0);
       return this.#post(chatId, await this.#keying.current(chatId, minEpoch), plaintext);
     }
