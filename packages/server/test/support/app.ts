@@ -124,7 +124,7 @@ export async function startApp(opts: StartOptions = {}): Promise<TestApp> {
 }
 
 let imageBytes: Promise<Buffer> | undefined;
-/** The run's migrated PGlite image (support/pglite-image-setup.ts), read once per test file. */
+/** The run's migrated PGlite image (support/pglite-image-setup.ts), read once per worker. */
 async function image(): Promise<Blob> {
   imageBytes ??= readFile(inject('pgliteImage'));
   return new Blob([await imageBytes]);
