@@ -54,6 +54,29 @@ describeApp('E2EChatSession: the server’s limits', () => {
     expect(errors).toEqual([]);
   });
 
+  it('sends a keying share refused with ERR_RATE_LIMITED again after its retry_after, within keyWaitMs', async () => {
+    const owner = await loginUser(app, bot, { level: 2 });
+    const { chat } = await owner.client.createChat({ name: 'Rate limited keying', type: 'public' });
+    const watched = watchedClient(owner);
+    const session = await E2EChatSession.open({ client: watched.client, keyWaitMs: 5000 });
+    const errors: E2ESessionError[] = [];
+    session.on('error', (e) => errors.push(e));
+    watched.state.refuse = 1; // the share that keys the epoch, at join
+    expect((await session.join({ chat_id: chat.id })).hasKey).toBe(true);
+    expect(watched.shares).toEqual([{ status: 429 }, { status: 200 }]);
+    await session.close();
+    expect(errors).toEqual([]);
+
+    // A retry_after past the bound is not waited for: the refusal reaches the caller.
+    const other = await owner.client.createChat({ name: 'Rate limited, short wait', type: 'public' });
+    const hurried = watchedClient(owner);
+    const short = await E2EChatSession.open({ client: hurried.client, keyWaitMs: 500 });
+    hurried.state.refuse = 1;
+    await expect(short.join({ chat_id: other.chat.id })).rejects.toMatchObject({ code: 'ERR_RATE_LIMITED' });
+    expect(hurried.shares).toEqual([{ status: 429 }]);
+    await short.close();
+  });
+
   it('sends a key share refused with ERR_RATE_LIMITED again after its retry_after', async () => {
     const owner = await loginUser(app, bot, { level: 2 });
     const { chat } = await owner.client.createChat({ name: 'Rate limited share', type: 'public' });

@@ -314,7 +314,7 @@ export class ChatKeying {
       if (this.#sessionId === null) {
         throw new E2ESessionError('SESSION_UNKNOWN', 'This session’s public key is not in the key ring.', { chatId });
       }
-      if ((await this.#keyEpoch(chatId, epoch, state.key_ring)) === 'taken') {
+      if ((await this.#keyEpoch(chatId, epoch, state.key_ring, deadline)) === 'taken') {
         // Someone keyed it first: their envelope for us comes as room:key (or the epoch moves on).
         const moved = () => ((this.keys.epochOf(chatId) ?? 0) > epoch ? true : undefined);
         await this.keys.waitFor(() => this.keys.get(chatId, epoch) ?? moved(), deadline - Date.now());
@@ -326,20 +326,34 @@ export class ChatKeying {
   /**
    * Makes a chat key and shares it with the whole ring: the first complete share keys the epoch.
    * A ring larger than one request is keyed by its first request (ours among its envelopes), and
-   * the rest follow as top-ups once we hold the key.
+   * the rest follow as top-ups once we hold the key. A share refused with ERR_RATE_LIMITED (the
+   * user's write limit, shared by its sessions) is sent again after its `retry_after` when that
+   * comes before `deadline`.
    */
-  async #keyEpoch(chatId: number, epoch: number, ring: KeyRing): Promise<'keyed' | 'taken' | 'retry'> {
+  async #keyEpoch(
+    chatId: number,
+    epoch: number,
+    ring: KeyRing,
+    deadline: number,
+  ): Promise<'keyed' | 'taken' | 'retry'> {
     const chatKey = generateChatKey();
     const share = buildKeyShare({ keyRing: ring, chatKey, chatId, epoch });
     this.#reportSkipped(chatId, share.skipped);
     const [keying = [], ...rest] = splitShare(share.envelopes, this.#sessionId);
     let stored: number;
-    try {
-      stored = (await this.#o.client.shareKeys(chatId, { epoch, envelopes: keying })).stored;
-    } catch (error) {
-      if (isApiError(error, 'ERR_EPOCH_ALREADY_KEYED')) return 'taken';
-      if (isApiError(error, 'ERR_KEY_RING_CHANGED', 'ERR_EPOCH_MISMATCH')) return 'retry';
-      throw error;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        stored = (await this.#o.client.shareKeys(chatId, { epoch, envelopes: keying })).stored;
+        break;
+      } catch (error) {
+        if (isApiError(error, 'ERR_EPOCH_ALREADY_KEYED')) return 'taken';
+        if (isApiError(error, 'ERR_KEY_RING_CHANGED', 'ERR_EPOCH_MISMATCH')) return 'retry';
+        const retryAfter = isApiError(error, 'ERR_RATE_LIMITED') ? error.retryAfter : undefined;
+        if (retryAfter === undefined || attempt >= TOP_UP_ATTEMPTS || Date.now() + retryAfter * 1000 >= deadline) {
+          throw error;
+        }
+        if (!(await this.#pause(retryAfter * 1000))) return 'retry';
+      }
     }
     // A session that received the winner's envelope meanwhile counts as a holder, so its late
     // attempt is taken as a top-up and answers 200 with fewer envelopes stored (our own not among
