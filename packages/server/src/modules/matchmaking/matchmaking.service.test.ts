@@ -1,5 +1,5 @@
 import { Limits } from '@parlor/protocol';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { FakeClock } from '../../platform/clock.js';
 import { MemoryMatchQueue } from '../../platform/state/match-queue.js';
 import { MemoryState } from '../../platform/state/memory.js';
@@ -214,6 +214,48 @@ describe('matchmaking: a pair the chat store refuses (slots full by now, or a us
     expect(calls.created).toEqual([[4, 2]]);
     expect(calls.other).toEqual([['user:1', 'match:timeout', { interests: ['aaa'] }]]);
     for (const id of [1, 2, 3, 4]) expect(await queue.get(id, clock.now().getTime())).toBeNull();
+  });
+
+  /** The pairing of 2 with 1 is refused (2's slots are full); 3 queues on 1's tag while 1 is out. */
+  const refusedWhileAnotherQueues = async (env: ReturnType<typeof setup>, refuseRestored: boolean) => {
+    const { clock, state, svc, searcher, hooks } = env;
+    await online(state, clock);
+    await svc.enqueue(searcher(1), ['abc']);
+    let first = true;
+    hooks.beforeCreate = async () => {
+      if (!first) return;
+      first = false;
+      expect((await svc.enqueue(searcher(3), ['abc'])).tellCaller).toBeUndefined();
+    };
+    hooks.refuse = (ids) =>
+      ids.includes(2) || (refuseRestored && ids.includes(3))
+        ? { missing: [], full: [ids.includes(2) ? 2 : 1] }
+        : undefined;
+    await expect(svc.enqueue(searcher(2), ['abc'])).rejects.toMatchObject({ code: 'ERR_MATCH_SLOT_LIMIT' });
+  };
+
+  it('pairs the peer it puts back with a user that queued on a shared tag while it was out', async () => {
+    const env = setup();
+    await refusedWhileAnotherQueues(env, false);
+    const { clock, queue, calls } = env;
+    await vi.waitFor(() => expect(calls.created).toEqual([[3, 1]]));
+    expect(calls.found.sort()).toEqual([
+      ['user:1', 3],
+      ['user:3', 1],
+    ]);
+    for (const id of [1, 2, 3]) expect(await queue.get(id, clock.now().getTime())).toBeNull();
+    expect(calls.other).toEqual([]);
+  });
+
+  it('ends the search of a put-back peer whose own pairing is refused (match:timeout); the other searches on', async () => {
+    const env = setup();
+    await refusedWhileAnotherQueues(env, true);
+    const { clock, queue, calls } = env;
+    await vi.waitFor(() => expect(calls.other).toEqual([['user:1', 'match:timeout', { interests: ['abc'] }]]));
+    expect(calls.created).toEqual([]);
+    expect(await queue.get(1, clock.now().getTime())).toBeNull();
+    expect(await queue.get(3, clock.now().getTime())).toMatchObject({ userId: 3, tags: ['abc'] });
+    expect(calls.warned).toEqual([]);
   });
 
   it('queues the caller when every waiting peer is refused, and answers its search', async () => {

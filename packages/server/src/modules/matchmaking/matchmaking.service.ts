@@ -1,7 +1,7 @@
 import { INTEREST_PATTERN, Limits, type MatchStatus } from '@parlor/protocol';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Clock } from '../../platform/clock.js';
-import { appError } from '../../platform/errors.js';
+import { AppError, appError } from '../../platform/errors.js';
 import { batched, batchedWrite } from '../../platform/group-commit.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
 import type { StateStore } from '../../platform/state/index.js';
@@ -96,11 +96,37 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
    */
   const putBack = async (peer: QueueEntry): Promise<void> => {
     try {
-      if ((await queue.restore(peer, clock.now().getTime())) !== 'expired') return;
+      const result = await queue.restore(peer, clock.now().getTime());
+      if (typeof result === 'object') {
+        // A user queued on a shared tag while the peer was out: they pair now, in the background
+        // (neither is waiting on a request).
+        void pairRestored(peer, result.peer, result.tag);
+        return;
+      }
+      if (result !== 'expired') return;
     } catch (err) {
       deps.log.warn({ err, userId: peer.userId }, 'match peer not re-queued after a failed pairing');
     }
     realtime.emitTo(rooms.user(peer.userId), 'match:timeout', { interests: peer.tags });
+  };
+
+  /**
+   * A restored entry paired with `other` (both were queued): the chat is made as for an enqueue,
+   * with the restored user in the caller's place. When only `other` could not take it, the restored
+   * user goes back again (each such round takes a peer out for good); when the restored user
+   * cannot (its slots filled meanwhile, gone) or the chat store fails, its search ends and it is
+   * told (`match:timeout`); `other` went back to the queue or was told by `complete`.
+   */
+  const pairRestored = async (mine: QueueEntry, other: QueueEntry, tag: string): Promise<void> => {
+    try {
+      const tell = await complete(mine, mine, other, tag);
+      if (tell) tell();
+      else await putBack(mine);
+    } catch (err) {
+      if (!(err instanceof AppError))
+        deps.log.warn({ err, userId: mine.userId }, 'restored match search ended by a failure');
+      realtime.emitTo(rooms.user(mine.userId), 'match:timeout', { interests: mine.tags });
+    }
   };
 
   /**
@@ -109,7 +135,7 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
    * goes back to the queue; one whose slots are full leaves it (its search ended, it is told). The
    * caller, if it is a reason, gets the refusal; else it searches on (answers normally).
    */
-  const refused = async (me: Searcher, peer: QueueEntry, why: DirectRefusal): Promise<void> => {
+  const refused = async (me: Pick<Searcher, 'userId'>, peer: QueueEntry, why: DirectRefusal): Promise<void> => {
     const out = (id: number) => why.missing.includes(id) || why.full.includes(id);
     if (!out(peer.userId)) await putBack(peer);
     else if (why.full.includes(peer.userId))
@@ -126,7 +152,7 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
    * could not take the chat (it has left the queue) and the caller should search on.
    */
   const complete = async (
-    me: Searcher,
+    me: Pick<Searcher, 'userId'>,
     mine: QueueEntry,
     peer: QueueEntry,
     tag: string,

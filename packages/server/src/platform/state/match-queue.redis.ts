@@ -37,7 +37,43 @@ local function insert(p, uid, e, raw)
 end
 `;
 
-const ENQUEUE = `${REMOVE}${INSERT}
+/**
+ * Shared Lua: `take_peer(p, me, entry, now)` takes the longest-waiting compatible user on the
+ * entry's first tag that has one out of the queue and answers its raw entry and the tag (nil when
+ * none), dropping expired and vanished candidates on the way.
+ */
+const TAKE_PEER = `
+local function take_peer(p, me, entry, now)
+  local excluded = {}
+  for _, u in ipairs(entry.exclude) do excluded[tostring(u)] = true end
+  for _, tag in ipairs(entry.tags) do
+    local candidates = redis.call('ZRANGE', p .. 'mq:t:' .. tag, 0, ${CANDIDATES_PER_TAG - 1})
+    for _, c in ipairs(candidates) do
+      if c ~= me and not excluded[c] then
+        local craw = redis.call('GET', p .. 'mq:e:' .. c)
+        if not craw then
+          if redis.call('ZREM', p .. 'mq:t:' .. tag, c) == 1 then redis.call('ZINCRBY', p .. 'mq:depth', -1, tag) end
+        else
+          local ce = cjson.decode(craw)
+          if ce.deadline <= now then
+            remove(p, c, ce)
+          else
+            local blocked = false
+            for _, u in ipairs(ce.exclude) do if tostring(u) == me then blocked = true end end
+            if not blocked then
+              remove(p, c, ce)
+              return craw, tag
+            end
+          end
+        end
+      end
+    end
+  end
+  return nil
+end
+`;
+
+const ENQUEUE = `${REMOVE}${INSERT}${TAKE_PEER}
 local p, me, raw, now = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local entry = cjson.decode(raw)
 local barred = redis.call('ZSCORE', p .. 'mq:barred', me)
@@ -48,48 +84,27 @@ if existing then
   if cur.deadline > now then return {'already'} end
   remove(p, me, cur)
 end
-local excluded = {}
-for _, u in ipairs(entry.exclude) do excluded[tostring(u)] = true end
-for _, tag in ipairs(entry.tags) do
-  local candidates = redis.call('ZRANGE', p .. 'mq:t:' .. tag, 0, ${CANDIDATES_PER_TAG - 1})
-  for _, c in ipairs(candidates) do
-    if c ~= me and not excluded[c] then
-      local craw = redis.call('GET', p .. 'mq:e:' .. c)
-      if not craw then
-        if redis.call('ZREM', p .. 'mq:t:' .. tag, c) == 1 then redis.call('ZINCRBY', p .. 'mq:depth', -1, tag) end
-      else
-        local ce = cjson.decode(craw)
-        if ce.deadline <= now then
-          remove(p, c, ce)
-        else
-          local blocked = false
-          for _, u in ipairs(ce.exclude) do if tostring(u) == me then blocked = true end end
-          if not blocked then
-            remove(p, c, ce)
-            return {'paired', craw, tag}
-          end
-        end
-      end
-    end
-  end
-end
+local craw, tag = take_peer(p, me, entry, now)
+if craw then return {'paired', craw, tag} end
 insert(p, me, entry, raw)
 return {'queued'}`;
 
-const RESTORE = `${REMOVE}${INSERT}
+const RESTORE = `${REMOVE}${INSERT}${TAKE_PEER}
 local p, me, raw, now = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local entry = cjson.decode(raw)
 local barred = redis.call('ZSCORE', p .. 'mq:barred', me)
-if barred and tonumber(barred) > now then return 'barred' end
-if entry.deadline <= now then return 'expired' end
+if barred and tonumber(barred) > now then return {'barred'} end
+if entry.deadline <= now then return {'expired'} end
 local existing = redis.call('GET', p .. 'mq:e:' .. me)
 if existing then
   local cur = cjson.decode(existing)
-  if cur.deadline > now then return 'already' end
+  if cur.deadline > now then return {'already'} end
   remove(p, me, cur)
 end
+local craw, tag = take_peer(p, me, entry, now)
+if craw then return {'paired', craw, tag} end
 insert(p, me, entry, raw)
-return 'restored'`;
+return {'restored'}`;
 
 const DEQUEUE = `${REMOVE}
 local p, me = ARGV[1], ARGV[2]
@@ -145,14 +160,17 @@ export class RedisMatchQueue implements MatchQueue {
   }
 
   async restore(entry: QueueEntry, now: number): Promise<RestoreResult> {
-    return (await this.client.eval(
+    const res = (await this.client.eval(
       RESTORE,
       0,
       this.prefix,
       String(entry.userId),
       JSON.stringify(entry),
       String(now),
-    )) as RestoreResult;
+    )) as string[];
+    if (res[0] === 'paired')
+      return { kind: 'paired', peer: JSON.parse(res[1] as string) as QueueEntry, tag: res[2] as string };
+    return res[0] as Exclude<RestoreResult, object>;
   }
 
   async dequeue(userId: number): Promise<boolean> {

@@ -114,6 +114,20 @@ describe.each(implementations)('the %s match queue', (_name, makeNodes) => {
     expect(await q.topTags(5)).toEqual([{ tag: 'aaa', searching: 1 }]);
   });
 
+  it('pairs an entry it puts back with a compatible user that queued while it was out', async () => {
+    const q = make();
+    expect(await q.enqueue(entry(1, ['aaa', 'bbb']), NOW)).toEqual({ kind: 'queued' });
+    const first = await q.enqueue(entry(2, ['aaa']), NOW);
+    if (first.kind !== 'paired') throw new Error(`not paired: ${first.kind}`);
+    // 3 excludes 1; 4 waits on 1's second tag.
+    expect(await q.enqueue(entry(3, ['aaa'], { exclude: [1] }), NOW)).toEqual({ kind: 'queued' });
+    expect(await q.enqueue(entry(4, ['bbb']), NOW)).toEqual({ kind: 'queued' });
+    expect(await q.restore(first.peer, NOW)).toEqual({ kind: 'paired', peer: entry(4, ['bbb']), tag: 'bbb' });
+    expect(await q.get(1, NOW)).toBeNull();
+    expect(await q.get(4, NOW)).toBeNull();
+    expect(await q.topTags(5)).toEqual([{ tag: 'aaa', searching: 1 }]);
+  });
+
   it('bars a user: out of the queue at once, its enqueues and restores refused until the bar ends or is lifted', async () => {
     const q = make();
     expect(await q.enqueue(entry(1, ['aaa']), NOW)).toEqual({ kind: 'queued' });

@@ -25,17 +25,24 @@ export type EnqueueResult =
 
 /**
  * What putting back a peer taken out by a pairing that then failed did: `restored`, as it was;
- * `expired`, not restored (its deadline passed meanwhile); `already`, not restored (the user searches
- * again, on a newer entry).
+ * paired at once with a compatible user that queued while it was out (`peer`, now out of the
+ * queue); `expired`, not restored (its deadline passed meanwhile); `already`, not restored (the
+ * user searches again, on a newer entry); `barred`, not restored.
  */
-export type RestoreResult = 'restored' | 'expired' | 'already' | 'barred';
+export type RestoreResult =
+  | 'restored'
+  | 'expired'
+  | 'already'
+  | 'barred'
+  | { kind: 'paired'; peer: QueueEntry; tag: string };
 
 export interface MatchQueue {
   /** Pairs the entry with the longest-waiting compatible user on its first tag that has one, else queues it. */
   enqueue(entry: QueueEntry, now: number): Promise<EnqueueResult>;
   /**
    * Puts back an entry that `enqueue` answered as a peer, exactly as it was (its place in line,
-   * deadline and exclusions), without pairing it: for when the pair could not be made.
+   * deadline and exclusions): for when the pair could not be made. A compatible user that queued
+   * while it was out (and so could not pair with it) is paired with it instead, as `enqueue` would.
    */
   restore(entry: QueueEntry, now: number): Promise<RestoreResult>;
   /** Removes a user from the queue; false when it was not searching. */
@@ -86,6 +93,26 @@ export class MemoryMatchQueue implements MatchQueue {
     const current = this.entries.get(entry.userId);
     if (current && current.deadline > now) return { kind: 'already' };
     if (current) this.remove(entry.userId);
+    const paired = this.takePeer(entry, now);
+    if (paired) return { kind: 'paired', ...paired };
+    this.insert(entry);
+    return { kind: 'queued' };
+  }
+
+  async restore(entry: QueueEntry, now: number): Promise<RestoreResult> {
+    if (this.isBarred(entry.userId, now)) return 'barred';
+    if (entry.deadline <= now) return 'expired';
+    const current = this.entries.get(entry.userId);
+    if (current && current.deadline > now) return 'already';
+    if (current) this.remove(entry.userId);
+    const paired = this.takePeer(entry, now);
+    if (paired) return { kind: 'paired', ...paired };
+    this.insert(entry);
+    return 'restored';
+  }
+
+  /** Takes the longest-waiting compatible user on the entry's first tag that has one out of the queue. */
+  private takePeer(entry: QueueEntry, now: number): { peer: QueueEntry; tag: string } | null {
     const excluded = new Set(entry.exclude);
     for (const tag of entry.tags) {
       for (const candidateId of (this.byTag.get(tag) ?? []).slice(0, CANDIDATES_PER_TAG)) {
@@ -98,21 +125,10 @@ export class MemoryMatchQueue implements MatchQueue {
         }
         if (candidate.exclude.includes(entry.userId)) continue;
         this.remove(candidateId);
-        return { kind: 'paired', peer: candidate, tag };
+        return { peer: candidate, tag };
       }
     }
-    this.insert(entry);
-    return { kind: 'queued' };
-  }
-
-  async restore(entry: QueueEntry, now: number): Promise<RestoreResult> {
-    if (this.isBarred(entry.userId, now)) return 'barred';
-    if (entry.deadline <= now) return 'expired';
-    const current = this.entries.get(entry.userId);
-    if (current && current.deadline > now) return 'already';
-    if (current) this.remove(entry.userId);
-    this.insert(entry);
-    return 'restored';
+    return null;
   }
 
   /**
