@@ -2,7 +2,7 @@ import { and, count, desc, eq, gt, gte, inArray, isNull, ne, or, sql } from 'dri
 import { anyOf, type Db, rowsOf } from '../../platform/db/index.js';
 import { chatInvites, chatMembers, chats, moderationActions, users } from '../../platform/db/schema.js';
 import { restrictionInForce } from '../messages/messages.store.js';
-import type { Tx } from '../users/users.store.js';
+import { premiumAtSql, type Tx } from '../users/users.store.js';
 import { makeActivityStore } from './chats.activity.store.js';
 import { makeDirectSweepStore } from './chats.direct.store.js';
 import { makeChatPurgeStore } from './chats.purge.store.js';
@@ -99,9 +99,8 @@ export function makeChatsStore(db: Db) {
                    (select count(*) from chat_members cm join chats d on d.id = cm.chat_id
                      where cm.user_id = users.id and cm.left_at is null and d.deleted_at is null
                        and d.type = 'direct' and d.archived_at is null)::integer as active,
-                   -- Premium as hasPremium (users.presenter.ts) tells it; a stranger never has it.
-                   case when not is_stranger and subscription_tier <> 0
-                          and (subscription_expires_at is null or subscription_expires_at > ${at})
+                   -- A stranger never has premium.
+                   case when not is_stranger and ${premiumAtSql(at)}
                         then ${v.slots.premium}::integer else ${v.slots.free}::integer end as slots
             from users where id = any(${ids})
           ), c as (

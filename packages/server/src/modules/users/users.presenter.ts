@@ -12,6 +12,7 @@ import type { AuditRow, LinkedPlatformRow, PunishmentRow, UserRow } from './user
 const iso = (d: Date) => d.toISOString();
 const isoOrNull = (d: Date | null) => (d ? d.toISOString() : null);
 
+/** Premium now: a paid tier not expired. `premiumAtSql` (users.store.ts) is the same rule in SQL. */
 export function hasPremium(user: Pick<UserRow, 'subscriptionTier' | 'subscriptionExpiresAt'>, now: Date): boolean {
   if (user.subscriptionTier === 0) return false;
   return user.subscriptionExpiresAt === null || user.subscriptionExpiresAt > now;

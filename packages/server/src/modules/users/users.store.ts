@@ -1,4 +1,4 @@
-import { and, asc, count, desc, eq, gt, ilike, inArray, isNull, lt, sql } from 'drizzle-orm';
+import { and, asc, count, desc, eq, gt, ilike, inArray, isNull, lt, type SQL, sql } from 'drizzle-orm';
 import { anyOf, type Db } from '../../platform/db/index.js';
 import {
   auditLog,
@@ -20,6 +20,13 @@ export type AuditRow = typeof auditLog.$inferSelect;
 export type Tx = Pick<Db, 'select' | 'insert' | 'update' | 'delete' | 'execute'>;
 
 /** True when a query failed on a unique index (PostgreSQL 23505), whichever driver raised it. */
+/**
+ * `hasPremium` (users.presenter.ts) as a SQL condition on a `users` row at `at`, for statements
+ * that must decide it under their own locks (matchmaking's direct-chat slots).
+ */
+export const premiumAtSql = (at: SQL) =>
+  sql`(subscription_tier <> 0 and (subscription_expires_at is null or subscription_expires_at > ${at}))`;
+
 export function isUniqueViolation(e: unknown): boolean {
   let cur: unknown = e;
   for (let i = 0; i < 4 && cur && typeof cur === 'object'; i++) {
