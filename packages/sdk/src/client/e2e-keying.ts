@@ -111,7 +111,11 @@ export class ChatKeying {
     const timer = setTimeout(
       () => {
         this.#timers.delete(timer);
-        if (!this.#closed && !this.hasKey(chatId)) this.background(chatId, this.ensure(chatId));
+        // A run in progress already has its owner (a caller or a background task) to report a
+        // failure, and schedules again itself when the epoch moved meanwhile.
+        if (!this.#closed && !this.hasKey(chatId) && !this.#running.has(chatId)) {
+          this.background(chatId, this.ensure(chatId));
+        }
       },
       Math.floor(Math.random() * this.#o.jitterMs),
     );

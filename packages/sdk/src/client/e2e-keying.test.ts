@@ -1,0 +1,43 @@
+import { describe, expect, it } from 'vitest';
+import { generateKeyPair, publicKeyToBase64 } from '../crypto/index.js';
+import type { ParlorClient } from './api.js';
+import { ChatKeying } from './e2e-keying.js';
+import type { E2ESessionError } from './e2e-types.js';
+
+describe('ChatKeying', () => {
+  it('reports a failed keying once: to the caller awaiting it, not again as an error event when a rekey joined it', async () => {
+    const pair = generateKeyPair();
+    let joined = true;
+    let fail: (error: Error) => void = () => {};
+    const client = {
+      // The server's answer to GET …/keys: held until the test fails it; the caller then leaves.
+      chatKey: () =>
+        new Promise((_, reject) => {
+          fail = (error) => {
+            joined = false;
+            reject(error);
+          };
+        }),
+    } as unknown as ParlorClient;
+    const errors: E2ESessionError[] = [];
+    const keying = new ChatKeying({
+      client,
+      publicKey: publicKeyToBase64(pair.publicKey),
+      privateKey: pair.privateKey,
+      keyWaitMs: 5000,
+      jitterMs: 1,
+      attempts: 1,
+      isJoined: () => joined,
+      onKey: () => {},
+      onError: (e) => errors.push(e),
+    });
+    const run = keying.ensure(1); // a join waits for it
+    keying.rekey(1, 2); // room:rekey while it runs: the keying it schedules finds this run
+    await new Promise((r) => setTimeout(r, 20));
+    fail(new Error('server unreachable'));
+    await expect(run).rejects.toThrow('server unreachable');
+    await new Promise((r) => setTimeout(r, 20));
+    await keying.close();
+    expect(errors).toEqual([]);
+  });
+});
