@@ -359,9 +359,9 @@ export class ChatKeying {
         if (!(await this.#pause(retryAfter * 1000))) return 'retry';
       }
     }
-    // A session that received the winner's envelope meanwhile counts as a holder, so its late
-    // attempt is taken as a top-up and answers 200 with fewer envelopes stored (our own not among
-    // them): our key is the epoch's key only when every envelope was stored.
+    // Our key is the epoch's key only when every envelope was stored. The server refuses a late
+    // keying whole (409, as it names this session even when we hold the winner's envelope by
+    // now); a partial store is checked anyway, as the key would otherwise be trusted wrongly.
     if (stored !== keying.length) {
       if (stored > 0) {
         // Sessions that still lacked an envelope got ours, whose key is not the epoch's key: they

@@ -19,8 +19,9 @@ export const E2ESessionErrorCode = {
   /** Key ring entries got no envelope (bad public keys); see `details`. */
   SHARE_SKIPPED: 'SHARE_SKIPPED',
   /**
-   * This session's keying share lost a race but was taken as a top-up (it had meanwhile received
-   * the winner's envelope), so sessions that lacked an envelope got a key other than the epoch's.
+   * The server stored only part of this session's keying share, so the sessions that got an
+   * envelope from it hold a key other than the epoch's. Parlor's server refuses a late keying
+   * whole (409), so this reports a server that does not.
    */
   KEY_CONFLICT: 'KEY_CONFLICT',
   /** A background step (keying, sharing, rejoining) failed; `cause` has the error. */
