@@ -73,11 +73,17 @@ local function take_peer(p, me, entry, now)
 end
 `;
 
-const ENQUEUE = `${REMOVE}${INSERT}${TAKE_PEER}
-local p, me, raw, now = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+/**
+ * Enqueue and restore, one script: ARGV[5] is what a queued entry answers, `queued` (enqueue) or
+ * `restored` (restore). A restore of an entry past its deadline does nothing (`expired`);
+ * otherwise both pair with a waiting peer or queue the entry.
+ */
+const PLACE = `${REMOVE}${INSERT}${TAKE_PEER}
+local p, me, raw, now, placed = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local entry = cjson.decode(raw)
 local barred = redis.call('ZSCORE', p .. 'mq:barred', me)
 if barred and tonumber(barred) > now then return {'barred'} end
+if placed == 'restored' and entry.deadline <= now then return {'expired'} end
 local existing = redis.call('GET', p .. 'mq:e:' .. me)
 if existing then
   local cur = cjson.decode(existing)
@@ -87,24 +93,7 @@ end
 local craw, tag = take_peer(p, me, entry, now)
 if craw then return {'paired', craw, tag} end
 insert(p, me, entry, raw)
-return {'queued'}`;
-
-const RESTORE = `${REMOVE}${INSERT}${TAKE_PEER}
-local p, me, raw, now = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
-local entry = cjson.decode(raw)
-local barred = redis.call('ZSCORE', p .. 'mq:barred', me)
-if barred and tonumber(barred) > now then return {'barred'} end
-if entry.deadline <= now then return {'expired'} end
-local existing = redis.call('GET', p .. 'mq:e:' .. me)
-if existing then
-  local cur = cjson.decode(existing)
-  if cur.deadline > now then return {'already'} end
-  remove(p, me, cur)
-end
-local craw, tag = take_peer(p, me, entry, now)
-if craw then return {'paired', craw, tag} end
-insert(p, me, entry, raw)
-return {'restored'}`;
+return {placed}`;
 
 const DEQUEUE = `${REMOVE}
 local p, me = ARGV[1], ARGV[2]
@@ -144,33 +133,33 @@ export class RedisMatchQueue implements MatchQueue {
   ) {}
 
   async enqueue(entry: QueueEntry, now: number): Promise<EnqueueResult> {
-    const res = (await this.client.eval(
-      ENQUEUE,
-      0,
-      this.prefix,
-      String(entry.userId),
-      JSON.stringify(entry),
-      String(now),
-    )) as string[];
-    if (res[0] === 'already') return { kind: 'already' };
-    if (res[0] === 'barred') return { kind: 'barred' };
-    if (res[0] === 'paired')
-      return { kind: 'paired', peer: JSON.parse(res[1] as string) as QueueEntry, tag: res[2] as string };
-    return { kind: 'queued' };
+    const res = await this.place(entry, now, 'queued');
+    if (typeof res === 'object') return res;
+    return { kind: res === 'already' || res === 'barred' ? res : 'queued' };
   }
 
   async restore(entry: QueueEntry, now: number): Promise<RestoreResult> {
+    return this.place(entry, now, 'restored');
+  }
+
+  /** Runs PLACE: enqueue (answering `queued`) or restore (`restored`). */
+  private async place<L extends 'queued' | 'restored'>(
+    entry: QueueEntry,
+    now: number,
+    placed: L,
+  ): Promise<Exclude<RestoreResult, 'restored'> | L> {
     const res = (await this.client.eval(
-      RESTORE,
+      PLACE,
       0,
       this.prefix,
       String(entry.userId),
       JSON.stringify(entry),
       String(now),
+      placed,
     )) as string[];
     if (res[0] === 'paired')
       return { kind: 'paired', peer: JSON.parse(res[1] as string) as QueueEntry, tag: res[2] as string };
-    return res[0] as Exclude<RestoreResult, object>;
+    return res[0] as Exclude<RestoreResult, object | 'restored'> | L;
   }
 
   async dequeue(userId: number): Promise<boolean> {

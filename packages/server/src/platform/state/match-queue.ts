@@ -89,26 +89,33 @@ export class MemoryMatchQueue implements MatchQueue {
   }
 
   async enqueue(entry: QueueEntry, now: number): Promise<EnqueueResult> {
-    if (this.isBarred(entry.userId, now)) return { kind: 'barred' };
-    const current = this.entries.get(entry.userId);
-    if (current && current.deadline > now) return { kind: 'already' };
-    if (current) this.remove(entry.userId);
-    const paired = this.takePeer(entry, now);
-    if (paired) return { kind: 'paired', ...paired };
-    this.insert(entry);
-    return { kind: 'queued' };
+    const res = this.place(entry, now, 'queued');
+    if (typeof res === 'object') return res;
+    return { kind: res === 'already' || res === 'barred' ? res : 'queued' };
   }
 
   async restore(entry: QueueEntry, now: number): Promise<RestoreResult> {
+    return this.place(entry, now, 'restored');
+  }
+
+  /**
+   * Enqueue (answering `queued`) and restore (`restored`, and only before the entry's deadline):
+   * pairs the entry with a waiting peer or queues it.
+   */
+  private place<L extends 'queued' | 'restored'>(
+    entry: QueueEntry,
+    now: number,
+    placed: L,
+  ): Exclude<RestoreResult, 'restored'> | L {
     if (this.isBarred(entry.userId, now)) return 'barred';
-    if (entry.deadline <= now) return 'expired';
+    if (placed === 'restored' && entry.deadline <= now) return 'expired';
     const current = this.entries.get(entry.userId);
     if (current && current.deadline > now) return 'already';
     if (current) this.remove(entry.userId);
     const paired = this.takePeer(entry, now);
     if (paired) return { kind: 'paired', ...paired };
     this.insert(entry);
-    return 'restored';
+    return placed;
   }
 
   /** Takes the longest-waiting compatible user on the entry's first tag that has one out of the queue. */
