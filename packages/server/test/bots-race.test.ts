@@ -26,8 +26,7 @@ async function madeOfficialMeanwhile(botId: number, request: () => Promise<{ sta
   await owner.ready;
   const answer = request();
   await Promise.race([answer, lockWaiters(sql, 1)]);
-  owner.release();
-  await owner.done;
+  await owner.end();
   return answer;
 }
 

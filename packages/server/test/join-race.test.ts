@@ -53,8 +53,7 @@ describeApp('a chat ban racing a join (PostgreSQL)', () => {
       // The join reads no ban yet (it is not committed); it must then wait for the chat row.
       const joining = join(target, { chat_id: chatId });
       await Promise.race([joining, lockWaiters(1)]);
-      ban.release();
-      await ban.done;
+      await ban.end();
       expect(await joining).toMatchObject({ ok: false, code: 'ERR_CHAT_BANNED' });
       expect(await isMember(chatId, target.user.id)).toBe(false);
     },
@@ -76,8 +75,7 @@ describeApp('a chat ban racing a join (PostgreSQL)', () => {
       // Now the ban, while the join's transaction is open and has not added the member.
       const banning = owner.client.post(`/v1/portal/chats/${chatId}/ban`, { user_id: target.user.id });
       await Promise.race([banning, lockWaiters(2)]);
-      invites.release();
-      await invites.done;
+      await invites.end();
       const [joined, banned] = await Promise.all([joining, banning]);
       expect(banned.status, JSON.stringify(banned.body)).toBe(200);
       // Whichever way the join ends, the banned user is not a member after the ban.
@@ -209,8 +207,7 @@ describeApp('a kick racing a join: the socket room follows the membership', () =
       // The kick waits for the chat row; it comes right after the join's commit.
       const kicking = kick(owner, chatId, target);
       await Promise.race([kicking, lockWaiters(2)]);
-      invites.release();
-      await invites.done;
+      await invites.end();
       const [joined, kicked] = await Promise.all([joining, kicking]);
       expect(kicked.status, JSON.stringify(kicked.body)).toBe(200);
       expect(joined.ok === true || joined.code === 'ERR_NOT_CHAT_MEMBER', JSON.stringify(joined)).toBe(true);
@@ -231,8 +228,7 @@ describeApp('a join by chat id racing a change of the chat (PostgreSQL)', () => 
       await change.ready;
       const joining = join(target, { chat_id: chatId });
       await Promise.race([joining, lockWaiters(1)]);
-      change.release();
-      await change.done;
+      await change.end();
       expect(await joining).toMatchObject({ ok: false, code: 'ERR_CANNOT_BROWSE_PRIVATE' });
       expect(await memberNow(chatId, target.user.id)).toBe(false);
     },
@@ -247,8 +243,7 @@ describeApp('a join by chat id racing a change of the chat (PostgreSQL)', () => 
       await rekey.ready;
       const joining = join(target, { chat_id: chatId });
       await Promise.race([joining, lockWaiters(1)]);
-      rekey.release();
-      await rekey.done;
+      await rekey.end();
       const joined = await joining;
       expect(joined.ok).toBe(true);
       expect(joined.epoch).toBe((before?.epoch ?? 0) + 1);

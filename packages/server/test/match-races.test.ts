@@ -105,8 +105,7 @@ describeApp('leaving a direct chat twice at once', () => {
       await row.ready;
       const both = [a.client.post('/v1/portal/match/leave', {}), a.client.post('/v1/portal/match/leave', {})];
       await lockWaiters(db, 2);
-      row.release();
-      await row.done;
+      await row.end();
       const answers = await Promise.all(both);
       expect(answers.map((r) => r.status).sort()).toEqual([200, 404]);
       expect(answers.find((r) => r.status === 404)?.body.code).toBe('ERR_NO_DIRECT_CHAT');
@@ -130,8 +129,7 @@ describeApp('leaving a direct chat twice at once', () => {
       await sweep.ready;
       const leaving = a.client.post('/v1/portal/match/leave', {});
       await lockWaiters(db, 1);
-      sweep.release();
-      await sweep.done;
+      await sweep.end();
       const res = await leaving;
       expect(res.status).toBe(404);
       expect(res.body.code).toBe('ERR_NO_DIRECT_CHAT');
@@ -217,8 +215,7 @@ describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('the direct-
     await peers.ready;
     const both = [match(user, [ta]), match({ client: user.client.on(nodeB) }, [tb])];
     await lockWaiters(shared, 2);
-    peers.release();
-    await peers.done;
+    await peers.end();
     const answers = await Promise.all(both);
     expect(answers.map((r) => r.status).sort()).toEqual([200, 409]);
     expect(answers.find((r) => r.status === 409)?.body.code).toBe('ERR_MATCH_SLOT_LIMIT');
@@ -247,8 +244,7 @@ describeApp('a stranger block racing an enqueue in flight', () => {
       const enqueuing = client.post('/v1/portal/match', { interests: [t] });
       await lockWaiters(db, 1);
       expect((await mod.client.post('/v1/portal/strangers/block', { user_id: strangerId })).body).toEqual({ ok: true });
-      blocks.release();
-      await blocks.done;
+      await blocks.end();
       const res = await enqueuing;
       expect(res.status).toBe(403);
       expect(res.body.code).toBe('ERR_STRANGER_BLOCKED');

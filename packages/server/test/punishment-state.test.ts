@@ -171,8 +171,7 @@ describeApp('the platform state follows the active punishment records (spec 3)',
       await ban.ready;
       const timeout = operator(app).post('/v1/admin/punishments/timeout', { user_id: target.user.id, duration: 60 });
       await lockWaiters(sql, 1);
-      ban.release();
-      await ban.done;
+      await ban.end();
       expect((await timeout).status).toBe(200);
       expect(await stored(target.user.id)).toEqual({ state: 2, expires: null });
     },

@@ -155,8 +155,7 @@ describeApp('two key registrations for one session at once (PostgreSQL)', () => 
       await Promise.race([one, lockWaiters(pg, 1)]);
       const two = owner.client.post('/v1/portal/keys', { public_key: second });
       await Promise.race([two, lockWaiters(pg, 2)]);
-      session.release();
-      await session.done;
+      await session.end();
       expect((await one).body).toEqual({ status: 'registered' });
       expect((await two).body).toEqual({ status: 'registered' });
       expect(await epochOf()).toBe((before ?? 0) + 1);

@@ -16,7 +16,10 @@ export async function lockWaiters(sql: postgres.Sql, n: number): Promise<void> {
   }
 }
 
-/** A transaction of the test's own, held open until `release()`; `ready` once `work` has run in it. */
+/**
+ * A transaction of the test's own, held open until `release()`; `ready` once `work` has run in it,
+ * `done` once it has committed; `end()` releases it and waits for the commit.
+ */
 export function hold(sql: postgres.Sql, work: (tx: postgres.TransactionSql) => Promise<unknown>) {
   let release!: () => void;
   const released = new Promise<void>((r) => {
@@ -31,5 +34,9 @@ export function hold(sql: postgres.Sql, work: (tx: postgres.TransactionSql) => P
     ready();
     await released;
   });
-  return { ready: started, release, done };
+  const end = async () => {
+    release();
+    await done;
+  };
+  return { ready: started, release, done, end };
 }
