@@ -59,8 +59,9 @@ export function makeBlocksService(deps: {
      * queue bars the user (out of the queue, its enqueues refused for STRANGER_BAR_MS, one atomic
      * step; failing here changes nothing): an enqueue that read the account before the block
      * commits is refused when it reaches the queue. Then the block and its audit entry in one
-     * transaction; enqueues read the stored block from then on. If that fails the bar is lifted
-     * (logged if that fails too), so nothing of the block stands but the queue left.
+     * transaction; enqueues read the stored block from then on. If that fails its bar is lifted
+     * (logged if that fails too), so nothing of the block stands but the queue left; a concurrent
+     * block of the same stranger keeps its own bar (the queue counts them).
      */
     async blockStranger(actor: Actor, targetId: number) {
       const target = await deps.users.mustGet(targetId);

@@ -10,7 +10,8 @@ import {
 /**
  * Shared Lua: `remove(uid, entry)` takes a user out of every structure. Keys: `mq:e:<uid>` (the
  * entry, JSON), `mq:t:<tag>` (waiting users by enqueue time), `mq:d` (users by deadline),
- * `mq:depth` (tag → waiting count), `mq:barred` (barred users by the end of their bar). All under the deployment's prefix (ARGV[1]). The scripts name
+ * `mq:depth` (tag → waiting count), `mq:barred` (barred users by the end of their bar), `mq:bar-holders`
+ * (barred user → bars not lifted). All under the deployment's prefix (ARGV[1]). The scripts name
  * their keys through ARGV, which a single Redis (not Redis Cluster) allows.
  */
 const REMOVE = `
@@ -103,11 +104,25 @@ remove(p, me, cjson.decode(raw))
 return 1`;
 
 const BAR = `${REMOVE}
-local p, me, untilMs, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local p, me, untilMs, now = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local ended = redis.call('ZRANGEBYSCORE', p .. 'mq:barred', '-inf', now)
+for i = 1, #ended, 1000 do
+  redis.call('HDEL', p .. 'mq:bar-holders', unpack(ended, i, math.min(i + 999, #ended)))
+end
 redis.call('ZREMRANGEBYSCORE', p .. 'mq:barred', '-inf', now)
-redis.call('ZADD', p .. 'mq:barred', untilMs, me)
+local current = redis.call('ZSCORE', p .. 'mq:barred', me)
+if not current or tonumber(current) < untilMs then redis.call('ZADD', p .. 'mq:barred', untilMs, me) end
+redis.call('HINCRBY', p .. 'mq:bar-holders', me, 1)
 local raw = redis.call('GET', p .. 'mq:e:' .. me)
 if raw then remove(p, me, cjson.decode(raw)) end
+return 1`;
+
+const UNBAR = `
+local p, me = ARGV[1], ARGV[2]
+if redis.call('HINCRBY', p .. 'mq:bar-holders', me, -1) <= 0 then
+  redis.call('HDEL', p .. 'mq:bar-holders', me)
+  redis.call('ZREM', p .. 'mq:barred', me)
+end
 return 1`;
 
 const POP_EXPIRED = `${REMOVE}
@@ -171,7 +186,7 @@ export class RedisMatchQueue implements MatchQueue {
   }
 
   async unbar(userId: number): Promise<void> {
-    await this.client.zrem(`${this.prefix}mq:barred`, String(userId));
+    await this.client.eval(UNBAR, 0, this.prefix, String(userId));
   }
 
   async get(userId: number, now: number): Promise<QueueEntry | null> {

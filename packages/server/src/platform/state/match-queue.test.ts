@@ -145,6 +145,28 @@ describe.each(implementations)('the %s match queue', (_name, makeNodes) => {
     expect(await q.enqueue(entry(3, ['ddd']), NOW + 100)).toEqual({ kind: 'queued' });
   });
 
+  it('adds up bars of one user: lifting one leaves the others, the user stays barred until the latest ends', async () => {
+    const q = make();
+    // Two blocks of one stranger at once: the first fails and lifts its bar, the second stands.
+    await q.bar(1, NOW + 1_000, NOW);
+    await q.bar(1, NOW + 500, NOW + 10);
+    await q.unbar(1);
+    expect(await q.enqueue(entry(1, ['aaa']), NOW + 999)).toEqual({ kind: 'barred' });
+    expect(await q.enqueue(entry(1, ['aaa']), NOW + 1_000)).toEqual({ kind: 'queued' });
+    // Both lifted: free at once.
+    await q.bar(2, NOW + 5_000, NOW + 1_000);
+    await q.bar(2, NOW + 5_000, NOW + 1_000);
+    await q.unbar(2);
+    expect(await q.enqueue(entry(2, ['bbb']), NOW + 1_001)).toEqual({ kind: 'barred' });
+    await q.unbar(2);
+    expect(await q.enqueue(entry(2, ['bbb']), NOW + 1_001)).toEqual({ kind: 'queued' });
+    // A bar that ended is forgotten with its holders: a new one is lifted by one unbar.
+    await q.bar(3, NOW + 2_000, NOW + 1_000);
+    await q.bar(3, NOW + 9_000, NOW + 2_000);
+    await q.unbar(3);
+    expect(await q.enqueue(entry(3, ['ccc']), NOW + 2_001)).toEqual({ kind: 'queued' });
+  });
+
   it('dequeues and counts tags by depth', async () => {
     const q = make();
     await q.enqueue(entry(1, ['aaa', 'bbb'], { exclude: [2, 3] }), NOW);

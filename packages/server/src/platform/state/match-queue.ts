@@ -50,10 +50,15 @@ export interface MatchQueue {
   /**
    * Removes a user from the queue and, in the same atomic step, refuses its enqueues (and
    * restores) until `until` (ms): a block being written elsewhere holds from here, whatever an
-   * enqueue already in flight read before it. Bars past their time at `now` are forgotten.
+   * enqueue already in flight read before it. Bars past their time at `now` are forgotten. Bars
+   * of one user add up: the user stays barred until the latest `until`, unless every bar placed
+   * since the last one ended has been lifted.
    */
   bar(userId: number, until: number, now: number): Promise<void>;
-  /** Lifts a bar (the block it announced did not happen). */
+  /**
+   * Lifts one bar (the block it announced did not happen). Another bar of the user not lifted (a
+   * concurrent block that did happen, or is still being written) keeps the user barred.
+   */
   unbar(userId: number): Promise<void>;
   get(userId: number, now: number): Promise<QueueEntry | null>;
   /** Takes out up to `limit` entries whose deadline passed; each is returned to exactly one caller. */
@@ -69,11 +74,11 @@ export const CANDIDATES_PER_TAG = 50;
 export class MemoryMatchQueue implements MatchQueue {
   private readonly entries = new Map<number, QueueEntry>();
   private readonly byTag = new Map<string, number[]>();
-  /** Barred users → until when (ms). */
-  private readonly barred = new Map<number, number>();
+  /** Barred users → until when (ms), and how many of their bars are not lifted. */
+  private readonly barred = new Map<number, { until: number; holders: number }>();
 
   private isBarred(userId: number, now: number): boolean {
-    return (this.barred.get(userId) ?? 0) > now;
+    return (this.barred.get(userId)?.until ?? 0) > now;
   }
 
   private remove(userId: number): QueueEntry | undefined {
@@ -157,13 +162,16 @@ export class MemoryMatchQueue implements MatchQueue {
   }
 
   async bar(userId: number, until: number, now: number): Promise<void> {
-    for (const [id, t] of this.barred) if (t <= now) this.barred.delete(id);
-    this.barred.set(userId, until);
+    for (const [id, b] of this.barred) if (b.until <= now) this.barred.delete(id);
+    const current = this.barred.get(userId);
+    this.barred.set(userId, { until: Math.max(until, current?.until ?? 0), holders: (current?.holders ?? 0) + 1 });
     this.remove(userId);
   }
 
   async unbar(userId: number): Promise<void> {
-    this.barred.delete(userId);
+    const current = this.barred.get(userId);
+    if (current && current.holders > 1) current.holders -= 1;
+    else this.barred.delete(userId);
   }
 
   async get(userId: number, now: number): Promise<QueueEntry | null> {
