@@ -1,6 +1,7 @@
 import { Limits } from '@parlor/protocol';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { STRANGER_BAR_MS } from '../src/modules/matchmaking/blocks.service.js';
 import { FakeClock } from '../src/platform/clock.js';
 import { describeApp, MODE, type Nodes, startApp, startNodes, type TestApp } from './support/app.js';
 import { type Member, member } from './support/chat-flows.js';
@@ -252,6 +253,56 @@ describeApp('a stranger block racing an enqueue in flight', () => {
       // Nobody can meet it: the next searcher on its tag waits.
       expect((await match(peer, [t])).body.state).toBe('searching');
       expect(matchEvents(peer)).toEqual([]);
+    },
+  );
+
+  // The queue checks a bar at the time the enqueue began; the test's clock stands in for minutes
+  // that a stalled database (DATABASE_STATEMENT_TIMEOUT_MS=0) could take.
+  it.skipIf(MODE === 'embedded')(
+    'on PostgreSQL: a block whose transaction outlasts its bar bars again from its commit, taking out a stranger that queued meanwhile',
+    async () => {
+      const client = new Client(app.url, nextIp(), app.publicApiKey);
+      const strangerId: number = (await client.post('/v1/portal/stranger', {})).body.user.id;
+      await connectSocket(app.url, client);
+      const mod = await member(app, { level: 1 });
+      const t = tag();
+      // The block's update waits behind the test's lock on the stranger's row.
+      const row = hold(db, (tx) => tx`select id from users where id = ${strangerId} for update`);
+      await row.ready;
+      const blocking = mod.client.post('/v1/portal/strangers/block', { user_id: strangerId });
+      await lockWaiters(db, 1);
+      clock.advance(STRANGER_BAR_MS + 60_000);
+      // Online marks from before the jump have run out: two users come online now.
+      const [peer] = [await member(app), await member(app)];
+      // The first bar has ended and the block is not committed: the stranger may queue.
+      expect((await client.post('/v1/portal/match', { interests: [t] })).body.state).toBe('searching');
+      await row.end();
+      expect((await blocking).body).toEqual({ ok: true });
+      expect((await client.get('/v1/portal/match/status')).body).toEqual({ state: 'idle' });
+      expect((await match(peer, [t])).body.state).toBe('searching');
+      expect(matchEvents(peer)).toEqual([]);
+      expect((await client.post('/v1/portal/match', { interests: [t] })).body.code).toBe('ERR_STRANGER_BLOCKED');
+    },
+  );
+
+  it.skipIf(MODE === 'embedded')(
+    'on PostgreSQL: an enqueue whose pre-check reads took more than half a bar answers 503 ERR_SERVICE_UNAVAILABLE and queues nobody',
+    async () => {
+      const [searcher] = [await member(app), await member(app)];
+      const t = tag();
+      const blocks = hold(db, (tx) => tx`lock table user_blocks in access exclusive mode`);
+      await blocks.ready;
+      const enqueuing = match(searcher, [t]);
+      await lockWaiters(db, 1);
+      clock.advance(STRANGER_BAR_MS / 2 + 1);
+      await blocks.end();
+      const res = await enqueuing;
+      expect(res.status).toBe(503);
+      expect(res.body.code).toBe('ERR_SERVICE_UNAVAILABLE');
+      expect((await searcher.client.get('/v1/portal/match/status')).body).toEqual({ state: 'idle' });
+      // Online marks from before the jump have run out: two users come online now.
+      const [peer] = [await member(app), await member(app)];
+      expect((await match(peer, [t])).body.state).toBe('searching');
     },
   );
 });

@@ -13,10 +13,13 @@ import type { BlocksStore } from './blocks.store.js';
 export const STRANGER_BLOCK_CODE = 410;
 
 /**
- * How long the match queue refuses a stranger being blocked, from before the block commits: far
- * longer than an enqueue takes from reading the account to its queue call (one SQL statement,
- * bounded by the statement timeout), so none that read the account before the block gets in; after
- * it, enqueues read the stored block. Short, so the queue's barred set holds only recent blocks.
+ * How long the match queue refuses a stranger being blocked, from before the block commits. The
+ * queue checks a bar at the time an enqueue began (before it read the account), so an enqueue that
+ * read the account before the block committed is refused if the bar outlasts the block's own
+ * transaction; one that began after the commit reads the stored block. A block whose transaction
+ * takes more than half of it bars again from its commit, and an enqueue whose reads took more than
+ * half of it is refused (503), so neither a slow database (DATABASE_STATEMENT_TIMEOUT_MS may be 0)
+ * nor a pruned bar lets a stale read in. Short, so the queue's barred set holds only recent blocks.
  */
 export const STRANGER_BAR_MS = 10 * 60_000;
 
@@ -68,7 +71,8 @@ export function makeBlocksService(deps: {
       if (!target.isStranger)
         throw appError('ERR_FORBIDDEN', 'Only anonymous (stranger) accounts are blocked this way.');
       const now = clock.now();
-      await deps.queue.bar(targetId, now.getTime() + STRANGER_BAR_MS, now.getTime());
+      const barredAt = now.getTime();
+      await deps.queue.bar(targetId, barredAt + STRANGER_BAR_MS, barredAt);
       try {
         await deps.db.transaction(async (tx) => {
           await deps.usersStore.update(targetId, { matchBlockedAt: now }, tx);
@@ -83,6 +87,14 @@ export function makeBlocksService(deps: {
           .catch((e: unknown) => deps.log.error({ err: e, userId: targetId }, 'match queue bar not lifted'));
         throw err;
       }
+      // Committed. After a slow transaction the first bar may end (or be pruned) before enqueues
+      // that read the account before the commit reach the queue: bar again from here, which also
+      // takes out one that got in. The block stands either way; a failure here is only logged.
+      const committedAt = clock.now().getTime();
+      if (committedAt - barredAt > STRANGER_BAR_MS / 2)
+        await deps.queue
+          .bar(targetId, committedAt + STRANGER_BAR_MS, committedAt)
+          .catch((e: unknown) => deps.log.error({ err: e, userId: targetId }, 'match queue bar not renewed'));
     },
   };
 }

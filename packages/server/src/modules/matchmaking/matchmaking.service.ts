@@ -8,6 +8,7 @@ import type { StateStore } from '../../platform/state/index.js';
 import type { MatchQueue, QueueEntry } from '../../platform/state/match-queue.js';
 import type { ChatsService } from '../chats/chats.service.js';
 import type { DirectRefusal } from '../chats/chats.store.js';
+import { STRANGER_BAR_MS } from './blocks.service.js';
 import type { MatchmakingStore, SearcherKey } from './matchmaking.store.js';
 
 const interestRe = new RegExp(INTEREST_PATTERN);
@@ -221,6 +222,10 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
       if (!mine) return refuse('ERR_USER_NOT_FOUND');
       // A block committed since the session's account was cached (the queue bars one still being written).
       if (mine.matchBlocked) throw appError('ERR_STRANGER_BLOCKED');
+      // Reads this old may predate a stranger block whose queue bar has ended since (see
+      // STRANGER_BAR_MS); only a database stalled for minutes gets here.
+      if (clock.now().getTime() - now > STRANGER_BAR_MS / 2)
+        throw appError('ERR_SERVICE_UNAVAILABLE', 'Matchmaking is slow right now; try again.');
       const premium = !searcher.stranger && mine.premium;
       const slots = premium ? Limits.DIRECT_SLOTS_PREMIUM : Limits.DIRECT_SLOTS_FREE;
       if (mine.activeDirect >= slots) return refuse('ERR_MATCH_SLOT_LIMIT');
