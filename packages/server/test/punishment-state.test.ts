@@ -1,5 +1,6 @@
 import postgres from 'postgres';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { STATS_CACHE_MS } from '../src/modules/stats/stats.service.js';
 import { FakeClock } from '../src/platform/clock.js';
 import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { join, member } from './support/chat-flows.js';
@@ -118,10 +119,32 @@ describeApp('the platform state follows the active punishment records (spec 3)',
     expect(await stored(target.user.id)).toEqual({ state: 2, expires: Date.parse(ban.punishment.expires_at) });
 
     clock.advance(61_000);
-    expect(await sweep()).toEqual({ lifted: 1, restored: 0 });
-    expect(await stored(target.user.id)).toEqual({ state: 1, expires: Date.parse(timeout.punishment.expires_at) });
+    // Before the sweep: the ban is over, the stored follow-on timeout applies at once.
     const back = await login(app, { platformUserId: target.platformUserId });
     expect((await back.client.get('/v1/users/me')).body.code).toBe('ERR_TIMED_OUT');
+    const admin = await member(app, { level: 2 });
+    expect((await admin.client.get(`/v1/users/${target.user.id}`)).body.state).toBe(1);
+    expect(await sweep()).toEqual({ lifted: 1, restored: 0 });
+    expect(await stored(target.user.id)).toEqual({ state: 1, expires: Date.parse(timeout.punishment.expires_at) });
+    expect((await back.client.get('/v1/users/me')).body.code).toBe('ERR_TIMED_OUT');
+    // The timeout's end, before the sweep again: Active.
+    clock.advance(3600_000);
+    expect((await back.client.get('/v1/users/me')).body.user.state).toBe(0);
+  });
+
+  it('/statistics/users counts bans in force: a temporary ban stops counting at its end, before the sweep', async () => {
+    await freshClock();
+    const banned = async () => {
+      clock.advance(STATS_CACHE_MS);
+      return (await new Client(app.url, nextIp(), app.publicApiKey).get('/statistics/users')).body.banned as number;
+    };
+    const before = await banned();
+    const target = await login(app);
+    await punish('ban', target.user.id, 3600);
+    expect(await banned()).toBe(before + 1);
+    clock.advance(3600_000);
+    expect(await banned()).toBe(before);
+    expect(await stored(target.user.id)).toMatchObject({ state: 2 });
   });
 
   it('an unban keeps a running timeout until its end', async () => {

@@ -31,18 +31,11 @@ export function restoreDue(now: Date, limit: number): SQL {
   return sql`select ${users.id} from ${users} where ${stateExpired(now)} order by ${users.stateExpiresAt} limit ${limit} for update skip locked`;
 }
 
-/**
- * The platform state the records of user `userId` give at `now`, as the two values of the users row
- * (spec 3): Banned while an unlifted, unexpired PLATFORM_BAN exists, until the longest one ends
- * (none: permanent); else Timeout until the latest active PLATFORM_TIMEOUT ends; else Active with no
- * expiry. Records from a chat count too (a chat timeout applies platform-wide). The only place the
- * state is computed, so a punishment, an unban and the sweep never disagree. Each is one scalar
- * subquery (an aggregate without grouping: one row even when there is no record).
- */
-export function platformState(userId: Column | number, now: Date): { state: SQL<number>; expiresAt: SQL<Date | null> } {
+/** The state (0 Active, 1 Timeout, 2 Banned) and its end (null: none) the records of a user give at `at`. */
+function stateAt(userId: Column | number, at: SQL): { state: SQL<number>; expiresAt: SQL<Date | null> } {
   const m = moderationActions;
   const active = sql`from ${m} where ${m.userId} = ${userId} and ${m.actionType} in ('PLATFORM_BAN', 'PLATFORM_TIMEOUT')
-    and ${m.isLifted} = false and (${m.expiresAt} is null or ${m.expiresAt} > ${now.toISOString()})`;
+    and ${m.isLifted} = false and (${m.expiresAt} is null or ${m.expiresAt} > ${at})`;
   const banned = sql`${m.actionType} = 'PLATFORM_BAN'`;
   return {
     state: sql<number>`(select case when bool_or(${banned}) then 2 when count(*) > 0 then 1 else 0 end ${active})`,
@@ -51,6 +44,39 @@ export function platformState(userId: Column | number, now: Date): { state: SQL<
         else max(${m.expiresAt}) filter (where ${banned}) end
       when bool_or(${m.expiresAt} is null) then null
       else max(${m.expiresAt}) end ${active})`,
+  };
+}
+
+/**
+ * The platform state the records of user `userId` give at `now`, as the four values of the users
+ * row (spec 3): Banned while an unlifted, unexpired PLATFORM_BAN exists, until the longest one ends
+ * (none: permanent); else Timeout until the latest active PLATFORM_TIMEOUT ends; else Active with
+ * no expiry. Then the state the records give when that one ends, and its end: a timeout that
+ * outlasts a temporary ban (nothing can follow a timeout, which ends with the last of them).
+ * Records from a chat count too (a chat timeout applies platform-wide). The only place the state
+ * is computed, so a punishment, an unban and the sweep never disagree. Each is one scalar
+ * subquery (an aggregate without grouping: one row even when there is no record).
+ */
+export function platformState(
+  userId: Column | number,
+  now: Date,
+): { state: SQL<number>; expiresAt: SQL<Date | null>; thenState: SQL<number>; thenExpiresAt: SQL<Date | null> } {
+  const current = stateAt(userId, sql`${now.toISOString()}`);
+  const then = stateAt(userId, current.expiresAt);
+  return {
+    ...current,
+    thenState: sql<number>`(case when ${current.expiresAt} is null then 0 else ${then.state} end)`,
+    thenExpiresAt: sql<Date | null>`(case when ${current.expiresAt} is null then null else ${then.expiresAt} end)`,
+  };
+}
+
+/** The users row's columns of a derived state (platformState). */
+function stateColumns(derived: ReturnType<typeof platformState>) {
+  return {
+    state: derived.state,
+    stateExpiresAt: derived.expiresAt,
+    thenState: derived.thenState,
+    thenStateExpiresAt: derived.thenExpiresAt,
   };
 }
 
@@ -84,10 +110,9 @@ export function makeModerationStore(db: Db, onChanged: UsersChanged = noUsersCha
      * this transaction, so concurrent punishments of one user each see the others' records.
      */
     async settleState(userId: number, now: Date, tx: Tx): Promise<{ state: number; stateExpiresAt: Date | null }> {
-      const derived = platformState(userId, now);
       const [row] = await tx
         .update(users)
-        .set({ state: derived.state, stateExpiresAt: derived.expiresAt, updatedAt: now })
+        .set({ ...stateColumns(platformState(userId, now)), updatedAt: now })
         .where(eq(users.id, userId))
         .returning({ state: users.state, stateExpiresAt: users.stateExpiresAt });
       if (!row) throw new Error('settleState: no such user');
@@ -110,10 +135,9 @@ export function makeModerationStore(db: Db, onChanged: UsersChanged = noUsersCha
      * nodes (each batch skips the users another node is restoring or a punishment holds).
      */
     async restoreExpiredStates(now: Date, limit: number): Promise<{ id: number; state: number }[]> {
-      const derived = platformState(users.id, now);
       const rows = await db
         .update(users)
-        .set({ state: derived.state, stateExpiresAt: derived.expiresAt, updatedAt: now })
+        .set({ ...stateColumns(platformState(users.id, now)), updatedAt: now })
         .where(sql`${users.id} in (${restoreDue(now, limit)})`)
         .returning({ id: users.id, state: users.state });
       await onChanged(

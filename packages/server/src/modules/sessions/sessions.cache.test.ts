@@ -21,6 +21,8 @@ function setup(opts: { ttlMs?: number } = {}) {
     permissionLevel: 0,
     state: 0,
     stateExpiresAt: null,
+    thenState: 0,
+    thenStateExpiresAt: null,
     isStranger: false,
     matchBlockedAt: null,
   } as Partial<UserRow> as UserRow;
@@ -122,6 +124,22 @@ describe('session resolver with the auth cache', () => {
     expect((await resolver.resolve(TOKEN))?.user.state).toBe(1);
     clock.advance(3_000);
     expect((await resolver.resolve(TOKEN))?.user.state).toBe(0);
+  });
+
+  it('applies the stored follow-on state when a temporary ban runs out on a cached entry (a timeout outlasting it)', async () => {
+    const { clock, user, resolver } = setup();
+    const t = clock.now().getTime();
+    Object.assign(user, {
+      state: 2,
+      stateExpiresAt: new Date(t + 3_000),
+      thenState: 1,
+      thenStateExpiresAt: new Date(t + 8_000),
+    });
+    expect((await resolver.resolve(TOKEN))?.user).toMatchObject({ state: 2, stateExpiresAt: new Date(t + 3_000) });
+    clock.advance(3_000);
+    expect((await resolver.resolve(TOKEN))?.user).toMatchObject({ state: 1, stateExpiresAt: new Date(t + 8_000) });
+    clock.advance(5_000);
+    expect((await resolver.resolve(TOKEN))?.user).toMatchObject({ state: 0, stateExpiresAt: null });
   });
 
   it('records activity at most once a minute, hits included', async () => {

@@ -1,7 +1,7 @@
 import type { AuthUser, Principal } from '../../platform/auth.js';
 import { UserCache } from '../../platform/cache.js';
 import type { Clock } from '../../platform/clock.js';
-import { effectiveState } from '../users/users.presenter.js';
+import { effectiveStateOf, type StoredState } from '../users/users.presenter.js';
 import type { UserRow } from '../users/users.store.js';
 import type { SessionRow } from './sessions.store.js';
 
@@ -12,11 +12,12 @@ export const AUTH_CACHE_TTL_MS = 10_000;
 
 /**
  * What the session guard needs of a live session and its user, as stored: the state is the stored
- * one with its deadline, so a timeout that runs out is seen at once (effectiveState on each read).
+ * one with its deadline and what follows it, so a timeout that runs out is seen at once
+ * (effectiveStateOf on each read).
  */
 export interface AuthEntry {
   session: NonNullable<Principal['session']>;
-  user: Omit<AuthUser, 'state'> & { storedState: number };
+  user: Omit<AuthUser, 'state' | 'stateExpiresAt'> & { stored: StoredState };
   /** When the session last recorded activity (ms): it is written at most once a minute. */
   lastSeenAt: number;
 }
@@ -41,8 +42,12 @@ export function toAuthEntry(session: SessionRow, user: UserRow): AuthEntry {
       id: user.id,
       username: user.username,
       permissionLevel: user.permissionLevel,
-      storedState: user.state,
-      stateExpiresAt: user.stateExpiresAt,
+      stored: {
+        state: user.state,
+        stateExpiresAt: user.stateExpiresAt,
+        thenState: user.thenState,
+        thenStateExpiresAt: user.thenStateExpiresAt,
+      },
       stranger: user.isStranger,
       matchBlocked: user.matchBlockedAt !== null,
     },
@@ -53,14 +58,15 @@ export function toAuthEntry(session: SessionRow, user: UserRow): AuthEntry {
 /** What the resolver answers for an entry at `now`: fresh objects, so callers cannot touch the cache. */
 export function resolvedOf(entry: AuthEntry, now: Date): { session: AuthEntry['session']; user: AuthUser } {
   const { session: s, user: u } = entry;
+  const state = effectiveStateOf(u.stored, now);
   return {
     session: { id: s.id, userId: s.userId, expiresAt: s.expiresAt, tokenSuffix: s.tokenSuffix },
     user: {
       id: u.id,
       username: u.username,
       permissionLevel: u.permissionLevel,
-      state: effectiveState({ state: u.storedState, stateExpiresAt: u.stateExpiresAt }, now),
-      stateExpiresAt: u.stateExpiresAt,
+      state: state.state,
+      stateExpiresAt: state.expiresAt,
       stranger: u.stranger,
       matchBlocked: u.matchBlocked,
     },

@@ -51,7 +51,13 @@ export function makeSessionsStore(db: Db, onChanged: UsersChanged = noUsersChang
     /** A live session's user and that user's stored state (undefined: no such live session). */
     async liveOwner(sessionId: number, now: Date) {
       const [row] = await db
-        .select({ userId: users.id, state: users.state, stateExpiresAt: users.stateExpiresAt })
+        .select({
+          userId: users.id,
+          state: users.state,
+          stateExpiresAt: users.stateExpiresAt,
+          thenState: users.thenState,
+          thenStateExpiresAt: users.thenStateExpiresAt,
+        })
         .from(sessions)
         .innerJoin(users, eq(users.id, sessions.userId))
         .where(and(eq(sessions.id, sessionId), active(now)));

@@ -18,14 +18,26 @@ export function hasPremium(user: Pick<UserRow, 'subscriptionTier' | 'subscriptio
   return user.subscriptionExpiresAt === null || user.subscriptionExpiresAt > now;
 }
 
+/** The stored platform state of a user: the state, its end, and what follows it (moderation.store platformState). */
+export type StoredState = Pick<UserRow, 'state' | 'stateExpiresAt' | 'thenState' | 'thenStateExpiresAt'>;
+
 /**
- * The state that applies now: a timeout (or temporary ban) whose deadline has passed no longer
- * restricts, before the moderation sweep writes it back to Active. The session guard, login and
- * every view of a user read it through this.
+ * The state that applies now and its end (null: none): a timeout (or temporary ban) whose deadline
+ * has passed no longer restricts, and the state stored to follow it (a timeout that outlasts a
+ * temporary ban) applies in its place, before the moderation sweep writes either back. The session
+ * guard, login and every view of a user read it through this.
  */
-export function effectiveState(u: Pick<UserRow, 'state' | 'stateExpiresAt'>, now: Date): number {
-  if (u.state !== 0 && u.stateExpiresAt && u.stateExpiresAt <= now) return 0;
-  return u.state;
+export function effectiveStateOf(u: StoredState, now: Date): { state: number; expiresAt: Date | null } {
+  if (u.state === 0) return { state: 0, expiresAt: null };
+  if (!u.stateExpiresAt || u.stateExpiresAt > now) return { state: u.state, expiresAt: u.stateExpiresAt };
+  if (u.thenState !== 0 && (!u.thenStateExpiresAt || u.thenStateExpiresAt > now))
+    return { state: u.thenState, expiresAt: u.thenStateExpiresAt };
+  return { state: 0, expiresAt: null };
+}
+
+/** The state that applies now (effectiveStateOf). */
+export function effectiveState(u: StoredState, now: Date): number {
+  return effectiveStateOf(u, now).state;
 }
 
 /**
@@ -45,13 +57,12 @@ export function effectiveSubscription(
  * earliest deadline still ahead, or null. A presented profile is right until then.
  */
 export function nextChangeAt(
-  u: Pick<UserRow, 'state' | 'stateExpiresAt' | 'subscriptionTier' | 'subscriptionExpiresAt'>,
+  u: StoredState & Pick<UserRow, 'subscriptionTier' | 'subscriptionExpiresAt'>,
   now: Date,
 ): number | null {
-  const ahead = [
-    u.state !== 0 ? u.stateExpiresAt : null,
-    u.subscriptionTier !== 0 ? u.subscriptionExpiresAt : null,
-  ].filter((d): d is Date => d !== null && d > now);
+  const ahead = [effectiveStateOf(u, now).expiresAt, u.subscriptionTier !== 0 ? u.subscriptionExpiresAt : null].filter(
+    (d): d is Date => d !== null && d > now,
+  );
   return ahead.length > 0 ? Math.min(...ahead.map((d) => d.getTime())) : null;
 }
 

@@ -202,7 +202,12 @@ export function makeUsersStore(db: Db, onChanged: UsersChanged = noUsersChanged)
             sql<number>`count(*) filter (where ${users.subscriptionTier} > 0 and (${users.subscriptionExpiresAt} is null or ${users.subscriptionExpiresAt} > ${at}))`.mapWith(
               Number,
             ),
-          banned: sql<number>`count(*) filter (where ${users.state} = 2)`.mapWith(Number),
+          // Banned now: a temporary ban whose end passed no longer counts, before the sweep writes it
+          // (only a timeout follows a ban, never another ban: effectiveStateOf).
+          banned:
+            sql<number>`count(*) filter (where ${users.state} = 2 and (${users.stateExpiresAt} is null or ${users.stateExpiresAt} > ${at}))`.mapWith(
+              Number,
+            ),
         })
         .from(users);
       const [s] = await db

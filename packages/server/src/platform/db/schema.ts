@@ -29,6 +29,13 @@ export const users = pgTable(
     subscriptionGrantedBy: integer('subscription_granted_by'),
     state: integer('state').notNull().default(0),
     stateExpiresAt: ts('state_expires_at'),
+    /**
+     * The state that follows when state_expires_at passes, and when that one ends: a timeout that
+     * outlasts a temporary ban (moderation.store platformState). Readers apply it at once; the
+     * expiry sweep writes it into state later.
+     */
+    thenState: integer('then_state').notNull().default(0),
+    thenStateExpiresAt: ts('then_state_expires_at'),
     permissionLevel: integer('permission_level').notNull().default(0),
     permissionSince: ts('permission_since'),
     /** Bot-initiated logins since the last website login (spec: every 5, the web is required). */
