@@ -2,6 +2,7 @@ import { Limits } from '@parlor/protocol';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { STRANGER_BAR_MS } from '../src/modules/matchmaking/blocks.service.js';
+import { MATCH_PRECHECK_MAX_MS } from '../src/modules/matchmaking/matchmaking.service.js';
 import { FakeClock } from '../src/platform/clock.js';
 import { describeApp, MODE, type Nodes, startApp, startNodes, type TestApp } from './support/app.js';
 import { type Member, member } from './support/chat-flows.js';
@@ -191,6 +192,26 @@ describeApp('the direct-chat slot limit under parallel enqueues of one user', ()
   });
 });
 
+describeApp('a search running beside a pairing that fills the user\'s slots', () => {
+  it('two enqueues of a free user in one turn, one pairing and one queued: the queued search ends (match:timeout) and the user reads matched', async () => {
+    const [ta, tb] = [tag(), tag()];
+    const [a, c, d] = [await member(app), await member(app), await member(app)];
+    expect((await match(c, [ta])).body.state).toBe('searching');
+    const searcher = { userId: a.user.id, sessionId: a.sessionId, stranger: false, matchBlocked: false };
+    const [paired, queued] = await Promise.all([
+      app.services.matchmaking.enqueue(searcher, [ta]),
+      app.services.matchmaking.enqueue(searcher, [tb]),
+    ]);
+    expect([paired.answer.state, queued.answer.state]).toEqual(['searching', 'searching']);
+    expect((await a.socket.next('match:timeout')).interests).toEqual([tb]);
+    expect((await a.client.get('/v1/portal/match/status')).body.state).toBe('matched');
+    expect(await activeDirect(app, a.user.id)).toBe(Limits.DIRECT_SLOTS_FREE);
+    // Nobody meets the ended search.
+    expect((await match(d, [tb])).body.state).toBe('searching');
+    expect(matchEvents(d)).toEqual([]);
+  });
+});
+
 // Two nodes over one PostgreSQL and Redis: the test holds the two waiting peers' user rows, so
 // both pairings of the same user (one per node) reach the chat insert before either commits.
 describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('the direct-chat slot limit on two nodes', () => {
@@ -286,7 +307,7 @@ describeApp('a stranger block racing an enqueue in flight', () => {
   );
 
   it.skipIf(MODE === 'embedded')(
-    'on PostgreSQL: an enqueue whose pre-check reads took more than half a bar answers 503 ERR_SERVICE_UNAVAILABLE and queues nobody',
+    'on PostgreSQL: an enqueue whose pre-check reads took more than MATCH_PRECHECK_MAX_MS answers 503 ERR_SERVICE_UNAVAILABLE and queues nobody',
     async () => {
       const [searcher] = [await member(app), await member(app)];
       const t = tag();
@@ -294,7 +315,7 @@ describeApp('a stranger block racing an enqueue in flight', () => {
       await blocks.ready;
       const enqueuing = match(searcher, [t]);
       await lockWaiters(db, 1);
-      clock.advance(STRANGER_BAR_MS / 2 + 1);
+      clock.advance(MATCH_PRECHECK_MAX_MS + 1);
       await blocks.end();
       const res = await enqueuing;
       expect(res.status).toBe(503);

@@ -34,11 +34,12 @@ export interface DirectChatsDeps {
   removedChats: (chatIds: number[]) => void;
 }
 
-/** A direct chat made: the chat, its match token, and its users as stored. */
+/** A direct chat made: the chat, its match token, its users as stored, and those whose direct-chat slots it filled. */
 export interface DirectMade {
   chat: Chat;
   token: string;
   users: { id: number; username: string; stranger: boolean }[];
+  filled: number[];
 }
 
 /** Matched direct chats: creation, leaving (archive) and the expiry sweep. */
@@ -80,7 +81,7 @@ export function makeDirectChats(deps: DirectChatsDeps) {
         deletedAt: null,
         memberCount: userIds.length,
       });
-      return { chat, token, users: created.users };
+      return { chat, token, users: created.users, filled: created.filled };
     },
 
     async activeDirect(userId: number) {

@@ -66,8 +66,8 @@ export function makeChatsStore(db: Db) {
      * a lock per user (pg_advisory_xact_lock, ascending ids, so pairings sharing a user wait for
      * each other on every node and never deadlock), then one statement that counts each user's
      * active direct chats and writes only if every user exists and has a free slot. Answers the new
-     * chat's id and epoch and the users as stored, or what refused it: the users that do not exist
-     * and those whose slots are full (nothing written).
+     * chat's id and epoch, the users as stored and those whose slots it filled, or what refused it:
+     * the users that do not exist and those whose slots are full (nothing written).
      */
     async insertDirect(v: {
       userIds: number[];
@@ -77,7 +77,12 @@ export function makeChatsStore(db: Db) {
       opening: Record<string, unknown>;
       slots: { free: number; premium: number };
     }): Promise<
-      | { id: number; epoch: number; users: { id: number; username: string; stranger: boolean }[] }
+      | {
+          id: number;
+          epoch: number;
+          users: { id: number; username: string; stranger: boolean }[];
+          filled: number[];
+        }
       | { refused: DirectRefusal }
     > {
       // Raw sql`` parameters must be strings or numbers: postgres-js does not serialise Date or arrays there.
@@ -120,7 +125,7 @@ export function makeChatsStore(db: Db) {
             select c.id, ${atMs}, 0, 'system', null, '', ${JSON.stringify(v.opening)}::text::jsonb, ${at} from c
           )
           select c.id::integer as chat_id, c.epoch::integer as epoch, u.id::integer as user_id, u.username,
-                 u.is_stranger, u.active >= u.slots as full
+                 u.is_stranger, u.active >= u.slots as full, u.active + 1 >= u.slots as fills
           from u left join c on true order by u.pos`);
         return rowsOf<{
           chat_id: number | null;
@@ -129,6 +134,7 @@ export function makeChatsStore(db: Db) {
           username: string;
           is_stranger: boolean;
           full: boolean;
+          fills: boolean;
         }>(result);
       });
       const first = rows[0];
@@ -145,6 +151,7 @@ export function makeChatsStore(db: Db) {
         id: Number(first.chat_id),
         epoch: Number(first.epoch),
         users: rows.map((r) => ({ id: Number(r.user_id), username: r.username, stranger: r.is_stranger === true })),
+        filled: rows.filter((r) => r.fills === true).map((r) => Number(r.user_id)),
       };
     },
     async byId(id: number, tx: Tx = db): Promise<ChatWithCount | undefined> {

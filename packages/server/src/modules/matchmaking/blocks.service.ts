@@ -17,9 +17,10 @@ export const STRANGER_BLOCK_CODE = 410;
  * queue checks a bar at the time an enqueue began (before it read the account), so an enqueue that
  * read the account before the block committed is refused if the bar outlasts the block's own
  * transaction; one that began after the commit reads the stored block. A block whose transaction
- * takes more than half of it bars again from its commit, and an enqueue whose reads took more than
- * half of it is refused (503), so neither a slow database (DATABASE_STATEMENT_TIMEOUT_MS may be 0)
- * nor a pruned bar lets a stale read in. Short, so the queue's barred set holds only recent blocks.
+ * takes more than half of it bars again from its commit, and an enqueue that reaches the queue more
+ * than MATCH_PRECHECK_MAX_MS (30 s) after it began is refused (503), so neither a slow database
+ * (DATABASE_STATEMENT_TIMEOUT_MS may be 0) nor a pruned bar lets a stale read in. Short, so the
+ * queue's barred set holds only recent blocks.
  */
 export const STRANGER_BAR_MS = 10 * 60_000;
 

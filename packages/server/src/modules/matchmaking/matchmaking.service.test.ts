@@ -5,7 +5,12 @@ import { MemoryMatchQueue } from '../../platform/state/match-queue.js';
 import { MemoryState } from '../../platform/state/memory.js';
 import type { ChatsService } from '../chats/chats.service.js';
 import type { DirectRefusal } from '../chats/chats.store.js';
-import { type MatchmakingDeps, makeMatchmakingService, PEERS_ONLINE_REUSE_MS } from './matchmaking.service.js';
+import {
+  MATCH_PRECHECK_MAX_MS,
+  type MatchmakingDeps,
+  makeMatchmakingService,
+  PEERS_ONLINE_REUSE_MS,
+} from './matchmaking.service.js';
 import type { SearcherFacts } from './matchmaking.store.js';
 
 /** The service over the in-process state and queue, with the SQL side faked and its calls counted. */
@@ -46,6 +51,8 @@ function setup() {
         chat: { id: 7, expires_at: new Date(clock.now().getTime() + Limits.DIRECT_CHAT_TTL_MS).toISOString() },
         token: 'tok',
         users: userIds.map((id) => ({ id, username: `u${id}`, stranger: false })),
+        // Free users: one chat fills their slots.
+        filled: userIds,
       };
     },
   } as unknown as ChatsService;
@@ -73,7 +80,15 @@ function setup() {
   };
   const svc = makeMatchmakingService(deps);
   const searcher = (userId: number) => ({ userId, sessionId: userId, stranger: false, matchBlocked: false });
-  return { clock, state, queue, svc, calls, facts, searcher, hooks, gate };
+  /** Holds the next facts read (taken as it is now) until the returned function is called. */
+  const holdNextRead = (): (() => void) => {
+    let release!: () => void;
+    gate.next = new Promise<void>((r) => {
+      release = r;
+    });
+    return release;
+  };
+  return { clock, state, queue, svc, calls, facts, searcher, hooks, holdNextRead };
 }
 
 describe('matchmaking enqueue pre-checks', () => {
@@ -283,14 +298,55 @@ describe('matchmaking: a stranger block racing an enqueue', () => {
     expect(await queue.get(1, clock.now().getTime())).toBeNull();
   });
 
-  it('refuses an enqueue that read the account before the block when the block barred it before the queue call', async () => {
-    const { clock, state, queue, svc, searcher, gate } = setup();
+  it("ends a search queued beside a pairing that filled the user's slots: out of the queue, told match:timeout", async () => {
+    const { clock, state, queue, svc, calls, searcher } = setup();
     await online(state, clock);
     await svc.enqueue(searcher(2), ['abc']);
-    let release!: () => void;
-    gate.next = new Promise<void>((r) => {
-      release = r;
-    });
+    // Two searches of user 1 in one turn: both read free slots; one pairs with 2, the other queues.
+    const [paired, queued] = await Promise.all([
+      svc.enqueue(searcher(1), ['abc']),
+      svc.enqueue(searcher(1), ['xyz', 'qrs']),
+    ]);
+    expect(paired.tellCaller).toBeDefined();
+    expect(queued.answer.state).toBe('searching');
+    expect(calls.created).toEqual([[2, 1]]);
+    await vi.waitFor(async () => expect(await queue.get(1, clock.now().getTime())).toBeNull());
+    expect(calls.other).toContainEqual(['user:1', 'match:timeout', { interests: ['xyz', 'qrs'] }]);
+    expect(await queue.topTags(5)).toEqual([]);
+  });
+
+  it('refuses an enqueue that read the slots before a pairing filled them and reaches the queue after (409 ERR_MATCH_SLOT_LIMIT)', async () => {
+    const { clock, state, queue, svc, searcher, holdNextRead } = setup();
+    await online(state, clock);
+    await svc.enqueue(searcher(2), ['abc']);
+    const release = holdNextRead();
+    const enqueuing = svc.enqueue(searcher(1), ['abc']);
+    // Meanwhile another search of user 1 paired and its chat committed: the pairing marks the user.
+    clock.advance(1);
+    expect(await queue.markFull([1], clock.now().getTime())).toEqual([]);
+    release();
+    await expect(enqueuing).rejects.toMatchObject({ code: 'ERR_MATCH_SLOT_LIMIT' });
+    // Nothing queued, the waiting user not taken.
+    expect(await queue.get(1, clock.now().getTime())).toBeNull();
+    expect(await queue.get(2, clock.now().getTime())).toMatchObject({ userId: 2 });
+  });
+
+  it('answers 503 to an enqueue that reaches the queue more than MATCH_PRECHECK_MAX_MS after it began, queuing nothing', async () => {
+    const { clock, state, queue, svc, searcher, holdNextRead } = setup();
+    await online(state, clock);
+    const release = holdNextRead();
+    const enqueuing = svc.enqueue(searcher(1), ['abc']);
+    clock.advance(MATCH_PRECHECK_MAX_MS + 1);
+    release();
+    await expect(enqueuing).rejects.toMatchObject({ code: 'ERR_SERVICE_UNAVAILABLE', status: 503 });
+    expect(await queue.get(1, clock.now().getTime())).toBeNull();
+  });
+
+  it('refuses an enqueue that read the account before the block when the block barred it before the queue call', async () => {
+    const { clock, state, queue, svc, searcher, holdNextRead } = setup();
+    await online(state, clock);
+    await svc.enqueue(searcher(2), ['abc']);
+    const release = holdNextRead();
     // The enqueue has read "not blocked"; the block bars the user (its first step) before it goes on.
     const enqueuing = svc.enqueue(searcher(1), ['abc']);
     await queue.bar(1, clock.now().getTime() + 60_000, clock.now().getTime());

@@ -5,10 +5,9 @@ import { AppError, appError } from '../../platform/errors.js';
 import { batched, batchedWrite } from '../../platform/group-commit.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
 import type { StateStore } from '../../platform/state/index.js';
-import type { MatchQueue, QueueEntry } from '../../platform/state/match-queue.js';
+import { FULL_MARK_MS, type MatchQueue, type QueueEntry } from '../../platform/state/match-queue.js';
 import type { ChatsService } from '../chats/chats.service.js';
 import type { DirectRefusal } from '../chats/chats.store.js';
-import { STRANGER_BAR_MS } from './blocks.service.js';
 import type { MatchmakingStore, SearcherKey } from './matchmaking.store.js';
 
 const interestRe = new RegExp(INTEREST_PATTERN);
@@ -19,6 +18,14 @@ const ONLINE_SET = 'online-users';
  * enqueue. Answers below two are never reused.
  */
 export const PEERS_ONLINE_REUSE_MS = 1_000;
+/**
+ * How old an enqueue's pre-check may be when it reaches the queue; older ones answer 503. The
+ * queue refuses a stale pre-check by the enqueue's start time, against marks it keeps for a
+ * limited time: a stranger block's bar (STRANGER_BAR_MS) and a user's slots-filled mark
+ * (FULL_MARK_MS). This keeps every such enqueue well inside both. Only a database or state store
+ * stalled for this long gets here.
+ */
+export const MATCH_PRECHECK_MAX_MS = FULL_MARK_MS / 2;
 
 export interface Searcher {
   userId: number;
@@ -104,7 +111,7 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
         void pairRestored(peer, result.peer, result.tag);
         return;
       }
-      if (result !== 'expired') return;
+      if (result !== 'expired' && result !== 'full') return;
     } catch (err) {
       deps.log.warn({ err, userId: peer.userId }, 'match peer not re-queued after a failed pairing');
     }
@@ -168,7 +175,8 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
       await refused(me, peer, made.refused);
       return undefined;
     }
-    const { chat, token, users } = made;
+    const { chat, token, users, filled } = made;
+    if (filled.length > 0) endSearchesOfFull(filled);
     const [theirs, ours] = users as [Found, Found];
     const expires_at = chat.expires_at ?? new Date(clock.now().getTime() + Limits.DIRECT_CHAT_TTL_MS).toISOString();
     const found = (other: Found, otherEntry: QueueEntry) => ({
@@ -180,6 +188,22 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
     });
     realtime.emitTo(rooms.user(peer.userId), 'match:found', found(ours, mine));
     return () => realtime.emitTo(rooms.user(me.userId), 'match:found', found(theirs, peer));
+  };
+
+  /**
+   * Users whose direct-chat slots the chat just made filled: a search of theirs running in parallel
+   * with the pairing (queued meanwhile, or reaching the queue later with a pre-check read before
+   * the commit) ends; a queued one is told (`match:timeout`), as at its deadline. In the
+   * background: nobody waits on it, and a failure (logged) only leaves such a search to end at its
+   * first pairing, which its full slots refuse, or at its deadline.
+   */
+  const endSearchesOfFull = (userIds: number[]): void => {
+    queue.markFull(userIds, clock.now().getTime()).then(
+      (ended) => {
+        for (const e of ended) realtime.emitTo(rooms.user(e.userId), 'match:timeout', { interests: e.tags });
+      },
+      (err: unknown) => deps.log.warn({ err, userIds }, 'searches of users whose slots filled not ended'),
+    );
   };
 
   const markOnline = async (userIds: number[]): Promise<void> => {
@@ -222,10 +246,6 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
       if (!mine) return refuse('ERR_USER_NOT_FOUND');
       // A block committed since the session's account was cached (the queue bars one still being written).
       if (mine.matchBlocked) throw appError('ERR_STRANGER_BLOCKED');
-      // Reads this old may predate a stranger block whose queue bar has ended since (see
-      // STRANGER_BAR_MS); only a database stalled for minutes gets here.
-      if (clock.now().getTime() - now > STRANGER_BAR_MS / 2)
-        throw appError('ERR_SERVICE_UNAVAILABLE', 'Matchmaking is slow right now; try again.');
       const premium = !searcher.stranger && mine.premium;
       const slots = premium ? Limits.DIRECT_SLOTS_PREMIUM : Limits.DIRECT_SLOTS_FREE;
       if (mine.activeDirect >= slots) return refuse('ERR_MATCH_SLOT_LIMIT');
@@ -244,9 +264,13 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
       // Each round that pairs with a peer unable to take the chat has taken that peer out of the
       // queue for good, so the rounds end: queued, or paired.
       for (let at = now; ; at = clock.now().getTime()) {
+        if (clock.now().getTime() - now > MATCH_PRECHECK_MAX_MS)
+          throw appError('ERR_SERVICE_UNAVAILABLE', 'Matchmaking is slow right now; try again.');
         const result = await queue.enqueue(entry, at);
         if (result.kind === 'already') throw appError('ERR_MATCH_ALREADY_SEARCHING');
         if (result.kind === 'barred') throw appError('ERR_STRANGER_BLOCKED');
+        // Its slots filled (a parallel search paired) after this pre-check read them.
+        if (result.kind === 'full') throw appError('ERR_MATCH_SLOT_LIMIT');
         if (result.kind !== 'paired') return { answer };
         const tellCaller = await complete(searcher, entry, result.peer, result.tag);
         if (tellCaller) return { answer, tellCaller };

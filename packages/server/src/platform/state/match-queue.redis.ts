@@ -2,6 +2,7 @@ import type { Redis } from 'ioredis';
 import {
   CANDIDATES_PER_TAG,
   type EnqueueResult,
+  FULL_MARK_MS,
   type MatchQueue,
   type QueueEntry,
   type RestoreResult,
@@ -11,7 +12,7 @@ import {
  * Shared Lua: `remove(uid, entry)` takes a user out of every structure. Keys: `mq:e:<uid>` (the
  * entry, JSON), `mq:t:<tag>` (waiting users by enqueue time), `mq:d` (users by deadline),
  * `mq:depth` (tag → waiting count), `mq:barred` (barred users by the end of their bar), `mq:bar-holders`
- * (barred user → bars not lifted). All under the deployment's prefix (ARGV[1]). The scripts name
+ * (barred user → bars not lifted), `mq:full` (users by when their direct-chat slots filled). All under the deployment's prefix (ARGV[1]). The scripts name
  * their keys through ARGV, which a single Redis (not Redis Cluster) allows.
  */
 const REMOVE = `
@@ -76,7 +77,8 @@ end
 
 /**
  * Enqueue and restore, one script: ARGV[5] is what a queued entry answers, `queued` (enqueue) or
- * `restored` (restore). A restore of an entry past its deadline does nothing (`expired`);
+ * `restored` (restore). A barred user, or an entry that began before its user's slots filled
+ * (`mq:full`), is refused; a restore of an entry past its deadline does nothing (`expired`);
  * otherwise both pair with a waiting peer or queue the entry.
  */
 const PLACE = `${REMOVE}${INSERT}${TAKE_PEER}
@@ -84,6 +86,8 @@ local p, me, raw, now, placed = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), AR
 local entry = cjson.decode(raw)
 local barred = redis.call('ZSCORE', p .. 'mq:barred', me)
 if barred and tonumber(barred) > now then return {'barred'} end
+local full = redis.call('ZSCORE', p .. 'mq:full', me)
+if full and entry.enqueuedAt < tonumber(full) then return {'full'} end
 if placed == 'restored' and entry.deadline <= now then return {'expired'} end
 local existing = redis.call('GET', p .. 'mq:e:' .. me)
 if existing then
@@ -116,6 +120,22 @@ redis.call('HINCRBY', p .. 'mq:bar-holders', me, 1)
 local raw = redis.call('GET', p .. 'mq:e:' .. me)
 if raw then remove(p, me, cjson.decode(raw)) end
 return 1`;
+
+const MARK_FULL = `${REMOVE}
+local p, since, keep = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', p .. 'mq:full', '-inf', since - keep)
+local out = {}
+for i = 4, #ARGV do
+  local uid = ARGV[i]
+  local cur = redis.call('ZSCORE', p .. 'mq:full', uid)
+  if not cur or tonumber(cur) < since then redis.call('ZADD', p .. 'mq:full', since, uid) end
+  local raw = redis.call('GET', p .. 'mq:e:' .. uid)
+  if raw then
+    remove(p, uid, cjson.decode(raw))
+    table.insert(out, raw)
+  end
+end
+return out`;
 
 const UNBAR = `
 local p, me = ARGV[1], ARGV[2]
@@ -150,7 +170,7 @@ export class RedisMatchQueue implements MatchQueue {
   async enqueue(entry: QueueEntry, now: number): Promise<EnqueueResult> {
     const res = await this.place(entry, now, 'queued');
     if (typeof res === 'object') return res;
-    return { kind: res === 'already' || res === 'barred' ? res : 'queued' };
+    return { kind: res === 'already' || res === 'barred' || res === 'full' ? res : 'queued' };
   }
 
   async restore(entry: QueueEntry, now: number): Promise<RestoreResult> {
@@ -183,6 +203,18 @@ export class RedisMatchQueue implements MatchQueue {
 
   async bar(userId: number, until: number, now: number): Promise<void> {
     await this.client.eval(BAR, 0, this.prefix, String(userId), String(until), String(now));
+  }
+
+  async markFull(userIds: number[], since: number): Promise<QueueEntry[]> {
+    const raws = (await this.client.eval(
+      MARK_FULL,
+      0,
+      this.prefix,
+      String(since),
+      String(FULL_MARK_MS),
+      ...userIds.map(String),
+    )) as string[];
+    return raws.map((raw) => JSON.parse(raw) as QueueEntry);
   }
 
   async unbar(userId: number): Promise<void> {

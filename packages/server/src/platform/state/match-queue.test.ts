@@ -2,7 +2,7 @@ import fc from 'fast-check';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { clearRedisPrefix, redisReachable, SERVICE_URLS } from '../../../test/support/services.js';
-import { type MatchQueue, MemoryMatchQueue, type QueueEntry } from './match-queue.js';
+import { FULL_MARK_MS, type MatchQueue, MemoryMatchQueue, type QueueEntry } from './match-queue.js';
 import { RedisMatchQueue } from './match-queue.redis.js';
 
 const NOW = 1_000_000;
@@ -165,6 +165,27 @@ describe.each(implementations)('the %s match queue', (_name, makeNodes) => {
     await q.bar(3, NOW + 9_000, NOW + 2_000);
     await q.unbar(3);
     expect(await q.enqueue(entry(3, ['ccc']), NOW + 2_001)).toEqual({ kind: 'queued' });
+  });
+
+  it('marks users whose slots filled: their entries leave the queue, and entries that began before the mark are refused until it ends', async () => {
+    const q = make();
+    const queued = entry(1, ['aaa', 'bbb']);
+    expect(await q.enqueue(queued, NOW)).toEqual({ kind: 'queued' });
+    const filledAt = NOW + 100;
+    expect(await q.markFull([1, 2], filledAt)).toEqual([queued]);
+    expect(await q.get(1, filledAt)).toBeNull();
+    expect(await q.topTags(5)).toEqual([]);
+    // Began before the mark: refused, as enqueue and as restore; nothing queued, nobody taken.
+    expect(await q.enqueue(entry(3, ['ccc']), filledAt)).toEqual({ kind: 'queued' });
+    expect(await q.enqueue(entry(2, ['ccc'], { enqueuedAt: filledAt - 1 }), filledAt + 5)).toEqual({ kind: 'full' });
+    expect(await q.restore(entry(2, ['ccc'], { enqueuedAt: filledAt - 1 }), filledAt + 5)).toBe('full');
+    expect(await q.get(3, filledAt + 5)).toMatchObject({ userId: 3 });
+    // Began at the mark or later (read the filled slots itself): placed as usual.
+    expect(await q.enqueue(entry(2, ['ddd'], { enqueuedAt: filledAt }), filledAt + 5)).toEqual({ kind: 'queued' });
+    // A later mark of other users forgets marks older than FULL_MARK_MS.
+    await q.markFull([4], filledAt + FULL_MARK_MS);
+    const stale = entry(1, ['eee'], { enqueuedAt: filledAt - 1, deadline: filledAt + 2 * FULL_MARK_MS });
+    expect(await q.enqueue(stale, filledAt + FULL_MARK_MS)).toEqual({ kind: 'queued' });
   });
 
   it('dequeues and counts tags by depth', async () => {

@@ -21,19 +21,23 @@ export type EnqueueResult =
   /** Paired with `peer` (now out of the queue) on `tag`; the caller was never queued. */
   | { kind: 'paired'; peer: QueueEntry; tag: string }
   /** Refused: the user is barred (see `bar`); nothing changed. */
-  | { kind: 'barred' };
+  | { kind: 'barred' }
+  /** Refused: the user's direct-chat slots filled after the entry's `enqueuedAt` (see `markFull`). */
+  | { kind: 'full' };
 
 /**
  * What putting back a peer taken out by a pairing that then failed did: `restored`, as it was;
  * paired at once with a compatible user that queued while it was out (`peer`, now out of the
  * queue); `expired`, not restored (its deadline passed meanwhile); `already`, not restored (the
- * user searches again, on a newer entry); `barred`, not restored.
+ * user searches again, on a newer entry); `barred`, not restored; `full`, not restored (its
+ * direct-chat slots filled since it queued).
  */
 export type RestoreResult =
   | 'restored'
   | 'expired'
   | 'already'
   | 'barred'
+  | 'full'
   | { kind: 'paired'; peer: QueueEntry; tag: string };
 
 export interface MatchQueue {
@@ -56,6 +60,14 @@ export interface MatchQueue {
    */
   bar(userId: number, until: number, now: number): Promise<void>;
   /**
+   * Users whose direct-chat slots a new chat just filled, at `since` (ms, after its commit): each
+   * leaves the queue (its entries are returned: a search in parallel with the one that paired,
+   * whose pre-check read the slots before that commit), and for FULL_MARK_MS enqueues and restores
+   * of an entry with `enqueuedAt` before `since` are refused (`full`): their pre-check may
+   * predate the commit too. Enqueues that began later read the filled slots themselves.
+   */
+  markFull(userIds: number[], since: number): Promise<QueueEntry[]>;
+  /**
    * Lifts one bar (the block it announced did not happen). Another bar of the user not lifted (a
    * concurrent block that did happen, or is still being written) keeps the user barred.
    */
@@ -70,12 +82,20 @@ export interface MatchQueue {
 /** How many waiting users one enqueue looks at per tag before giving up on that tag. */
 export const CANDIDATES_PER_TAG = 50;
 
+/**
+ * How long the queue keeps a user's slots-filled mark (`markFull`). Callers must reach the queue
+ * well within this time of an entry's `enqueuedAt` (matchmaking.service refuses older enqueues).
+ */
+export const FULL_MARK_MS = 60_000;
+
 /** The in-process queue of the embedded mode. JavaScript runs one call at a time, so each is atomic. */
 export class MemoryMatchQueue implements MatchQueue {
   private readonly entries = new Map<number, QueueEntry>();
   private readonly byTag = new Map<string, number[]>();
   /** Barred users → until when (ms), and how many of their bars are not lifted. */
   private readonly barred = new Map<number, { until: number; holders: number }>();
+  /** Users whose direct-chat slots filled → when (ms; markFull). */
+  private readonly full = new Map<number, number>();
 
   private isBarred(userId: number, now: number): boolean {
     return (this.barred.get(userId)?.until ?? 0) > now;
@@ -96,7 +116,7 @@ export class MemoryMatchQueue implements MatchQueue {
   async enqueue(entry: QueueEntry, now: number): Promise<EnqueueResult> {
     const res = this.place(entry, now, 'queued');
     if (typeof res === 'object') return res;
-    return { kind: res === 'already' || res === 'barred' ? res : 'queued' };
+    return { kind: res === 'already' || res === 'barred' || res === 'full' ? res : 'queued' };
   }
 
   async restore(entry: QueueEntry, now: number): Promise<RestoreResult> {
@@ -113,6 +133,7 @@ export class MemoryMatchQueue implements MatchQueue {
     placed: L,
   ): Exclude<RestoreResult, 'restored'> | L {
     if (this.isBarred(entry.userId, now)) return 'barred';
+    if (entry.enqueuedAt < (this.full.get(entry.userId) ?? Number.NEGATIVE_INFINITY)) return 'full';
     if (placed === 'restored' && entry.deadline <= now) return 'expired';
     const current = this.entries.get(entry.userId);
     if (current && current.deadline > now) return 'already';
@@ -166,6 +187,17 @@ export class MemoryMatchQueue implements MatchQueue {
     const current = this.barred.get(userId);
     this.barred.set(userId, { until: Math.max(until, current?.until ?? 0), holders: (current?.holders ?? 0) + 1 });
     this.remove(userId);
+  }
+
+  async markFull(userIds: number[], since: number): Promise<QueueEntry[]> {
+    for (const [id, at] of this.full) if (at <= since - FULL_MARK_MS) this.full.delete(id);
+    const out: QueueEntry[] = [];
+    for (const id of userIds) {
+      this.full.set(id, Math.max(since, this.full.get(id) ?? since));
+      const e = this.remove(id);
+      if (e) out.push(e);
+    }
+    return out;
   }
 
   async unbar(userId: number): Promise<void> {
