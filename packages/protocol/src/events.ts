@@ -7,9 +7,14 @@ import type { VmClientToServerEvents, VmServerToClientEvents } from './vm.js';
 
 const strict = { additionalProperties: false } as const;
 
-/** room:join takes one of a chat id, an invite code or a guild vanity. */
+/**
+ * room:join takes one of a chat id, an invite code, a guild vanity or a match token. With a chat
+ * id, `rejoin: true` only enters the room of a chat the caller is a member of (ERR_NOT_CHAT_MEMBER
+ * otherwise, nothing written): what a client re-entering its chats after a reconnection sends, so
+ * that a membership ended meanwhile is not made anew.
+ */
 export const RoomJoinPayload = Type.Union([
-  Type.Object({ chat_id: IdParam }, strict),
+  Type.Object({ chat_id: IdParam, rejoin: Type.Optional(Type.Boolean()) }, strict),
   Type.Object({ invite: InviteCode }, strict),
   Type.Object({ vanity: Type.String({ pattern: '^[a-z0-9][a-z0-9-]{1,30}[a-z0-9]$' }) }, strict),
   Type.Object({ token: Type.String({ minLength: 8, maxLength: 64, pattern: '^[A-Za-z0-9_-]+$' }) }, strict),

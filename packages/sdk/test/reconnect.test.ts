@@ -110,6 +110,39 @@ describeApp('E2EChatSession: resync after a reconnection that was not recovered'
     expect(errors).toEqual([]);
   });
 
+  it('does not make a member again of a chat left between the chat list and its re-entry', async () => {
+    const owner = await loginUser(app, bot, { level: 2 });
+    const o = await openSession(owner.client);
+    const { chat } = await owner.client.createChat({ name: 'Left meanwhile', type: 'public' });
+    await o.join({ chat_id: chat.id });
+    const first = await loginUser(app, bot);
+    const second = await loginUser(app, bot, { platformUserId: first.platformUserId });
+    const [a, b] = [await openSession(first.client), await openSession(second.client)];
+    const errors = errorsOf(o, a, b);
+    for (const s of [a, b]) await s.join({ chat_id: chat.id });
+
+    a.socket.disconnect();
+    // The other device leaves after the server's chat:list (which still lists the chat) and
+    // before this session's room:join for it goes out.
+    const emit = a.socket.emit.bind(a.socket) as (event: string, ...args: unknown[]) => unknown;
+    let held = false;
+    a.socket.emit = ((event: string, ...args: unknown[]) => {
+      if (event !== 'room:join' || held) return emit(event, ...args);
+      held = true;
+      void b.leave(chat.id).then(() => emit(event, ...args));
+      return a.socket;
+    }) as typeof a.socket.emit;
+    const left = next(a, 'left');
+    const reconnected = next(a, 'reconnected');
+    a.socket.connect();
+    // The leave's room:left reaches this session's new socket too.
+    expect(await left).toMatchObject({ chatId: chat.id });
+    expect(await reconnected).toEqual({ recovered: false, chats: [] });
+    expect(held).toBe(true);
+    expect((await second.client.listChats()).chats.map((c) => c.id)).not.toContain(chat.id);
+    expect(errors).toEqual([]);
+  });
+
   it('after the resync, gives the current key to sessions that came while it was away', async () => {
     const owner = await loginUser(app, bot, { level: 2 });
     const o = await openSession(owner.client);

@@ -546,6 +546,32 @@ describeApp('leaving', () => {
       code: 'ERR_NOT_CHAT_MEMBER',
     });
   });
+
+  it('a rejoin ({chat_id, rejoin: true}) enters a chat one is a member of, and never makes a former member one again', async () => {
+    const { owner, chatId } = await keyedChat(app);
+    const guest = await member(app);
+    await join(guest, { chat_id: chatId });
+    const history = async () =>
+      (await owner.client.get(`/v1/portal/chats/${chatId}/activity`)).body.activity.map((a: any) => a.action);
+    // A second socket of the member (a reconnection) enters with a rejoin: no new membership.
+    const again = await connectSocket(app.url, guest.client);
+    const entered = await again.emitWithAck('room:join', { chat_id: chatId, rejoin: true });
+    expect(entered).toMatchObject({ ok: true, chat: { id: chatId } });
+    expect(await history()).toEqual(['join', 'join']);
+    expect(await guest.socket.emitWithAck('room:leave', { chat_id: chatId })).toEqual({ ok: true });
+    // Left: a rejoin is refused and writes nothing (a plain join would make a member again).
+    expect(await again.emitWithAck('room:join', { chat_id: chatId, rejoin: true })).toMatchObject({
+      ok: false,
+      code: 'ERR_NOT_CHAT_MEMBER',
+    });
+    expect(await history()).toEqual(['leave', 'join', 'join']);
+    expect((await guest.client.get('/v1/portal/chats')).body.chats.map((c: any) => c.id)).not.toContain(chatId);
+    // Only an id takes the flag.
+    expect(await again.emitWithAck('room:join', { invite: 'abcdefgh', rejoin: true })).toMatchObject({
+      ok: false,
+      code: 'ERR_VALIDATION',
+    });
+  });
 });
 
 describeApp('connection state recovery', () => {

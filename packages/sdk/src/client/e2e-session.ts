@@ -414,7 +414,8 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
   async #enter(connection: number, chatId: number): Promise<RoomJoined | null> {
     for (;;) {
       try {
-        return await joinRoom(this.socket, { chat_id: chatId });
+        // Enters only while still a member: a membership ended since the list is not made anew.
+        return await joinRoom(this.socket, { chat_id: chatId, rejoin: true });
       } catch (error) {
         const retryAfter = isApiError(error, 'ERR_RATE_LIMITED') ? error.retryAfter : undefined;
         if (retryAfter === undefined || this.#stale(connection)) throw error;

@@ -145,6 +145,8 @@ export function makeChatMembership(deps: MembershipDeps) {
           await enter(chat.id);
           return false;
         }
+        if ('rejoin' in payload && payload.rejoin === true)
+          throw appError('ERR_NOT_CHAT_MEMBER', 'Not a member of this chat: a rejoin only enters chats one is in.');
         // Entering the room of a chat one is already in is free (every reconnect does it).
         await deps.writes.spend(viewer.userId);
         // A new member: the chat row's lock orders this join with a kick or ban, which take it
