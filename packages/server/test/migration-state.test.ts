@@ -1,0 +1,149 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { sql } from 'drizzle-orm';
+import { drizzle } from 'drizzle-orm/postgres-js';
+import postgres from 'postgres';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { platformState } from '../src/modules/moderation/moderation.store.js';
+import { schema } from '../src/platform/db/index.js';
+import { MODE } from './support/app.js';
+import { createScratchDatabase } from './support/services.js';
+
+const MIGRATIONS = path.resolve(import.meta.dirname, '../drizzle');
+
+/** Runs one migration file as the migrator does: statement by statement. */
+async function apply(client: postgres.Sql, file: string): Promise<void> {
+  const text = readFileSync(path.join(MIGRATIONS, file), 'utf8');
+  for (const statement of text.split('--> statement-breakpoint')) {
+    if (statement.trim()) await client.unsafe(statement);
+  }
+}
+
+/**
+ * Migration 0010 derives every punished user's state again in SQL of its own: it must give what
+ * the server's platformState gives, for a database an earlier version left behind (a ban that a
+ * later timeout overwrote, a timeout outlasting a temporary ban, a stale state).
+ */
+describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('migration 0010 (users state)', () => {
+  let scratch: Awaited<ReturnType<typeof createScratchDatabase>>;
+  let client: postgres.Sql;
+
+  beforeAll(async () => {
+    scratch = await createScratchDatabase();
+    client = postgres(scratch.url, { max: 1, onnotice: () => {} });
+  });
+  afterAll(async () => {
+    await client?.end({ timeout: 1 });
+    await scratch?.drop();
+  });
+
+  it('writes the state, its end and what follows it as platformState derives them', async () => {
+    const files = readdirSync(MIGRATIONS)
+      .filter((f) => f.endsWith('.sql'))
+      .sort();
+    const before = files.filter((f) => f < '0010');
+    expect(files).toContain('0010_follow_on_state.sql');
+    for (const f of before) await apply(client, f);
+    // Users as an earlier version could leave them, with their records (minutes from now).
+    const cases: [string, number, number | null, [string, number | null][]][] = [
+      // name, stored state, stored end, records: type, end
+      [
+        'temp ban, longer timeout',
+        2,
+        60,
+        [
+          ['PLATFORM_BAN', 60],
+          ['PLATFORM_TIMEOUT', 120],
+          ['PLATFORM_TIMEOUT', 30],
+        ],
+      ],
+      [
+        'temp ban, shorter timeout',
+        2,
+        60,
+        [
+          ['PLATFORM_BAN', 60],
+          ['PLATFORM_TIMEOUT', 30],
+        ],
+      ],
+      [
+        'permanent ban and timeout',
+        2,
+        null,
+        [
+          ['PLATFORM_BAN', null],
+          ['PLATFORM_TIMEOUT', null],
+        ],
+      ],
+      [
+        'ban overwritten by a timeout',
+        1,
+        10,
+        [
+          ['PLATFORM_BAN', null],
+          ['PLATFORM_TIMEOUT', 10],
+        ],
+      ],
+      ['stale timeout', 1, -10, [['PLATFORM_TIMEOUT', -10]]],
+      [
+        'temp ban, permanent timeout',
+        2,
+        5,
+        [
+          ['PLATFORM_BAN', 5],
+          ['PLATFORM_TIMEOUT', null],
+        ],
+      ],
+      [
+        'timeouts only',
+        1,
+        180,
+        [
+          ['PLATFORM_TIMEOUT', 180],
+          ['PLATFORM_TIMEOUT', 20],
+        ],
+      ],
+      ['nothing', 0, null, []],
+    ];
+    const at = (minutes: number | null) => (minutes === null ? null : new Date(Date.now() + minutes * 60_000));
+    const ids: number[] = [];
+    for (const [name, state, ends, records] of cases) {
+      const [row] = await client<{ id: number }[]>`
+        insert into users (username, state, state_expires_at, last_activity_at, created_at, updated_at)
+        values (${name}, ${state}, ${at(ends)}, now(), now(), now()) returning id`;
+      const id = row?.id as number;
+      ids.push(id);
+      for (const [type, end] of records)
+        await client`insert into moderation_actions (user_id, action_type, expires_at, created_at)
+          values (${id}, ${type}, ${at(end)}, now())`;
+    }
+    await apply(client, '0010_follow_on_state.sql');
+
+    const db = drizzle(client, { schema });
+    const { users } = schema;
+    const derived = platformState(users.id, new Date());
+    const rows = await db
+      .select({
+        id: users.id,
+        stored: sql<string>`json_build_array(${users.state}, ${users.stateExpiresAt}, ${users.thenState}, ${users.thenStateExpiresAt})::text`,
+        derived: sql<string>`json_build_array(${derived.state}, ${derived.expiresAt}, ${derived.thenState}, ${derived.thenExpiresAt})::text`,
+      })
+      .from(users)
+      .orderBy(users.id);
+    expect(rows.map((r) => r.id)).toEqual(ids);
+    for (const [i, r] of rows.entries()) expect(r.stored, cases[i]?.[0]).toBe(r.derived);
+    // And what each case reads now (state, then-state).
+    const states = await client<{ state: number; then_state: number }[]>`
+      select state, then_state from users order by id`;
+    expect(states.map((s) => [s.state, s.then_state])).toEqual([
+      [2, 1],
+      [2, 0],
+      [2, 0],
+      [2, 0],
+      [0, 0],
+      [2, 1],
+      [1, 0],
+      [0, 0],
+    ]);
+  });
+});
