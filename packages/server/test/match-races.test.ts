@@ -192,7 +192,7 @@ describeApp('the direct-chat slot limit under parallel enqueues of one user', ()
   });
 });
 
-describeApp('a search running beside a pairing that fills the user\'s slots', () => {
+describeApp("a search running beside a pairing that fills the user's slots", () => {
   it('two enqueues of a free user in one turn, one pairing and one queued: the queued search ends (match:timeout) and the user reads matched', async () => {
     const [ta, tb] = [tag(), tag()];
     const [a, c, d] = [await member(app), await member(app), await member(app)];

@@ -87,7 +87,7 @@ local entry = cjson.decode(raw)
 local barred = redis.call('ZSCORE', p .. 'mq:barred', me)
 if barred and tonumber(barred) > now then return {'barred'} end
 local full = redis.call('ZSCORE', p .. 'mq:full', me)
-if full and entry.enqueuedAt < tonumber(full) then return {'full'} end
+if full and entry.enqueuedAt <= tonumber(full) then return {'full'} end
 if placed == 'restored' and entry.deadline <= now then return {'expired'} end
 local existing = redis.call('GET', p .. 'mq:e:' .. me)
 if existing then
@@ -131,8 +131,11 @@ for i = 4, #ARGV do
   if not cur or tonumber(cur) < since then redis.call('ZADD', p .. 'mq:full', since, uid) end
   local raw = redis.call('GET', p .. 'mq:e:' .. uid)
   if raw then
-    remove(p, uid, cjson.decode(raw))
-    table.insert(out, raw)
+    local e = cjson.decode(raw)
+    if e.enqueuedAt <= since then
+      remove(p, uid, e)
+      table.insert(out, raw)
+    end
   end
 end
 return out`;

@@ -180,8 +180,13 @@ describe.each(implementations)('the %s match queue', (_name, makeNodes) => {
     expect(await q.enqueue(entry(2, ['ccc'], { enqueuedAt: filledAt - 1 }), filledAt + 5)).toEqual({ kind: 'full' });
     expect(await q.restore(entry(2, ['ccc'], { enqueuedAt: filledAt - 1 }), filledAt + 5)).toBe('full');
     expect(await q.get(3, filledAt + 5)).toMatchObject({ userId: 3 });
-    // Began at the mark or later (read the filled slots itself): placed as usual.
-    expect(await q.enqueue(entry(2, ['ddd'], { enqueuedAt: filledAt }), filledAt + 5)).toEqual({ kind: 'queued' });
+    expect(await q.enqueue(entry(2, ['ccc'], { enqueuedAt: filledAt }), filledAt + 5)).toEqual({ kind: 'full' });
+    // Began after the mark (read the filled slots itself): placed as usual, and a mark arriving
+    // late (its call slower than the user's leave and new search) leaves it queued.
+    const fresh = entry(2, ['ddd'], { enqueuedAt: filledAt + 1 });
+    expect(await q.enqueue(fresh, filledAt + 5)).toEqual({ kind: 'queued' });
+    expect(await q.markFull([2], filledAt)).toEqual([]);
+    expect(await q.get(2, filledAt + 5)).toEqual(fresh);
     // A later mark of other users forgets marks older than FULL_MARK_MS.
     await q.markFull([4], filledAt + FULL_MARK_MS);
     const stale = entry(1, ['eee'], { enqueuedAt: filledAt - 1, deadline: filledAt + 2 * FULL_MARK_MS });

@@ -60,11 +60,12 @@ export interface MatchQueue {
    */
   bar(userId: number, until: number, now: number): Promise<void>;
   /**
-   * Users whose direct-chat slots a new chat just filled, at `since` (ms, after its commit): each
-   * leaves the queue (its entries are returned: a search in parallel with the one that paired,
-   * whose pre-check read the slots before that commit), and for FULL_MARK_MS enqueues and restores
-   * of an entry with `enqueuedAt` before `since` are refused (`full`): their pre-check may
-   * predate the commit too. Enqueues that began later read the filled slots themselves.
+   * Users whose direct-chat slots a new chat just filled, at `since` (ms, after its commit): an
+   * entry of theirs that began at or before `since` leaves the queue (returned: a search in
+   * parallel with the one that paired, whose pre-check read the slots before that commit), and for
+   * FULL_MARK_MS enqueues and restores of such an entry are refused (`full`): their pre-check may
+   * predate the commit too. Entries that began later read the filled slots themselves (a user who
+   * left the chat at once and searches again) and are left alone.
    */
   markFull(userIds: number[], since: number): Promise<QueueEntry[]>;
   /**
@@ -133,7 +134,7 @@ export class MemoryMatchQueue implements MatchQueue {
     placed: L,
   ): Exclude<RestoreResult, 'restored'> | L {
     if (this.isBarred(entry.userId, now)) return 'barred';
-    if (entry.enqueuedAt < (this.full.get(entry.userId) ?? Number.NEGATIVE_INFINITY)) return 'full';
+    if (entry.enqueuedAt <= (this.full.get(entry.userId) ?? Number.NEGATIVE_INFINITY)) return 'full';
     if (placed === 'restored' && entry.deadline <= now) return 'expired';
     const current = this.entries.get(entry.userId);
     if (current && current.deadline > now) return 'already';
@@ -194,8 +195,8 @@ export class MemoryMatchQueue implements MatchQueue {
     const out: QueueEntry[] = [];
     for (const id of userIds) {
       this.full.set(id, Math.max(since, this.full.get(id) ?? since));
-      const e = this.remove(id);
-      if (e) out.push(e);
+      const e = this.entries.get(id);
+      if (e && e.enqueuedAt <= since) out.push(this.remove(id) ?? e);
     }
     return out;
   }
