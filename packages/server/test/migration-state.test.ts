@@ -126,7 +126,7 @@ describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('migration 0
       .select({
         id: users.id,
         stored: sql<string>`json_build_array(${users.state}, ${users.stateExpiresAt}, ${users.thenState}, ${users.thenStateExpiresAt})::text`,
-        derived: sql<string>`json_build_array(${derived.state}, ${derived.expiresAt}, ${derived.thenState}, ${derived.thenExpiresAt})::text`,
+        derived: sql<string>`json_build_array(${derived.state}, ${derived.stateExpiresAt}, ${derived.thenState}, ${derived.thenStateExpiresAt})::text`,
       })
       .from(users)
       .orderBy(users.id);

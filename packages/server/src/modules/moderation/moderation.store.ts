@@ -57,26 +57,23 @@ function stateAt(userId: Column | number, at: SQL): { state: SQL<number>; expire
  * is computed, so a punishment, an unban and the sweep never disagree. Each is one scalar
  * subquery (an aggregate without grouping: one row even when there is no record).
  */
+/** Keyed as the users row's columns, so a statement sets them as they are. */
 export function platformState(
   userId: Column | number,
   now: Date,
-): { state: SQL<number>; expiresAt: SQL<Date | null>; thenState: SQL<number>; thenExpiresAt: SQL<Date | null> } {
+): {
+  state: SQL<number>;
+  stateExpiresAt: SQL<Date | null>;
+  thenState: SQL<number>;
+  thenStateExpiresAt: SQL<Date | null>;
+} {
   const current = stateAt(userId, sql`${now.toISOString()}`);
   const then = stateAt(userId, current.expiresAt);
   return {
-    ...current,
+    state: current.state,
+    stateExpiresAt: current.expiresAt,
     thenState: sql<number>`(case when ${current.expiresAt} is null then 0 else ${then.state} end)`,
-    thenExpiresAt: sql<Date | null>`(case when ${current.expiresAt} is null then null else ${then.expiresAt} end)`,
-  };
-}
-
-/** The users row's columns of a derived state (platformState). */
-function stateColumns(derived: ReturnType<typeof platformState>) {
-  return {
-    state: derived.state,
-    stateExpiresAt: derived.expiresAt,
-    thenState: derived.thenState,
-    thenStateExpiresAt: derived.thenExpiresAt,
+    thenStateExpiresAt: sql<Date | null>`(case when ${current.expiresAt} is null then null else ${then.expiresAt} end)`,
   };
 }
 
@@ -112,7 +109,7 @@ export function makeModerationStore(db: Db, onChanged: UsersChanged = noUsersCha
     async settleState(userId: number, now: Date, tx: Tx): Promise<{ state: number; stateExpiresAt: Date | null }> {
       const [row] = await tx
         .update(users)
-        .set({ ...stateColumns(platformState(userId, now)), updatedAt: now })
+        .set({ ...platformState(userId, now), updatedAt: now })
         .where(eq(users.id, userId))
         .returning({ state: users.state, stateExpiresAt: users.stateExpiresAt });
       if (!row) throw new Error('settleState: no such user');
@@ -137,7 +134,7 @@ export function makeModerationStore(db: Db, onChanged: UsersChanged = noUsersCha
     async restoreExpiredStates(now: Date, limit: number): Promise<{ id: number; state: number }[]> {
       const rows = await db
         .update(users)
-        .set({ ...stateColumns(platformState(users.id, now)), updatedAt: now })
+        .set({ ...platformState(users.id, now), updatedAt: now })
         .where(sql`${users.id} in (${restoreDue(now, limit)})`)
         .returning({ id: users.id, state: users.state });
       await onChanged(

@@ -2,6 +2,7 @@ import type { Redis } from 'ioredis';
 import {
   CANDIDATES_PER_TAG,
   type EnqueueResult,
+  enqueueResult,
   FULL_MARK_MS,
   type MatchQueue,
   type QueueEntry,
@@ -171,9 +172,7 @@ export class RedisMatchQueue implements MatchQueue {
   ) {}
 
   async enqueue(entry: QueueEntry, now: number): Promise<EnqueueResult> {
-    const res = await this.place(entry, now, 'queued');
-    if (typeof res === 'object') return res;
-    return { kind: res === 'already' || res === 'barred' || res === 'full' ? res : 'queued' };
+    return enqueueResult(await this.place(entry, now, 'queued'));
   }
 
   async restore(entry: QueueEntry, now: number): Promise<RestoreResult> {

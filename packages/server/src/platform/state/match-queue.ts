@@ -80,6 +80,12 @@ export interface MatchQueue {
   topTags(n: number): Promise<{ tag: string; searching: number }[]>;
 }
 
+/** What an enqueue answers for what its placing did (`queued` for an entry it queued). */
+export function enqueueResult(placed: Exclude<RestoreResult, 'restored'> | 'queued'): EnqueueResult {
+  if (typeof placed === 'object') return placed;
+  return { kind: placed === 'expired' ? 'queued' : placed };
+}
+
 /** How many waiting users one enqueue looks at per tag before giving up on that tag. */
 export const CANDIDATES_PER_TAG = 50;
 
@@ -115,9 +121,7 @@ export class MemoryMatchQueue implements MatchQueue {
   }
 
   async enqueue(entry: QueueEntry, now: number): Promise<EnqueueResult> {
-    const res = this.place(entry, now, 'queued');
-    if (typeof res === 'object') return res;
-    return { kind: res === 'already' || res === 'barred' || res === 'full' ? res : 'queued' };
+    return enqueueResult(this.place(entry, now, 'queued'));
   }
 
   async restore(entry: QueueEntry, now: number): Promise<RestoreResult> {
@@ -196,7 +200,10 @@ export class MemoryMatchQueue implements MatchQueue {
     for (const id of userIds) {
       this.full.set(id, Math.max(since, this.full.get(id) ?? since));
       const e = this.entries.get(id);
-      if (e && e.enqueuedAt <= since) out.push(this.remove(id) ?? e);
+      if (e && e.enqueuedAt <= since) {
+        this.remove(id);
+        out.push(e);
+      }
     }
     return out;
   }
