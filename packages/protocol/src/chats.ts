@@ -113,8 +113,13 @@ export const DeletedResponse = Type.Object({ deleted: Type.Integer(), deleted_id
 /** Base64 of exactly 32 bytes: 43 symbols and one '=' pad. */
 export const PublicKeyBase64 = Type.String({ pattern: '^[A-Za-z0-9+/]{42}[AEIMQUYcgkosw048]=$' });
 export const RegisterKeyBody = Type.Object({ public_key: PublicKeyBase64 }, strict);
+/**
+ * `session_id` is the caller's own session id, as key rings, envelopes (their associated data) and
+ * `room:key` name it: a client learns it here rather than by looking for its key in a ring.
+ */
 export const RegisterKeyResponse = Type.Object({
   status: Type.Union([Type.Literal('registered'), Type.Literal('unchanged')]),
+  session_id: Type.Integer(),
 });
 /** user_id → session_id → public key (spec 2.9). */
 export const KeyRingSchema = Type.Record(Type.String(), Type.Record(Type.String(), Type.String()));

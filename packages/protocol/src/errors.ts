@@ -40,6 +40,7 @@ export const ErrorCodes = {
     message: 'The viewer token is not valid, has expired, or is for another chat or user.',
   },
   ERR_GUILD_PREMIUM_REQUIRED: { status: 403, message: 'This needs the guild to have active premium.' },
+  ERR_GUILD_OTHER_BOT: { status: 403, message: 'Another bot reports this guild.' },
   ERR_STRANGER_NOT_ALLOWED: {
     status: 403,
     message: 'Anonymous sessions can only match, chat in their direct chats and manage keys.',
@@ -69,6 +70,10 @@ export const ErrorCodes = {
       'The key ring changed: the first share of an epoch names every session of the current ring (or, for a ring larger than one request, 500 of them with your own).',
   },
   ERR_NO_SESSION_KEY: { status: 409, message: 'Register this session’s public key first.' },
+  ERR_PUBLIC_KEY_IN_USE: {
+    status: 409,
+    message: 'Another session has registered this public key; each session registers a key pair of its own.',
+  },
   ERR_USERNAME_TAKEN: { status: 409, message: 'This username is taken.' },
   ERR_NOTIFICATION_ALREADY_READ: { status: 409, message: 'This notification is already read.' },
   ERR_TRIAL_ALREADY_USED: { status: 409, message: 'This user has already had the trial; it is granted once.' },

@@ -111,12 +111,14 @@ describeApp('ParlorClient: chats, keys and messages', () => {
     const { chat } = await client.createChat({ name: 'Keys', type: 'public' });
     const pair = generateKeyPair();
     const publicKey = publicKeyToBase64(pair.publicKey);
-    expect(await client.registerKey(publicKey)).toEqual({ status: 'registered' });
-    expect(await client.registerKey(publicKey)).toEqual({ status: 'unchanged' });
+    const registered = await client.registerKey(publicKey);
+    expect(registered).toEqual({ status: 'registered', session_id: expect.any(Number) });
+    const sessionId = registered.session_id;
+    expect(await client.registerKey(publicKey)).toEqual({ status: 'unchanged', session_id: sessionId });
 
     const state = await client.chatKey(chat.id);
     expect(state).toMatchObject({ epoch: 1, envelope: null });
-    const sessionId = Number(Object.keys(state.key_ring[String(user.id)] ?? {})[0]);
+    expect(state.key_ring[String(user.id)]).toEqual({ [String(sessionId)]: publicKey });
     const chatKey = generateChatKey();
     const content = encryptMessage({ chatKey, chatId: chat.id, epoch: 1, plaintext: 'hello' });
     expect(await apiError(() => client.sendMessage(chat.id, content))).toMatchObject({ code: 'ERR_NO_ROOM_KEY' });

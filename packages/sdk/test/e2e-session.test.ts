@@ -333,3 +333,47 @@ describeApp('E2EChatSession', () => {
     await expect(bob.send(chat.id, 'x')).rejects.toMatchObject({ code: 'CLOSED' });
   });
 });
+
+describeApp('E2EChatSession: its own session id', () => {
+  it('takes it from the key registration: known before any chat is joined, the one the server holds', async () => {
+    const alice = await loginUser(app, bot, { level: 2 });
+    const session = await openSession(alice.client);
+    const result = (await app.database.db.execute(
+      `select session_id from session_keys where public_key = '${session.publicKey}'` as never,
+    )) as unknown as { rows: { session_id: number }[] } | { session_id: number }[];
+    const rows = 'rows' in result ? result.rows : result;
+    expect(rows.map((r) => Number(r.session_id))).toEqual([session.sessionId]);
+    const { chat } = await alice.client.createChat({ name: 'Own id', type: 'public' });
+    const joined = await session.join({ chat_id: chat.id });
+    expect(joined.key_ring[String(alice.user.id)]).toEqual({ [String(session.sessionId)]: session.publicKey });
+  });
+});
+
+describeApp('E2EChatSession: an archived direct chat', () => {
+  it('a new session joins it without a key and without errors; holders do not share there (read-only)', async () => {
+    const [alice, bob] = [await loginUser(app, bot), await loginUser(app, bot)];
+    const [a, b] = [await openSession(alice.client), await openSession(bob.client)];
+    const errors = noErrors(a, b);
+    const made = await app.services.chats.createDirect([alice.user.id, bob.user.id], ['sdkarchive']);
+    if ('refused' in made) throw new Error(`direct chat refused: ${JSON.stringify(made.refused)}`);
+    const chatId = made.chat.id;
+    expect((await a.join({ chat_id: chatId })).hasKey).toBe(true);
+    expect((await b.join({ chat_id: chatId })).hasKey).toBe(true);
+    const sent = await b.send(chatId, 'before the archive');
+    await app.services.chats.leaveDirect(alice.user.id, chatId);
+
+    // Bob on another device: its key reaches a and b (portal:key_added), whose shares are refused.
+    const device = await loginUser(app, bot, { platformUserId: bob.platformUserId });
+    const late = await openSession(device.client, { keyWaitMs: 1000 });
+    const lateErrors = noErrors(late);
+    expect((await late.join({ chat_id: chatId })).hasKey).toBe(false);
+    expect(await b.waitForKey(chatId, 0)).toBe(true);
+    expect(await late.waitForKey(chatId, 500)).toBe(false);
+    // The sessions that held the key still read the history.
+    expect((await a.history(chatId)).find((e) => e.message.id === sent.id)).toMatchObject({
+      kind: 'user',
+      plaintext: 'before the archive',
+    });
+    expect([...errors, ...lateErrors]).toEqual([]);
+  });
+});

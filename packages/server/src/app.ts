@@ -13,6 +13,7 @@ import type { ChatsService } from './modules/chats/chats.service.js';
 import { localUserIds } from './modules/matchmaking/matchmaking.routes.js';
 import type { MatchmakingService } from './modules/matchmaking/matchmaking.service.js';
 import type { ModerationService } from './modules/moderation/moderation.service.js';
+import type { SessionsService } from './modules/sessions/sessions.service.js';
 import { type SubscriptionSweep, SWEEP_INTERVAL_MS } from './modules/subscriptions/subscriptions.sweep.js';
 import type { VmService } from './modules/vm/vm.service.js';
 import { emptyPrincipal, makeGuards } from './platform/auth.js';
@@ -28,6 +29,7 @@ import type { GeoLookup } from './platform/geo.js';
 import { createLogger, RequestLogController } from './platform/logging.js';
 import { installMethodNotAllowed } from './platform/method-not-allowed.js';
 import { embeddedLocation, openStore, storeLocation } from './platform/open-stores.js';
+import type { Realtime } from './platform/realtime.js';
 import type { Retention } from './platform/retention.js';
 import type { App } from './platform/routing.js';
 import { loadOrCreateSecret } from './platform/secret-files.js';
@@ -77,6 +79,9 @@ export interface BuiltApp {
     vm: VmService;
     auth: AuthService;
     retention: Retention;
+    sessions: SessionsService;
+    /** The socket server (tests hold a handshake with a middleware of their own). */
+    realtime: Realtime;
   };
   /** The room VM provider of this node: its own browsers, or its browser hosts' (VM_HOSTS). */
   vmProvider: VmProvider;
@@ -176,7 +181,8 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
     operatorToken: operator.value,
     version: VERSION,
   });
-  const { realtime, matchmaking, chats, moderation, vm, vmProvider, subscriptionSweep, auth, retention } = services;
+  const { realtime, matchmaking, chats, moderation, vm, vmProvider, subscriptionSweep, auth, retention, sessions } =
+    services;
 
   const guards = makeGuards({
     config,
@@ -208,7 +214,7 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
 
   return {
     app: app as unknown as FastifyInstance,
-    services: { matchmaking, chats, moderation, vm, auth, retention },
+    services: { matchmaking, chats, moderation, vm, auth, retention, sessions, realtime },
     vmProvider,
     publicApiKey: apiKey.value,
     operatorToken: operator.value,

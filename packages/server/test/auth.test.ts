@@ -1,17 +1,66 @@
 import { Limits } from '@parlor/protocol';
+import { type SQL, sql } from 'drizzle-orm';
+import postgres from 'postgres';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { describeApp, startApp, type TestApp } from './support/app.js';
-import { Client, nextIp } from './support/client.js';
+import { rowsOf } from '../src/platform/db/index.js';
+import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
+import { type Answer, Client, nextIp } from './support/client.js';
 import { createBot, login, nextIdentity, operator } from './support/flows.js';
+import { hold, lockWaiters } from './support/pg-locks.js';
 
 let app: TestApp;
 let bot: Client;
+/** The cluster project's own connection to the app's database, for the race tests' locks. */
+let pg: postgres.Sql | undefined;
 
 beforeAll(async () => {
   app = await startApp();
   bot = (await createBot(app)).client;
+  if (app.config.databaseUrl) pg = postgres(app.config.databaseUrl, { max: 3, onnotice: () => {} });
 });
-afterAll(async () => app?.close());
+afterAll(async () => {
+  await pg?.end({ timeout: 1 });
+  await app?.close();
+});
+
+const rows = async <T>(query: SQL) => rowsOf<T>(await app.database.db.execute(query));
+
+/** What a login writes for a user: sessions (all, and live ones), notifications, the bot-login count, activity. */
+const loginTraces = async (userId: number) =>
+  (
+    await rows<Record<string, unknown>>(sql`
+      select (select count(*)::int from sessions where user_id = ${userId}) as sessions,
+             (select count(*)::int from sessions where user_id = ${userId} and ended_at is null) as live,
+             (select count(*)::int from notifications where user_id = ${userId}) as notifications,
+             (select bot_logins_since_web from users where id = ${userId}) as bot_logins,
+             (select last_activity_at::text from users where id = ${userId}) as activity,
+             (select max(last_authenticated_at)::text from linked_platforms where user_id = ${userId}) as authenticated`)
+  )[0];
+
+/** A verify refused with 403 `code`: no cookie set, and nothing of a login written for the user. */
+async function expectRefusedLogin(userId: number, verify: () => Promise<Answer>, code: string) {
+  const before = await loginTraces(userId);
+  const res = await verify();
+  expect(res.status).toBe(403);
+  expect(res.body.code).toBe(code);
+  expect(res.headers.getSetCookie()).toEqual([]);
+  expect(await loginTraces(userId)).toEqual(before);
+}
+
+/** A pending code of the pool for the identity (bot/send-code, or a request the bot delivers), and who may verify it. */
+async function pendingCode(pool: 'web' | 'bot', platformUserId: string): Promise<{ code: string; client: Client }> {
+  const body = { platform: 'platform_a', platform_user_id: platformUserId };
+  const client = site();
+  if (pool === 'bot') {
+    const sent = await bot.post('/v1/authentication/bot/send-code', body);
+    expect(sent.status).toBe(200);
+    return { code: sent.body.code, client };
+  }
+  expect((await client.post('/v1/authentication/request', body)).status).toBe(200);
+  const fetched = await botCode(platformUserId);
+  expect(fetched.body.code).toEqual(expect.any(String));
+  return { code: fetched.body.code, client };
+}
 
 const site = () => new Client(app.url, nextIp(), app.publicApiKey);
 const botCode = async (platformUserId: string, platform = 'platform_a') =>
@@ -142,6 +191,37 @@ describeApp('POST /v1/authentication/request', () => {
     expect((await neighbour.post('/v1/authentication/verify', { code })).body.code).toBe('ERR_INVALID_CODE');
   });
 
+  it(`counts concurrent requests for one identity from one address once: with ${Limits.PENDING_WEB_CODES_PER_IP - 1} pending, all get its code`, async () => {
+    for (let round = 0; round < 5; round++) {
+      const client = site();
+      for (let i = 0; i < Limits.PENDING_WEB_CODES_PER_IP - 1; i++)
+        expect(
+          (
+            await client.post('/v1/authentication/request', {
+              platform: 'platform_a',
+              platform_user_id: nextIdentity(),
+            })
+          ).status,
+        ).toBe(200);
+      const id = nextIdentity();
+      const answers = await Promise.all(
+        [0, 1, 2].map(() =>
+          client.post('/v1/authentication/request', { platform: 'platform_a', platform_user_id: id }),
+        ),
+      );
+      expect(answers.map((r) => r.status)).toEqual([200, 200, 200]);
+      expect(new Set(answers.map((r) => r.body.expires_at)).size).toBe(1);
+      // That code is the address's 5th pending one, so a 6th identity is refused.
+      const sixth = await client.post('/v1/authentication/request', {
+        platform: 'platform_a',
+        platform_user_id: nextIdentity(),
+      });
+      expect(sixth.status).toBe(429);
+      const code = (await botCode(id)).body.code;
+      expect((await client.post('/v1/authentication/verify', { code })).status).toBe(200);
+    }
+  });
+
   it('refuses an unsupported platform with 400 ERR_UNSUPPORTED_PLATFORM', async () => {
     const res = await site().post('/v1/authentication/request', { platform: 'elsewhere', platform_user_id: '1' });
     expect(res.status).toBe(400);
@@ -249,6 +329,79 @@ describeApp('POST /v1/authentication/verify', () => {
     expect(res.status).toBe(400);
     expect(res.body.code).toBe('ERR_INVALID_CODE');
   });
+
+  it('draws another user_ name when the one drawn is taken, in the same login', async () => {
+    // The database refuses the next new user_ name once, as a unique index refuses a taken one.
+    // A sequence, not a table, counts: its values survive the rollback of the failed insert.
+    const statements = [
+      'create sequence test_name_clash',
+      `create function test_name_clash() returns trigger language plpgsql as $$
+      begin
+        if new.username like 'user\\_%' and nextval('test_name_clash') = 1 then
+          raise exception 'duplicate key value violates unique constraint "users_username_lower_idx"'
+            using errcode = 'unique_violation';
+        end if;
+        return new;
+      end $$`,
+      'create trigger test_name_clash before insert on users for each row execute function test_name_clash()',
+    ];
+    for (const statement of statements) await app.database.db.execute(sql.raw(statement));
+    try {
+      const client = site();
+      const id = nextIdentity();
+      await client.post('/v1/authentication/request', { platform: 'platform_a', platform_user_id: id });
+      const res = await client.post('/v1/authentication/verify', { code: (await botCode(id)).body.code });
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+      expect(res.body.new_account).toBe(true);
+      const [clash] = await rows<{ n: number }>(sql`select last_value::int as n from test_name_clash`);
+      expect(clash?.n).toBe(2);
+      const [account] = await rows<{ n: number }>(
+        sql`select count(*)::int as n from linked_platforms where platform_user_id = ${id}`,
+      );
+      expect(account?.n).toBe(1);
+    } finally {
+      for (const statement of [
+        'drop trigger test_name_clash on users',
+        'drop function test_name_clash()',
+        'drop sequence test_name_clash',
+      ])
+        await app.database.db.execute(sql.raw(statement));
+    }
+  });
+
+  it.skipIf(MODE === 'embedded')(
+    'logs a second verify creating the same new identity into the account the first one created',
+    async () => {
+      const db = pg as postgres.Sql;
+      const id = nextIdentity();
+      const browser = site();
+      const body = { platform: 'platform_a', platform_user_id: id };
+      await browser.post('/v1/authentication/request', body);
+      const first = (await botCode(id)).body.code;
+      // The first login stalls after inserting the account and identity (at its welcome notification).
+      const notifications = hold(db, async (tx) => {
+        await tx`lock table notifications in exclusive mode`;
+      });
+      await notifications.ready;
+      const one = browser.post('/v1/authentication/verify', { code: first });
+      await lockWaiters(db, 1);
+      // Its code is taken, so the identity gets a new one; that login waits on the first's identity row.
+      expect((await browser.post('/v1/authentication/request', body)).status).toBe(200);
+      const second = (await botCode(id)).body.code;
+      const two = browser.post('/v1/authentication/verify', { code: second });
+      await lockWaiters(db, 2);
+      await notifications.end();
+      const [a, b] = await Promise.all([one, two]);
+      expect([a.status, b.status], JSON.stringify(b.body)).toEqual([200, 200]);
+      expect([a.body.new_account, b.body.new_account]).toEqual([true, false]);
+      expect(b.body.user.id).toBe(a.body.user.id);
+      const [counts] = await rows<{ accounts: number; welcomes: number; sessions: number }>(sql`
+        select (select count(*)::int from linked_platforms where platform_user_id = ${id}) as accounts,
+               (select count(*)::int from notifications where user_id = ${a.body.user.id}) as welcomes,
+               (select count(*)::int from sessions where user_id = ${a.body.user.id}) as sessions`);
+      expect(counts).toEqual({ accounts: 1, welcomes: 1, sessions: 2 });
+    },
+  );
 
   it('rejects codes that are not 8 characters with 400 ERR_VALIDATION', async () => {
     for (const code of ['ABCDEFG', 'ABCDEFGHJ']) {
@@ -443,6 +596,77 @@ describeApp('POST /v1/authentication/bot/send-code', () => {
   });
 });
 
+describeApp(`bot logins in a row (${Limits.BOT_LOGIN_WEB_REQUIRED_EVERY}, then the website)`, () => {
+  const N = Limits.BOT_LOGIN_WEB_REQUIRED_EVERY;
+
+  it(`refuses at verify a bot code sent before the ${N}th bot login in a row: 403 ERR_WEB_LOGIN_REQUIRED, nothing written, the code used up`, async () => {
+    const { user, platformUserId } = await login(app, { bot });
+    // The same account on a second platform: each identity gets its own bot code while the count allows it.
+    const other = nextIdentity();
+    await app.database.db.execute(sql`
+      insert into linked_platforms (user_id, platform, platform_user_id, platform_username, platform_avatar_url, linked_at, last_authenticated_at)
+      values (${user.id}, 'platform_b', ${other}, 'Other', '', now(), now())`);
+    const body = { platform: 'platform_a', platform_user_id: platformUserId };
+    for (let i = 0; i < N - 1; i++) {
+      const sent = await bot.post('/v1/authentication/bot/send-code', body);
+      expect((await site().post('/v1/authentication/verify', { code: sent.body.code })).status).toBe(200);
+    }
+    const viaA = await bot.post('/v1/authentication/bot/send-code', body);
+    const viaB = await bot.post('/v1/authentication/bot/send-code', {
+      platform: 'platform_b',
+      platform_user_id: other,
+    });
+    expect([viaA.status, viaB.status]).toEqual([200, 200]);
+    expect((await site().post('/v1/authentication/verify', { code: viaA.body.code })).status).toBe(200);
+    await expectRefusedLogin(
+      user.id,
+      () => site().post('/v1/authentication/verify', { code: viaB.body.code }),
+      'ERR_WEB_LOGIN_REQUIRED',
+    );
+    const [row] = await rows<{ n: number }>(sql`select bot_logins_since_web as n from users where id = ${user.id}`);
+    expect(row?.n).toBe(N);
+    expect((await site().post('/v1/authentication/verify', { code: viaB.body.code })).body.code).toBe(
+      'ERR_INVALID_CODE',
+    );
+    // A web login is what lets bot logins start again.
+    await login(app, { bot, platformUserId });
+    expect((await bot.post('/v1/authentication/bot/send-code', body)).status).toBe(200);
+  });
+
+  it.skipIf(MODE === 'embedded')(
+    `refuses at verify a bot code sent while the ${N}th bot login in a row waits for the user row`,
+    async () => {
+      const db = pg as postgres.Sql;
+      const { user, platformUserId } = await login(app, { bot });
+      const body = { platform: 'platform_a', platform_user_id: platformUserId };
+      for (let i = 0; i < N - 1; i++) {
+        const sent = await bot.post('/v1/authentication/bot/send-code', body);
+        expect((await site().post('/v1/authentication/verify', { code: sent.body.code })).status).toBe(200);
+      }
+      const last = await bot.post('/v1/authentication/bot/send-code', body);
+      // Another write holds the user's row: the last allowed login has taken its code and waits for it.
+      const other = hold(db, async (tx) => {
+        await tx`select id from users where id = ${user.id} for update`;
+      });
+      await other.ready;
+      const verifying = site().post('/v1/authentication/verify', { code: last.body.code });
+      await lockWaiters(db, 1);
+      // send-code still reads the committed count, one short: it makes a code.
+      const overlapping = await bot.post('/v1/authentication/bot/send-code', body);
+      expect(overlapping.status).toBe(200);
+      await other.end();
+      expect((await verifying).status).toBe(200);
+      await expectRefusedLogin(
+        user.id,
+        () => site().post('/v1/authentication/verify', { code: overlapping.body.code }),
+        'ERR_WEB_LOGIN_REQUIRED',
+      );
+      const [row] = await rows<{ n: number }>(sql`select bot_logins_since_web as n from users where id = ${user.id}`);
+      expect(row?.n).toBe(N);
+    },
+  );
+});
+
 describeApp('POST /v1/authentication/logout', () => {
   it('ends the session: the cookie stops working', async () => {
     const { client } = await login(app, { bot });
@@ -485,5 +709,67 @@ describeApp('banned users', () => {
     expect(me.status).toBe(403);
     expect(me.body.code).toBe('ERR_BANNED');
     expect((await operator(app).get('/v1/health')).status).toBe(200);
+  });
+
+  for (const pool of ['web', 'bot'] as const) {
+    it(`cannot verify a ${pool} code made before the ban (403 ERR_BANNED): no session, no cookie`, async () => {
+      const { user, platformUserId } = await login(app, { bot });
+      const { code, client } = await pendingCode(pool, platformUserId);
+      const ban = await operator(app).post('/v1/admin/punishments/ban', { user_id: user.id, reason: 'test' });
+      expect(ban.status).toBe(200);
+      await expectRefusedLogin(user.id, () => client.post('/v1/authentication/verify', { code }), 'ERR_BANNED');
+      expect(client.cookie).toBeNull();
+    });
+  }
+});
+
+describeApp('timed-out users', () => {
+  const timeOut = async (userId: number) => {
+    const res = await operator(app).post('/v1/admin/punishments/timeout', { user_id: userId, duration: 3600 });
+    expect(res.status).toBe(200);
+  };
+
+  it('cannot request or be sent a login code until the timeout ends (403 ERR_TIMED_OUT)', async () => {
+    const { user, platformUserId } = await login(app, { bot });
+    await timeOut(user.id);
+    const body = { platform: 'platform_a', platform_user_id: platformUserId };
+    const asked = await site().post('/v1/authentication/request', body);
+    expect(asked.status).toBe(403);
+    expect(asked.body.code).toBe('ERR_TIMED_OUT');
+    const sent = await bot.post('/v1/authentication/bot/send-code', body);
+    expect(sent.status).toBe(403);
+    expect(sent.body.code).toBe('ERR_TIMED_OUT');
+    // Nothing was made for a bot to deliver.
+    expect((await botCode(platformUserId)).body).toEqual({ code: null, expires_at: null });
+  });
+
+  for (const pool of ['web', 'bot'] as const) {
+    it(`cannot verify a ${pool} code made before the timeout (403 ERR_TIMED_OUT): no session, no notification, none ended`, async () => {
+      const { user, platformUserId } = await login(app, { bot });
+      // Five live sessions: a login that got through would end the oldest.
+      for (let i = 0; i < 4; i++) await login(app, { bot, platformUserId });
+      const { code, client } = await pendingCode(pool, platformUserId);
+      await timeOut(user.id);
+      await expectRefusedLogin(user.id, () => client.post('/v1/authentication/verify', { code }), 'ERR_TIMED_OUT');
+      expect(client.cookie).toBeNull();
+    });
+  }
+
+  it('logs in again once the timeout has ended, before any sweep writes the state back', async () => {
+    const { user, platformUserId } = await login(app, { bot });
+    await timeOut(user.id);
+    // The deadline passes; the stored state still says Timeout.
+    await app.database.db.execute(
+      sql`update users set state_expires_at = now() - interval '1 second' where id = ${user.id}`,
+    );
+    const [row] = await rows<{ state: number }>(sql`select state from users where id = ${user.id}`);
+    expect(row?.state).toBe(1);
+    const again = await login(app, { bot, platformUserId });
+    expect(again.user.id).toBe(user.id);
+    const sent = await bot.post('/v1/authentication/bot/send-code', {
+      platform: 'platform_a',
+      platform_user_id: platformUserId,
+    });
+    expect(sent.status).toBe(200);
   });
 });

@@ -68,6 +68,25 @@ describeApp('bot rate limits', () => {
     expect(res.headers.get('retry-after')).toBe(String(res.body.retry_after));
   });
 
+  it('compares the hour’s requests with rate_limit_per_hour as it is now: a lowered limit counts those already made', async () => {
+    const { id, client } = await createBot(app, { rate_limit_per_hour: 5 });
+    for (let i = 0; i < 3; i++) expect((await client.get('/v1/bot/me')).status).toBe(200);
+    const setLimit = async (limit: number) =>
+      expect((await operator(app).post(`/v1/admin/bots/${id}/update`, { rate_limit_per_hour: limit })).status).toBe(
+        200,
+      );
+    await setLimit(2);
+    const refused = await client.get('/v1/bot/me');
+    expect(refused.status).toBe(429);
+    expect(refused.body.code).toBe('ERR_RATE_LIMITED');
+    expect(refused.body.retry_after).toBeGreaterThan(60);
+    // Raised again: the hour has 4 requests counted (the refused one too), so 2 more of 6 pass.
+    await setLimit(6);
+    const after = [];
+    for (let i = 0; i < 3; i++) after.push((await client.get('/v1/bot/me')).status);
+    expect(after).toEqual([200, 200, 429]);
+  });
+
   it(`allows ${Limits.BOT_REQUESTS_PER_MINUTE} requests a minute per key and refuses the next`, async () => {
     const { client } = await createBot(app);
     const results = [];

@@ -4,6 +4,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { FakeClock } from '../src/platform/clock.js';
 import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { bundle, join, keyedChat, member } from './support/chat-flows.js';
+import { Client, nextIp } from './support/client.js';
 import { login, setLevel } from './support/flows.js';
 import { closeAllSockets, connectSocket } from './support/sockets.js';
 import { eventually } from './support/vm-browser.js';
@@ -19,6 +20,13 @@ afterAll(async () => {
 
 const create = (client: { post: (p: string, b: unknown) => Promise<any> }, type = 'public', name = 'A chat') =>
   client.post('/v1/portal/chats/create', { name, type });
+
+/** A matched direct chat of two users, made as matchmaking makes it. */
+async function directChat(userIds: number[]): Promise<number> {
+  const made = await app.services.chats.createDirect(userIds, ['chats']);
+  if ('refused' in made) throw new Error(`direct chat refused: ${JSON.stringify(made.refused)}`);
+  return made.chat.id;
+}
 
 describeApp('POST /v1/portal/chats/create', () => {
   it('refuses Basic users with 403 ERR_CHAT_CREATE_FORBIDDEN', async () => {
@@ -131,6 +139,64 @@ describeApp('private chats, invites and membership history', () => {
     expect((await outsider.client.post(`/v1/portal/chats/${chatId}/invites/create`, {})).status).toBe(403);
   });
 
+  it('lists only live invites: a used-up one is neither listed nor deletable', async () => {
+    const { owner, chatId } = await keyedChat(app, 'private');
+    const once = (await owner.client.post(`/v1/portal/chats/${chatId}/invites/create`, { max_uses: 1 })).body.invite;
+    const twice = (await owner.client.post(`/v1/portal/chats/${chatId}/invites/create`, { max_uses: 2 })).body.invite;
+    const guest = await member(app);
+    expect((await join(guest, { invite: once.code })).ok).toBe(true);
+    expect((await join(await member(app), { invite: twice.code })).ok).toBe(true);
+    // `once` is used up (a join refuses it); `twice` has a use left, with its count.
+    const list = await owner.client.get(`/v1/portal/chats/${chatId}/invites`);
+    expect(list.body.invites.map((i: any) => [i.code, i.uses])).toEqual([[twice.code, 1]]);
+    const del = await owner.client.post(`/v1/portal/chats/${chatId}/invites/${once.code}/delete`, {});
+    expect([del.status, del.body.code]).toEqual([404, 'ERR_INVITE_NOT_FOUND']);
+    expect((await owner.client.post(`/v1/portal/chats/${chatId}/invites/${twice.code}/delete`, {})).body).toEqual({
+      ok: true,
+    });
+    expect((await owner.client.get(`/v1/portal/chats/${chatId}/invites`)).body.invites).toEqual([]);
+  });
+
+  it('shows the history of private and direct chats to their owner and Admins only; Moderators read public chats', async () => {
+    // A private chat of a plain user (Premium, for the slot), with a live invite used once.
+    const owner = await member(app);
+    await app.database.db.execute(
+      `update users set subscription_tier = 2, subscription_expires_at = now() + interval '7 days' where id = ${owner.user.id}` as never,
+    );
+    const chatId: number = (await create(owner.client, 'private', 'Private')).body.chat.id;
+    const code: string = (await owner.client.post(`/v1/portal/chats/${chatId}/invites/create`, { max_uses: 5 })).body
+      .invite.code;
+    const guest = await member(app);
+    expect((await join(guest, { invite: code })).ok).toBe(true);
+    const [mod, admin] = [await member(app, { level: 1 }), await member(app, { level: 2 })];
+    const history = (m: { client: Client }, id: number) => m.client.get(`/v1/portal/chats/${id}/activity`);
+    const refused = { status: 403, code: 'ERR_CANNOT_BROWSE_PRIVATE' };
+    const answer = async (m: { client: Client }, id: number) => {
+      const res = await history(m, id);
+      return res.status === 200
+        ? { status: 200, codes: res.body.activity.map((a: any) => a.invite_code) }
+        : { status: res.status, code: res.body.code };
+    };
+    // Neither a Moderator nor a plain member reads it (its invite codes would let the Moderator in).
+    expect(await answer(mod, chatId)).toEqual(refused);
+    expect(await answer(guest, chatId)).toEqual(refused);
+    expect(await join(mod, { chat_id: chatId })).toMatchObject({ ok: false, code: 'ERR_CANNOT_BROWSE_PRIVATE' });
+    for (const reader of [owner, admin]) {
+      expect(await answer(reader, chatId)).toEqual({ status: 200, codes: [code, null] });
+    }
+    // A direct chat (no owner): Admins only, its members and Moderators not.
+    const [a, b] = [await member(app), await member(app)];
+    const direct = await directChat([a.user.id, b.user.id]);
+    expect(await answer(mod, direct)).toEqual(refused);
+    expect(await answer(a, direct)).toEqual(refused);
+    expect((await history(admin, direct)).status).toBe(200);
+    // A public chat: Moderators read it as before; a plain member does not.
+    const pub = await keyedChat(app);
+    expect(await join(guest, { chat_id: pub.chatId })).toMatchObject({ ok: true });
+    expect((await history(mod, pub.chatId)).status).toBe(200);
+    expect((await history(guest, pub.chatId)).body.code).toBe('ERR_FORBIDDEN');
+  });
+
   it('lists my chats and sends chat:list on connection', async () => {
     const { owner, chatId } = await keyedChat(app);
     const list = await owner.client.get('/v1/portal/chats');
@@ -213,6 +279,37 @@ describeApp('the socket', () => {
     expect(m.socket.connected).toBe(true);
   });
 
+  it('answers an event with no payload, or arguments after it, with ERR_VALIDATION and does nothing', async () => {
+    const { chatId } = await keyedChat(app);
+    const m = await member(app);
+    // The ack is the last argument, whatever comes before it (an unanswered event fails the wait).
+    const ask = (...args: unknown[]) => (m.socket.timeout(10_000) as any).emitWithAck(...args);
+    const invalid = { ok: false, code: 'ERR_VALIDATION', message: expect.any(String) };
+    for (const event of [
+      'room:join',
+      'room:leave',
+      'vm:credentials',
+      'vm:watch',
+      'vm:unwatch',
+      'vm:frame:ack',
+      'vm:control:request',
+      'vm:control:grant',
+      'vm:control:release',
+      'vm:input',
+    ]) {
+      expect(await ask(event), event).toEqual(invalid);
+    }
+    const chatsOf = async () => (await m.client.get('/v1/portal/chats')).body.chats.map((c: any) => c.id);
+    expect(await ask('room:join', { chat_id: chatId }, 'extra')).toEqual(invalid);
+    expect(await ask('room:join', { chat_id: chatId }, { chat_id: chatId })).toEqual(invalid);
+    expect(await chatsOf()).not.toContain(chatId);
+    expect(await ask('room:join', { chat_id: chatId })).toMatchObject({ ok: true });
+    expect(await ask('room:leave', { chat_id: chatId }, 'extra')).toEqual(invalid);
+    expect(await chatsOf()).toContain(chatId);
+    expect(await ask('room:leave', { chat_id: chatId })).toEqual({ ok: true });
+    expect(m.socket.connected).toBe(true);
+  });
+
   it('drops the socket of a session that logs out, or is destroyed from another session', async () => {
     const a = await member(app);
     const b = await member(app, { platformUserId: a.platformUserId });
@@ -231,7 +328,7 @@ describeApp('POST /v1/portal/keys', () => {
     const same = await m.client.post('/v1/portal/keys', {
       public_key: Buffer.from(m.keys.publicKey).toString('base64'),
     });
-    expect(same.body).toEqual({ status: 'unchanged' });
+    expect(same.body).toEqual({ status: 'unchanged', session_id: m.sessionId });
     const lowOrder = Buffer.alloc(32);
     lowOrder[0] = 1;
     for (const public_key of [
@@ -255,6 +352,7 @@ describeApp('POST /v1/portal/keys', () => {
     const replacement = Buffer.alloc(32, 9).toString('base64');
     expect((await other.client.post('/v1/portal/keys', { public_key: replacement })).body).toEqual({
       status: 'registered',
+      session_id: other.sessionId,
     });
     expect(await owner.socket.next('portal:key_added', (e) => e.public_key === replacement)).toEqual({
       chat_id: chatId,
@@ -366,11 +464,16 @@ describeApp('POST /v1/portal/chats/{chat_id}/messages', () => {
   it('accepts 4096 characters of content and refuses 4097 with 400', async () => {
     const { owner, chatId, epoch } = await keyedChat(app);
     const shell = `{"v":2,"epoch":${epoch},"ct":""}`;
+    // The longest bundle that fits (ct is whole base64 quanta, and the bundle text is exact: no padding).
     const ct = 'A'.repeat(Math.floor((Limits.MESSAGE_CONTENT_MAX - shell.length) / 4) * 4);
-    const exact = `{"v":2,"epoch":${epoch},"ct":"${ct}"}`.padEnd(Limits.MESSAGE_CONTENT_MAX, ' ');
-    expect(exact).toHaveLength(Limits.MESSAGE_CONTENT_MAX);
-    expect((await owner.client.post(`/v1/portal/chats/${chatId}/messages`, { content: exact })).status).toBe(200);
-    const over = await owner.client.post(`/v1/portal/chats/${chatId}/messages`, { content: `${exact} ` });
+    const longest = `{"v":2,"epoch":${epoch},"ct":"${ct}"}`;
+    expect(longest.length).toBeGreaterThan(Limits.MESSAGE_CONTENT_MAX - 4);
+    expect((await owner.client.post(`/v1/portal/chats/${chatId}/messages`, { content: longest })).status).toBe(200);
+    // 4096 characters pass the length check (then the bundle check refuses them); 4097 do not.
+    const exact = 'x'.repeat(Limits.MESSAGE_CONTENT_MAX);
+    const at = await owner.client.post(`/v1/portal/chats/${chatId}/messages`, { content: exact });
+    expect([at.status, at.body.code]).toEqual([422, 'ERR_INVALID_BUNDLE']);
+    const over = await owner.client.post(`/v1/portal/chats/${chatId}/messages`, { content: `${exact}x` });
     expect(over.status).toBe(400);
     expect(over.body.code).toBe('ERR_VALIDATION');
   });
@@ -622,5 +725,33 @@ describeApp('connection state recovery', () => {
     });
     expect(seen).toEqual([first, missed]);
     socket.close();
+  });
+});
+
+describeApp('strangers and chats (docs/api.md, Strangers)', () => {
+  it('answers 401 to a stranger reading any chat but its own direct chats', async () => {
+    const pub = await keyedChat(app);
+    const priv = await keyedChat(app, 'private');
+    const s = new Client(app.url, nextIp(), app.publicApiKey);
+    const made = await s.post('/v1/portal/stranger', {});
+    expect(made.status).toBe(200);
+    const peer = await member(app);
+    const own = await directChat([made.body.user.id, peer.user.id]);
+    const others = await directChat([(await member(app)).user.id, (await member(app)).user.id]);
+    const reads = (id: number) => [
+      `/v1/portal/chats/${id}`,
+      `/v1/portal/chats/${id}/messages`,
+      `/v1/portal/chats/${id}/keys`,
+    ];
+    for (const id of [pub.chatId, priv.chatId, others]) {
+      for (const path of reads(id)) {
+        const res = await s.get(path);
+        expect([res.status, res.body.code], path).toEqual([401, 'ERR_UNAUTHENTICATED']);
+      }
+    }
+    for (const path of reads(own)) expect((await s.get(path)).status, path).toBe(200);
+    expect((await s.get(`/v1/portal/chats/${own}`)).body.chat).toMatchObject({ id: own, type: 'direct' });
+    // A registered non-member still reads the public chat's record.
+    expect((await peer.client.get(`/v1/portal/chats/${pub.chatId}`)).status).toBe(200);
   });
 });

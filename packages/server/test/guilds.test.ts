@@ -1,12 +1,14 @@
 import { AuditCodes, GUILD_PLATFORM, RoomSettingsDefaults } from '@parlor/protocol';
 import { desc, eq } from 'drizzle-orm';
+import postgres from 'postgres';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { FakeClock } from '../src/platform/clock.js';
-import { auditLog } from '../src/platform/db/schema.js';
-import { describeApp, startApp, type TestApp } from './support/app.js';
+import { auditLog, guilds } from '../src/platform/db/schema.js';
+import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { member } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
 import { createBot, type LoggedIn, login, nextIdentity, operator, setLevel } from './support/flows.js';
+import { hold, lockWaiters } from './support/pg-locks.js';
 import { closeAllSockets } from './support/sockets.js';
 
 const DAY = 24 * 3600 * 1000;
@@ -15,6 +17,8 @@ let app: TestApp;
 let bot: Client;
 let op: Client;
 let admin: LoggedIn;
+/** PostgreSQL (cluster project): the tests' own connection, to hold rows as another node would. */
+let sql: postgres.Sql | undefined;
 const clock = new FakeClock(Date.now());
 
 beforeAll(async () => {
@@ -23,9 +27,11 @@ beforeAll(async () => {
   op = operator(app);
   admin = await login(app, { bot });
   await setLevel(app, admin.user.id, 2);
+  if (app.config.databaseUrl) sql = postgres(app.config.databaseUrl, { max: 3, onnotice: () => {} });
 });
 afterAll(async () => {
   closeAllSockets();
+  await sql?.end({ timeout: 1 });
   await app?.close();
 });
 
@@ -163,6 +169,100 @@ describeApp('POST /v1/bot/guilds/{guild_id}', () => {
       401,
       'ERR_INVALID_API_KEY',
     );
+  });
+});
+
+/** The bot recorded as the guild's reporter (null: none), as stored. */
+const reporterOf = async (id: string) =>
+  (await app.database.db.select().from(guilds).where(eq(guilds.chatplatformId, id)))[0]?.reportedByBotId;
+
+describeApp('POST /v1/bot/guilds/{guild_id}: only the reporting bot (or an Official bot) reports a guild', () => {
+  it('answers 403 ERR_GUILD_OTHER_BOT to another bot, which changes nothing; the reporting bot goes on', async () => {
+    const first = await createBot(app, { name: 'Guild bot', type: 'verified' });
+    const other = (await createBot(app, { name: 'Other bot' })).client;
+    const g = await guild({ withPremium: true });
+    // The shared bot reported it; a guild of `first`'s own:
+    const id = nextIdentity();
+    const owner = nextIdentity();
+    expect(
+      (await upsert(id, { name: 'Big', member_count: 5000, owner_chatplatform_id: owner }, first.client)).status,
+    ).toBe(200);
+    expect(await reporterOf(id)).toBe(first.id);
+    const attacker = await login(app, { bot });
+    for (const [guildId, by] of [
+      [id, other],
+      [g.id, other],
+      [id, bot],
+    ] as const) {
+      const hijack = await upsert(
+        guildId,
+        { name: 'Taken', member_count: 1, owner_chatplatform_id: attacker.platformUserId, prefix: '$' },
+        by,
+      );
+      expectError(hijack, 403, 'ERR_GUILD_OTHER_BOT');
+    }
+    // Nothing moved: the attacker manages neither guild, and the records are as they were.
+    expectError(
+      await roomSettings(attacker.client, g.id, { start_url: 'https://phish.example/' }),
+      403,
+      'ERR_FORBIDDEN',
+    );
+    expect((await admin.client.get(`/v1/guilds/${id}`)).body).toMatchObject({
+      name: 'Big',
+      member_count: 5000,
+      owner_chatplatform_id: owner,
+      prefix: '',
+    });
+    expect((await admin.client.get(`/v1/guilds/${g.id}`)).body.owner_chatplatform_id).toBe(g.owner);
+    const again = await upsert(id, { name: 'Bigger', member_count: 5001 }, first.client);
+    expect(again.status).toBe(200);
+    expect(again.body).toMatchObject({ name: 'Bigger', owner_chatplatform_id: owner });
+  });
+
+  it('lets an Official bot report any guild without taking it from its reporting bot', async () => {
+    const official = (await createBot(app, { name: 'First-party', type: 'official' })).client;
+    const g = await guild();
+    const newOwner = nextIdentity();
+    const res = await upsert(g.id, { name: 'Renamed', member_count: 11, owner_chatplatform_id: newOwner }, official);
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(res.body).toMatchObject({ name: 'Renamed', owner_chatplatform_id: newOwner });
+    // The guild's own bot still reports it.
+    expect((await upsert(g.id, { name: 'Back', member_count: 12 })).status).toBe(200);
+    // A guild an Official bot reports first is that bot's.
+    const id = nextIdentity();
+    expect((await upsert(id, { name: 'Official first', member_count: 1 }, official)).status).toBe(200);
+    expectError(await upsert(id, { name: 'Mine', member_count: 1 }), 403, 'ERR_GUILD_OTHER_BOT');
+  });
+
+  it('gives a guild with no reporting bot (stored before it was recorded) to the next bot that reports it', async () => {
+    const g = await guild();
+    await app.database.db.update(guilds).set({ reportedByBotId: null }).where(eq(guilds.chatplatformId, g.id));
+    const next = await createBot(app, { name: 'Next bot' });
+    expect((await upsert(g.id, { name: 'Claimed', member_count: 2 }, next.client)).status).toBe(200);
+    expect(await reporterOf(g.id)).toBe(next.id);
+    expectError(await upsert(g.id, { name: 'Shared bot', member_count: 2 }), 403, 'ERR_GUILD_OTHER_BOT');
+  });
+
+  it('gives the guild of a deleted bot to the next bot that reports it', async () => {
+    const gone = await createBot(app, { name: 'Soon deleted' });
+    const id = nextIdentity();
+    expect((await upsert(id, { name: 'Orphan', member_count: 1 }, gone.client)).status).toBe(200);
+    expectError(await upsert(id, { name: 'Early', member_count: 1 }), 403, 'ERR_GUILD_OTHER_BOT');
+    expect((await op.post(`/v1/admin/bots/${gone.id}/delete`)).status).toBe(200);
+    const next = await createBot(app, { name: 'Successor' });
+    expect((await upsert(id, { name: 'Adopted', member_count: 1 }, next.client)).status).toBe(200);
+    expect(await reporterOf(id)).toBe(next.id);
+  });
+
+  it('gives a new guild reported by two bots at once to exactly one of them', async () => {
+    const [a, b] = [await createBot(app, { name: 'A' }), await createBot(app, { name: 'B' })];
+    const id = nextIdentity();
+    const answers = await Promise.all(
+      [a, b].map((x) => upsert(id, { name: 'Race', member_count: 1, owner_chatplatform_id: nextIdentity() }, x.client)),
+    );
+    expect(answers.map((r) => r.status).sort()).toEqual([200, 403]);
+    const winner = answers[0]?.status === 200 ? a : b;
+    expect(await reporterOf(id)).toBe(winner.id);
   });
 });
 
@@ -503,6 +603,27 @@ describeApp('POST /v1/admin/guilds/{guild_id}/sponsors/add, …/remove', () => {
     );
     expectError(await op.post(`/v1/admin/guilds/${g.id}/sponsors/add`, { user_id: '1' }), 400, 'ERR_VALIDATION');
   });
+
+  // PGlite runs one transaction at a time; on PostgreSQL the test deletes the user in a
+  // transaction of its own and lets the add wait for that row.
+  it.skipIf(MODE !== 'cluster')(
+    'answers 404 ERR_USER_NOT_FOUND, not 500, when the user is deleted while it runs',
+    async () => {
+      if (!sql) throw new Error('cluster only');
+      const g = await guild();
+      const doomed = await login(app, { bot });
+      const deletion = hold(sql, async (tx) => {
+        await tx`select id from users where id = ${doomed.user.id} for update`;
+        await tx`delete from users where id = ${doomed.user.id}`;
+      });
+      await deletion.ready;
+      const add = op.post(`/v1/admin/guilds/${g.id}/sponsors/add`, { user_id: doomed.user.id });
+      await lockWaiters(sql, 1);
+      await deletion.end();
+      expectError(await add, 404, 'ERR_USER_NOT_FOUND');
+      expect((await admin.client.get(`/v1/guilds/${g.id}`)).body.sponsor_ids).toEqual([]);
+    },
+  );
 });
 
 describeApp('room:join {vanity}', () => {

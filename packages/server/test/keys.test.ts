@@ -1,10 +1,12 @@
 import { INT32_MAX, KEY_SHARE_BODY_MAX_BYTES, Limits } from '@parlor/protocol';
+import { generateKeyPair, publicKeyToBase64 } from '@parlor/sdk';
 import { and, count, eq } from 'drizzle-orm';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { schema } from '../src/platform/db/index.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
 import { bulkMembers } from './support/bulk.js';
-import { join, keyedChat, type Member, member } from './support/chat-flows.js';
+import { join, keyEpoch, keyedChat, type Member, member, sessionIdOf, shareKey } from './support/chat-flows.js';
+import { login } from './support/flows.js';
 import { closeAllSockets } from './support/sockets.js';
 
 let app: TestApp;
@@ -150,5 +152,131 @@ describeApp('keying a key ring larger than one request', () => {
       envelope: wrapped(guest.sessionId),
     });
     expect((await guest.client.get(`/v1/portal/chats/${chatId}/keys`)).body.envelope).toBe(wrapped(guest.sessionId));
+  });
+});
+
+const freshKey = () => publicKeyToBase64(generateKeyPair().publicKey);
+const register = (m: { client: Member['client'] }, public_key: string) =>
+  m.client.post('/v1/portal/keys', { public_key });
+/** The sessions whose key row holds this public key. */
+async function holdersOf(publicKey: string): Promise<number[]> {
+  const rows = await app.database.db
+    .select({ id: schema.sessionKeys.sessionId })
+    .from(schema.sessionKeys)
+    .where(eq(schema.sessionKeys.publicKey, publicKey));
+  return rows.map((r) => r.id);
+}
+const epochOf = async (m: Member, chatId: number): Promise<number> =>
+  (await m.client.get(`/v1/portal/chats/${chatId}`)).body.chat.epoch;
+
+describeApp('POST /v1/portal/keys: one session per public key', () => {
+  it("answers the caller's session id, with unchanged for its own identical key", async () => {
+    const m = await member(app);
+    const again = await register(m, publicKeyToBase64(m.keys.publicKey));
+    expect([again.status, again.body]).toEqual([200, { status: 'unchanged', session_id: m.sessionId }]);
+    const fresh = await login(app);
+    const res = await register(fresh, freshKey());
+    expect(res.body).toEqual({ status: 'registered', session_id: await sessionIdOf(app, fresh.client) });
+  });
+
+  it("refuses another session's key with 409 ERR_PUBLIC_KEY_IN_USE (any user's, its own user's too) and changes nothing", async () => {
+    const { owner, chatId, epoch } = await keyedChat(app);
+    const victim = await member(app);
+    const attacker = await member(app);
+    for (const m of [victim, attacker]) expect((await join(m, { chat_id: chatId })).ok).toBe(true);
+    const victimKey = publicKeyToBase64(victim.keys.publicKey);
+    const attackerKey = publicKeyToBase64(attacker.keys.publicKey);
+    // The key is public (key rings, portal:key_added): another user's session, a session of its own
+    // user, and a session with no key yet all try to register it.
+    const ownUser = await login(app, { platformUserId: victim.platformUserId });
+    const keyless = await login(app);
+    for (const who of [attacker, ownUser, keyless]) {
+      const res = await register(who, victimKey);
+      expect([res.status, res.body.code]).toEqual([409, 'ERR_PUBLIC_KEY_IN_USE']);
+    }
+    expect(await holdersOf(victimKey)).toEqual([victim.sessionId]);
+    expect(await holdersOf(attackerKey)).toEqual([attacker.sessionId]);
+    const state = await owner.client.get(`/v1/portal/chats/${chatId}/keys`);
+    expect(state.body.epoch).toBe(epoch);
+    const listed = Object.values(state.body.key_ring as Record<string, Record<string, string>>).flatMap((sessions) =>
+      Object.entries(sessions).filter(([, key]) => key === victimKey),
+    );
+    expect(listed).toEqual([[String(victim.sessionId), victimKey]]);
+  });
+
+  it('of two sessions registering one key at once, one gets it and the other 409', async () => {
+    const [one, two] = [await login(app), await login(app)];
+    const key = freshKey();
+    const answers = await Promise.all([register(one, key), register(two, key)]);
+    expect(answers.map((r) => [r.status, r.body.status ?? r.body.code]).sort()).toEqual([
+      [200, 'registered'],
+      [409, 'ERR_PUBLIC_KEY_IN_USE'],
+    ]);
+    expect(await holdersOf(key)).toHaveLength(1);
+  });
+});
+
+/** A matched direct chat of two fresh members, both in its room, keyed by `a`; `b` holds the key. */
+async function directChat(): Promise<{ a: Member; b: Member; chatId: number; epoch: number }> {
+  const [a, b] = [await member(app), await member(app)];
+  const made = await app.services.chats.createDirect([a.user.id, b.user.id], ['keys']);
+  if ('refused' in made) throw new Error(`direct chat refused: ${JSON.stringify(made.refused)}`);
+  const chatId = made.chat.id;
+  for (const m of [a, b]) expect((await join(m, { chat_id: chatId })).ok).toBe(true);
+  const { epoch } = await keyEpoch(a, chatId);
+  return { a, b, chatId, epoch };
+}
+
+describeApp('keys in an archived direct chat (read-only)', () => {
+  it('a share there is 403 ERR_CHAT_READ_ONLY and stores nothing', async () => {
+    const { a, b, chatId, epoch } = await directChat();
+    expect((await a.client.post('/v1/portal/match/leave', {})).status).toBe(200);
+    expect((await b.client.get(`/v1/portal/chats/${chatId}`)).body.chat.archived).toBe(true);
+    // A new session of b's is in the ring; b holds the key and tops it up.
+    const device = await member(app, { platformUserId: b.platformUserId });
+    const before = await storedAt(chatId, epoch);
+    const res = await share(b, chatId, { epoch, envelopes: envelopesFor([device.sessionId]) });
+    expect(answer(res)).toEqual([403, 'ERR_CHAT_READ_ONLY']);
+    expect(await storedAt(chatId, epoch)).toBe(before);
+    expect((await device.client.get(`/v1/portal/chats/${chatId}/keys`)).body).toMatchObject({ epoch, envelope: null });
+  });
+
+  it("a key replaced or removed raises the epoch of the user's active chats, not of an archived one", async () => {
+    const { a, b, chatId: direct, epoch } = await directChat();
+    const pub = await keyedChat(app);
+    expect((await join(a, { chat_id: pub.chatId })).ok).toBe(true);
+    expect((await b.client.post('/v1/portal/match/leave', {})).status).toBe(200);
+
+    expect((await register(a, freshKey())).body.status).toBe('registered'); // replaced
+    expect(await epochOf(a, pub.chatId)).toBe(pub.epoch + 1);
+    expect(await epochOf(a, direct)).toBe(epoch);
+
+    const device = await member(app, { platformUserId: a.platformUserId });
+    const destroyed = await a.client.post(`/v1/users/me/sessions/${device.client.cookie?.slice(-6)}/destroy`, {});
+    expect(destroyed.status).toBe(200); // its key removed
+    expect(await epochOf(a, pub.chatId)).toBe(pub.epoch + 2);
+    expect(await epochOf(a, direct)).toBe(epoch);
+    // b still reads the archived chat at the epoch whose key it holds.
+    expect((await b.client.get(`/v1/portal/chats/${direct}/keys`)).body).toMatchObject({
+      epoch,
+      envelope: expect.any(String),
+    });
+  });
+});
+
+describeApp('envelopes of past epochs', () => {
+  it("keying an epoch deletes the chat's envelopes of earlier epochs (nothing reads them); until then they stay", async () => {
+    const { owner, chatId, chatKey, epoch } = await keyedChat(app);
+    const guest = await member(app);
+    expect((await join(guest, { chat_id: chatId })).ok).toBe(true);
+    await shareKey(owner, { chatId, chatKey, epoch }, [guest]);
+    expect(await storedAt(chatId, epoch)).toBe(2);
+    expect(await guest.socket.emitWithAck('room:leave', { chat_id: chatId })).toEqual({ ok: true });
+    expect(await epochOf(owner, chatId)).toBe(epoch + 1);
+    expect(await storedAt(chatId, epoch)).toBe(2);
+
+    await keyEpoch(owner, chatId);
+    expect(await storedAt(chatId, epoch)).toBe(0);
+    expect(await storedAt(chatId, epoch + 1)).toBe(1);
   });
 });

@@ -327,3 +327,30 @@ describeApp('a stranger block racing an enqueue in flight', () => {
     },
   );
 });
+
+describeApp('a ban committing while a pairing reads the waiting user', () => {
+  // The pairing's statement holds the users' rows as it reads them: it waits behind the test's
+  // transaction, which bans the waiting user as a ban does (its row lock, then the state).
+  it.skipIf(MODE === 'embedded')(
+    'on PostgreSQL: the pairing sees the ban once it commits: no chat, the caller searches on, the banned user is out of the queue',
+    async () => {
+      const t = tag();
+      const [a, b] = [await member(app), await member(app)];
+      expect((await match(a, [t])).body.state).toBe('searching');
+      const ban = hold(db, async (tx) => {
+        await tx`select id from users where id = ${a.user.id} for update`;
+        await tx`update users set state = 2 where id = ${a.user.id}`;
+      });
+      await ban.ready;
+      const pairing = match(b, [t]);
+      await lockWaiters(db, 1);
+      await ban.end();
+      expect((await pairing).body.state).toBe('searching');
+      expect((await b.client.get('/v1/portal/match/status')).body.state).toBe('searching');
+      expect(await activeDirect(app, b.user.id)).toBe(0);
+      expect(matchEvents(b)).toEqual([]);
+      expect((await app.services.matchmaking.status(a.user.id)).state).toBe('idle');
+      await b.client.post('/v1/portal/match/dequeue', {});
+    },
+  );
+});

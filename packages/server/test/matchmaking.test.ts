@@ -213,6 +213,57 @@ describeApp('POST /v1/portal/match', () => {
     ]);
   });
 
+  it('never pairs with a waiting user who may no longer use the platform (banned, timed out, a stranger whose session is over), counting the state that applies now', async () => {
+    const at = (ms: number) => `'${new Date(clock.now().getTime() + ms).toISOString()}'`;
+    // Written straight to the row, as a punishment that commits while the user's enqueue is still
+    // in flight leaves it: queued after the punishment took its searches out.
+    const cases: [string, (id: number) => string, boolean][] = [
+      ['banned', (id) => `update users set state = 2 where id = ${id}`, false],
+      ['timed out', (id) => `update users set state = 1, state_expires_at = ${at(3600_000)} where id = ${id}`, false],
+      [
+        'a timeout that ran out',
+        (id) => `update users set state = 1, state_expires_at = ${at(-1000)} where id = ${id}`,
+        true,
+      ],
+      [
+        'a temporary ban that ran out, with a timeout still running after it',
+        (id) =>
+          `update users set state = 2, state_expires_at = ${at(-1000)}, then_state = 1, then_state_expires_at = ${at(3600_000)} where id = ${id}`,
+        false,
+      ],
+      [
+        'a stranger whose session is over',
+        (id) => `update sessions set ended_at = ${at(0)} where user_id = ${id}`,
+        false,
+      ],
+    ];
+    for (const [what, write, pairs] of cases) {
+      const t = tag();
+      const waiting =
+        what === 'a stranger whose session is over'
+          ? await (async () => {
+              const client = new Client(app.url, nextIp(), app.publicApiKey);
+              const user = (await client.post('/v1/portal/stranger', {})).body.user;
+              await connectSocket(app.url, client);
+              return { client, user };
+            })()
+          : await member(app);
+      const next = await member(app);
+      expect((await match(waiting, [t])).body.state, what).toBe('searching');
+      await app.database.db.execute(write(waiting.user.id) as never);
+      expect((await match(next, [t])).body.state, what).toBe('searching');
+      const now = (await next.client.get('/v1/portal/match/status')).body;
+      if (pairs) {
+        expect(now.state, what).toBe('matched');
+      } else {
+        // The pairing was refused: the caller searches on (queued), the waiting user is out.
+        expect(now.state, what).toBe('searching');
+        expect((await app.services.matchmaking.status(waiting.user.id)).state, what).toBe('idle');
+        await next.client.post('/v1/portal/match/dequeue', {});
+      }
+    }
+  });
+
   // An app of its own starts inside the test: that may take tens of seconds on a loaded machine.
   it('answers 409 ERR_MATCH_NO_PEERS_ONLINE when nobody else has a socket', async () => {
     const lone = await startApp({ clock });
@@ -251,6 +302,19 @@ describeApp('queue deadline, leave and the direct chat lifecycle', () => {
     expect((await a.client.get('/v1/portal/match/status')).body).toEqual({ state: 'idle' });
   });
 
+  it('tells a user whose deadline passed when an enqueue meets its entry before the deadline sweep does (match:timeout)', async () => {
+    const t = tag();
+    const [a, b] = [await member(app), await member(app)];
+    expect((await match(a, [t])).body.state).toBe('searching');
+    clock.advance(Limits.MATCH_QUEUE_WAIT_MS);
+    // Still online (the refresh every 30 s keeps connected users so).
+    await app.services.matchmaking.markOnline([a.user.id, b.user.id]);
+    expect((await match(b, [t])).body.state).toBe('searching');
+    expect(await a.socket.next('match:timeout', (e) => e.interests[0] === t, 5_000)).toEqual({ interests: [t] });
+    expect((await a.client.get('/v1/portal/match/status')).body).toEqual({ state: 'idle' });
+    await b.client.post('/v1/portal/match/dequeue', {});
+  });
+
   it('leave archives the chat read-only with a system message; 404 ERR_NO_DIRECT_CHAT without one', async () => {
     const { a, b, chatId } = await pair();
     const left = await a.client.post('/v1/portal/match/leave', {});
@@ -265,7 +329,7 @@ describeApp('queue deadline, leave and the direct chat lifecycle', () => {
     // Read-only: history is readable, sending is refused.
     expect((await b.client.get(`/v1/portal/chats/${chatId}/messages`)).status).toBe(200);
     const send = await b.client.post(`/v1/portal/chats/${chatId}/messages`, {
-      content: '{"v":2,"epoch":1,"ct":"AAAA"}',
+      content: `{"v":2,"epoch":1,"ct":"${Buffer.alloc(40).toString('base64')}"}`,
     });
     expect(send.body.code).toBe('ERR_CHAT_READ_ONLY');
   });
@@ -375,6 +439,18 @@ describeApp('strangers', () => {
     expect((await mod.client.post('/v1/portal/strangers/block', { user_id: s.user.id })).body).toEqual({ ok: true });
     expect((await s.client.get('/v1/portal/match/status')).body).toEqual({ state: 'idle' });
     expect((await match(s, [t])).body.code).toBe('ERR_STRANGER_BLOCKED');
+  });
+
+  it('tells a stranger blocked while searching that its search ended (match:timeout)', async () => {
+    const s = await stranger();
+    const socket = await connectSocket(app.url, s.client);
+    await member(app);
+    const mod = await member(app, { level: 1 });
+    const t = tag();
+    expect((await match(s, [t])).body.state).toBe('searching');
+    expect((await mod.client.post('/v1/portal/strangers/block', { user_id: s.user.id })).body).toEqual({ ok: true });
+    expect(await socket.next('match:timeout', (e) => e.interests[0] === t, 5_000)).toEqual({ interests: [t] });
+    expect((await s.client.get('/v1/portal/match/status')).body).toEqual({ state: 'idle' });
   });
 
   it('is blocked from matchmaking by a moderator (403 ERR_STRANGER_BLOCKED), and cannot join public chats', async () => {

@@ -1,9 +1,15 @@
 import { INT32_MAX, Limits } from '@parlor/protocol';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { BUNDLE_CT_MIN_BYTES } from '../src/modules/messages/messages.bundle.js';
 import { makeMessagesStore } from '../src/modules/messages/messages.store.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
-import { bundle, join, keyEpoch, keyedChat, member, receiveKey, shareKey } from './support/chat-flows.js';
+import { bundle, join, keyEpoch, keyedChat, type Member, member, receiveKey, shareKey } from './support/chat-flows.js';
+import { operator } from './support/flows.js';
 import { closeAllSockets } from './support/sockets.js';
+
+/** Canonical base64 of `n` zero bytes: a `ct` the server takes (it cannot read inside). */
+const zeros = (n: number) => Buffer.alloc(n).toString('base64');
+const CT = zeros(BUNDLE_CT_MIN_BYTES);
 
 let app: TestApp;
 beforeAll(async () => {
@@ -232,7 +238,7 @@ describeApp('the bundle epoch', () => {
   it(`is a bundle up to ${INT32_MAX} (then 403 ERR_EPOCH_MISMATCH as any other epoch); above, 422 ERR_INVALID_BUNDLE`, async () => {
     const { owner, chatId } = await keyedChat(app);
     const send = (epoch: number | string) =>
-      owner.client.post(`/v1/portal/chats/${chatId}/messages`, { content: `{"v":2,"epoch":${epoch},"ct":"AAAA"}` });
+      owner.client.post(`/v1/portal/chats/${chatId}/messages`, { content: `{"v":2,"epoch":${epoch},"ct":"${CT}"}` });
     const at = async (epoch: number | string) => {
       const res = await send(epoch);
       return [res.status, res.body.code];
@@ -242,5 +248,208 @@ describeApp('the bundle epoch', () => {
     expect(await at(3_000_000_000)).toEqual([422, 'ERR_INVALID_BUNDLE']);
     expect(await at('2147483648.0')).toEqual([422, 'ERR_INVALID_BUNDLE']);
     expect(await at('1e300')).toEqual([422, 'ERR_INVALID_BUNDLE']);
+  });
+});
+
+describeApp('the bundle shape', () => {
+  it(`takes a ct of ${BUNDLE_CT_MIN_BYTES} bytes and answers 422 ERR_INVALID_BUNDLE to one byte less`, async () => {
+    const { owner, chatId, epoch } = await keyedChat(app);
+    const send = (ct: string) =>
+      owner.client.post(`/v1/portal/chats/${chatId}/messages`, { content: `{"v":2,"epoch":${epoch},"ct":"${ct}"}` });
+    expect((await send(zeros(BUNDLE_CT_MIN_BYTES))).status).toBe(200);
+    const short = await send(zeros(BUNDLE_CT_MIN_BYTES - 1));
+    expect([short.status, short.body.code]).toEqual([422, 'ERR_INVALID_BUNDLE']);
+  });
+
+  it('answers 422 ERR_INVALID_BUNDLE to every text but the one the SDK writes, and stores none', async () => {
+    const { owner, chatId, epoch } = await keyedChat(app);
+    const url = `/v1/portal/chats/${chatId}/messages`;
+    const before = (await owner.client.get(url)).body.messages;
+    const loose = [
+      `{"v":2,"epoch":${epoch},"ct":"${CT.slice(0, -4)}AB=="}`, // non-canonical base64 (unused bits set)
+      `{"v":2,"epoch":${epoch},"ct":"AAAA"}`, // 3 bytes: less than nonce + tag
+      `{"v":2.0,"epoch":${epoch}.0,"ct":"${CT}"}`,
+      `{"v":2,"epoch":${epoch}e0,"ct":"${CT}"}`,
+      `{"v":2,"epoch":999,"epoch":${epoch},"ct":"${CT}"}`, // duplicate key
+      `{"\\u0076":2,"epoch":${epoch},"ct":"${CT}"}`, // escaped key name
+      `{"ct":"${CT}","epoch":${epoch},"v":2}`, // another key order
+      ` {"v":2,"epoch":${epoch},"ct":"${CT}"} `, // surrounding whitespace
+      `{"v": 2, "epoch": ${epoch}, "ct": "${CT}"}`,
+    ];
+    for (const content of loose) {
+      const res = await owner.client.post(url, { content });
+      expect([res.status, res.body.code], content).toEqual([422, 'ERR_INVALID_BUNDLE']);
+    }
+    expect((await owner.client.get(url)).body.messages).toEqual(before);
+    expect((await owner.client.post(url, { content: `{"v":2,"epoch":${epoch},"ct":"${CT}"}` })).status).toBe(200);
+  });
+});
+
+/** A public chat owned by a User (a premium one: the chat slot), joined and keyed. */
+async function usersChat() {
+  const owner = await member(app);
+  const grant = await operator(app).post('/v1/admin/subscriptions/grant', {
+    user_id: owner.user.id,
+    tier: 'PREMIUM',
+    duration_days: 30,
+  });
+  expect(grant.status, JSON.stringify(grant.body)).toBe(200);
+  const created = await owner.client.post('/v1/portal/chats/create', { name: 'Users', type: 'public' });
+  expect(created.status, JSON.stringify(created.body)).toBe(200);
+  const chatId: number = created.body.chat.id;
+  expect((await join(owner, { chat_id: chatId })).ok).toBe(true);
+  return { owner, chatId, ...(await keyEpoch(owner, chatId)) };
+}
+
+/** Members who join `chatId` and get its key from `holder`. */
+async function joined(holder: Member, key: { chatId: number; chatKey: Uint8Array; epoch: number }, levels: number[]) {
+  const members = [];
+  for (const level of levels) {
+    const m = await member(app, { level });
+    expect((await join(m, { chat_id: key.chatId })).ok).toBe(true);
+    members.push(m);
+  }
+  await shareKey(holder, key, members);
+  return members;
+}
+
+const say = async (m: Member, key: { chatId: number; chatKey: Uint8Array; epoch: number }) => {
+  const res = await m.client.post(`/v1/portal/chats/${key.chatId}/messages`, {
+    content: bundle(key.chatKey, key.chatId, key.epoch, 'm'),
+  });
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
+  return res.body.id as string;
+};
+
+const idsIn = async (m: Member, chatId: number) =>
+  (await m.client.get(`/v1/portal/chats/${chatId}/messages?limit=100`)).body.messages.map((x: { id: string }) => x.id);
+
+describeApp('deleting others\u2019 messages (spec 4.6 rule 2, moderation reach)', () => {
+  it('answers 403 to a Moderator who is a member of a private chat, by id and with delete-last, and deletes nothing', async () => {
+    const key = await keyedChat(app, 'private');
+    const { owner, chatId } = key;
+    const guest = await member(app);
+    const mod = await member(app, { level: 1 });
+    for (const m of [guest, mod]) {
+      const invite = await owner.client.post(`/v1/portal/chats/${chatId}/invites/create`, {});
+      expect((await join(m, { invite: invite.body.invite.code })).ok).toBe(true);
+    }
+    await shareKey(owner, key, [guest, mod]);
+    const [o1, g1, m1] = [await say(owner, key), await say(guest, key), await say(mod, key)];
+    for (const ids of [[o1], [g1]]) {
+      const res = await mod.client.post(`/v1/portal/chats/${chatId}/messages/delete`, { ids });
+      expect([res.status, res.body.code]).toEqual([403, 'ERR_FORBIDDEN']);
+    }
+    const last = await mod.client.post(`/v1/portal/chats/${chatId}/messages/delete-last`, { count: 100 });
+    expect([last.status, last.body.code]).toEqual([403, 'ERR_FORBIDDEN']);
+    expect(await idsIn(owner, chatId)).toEqual(expect.arrayContaining([o1, g1, m1]));
+    // Its own messages stay its own to delete.
+    const own = await mod.client.post(`/v1/portal/chats/${chatId}/messages/delete`, { ids: [m1] });
+    expect(own.body).toEqual({ deleted: 1, deleted_ids: [m1] });
+  });
+
+  it('answers 403 to a Moderator in a public chat whose owner is an Admin', async () => {
+    const key = await keyedChat(app);
+    const [guest] = await joined(key.owner, key, [0]);
+    const g1 = await say(guest as Member, key);
+    const mod = await member(app, { level: 1 });
+    const byId = await mod.client.post(`/v1/portal/chats/${key.chatId}/messages/delete`, { ids: [g1] });
+    expect([byId.status, byId.body.code]).toEqual([403, 'ERR_FORBIDDEN']);
+    const last = await mod.client.post(`/v1/portal/chats/${key.chatId}/messages/delete-last`, { count: 1 });
+    expect([last.status, last.body.code]).toEqual([403, 'ERR_FORBIDDEN']);
+    expect(await idsIn(key.owner, key.chatId)).toContain(g1);
+  });
+
+  it('refuses by id, all or nothing, messages of users at or above the actor; delete-last passes over them', async () => {
+    const key = await usersChat();
+    const { owner, chatId } = key;
+    const [guest, admin] = (await joined(owner, key, [0, 2])) as [Member, Member];
+    const mod = await member(app, { level: 1 }); // acts in a public chat of a User without joining it
+    const g1 = await say(guest, key);
+    const a1 = await say(admin, key);
+    const o1 = await say(owner, key);
+    const g2 = await say(guest, key);
+    for (const [who, ids] of [
+      [mod, [a1]],
+      [mod, [g1, a1]],
+      [owner, [g2, a1]],
+    ] as const) {
+      const res = await who.client.post(`/v1/portal/chats/${chatId}/messages/delete`, { ids });
+      expect([res.status, res.body.code, res.body.message]).toEqual([
+        403,
+        'ERR_FORBIDDEN',
+        'That user is out of your reach.',
+      ]);
+    }
+    expect(await idsIn(owner, chatId)).toEqual(expect.arrayContaining([g1, a1, o1, g2]));
+    // The newest three the Moderator may delete: the Admin's message is passed over and not counted.
+    const last = await mod.client.post(`/v1/portal/chats/${chatId}/messages/delete-last`, { count: 3 });
+    expect(last.status, JSON.stringify(last.body)).toBe(200);
+    expect(last.body.deleted).toBe(3);
+    expect([...last.body.deleted_ids].sort()).toEqual([g1, o1, g2].sort());
+    const left = await idsIn(owner, chatId);
+    expect(left).toContain(a1);
+    for (const id of [g1, o1, g2]) expect(left).not.toContain(id);
+    // A plain member deletes only its own; the Admin deletes it.
+    const plain = await guest.client.post(`/v1/portal/chats/${chatId}/messages/delete`, { ids: [a1] });
+    expect([plain.status, plain.body.message]).toEqual([403, 'You may delete only your own messages.']);
+    expect((await admin.client.post(`/v1/portal/chats/${chatId}/messages/delete`, { ids: [a1] })).body).toEqual({
+      deleted: 1,
+      deleted_ids: [a1],
+    });
+  });
+});
+
+describeApp('system messages', () => {
+  it('answers 403 to deleting a system message by id, even among deletable ones, and keeps it through every delete', async () => {
+    const key = await keyedChat(app);
+    const { owner, chatId } = key;
+    const guest = await member(app);
+    expect((await join(guest, { chat_id: chatId })).ok).toBe(true);
+    expect(await guest.socket.emitWithAck('room:leave', { chat_id: chatId })).toEqual({ ok: true });
+    const page = (await owner.client.get(`/v1/portal/chats/${chatId}/messages`)).body.messages;
+    const system = page.find((m: { type: string; system: { kind: string } | null }) => m.system?.kind === 'leave');
+    expect(system).toBeDefined();
+    const { chatKey, epoch } = await keyEpoch(owner, chatId); // the leave moved the chat to a new epoch
+    const mine = await say(owner, { chatId, chatKey, epoch });
+    for (const ids of [[system.id], [mine, system.id]]) {
+      const res = await owner.client.post(`/v1/portal/chats/${chatId}/messages/delete`, { ids });
+      expect([res.status, res.body.code, res.body.message]).toEqual([
+        403,
+        'ERR_FORBIDDEN',
+        'System messages cannot be deleted.',
+      ]);
+    }
+    expect(await idsIn(owner, chatId)).toEqual(expect.arrayContaining([system.id, mine]));
+    const last = await owner.client.post(`/v1/portal/chats/${chatId}/messages/delete-last`, { count: 100 });
+    expect(last.body.deleted_ids).toEqual([mine]);
+    await owner.client.post(`/v1/portal/chats/${chatId}/messages/delete-mine`, {});
+    expect(await idsIn(owner, chatId)).toContain(system.id);
+  });
+});
+
+describeApp('an archived (read-only) direct chat', () => {
+  it('answers 403 ERR_CHAT_READ_ONLY to delete, delete-mine and delete-last, and deletes nothing', async () => {
+    const [a, b] = [await member(app, { level: 1 }), await member(app)];
+    const made = await app.services.chats.createDirect([a.user.id, b.user.id], ['read-only']);
+    if ('refused' in made) throw new Error(`refused: ${JSON.stringify(made)}`);
+    const chatId = made.chat.id;
+    const key = { chatId, ...(await keyEpoch(a, chatId)) };
+    const [a1, b1] = [await say(a, key), await say(b, key)];
+    expect((await a.client.post('/v1/portal/match/leave', { chat_id: chatId })).status).toBe(200);
+    const before = await idsIn(b, chatId);
+    expect(before).toEqual(expect.arrayContaining([a1, b1]));
+    for (const [who, path, body] of [
+      [a, 'delete', { ids: [a1] }],
+      [a, 'delete', { ids: [b1] }],
+      [b, 'delete', { ids: [b1] }],
+      [a, 'delete-mine', {}],
+      [b, 'delete-mine', {}],
+      [a, 'delete-last', { count: 100 }],
+    ] as const) {
+      const res = await who.client.post(`/v1/portal/chats/${chatId}/messages/${path}`, body);
+      expect([res.status, res.body.code], path).toEqual([403, 'ERR_CHAT_READ_ONLY']);
+    }
+    expect(await idsIn(b, chatId)).toEqual(before);
   });
 });

@@ -1,20 +1,26 @@
 import { Limits } from '@parlor/protocol';
+import postgres from 'postgres';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { FakeClock } from '../src/platform/clock.js';
-import { describeApp, startApp, type TestApp } from './support/app.js';
+import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { bundle, join, keyedChat, type Member, member } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
 import { countRows, failInserts } from './support/faults.js';
-import { createBot, login, operator } from './support/flows.js';
+import { createBot, login, operator, setLevel } from './support/flows.js';
+import { hold, lockWaiters } from './support/pg-locks.js';
 import { closeAllSockets, disconnected } from './support/sockets.js';
 
 let app: TestApp;
+/** PostgreSQL (cluster project): the tests' own connection, to hold rows as another node would. */
+let sql: postgres.Sql | undefined;
 const clock = new FakeClock(Date.now());
 beforeAll(async () => {
   app = await startApp({ clock });
+  if (app.config.databaseUrl) sql = postgres(app.config.databaseUrl, { max: 3, onnotice: () => {} });
 });
 afterAll(async () => {
   closeAllSockets();
+  await sql?.end({ timeout: 1 });
   await app?.close();
 });
 
@@ -187,6 +193,35 @@ describeApp('chat moderation (spec 4.6 rules 2-3)', () => {
     expect((await join(guest, { chat_id: chatId })).ok).toBe(true);
   });
 
+  it('a ban of a user who already left persists its system message with the ban, or neither (spec 2.9)', async () => {
+    const { owner, chatId, guest } = await chatWithGuest();
+    expect(await guest.socket.emitWithAck('room:leave', { chat_id: chatId })).toEqual({ ok: true });
+    const banned = async () =>
+      countRows(
+        app,
+        `select count(*) as n from moderation_actions where user_id = ${guest.user.id} and action_type = 'CHAT_BAN'`,
+      );
+    const systemBans = () =>
+      countRows(app, `select count(*) as n from messages where chat_id = ${chatId} and system->>'kind' = 'ban'`);
+    // The message cannot be written: the ban is not recorded either.
+    const lift = await failInserts(app, 'messages', "new.type = 'system'");
+    try {
+      const res = await owner.client.post(`/v1/portal/chats/${chatId}/ban`, { user_id: guest.user.id, reason: 'spam' });
+      expect(res.status).toBe(500);
+    } finally {
+      await lift();
+    }
+    expect([await banned(), await systemBans()]).toEqual([0, 0]);
+    const ban = await owner.client.post(`/v1/portal/chats/${chatId}/ban`, { user_id: guest.user.id, reason: 'spam' });
+    expect(ban.body).toEqual({ ok: true });
+    const system = await owner.socket.next('message:new', (m) => m.system?.kind === 'ban');
+    expect(system.system).toMatchObject({ user_id: guest.user.id, actor_id: owner.user.id, reason: 'spam' });
+    const history = await owner.client.get(`/v1/portal/chats/${chatId}/messages`);
+    expect(history.body.messages[0]).toMatchObject({ id: system.id, type: 'system', system: { kind: 'ban' } });
+    expect([await banned(), await systemBans()]).toEqual([1, 1]);
+    expect(await join(guest, { chat_id: chatId })).toMatchObject({ ok: false, code: 'ERR_CHAT_BANNED' });
+  });
+
   it('mute refuses sending with ttl; unmute lifts it and tells the chat; a hard mute outlives chat unmutes', async () => {
     const { owner, chatId, chatKey, epoch, guest } = await chatWithGuest();
     expect((await send(guest, chatId, chatKey, epoch)).status).toBe(200);
@@ -320,6 +355,8 @@ describeApp('chat moderation (spec 4.6 rules 2-3)', () => {
       (await send(guest, chatId, chatKey, epoch)).body.id,
       (await send(owner, chatId, chatKey, epoch)).body.id,
     ];
+    // Moderators act in public chats whose owner is below them (spec 4.6 rule 2), on users below them.
+    await setLevel(app, owner.user.id, 0);
     const mod = await member(app, { level: 1 });
     const res = await mod.client.post(`/v1/portal/chats/${chatId}/messages/delete-last`, { count: 2 });
     expect(res.body.deleted).toBe(2);
@@ -421,4 +458,190 @@ describeApp('POST /v1/portal/chats/{chat_id}/timeout and /warn: the target is in
       Limits.PUNISH_DURATION_MIN_S,
     ]);
   });
+});
+
+/** Audit entries about a user (the admin audit route). */
+const auditOf = async (userId: number) =>
+  (await operator(app).get(`/v1/admin/audit?target_user_id=${userId}`)).body.entries as { action: string }[];
+
+describeApp('nothing to lift: 200, and nothing recorded, notified or announced', () => {
+  it('POST /v1/admin/punishments/unban of a user who is not banned writes no audit entry and no notification', async () => {
+    const target = await member(app);
+    const notesBefore = (await target.client.get('/v1/notifications')).body.notifications;
+    const res = await operator(app).post('/v1/admin/punishments/unban', { user_id: target.user.id, reason: 'noop' });
+    expect([res.status, res.body]).toEqual([200, { ok: true }]);
+    expect(await auditOf(target.user.id)).toEqual([]);
+    expect((await target.client.get('/v1/notifications')).body.notifications).toEqual(notesBefore);
+    // A second unban after a real one is the same no-op: one unban entry, one "Ban lifted".
+    expect((await operator(app).post('/v1/admin/punishments/ban', { user_id: target.user.id })).status).toBe(200);
+    for (let i = 0; i < 2; i++)
+      expect((await operator(app).post('/v1/admin/punishments/unban', { user_id: target.user.id })).status).toBe(200);
+    expect((await auditOf(target.user.id)).map((e) => e.action)).toEqual(['unban', 'ban']);
+    const back = await login(app, { platformUserId: target.platformUserId });
+    const titles = (await back.client.get('/v1/notifications')).body.notifications.map((n: any) => n.title);
+    expect(titles.filter((t: string) => t === 'Ban lifted')).toHaveLength(1);
+  });
+
+  it('chat unmute, unban and hard-unmute of a user with nothing to lift write no audit entry; unmute sends no user:unmuted', async () => {
+    const { owner, chatId, guest } = await chatWithGuest();
+    const other = await member(app);
+    expect((await join(other, { chat_id: chatId })).ok).toBe(true);
+    const mod = await member(app, { level: 1 });
+    for (const res of [
+      await owner.client.post(`/v1/portal/chats/${chatId}/unmute`, { user_id: guest.user.id }),
+      await owner.client.post(`/v1/portal/chats/${chatId}/unban`, { user_id: guest.user.id }),
+      await mod.client.post('/v1/portal/hard-unmute', { user_id: guest.user.id }),
+    ])
+      expect([res.status, res.body]).toEqual([200, { ok: true }]);
+    expect(await auditOf(guest.user.id)).toEqual([]);
+    // The next user:unmuted the chat hears is the real unmute of the other member (events of one
+    // socket arrive in order): the no-op above sent none.
+    expect((await owner.client.post(`/v1/portal/chats/${chatId}/mute`, { user_id: other.user.id })).status).toBe(200);
+    expect((await owner.client.post(`/v1/portal/chats/${chatId}/unmute`, { user_id: other.user.id })).status).toBe(200);
+    expect(await owner.socket.next('user:unmuted')).toEqual({ chat_id: chatId, user_id: other.user.id });
+    expect((await auditOf(other.user.id)).map((e) => e.action)).toEqual(['chat-unmute', 'chat_mute']);
+  });
+});
+
+/** Moderation records of a user, as stored. */
+const recordsOf = (userId: number) =>
+  countRows(app, `select count(*) as n from moderation_actions where user_id = ${userId}`);
+
+/**
+ * Holds the user's row in a transaction of the test's own, as a request on another node would,
+ * and runs `work` in it; `run` starts the request under test, which must wait for the row. The
+ * holder commits once the request waits, then the request's answer is returned.
+ */
+async function racing(userId: number, work: string, run: () => Promise<{ status: number; body: any }>) {
+  if (!sql) throw new Error('cluster only');
+  const db = sql;
+  const holder = hold(db, async (tx) => {
+    await tx`select id from users where id = ${userId} for update`;
+    await tx.unsafe(work);
+  });
+  await holder.ready;
+  const answer = run();
+  await lockWaiters(db, 1);
+  await holder.end();
+  return answer;
+}
+
+// PGlite runs one transaction at a time, so nothing interleaves there; on PostgreSQL the test holds
+// the target's row (a promotion or a deletion not yet committed) and the request waits for it.
+const onPostgres = it.skipIf(MODE !== 'cluster');
+
+describeApp('moderation decides the level rule on the target row it locks (PostgreSQL)', () => {
+  const platform = {
+    ban: { duration: 3600 },
+    timeout: { duration: 60 },
+    warn: { reason: 'race' },
+    unban: {},
+  } as const;
+  for (const [kind, body] of Object.entries(platform)) {
+    onPostgres(
+      `an Admin's ${kind} racing the target's promotion to Admin answers 403 and changes nothing`,
+      async () => {
+        const admin = await member(app, { level: 2 });
+        const target = await member(app);
+        if (kind === 'unban')
+          expect((await operator(app).post('/v1/admin/punishments/ban', { user_id: target.user.id })).status).toBe(200);
+        const recordsBefore = await recordsOf(target.user.id);
+        const auditBefore = await auditOf(target.user.id);
+        const res = await racing(
+          target.user.id,
+          `update users set permission_level = 2 where id = ${target.user.id}`,
+          () => admin.client.post(`/v1/admin/punishments/${kind}`, { user_id: target.user.id, ...body }),
+        );
+        expect([res.status, res.body.code]).toEqual([403, 'ERR_FORBIDDEN']);
+        expect(await recordsOf(target.user.id)).toBe(recordsBefore);
+        expect(
+          await countRows(
+            app,
+            `select count(*) as n from moderation_actions where user_id = ${target.user.id} and is_lifted`,
+          ),
+        ).toBe(0);
+        expect(await auditOf(target.user.id)).toEqual(auditBefore);
+        const state = kind === 'unban' ? 2 : 0;
+        expect(
+          await countRows(app, `select count(*) as n from users where id = ${target.user.id} and state = ${state}`),
+        ).toBe(1);
+      },
+    );
+  }
+
+  for (const kind of ['kick', 'ban', 'mute', 'warn', 'timeout'] as const) {
+    onPostgres(
+      `a chat ${kind} by a User-level chat owner racing the target's promotion to Moderator answers 403 and changes nothing`,
+      async () => {
+        const { owner, chatId } = await premiumChat('public');
+        const guest = await member(app);
+        expect((await join(guest, { chat_id: chatId })).ok).toBe(true);
+        const res = await racing(
+          guest.user.id,
+          `update users set permission_level = 1 where id = ${guest.user.id}`,
+          () =>
+            owner.client.post(`/v1/portal/chats/${chatId}/${kind}`, {
+              user_id: guest.user.id,
+              ...(kind === 'timeout' ? { duration: 60 } : {}),
+            }),
+        );
+        expect(res.status, JSON.stringify(res.body)).toBe(403);
+        expect(res.body.code).toBe('ERR_FORBIDDEN');
+        expect(await recordsOf(guest.user.id)).toBe(0);
+        expect(await auditOf(guest.user.id)).toEqual([]);
+        const stillIn = `select count(*) as n from chat_members where chat_id = ${chatId} and user_id = ${guest.user.id} and left_at is null`;
+        expect(await countRows(app, stillIn)).toBe(1);
+      },
+    );
+  }
+
+  for (const [path, body] of [
+    ['/v1/admin/punishments/warn', { reason: 'x' }],
+    ['chat mute', {}],
+  ] as const) {
+    onPostgres(`${path} of a user deleted while it runs answers 404 ERR_USER_NOT_FOUND, not 500`, async () => {
+      const { owner, chatId } = await premiumChat('public');
+      const target = await member(app);
+      expect((await join(target, { chat_id: chatId })).ok).toBe(true);
+      const res = await racing(target.user.id, `delete from users where id = ${target.user.id}`, () =>
+        path === 'chat mute'
+          ? owner.client.post(`/v1/portal/chats/${chatId}/mute`, { user_id: target.user.id })
+          : operator(app).post(path, { user_id: target.user.id, ...body }),
+      );
+      expect({ status: res.status, code: res.body.code }).toEqual({ status: 404, code: 'ERR_USER_NOT_FOUND' });
+    });
+  }
+});
+
+describeApp('a ban or timeout ends the punished user’s search', () => {
+  let n = 0;
+  const tag = () => `modq${Date.now() % 1000}x${++n}`;
+  const punishments: [string, (target: Member) => Promise<{ status: number; body: any }>][] = [
+    ['an admin ban', (target) => operator(app).post('/v1/admin/punishments/ban', { user_id: target.user.id })],
+    [
+      'an admin timeout',
+      (target) => operator(app).post('/v1/admin/punishments/timeout', { user_id: target.user.id, duration: 3600 }),
+    ],
+    [
+      'a chat timeout',
+      async (target) => {
+        const { owner, chatId } = await premiumChat('public');
+        expect((await join(target, { chat_id: chatId })).ok).toBe(true);
+        return owner.client.post(`/v1/portal/chats/${chatId}/timeout`, { user_id: target.user.id, duration: 3600 });
+      },
+    ],
+  ];
+  for (const [what, punish] of punishments) {
+    it(`${what} takes a searching user out of the match queue: the next searcher on its tag is not paired with it`, async () => {
+      const t = tag();
+      const [target, next] = [await member(app), await member(app)];
+      expect((await target.client.post('/v1/portal/match', { interests: [t] })).body.state).toBe('searching');
+      const res = await punish(target);
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+      expect((await app.services.matchmaking.status(target.user.id)).state).toBe('idle');
+      expect((await next.client.post('/v1/portal/match', { interests: [t] })).body.state).toBe('searching');
+      expect((await next.client.get('/v1/portal/match/status')).body.state).toBe('searching');
+      await next.client.post('/v1/portal/match/dequeue', {});
+    });
+  }
 });

@@ -1,27 +1,33 @@
 import { AuditCodes, Limits } from '@parlor/protocol';
 import { and, desc, eq, sql } from 'drizzle-orm';
+import postgres from 'postgres';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { makeAuditStore } from '../src/modules/audit/audit.store.js';
 import { makeNotificationsService } from '../src/modules/notifications/notifications.service.js';
 import { makeNotificationsStore } from '../src/modules/notifications/notifications.store.js';
 import { systemClock } from '../src/platform/clock.js';
 import { auditLog, notifications, users } from '../src/platform/db/schema.js';
-import { describeApp, startApp, type TestApp } from './support/app.js';
+import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { Client, nextIp } from './support/client.js';
 import { createBot, type LoggedIn, login, operator, setLevel } from './support/flows.js';
+import { hold, lockWaiters } from './support/pg-locks.js';
 import { closeAllSockets, connectSocket } from './support/sockets.js';
 
 let app: TestApp;
 let bot: Client;
 let op: Client;
+/** PostgreSQL (cluster project): the tests' own connection, to hold rows as another node would. */
+let pg: postgres.Sql | undefined;
 
 beforeAll(async () => {
   app = await startApp();
   bot = (await createBot(app)).client;
   op = operator(app);
+  if (app.config.databaseUrl) pg = postgres(app.config.databaseUrl, { max: 3, onnotice: () => {} });
 });
 afterAll(async () => {
   closeAllSockets();
+  await pg?.end({ timeout: 1 });
   await app?.close();
 });
 
@@ -276,6 +282,82 @@ describeApp('POST /v1/admin/notifications (targeted)', () => {
     );
     expectError(await op.post('/v1/admin/notifications', to(2147483646)), 404, 'ERR_USER_NOT_FOUND');
   });
+});
+
+/**
+ * Holds the user's row in a transaction of the test's own (a promotion or deletion another node has
+ * not committed yet) while `run` starts the request, which must wait for that row; then commits.
+ */
+async function racing(userId: number, work: string, run: () => Promise<{ status: number; body: any }>) {
+  if (!pg) throw new Error('PostgreSQL only');
+  const db = pg;
+  const holder = hold(db, async (tx) => {
+    await tx`select id from users where id = ${userId} for update`;
+    await tx.unsafe(work);
+  });
+  await holder.ready;
+  const answer = run();
+  await lockWaiters(db, 1);
+  await holder.end();
+  return answer;
+}
+
+const notificationsOf = async (userId: number) =>
+  app.database.db.select().from(notifications).where(eq(notifications.userId, userId));
+
+// PGlite runs one transaction at a time, so nothing interleaves there; on PostgreSQL the request
+// meets a change of the recipient that another transaction has not committed yet.
+describeApp('POST /v1/admin/notifications (targeted) racing a change of the recipient (PostgreSQL)', () => {
+  it.skipIf(MODE !== 'cluster')(
+    'answers 404 ERR_USER_NOT_FOUND, not 500, when the recipient is deleted meanwhile',
+    async () => {
+      const target = await login(app, { bot });
+      const res = await racing(target.user.id, `delete from users where id = ${target.user.id}`, () =>
+        op.post('/v1/admin/notifications', { title: 'Hi', body: 'hello', type: 'info', user_id: target.user.id }),
+      );
+      expectError(res, 404, 'ERR_USER_NOT_FOUND');
+    },
+  );
+
+  it.skipIf(MODE !== 'cluster')(
+    'refuses an Admin (403) whose recipient is promoted to Admin meanwhile, and writes nothing',
+    async () => {
+      const admin = await login(app, { bot });
+      await setLevel(app, admin.user.id, 2);
+      const target = await login(app, { bot });
+      const before = await notificationsOf(target.user.id);
+      const res = await racing(
+        target.user.id,
+        `update users set permission_level = 2 where id = ${target.user.id}`,
+        () =>
+          admin.client.post('/v1/admin/notifications', {
+            title: 'Hi',
+            body: 'hello',
+            type: 'info',
+            user_id: target.user.id,
+          }),
+      );
+      expectError(res, 403, 'ERR_FORBIDDEN');
+      expect(await notificationsOf(target.user.id)).toEqual(before);
+    },
+  );
+
+  it.skipIf(MODE !== 'cluster')(
+    'refuses an Admin (403) deleting a notification of a user promoted to Admin meanwhile',
+    async () => {
+      const admin = await login(app, { bot });
+      await setLevel(app, admin.user.id, 2);
+      const target = await login(app, { bot });
+      const id = await send(target.user.id);
+      const res = await racing(
+        target.user.id,
+        `update users set permission_level = 2 where id = ${target.user.id}`,
+        () => admin.client.post(`/v1/admin/notifications/${id}/delete`),
+      );
+      expectError(res, 403, 'ERR_FORBIDDEN');
+      expect((await notificationsOf(target.user.id)).map((n) => n.id)).toContain(id);
+    },
+  );
 });
 
 describeApp('POST /v1/admin/notifications (broadcast) and deletion', () => {

@@ -1,16 +1,34 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { describeApp, startApp, type TestApp } from './support/app.js';
-import { join, keyedChat, member } from './support/chat-flows.js';
-import { closeAllSockets } from './support/sockets.js';
+import { describeApp, type Nodes, startNodes, type TestApp } from './support/app.js';
+import { join, keyedChat, type Member, member } from './support/chat-flows.js';
+import { closeAllSockets, connectSocket } from './support/sockets.js';
 
+// Two nodes over one store in the cluster project (one node, both A and B, embedded).
+let nodes: Nodes;
 let app: TestApp;
 beforeAll(async () => {
-  app = await startApp();
+  nodes = await startNodes();
+  app = nodes.a;
 });
 afterAll(async () => {
   closeAllSockets();
-  await app?.close();
+  await nodes?.close();
 });
+
+/** Another public chat of `owner`, whose room its socket is in. */
+async function sideChat(owner: Member): Promise<number> {
+  const created = await owner.client.post('/v1/portal/chats/create', { name: 'Side chat', type: 'public' });
+  expect(created.status).toBe(200);
+  const chatId: number = created.body.chat.id;
+  expect((await join(owner, { chat_id: chatId })).ok).toBe(true);
+  return chatId;
+}
+
+/** The `portal:presence` deltas a socket got about one session in one chat, in order. */
+const presenceDeltas = (m: Member, chatId: number, sessionId: number) =>
+  m.socket.received
+    .filter((r) => r.event === 'portal:presence' && r.payload.chat_id === chatId && r.payload.session_id === sessionId)
+    .map((r) => r.payload.online as boolean);
 
 const sorted = (xs: number[]) => [...xs].sort((a, b) => a - b);
 
@@ -75,5 +93,83 @@ describeApp('presence in a chat', () => {
       (r) => r.event === 'portal:presence' && r.payload.chat_id === chatId && r.payload.session_id !== owner.sessionId,
     );
     expect(deltas.map((r) => r.payload.session_id)).toEqual([g1.sessionId, g2.sessionId]);
+  });
+
+  it('keeps a session present while another of its sockets is in the room, on any node; offline with its last', async () => {
+    const { owner, chatId } = await keyedChat(app);
+    const side = await sideChat(owner);
+    // One session (same cookie) with a socket on each node: both in the chat, the first also in the side chat.
+    const g = await member(app);
+    const second = await connectSocket(nodes.b.url, g.client);
+    expect((await join(g, { chat_id: chatId })).ok).toBe(true);
+    expect((await join(g, { chat_id: side })).ok).toBe(true);
+    expect(((await second.emitWithAck('room:join', { chat_id: chatId } as never)) as any).ok).toBe(true);
+    g.socket.close();
+    // The side chat had no other socket of the session: it hears the session go, after the chat
+    // would have (a disconnect announces its chats in the order its socket entered them).
+    await owner.socket.next('portal:presence', (e) => e.chat_id === side && e.session_id === g.sessionId && !e.online);
+    // (Each socket's first entry said online: a repeated `true` changes no list.)
+    expect(presenceDeltas(owner, chatId, g.sessionId)).not.toContain(false);
+    // The session is still present in the chat, as a joiner's list says.
+    const late = await member(nodes.b);
+    const ack = await join(late, { chat_id: chatId });
+    expect(ack.members.map((m: any) => m.session_id)).toContain(g.sessionId);
+    // Its last socket goes: now it is offline, once.
+    second.close();
+    await owner.socket.next(
+      'portal:presence',
+      (e) => e.chat_id === chatId && e.session_id === g.sessionId && !e.online,
+    );
+    expect(presenceDeltas(owner, chatId, g.sessionId).filter((online) => !online)).toHaveLength(1);
+    await late.socket.next('portal:presence', (e) => e.chat_id === chatId && e.session_id === g.sessionId);
+    expect(presenceDeltas(late, chatId, g.sessionId)).toEqual([false]);
+  });
+
+  it('announces no session whose socket disconnected while its join ran (the membership it made stays)', async () => {
+    const { owner, chatId } = await keyedChat(app);
+    const side = await sideChat(owner);
+    const g = await member(app);
+    expect((await join(g, { chat_id: side })).ok).toBe(true);
+    // g's join of the chat waits, once the server has it, until its socket is gone.
+    const chats = app.services.chats;
+    const original = chats.join;
+    let release!: () => void;
+    const released = new Promise<void>((r) => {
+      release = r;
+    });
+    let began!: () => void;
+    const received = new Promise<void>((r) => {
+      began = r;
+    });
+    let finished: ReturnType<typeof original> | undefined;
+    chats.join = (data, payload, enter) => {
+      if (data.sessionId !== g.sessionId || !('chat_id' in payload) || payload.chat_id !== chatId)
+        return original(data, payload, enter);
+      finished = released.then(() => original(data, payload, enter));
+      began();
+      return finished;
+    };
+    try {
+      g.socket.emit('room:join', { chat_id: chatId } as never, (() => {}) as never);
+      await received;
+      g.socket.disconnect();
+      // The server has handled the disconnect once the side chat hears the session go.
+      await owner.socket.next(
+        'portal:presence',
+        (e) => e.chat_id === side && e.session_id === g.sessionId && !e.online,
+      );
+      release();
+      expect((await finished)?.chat.id).toBe(chatId);
+    } finally {
+      chats.join = original;
+    }
+    // A later join's delta reaches the owner after any the finished join sent.
+    const late = await member(app);
+    const ack = await join(late, { chat_id: chatId });
+    expect(ack.members.map((m: any) => m.session_id)).not.toContain(g.sessionId);
+    await owner.socket.next('portal:presence', (e) => e.chat_id === chatId && e.session_id === late.sessionId);
+    expect(presenceDeltas(owner, chatId, g.sessionId)).toEqual([]);
+    // The join itself was real: g is a member.
+    expect((await g.client.get('/v1/portal/chats')).body.chats.map((c: any) => c.id)).toContain(chatId);
   });
 });

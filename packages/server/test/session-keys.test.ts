@@ -156,8 +156,8 @@ describeApp('two key registrations for one session at once (PostgreSQL)', () => 
       const two = owner.client.post('/v1/portal/keys', { public_key: second });
       await Promise.race([two, lockWaiters(pg, 2)]);
       await session.end();
-      expect((await one).body).toEqual({ status: 'registered' });
-      expect((await two).body).toEqual({ status: 'registered' });
+      expect((await one).body).toEqual({ status: 'registered', session_id: sessionId });
+      expect((await two).body).toEqual({ status: 'registered', session_id: sessionId });
       expect(await epochOf()).toBe((before ?? 0) + 1);
       const keys = await pg<
         { public_key: string }[]

@@ -4,8 +4,11 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { FakeClock } from '../src/platform/clock.js';
 import { schema } from '../src/platform/db/index.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
+import { join, keyedChat, type Member, member } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
+import { countRows } from './support/faults.js';
 import { createBot, login, nextIdentity, setLevel } from './support/flows.js';
+import { closeAllSockets, connectSocket, disconnected } from './support/sockets.js';
 
 let app: TestApp;
 let bot: Client;
@@ -15,7 +18,10 @@ beforeAll(async () => {
   app = await startApp({ clock });
   bot = (await createBot(app)).client;
 });
-afterAll(async () => app?.close());
+afterAll(async () => {
+  closeAllSockets();
+  await app?.close();
+});
 
 /** Logs the same identity in again from a new client (a new device). */
 const device = async (platformUserId: string) => (await login(app, { bot, platformUserId })).client;
@@ -245,4 +251,138 @@ describeApp('session activity', () => {
     expect((await a.get('/v1/users/me')).status).toBe(200);
     expect((await seen()).sort((x, y) => (x ?? 0) - (y ?? 0))).toEqual([at, later]);
   });
+});
+
+const HOUR_MS = 3600_000;
+const db = () => app.database.db;
+const sessionRow = async (id: number) =>
+  (await db().select().from(schema.sessions).where(eq(schema.sessions.id, id)))[0];
+const keyRows = (sessionId: number) =>
+  countRows(app, `select count(*) as n from session_keys where session_id = ${sessionId}`);
+const epochOf = async (chatId: number) =>
+  Number(
+    (await db().select({ epoch: schema.chats.epoch }).from(schema.chats).where(eq(schema.chats.id, chatId)))[0]?.epoch,
+  );
+
+/** Moves the clock a second past the expiry of a member's session. */
+async function pastExpiryOf(m: Member) {
+  const row = await sessionRow(m.sessionId);
+  if (!row) throw new Error('no session row');
+  clock.advance(row.expiresAt.getTime() - clock.now().getTime() + 1000);
+}
+
+/**
+ * A member with a key and a socket, on a 1-day (Admin) session, in a keyed chat whose owner's
+ * session ends 12 hours after it: the member's expiry leaves the owner there to see the rekey.
+ */
+async function expiringMember() {
+  const guest = await member(app, { level: 2 });
+  clock.advance(12 * HOUR_MS);
+  const chat = await keyedChat(app);
+  expect((await join(guest, { chat_id: chat.chatId })).ok).toBe(true);
+  return { guest, chat, epoch: await epochOf(chat.chatId) };
+}
+
+/** What a session ended by its expiry leaves: over at its expiry, no key, its chat one epoch on. */
+async function expectEndedByExpiry(guest: Member, chat: { chatId: number }, epoch: number) {
+  const row = await sessionRow(guest.sessionId);
+  expect({ endedAt: row?.endedAt, endReason: row?.endReason }).toEqual({
+    endedAt: row?.expiresAt,
+    endReason: 'expired',
+  });
+  expect(await keyRows(guest.sessionId)).toBe(0);
+  expect(await epochOf(chat.chatId)).toBe(epoch + 1);
+}
+
+describeApp('session expiry', () => {
+  it('drops the socket of a session when it expires, removes its key and moves its chats to a new epoch', async () => {
+    const { guest, chat, epoch } = await expiringMember();
+    await pastExpiryOf(guest);
+    // No request of the guest's: the node finds its socket past the session's expiry.
+    expect(await disconnected(guest.socket)).toBe('io server disconnect');
+    const rekey = await chat.owner.socket.next('room:rekey', (p) => p.chat_id === chat.chatId && p.epoch > epoch);
+    expect(rekey).toEqual({ chat_id: chat.chatId, epoch: epoch + 1 });
+    expect(await chat.owner.socket.next('portal:key_removed', (p) => p.chat_id === chat.chatId)).toEqual({
+      chat_id: chat.chatId,
+      user_id: guest.user.id,
+      session_id: guest.sessionId,
+    });
+    await expectEndedByExpiry(guest, chat, epoch);
+    await expect(connectSocket(app.url, guest.client)).rejects.toThrow('ERR_UNAUTHENTICATED');
+  });
+
+  it('serves no event of a socket past its expiry: room:join is refused (or cannot be sent) and makes no member', async () => {
+    const guest = await member(app, { level: 2 });
+    clock.advance(12 * HOUR_MS);
+    const chat = await keyedChat(app);
+    await pastExpiryOf(guest);
+    // Sent at once: the node's check may or may not have dropped the socket yet.
+    const answer = await Promise.race([
+      guest.socket.emitWithAck('room:join', { chat_id: chat.chatId } as never) as Promise<{ code?: string }>,
+      disconnected(guest.socket).then(() => ({ code: 'disconnected' })),
+    ]);
+    expect(['ERR_UNAUTHENTICATED', 'disconnected']).toContain(answer.code);
+    await disconnected(guest.socket);
+    const members = `select count(*) as n from chat_members where chat_id = ${chat.chatId} and user_id = ${guest.user.id}`;
+    expect(await countRows(app, members)).toBe(0);
+  });
+
+  it('the expiry sweep ends a session that has no socket as a logout does, once when two sweeps run at once', async () => {
+    const { guest, chat, epoch } = await expiringMember();
+    guest.socket.close();
+    await pastExpiryOf(guest);
+    const sweep = () => app.services.sessions.sweepExpired();
+    const [a, b] = await Promise.all([sweep(), sweep()]);
+    // Sessions of earlier tests expired too; the guest's is ended once, by one of the two.
+    expect(a + b).toBeGreaterThanOrEqual(1);
+    await expectEndedByExpiry(guest, chat, epoch);
+    await chat.owner.socket.next('room:rekey', (p) => p.chat_id === chat.chatId && p.epoch === epoch + 1);
+    await chat.owner.socket.next('portal:key_removed', (p) => p.session_id === guest.sessionId);
+    expect(await app.services.sessions.sweepExpired()).toBe(0);
+  });
+
+  it('a request with an expired session answers 401 and has ended it by then', async () => {
+    const { guest, chat, epoch } = await expiringMember();
+    guest.socket.close();
+    await pastExpiryOf(guest);
+    expect((await guest.client.get('/v1/users/me')).status).toBe(401);
+    await expectEndedByExpiry(guest, chat, epoch);
+  });
+});
+
+describeApp('a session that ends while its socket handshake runs', () => {
+  it.each(['logout', 'eviction at a sixth login'])(
+    'drops the socket once it is in its session room (%s between the check and the join)',
+    async (how) => {
+      const guest = await login(app, { bot });
+      // Held after the handshake's session check, before the connection joins its rooms.
+      let reached!: () => void;
+      const atHold = new Promise<void>((resolve) => {
+        reached = resolve;
+      });
+      let release!: () => void;
+      const held = new Promise<void>((resolve) => {
+        release = resolve;
+      });
+      let holding = true;
+      app.services.realtime.io.use((_socket, next) => {
+        if (!holding) return next();
+        holding = false;
+        reached();
+        void held.then(() => next());
+      });
+      const connecting = connectSocket(app.url, guest.client);
+      await atHold;
+      if (how === 'logout') {
+        expect((await guest.client.post('/v1/authentication/logout', {})).status).toBe(200);
+      } else {
+        for (let i = 0; i < Limits.MAX_SESSIONS_PER_USER; i++) await device(guest.platformUserId);
+      }
+      expect((await guest.client.get('/v1/users/me')).status).toBe(401);
+      release();
+      const socket = await connecting;
+      await disconnected(socket);
+      expect(socket.connected).toBe(false);
+    },
+  );
 });

@@ -128,6 +128,8 @@ describeApp('shutdown', () => {
         'online-refresh',
         'punishment-expiry',
         'room-vm-sweep',
+        'session-expiry',
+        'session-socket-expiry',
         'stranger-accounts',
         'subscription-downgrade',
       ].sort(),

@@ -115,3 +115,27 @@ describeApp('the stranger account sweep', () => {
     expect((await s.client.get('/v1/portal/chats')).status).toBe(401);
   });
 });
+
+describeApp('a search when a session ends', () => {
+  it("ends a stranger's search at its logout: the next searcher on its tag is not paired with it", async () => {
+    const s = await stranger();
+    await connectSocket(app.url, s.client);
+    const next = await member(app);
+    const t = tag();
+    expect((await s.client.post('/v1/portal/match', { interests: [t] })).body.state).toBe('searching');
+    expect((await s.client.post('/v1/authentication/logout', {})).status).toBe(200);
+    expect((await app.services.matchmaking.status(s.id)).state).toBe('idle');
+    expect((await next.client.post('/v1/portal/match', { interests: [t] })).body.state).toBe('searching');
+    expect((await next.client.get('/v1/portal/match/status')).body.state).toBe('searching');
+    await next.client.post('/v1/portal/match/dequeue', {});
+  });
+
+  it("keeps a registered user's search when it logs out (it may sign in again before the deadline)", async () => {
+    const who = await member(app);
+    await member(app);
+    expect((await who.client.post('/v1/portal/match', { interests: [tag()] })).body.state).toBe('searching');
+    expect((await who.client.post('/v1/authentication/logout', {})).status).toBe(200);
+    expect((await app.services.matchmaking.status(who.user.id)).state).toBe('searching');
+    await app.services.matchmaking.dequeue(who.user.id);
+  });
+});

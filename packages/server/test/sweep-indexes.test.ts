@@ -6,7 +6,7 @@ import { dueDirect } from '../src/modules/chats/chats.direct.store.js';
 import { duePurge, ofDeletedChats } from '../src/modules/chats/chats.purge.store.js';
 import { liftDue, restoreDue } from '../src/modules/moderation/moderation.store.js';
 import { notificationsBefore } from '../src/modules/notifications/notifications.store.js';
-import { sessionsOver } from '../src/modules/sessions/sessions.store.js';
+import { expiryDue, sessionsOver } from '../src/modules/sessions/sessions.store.js';
 import { rowsOf } from '../src/platform/db/index.js';
 import {
   botCommands,
@@ -75,6 +75,10 @@ describeApp('the sweeps read through partial indexes that match their predicates
 
   it('the state restore uses users_state_expiry_idx', async () => {
     expect(await plan(restoreDue(now, 500))).toMatch(reads('users_state_expiry_idx'));
+  });
+
+  it('the session expiry sweep uses sessions_expiry_idx', async () => {
+    expect(await plan(expiryDue(now, 200))).toMatch(reads('sessions_expiry_idx'));
   });
 
   it.each([

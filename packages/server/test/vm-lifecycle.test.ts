@@ -3,9 +3,11 @@ import { chmodSync, existsSync, mkdirSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { eq } from 'drizzle-orm';
 import { afterAll, beforeAll, expect, it, vi } from 'vitest';
+import { schema } from '../src/platform/db/index.js';
 import { removeStaleProfiles } from '../src/platform/vm/chromium-process.js';
-import { startApp, type TestApp } from './support/app.js';
+import { describeApp, startApp, type TestApp } from './support/app.js';
 import { join, type Member, member } from './support/chat-flows.js';
 import { createBot, operator } from './support/flows.js';
 import { closeAllSockets } from './support/sockets.js';
@@ -49,6 +51,14 @@ const startAndWatch = async (by: Member, m: Member, chatId: number) => {
   return watcher;
 };
 
+/** A matched direct chat of two new members (both their sockets are in its room). */
+const directChat = async () => {
+  const [a, b] = await Promise.all([member(app), member(app)]);
+  const made = await app.services.chats.createDirect([a.user.id, b.user.id], ['rooms']);
+  if ('refused' in made) throw new Error(`direct chat refused: ${JSON.stringify(made.refused)}`);
+  return { a, b, chatId: made.chat.id };
+};
+
 beforeAll(async () => {
   site = await startTestSite();
   app = await startApp({ config: { vmAllowPrivateNetworks: true, vmMaxPerNode: 3, vmIdleTimeoutSeconds: 60 } });
@@ -61,7 +71,54 @@ afterAll(async () => {
   await site?.close();
 });
 
+describeApp('room VM of an archived direct chat', () => {
+  it('refuses to start it: 403 ERR_CHAT_READ_ONLY for either member, and launches nothing', async () => {
+    const { a, b, chatId } = await directChat();
+    expect((await a.client.post('/v1/portal/match/leave', { chat_id: chatId })).body).toEqual({
+      ok: true,
+      chat_id: chatId,
+    });
+    for (const m of [a, b]) {
+      const res = await m.client.post(`/v1/portal/chats/${chatId}/start`, {});
+      expect(res.status).toBe(403);
+      expect(res.body).toMatchObject({ code: 'ERR_CHAT_READ_ONLY', message: expect.any(String) });
+    }
+    expect(app.services.vm.isRunning(chatId)).toBe(false);
+    expect(app.vmProvider.status(String(chatId))).toBeNull();
+    // A stranger to the chat is refused as before: not the chat's to start.
+    const res = await carol.client.post(`/v1/portal/chats/${chatId}/start`, {});
+    expect(res.body.code).toBe('ERR_FORBIDDEN');
+  });
+});
+
 describeBrowser('room VM lifecycle (real Chromium)', () => {
+  it('archiving a direct chat stops its room: on a leave and in the expiry sweep (room:stopped, reason stopped)', async () => {
+    for (const archive of ['leave', 'sweep'] as const) {
+      const { a, b, chatId } = await directChat();
+      await startAndWatch(a, b, chatId);
+      const pid = app.vmProvider.pidOf(String(chatId)) as number;
+      if (archive === 'leave') expect((await b.client.post('/v1/portal/match/leave', {})).status).toBe(200);
+      else {
+        const c = schema.chats;
+        await app.database.db
+          .update(c)
+          .set({ expiresAt: new Date(Date.now() - 1000) })
+          .where(eq(c.id, chatId));
+        await app.services.chats.sweepDirect();
+      }
+      expect((await a.client.get(`/v1/portal/chats/${chatId}`)).body.chat.archived).toBe(true);
+      for (const m of [a, b])
+        expect(await m.socket.next('room:stopped', (p) => p.chat_id === chatId), archive).toEqual({
+          chat_id: chatId,
+          reason: 'stopped',
+        });
+      expect(app.services.vm.isRunning(chatId)).toBe(false);
+      expect(app.vmProvider.status(String(chatId))).toBeNull();
+      await eventually(() => !alive(pid), WAIT_MS, 'the browser gone');
+      expect((await a.client.post(`/v1/portal/chats/${chatId}/start`, {})).body.code).toBe('ERR_CHAT_READ_ONLY');
+    }
+  });
+
   it('deleting a chat stops its room: viewers get room:stopped (deleted), the browser and its profile are gone', async () => {
     const chatId = await createChat(owner, 'Deleted with its room');
     for (const m of [owner, carol]) expect((await join(m, { chat_id: chatId })).ok).toBe(true);

@@ -1,5 +1,7 @@
 import { lookup } from 'node:dns/promises';
-import { readFileSync, statSync } from 'node:fs';
+import { chmodSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import { LocalChromiumProvider } from '../src/platform/vm/local-provider.js';
 import { makeNetworkGuard } from '../src/platform/vm/network-guard.js';
@@ -163,6 +165,192 @@ describeLocal('local Chromium provider', () => {
       expect(site.hits).not.toContain('/secret');
     } finally {
       await provider.close();
+    }
+  });
+
+  /** The room's page tabs (DevTools targets), as URLs. */
+  const tabs = async (provider: LocalChromiumProvider, roomId: string) => {
+    const { targetInfos } = (await provider.devtools(roomId, 'Target.getTargets')) as {
+      targetInfos: { targetId: string; type: string; url: string }[];
+    };
+    return targetInfos.filter((t) => t.type === 'page');
+  };
+  /** Location of the room's page; null while it is between two documents or the browser restarts. */
+  const pathOf = (provider: LocalChromiumProvider, roomId: string) =>
+    provider.evaluate(roomId, 'location.pathname').catch(() => null);
+  const press = async (provider: LocalChromiumProvider, roomId: string, held: string[], key: string, code: string) => {
+    const send = (type: 'down' | 'up', k: string, c: string) =>
+      provider.input(roomId, { kind: 'key', type, key: k, code: c });
+    for (const h of held) await send('down', h, `${h}Left`);
+    const outcome = await send('down', key, code).then(
+      () => 'sent',
+      (err: { code?: string }) => err.code,
+    );
+    await send('up', key, code).catch(() => {});
+    for (const h of [...held].reverse()) await send('up', h, `${h}Left`);
+    return outcome;
+  };
+
+  it('keeps browser shortcuts from the room browser: the tab stays, history and reload keys do nothing', async () => {
+    const provider = new LocalChromiumProvider({ chromiumPath: CHROMIUM, maxRooms: 1 });
+    try {
+      await provider.start('keys', spec({ allowPrivateNetworks: true, startUrl: site.url('/button') }));
+      await eventually(async () => (await pathOf(provider, 'keys')) === '/button', WAIT_MS, 'the start page');
+      await provider.navigate('keys', { url: site.url('/page2') });
+      await eventually(async () => (await pathOf(provider, 'keys')) === '/page2', WAIT_MS, 'page2');
+      const served = site.hits.length;
+      for (const [held, key, code] of [
+        [['Alt'], 'ArrowLeft', 'ArrowLeft'],
+        [['Alt'], 'Home', 'Home'],
+        [['Control'], 'r', 'KeyR'],
+        [['Control'], 'w', 'KeyW'],
+        [['Control', 'Shift'], 'W', 'KeyW'],
+        [['Control'], 't', 'KeyT'],
+        [[], 'BrowserBack', 'BrowserBack'],
+      ] as const)
+        expect(await press(provider, 'keys', [...held], key, code), `${held.join('+')}+${key}`).toBe('ERR_FORBIDDEN');
+      // Keys are answered in order: a navigation or a closed tab would show by now.
+      expect(await provider.evaluate('keys', 'location.pathname')).toBe('/page2');
+      expect((await tabs(provider, 'keys')).map((t) => t.url)).toEqual([site.url('/page2')]);
+      expect(site.hits.slice(served).filter((h) => h !== '/favicon.ico')).toEqual([]);
+      expect(provider.status('keys')).toMatchObject({ state: 'running', restarts: 0 });
+      await provider.input('keys', { kind: 'text', text: 'x' });
+    } finally {
+      await provider.close();
+    }
+  });
+
+  it('closes the tabs the room did not open (browser pages a shortcut opens), at once', async () => {
+    const provider = new LocalChromiumProvider({ chromiumPath: CHROMIUM, maxRooms: 1 });
+    try {
+      await provider.start('tabs', spec({ allowPrivateNetworks: true, startUrl: site.url('/button') }));
+      await eventually(async () => (await pathOf(provider, 'tabs')) === '/button', WAIT_MS, 'the start page');
+      // Ctrl+H (history) and Ctrl+U (view source) are pages' shortcuts too (find and replace, underline).
+      expect(await press(provider, 'tabs', ['Control'], 'h', 'KeyH')).toBe('sent');
+      expect(await press(provider, 'tabs', ['Control'], 'u', 'KeyU')).toBe('sent');
+      const opened = await provider.devtools('tabs', 'Target.createTarget', { url: 'about:blank' });
+      expect(opened.targetId).toEqual(expect.any(String));
+      await eventually(
+        async () => (await tabs(provider, 'tabs')).map((t) => t.url).join() === site.url('/button'),
+        WAIT_MS,
+        'only the room’s tab left',
+      );
+      expect(provider.status('tabs')).toMatchObject({ state: 'running', restarts: 0 });
+    } finally {
+      await provider.close();
+    }
+  });
+
+  it('restarts the browser when the room’s tab is closed anyway, as after a crash', async () => {
+    const provider = new LocalChromiumProvider({ chromiumPath: CHROMIUM, maxRooms: 1 });
+    try {
+      await provider.start('closed', spec({ allowPrivateNetworks: true, startUrl: site.url('/anim') }));
+      await eventually(async () => (await pathOf(provider, 'closed')) === '/anim', WAIT_MS, 'the start page');
+      const frames: number[] = [];
+      const unsubscribe = provider.subscribe('closed', (f) => frames.push(f.seq));
+      const first = provider.pidOf('closed');
+      const [tab] = await tabs(provider, 'closed');
+      await provider.devtools('closed', 'Target.closeTarget', { targetId: tab?.targetId });
+      await eventually(
+        () => provider.status('closed')?.state === 'running' && provider.pidOf('closed') !== first,
+        WAIT_MS,
+        'a new browser',
+      );
+      expect(provider.status('closed')?.restarts).toBe(1);
+      await eventually(async () => (await pathOf(provider, 'closed')) === '/anim', WAIT_MS, 'the start page again');
+      await provider.input('closed', { kind: 'text', text: 'x' });
+      const seen = frames.length;
+      await eventually(() => frames.length > seen, WAIT_MS, 'frames of the new browser');
+      unsubscribe();
+    } finally {
+      await provider.close();
+    }
+  });
+
+  /**
+   * A stand-in browser binary: it answers the DevTools pipe as Chromium would for a room's set-up
+   * (an empty result to anything else), after `handle` had its say on each message (`msg`, and
+   * `answer(result)` / `fail(message)` to answer it; returning true means handled). Each run
+   * appends a line to `runs`. Runs as `nobody` when the tests run as root, hence the modes.
+   */
+  const standIn = (handle: string) => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'parlor-stand-in-browser-'));
+    chmodSync(dir, 0o777);
+    const binary = path.join(dir, 'browser');
+    const runs = path.join(dir, 'runs');
+    writeFileSync(
+      binary,
+      `#!${process.execPath}
+const fs = require('fs');
+fs.appendFileSync(${JSON.stringify(runs)}, 'run\\n');
+const out = fs.createWriteStream(null, { fd: 4 });
+const send = (m) => out.write(JSON.stringify(m) + '\\0');
+const defaults = {
+  'Target.getTargets': { targetInfos: [] },
+  'Target.createTarget': { targetId: 'T1' },
+  'Target.attachToTarget': { sessionId: 'S1' },
+};
+let buf = '';
+fs.createReadStream(null, { fd: 3 }).on('data', (d) => {
+  buf += d.toString();
+  for (let i = buf.indexOf('\\0'); i >= 0; i = buf.indexOf('\\0')) {
+    const msg = JSON.parse(buf.slice(0, i));
+    buf = buf.slice(i + 1);
+    const answer = (result) => send({ id: msg.id, result });
+    const fail = (message) => send({ id: msg.id, error: { code: -32000, message } });
+    if ((() => { ${handle} })()) continue;
+    answer(defaults[msg.method] ?? {});
+  }
+});
+setInterval(() => {}, 1 << 30);
+`,
+      { mode: 0o755 },
+    );
+    return {
+      binary,
+      runs: () => readFileSync(runs, 'utf8').split('\n').filter(Boolean).length,
+      remove: () => rmSync(dir, { recursive: true, force: true }),
+    };
+  };
+
+  it('fails a start whose browser exits during its set-up, and launches no other browser for it', async () => {
+    // It exits (as a crash does) when asked for the tabs, while a helper holds the pipe open a
+    // moment: the exit is seen before the pipe closes.
+    const browser = standIn(`
+      if (msg.method !== 'Target.getTargets') return false;
+      require('child_process').spawn('/bin/sleep', ['1'], { stdio: ['ignore', 'ignore', 'ignore', 3, 4], detached: true }).unref();
+      process.exit(1);`);
+    const logs: string[] = [];
+    const provider = new LocalChromiumProvider({ chromiumPath: browser.binary, maxRooms: 1, log: (m) => logs.push(m) });
+    try {
+      await rejectsWith(provider.start('r', spec()), 'ERR_ROOM_START_FAILED');
+      expect(provider.list()).toEqual([]);
+      expect(browser.runs()).toBe(1);
+      // A restart would have been decided on the exit, before the start failed.
+      expect(logs.filter((l) => /crash|restart/i.test(l))).toEqual([]);
+      expect(logs.some((l) => /set-up failed/.test(l))).toBe(true);
+    } finally {
+      await provider.close();
+      browser.remove();
+    }
+  });
+
+  it('answers ERR_ROOM_NOT_RUNNING (not a bare error) when the browser refuses input or navigation', async () => {
+    // Up and running; then its page session is gone, as it is for a closed or crashed tab.
+    const browser = standIn(`
+      if (!/^Input\\./.test(msg.method) && msg.method !== 'Page.reload') return false;
+      fail('Session with given id not found.');
+      return true;`);
+    const provider = new LocalChromiumProvider({ chromiumPath: browser.binary, maxRooms: 1 });
+    try {
+      await provider.start('r', spec());
+      await rejectsWith(provider.input('r', { kind: 'text', text: 'x' }), 'ERR_ROOM_NOT_RUNNING');
+      await rejectsWith(provider.input('r', { kind: 'mouse', type: 'down', x: 1, y: 1 }), 'ERR_ROOM_NOT_RUNNING');
+      await rejectsWith(provider.navigate('r', { action: 'reload' }), 'ERR_ROOM_NOT_RUNNING');
+      expect(provider.status('r')?.state).toBe('running');
+    } finally {
+      await provider.close();
+      browser.remove();
     }
   });
 });

@@ -3,14 +3,15 @@ import { Limits } from '@parlor/protocol';
 import { and, eq, isNull } from 'drizzle-orm';
 import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import { buildApp } from '../src/app.js';
-import { ACK_TIMEOUT_MS } from '../src/modules/vm/vm.service.js';
+import { ACK_TIMEOUT_MS, type Caller } from '../src/modules/vm/vm.service.js';
 import type { RoomVmSettings } from '../src/modules/vm/vm.settings.js';
 import { FRAME_WINDOW } from '../src/modules/vm/vm.viewers.js';
 import { schema } from '../src/platform/db/index.js';
+import { rooms } from '../src/platform/realtime.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
 import { join, type Member, member } from './support/chat-flows.js';
 import { Client } from './support/client.js';
-import { closeAllSockets } from './support/sockets.js';
+import { closeAllSockets, connectSocket } from './support/sockets.js';
 import {
   alive,
   autoAck,
@@ -39,6 +40,7 @@ let owner: Member;
 let alice: Member;
 let admin: Member;
 let bob: Member;
+let dave: Member;
 let outsider: Member;
 let chat1: number;
 let chat2: number;
@@ -54,6 +56,22 @@ const createChat = async (m: Member, name: string) => {
 };
 const ack = (m: Member, event: string, payload: object): Promise<any> => (m.socket as any).emitWithAck(event, payload);
 const evaluate = (chatId: number, expression: string) => app.vmProvider.evaluate(String(chatId), expression);
+/**
+ * A socket's caller as the VM's socket handlers make it (vm.routes.ts), read from the server side
+ * of the socket; `drop` disconnects that socket at once, as a dropped connection does.
+ */
+const callerOf = (m: Member, socketId: string): Caller & { drop(): void } => {
+  const server = app.services.realtime.io.of('/').sockets.get(socketId);
+  if (!server) throw new Error(`socket ${socketId} is not on this node`);
+  return {
+    socketId,
+    userId: m.user.id,
+    permissionLevel: 0,
+    username: m.user.username,
+    joined: (chatId) => server.rooms.has(rooms.chat(chatId)),
+    drop: () => server.disconnect(true),
+  };
+};
 
 beforeAll(async () => {
   site = await startTestSite();
@@ -229,6 +247,81 @@ describeBrowser('room VM (real Chromium)', () => {
     );
 
     expect(await stats()).toEqual({ active_browsers: 1, viewers: 1, controllers: 1 });
+  });
+
+  it('POST …/start on a running room changes nothing: no room:started, the controller, viewers and idle clock stay', async () => {
+    const started = () =>
+      alice.socket.received.filter((r) => r.event === 'room:started' && r.payload.chat_id === chat1);
+    const before = started().length;
+    const pid = app.vmProvider.pidOf(String(chat1));
+    expect((await owner.client.post(`/v1/portal/chats/${chat1}/start`, {})).status).toBe(200);
+    // A round trip on alice's socket: whatever the start sent her arrives before this answer.
+    expect((await ack(alice, 'vm:credentials', { chat_id: chat1 })).ok).toBe(true);
+    expect(started()).toHaveLength(before);
+    expect(app.vmProvider.pidOf(String(chat1))).toBe(pid);
+    expect(await stats()).toEqual({ active_browsers: 1, viewers: 1, controllers: 1 });
+    expect((await ack(alice, 'vm:input', { chat_id: chat1, kind: 'wheel', x: 10, y: 10, dx: 0, dy: 10 })).ok).toBe(
+      true,
+    );
+    // Alice watches: long past the idle time the room still runs.
+    await app.services.vm.sweep(new Date(Date.now() + 61_000));
+    expect(app.services.vm.isRunning(chat1)).toBe(true);
+  });
+
+  it('refuses vm:control:release from a Moderator whose socket is not in the chat (ERR_NOT_CHAT_MEMBER)', async () => {
+    const moderator = await member(app, { level: 1 });
+    expect(await ack(moderator, 'vm:control:release', { chat_id: chat1 })).toMatchObject({
+      ok: false,
+      code: 'ERR_NOT_CHAT_MEMBER',
+    });
+    expect((await stats()).controllers).toBe(1);
+    // In the chat, a Moderator takes control from anyone; alice has it back at once.
+    expect((await join(moderator, { chat_id: chat1 })).ok).toBe(true);
+    expect((await ack(moderator, 'vm:control:release', { chat_id: chat1 })).ok).toBe(true);
+    expect((await stats()).controllers).toBe(0);
+    expect((await ack(alice, 'vm:control:request', { chat_id: chat1 })).granted).toBe(true);
+  });
+
+  it('adds no viewer for a socket that leaves the chat while its vm:watch is checked', async () => {
+    dave = await member(app);
+    expect((await join(dave, { chat_id: chat1 })).ok).toBe(true);
+    const token = (await ack(dave, 'vm:credentials', { chat_id: chat1 })).credentials.token;
+    const second = await connectSocket(app.url, dave.client);
+    expect(((await second.emitWithAck('room:join', { chat_id: chat1 } as never)) as { ok: boolean }).ok).toBe(true);
+    const caller = callerOf(dave, second.id as string);
+    const watching = app.services.vm.watch(caller, chat1, token);
+    caller.drop(); // gone while the watch awaits the membership check
+    await expect(watching).rejects.toMatchObject({ code: 'ERR_NOT_CHAT_MEMBER' });
+    expect(await stats()).toEqual({ active_browsers: 1, viewers: 1, controllers: 1 });
+  });
+
+  it('grants no control to a user whose last socket leaves the chat while the request is checked', async () => {
+    expect((await ack(alice, 'vm:control:release', { chat_id: chat1 })).ok).toBe(true);
+    const caller = callerOf(dave, dave.socket.id as string);
+    const asking = app.services.vm.requestControl(caller, chat1);
+    caller.drop(); // dave's only socket: gone before the room's node checks the request
+    await expect(asking).rejects.toMatchObject({ code: 'ERR_NOT_CHAT_MEMBER' });
+    expect((await stats()).controllers).toBe(0);
+    expect(await ack(alice, 'vm:control:request', { chat_id: chat1 })).toMatchObject({
+      granted: true,
+      controller_user_id: alice.user.id,
+    });
+  });
+
+  it('answers ERR_FORBIDDEN to browser shortcuts in vm:input; the room stays as it was', async () => {
+    const key = (type: 'down' | 'up', k: string, code: string) =>
+      ack(alice, 'vm:input', { chat_id: chat1, kind: 'key', type, key: k, code });
+    expect((await key('down', 'Control', 'ControlLeft')).ok).toBe(true);
+    expect(await key('down', 'w', 'KeyW')).toMatchObject({ ok: false, code: 'ERR_FORBIDDEN' });
+    expect(await key('up', 'w', 'KeyW')).toMatchObject({ ok: false, code: 'ERR_FORBIDDEN' });
+    expect((await key('up', 'Control', 'ControlLeft')).ok).toBe(true);
+    expect((await key('down', 'Alt', 'AltLeft')).ok).toBe(true);
+    expect(await key('down', 'ArrowLeft', 'ArrowLeft')).toMatchObject({ ok: false, code: 'ERR_FORBIDDEN' });
+    expect((await key('up', 'Alt', 'AltLeft')).ok).toBe(true);
+    expect(await evaluate(chat1, 'location.pathname')).toBe('/button');
+    expect((await ack(alice, 'vm:input', { chat_id: chat1, kind: 'wheel', x: 10, y: 10, dx: 0, dy: -10 })).ok).toBe(
+      true,
+    );
   });
 
   it('sends a viewer the next frame only after its ack; kiosk rooms refuse navigation; start_url is honoured', async () => {

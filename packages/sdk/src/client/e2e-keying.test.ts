@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { generateKeyPair, publicKeyToBase64 } from '../crypto/index.js';
+import { generateChatKey, generateKeyPair, publicKeyToBase64, wrapChatKey } from '../crypto/index.js';
 import type { ParlorClient } from './api.js';
 import { ChatKeying } from './e2e-keying.js';
 import type { E2ESessionError } from './e2e-types.js';
@@ -37,6 +37,48 @@ describe('ChatKeying', () => {
     fail(new Error('server unreachable'));
     await expect(run).rejects.toThrow('server unreachable');
     await new Promise((r) => setTimeout(r, 20));
+    await keying.close();
+    expect(errors).toEqual([]);
+  });
+});
+
+describe('ChatKeying: its own session id', () => {
+  it('opens its envelope under the session id the server named, whoever else a key ring lists with its key', async () => {
+    const pair = generateKeyPair();
+    const publicKey = publicKeyToBase64(pair.publicKey);
+    const chatKey = generateChatKey();
+    const own = 4;
+    const client = {
+      // A ring listing our key twice: under our session, and under another user's session that
+      // registered it too (as a server could list it); the envelope is ours.
+      chatKey: async () => ({
+        epoch: 1,
+        envelope: wrapChatKey({
+          chatKey,
+          recipientPublicKey: pair.publicKey,
+          chatId: 1,
+          epoch: 1,
+          recipientSessionId: own,
+        }),
+        key_ring: { '3': { [String(own)]: publicKey }, '5': { '9': publicKey } },
+      }),
+    } as unknown as ParlorClient;
+    const errors: E2ESessionError[] = [];
+    const keying = new ChatKeying({
+      client,
+      publicKey,
+      privateKey: pair.privateKey,
+      keyWaitMs: 2000,
+      jitterMs: 1,
+      attempts: 2,
+      isJoined: () => true,
+      onKey: () => {},
+      onError: (e) => errors.push(e),
+    });
+    keying.setSessionId(own);
+    expect(await keying.ensure(1)).toBe(true);
+    expect(keying.sessionId).toBe(own);
+    expect(Buffer.from(keying.keys.current(1)?.key ?? []).equals(Buffer.from(chatKey))).toBe(true);
     await keying.close();
     expect(errors).toEqual([]);
   });

@@ -34,7 +34,8 @@ export interface ChatKeyingOptions {
 }
 
 /**
- * The key management of one session (DESIGN.md 7): learns its session id from key rings, opens
+ * The key management of one session (DESIGN.md 7): takes its session id from the server's answer
+ * to the key registration (never from key rings: anyone can list a public key they saw), opens
  * envelopes, keys new epochs (first complete share wins; losers wait for `room:key`), and gives
  * the current key to sessions that lack it. Every wait is bounded by `keyWaitMs`.
  */
@@ -60,15 +61,12 @@ export class ChatKeying {
     return this.#sessionId;
   }
 
-  /** Learns our session id from a key ring: the session whose public key is ours. */
-  learn(ring: KeyRing): void {
-    if (this.#sessionId !== null) return;
-    for (const sessions of Object.values(ring)) {
-      for (const [sessionId, publicKey] of Object.entries(sessions)) {
-        if (publicKey === this.#o.publicKey) this.#sessionId = Number(sessionId);
-      }
-    }
-    if (this.#sessionId === null) return;
+  /**
+   * Sets our session id as the server answered the key registration (`POST /v1/portal/keys`
+   * `session_id`), then opens the envelopes that arrived before it.
+   */
+  setSessionId(sessionId: number): void {
+    this.#sessionId = sessionId;
     for (const e of this.#pendingEnvelopes.splice(0)) this.accept(e);
   }
 
@@ -196,7 +194,6 @@ export class ChatKeying {
   /** Asks the server for the current epoch and our envelope at it (after a refused send). */
   async refresh(chatId: number): Promise<void> {
     const state = await this.#o.client.chatKey(chatId);
-    this.learn(state.key_ring);
     this.keys.raiseEpoch(chatId, state.epoch);
     if (state.envelope !== null) this.accept({ chatId, epoch: state.epoch, envelope: state.envelope, sender: null });
   }
@@ -279,7 +276,8 @@ export class ChatKeying {
         return true;
       } catch (error) {
         if (isApiError(error, 'ERR_EPOCH_MISMATCH', 'ERR_KEY_RING_CHANGED', 'ERR_EPOCH_ALREADY_KEYED')) return false;
-        if (isApiError(error, 'ERR_NOT_CHAT_MEMBER', 'ERR_CHAT_NOT_FOUND')) return false;
+        // An archived chat is read-only: its sessions keep the envelopes they have.
+        if (isApiError(error, 'ERR_NOT_CHAT_MEMBER', 'ERR_CHAT_NOT_FOUND', 'ERR_CHAT_READ_ONLY')) return false;
         // The write limit is shared by the user's sessions: wait as asked, then send this part again.
         const retryAfter = isApiError(error, 'ERR_RATE_LIMITED') ? error.retryAfter : undefined;
         if (retryAfter !== undefined && attempt < TOP_UP_ATTEMPTS) {
@@ -307,7 +305,6 @@ export class ChatKeying {
     for (let attempt = 0; attempt < this.#o.attempts && !this.#closed && Date.now() < deadline; attempt++) {
       if (this.hasKey(chatId)) return true;
       const state = await this.#o.client.chatKey(chatId);
-      this.learn(state.key_ring);
       this.keys.raiseEpoch(chatId, state.epoch);
       const epoch = state.epoch;
       if (this.keys.get(chatId, epoch)) continue;
@@ -316,9 +313,12 @@ export class ChatKeying {
         return false; // The server never replaces an envelope: only the next epoch can help.
       }
       if (this.#sessionId === null) {
-        throw new E2ESessionError('SESSION_UNKNOWN', 'This session’s public key is not in the key ring.', { chatId });
+        throw new E2ESessionError('SESSION_UNKNOWN', 'This session’s key is not registered yet.', { chatId });
       }
-      if ((await this.#keyEpoch(chatId, epoch, state.key_ring, deadline)) === 'taken') {
+      const keyed = await this.#keyEpoch(chatId, epoch, state.key_ring, deadline);
+      // An archived chat takes no shares: an epoch nobody keyed there stays without a key.
+      if (keyed === 'read-only') return false;
+      if (keyed === 'taken') {
         // Someone keyed it first: their envelope for us comes as room:key (or the epoch moves on).
         const moved = () => ((this.keys.epochOf(chatId) ?? 0) > epoch ? true : undefined);
         await this.keys.waitFor(() => this.keys.get(chatId, epoch) ?? moved(), deadline - Date.now());
@@ -339,7 +339,7 @@ export class ChatKeying {
     epoch: number,
     ring: KeyRing,
     deadline: number,
-  ): Promise<'keyed' | 'taken' | 'retry'> {
+  ): Promise<'keyed' | 'taken' | 'retry' | 'read-only'> {
     const chatKey = generateChatKey();
     const share = buildKeyShare({ keyRing: ring, chatKey, chatId, epoch });
     this.#reportSkipped(chatId, share.skipped);
@@ -351,6 +351,7 @@ export class ChatKeying {
         break;
       } catch (error) {
         if (isApiError(error, 'ERR_EPOCH_ALREADY_KEYED')) return 'taken';
+        if (isApiError(error, 'ERR_CHAT_READ_ONLY')) return 'read-only';
         if (isApiError(error, 'ERR_KEY_RING_CHANGED', 'ERR_EPOCH_MISMATCH')) return 'retry';
         const retryAfter = isApiError(error, 'ERR_RATE_LIMITED') ? error.retryAfter : undefined;
         if (retryAfter === undefined || attempt >= TOP_UP_ATTEMPTS || Date.now() + retryAfter * 1000 >= deadline) {

@@ -98,7 +98,10 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
     const socket = opts.socket ?? (await connect(opts.client));
     const session = new E2EChatSession(opts, socket, !opts.socket);
     try {
-      await opts.client.registerKey(session.publicKey);
+      // The server names our session: key rings list whatever keys sessions registered, and only
+      // the registration's answer says which session is this one.
+      const { session_id } = await opts.client.registerKey(session.publicKey);
+      session.#keying.setSessionId(session_id);
     } catch (error) {
       await session.close();
       throw error;
@@ -106,7 +109,7 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
     return session;
   }
 
-  /** This session's id, learned from the first key ring that lists our public key (null before). */
+  /** This session's id, as the server answered the key registration at {@link open}. */
   get sessionId(): number | null {
     return this.#keying.sessionId;
   }
@@ -150,7 +153,6 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
     const joined = await joinRoom(this.socket, payload);
     const chatId = joined.chat.id;
     this.#joined.add(chatId);
-    this.#keying.learn(joined.key_ring);
     this.#keying.keys.raiseEpoch(chatId, joined.epoch);
     const keying = this.#keying.ensure(chatId);
     let hasKey: boolean;
@@ -382,7 +384,6 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
       try {
         const joined = await this.#enter(connection, chatId);
         if (joined === null) return;
-        this.#keying.learn(joined.key_ring);
         this.#keying.keys.raiseEpoch(chatId, joined.epoch);
         // Sessions announced (portal:key_added) while this one was away get the key now.
         this.#keying.background(chatId, this.#keyAndShare(chatId, joined.key_ring));

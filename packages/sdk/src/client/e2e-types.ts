@@ -8,7 +8,7 @@ import type { ParlorSocket, RoomJoined } from './socket.js';
 export const E2ESessionErrorCode = {
   /** No chat key for the current epoch arrived in time (nobody online holds it, or keying lost). */
   NO_CHAT_KEY: 'NO_CHAT_KEY',
-  /** This session's public key is not in the chat's key ring (not a member, or not registered). */
+  /** This session's id is not known: its key was not registered (the server's answer names the session). */
   SESSION_UNKNOWN: 'SESSION_UNKNOWN',
   /** The session was closed. */
   CLOSED: 'CLOSED',

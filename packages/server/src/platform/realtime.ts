@@ -1,5 +1,5 @@
 import type { Server as HttpServer } from 'node:http';
-import type { ClientToServerEvents, ServerToClientEvents } from '@parlor/protocol';
+import { type ClientToServerEvents, ErrorCodes, type ServerToClientEvents } from '@parlor/protocol';
 import { createAdapter } from '@socket.io/redis-streams-adapter';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Redis } from 'ioredis';
@@ -28,6 +28,8 @@ export interface SocketData {
   username: string;
   permissionLevel: number;
   stranger: boolean;
+  /** When the session expires (ms since the epoch); from then the socket may not act (gateEvents). */
+  expiresAt?: number;
 }
 
 export type Io = Server<ClientToServerEvents, ServerToClientEvents, Record<string, never>, SocketData>;
@@ -110,14 +112,17 @@ export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
 
   /** The client events of every module (`on`), served by one middleware per socket. */
   const handlers = new Map<string, ClientEvent>();
+  /** Set by the sessions wiring: whether a socket may still act (its session has not expired). */
+  let eventGate: ((socket: AppSocket) => boolean) | null = null;
 
   io.on('connection', (socket) => {
     void socket.join([rooms.user(socket.data.userId), rooms.session(socket.data.sessionId)]);
     // One function per socket serves every client event: a listener per event and socket cost
     // about 2 KiB per connection (measured with the connect bench), for events most never send.
     socket.use((packet, next) => {
+      if (eventGate && !eventGate(socket)) return refuseAndDrop(socket, packet);
       const handler = handlers.get(packet[0] as string);
-      if (handler) serveEvent(socket, handler, packet[1], packet[2], opts.log);
+      if (handler) serveEvent(socket, handler, packet.slice(1), opts.log);
       else next();
     });
   });
@@ -142,6 +147,13 @@ export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
      */
     checkRecovery(check: RecoveryCheck): void {
       recoveryCheck = check;
+    },
+    /**
+     * Decides, before any client event is served, whether its socket may still act; one that may
+     * not gets `ERR_UNAUTHENTICATED` (to an ack) and is dropped.
+     */
+    gateEvents(gate: (socket: AppSocket) => boolean): void {
+      eventGate = gate;
     },
     /** Typed emit to one or more rooms, on every node. */
     emitTo<E extends keyof ServerToClientEvents>(
@@ -190,16 +202,32 @@ export function emitSnapshot<E extends keyof ServerToClientEvents>(
   socket.nsp.local.to(socket.id).emit(event, ...args);
 }
 
+/** A client event of a socket that may no longer act: refused (to its ack, if any), the socket dropped. */
+function refuseAndDrop(socket: AppSocket, packet: unknown[]): void {
+  const ack = packet.at(-1);
+  if (typeof ack === 'function')
+    ack({ ok: false, code: 'ERR_UNAUTHENTICATED', message: ErrorCodes.ERR_UNAUTHENTICATED.message });
+  socket.disconnect(true);
+}
+
 interface ClientEvent {
   event: string;
   valid: (payload: unknown) => boolean;
   run: (socket: AppSocket, payload: unknown) => Promise<object>;
 }
 
-/** Answers one client event: ERR_VALIDATION for a bad payload, else the handler's result or error. */
-function serveEvent(socket: AppSocket, h: ClientEvent, payload: unknown, ack: unknown, log: FastifyBaseLogger): void {
-  const reply = typeof ack === 'function' ? (ack as (a: unknown) => void) : () => {};
-  if (!h.valid(payload)) {
+/**
+ * Answers one client event: ERR_VALIDATION for a bad payload, else the handler's result or error.
+ * `args` are the event's arguments after its name; Socket.IO appends the ack callback last (when
+ * the client asked for one), so whatever comes before it is the payload: exactly one argument,
+ * else (none, or extra ones) the event is refused with nothing done.
+ */
+function serveEvent(socket: AppSocket, h: ClientEvent, args: unknown[], log: FastifyBaseLogger): void {
+  const last = args.at(-1);
+  const reply = typeof last === 'function' ? (last as (a: unknown) => void) : () => {};
+  const params = typeof last === 'function' ? args.slice(0, -1) : args;
+  const payload = params[0];
+  if (params.length !== 1 || !h.valid(payload)) {
     reply({ ok: false, code: 'ERR_VALIDATION', message: 'The payload is not valid.' });
     return;
   }

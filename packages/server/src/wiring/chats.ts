@@ -30,7 +30,10 @@ export function wireChats(ctx: WiringContext, accounts: Accounts, realtime: Real
     realtime,
     membership: {
       chatIdsOf: (userId, tx) => chatsStore.chatIdsOf(userId, tx),
-      lockEpoch: async (chatId, tx) => (await chatsStore.lockById(chatId, tx))?.epoch ?? null,
+      lockChat: async (chatId, tx) => {
+        const chat = await chatsStore.lockById(chatId, tx);
+        return chat ? { epoch: chat.epoch, archived: chat.archivedAt !== null } : null;
+      },
     },
   });
   const messages = makeMessagesService({
@@ -99,6 +102,7 @@ export function wireMatchmaking(ctx: WiringContext, accounts: Accounts, realtime
     queue,
     audit,
     clock,
+    realtime,
     log: ctx.app.log,
   });
   return { matchmaking, blocks };

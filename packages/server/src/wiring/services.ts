@@ -5,6 +5,8 @@ import type { MatchmakingService } from '../modules/matchmaking/matchmaking.serv
 import type { MessagesService } from '../modules/messages/messages.service.js';
 import { makeModerationService } from '../modules/moderation/moderation.service.js';
 import { makeModerationStore } from '../modules/moderation/moderation.store.js';
+import { EXPIRY_SWEEP_INTERVAL_MS } from '../modules/sessions/sessions.service.js';
+import { SOCKET_EXPIRY_CHECK_MS, watchSessionSockets } from '../modules/sessions/sessions.sockets.js';
 import { makeStatsService, type StatsDeps } from '../modules/stats/stats.service.js';
 import { makeVmService } from '../modules/vm/vm.service.js';
 import { makeViewerTokens, viewerTokenKey } from '../modules/vm/vm.tokens.js';
@@ -12,6 +14,7 @@ import type { SessionResolver } from '../platform/auth.js';
 import type { BackgroundTasks } from '../platform/background.js';
 import type { Clock } from '../platform/clock.js';
 import type { Config } from '../platform/config.js';
+import { afterCommit } from '../platform/db/after-commit.js';
 import { type Db, ping } from '../platform/db/index.js';
 import type { GeoLookup } from '../platform/geo.js';
 import { createRealtime, type Realtime, type SocketData } from '../platform/realtime.js';
@@ -73,6 +76,21 @@ export async function wireServices(ctx: WiringContext) {
   // (their chats move to a new epoch with it), and their sockets on every node once it commits.
   sessions.onEnding(({ userId, sessionIds }, tx) => keys.removeSessionsIn(tx, userId, sessionIds));
   sessions.onEnded(({ sessionIds }) => realtime.disconnectSessions(sessionIds));
+  // Searches end with the user's access: once a ban or timeout commits, and once a stranger's
+  // session ends (logout, destroy, expiry; it never signs in again). Committed either way, so a
+  // failure here is logged, not the answer (a pairing refuses such a user anyway: chats.store).
+  const searchEnded = (userId: number) => (err: unknown) =>
+    app.log.error({ err, userId }, 'match queue cleanup failed');
+  sessions.onEnding(({ userId }, tx) =>
+    afterCommit(tx, () => matchmaking.sessionsEnded(userId).catch(searchEnded(userId))),
+  );
+  moderation.platform.onRestricted((userId) => matchmaking.endSearch(userId).catch(searchEnded(userId)));
+  // Sessions end at their expiry too, the same way: the sockets of this node when it comes (and
+  // no event of theirs is served after it), every session in the sweep, and on its first use after.
+  // A socket whose session ended while its handshake ran is dropped once it is in its session's room.
+  const sessionSockets = watchSessionSockets({ realtime, sessions, clock: ctx.clock, log: app.log });
+  ctx.tasks.every(SOCKET_EXPIRY_CHECK_MS, 'session-socket-expiry', () => sessionSockets.check());
+  ctx.tasks.every(EXPIRY_SWEEP_INTERVAL_MS, 'session-expiry', () => sessions.sweepExpired());
   // A socket recovered after a drop comes back only with a live session of a user who may connect,
   // and only to the chat rooms it is still allowed in, before anything missed is replayed to it.
   realtime.checkRecovery(async (data, restored) =>
@@ -85,6 +103,10 @@ export async function wireServices(ctx: WiringContext) {
   // A deleted chat's room stops (on this node; cluster: on the node that runs it).
   chats.onRemoved((chatId) => {
     vm.chatRemoved(chatId).catch((err: unknown) => app.log.warn({ err, chatId }, 'room VM stop after delete failed'));
+  });
+  // An archived direct chat is read-only: its room stops too.
+  chats.onArchived((chatId) => {
+    vm.chatArchived(chatId).catch((err: unknown) => app.log.warn({ err, chatId }, 'room VM stop after archive failed'));
   });
 
   return {
@@ -147,6 +169,7 @@ function wireRealtime(ctx: WiringContext, sessionResolver: SessionResolver): Rea
         username: found.user.username,
         permissionLevel: found.user.permissionLevel,
         stranger: found.user.stranger,
+        expiresAt: found.session.expiresAt.getTime(),
       };
     },
   });

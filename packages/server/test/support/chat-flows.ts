@@ -27,11 +27,11 @@ export async function member(app: TestApp, opts: { level?: number; platformUserI
   if (opts.level) await setLevel(app, who.user.id, opts.level);
   const keys = generateKeyPair();
   const reg = await who.client.post('/v1/portal/keys', { public_key: publicKeyToBase64(keys.publicKey) });
-  expect(reg.body).toEqual({ status: 'registered' });
   const socket = await connectSocket(app.url, who.client);
   const sessions = await who.client.get('/v1/users/me/sessions');
   expect(sessions.status).toBe(200);
   const sessionId = await sessionIdOf(app, who.client);
+  expect(reg.body).toEqual({ status: 'registered', session_id: sessionId });
   return { ...who, keys, socket, sessionId };
 }
 

@@ -1,6 +1,10 @@
-import { afterEach, describe, expect, it } from 'vitest';
-import { FakeClock } from '../../platform/clock.js';
+import { Limits } from '@parlor/protocol';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { clearRedisPrefix, redisReachable, SERVICE_URLS } from '../../../test/support/services.js';
+import { FakeClock, systemClock } from '../../platform/clock.js';
+import type { StateStore } from '../../platform/state/index.js';
 import { MemoryState } from '../../platform/state/memory.js';
+import { RedisState } from '../../platform/state/redis.js';
 import { makeCodeStore } from './auth.codes.js';
 
 const identity = 'codeid:platform_a:1001';
@@ -92,4 +96,76 @@ describe('login code store: the identity entry under concurrent issue, take and 
     expect(issued.code).not.toBe('ABCDEFGH');
     expect(await state.get(identity)).toBe(`web:${issued.code}`);
   });
+});
+
+const redisProblem = await redisReachable();
+const redisPrefix = `parlor-codes-unit:${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}:`;
+const stores: [string, (() => Promise<StateStore>) | null][] = [
+  ['MemoryState', async () => new MemoryState()],
+  [
+    'RedisState',
+    redisProblem === null
+      ? async () => {
+          const state = new RedisState(SERVICE_URLS.redis, redisPrefix);
+          await state.connect();
+          return state;
+        }
+      : null,
+  ],
+];
+
+describe.each(stores)('pending web codes per address on %s', (_name, make) => {
+  let state: StateStore | undefined;
+  afterEach(async () => {
+    await state?.close();
+    state = undefined;
+  });
+  afterAll(async () => {
+    if (make && redisProblem === null) await clearRedisPrefix(redisPrefix);
+  });
+  let n = 0;
+  const next = () => {
+    n += 1;
+    return n;
+  };
+  const address = () => `198.51.${next() >> 8}.${n & 255}`;
+  const identity = () => `${Date.now()}${next()}`;
+
+  it.skipIf(!make)(
+    `with ${Limits.PENDING_WEB_CODES_PER_IP - 1} pending, concurrent issues for one identity share one code, counted once`,
+    async () => {
+      state = await (make as () => Promise<StateStore>)();
+      const codes = makeCodeStore(state, systemClock);
+      for (let round = 0; round < 10; round++) {
+        const ip = address();
+        for (let i = 0; i < Limits.PENDING_WEB_CODES_PER_IP - 1; i++)
+          expect(await codes.issue('web', 'platform_a', identity(), ip)).toHaveProperty('code');
+        const id = identity();
+        const answers = await Promise.all([0, 1, 2].map(() => codes.issue('web', 'platform_a', id, ip)));
+        const got = answers.map((a) => ('code' in a ? a.code : 'limited'));
+        expect(got[0]).not.toBe('limited');
+        expect(got).toEqual(got.map(() => got[0]));
+        expect(await state.countExpiring(`codeip:${ip}`)).toBe(Limits.PENDING_WEB_CODES_PER_IP);
+        // The address is full now: a code for another identity is refused and leaves nothing behind.
+        const other = identity();
+        expect(await codes.issue('web', 'platform_a', other, ip)).toHaveProperty('limited');
+        expect(await codes.active('platform_a', other)).toBeNull();
+      }
+    },
+  );
+
+  it.skipIf(!make)(
+    'of concurrent issues for different identities from one address, only as many as it may have pending get a code',
+    async () => {
+      state = await (make as () => Promise<StateStore>)();
+      const codes = makeCodeStore(state, systemClock);
+      const ip = address();
+      const ids = Array.from({ length: 12 }, () => identity());
+      const answers = await Promise.all(ids.map((id) => codes.issue('web', 'platform_a', id, ip)));
+      expect(answers.filter((a) => 'code' in a)).toHaveLength(Limits.PENDING_WEB_CODES_PER_IP);
+      expect(await state.countExpiring(`codeip:${ip}`)).toBe(Limits.PENDING_WEB_CODES_PER_IP);
+      const refused = ids.filter((_, i) => 'limited' in (answers[i] as object));
+      for (const id of refused) expect(await codes.active('platform_a', id)).toBeNull();
+    },
+  );
 });

@@ -2,7 +2,7 @@ import { Limits, LOGIN_CODE_ALPHABET } from '@parlor/protocol';
 import { addressKey } from '../../platform/client-address.js';
 import type { Clock } from '../../platform/clock.js';
 import { randomCode } from '../../platform/secrets.js';
-import type { StateStore } from '../../platform/state/index.js';
+import type { CountedSet, StateStore } from '../../platform/state/index.js';
 
 /**
  * Codes come from separate pools per login source (spec 5): a code's pool says how it verifies
@@ -73,6 +73,22 @@ export function makeCodeStore(state: StateStore, clock: Clock) {
     return Math.max(1, earliest - now());
   };
 
+  /**
+   * Makes a fresh code its identity's one, if the identity has none; a web code is counted among
+   * its address's pending codes in the same step, and is not made the identity's when they are full.
+   */
+  const claimIdentity = async (identity: string, code: string, rec: CodeRecord): Promise<CountedSet> => {
+    const entry = `${rec.pool}:${code}`;
+    if (rec.ip === null)
+      return (await state.setIfAbsent(identity, entry, Limits.LOGIN_CODE_TTL_MS)) ? 'set' : 'present';
+    return state.setIfAbsentCounted(identity, entry, Limits.LOGIN_CODE_TTL_MS, {
+      setKey: pendingKey(rec.ip),
+      member: code,
+      expiresAtMs: rec.expiresAt,
+      max: Limits.PENDING_WEB_CODES_PER_IP,
+    });
+  };
+
   /** Removes a code's identity entry and its pending entries for the given addresses. */
   const forget = async (code: string, rec: CodeRecord, ips: (string | null)[]) => {
     // Only while it still names this code: a code issued meanwhile keeps its identity entry.
@@ -99,9 +115,11 @@ export function makeCodeStore(state: StateStore, clock: Clock) {
 
     /**
      * Issues a fresh code for an identity unless it has one already (another request won the
-     * race), in which case that code is returned, whatever its pool. For web codes the address's
-     * pending count is checked first: the caller gets `limited` with the time until its oldest
-     * pending code expires.
+     * race), in which case that code is returned, whatever its pool. A web code is counted among
+     * its address's pending codes in the same atomic step that makes it the identity's code
+     * (setIfAbsentCounted): a request that loses the identity to another never counts a code of
+     * its own, and one whose address already has its PENDING_WEB_CODES_PER_IP codes pending makes
+     * none and gets `limited`, the time until its oldest pending code expires.
      */
     async issue(
       pool: CodePool,
@@ -112,22 +130,20 @@ export function makeCodeStore(state: StateStore, clock: Clock) {
       for (;;) {
         const code = randomCode(LOGIN_CODE_ALPHABET, Limits.LOGIN_CODE_LENGTH);
         const rec: CodeRecord = { pool, platform, platformUserId, ip, expiresAt: now() + Limits.LOGIN_CODE_TTL_MS };
-        if (ip !== null) {
-          const limited = await addPending(ip, code, rec.expiresAt);
-          if (limited !== null) return { limited };
-        }
+        // The record first: whoever finds the identity entry must find its record.
         await state.set(codeKey(pool, code), JSON.stringify(rec), Limits.LOGIN_CODE_TTL_MS);
-        if (await state.setIfAbsent(identityKey(platform, platformUserId), `${pool}:${code}`, Limits.LOGIN_CODE_TTL_MS))
-          return { code, rec };
-        // The identity has a code already: undo ours and hand back that one.
+        const identity = identityKey(platform, platformUserId);
+        const claim = await claimIdentity(identity, code, rec);
+        if (claim === 'set') return { code, rec };
         await state.del(codeKey(pool, code));
-        if (ip !== null) await state.removeExpiring(pendingKey(ip), code);
+        if (claim !== 'present') return { limited: Math.max(1, claim.full - now()) };
+        // The identity has a code already: hand back that one.
         const winner = await store.active(platform, platformUserId);
         if (winner) return winner;
         // The entry names a code that is gone (taken, or left by a process that stopped between
         // the take and `forget`): remove that entry, unless it changed meanwhile, and try again.
-        const held = await state.get(identityKey(platform, platformUserId));
-        if (held !== null) await state.delIf(identityKey(platform, platformUserId), held);
+        const held = await state.get(identity);
+        if (held !== null) await state.delIf(identity, held);
       }
     },
 

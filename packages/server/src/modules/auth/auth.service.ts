@@ -10,11 +10,16 @@ import type { NotificationsService } from '../notifications/notifications.servic
 import type { NotificationRow } from '../notifications/notifications.store.js';
 import type { SessionsService } from '../sessions/sessions.service.js';
 import { effectiveState } from '../users/users.presenter.js';
-import { isUniqueViolation, type Tx, type UserRow, type UsersStore } from '../users/users.store.js';
+import { isUniqueViolation, type UserRow, type UsersStore } from '../users/users.store.js';
 import { makeVerifyAttempts } from './auth.attempts.js';
 import { CODE_SHAPE, type CodeStore, type TakenCode } from './auth.codes.js';
 
 const USERNAME_SUFFIX_ALPHABET = 'abcdefghijklmnopqrstuvwxyz0123456789';
+/** Names drawn for a new account before a run of collisions fails the login (36^10 names: never). */
+const MAX_USERNAME_DRAWS = 4;
+
+/** The handle of login's transaction: its savepoints (`transaction`) undo one account attempt. */
+type LoginTx = Parameters<Parameters<Db['transaction']>[0]>[0];
 
 /** How often every node sweeps dead stranger accounts (app.ts). */
 export const STRANGER_SWEEP_INTERVAL_MS = 10 * 60 * 1000;
@@ -54,8 +59,15 @@ export function makeAuthService(deps: AuthDeps) {
   const attempts = makeVerifyAttempts(state);
   const strangersPerIp = state.limiter('stranger-ip', Limits.STRANGERS_PER_IP, Limits.STRANGER_WINDOW_MS);
 
-  const assertNotBanned = (u: UserRow | undefined) => {
-    if (u && effectiveState(u, clock.now()) === 2) throw appError('ERR_BANNED');
+  /**
+   * A banned account logs in nowhere, and a timed-out one not before its timeout ends (spec 3: it
+   * cannot access the platform until expiry): the state that applies now, as the session guard
+   * reads it (effectiveState), so a lapsed timeout refuses nothing.
+   */
+  const assertMayLogIn = (u: UserRow | undefined) => {
+    const state = u ? effectiveState(u, clock.now()) : 0;
+    if (state === 2) throw appError('ERR_BANNED');
+    if (state === 1) throw appError('ERR_TIMED_OUT');
   };
 
   const pendingLimit = (ms: number) =>
@@ -71,28 +83,40 @@ export function makeAuthService(deps: AuthDeps) {
     return null;
   };
 
-  /** Creates the account of spec 4.1 rule 1: a random `user_…` name and the platform identity. */
-  const createAccount = async (rec: TakenCode, tx: Tx): Promise<UserRow> => {
+  /**
+   * Creates the account of spec 4.1 rule 1: a random `user_…` name and the platform identity. Each
+   * attempt runs in a savepoint, so a unique violation undoes only that attempt and the login's
+   * transaction goes on: a name taken already is drawn again; an identity another verify linked
+   * meanwhile (its transaction committed while this insert waited on it) is that account, and
+   * this login signs into it (`created` false).
+   */
+  const createAccount = async (rec: TakenCode, tx: LoginTx): Promise<{ user: UserRow; created: boolean }> => {
     const now = clock.now();
     for (let attempt = 0; ; attempt++) {
       const username = `user_${randomCode(USERNAME_SUFFIX_ALPHABET, 10)}`;
       try {
-        const user = await users.insertUser({ username, lastActivityAt: now, createdAt: now, updatedAt: now }, tx);
-        await users.insertPlatform(
-          {
-            userId: user.id,
-            platform: rec.platform,
-            platformUserId: rec.platformUserId,
-            platformUsername: rec.profile?.username ?? rec.platformUserId,
-            platformAvatarUrl: rec.profile?.avatarUrl ?? '',
-            linkedAt: now,
-            lastAuthenticatedAt: now,
-          },
-          tx,
-        );
-        return user;
+        const user = await tx.transaction(async (sp) => {
+          const row = await users.insertUser({ username, lastActivityAt: now, createdAt: now, updatedAt: now }, sp);
+          await users.insertPlatform(
+            {
+              userId: row.id,
+              platform: rec.platform,
+              platformUserId: rec.platformUserId,
+              platformUsername: rec.profile?.username ?? rec.platformUserId,
+              platformAvatarUrl: rec.profile?.avatarUrl ?? '',
+              linkedAt: now,
+              lastAuthenticatedAt: now,
+            },
+            sp,
+          );
+          return row;
+        });
+        return { user, created: true };
       } catch (e) {
-        if (!isUniqueViolation(e) || attempt >= 3) throw e;
+        if (!isUniqueViolation(e)) throw e;
+        const linked = await users.byIdentity(rec.platform, rec.platformUserId, tx);
+        if (linked) return { user: linked, created: false };
+        if (attempt >= MAX_USERNAME_DRAWS - 1) throw e;
       }
     }
   };
@@ -101,15 +125,18 @@ export function makeAuthService(deps: AuthDeps) {
   const login = async (rec: TakenCode, ip: string, userAgent: string): Promise<LoginResult> => {
     const now = clock.now();
     const result = await db.transaction(async (tx) => {
-      let user = await users.byIdentity(rec.platform, rec.platformUserId, tx);
-      const newAccount = !user;
-      if (!user) {
-        if (rec.pool === 'bot') throw appError('ERR_PLATFORM_IDENTITY_NOT_FOUND');
-        user = await createAccount(rec, tx);
-      }
+      const found = await users.byIdentity(rec.platform, rec.platformUserId, tx);
+      if (!found && rec.pool === 'bot') throw appError('ERR_PLATFORM_IDENTITY_NOT_FOUND');
+      const { user, created: newAccount } = found ? { user: found, created: false } : await createAccount(rec, tx);
+      // Everything below is decided on the locked row: a ban, a timeout or another login may have
+      // been written since the code was made or the row above was read.
       const locked = await users.byIdForUpdate(user.id, tx);
       if (!locked) throw appError('ERR_USER_NOT_FOUND');
-      assertNotBanned(locked);
+      assertMayLogIn(locked);
+      // bot/send-code checked the count unlocked: a send-code that overlapped the 5th bot login in
+      // a row made a code this refuses. The code is used up; nothing is written.
+      if (rec.pool === 'bot' && locked.botLoginsSinceWeb >= Limits.BOT_LOGIN_WEB_REQUIRED_EVERY)
+        throw appError('ERR_WEB_LOGIN_REQUIRED');
       await users.touchPlatform(rec.platform, rec.platformUserId, now, rec.profile, tx);
       const updated = await users.update(
         locked.id,
@@ -165,7 +192,7 @@ export function makeAuthService(deps: AuthDeps) {
      */
     async request(platform: string, platformUserId: string, ip: string): Promise<{ expires_at: string }> {
       assertPlatform(platform);
-      assertNotBanned(await users.byIdentity(platform, platformUserId));
+      assertMayLogIn(await users.byIdentity(platform, platformUserId));
       const held =
         (await codes.active(platform, platformUserId)) ?? (await codes.issue('web', platform, platformUserId, ip));
       if ('limited' in held) throw pendingLimit(held.limited);
@@ -205,7 +232,7 @@ export function makeAuthService(deps: AuthDeps) {
       assertPlatform(platform);
       const user = await users.byIdentity(platform, platformUserId);
       if (!user) throw appError('ERR_PLATFORM_IDENTITY_NOT_FOUND');
-      assertNotBanned(user);
+      assertMayLogIn(user);
       if (user.botLoginsSinceWeb >= Limits.BOT_LOGIN_WEB_REQUIRED_EVERY) throw appError('ERR_WEB_LOGIN_REQUIRED');
       // Should web requests race in and win the identity back twice, their code is handed out: it
       // still works where it was requested.

@@ -39,12 +39,15 @@ const OFFICIAL = BotTypeNames.official;
 
 export function makeBotsService({ db, store, audit, state, clock, users }: BotsDeps) {
   const perMinute = state.limiter('bot-minute', Limits.BOT_REQUESTS_PER_MINUTE, 60_000);
-  // One hourly limiter per distinct configured rate: rate-limiter-flexible fixes points per limiter.
+  // One hourly count per bot, compared with the bot's rate_limit_per_hour as it is at each request:
+  // limiters of one name share their count whatever their points (StateStore.limiter), so a limit
+  // an admin changes applies to the requests already made this hour. A limiter per distinct rate,
+  // as rate-limiter-flexible fixes the points of each.
   const perHour = new Map<number, Limiter>();
   const hourly = (points: number) => {
     let l = perHour.get(points);
     if (!l) {
-      l = state.limiter(`bot-hour-${points}`, points, HOUR_MS);
+      l = state.limiter('bot-hour', points, HOUR_MS);
       perHour.set(points, l);
     }
     return l;

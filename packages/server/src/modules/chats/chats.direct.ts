@@ -32,6 +32,8 @@ export interface DirectChatsDeps {
   mustGet: (chatId: number) => Promise<ChatWithCount>;
   /** Tells the chat-deletion listeners (the room VM stops theirs). */
   removedChats: (chatIds: number[]) => void;
+  /** Tells the archive listeners (the room VM stops theirs: an archived chat is read-only). */
+  archivedChats: (chatIds: number[]) => void;
 }
 
 /** A direct chat made: the chat, its match token, its users as stored, and those whose direct-chat slots it filled. */
@@ -44,7 +46,7 @@ export interface DirectMade {
 
 /** Matched direct chats: creation, leaving (archive) and the expiry sweep. */
 export function makeDirectChats(deps: DirectChatsDeps) {
-  const { db, store, clock, messages, realtime, mustGet, removedChats } = deps;
+  const { db, store, clock, messages, realtime, mustGet, removedChats, archivedChats } = deps;
 
   return {
     /**
@@ -105,6 +107,7 @@ export function makeDirectChats(deps: DirectChatsDeps) {
         return messages.appendSystem(chat.id, { kind: 'leave', user_id: userId }, tx);
       });
       messages.publish(system);
+      archivedChats([chat.id]);
       realtime.emitTo(rooms.chat(chat.id), 'chat:updated', { chat: toChat(await mustGet(chat.id)) });
       return chat.id;
     },
@@ -126,6 +129,7 @@ export function makeDirectChats(deps: DirectChatsDeps) {
         const rows = await store.archiveDue(now, size);
         for (const c of rows)
           realtime.emitTo(rooms.chat(c.id), 'chat:updated', { chat: toChat({ ...c, memberCount: 2 }) });
+        archivedChats(rows.map((c) => c.id));
         return rows.length;
       });
       const removedBefore = new Date(now.getTime() - Limits.DIRECT_ARCHIVE_TTL_MS);

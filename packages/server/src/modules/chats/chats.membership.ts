@@ -75,7 +75,11 @@ export function makeChatMembership(deps: MembershipDeps) {
     return { chatId, method: 'vanity', invite: null };
   };
 
-  /** Ends a membership with its history entry, system message and rekey; announces after commit. */
+  /**
+   * Ends a membership with its history entry, system message and rekey; announces after commit.
+   * Answers whether there was a membership to end (a ban of a non-member persists only its system
+   * message).
+   */
   const removeFromChat = async (
     chatId: number,
     userId: number,
@@ -95,18 +99,23 @@ export function makeChatMembership(deps: MembershipDeps) {
       const removed = await store.removeMember(chatId, userId, now, tx);
       if (!removed && !opts.tolerateNonMember) throw appError('ERR_NOT_CHAT_MEMBER');
       if (opts.extra) await opts.extra(tx);
-      if (!removed) return null;
+      // A ban of a non-member (one who left already) is still recorded (by `extra`): its system
+      // message is persisted with it (spec 2.9), with no membership, history entry or rekey to end.
+      if (!removed) return { system: await messages.appendSystem(chatId, opts.system, tx), removed: null };
       await store.logActivity({ chatId, userId, action: opts.action, actorUserId: opts.actorId, createdAt: now }, tx);
       const system = await messages.appendSystem(chatId, opts.system, tx);
       const bumped = await keys.bumpEpochs([chatId], tx);
-      return { system, bumped };
+      return { system, removed: { bumped } };
     });
-    if (!result) return false;
+    if (!result.removed) {
+      messages.publish(result.system);
+      return false;
+    }
     const present = await presence.sessionsInChat(userId, chatId).catch(() => []);
     realtime.leaveChat(userId, chatId);
     messages.publish(result.system);
     realtime.emitTo(rooms.chat(chatId), 'portal:key_removed', { chat_id: chatId, user_id: userId, session_id: null });
-    keys.announceRekey(result.bumped);
+    keys.announceRekey(result.removed.bumped);
     const reason = opts.action === 'leave' ? 'left' : opts.action === 'kick' ? 'kicked' : 'banned';
     realtime.emitTo(rooms.user(userId), 'room:left', { chat_id: chatId, reason });
     for (const sessionId of present) presence.announcePresence(chatId, { userId, sessionId }, false);

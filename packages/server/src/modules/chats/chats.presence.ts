@@ -32,7 +32,24 @@ export function makeChatPresence(realtime: Pick<Realtime, 'emitTo' | 'io'>) {
     return [...new Set(sockets.filter((s) => s.rooms.has(rooms.chat(chatId))).map((s) => s.data.sessionId))];
   };
 
-  return { presence, announcePresence, sessionsInChat };
+  /**
+   * Of some chats, those whose room still has a socket of this session, on any node: the session
+   * is still present there (as `presence` counts it) and is not to be announced offline.
+   */
+  const sessionStillIn = async (sessionId: number, chatIds: number[]): Promise<Set<number>> => {
+    const sockets = await realtime.io.in(rooms.session(sessionId)).fetchSockets();
+    const wanted = new Set(chatIds);
+    const still = new Set<number>();
+    for (const s of sockets) {
+      for (const room of s.rooms) {
+        const id = rooms.chatIdOf(room);
+        if (id !== null && wanted.has(id)) still.add(id);
+      }
+    }
+    return still;
+  };
+
+  return { presence, announcePresence, sessionsInChat, sessionStillIn };
 }
 
 export type ChatPresence = ReturnType<typeof makeChatPresence>;

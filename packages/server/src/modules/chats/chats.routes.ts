@@ -107,7 +107,7 @@ export function registerChatsRoutes(app: App, { chats, guards }: { chats: ChatsS
       tags,
       ...auth,
       description:
-        'Membership history: join (with method and invite code), leave, kick, ban. Chat owner and Moderators and above.',
+        'Membership history: join (with method and invite code), leave, kick, ban. The chat owner; Moderators and above for public and official chats, Admins and above for private and direct ones.',
       params: ChatIdParams,
       querystring: PageQuery,
       response: { 200: Type.Object({ activity: Type.Array(ActivitySchema) }), ...errorResponses },
@@ -127,7 +127,9 @@ export function registerChatSockets(realtime: Realtime, chats: ChatsService) {
     const entered: { room: string | null } = { room: null };
     const enter = (chatId: number) => {
       const room = rooms.chat(chatId);
-      if (socket.rooms.has(room)) return;
+      // A socket that disconnected while its join ran enters nothing (a closed socket's join is a
+      // no-op): it is in no room to be announced in, nor taken out of later.
+      if (!socket.connected || socket.rooms.has(room)) return;
       entered.room = room;
       return socket.join(room);
     };
@@ -139,7 +141,9 @@ export function registerChatSockets(realtime: Realtime, chats: ChatsService) {
       if (entered.room) await socket.leave(entered.room);
       throw err;
     }
-    if (entered.room) chats.announcePresence(joined.chat.id, socket.data, true);
+    // A socket that disconnected since it entered was announced offline when it went (or will be
+    // by its disconnecting handler): an online delta now would never be followed by another.
+    if (entered.room && socket.connected) chats.announcePresence(joined.chat.id, socket.data, true);
     // The whole list goes to the joiner only; the others had the delta just above.
     const members = await chats.presence(joined.chat.id);
     emitSnapshot(socket, 'room:members', { chat_id: joined.chat.id, members });
@@ -163,10 +167,21 @@ export function registerChatSockets(realtime: Realtime, chats: ChatsService) {
       if (id !== null) chats.announcePresence(id, socket.data, true);
     }
 
+    // A session is present in a chat while any of its sockets is in the room, on any node (one
+    // entry per session, as `room:members` counts): it goes offline there only with its last one.
+    // Checked once this socket has left its rooms (synchronously after `disconnecting`).
     socket.on('disconnecting', () => {
       const chatIds = [...socket.rooms].map(rooms.chatIdOf).filter((x): x is number => x !== null);
+      if (chatIds.length === 0) return;
       setImmediate(() => {
-        for (const id of chatIds) chats.announcePresence(id, socket.data, false);
+        chats
+          .sessionStillIn(socket.data.sessionId, chatIds)
+          // The other sockets cannot be read (a node does not answer): say offline, as a session
+          // announced online whose last socket went must not stay online in the others' lists.
+          .catch(() => new Set<number>())
+          .then((still) => {
+            for (const id of chatIds) if (!still.has(id)) chats.announcePresence(id, socket.data, false);
+          });
       });
     });
   });

@@ -54,6 +54,16 @@ export function makeChatsService(deps: ChatsDeps) {
     throw appError('ERR_CANNOT_BROWSE_PRIVATE');
   };
 
+  /**
+   * A stranger session reads only its own direct chats (docs/api.md, Strangers): any other chat
+   * answers 401, as every route outside a stranger's reach does.
+   */
+  const assertStrangerReach = async (viewer: Viewer, chat: ChatWithCount) => {
+    if (!viewer.stranger) return;
+    if (chat.type === 'direct' && (await store.isMember(chat.id, viewer.userId))) return;
+    throw appError('ERR_UNAUTHENTICATED', 'An anonymous session reads only its own direct chats.');
+  };
+
   const assertManager = (viewer: Viewer, chat: ChatWithCount) => {
     if (!canManage(viewer, chat.ownerUserId)) throw appError('ERR_FORBIDDEN');
   };
@@ -87,7 +97,12 @@ export function makeChatsService(deps: ChatsDeps) {
     writes: deps.writes,
     enters: deps.enters,
   });
-  const direct = makeDirectChats({ db, store, clock, messages, realtime, mustGet, removedChats });
+  /** Told the ids of direct chats just archived (the room VM stops theirs). */
+  const archivedListeners = new Set<(chatId: number) => void>();
+  const archivedChats = (chatIds: number[]) => {
+    for (const id of chatIds) for (const l of archivedListeners) l(id);
+  };
+  const direct = makeDirectChats({ db, store, clock, messages, realtime, mustGet, removedChats, archivedChats });
 
   return {
     /** Listens for chat deletions (owner, admin, direct-chat sweep); returns the unsubscribe. */
@@ -95,8 +110,14 @@ export function makeChatsService(deps: ChatsDeps) {
       removedListeners.add(listener);
       return () => removedListeners.delete(listener);
     },
+    /** Listens for direct chats archived (leave, expiry sweep); returns the unsubscribe. */
+    onArchived(listener: (chatId: number) => void): () => void {
+      archivedListeners.add(listener);
+      return () => archivedListeners.delete(listener);
+    },
     presence: chatPresence.presence,
     announcePresence: chatPresence.announcePresence,
+    sessionStillIn: chatPresence.sessionStillIn,
 
     /**
      * Of the rooms a recovered connection had, those it keeps: its chat rooms where it is still a
@@ -156,6 +177,7 @@ export function makeChatsService(deps: ChatsDeps) {
 
     async get(viewer: Viewer, chatId: number): Promise<Chat> {
       const chat = await mustGet(chatId);
+      await assertStrangerReach(viewer, chat);
       await assertCanSee(viewer, chat);
       return toChat(chat);
     },
@@ -247,13 +269,20 @@ export function makeChatsService(deps: ChatsDeps) {
 
     async activity(viewer: Viewer, chatId: number, offset: number, limit: number) {
       const chat = await mustGet(chatId);
-      if (!canReadActivity(viewer, chat.ownerUserId)) throw appError('ERR_FORBIDDEN');
+      if (!canReadActivity(viewer, chat)) {
+        if (chat.type === 'private' || chat.type === 'direct') throw appError('ERR_CANNOT_BROWSE_PRIVATE');
+        throw appError('ERR_FORBIDDEN');
+      }
       return (await store.activity(chatId, offset, limit)).map(toActivity);
     },
 
-    /** Whether the user may read this chat's messages (members; Admins for any chat). */
+    /**
+     * Whether the user may read this chat's messages (members; Admins for any chat). A stranger
+     * outside its own direct chats gets 401.
+     */
     async assertReader(viewer: Viewer, chatId: number): Promise<ChatWithCount> {
       const chat = await mustGet(chatId);
+      await assertStrangerReach(viewer, chat);
       if (viewer.permissionLevel >= 2) return chat;
       // Moderators look after public and official chats without joining them.
       if (viewer.permissionLevel >= 1 && (chat.type === 'public' || chat.type === 'official')) return chat;
@@ -269,8 +298,10 @@ export function makeChatsService(deps: ChatsDeps) {
     /** A member of the chat now, or one whose membership ended at or after `since` (moderation's reach). */
     memberSince: (chatId: number, userId: number, since: Date) => store.memberSince(chatId, userId, since),
 
-    async assertMember(userId: number, chatId: number): Promise<void> {
-      await mustGet(chatId);
+    /** A member of the chat now; a stranger (`stranger` set) outside its own direct chats gets 401. */
+    async assertMember(userId: number, chatId: number, stranger = false): Promise<void> {
+      const chat = await mustGet(chatId);
+      if (stranger) await assertStrangerReach({ userId, permissionLevel: 0, stranger }, chat);
       if (!(await store.isMember(chatId, userId))) throw appError('ERR_NOT_CHAT_MEMBER');
     },
   };

@@ -1,4 +1,4 @@
-import { and, count, desc, eq, gt, gte, inArray, isNull, ne, or, sql } from 'drizzle-orm';
+import { and, count, desc, eq, gt, gte, inArray, isNull, ne, or, type SQL, sql } from 'drizzle-orm';
 import { anyOf, type Db, rowsOf } from '../../platform/db/index.js';
 import { chatInvites, chatMembers, chats, moderationActions, users } from '../../platform/db/schema.js';
 import { restrictionInForce } from '../messages/messages.store.js';
@@ -19,22 +19,38 @@ const memberCount =
 const live = isNull(chats.deletedAt);
 
 /** An invite that can still be used: not revoked, not expired, not used up. */
-const liveInvite = (code: string, now: Date) =>
+const inviteIsLive = (now: Date) =>
   and(
-    eq(chatInvites.code, code),
     isNull(chatInvites.revokedAt),
     or(isNull(chatInvites.expiresAt), gt(chatInvites.expiresAt, now)),
     or(isNull(chatInvites.maxUses), sql`${chatInvites.uses} < ${chatInvites.maxUses}`),
   );
+/** The live invite with this code (what a join spends and a delete revokes). */
+const liveInvite = (code: string, now: Date) => and(eq(chatInvites.code, code), inviteIsLive(now));
 
 /** The advisory-lock class of a user's direct-chat slots (the key is the user id). */
 const DIRECT_SLOTS_LOCK = 7244;
 
-/** Why a direct chat was not made: users that do not exist, and users whose direct-chat slots are full. */
+/**
+ * Why a direct chat was not made: users that do not exist; users that may not use the platform now
+ * (`state` as effectiveStateOf gives it: 1 timed out, 2 banned; 0: a stranger whose session is
+ * over, who never signs in again); and users whose direct-chat slots are full.
+ */
 export interface DirectRefusal {
   missing: number[];
+  inactive: { id: number; state: number }[];
   full: number[];
 }
+
+/**
+ * effectiveStateOf (users.presenter.ts) in SQL, on a `users` row at `at`: the state that applies
+ * now (a timeout or temporary ban past its end no longer does; the state stored to follow it does).
+ */
+const stateAtSql = (at: SQL) => sql`(case
+  when state = 0 then 0
+  when state_expires_at is null or state_expires_at > ${at} then state
+  when then_state <> 0 and (then_state_expires_at is null or then_state_expires_at > ${at}) then then_state
+  else 0 end)`;
 
 export function makeChatsStore(db: Db) {
   /** Built once: the chat lists of a turn's socket connections (`chat:list`). */
@@ -65,9 +81,11 @@ export function makeChatsStore(db: Db) {
      * takes the chat's first id `<at>-0` (the chat's id counter starts there). One transaction:
      * a lock per user (pg_advisory_xact_lock, ascending ids, so pairings sharing a user wait for
      * each other on every node and never deadlock), then one statement that counts each user's
-     * active direct chats and writes only if every user exists and has a free slot. Answers the new
-     * chat's id and epoch, the users as stored and those whose slots it filled, or what refused it:
-     * the users that do not exist and those whose slots are full (nothing written).
+     * active direct chats and writes only if every user exists, may use the platform (its
+     * effective state is Active; a stranger still has a live session) and has a free slot. It
+     * holds the users' rows (FOR SHARE) as it reads them, so a ban or timeout committing meanwhile
+     * is either seen or comes after the chat. Answers the new chat's id and epoch, the users as
+     * stored and those whose slots it filled, or what refused it (nothing written).
      */
     async insertDirect(v: {
       userIds: number[];
@@ -106,14 +124,20 @@ export function makeChatsStore(db: Db) {
                        and d.type = 'direct' and d.archived_at is null)::integer as active,
                    -- A stranger never has premium.
                    case when not is_stranger and ${premiumAtSql(at)}
-                        then ${v.slots.premium}::integer else ${v.slots.free}::integer end as slots
+                        then ${v.slots.premium}::integer else ${v.slots.free}::integer end as slots,
+                   ${stateAtSql(at)}::integer as state_now,
+                   -- A stranger never signs in again once its session is over.
+                   (not is_stranger or exists (select 1 from sessions s where s.user_id = users.id
+                     and s.ended_at is null and s.expires_at > ${at})) as signed_in
             from users where id = any(${ids})
+            for share
           ), c as (
             insert into chats (type, name, owner_user_id, match_token, expires_at, msg_ms, msg_seq, created_at, updated_at)
             select 'direct', string_agg(username, ' & ' order by pos), null, ${v.matchToken},
                    ${v.expiresAt.toISOString()}::timestamptz, ${atMs}, 0, ${at}, ${at}
             from u
-            having count(*) = ${v.userIds.length}::integer and bool_and(active < slots)
+            having count(*) = ${v.userIds.length}::integer
+               and bool_and(active < slots and state_now = 0 and signed_in)
             returning id, epoch
           ), m as (
             insert into chat_members (chat_id, user_id, joined_at) select c.id, u.id, ${at} from c, u
@@ -125,7 +149,8 @@ export function makeChatsStore(db: Db) {
             select c.id, ${atMs}, 0, 'system', null, '', ${JSON.stringify(v.opening)}::text::jsonb, ${at} from c
           )
           select c.id::integer as chat_id, c.epoch::integer as epoch, u.id::integer as user_id, u.username,
-                 u.is_stranger, u.active >= u.slots as full, u.active + 1 >= u.slots as fills
+                 u.is_stranger, u.active >= u.slots as full, u.active + 1 >= u.slots as fills,
+                 u.state_now, u.signed_in
           from u left join c on true order by u.pos`);
         return rowsOf<{
           chat_id: number | null;
@@ -135,6 +160,8 @@ export function makeChatsStore(db: Db) {
           is_stranger: boolean;
           full: boolean;
           fills: boolean;
+          state_now: number;
+          signed_in: boolean;
         }>(result);
       });
       const first = rows[0];
@@ -143,6 +170,9 @@ export function makeChatsStore(db: Db) {
         return {
           refused: {
             missing: v.userIds.filter((id) => !found.has(id)),
+            inactive: rows
+              .filter((r) => Number(r.state_now) !== 0 || r.signed_in !== true)
+              .map((r) => ({ id: Number(r.user_id), state: Number(r.state_now) })),
             full: rows.filter((r) => r.full === true).map((r) => Number(r.user_id)),
           },
         };
@@ -299,17 +329,12 @@ export function makeChatsStore(db: Db) {
       if (!row) throw new Error('insert returned no row');
       return row;
     },
+    /** A chat's live invites, newest first: the ones a join may spend and a delete revokes. */
     async invitesOf(chatId: number, now: Date): Promise<InviteRow[]> {
       return db
         .select()
         .from(chatInvites)
-        .where(
-          and(
-            eq(chatInvites.chatId, chatId),
-            isNull(chatInvites.revokedAt),
-            or(isNull(chatInvites.expiresAt), gt(chatInvites.expiresAt, now)),
-          ),
-        )
+        .where(and(eq(chatInvites.chatId, chatId), inviteIsLive(now)))
         .orderBy(desc(chatInvites.createdAt));
     },
     /** The live invite with this code (unknown, expired, used up or revoked: none). */

@@ -13,7 +13,7 @@ import {
 } from '@parlor/protocol';
 import { Type } from '@sinclair/typebox';
 import type { FastifyRequest } from 'fastify';
-import { currentUser, type Guards } from '../../platform/auth.js';
+import { currentBot, currentUser, type Guards } from '../../platform/auth.js';
 import { type App, errorResponses, security } from '../../platform/routing.js';
 import { adminActor } from '../admin/admin.routes.js';
 import type { GuildsService, GuildViewer } from './guilds.service.js';
@@ -39,13 +39,13 @@ export function registerGuildsRoutes(app: App, deps: { guilds: GuildsService; gu
       tags,
       security: security.bot,
       description:
-        'Creates or updates the guild. `name` and `member_count` are required; `owner_chatplatform_id`, `avatar_url` and `prefix` are optional and, omitted, stay as they are.',
+        'Creates or updates the guild. `name` and `member_count` are required; `owner_chatplatform_id`, `avatar_url` and `prefix` are optional and, omitted, stay as they are. Only the bot that reported the guild first, or an Official bot, may report it again (else 403 ERR_GUILD_OTHER_BOT).',
       params: GuildIdParams,
       body: GuildUpsertBody,
       response: { 200: BotGuildSchema, ...errorResponses },
     },
     onRequest: guards.bot,
-    handler: async (req) => guilds.upsert(req.params.guild_id, req.body),
+    handler: async (req) => guilds.upsert(currentBot(req).id, req.params.guild_id, req.body),
   });
 
   app.get('/v1/users/me/guilds', {

@@ -39,7 +39,7 @@ export interface GuildsDeps {
   store: GuildsStore;
   clock: Clock;
   audit: AuditStore;
-  users: Pick<UsersStore, 'byId'>;
+  users: Pick<UsersStore, 'byId' | 'byIdForUpdate'>;
   chats: GuildChats;
 }
 
@@ -87,9 +87,11 @@ export function makeGuildsService(deps: GuildsDeps) {
   return {
     /**
      * The bot upsert: creates the guild (room settings at their defaults) or updates it. Optional
-     * fields left out keep their value; the record is marked as having the bot, source 'bot'.
+     * fields left out keep their value; the record is marked as having the bot, source 'bot'. Only
+     * the bot that reported the guild first (GuildsStore.upsert), or an Official bot, reports it
+     * again: another bot's key cannot move the guild's owner (403 ERR_GUILD_OTHER_BOT).
      */
-    async upsert(chatplatformId: string, body: GuildUpsertBody): Promise<BotGuild> {
+    async upsert(botId: number, chatplatformId: string, body: GuildUpsertBody): Promise<BotGuild> {
       const now = clock.now();
       const changes: Partial<GuildInsert> & Pick<GuildInsert, 'name' | 'source' | 'updatedAt'> = {
         name: body.name,
@@ -101,19 +103,23 @@ export function makeGuildsService(deps: GuildsDeps) {
       if (body.owner_chatplatform_id !== undefined) changes.ownerChatplatformId = body.owner_chatplatform_id;
       if (body.avatar_url !== undefined) changes.avatarUrl = body.avatar_url;
       if (body.prefix !== undefined) changes.prefix = body.prefix;
-      const row = await store.upsert({
-        insert: {
-          chatplatformId,
-          roomBrowser: RoomSettingsDefaults.browser,
-          roomProxy: RoomSettingsDefaults.proxy,
-          roomStartUrl: RoomSettingsDefaults.start_url,
-          roomKiosk: RoomSettingsDefaults.kiosk,
-          roomAllowControlRequests: RoomSettingsDefaults.allow_control_requests,
-          createdAt: now,
-          ...changes,
+      const row = await store.upsert(
+        {
+          insert: {
+            chatplatformId,
+            roomBrowser: RoomSettingsDefaults.browser,
+            roomProxy: RoomSettingsDefaults.proxy,
+            roomStartUrl: RoomSettingsDefaults.start_url,
+            roomKiosk: RoomSettingsDefaults.kiosk,
+            roomAllowControlRequests: RoomSettingsDefaults.allow_control_requests,
+            createdAt: now,
+            ...changes,
+          },
+          update: changes,
         },
-        update: changes,
-      });
+        botId,
+      );
+      if (!row) throw appError('ERR_GUILD_OTHER_BOT');
       return toBotGuild(row);
     },
 
@@ -243,12 +249,17 @@ export function makeGuildsService(deps: GuildsDeps) {
       });
     },
 
-    /** Admin: adds or removes a sponsor. Repeating either changes and records nothing. */
+    /**
+     * Admin: adds or removes a sponsor. Repeating either changes and records nothing. An added
+     * sponsor's row is held until the commit: a user deleted meanwhile answers 404, not a
+     * foreign-key error.
+     */
     async setSponsor(actor: Actor, chatplatformId: string, body: GuildSponsorBody, add: boolean): Promise<Guild> {
       const now = clock.now();
       const user = await users.byId(body.user_id);
       if (!user || (add && user.isStranger)) throw appError('ERR_USER_NOT_FOUND');
       return adminChange(chatplatformId, async (g, tx) => {
+        if (add && !(await users.byIdForUpdate(body.user_id, tx))) throw appError('ERR_USER_NOT_FOUND');
         const changed = add
           ? await store.addSponsor(g.id, body.user_id, now, tx)
           : await store.removeSponsor(g.id, body.user_id, tx);

@@ -1,7 +1,7 @@
-import { GUILD_PLATFORM } from '@parlor/protocol';
+import { BotTypeNames, GUILD_PLATFORM } from '@parlor/protocol';
 import { and, asc, eq, gt, inArray, sql } from 'drizzle-orm';
 import { anyOf, type Db } from '../../platform/db/index.js';
-import { guildSponsors, guilds, linkedPlatforms } from '../../platform/db/schema.js';
+import { bots, guildSponsors, guilds, linkedPlatforms } from '../../platform/db/schema.js';
 import type { Tx } from '../users/users.store.js';
 
 export type GuildRow = typeof guilds.$inferSelect;
@@ -16,14 +16,29 @@ export interface GuildUpsert {
 /** The guilds' SQL: records, ownership through linked platform identities, sponsors. */
 export function makeGuildsStore(db: Db) {
   return {
-    /** Inserts or updates by chatplatform_id in one statement, so concurrent upserts of one guild cannot collide. */
-    async upsert(values: GuildUpsert): Promise<GuildRow> {
+    /**
+     * Inserts or updates by chatplatform_id in one statement, so concurrent upserts of one guild
+     * cannot collide. A new guild records `botId` as its reporting bot. An existing one is updated
+     * only by its reporting bot, by any bot while it has none (null, or a deleted bot: `botId` is
+     * then recorded), or by an Official bot (which leaves the recorded bot as it is); otherwise
+     * nothing is written and the answer is undefined. Decided in the statement, on the row it
+     * updates, so two bots reporting a new guild at once cannot both take it.
+     */
+    async upsert(values: GuildUpsert, botId: number): Promise<GuildRow | undefined> {
+      const reporter = guilds.reportedByBotId;
+      const claimable = sql`(${reporter} is null or ${reporter} = ${botId} or not exists (
+        select 1 from ${bots} where ${bots.id} = ${reporter} and ${bots.deletedAt} is null))`;
+      const official = sql`exists (select 1 from ${bots} where ${bots.id} = ${botId}
+        and ${bots.type} = ${BotTypeNames.official} and ${bots.deletedAt} is null)`;
       const [row] = await db
         .insert(guilds)
-        .values(values.insert)
-        .onConflictDoUpdate({ target: guilds.chatplatformId, set: values.update })
+        .values({ ...values.insert, reportedByBotId: botId })
+        .onConflictDoUpdate({
+          target: guilds.chatplatformId,
+          set: { ...values.update, reportedByBotId: sql`case when ${claimable} then ${botId} else ${reporter} end` },
+          setWhere: sql`${claimable} or ${official}`,
+        })
         .returning();
-      if (!row) throw new Error('upsert returned no row');
       return row;
     },
     async byChatplatformId(chatplatformId: string, tx: Tx = db): Promise<GuildRow | undefined> {

@@ -21,14 +21,15 @@ export function registerKeysRoutes(app: App, deps: { keys: KeysService; chats: C
     schema: {
       tags,
       security: security.session,
-      description: "Registers this session's X25519 public key (base64 of 32 bytes).",
+      description:
+        "Registers this session's X25519 public key (base64 of 32 bytes); answers this session's id (as key rings name it). A key another session registered: 409 ERR_PUBLIC_KEY_IN_USE.",
       body: RegisterKeyBody,
       response: { 200: RegisterKeyResponse, ...errorResponses },
     },
     onRequest: guards.anySession,
     handler: async (req) => {
       const v = viewerOf(req);
-      return { status: await keys.register(v.userId, v.sessionId, req.body.public_key) };
+      return { status: await keys.register(v.userId, v.sessionId, req.body.public_key), session_id: v.sessionId };
     },
   });
 
@@ -43,7 +44,7 @@ export function registerKeysRoutes(app: App, deps: { keys: KeysService; chats: C
     onRequest: guards.anySession,
     handler: async (req) => {
       const v = viewerOf(req);
-      await chats.assertMember(v.userId, req.params.chat_id);
+      await chats.assertMember(v.userId, req.params.chat_id, v.stranger);
       const chat = await chats.get(v, req.params.chat_id);
       return keys.chatKey(chat.id, chat.epoch, v.sessionId);
     },
@@ -65,7 +66,7 @@ export function registerKeysRoutes(app: App, deps: { keys: KeysService; chats: C
     onRequest: guards.anySession,
     handler: async (req) => {
       const v = viewerOf(req);
-      await chats.assertMember(v.userId, req.params.chat_id);
+      await chats.assertMember(v.userId, req.params.chat_id, v.stranger);
       return keys.share(req.params.chat_id, v.sessionId, req.body);
     },
   });

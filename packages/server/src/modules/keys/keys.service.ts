@@ -5,14 +5,14 @@ import { afterCommit } from '../../platform/db/after-commit.js';
 import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
-import type { Tx } from '../users/users.store.js';
+import { isUniqueViolation, type Tx } from '../users/users.store.js';
 import type { KeysStore, RingEntry } from './keys.store.js';
 
 /** What the keys rules need to know of chats, wired by hand from the chats store. */
 export interface Membership {
   chatIdsOf(userId: number, tx?: Tx): Promise<number[]>;
-  /** Locks the chat row for the transaction and returns its current epoch, or null. */
-  lockEpoch(chatId: number, tx: Tx): Promise<number | null>;
+  /** Locks the chat row for the transaction; its current epoch and whether it is archived, or null. */
+  lockChat(chatId: number, tx: Tx): Promise<{ epoch: number; archived: boolean } | null>;
 }
 
 export function toWireRing(entries: RingEntry[]): KeyRing {
@@ -78,7 +78,14 @@ export function makeKeysService({ db, store, clock, realtime, membership }: Keys
       return toWireRing(await store.ring(chatId, clock.now(), tx));
     },
 
-    /** Spec 4.6 rule 5: a new or replaced key is registered; the identical key is unchanged. */
+    /**
+     * Spec 4.6 rule 5: a new or replaced key is registered; the identical key is unchanged. A key
+     * another session (of any user) has registered is refused with ERR_PUBLIC_KEY_IN_USE: key
+     * rings would list it under both sessions, and a client looking for its own key there could
+     * take the other session for its own (the unique index on the key makes this hold for
+     * registrations at once). A replaced key moves active chats to a new epoch, never archived
+     * (read-only) ones.
+     */
     async register(userId: number, sessionId: number, publicKey: string): Promise<'registered' | 'unchanged'> {
       if (!isUsableX25519Key(publicKey)) {
         throw appError('ERR_VALIDATION', 'public_key must be base64 of exactly 32 bytes of a usable X25519 key.', {
@@ -91,7 +98,12 @@ export function makeKeysService({ db, store, clock, realtime, membership }: Keys
         await store.lockSession(sessionId, tx);
         const old = await store.keyOf(sessionId, tx);
         if (old === publicKey) return null;
-        await store.upsertKey(sessionId, userId, publicKey, clock.now(), tx);
+        try {
+          await store.upsertKey(sessionId, userId, publicKey, clock.now(), tx);
+        } catch (e) {
+          if (isUniqueViolation(e)) throw appError('ERR_PUBLIC_KEY_IN_USE');
+          throw e;
+        }
         const chatIds = await membership.chatIdsOf(userId, tx);
         // A replaced key may be held by someone else now: the chats it could read move on.
         const bumped = old === null ? [] : await store.bumpEpochs(chatIds, tx);
@@ -112,8 +124,9 @@ export function makeKeysService({ db, store, clock, realtime, membership }: Keys
 
     /**
      * Removes the keys of ended sessions inside the transaction that ends them, and raises the
-     * epoch of the user's chats there too: the sessions end, lose their keys and leave the chats'
-     * current epoch together or not at all (DESIGN.md 9). `portal:key_removed` and `room:rekey`
+     * epoch of the user's active chats there too (archived ones are read-only and keep theirs):
+     * the sessions end, lose their keys and leave the chats' current epoch together or not at all
+     * (DESIGN.md 9). `portal:key_removed` and `room:rekey`
      * go out once it commits (before the transaction's promise resolves, see after-commit.ts).
      * `wholeUser` (ban, full disconnect) announces `session_id: null`, meaning every session of
      * that user.
@@ -151,14 +164,18 @@ export function makeKeysService({ db, store, clock, realtime, membership }: Keys
     /**
      * Stores envelopes at the current epoch. The first share of an epoch keys it: it names the
      * caller and every session of the key ring or, for a ring of more sessions than one request
-     * carries (KEY_SHARE_ENVELOPES_MAX), that many of them. Later shares come from sessions that
-     * hold the key and only add envelopes for sessions still lacking one.
+     * carries (KEY_SHARE_ENVELOPES_MAX), that many of them; the chat's envelopes of earlier epochs
+     * go then (nothing reads them: clients keep the keys they held). Later shares come from
+     * sessions that hold the key and only add envelopes for sessions still lacking one. An archived
+     * chat is read-only: ERR_CHAT_READ_ONLY, nothing stored.
      */
     async share(chatId: number, sessionId: number, body: ShareKeysBody): Promise<{ epoch: number; stored: number }> {
       const now = clock.now();
       const { stored, epoch, sender } = await db.transaction(async (tx) => {
-        const epoch = await membership.lockEpoch(chatId, tx);
-        if (epoch === null) throw appError('ERR_CHAT_NOT_FOUND');
+        const chat = await membership.lockChat(chatId, tx);
+        if (chat === null) throw appError('ERR_CHAT_NOT_FOUND');
+        if (chat.archived) throw appError('ERR_CHAT_READ_ONLY');
+        const { epoch } = chat;
         if (body.epoch !== epoch) throw appError('ERR_EPOCH_MISMATCH');
         if ((await store.keyOf(sessionId, tx)) === null) throw appError('ERR_NO_SESSION_KEY');
         const ring = await store.ring(chatId, now, tx);
@@ -171,6 +188,7 @@ export function makeKeysService({ db, store, clock, realtime, membership }: Keys
           // ring is larger (the keyer, a holder from then on, tops up the rest).
           const keying = Math.min(inRing.size, Limits.KEY_SHARE_ENVELOPES_MAX);
           if (targets.size !== keying || !targets.has(sessionId)) throw appError('ERR_KEY_RING_CHANGED');
+          await store.deleteEnvelopesBefore(chatId, epoch, tx);
         } else if (targets.has(sessionId) || !(await store.envelope(chatId, epoch, sessionId, tx))) {
           // A holder tops up other sessions and never itself; a share naming the caller is a
           // keying attempt that lost the race.

@@ -1,4 +1,4 @@
-import { and, count, eq, gt, isNull, sql } from 'drizzle-orm';
+import { and, count, eq, gt, isNull, lt, sql } from 'drizzle-orm';
 import { anyOf, type Db } from '../../platform/db/index.js';
 import { chatMembers, chats, keyEnvelopes, sessionKeys, sessions } from '../../platform/db/schema.js';
 import type { Tx } from '../users/users.store.js';
@@ -76,6 +76,13 @@ export function makeKeysStore(db: Db) {
         .where(and(eq(keyEnvelopes.chatId, chatId), eq(keyEnvelopes.epoch, epoch)));
       return row?.n ?? 0;
     },
+    /**
+     * Deletes the chat's envelopes of epochs before `epoch` (done when an epoch is keyed): nothing
+     * reads them any more, as GET …/keys, the send check and shares read the current epoch only.
+     */
+    async deleteEnvelopesBefore(chatId: number, epoch: number, tx: Tx): Promise<void> {
+      await tx.delete(keyEnvelopes).where(and(eq(keyEnvelopes.chatId, chatId), lt(keyEnvelopes.epoch, epoch)));
+    },
     /** Stores envelopes; one that exists already is kept (never overwritten). Returns those stored. */
     async insertEnvelopes(rows: (typeof keyEnvelopes.$inferInsert)[], tx: Tx): Promise<number[]> {
       if (rows.length === 0) return [];
@@ -86,13 +93,17 @@ export function makeKeysStore(db: Db) {
         .returning({ sessionId: keyEnvelopes.recipientSessionId });
       return stored.map((r) => r.sessionId);
     },
-    /** Raises the epoch of the given chats; returns each chat's new epoch. */
+    /**
+     * Raises the epoch of those of the given chats that are not archived; returns each raised
+     * chat's new epoch. An archived direct chat is read-only (nobody sends, nobody shares): its
+     * epoch stays, so its members keep reading its history with the key they hold.
+     */
     async bumpEpochs(chatIds: number[], tx: Tx = db): Promise<{ id: number; epoch: number }[]> {
       if (chatIds.length === 0) return [];
       return tx
         .update(chats)
         .set({ epoch: sql`${chats.epoch} + 1` })
-        .where(anyOf(chats.id, chatIds))
+        .where(and(anyOf(chats.id, chatIds), isNull(chats.archivedAt)))
         .returning({ id: chats.id, epoch: chats.epoch });
     },
   };

@@ -3,7 +3,8 @@ import type { FastifyBaseLogger } from 'fastify';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
-import type { MatchQueue } from '../../platform/state/match-queue.js';
+import { type Realtime, rooms } from '../../platform/realtime.js';
+import type { MatchQueue, QueueEntry } from '../../platform/state/match-queue.js';
 import type { Actor, AuditStore } from '../audit/audit.store.js';
 import type { UsersService } from '../users/users.service.js';
 import type { UsersStore } from '../users/users.store.js';
@@ -32,9 +33,14 @@ export function makeBlocksService(deps: {
   queue: MatchQueue;
   audit: AuditStore;
   clock: Clock;
+  realtime: Pick<Realtime, 'emitTo'>;
   log: Pick<FastifyBaseLogger, 'error'>;
 }) {
   const { store, clock } = deps;
+  /** A search the block's bar took out of the queue has ended: its user hears `match:timeout`, as at its deadline. */
+  const tellEnded = (e: QueueEntry | null) => {
+    if (e) deps.realtime.emitTo(rooms.user(e.userId), 'match:timeout', { interests: e.tags });
+  };
   return {
     async list(userId: number) {
       return (await store.listBy(userId)).map((b) => ({ user_id: b.blockedId, created_at: b.createdAt.toISOString() }));
@@ -62,10 +68,11 @@ export function makeBlocksService(deps: {
      * The queue lives in the state store, not SQL, so the steps are ordered for failure. First the
      * queue bars the user (out of the queue, its enqueues refused for STRANGER_BAR_MS, one atomic
      * step; failing here changes nothing): an enqueue that read the account before the block
-     * commits is refused when it reaches the queue. Then the block and its audit entry in one
-     * transaction; enqueues read the stored block from then on. If that fails its bar is lifted
-     * (logged if that fails too), so nothing of the block stands but the queue left; a concurrent
-     * block of the same stranger keeps its own bar (the queue counts them).
+     * commits is refused when it reaches the queue. A search the bar ended is told at once
+     * (`match:timeout`, as at its deadline): it has ended whatever follows. Then the block and
+     * its audit entry in one transaction; enqueues read the stored block from then on. If that
+     * fails its bar is lifted (logged if that fails too), so nothing of the block stands but the
+     * queue left; a concurrent block of the same stranger keeps its own bar (the queue counts them).
      */
     async blockStranger(actor: Actor, targetId: number) {
       const target = await deps.users.mustGet(targetId);
@@ -73,7 +80,7 @@ export function makeBlocksService(deps: {
         throw appError('ERR_FORBIDDEN', 'Only anonymous (stranger) accounts are blocked this way.');
       const now = clock.now();
       const barredAt = now.getTime();
-      await deps.queue.bar(targetId, barredAt + STRANGER_BAR_MS, barredAt);
+      tellEnded(await deps.queue.bar(targetId, barredAt + STRANGER_BAR_MS, barredAt));
       try {
         await deps.db.transaction(async (tx) => {
           await deps.usersStore.update(targetId, { matchBlockedAt: now }, tx);
@@ -93,9 +100,9 @@ export function makeBlocksService(deps: {
       // takes out one that got in. The block stands either way; a failure here is only logged.
       const committedAt = clock.now().getTime();
       if (committedAt - barredAt > STRANGER_BAR_MS / 2)
-        await deps.queue
-          .bar(targetId, committedAt + STRANGER_BAR_MS, committedAt)
-          .catch((e: unknown) => deps.log.error({ err: e, userId: targetId }, 'match queue bar not renewed'));
+        await deps.queue.bar(targetId, committedAt + STRANGER_BAR_MS, committedAt).then(tellEnded, (e: unknown) => {
+          deps.log.error({ err: e, userId: targetId }, 'match queue bar not renewed');
+        });
     },
   };
 }

@@ -38,6 +38,8 @@ function setup() {
     calls.get++;
     return get(userId, now);
   };
+  /** Users the fake store says are strangers. */
+  const strangers = new Set<number>();
   const facts: SearcherFacts = { premium: false, activeDirect: 0, exclude: [], country: null, matchBlocked: false };
   /** Holds the next facts read until released (an enqueue in flight), when set. */
   const gate: { next?: Promise<void> } = {};
@@ -69,6 +71,7 @@ function setup() {
         await held;
         return read;
       },
+      isStranger: async (userId) => strangers.has(userId),
     },
     realtime: {
       emitTo: (room: string, event: string, e: unknown) => {
@@ -88,7 +91,7 @@ function setup() {
     });
     return release;
   };
-  return { clock, state, queue, svc, calls, facts, searcher, hooks, holdNextRead };
+  return { clock, state, queue, svc, calls, facts, searcher, hooks, holdNextRead, strangers };
 }
 
 describe('matchmaking enqueue pre-checks', () => {
@@ -204,7 +207,7 @@ describe('matchmaking: a pair the chat store refuses (slots full by now, or a us
     await online(state, clock);
     await svc.enqueue(searcher(1), ['abc']);
     const before = await queue.get(1, clock.now().getTime());
-    hooks.refuse = () => ({ missing: [], full: [2] });
+    hooks.refuse = () => ({ missing: [], inactive: [], full: [2] });
     await expect(svc.enqueue(searcher(2), ['abc'])).rejects.toMatchObject({ code: 'ERR_MATCH_SLOT_LIMIT' });
     expect(await queue.get(1, clock.now().getTime())).toEqual(before);
     expect(await queue.get(2, clock.now().getTime())).toBeNull();
@@ -222,7 +225,11 @@ describe('matchmaking: a pair the chat store refuses (slots full by now, or a us
     ] as const)
       await svc.enqueue(searcher(id), [t]);
     hooks.refuse = (ids) =>
-      ids[0] === 1 ? { missing: [], full: [1] } : ids[0] === 3 ? { missing: [3], full: [] } : undefined;
+      ids[0] === 1
+        ? { missing: [], inactive: [], full: [1] }
+        : ids[0] === 3
+          ? { missing: [3], inactive: [], full: [] }
+          : undefined;
     const paired = await svc.enqueue(searcher(2), ['aaa', 'ccc', 'ddd']);
     expect(paired.answer.state).toBe('searching');
     expect(paired.tellCaller).toBeDefined();
@@ -244,7 +251,7 @@ describe('matchmaking: a pair the chat store refuses (slots full by now, or a us
     };
     hooks.refuse = (ids) =>
       ids.includes(2) || (refuseRestored && ids.includes(3))
-        ? { missing: [], full: [ids.includes(2) ? 2 : 1] }
+        ? { missing: [], inactive: [], full: [ids.includes(2) ? 2 : 1] }
         : undefined;
     await expect(svc.enqueue(searcher(2), ['abc'])).rejects.toMatchObject({ code: 'ERR_MATCH_SLOT_LIMIT' });
   };
@@ -277,7 +284,7 @@ describe('matchmaking: a pair the chat store refuses (slots full by now, or a us
     const { clock, state, queue, svc, searcher, hooks } = setup();
     await online(state, clock);
     await svc.enqueue(searcher(1), ['abc']);
-    hooks.refuse = () => ({ missing: [], full: [1] });
+    hooks.refuse = () => ({ missing: [], inactive: [], full: [1] });
     const queued = await svc.enqueue(searcher(2), ['abc']);
     expect(queued.tellCaller).toBeUndefined();
     expect(await queue.get(2, clock.now().getTime())).toMatchObject({ userId: 2, tags: ['abc'] });
@@ -355,5 +362,93 @@ describe('matchmaking: a stranger block racing an enqueue', () => {
     expect(await queue.get(1, clock.now().getTime())).toBeNull();
     // The waiting user was not taken.
     expect(await queue.get(2, clock.now().getTime())).toMatchObject({ userId: 2 });
+  });
+});
+
+describe('matchmaking: searches that end without a pair are told (match:timeout)', () => {
+  const online = async (state: MemoryState, clock: FakeClock) => {
+    const until = clock.now().getTime() + 2 * Limits.MATCH_QUEUE_WAIT_MS;
+    for (const id of ['1', '2']) await state.addExpiring('online-users', [id], until);
+  };
+
+  it('tells a user whose entry expired when an enqueue meets it before the deadline sweep, once', async () => {
+    const { clock, state, queue, svc, calls, searcher } = setup();
+    await online(state, clock);
+    await svc.enqueue(searcher(1), ['abc', 'def']);
+    clock.advance(Limits.MATCH_QUEUE_WAIT_MS);
+    const queued = await svc.enqueue(searcher(2), ['def']);
+    expect(queued.tellCaller).toBeUndefined();
+    expect(calls.other).toEqual([['user:1', 'match:timeout', { interests: ['abc', 'def'] }]]);
+    expect(await queue.get(2, clock.now().getTime())).toMatchObject({ userId: 2 });
+    // The sweep finds nothing more to tell.
+    expect(await svc.sweepQueue()).toBe(0);
+    expect(calls.other).toHaveLength(1);
+  });
+
+  it('tells a user whose entry expired when a peer going back to the queue meets it', async () => {
+    const { clock, state, queue, svc, calls, facts, searcher, hooks } = setup();
+    await online(state, clock);
+    // 3 waits first and excludes 1 and 2; 1 queues behind it 10 s later.
+    facts.exclude = [1, 2];
+    await svc.enqueue(searcher(3), ['abc']);
+    facts.exclude = [];
+    clock.advance(10_000);
+    await svc.enqueue(searcher(1), ['abc']);
+    clock.advance(Limits.MATCH_QUEUE_WAIT_MS - 10_001);
+    // 2 passes over 3 (1 ms left) and pairs with 1; the chat fails once 3's deadline has passed.
+    hooks.beforeCreate = async () => {
+      clock.advance(1);
+      throw new Error('database down');
+    };
+    await expect(svc.enqueue(searcher(2), ['abc'])).rejects.toThrow('database down');
+    expect(calls.other).toEqual([['user:3', 'match:timeout', { interests: ['abc'] }]]);
+    expect(await queue.get(1, clock.now().getTime())).toMatchObject({ userId: 1 });
+    expect(await queue.get(3, clock.now().getTime() - 1)).toBeNull();
+  });
+
+  it('ends the search of a peer that may no longer use the platform, silently, and pairs the caller on', async () => {
+    const { clock, state, queue, svc, calls, searcher, hooks } = setup();
+    await online(state, clock);
+    await svc.enqueue(searcher(1), ['abc']);
+    await svc.enqueue(searcher(3), ['def']);
+    hooks.refuse = (ids) => (ids.includes(1) ? { missing: [], inactive: [{ id: 1, state: 2 }], full: [1] } : undefined);
+    const paired = await svc.enqueue(searcher(2), ['abc', 'def']);
+    expect(paired.tellCaller).toBeDefined();
+    expect(calls.created).toEqual([[3, 2]]);
+    expect(calls.other).toEqual([]);
+    expect(await queue.get(1, clock.now().getTime())).toBeNull();
+  });
+
+  it('answers a caller banned or timed out since its request began 403 ERR_BANNED / ERR_TIMED_OUT, and puts the peer back', async () => {
+    const { clock, state, queue, svc, calls, searcher, hooks } = setup();
+    await online(state, clock);
+    await svc.enqueue(searcher(1), ['abc']);
+    const before = await queue.get(1, clock.now().getTime());
+    for (const [state, code] of [
+      [2, 'ERR_BANNED'],
+      [1, 'ERR_TIMED_OUT'],
+      [0, 'ERR_UNAUTHENTICATED'],
+    ] as const) {
+      hooks.refuse = () => ({ missing: [], inactive: [{ id: 2, state }], full: [] });
+      await expect(svc.enqueue(searcher(2), ['abc'])).rejects.toMatchObject({ code });
+      expect(await queue.get(1, clock.now().getTime())).toEqual(before);
+      expect(await queue.get(2, clock.now().getTime())).toBeNull();
+    }
+    expect(calls.other).toEqual([]);
+  });
+
+  it("ends a stranger's search when its session ends, not a registered user's; endSearch ends any", async () => {
+    const { clock, state, queue, svc, calls, searcher, strangers } = setup();
+    await online(state, clock);
+    strangers.add(1);
+    await svc.enqueue(searcher(1), ['abc']);
+    await svc.enqueue(searcher(2), ['def']);
+    await svc.sessionsEnded(1);
+    await svc.sessionsEnded(2);
+    expect(await queue.get(1, clock.now().getTime())).toBeNull();
+    expect(await queue.get(2, clock.now().getTime())).toMatchObject({ userId: 2 });
+    await svc.endSearch(2);
+    expect(await queue.get(2, clock.now().getTime())).toBeNull();
+    expect(calls.other).toEqual([]);
   });
 });

@@ -78,6 +78,11 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
     return n;
   };
 
+  /** Searches that ended without a pair (deadline, slots filled, a block): each user hears `match:timeout`. */
+  const tellEnded = (entries: readonly QueueEntry[]): void => {
+    for (const e of entries) realtime.emitTo(rooms.user(e.userId), 'match:timeout', { interests: e.tags });
+  };
+
   const status = async (userId: number): Promise<MatchStatus> => {
     const now = clock.now().getTime();
     const searching = await queue.get(userId, now);
@@ -105,13 +110,14 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
   const putBack = async (peer: QueueEntry): Promise<void> => {
     try {
       const result = await queue.restore(peer, clock.now().getTime());
-      if (typeof result === 'object') {
+      tellEnded(result.dropped);
+      if (result.kind === 'paired') {
         // A user queued on a shared tag while the peer was out: they pair now, in the background
         // (neither is waiting on a request).
         void pairRestored(peer, result.peer, result.tag);
         return;
       }
-      if (result !== 'expired' && result !== 'full') return;
+      if (result.kind !== 'expired' && result.kind !== 'full') return;
     } catch (err) {
       deps.log.warn({ err, userId: peer.userId }, 'match peer not re-queued after a failed pairing');
     }
@@ -138,17 +144,22 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
   };
 
   /**
-   * A pair the chat store refused (a user gone, or its direct-chat slots full by now: parallel
-   * enqueues of one user, on any node, pass the pre-check together). A peer that is not the reason
-   * goes back to the queue; one whose slots are full leaves it (its search ended, it is told). The
-   * caller, if it is a reason, gets the refusal; else it searches on (answers normally).
+   * A pair the chat store refused (a user gone; banned or timed out, or a stranger whose session
+   * ended, since it queued; or its direct-chat slots full by now: parallel enqueues of one user, on
+   * any node, pass the pre-check together). A peer that is not the reason goes back to the queue;
+   * one whose slots are full leaves it (its search ended, it is told); one gone or inactive leaves
+   * it silently (it has no socket left to tell). The caller, if it is a reason, gets the refusal;
+   * else it searches on (answers normally).
    */
   const refused = async (me: Pick<Searcher, 'userId'>, peer: QueueEntry, why: DirectRefusal): Promise<void> => {
-    const out = (id: number) => why.missing.includes(id) || why.full.includes(id);
+    const inactive = (id: number) => why.inactive.find((u) => u.id === id);
+    const out = (id: number) => why.missing.includes(id) || why.full.includes(id) || inactive(id) !== undefined;
     if (!out(peer.userId)) await putBack(peer);
-    else if (why.full.includes(peer.userId))
-      realtime.emitTo(rooms.user(peer.userId), 'match:timeout', { interests: peer.tags });
+    else if (why.full.includes(peer.userId) && !inactive(peer.userId)) tellEnded([peer]);
     if (why.missing.includes(me.userId)) throw appError('ERR_USER_NOT_FOUND');
+    const mine = inactive(me.userId);
+    if (mine)
+      throw appError(mine.state === 2 ? 'ERR_BANNED' : mine.state === 1 ? 'ERR_TIMED_OUT' : 'ERR_UNAUTHENTICATED');
     if (why.full.includes(me.userId)) throw appError('ERR_MATCH_SLOT_LIMIT');
   };
 
@@ -199,9 +210,7 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
    */
   const endSearchesOfFull = (userIds: number[]): void => {
     queue.markFull(userIds, clock.now().getTime()).then(
-      (ended) => {
-        for (const e of ended) realtime.emitTo(rooms.user(e.userId), 'match:timeout', { interests: e.tags });
-      },
+      (ended) => tellEnded(ended),
       (err: unknown) => deps.log.warn({ err, userIds }, 'searches of users whose slots filled not ended'),
     );
   };
@@ -267,6 +276,8 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
         if (clock.now().getTime() - now > MATCH_PRECHECK_MAX_MS)
           throw appError('ERR_SERVICE_UNAVAILABLE', 'Matchmaking is slow right now; try again.');
         const result = await queue.enqueue(entry, at);
+        // Users whose deadline passed, met on the way (before the deadline sweep came to them).
+        tellEnded(result.dropped);
         if (result.kind === 'already') throw appError('ERR_MATCH_ALREADY_SEARCHING');
         if (result.kind === 'barred') throw appError('ERR_STRANGER_BLOCKED');
         // Its slots filled (a parallel search paired) after this pre-check read them.
@@ -282,6 +293,25 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
       return status(userId);
     },
 
+    /**
+     * Ends a user's search, if any, without telling it: it may not use the platform now (a ban or
+     * a timeout committed; wiring/services.ts). A pairing that reads the user later refuses it
+     * anyway (the chat store checks the state), so an enqueue already in flight is harmless.
+     */
+    async endSearch(userId: number): Promise<void> {
+      await queue.dequeue(userId);
+    },
+
+    /**
+     * Sessions of a user ended (logout, destroy, eviction, expiry), committed. A stranger never signs in
+     * again, so its search ends with its session (it is told nothing: its sockets are gone). A
+     * registered user's search stays: it may sign in again before the deadline.
+     */
+    async sessionsEnded(userId: number): Promise<void> {
+      if (!(await queue.get(userId, clock.now().getTime()))) return;
+      if (await deps.store.isStranger(userId)) await queue.dequeue(userId);
+    },
+
     async leave(userId: number, chatId: number | undefined) {
       return { ok: true, chat_id: await chats.leaveDirect(userId, chatId) };
     },
@@ -293,7 +323,7 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
     /** Drops users whose queue deadline passed and tells them (match:timeout). Safe on many nodes. */
     async sweepQueue(limit = 500): Promise<number> {
       const expired = await queue.popExpired(clock.now().getTime(), limit);
-      for (const e of expired) realtime.emitTo(rooms.user(e.userId), 'match:timeout', { interests: e.tags });
+      tellEnded(expired);
       return expired.length;
     },
   };

@@ -1,5 +1,6 @@
-import { sql } from 'drizzle-orm';
+import { eq, sql } from 'drizzle-orm';
 import { type Db, rowsOf } from '../../platform/db/index.js';
+import { users } from '../../platform/db/schema.js';
 import { hasPremium } from '../users/users.presenter.js';
 
 /**
@@ -72,6 +73,12 @@ export function makeMatchmakingStore(db: Db) {
         };
       }
       return out;
+    },
+
+    /** Whether the user is an anonymous stranger (false when it does not exist). */
+    async isStranger(userId: number): Promise<boolean> {
+      const [row] = await db.select({ stranger: users.isStranger }).from(users).where(eq(users.id, userId)).limit(1);
+      return row?.stranger === true;
     },
   };
 }

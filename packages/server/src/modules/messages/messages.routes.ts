@@ -12,10 +12,18 @@ import { Type } from '@sinclair/typebox';
 import { type Guards, viewerOf } from '../../platform/auth.js';
 import { type App, errorResponses, security } from '../../platform/routing.js';
 import type { ChatsService } from '../chats/chats.service.js';
-import type { MessagesService } from './messages.service.js';
+import type { DeletionChat, MessagesService } from './messages.service.js';
 
 const tags = ['messages'];
 const base = '/v1/portal/chats/:chat_id/messages';
+
+/** What a deletion needs of the chat the route read. */
+const deletionChat = (chat: Awaited<ReturnType<ChatsService['assertReader']>>): DeletionChat => ({
+  id: chat.id,
+  type: chat.type,
+  ownerId: chat.ownerUserId,
+  archived: chat.archivedAt !== null,
+});
 
 export function registerMessagesRoutes(
   app: App,
@@ -73,7 +81,7 @@ export function registerMessagesRoutes(
     handler: async (req) => {
       const v = viewerOf(req);
       const chat = await chats.assertReader(v, req.params.chat_id);
-      return messages.remove(v, { id: chat.id, ownerId: chat.ownerUserId }, req.body.ids);
+      return messages.remove(v, deletionChat(chat), req.body.ids);
     },
   });
 
@@ -88,8 +96,8 @@ export function registerMessagesRoutes(
     onRequest: guards.anySession,
     handler: async (req) => {
       const v = viewerOf(req);
-      await chats.assertReader(v, req.params.chat_id);
-      return messages.removeMine(v, req.params.chat_id);
+      const chat = await chats.assertReader(v, req.params.chat_id);
+      return messages.removeMine(v, deletionChat(chat));
     },
   });
 
@@ -105,7 +113,7 @@ export function registerMessagesRoutes(
     handler: async (req) => {
       const v = viewerOf(req);
       const chat = await chats.assertReader(v, req.params.chat_id);
-      return messages.removeLast(v, { id: chat.id, ownerId: chat.ownerUserId }, req.body.count);
+      return messages.removeLast(v, deletionChat(chat), req.body.count);
     },
   });
 }

@@ -1,10 +1,11 @@
-import { Limits, type Message } from '@parlor/protocol';
+import { Limits, type Message, PermissionLevel } from '@parlor/protocol';
 import type { Clock } from '../../platform/clock.js';
 import { appError } from '../../platform/errors.js';
 import { groupCommit } from '../../platform/group-commit.js';
 import { rateLimited } from '../../platform/http.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
 import type { StateStore } from '../../platform/state/index.js';
+import { canModerateChat, canTarget } from '../moderation/moderation.service.js';
 import type { Tx } from '../users/users.store.js';
 import { parseBundle } from './messages.bundle.js';
 import { messageId, toMessage } from './messages.presenter.js';
@@ -39,6 +40,23 @@ export interface Sender {
   sessionId: number;
   permissionLevel: number;
 }
+
+/** The chat a deletion acts in, as the route found it. */
+export interface DeletionChat {
+  id: number;
+  type: string;
+  ownerId: number | null;
+  /** Archived (spec 3): read-only, so nothing is deleted either. */
+  archived: boolean;
+}
+
+/** The rules' view of an actor (moderation.rules). */
+const ruled = (actor: Sender) => ({ userId: actor.userId, level: actor.permissionLevel });
+
+/** The levels whose messages `actor` may delete as a moderator: those canTarget reaches. */
+const reachableLevels = (actor: Sender) =>
+  // 0 is nobody's id: the question is about another user of that level.
+  Object.values(PermissionLevel).filter((level) => canTarget(ruled(actor), { userId: 0, level }));
 
 export function makeMessagesService({ store, clock, state, realtime, access }: MessagesDeps) {
   /**
@@ -114,6 +132,34 @@ export function makeMessagesService({ store, clock, state, realtime, access }: M
       });
   };
 
+  /** An archived chat is read-only (spec 3): nothing is deleted from it. */
+  const assertWritable = (chat: DeletionChat) => {
+    if (chat.archived) throw appError('ERR_CHAT_READ_ONLY');
+  };
+
+  /** Spec 4.6 rule 2, as the moderation module decides it (the chat owner's level read here). */
+  const mayModerate = async (actor: Sender, chat: DeletionChat): Promise<boolean> => {
+    const { ownerId } = chat;
+    const ownerLevel = ownerId !== null && ownerId !== actor.userId ? ((await store.levelOf(ownerId)) ?? 0) : 0;
+    return canModerateChat(ruled(actor), { type: chat.type, ownerId: chat.ownerId, ownerLevel });
+  };
+
+  /**
+   * Announces and answers what a delete removed. A delete writes nothing in a chat archived or
+   * removed since the route read it (messages.store `writable`); when it removed nothing, the chat
+   * is read again so that such a race is told as a refusal rather than as an empty success.
+   */
+  const deleted = async (actor: Sender, chatId: number, rows: { ms: number; seq: number }[]) => {
+    if (rows.length === 0) {
+      const now = await access.chat(chatId);
+      if (!now) throw appError('ERR_CHAT_NOT_FOUND');
+      if (now.archived) throw appError('ERR_CHAT_READ_ONLY');
+    }
+    const ids = rows.map(messageId);
+    bulkDeleted(chatId, ids, actor.userId);
+    return { deleted: ids.length, deleted_ids: ids };
+  };
+
   return {
     publish,
 
@@ -175,30 +221,43 @@ export function makeMessagesService({ store, clock, state, realtime, access }: M
       return pages.submit(chatId, { reader, before: before ? parseMessageId(before) : null, limit });
     },
 
-    /** Deletes by id: your own messages, or anyone's for the chat owner and Moderators and above. */
-    async remove(actor: Sender, chat: { id: number; ownerId: number | null }, ids: string[]) {
-      const parsed = [...new Set(ids)].map(parseMessageId);
-      const found = await store.byIds(chat.id, parsed);
-      const moderator = actor.permissionLevel >= 1 || actor.userId === chat.ownerId;
-      if (!moderator && found.some((m) => m.senderId !== actor.userId))
-        throw appError('ERR_FORBIDDEN', 'You may delete only your own messages.');
-      const deleted = (await store.remove(chat.id, found)).map(messageId);
-      bulkDeleted(chat.id, deleted, actor.userId);
-      return { deleted: deleted.length, deleted_ids: deleted };
+    /**
+     * Deletes by id, all or nothing: your own messages; others' too for who may moderate the
+     * chat (moderation canModerateChat, spec 4.6 rule 2), when each of their senders is within reach
+     * (canTarget: below the actor's level, or a deleted account). Ids of no message are passed over;
+     * a system message (spec 2.9: kept for late joiners) refuses the whole request.
+     */
+    async remove(actor: Sender, chat: DeletionChat, ids: string[]) {
+      assertWritable(chat);
+      const found = await store.byIds(chat.id, [...new Set(ids)].map(parseMessageId));
+      if (found.some((m) => m.type !== 'user')) throw appError('ERR_FORBIDDEN', 'System messages cannot be deleted.');
+      const others = found.filter((m) => m.senderId !== actor.userId);
+      if (others.length > 0) {
+        if (!(await mayModerate(actor, chat)))
+          throw appError('ERR_FORBIDDEN', 'You may delete only your own messages.');
+        const outOfReach = others.some(
+          (m) => m.senderLevel !== null && !canTarget(ruled(actor), { userId: m.senderId ?? 0, level: m.senderLevel }),
+        );
+        if (outOfReach) throw appError('ERR_FORBIDDEN', 'That user is out of your reach.');
+      }
+      return deleted(actor, chat.id, await store.remove(chat.id, found));
     },
 
-    async removeMine(actor: Sender, chatId: number) {
-      const deleted = (await store.removeBySender(chatId, actor.userId)).map(messageId);
-      bulkDeleted(chatId, deleted, actor.userId);
-      return { deleted: deleted.length, deleted_ids: deleted };
+    async removeMine(actor: Sender, chat: DeletionChat) {
+      assertWritable(chat);
+      return deleted(actor, chat.id, await store.removeBySender(chat.id, actor.userId));
     },
 
-    /** The last `count` user messages of a chat: Moderators and above, and the chat owner. */
-    async removeLast(actor: Sender, chat: { id: number; ownerId: number | null }, count: number) {
-      if (actor.permissionLevel < 1 && actor.userId !== chat.ownerId) throw appError('ERR_FORBIDDEN');
-      const deleted = (await store.remove(chat.id, await store.lastIds(chat.id, count))).map(messageId);
-      bulkDeleted(chat.id, deleted, actor.userId);
-      return { deleted: deleted.length, deleted_ids: deleted };
+    /**
+     * The newest `count` user messages the actor may delete, for who may moderate the chat: its own
+     * and those of senders within reach (below its level, deleted accounts); messages of users at
+     * or above its level are passed over and do not count.
+     */
+    async removeLast(actor: Sender, chat: DeletionChat, count: number) {
+      assertWritable(chat);
+      if (!(await mayModerate(actor, chat))) throw appError('ERR_FORBIDDEN');
+      const reach = { actorId: actor.userId, levels: reachableLevels(actor) };
+      return deleted(actor, chat.id, await store.removeLast(chat.id, count, reach));
     },
   };
 }

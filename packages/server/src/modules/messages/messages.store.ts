@@ -1,7 +1,7 @@
 import type { Message } from '@parlor/protocol';
-import { type AnyColumn, and, desc, eq, gt, inArray, isNull, or } from 'drizzle-orm';
+import { type AnyColumn, and, desc, eq, exists, gt, inArray, isNull, or, sql } from 'drizzle-orm';
 import { type Db, rowsOf } from '../../platform/db/index.js';
-import { messages, moderationActions } from '../../platform/db/schema.js';
+import { chats, messages, moderationActions, users } from '../../platform/db/schema.js';
 import type { Tx } from '../users/users.store.js';
 import { appendSql, type PageRequest, pagesSql, type SendBatch, sendBatchSql } from './messages.sql.js';
 
@@ -28,7 +28,38 @@ export function restrictionInForce(chatId: number | AnyColumn, userId: number, a
   );
 }
 
+/** A message named for deletion: its id, type, sender and the sender's level (null: no such user now). */
+export interface DeletionCandidate {
+  ms: number;
+  seq: number;
+  type: string;
+  senderId: number | null;
+  senderLevel: number | null;
+}
+
+/** Whose messages a delete-last reaches: the actor's own, senders of these levels, and deleted accounts'. */
+export interface Reach {
+  actorId: number;
+  levels: number[];
+}
+
+const key = { ms: messages.ms, seq: messages.seq };
+
 export function makeMessagesStore(db: Db) {
+  /**
+   * The chat is live and not archived (spec 3: an archived chat is read-only): a condition of
+   * every delete, so one racing an archive or a removal deletes nothing rather than after it.
+   */
+  const writable = (chatId: number) =>
+    exists(
+      db
+        .select({ one: sql`1` })
+        .from(chats)
+        .where(and(eq(chats.id, chatId), isNull(chats.archivedAt), isNull(chats.deletedAt))),
+    );
+  const idMatch = (ids: { ms: number; seq: number }[]) =>
+    or(...ids.map((i) => and(eq(messages.ms, i.ms), eq(messages.seq, i.seq))));
+
   return {
     /**
      * Appends a message under the chat's next id in one statement: the UPDATE of the chat row takes
@@ -64,35 +95,64 @@ export function makeMessagesStore(db: Db) {
       for (const { ord, ...message } of rows) pages[ord]?.push(message);
       return pages;
     },
-    async byIds(chatId: number, ids: { ms: number; seq: number }[]): Promise<MessageRow[]> {
+    /** The messages of the chat with these ids (system ones too: the caller refuses them). */
+    async byIds(chatId: number, ids: { ms: number; seq: number }[]): Promise<DeletionCandidate[]> {
       if (ids.length === 0) return [];
-      const match = or(...ids.map((i) => and(eq(messages.ms, i.ms), eq(messages.seq, i.seq))));
       return db
-        .select()
+        .select({ ...key, type: messages.type, senderId: messages.senderId, senderLevel: users.permissionLevel })
         .from(messages)
-        .where(and(eq(messages.chatId, chatId), match));
+        .leftJoin(users, eq(users.id, messages.senderId))
+        .where(and(eq(messages.chatId, chatId), idMatch(ids)));
     },
-    async remove(chatId: number, ids: { ms: number; seq: number }[]): Promise<MessageRow[]> {
+    /** Deletes these user messages (never a system one) if the chat is writable; answers those deleted. */
+    async remove(chatId: number, ids: { ms: number; seq: number }[]): Promise<{ ms: number; seq: number }[]> {
       if (ids.length === 0) return [];
-      const match = or(...ids.map((i) => and(eq(messages.ms, i.ms), eq(messages.seq, i.seq))));
       return db
         .delete(messages)
-        .where(and(eq(messages.chatId, chatId), match))
-        .returning();
+        .where(and(eq(messages.chatId, chatId), eq(messages.type, 'user'), idMatch(ids), writable(chatId)))
+        .returning(key);
     },
-    async removeBySender(chatId: number, senderId: number): Promise<MessageRow[]> {
+    /** Deletes every user message of a sender in the chat if the chat is writable. */
+    async removeBySender(chatId: number, senderId: number): Promise<{ ms: number; seq: number }[]> {
       return db
         .delete(messages)
-        .where(and(eq(messages.chatId, chatId), eq(messages.senderId, senderId), eq(messages.type, 'user')))
-        .returning();
+        .where(
+          and(
+            eq(messages.chatId, chatId),
+            eq(messages.senderId, senderId),
+            eq(messages.type, 'user'),
+            writable(chatId),
+          ),
+        )
+        .returning(key);
     },
-    async lastIds(chatId: number, count: number): Promise<{ ms: number; seq: number }[]> {
-      return db
-        .select({ ms: messages.ms, seq: messages.seq })
+    /**
+     * Deletes the newest `count` user messages within `reach` in one statement, if the chat is
+     * writable: messages out of reach are passed over, not counted. Answers those deleted.
+     */
+    async removeLast(chatId: number, count: number, reach: Reach): Promise<{ ms: number; seq: number }[]> {
+      const last = db
+        .select(key)
         .from(messages)
-        .where(and(eq(messages.chatId, chatId), eq(messages.type, 'user')))
+        .leftJoin(users, eq(users.id, messages.senderId))
+        .where(
+          and(
+            eq(messages.chatId, chatId),
+            eq(messages.type, 'user'),
+            or(eq(messages.senderId, reach.actorId), isNull(users.id), inArray(users.permissionLevel, reach.levels)),
+          ),
+        )
         .orderBy(desc(messages.ms), desc(messages.seq))
         .limit(count);
+      return db
+        .delete(messages)
+        .where(and(eq(messages.chatId, chatId), sql`(${messages.ms}, ${messages.seq}) in ${last}`, writable(chatId)))
+        .returning(key);
+    },
+    /** A user's permission level; null when there is no such user (a deleted account). */
+    async levelOf(userId: number): Promise<number | null> {
+      const [row] = await db.select({ level: users.permissionLevel }).from(users).where(eq(users.id, userId));
+      return row?.level ?? null;
     },
     /**
      * The active chat restriction (CHAT_BAN, CHAT_MUTE) of a user in a chat, if any; a record

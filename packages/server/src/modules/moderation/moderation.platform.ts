@@ -11,7 +11,7 @@ import type { AutomatedKind, NotificationsService } from '../notifications/notif
 import type { SessionsService } from '../sessions/sessions.service.js';
 import { toPunishment } from '../users/users.presenter.js';
 import type { UsersService } from '../users/users.service.js';
-import type { Tx, UsersStore } from '../users/users.store.js';
+import type { Tx, UserRow, UsersStore } from '../users/users.store.js';
 import type { ModerationStore } from './moderation.store.js';
 
 export interface PlatformModerationDeps {
@@ -34,6 +34,12 @@ export interface PlatformModerationDeps {
   ) => ReturnType<NotificationsService['automated']>;
 }
 
+/**
+ * Whom a punishment may reach: an admin level (spec 2.11, canActOn), or the rule of the chat route
+ * that asks for it (moderation.rules canTarget), decided on the target's users row.
+ */
+export type Reach = ActorLevel | ((target: UserRow) => boolean);
+
 /** When a punishment of `seconds` ends (none: it does not). */
 export const until = (now: Date, seconds: number | undefined) =>
   seconds ? new Date(now.getTime() + seconds * 1000) : null;
@@ -43,20 +49,34 @@ const human = (seconds: number | undefined) => (seconds ? `${Math.ceil(seconds /
 export function makePlatformModeration(deps: PlatformModerationDeps) {
   const { db, clock, store, usersStore, users, notifications, audit, realtime, notify } = deps;
 
-  const assertPlatformTarget = async (actor: Actor, level: ActorLevel, targetId: number) => {
-    const target = await users.mustGet(targetId);
-    if (actor.kind === 'user' && actor.id === targetId) throw appError('ERR_FORBIDDEN', 'You cannot act on yourself.');
-    if (!canActOn(level, target.permissionLevel)) throw appError('ERR_FORBIDDEN');
-    return target;
+  const assertReach = (actor: Actor, reach: Reach, target: UserRow) => {
+    if (actor.kind === 'user' && actor.id === target.id) throw appError('ERR_FORBIDDEN', 'You cannot act on yourself.');
+    const allowed = typeof reach === 'function' ? reach(target) : canActOn(reach, target.permissionLevel);
+    if (!allowed) throw appError('ERR_FORBIDDEN');
+  };
+
+  /** Refuses early, before any transaction; the decision that counts is lockTarget's. */
+  const assertPlatformTarget = async (actor: Actor, reach: Reach, targetId: number) => {
+    assertReach(actor, reach, await users.mustGet(targetId));
   };
 
   /**
    * Takes the target's row lock for the rest of the transaction, before its records are read or
    * written: punishments of one user on any node then run one after the other, each seeing the
-   * records of those before it (UsersStore.byIdForUpdate). A user deleted meanwhile: 404.
+   * records of those before it (UsersStore.byIdForUpdate). The level rule is decided again on the
+   * row read under the lock, so a promotion committed meanwhile counts (spec 2.11: an Admin acts
+   * only on users below its level). A user deleted meanwhile: 404, never a foreign-key error.
    */
-  const lockTarget = async (tx: Tx, targetId: number) => {
-    if (!(await usersStore.byIdForUpdate(targetId, tx))) throw appError('ERR_USER_NOT_FOUND');
+  const lockTarget = async (tx: Tx, actor: Actor, reach: Reach, targetId: number) => {
+    const target = await usersStore.byIdForUpdate(targetId, tx);
+    if (!target) throw appError('ERR_USER_NOT_FOUND');
+    assertReach(actor, reach, target);
+  };
+
+  /** Told once a ban or timeout has committed (onRestricted). */
+  const restricted: ((userId: number) => Promise<void>)[] = [];
+  const tellRestricted = async (userId: number) => {
+    for (const listener of restricted) await listener(userId);
   };
 
   /** Drops every socket of a user, on every node (timeouts, bans). */
@@ -66,12 +86,14 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
    * One platform punishment inside a transaction: the record of spec 2.6, the user's state (for
    * bans and timeouts: the one all their active records give, ModerationStore.platformState, so a
    * timeout never lowers a ban and a shorter punishment never shortens a longer one), the audit
-   * entry and the automated notification. Publish `note` after commit.
+   * entry and the automated notification, all under the target's row lock (a warning too, so a
+   * deletion racing it answers 404). Publish `note` after commit.
    */
   const punish = async (
     tx: Tx,
     p: {
       actor: Actor;
+      reach: Reach;
       targetId: number;
       chatId: number | null;
       actionType: 'PLATFORM_BAN' | 'PLATFORM_TIMEOUT' | 'PLATFORM_WARNING';
@@ -84,7 +106,7 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
   ) => {
     const now = clock.now();
     const expiresAt = until(now, p.body.duration);
-    if (p.settlesState) await lockTarget(tx, p.targetId);
+    await lockTarget(tx, p.actor, p.reach, p.targetId);
     const record = await store.record(
       {
         userId: p.targetId,
@@ -121,12 +143,22 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
   type Body = { duration?: number; reason?: string };
 
   return {
+    /**
+     * Runs `listener` once a ban or timeout of a user has committed, before the route answers: the
+     * user may not use the platform now (e.g. it leaves the match queue; wiring/services.ts). The
+     * listener handles its own failures (the punishment stands).
+     */
+    onRestricted(listener: (userId: number) => Promise<void>) {
+      restricted.push(listener);
+    },
+
     /** Bans platform-wide: every session ends (sockets drop, keys go), login is refused until lifted. */
-    async ban(actor: Actor, level: ActorLevel, targetId: number, body: Body, chatId: number | null = null) {
-      await assertPlatformTarget(actor, level, targetId);
+    async ban(actor: Actor, reach: Reach, targetId: number, body: Body, chatId: number | null = null) {
+      await assertPlatformTarget(actor, reach, targetId);
       const record = await db.transaction(async (tx) => {
         const done = await punish(tx, {
           actor,
+          reach,
           targetId,
           chatId,
           actionType: 'PLATFORM_BAN',
@@ -147,16 +179,20 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
         await deps.keys.removeSessionsIn(tx, targetId, ended, true);
         return done.record;
       });
+      await tellRestricted(targetId);
       return toPunishment(record);
     },
 
-    /** Lifts every platform ban; the state is then what the other records give (a running timeout stays). */
-    async unban(actor: Actor, level: ActorLevel, targetId: number, body: { reason?: string }) {
-      await assertPlatformTarget(actor, level, targetId);
+    /**
+     * Lifts every platform ban; the state is then what the other records give (a running timeout
+     * stays). A user with no ban to lift is left as is: no audit entry, no notification (idempotent).
+     */
+    async unban(actor: Actor, reach: Reach, targetId: number, body: { reason?: string }) {
+      await assertPlatformTarget(actor, reach, targetId);
       const now = clock.now();
       const note = await db.transaction(async (tx) => {
-        await lockTarget(tx, targetId);
-        await store.lift(targetId, ['PLATFORM_BAN'], null, now, tx);
+        await lockTarget(tx, actor, reach, targetId);
+        if ((await store.lift(targetId, ['PLATFORM_BAN'], null, now, tx)) === 0) return null;
         await store.settleState(targetId, now, tx);
         await audit.record(
           { actor, code: AuditCodes.PUNISH_UNBAN, action: 'unban', targetUserId: targetId, reason: body.reason },
@@ -164,7 +200,7 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
         );
         return notify(targetId, 'unbanned', {}, tx);
       });
-      notifications.publish(note);
+      if (note) notifications.publish(note);
     },
 
     /**
@@ -174,15 +210,16 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
      */
     async timeout(
       actor: Actor,
-      level: ActorLevel,
+      reach: Reach,
       targetId: number,
       body: Body & { duration: number },
       chatId: number | null = null,
     ) {
-      await assertPlatformTarget(actor, level, targetId);
+      await assertPlatformTarget(actor, reach, targetId);
       const { record, note } = await db.transaction((tx) =>
         punish(tx, {
           actor,
+          reach,
           targetId,
           chatId,
           actionType: 'PLATFORM_TIMEOUT',
@@ -195,22 +232,24 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
       );
       notifications.publish(note);
       dropSockets(targetId);
+      await tellRestricted(targetId);
       return toPunishment(record);
     },
 
     /** Warns; `extra` runs in the same transaction (the chat route's system message). */
     async warn(
       actor: Actor,
-      level: ActorLevel,
+      reach: Reach,
       targetId: number,
       body: { reason?: string },
       chatId: number | null = null,
       extra?: (tx: Tx) => Promise<void>,
     ) {
-      await assertPlatformTarget(actor, level, targetId);
+      await assertPlatformTarget(actor, reach, targetId);
       const { record, note } = await db.transaction(async (tx) => {
         const done = await punish(tx, {
           actor,
+          reach,
           targetId,
           chatId,
           actionType: 'PLATFORM_WARNING',

@@ -11,10 +11,13 @@ import type { MessagesService } from '../messages/messages.service.js';
 import type { AutomatedKind, NotificationsService } from '../notifications/notifications.service.js';
 import type { SessionsService } from '../sessions/sessions.service.js';
 import type { UsersService } from '../users/users.service.js';
-import type { Tx, UsersStore } from '../users/users.store.js';
+import type { Tx, UserRow, UsersStore } from '../users/users.store.js';
 import { makePlatformModeration, until } from './moderation.platform.js';
 import { canModerateChat, canMute, canTarget } from './moderation.rules.js';
 import type { ModerationStore } from './moderation.store.js';
+
+/** Who may moderate a chat and whom a chat action reaches (spec 4.6 rule 2), for modules acting in chats (messages). */
+export { canModerateChat, canTarget } from './moderation.rules.js';
 
 /** Punishments lifted, or users restored, per statement of the expiry sweep. */
 export const EXPIRY_BATCH = 500;
@@ -64,6 +67,26 @@ export function makeModerationService(deps: ModerationDeps) {
     notify,
   });
 
+  /** The chat rule on whom a moderator reaches (moderation.rules canTarget), on a users row. */
+  const reachOf =
+    (actor: ChatActor) =>
+    (target: UserRow): boolean =>
+      canTarget({ userId: actor.userId, level: actor.level }, { userId: target.id, level: target.permissionLevel });
+
+  /**
+   * Takes the target's row lock for the rest of the transaction and decides the reach again on the
+   * row read under it: a promotion committed since chatContext read the row counts, and a user
+   * deleted meanwhile answers 404 (never a foreign-key error). `hard`: the hard-mute rule
+   * (Moderators and above).
+   */
+  const lockReachable = async (tx: Tx, actor: ChatActor, targetId: number, hard = false) => {
+    const target = await usersStore.byIdForUpdate(targetId, tx);
+    if (!target) throw appError('ERR_USER_NOT_FOUND');
+    if (hard && actor.level < 1) throw appError('ERR_FORBIDDEN');
+    if (!reachOf(actor)(target)) throw appError('ERR_FORBIDDEN', 'That user is out of your reach.');
+    return target;
+  };
+
   /**
    * The chat a moderation names, once the actor may moderate it (spec 4.6 rules 2-3: `mute` for
    * mute and unmute) and reaches the target. `member`: the action reaches beyond the chat (a
@@ -81,12 +104,9 @@ export function makeModerationService(deps: ModerationDeps) {
     const rules = { type: chat.type, ownerId: chat.ownerUserId, ownerLevel };
     if (!(opts.mute ? canMute : canModerateChat)({ userId: actor.userId, level: actor.level }, rules))
       throw appError('ERR_FORBIDDEN');
-    const target = await users.mustGet(targetId);
-    if (
-      !canTarget({ userId: actor.userId, level: actor.level }, { userId: target.id, level: target.permissionLevel })
-    ) {
+    // Refused early without a lock; the decision that counts is made again under it (lockReachable).
+    if (!reachOf(actor)(await users.mustGet(targetId)))
       throw appError('ERR_FORBIDDEN', 'That user is out of your reach.');
-    }
     const since = new Date(clock.now().getTime() - Limits.CHAT_FORMER_MEMBER_REACH_MS);
     if (opts.member && !(await chats.memberSince(chatId, targetId, since)))
       throw appError('ERR_NOT_CHAT_MEMBER', 'That user is not in this chat.');
@@ -95,7 +115,8 @@ export function makeModerationService(deps: ModerationDeps) {
 
   /**
    * Lifts a chat restriction (`chatId` null: a hard one) and writes its audit entry in one
-   * transaction: an unban or unmute is never recorded without taking effect, nor the reverse.
+   * transaction, under the target's row lock: an unban or unmute is never recorded without taking
+   * effect, nor the reverse. Nothing to lift: nothing is recorded; answers how many were lifted.
    */
   const liftChat = (
     actor: ChatActor,
@@ -103,9 +124,11 @@ export function makeModerationService(deps: ModerationDeps) {
     type: 'CHAT_BAN' | 'CHAT_MUTE',
     chatId: number | null,
     entry: { code: number; action: string; reason?: string; withCount?: boolean },
-  ) =>
+  ): Promise<number> =>
     db.transaction(async (tx) => {
+      await lockReachable(tx, actor, targetId, chatId === null);
       const lifted = await store.lift(targetId, [type], chatId, clock.now(), tx);
+      if (lifted === 0) return 0;
       await audit.record(
         {
           actor: { kind: 'user', id: actor.userId },
@@ -117,6 +140,7 @@ export function makeModerationService(deps: ModerationDeps) {
         },
         tx,
       );
+      return lifted;
     });
 
   /** A chat restriction record and its audit entry; `chatId` null is a hard (every-chat) one. */
@@ -157,12 +181,10 @@ export function makeModerationService(deps: ModerationDeps) {
     return record;
   };
 
-  /** Hard mutes: Moderators and above, on users they reach. */
+  /** Hard mutes: Moderators and above, on users they reach (decided again under the lock: lockReachable). */
   const hardMuteTarget = async (actor: ChatActor, userId: number) => {
     const target = await users.mustGet(userId);
-    if (actor.level < 1 || !canTarget(actor, { userId: target.id, level: target.permissionLevel })) {
-      throw appError('ERR_FORBIDDEN');
-    }
+    if (actor.level < 1 || !reachOf(actor)(target)) throw appError('ERR_FORBIDDEN');
     return target;
   };
 
@@ -171,6 +193,7 @@ export function makeModerationService(deps: ModerationDeps) {
       await chatContext(actor, chatId, body.user_id);
       let note: Awaited<ReturnType<typeof notify>> | undefined;
       const removed = await chats.expel(chatId, body.user_id, 'kick', actor.userId, body.reason ?? null, async (tx) => {
+        await lockReachable(tx, actor, body.user_id);
         await recordChat(actor, chatId, body.user_id, 'CHAT_KICK', AuditCodes.CHAT_KICK, body, tx);
         note = await notify(body.user_id, 'kicked', { reason: body.reason ?? '' }, tx);
       });
@@ -182,6 +205,7 @@ export function makeModerationService(deps: ModerationDeps) {
     async ban(actor: ChatActor, chatId: number, body: { user_id: number; duration?: number; reason?: string }) {
       await chatContext(actor, chatId, body.user_id);
       await chats.expel(chatId, body.user_id, 'ban', actor.userId, body.reason ?? null, async (tx) => {
+        await lockReachable(tx, actor, body.user_id);
         await recordChat(actor, chatId, body.user_id, 'CHAT_BAN', AuditCodes.CHAT_BAN, body, tx);
       });
     },
@@ -200,6 +224,7 @@ export function makeModerationService(deps: ModerationDeps) {
       await chatContext(actor, chatId, body.user_id, { mute: true });
       // The record, its audit entry and the system message (spec 2.9) commit together.
       const system = await db.transaction(async (tx) => {
+        await lockReachable(tx, actor, body.user_id);
         await recordChat(actor, chatId, body.user_id, 'CHAT_MUTE', AuditCodes.CHAT_MUTE, body, tx);
         return messages.appendSystem(
           chatId,
@@ -216,28 +241,41 @@ export function makeModerationService(deps: ModerationDeps) {
       messages.publish(system);
     },
 
-    /** Spec 4.6 rule 3: removes this chat's mutes only, never a hard mute; user:unmuted to the chat. */
+    /**
+     * Spec 4.6 rule 3: removes this chat's mutes only, never a hard mute; user:unmuted to the chat.
+     * No mute of this chat to lift: 200 with nothing recorded and no event.
+     */
     async unmute(actor: ChatActor, chatId: number, body: { user_id: number }) {
       await chatContext(actor, chatId, body.user_id, { mute: true });
-      await liftChat(actor, body.user_id, 'CHAT_MUTE', chatId, { code: AuditCodes.CHAT_UNMUTE, action: 'chat-unmute' });
-      realtime.emitTo(rooms.chat(chatId), 'user:unmuted', { chat_id: chatId, user_id: body.user_id });
+      const lifted = await liftChat(actor, body.user_id, 'CHAT_MUTE', chatId, {
+        code: AuditCodes.CHAT_UNMUTE,
+        action: 'chat-unmute',
+      });
+      if (lifted > 0) realtime.emitTo(rooms.chat(chatId), 'user:unmuted', { chat_id: chatId, user_id: body.user_id });
     },
 
     async warn(actor: ChatActor, chatId: number, body: { user_id: number; reason?: string }) {
       await chatContext(actor, chatId, body.user_id, { member: true });
       // The warning and the system message (spec 2.9) commit together.
       let system: Awaited<ReturnType<typeof messages.appendSystem>> | undefined;
-      await platform.warn({ kind: 'user', id: actor.userId }, 'operator', body.user_id, body, chatId, async (tx) => {
-        const details = { kind: 'warn', user_id: body.user_id, actor_id: actor.userId, reason: body.reason ?? null };
-        system = await messages.appendSystem(chatId, details, tx);
-      });
+      await platform.warn(
+        { kind: 'user', id: actor.userId },
+        reachOf(actor),
+        body.user_id,
+        body,
+        chatId,
+        async (tx) => {
+          const details = { kind: 'warn', user_id: body.user_id, actor_id: actor.userId, reason: body.reason ?? null };
+          system = await messages.appendSystem(chatId, details, tx);
+        },
+      );
       if (system) messages.publish(system);
     },
 
     /** Spec 4.6: a timeout from a chat applies platform-wide. */
     async timeout(actor: ChatActor, chatId: number, body: { user_id: number; duration: number; reason?: string }) {
       await chatContext(actor, chatId, body.user_id, { member: true });
-      await platform.timeout({ kind: 'user', id: actor.userId }, 'operator', body.user_id, body, chatId);
+      await platform.timeout({ kind: 'user', id: actor.userId }, reachOf(actor), body.user_id, body, chatId);
     },
   };
 
@@ -248,9 +286,10 @@ export function makeModerationService(deps: ModerationDeps) {
     /** Hard mute: a mute in every chat (Moderators and above); chat unmutes do not lift it. */
     async hardMute(actor: ChatActor, body: { user_id: number; duration?: number; reason?: string }) {
       const target = await hardMuteTarget(actor, body.user_id);
-      await db.transaction((tx) =>
-        recordChat(actor, null, target.id, 'CHAT_MUTE', AuditCodes.HARD_MUTE, body, tx, 'hard-mute'),
-      );
+      await db.transaction(async (tx) => {
+        await lockReachable(tx, actor, target.id, true);
+        await recordChat(actor, null, target.id, 'CHAT_MUTE', AuditCodes.HARD_MUTE, body, tx, 'hard-mute');
+      });
     },
 
     async hardUnmute(actor: ChatActor, body: { user_id: number }) {

@@ -129,8 +129,7 @@ export function makeNotificationsService(deps: NotificationsDeps) {
   };
 
   /** The level rule of spec 2.11 applies to notifications aimed at one user. */
-  const assertMayTarget = async (actorLevel: ActorLevel, userId: number) => {
-    const target = await users.byId(userId);
+  const assertMayTarget = (actorLevel: ActorLevel, target: { permissionLevel: number } | undefined) => {
     if (!target) throw appError('ERR_USER_NOT_FOUND');
     if (!canActOn(actorLevel, target.permissionLevel)) throw appError('ERR_FORBIDDEN');
   };
@@ -184,8 +183,11 @@ export function makeNotificationsService(deps: NotificationsDeps) {
       const content = { title: body.title, body: body.body, type: body.type, createdBy, createdAt: now };
       if (body.user_id !== undefined) {
         const userId = body.user_id;
-        await assertMayTarget(actorLevel, userId);
+        // Refused early without a lock; decided again on the row held until the commit, so a
+        // promotion or a deletion committed meanwhile counts (403, or 404 rather than a 500).
+        assertMayTarget(actorLevel, await users.byId(userId));
         const row = await db.transaction(async (tx) => {
+          assertMayTarget(actorLevel, await store.lockRecipient(userId, tx));
           const inserted = await store.insert({ ...content, userId }, tx);
           await audit.record(
             {
@@ -231,7 +233,7 @@ export function makeNotificationsService(deps: NotificationsDeps) {
     async remove(actor: Actor, actorLevel: ActorLevel, id: number): Promise<AdminNotificationDeleted> {
       const row = await store.byId(id);
       if (!row) throw appError('ERR_NOTIFICATION_NOT_FOUND');
-      if (row.broadcastId === null) await assertMayTarget(actorLevel, row.userId);
+      if (row.broadcastId === null) assertMayTarget(actorLevel, await users.byId(row.userId));
       const broadcastId = row.broadcastId;
       const batch = deps.broadcastDeleteBatch ?? BROADCAST_DELETE_BATCH;
       // Every batch until one comes back short: the request, not a later sweep, removes them all.
@@ -239,6 +241,13 @@ export function makeNotificationsService(deps: NotificationsDeps) {
         ? await drain(batch, Number.POSITIVE_INFINITY, () => store.deleteBroadcastBatch(broadcastId, id, batch))
         : 0;
       const deleted = await db.transaction(async (tx) => {
+        if (broadcastId === null) {
+          // Decided again under the recipient's row lock; a recipient deleted meanwhile took the
+          // notification with it.
+          const owner = await store.lockRecipient(row.userId, tx);
+          if (!owner) throw appError('ERR_NOTIFICATION_NOT_FOUND');
+          assertMayTarget(actorLevel, owner);
+        }
         const n = (await store.deleteById(id, tx)) + others;
         if (n === 0) throw appError('ERR_NOTIFICATION_NOT_FOUND');
         await audit.record(

@@ -1,6 +1,6 @@
 import { and, count, desc, eq, isNull, lt, ne, type SQL, sql } from 'drizzle-orm';
 import { anyOf, type Db, deleteBatch } from '../../platform/db/index.js';
-import { notifications } from '../../platform/db/schema.js';
+import { notifications, users } from '../../platform/db/schema.js';
 import type { Tx } from '../users/users.store.js';
 
 export type NotificationRow = typeof notifications.$inferSelect;
@@ -22,6 +22,21 @@ export function makeNotificationsStore(db: Db) {
     /** Deletes up to `limit` notifications, read or not, created at or before `before` (retention). */
     async prune(before: Date, limit: number): Promise<number> {
       return deleteBatch(db, notifications, notifications.id, notificationsBefore(before), limit);
+    },
+
+    /**
+     * Holds the recipient's users row (FOR SHARE) until the transaction ends, so neither a deletion
+     * nor a level change of the recipient can commit in between; its permission level, or undefined
+     * when the user is gone. Other notifications to the same user are not held up.
+     */
+    async lockRecipient(userId: number, tx: Tx): Promise<{ permissionLevel: number } | undefined> {
+      const [row] = await tx
+        .select({ permissionLevel: users.permissionLevel })
+        .from(users)
+        .where(eq(users.id, userId))
+        .limit(1)
+        .for('share');
+      return row;
     },
 
     async insert(values: NotificationInsert, tx: Tx = db): Promise<NotificationRow> {

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { FakeClock } from '../../platform/clock.js';
+import { trackCommits } from '../../platform/db/after-commit.js';
 import type { Db } from '../../platform/db/index.js';
 import type { GeoLookup } from '../../platform/geo.js';
 import { sha256Hex } from '../../platform/secrets.js';
@@ -37,15 +38,21 @@ function setup(opts: { ttlMs?: number } = {}) {
   } as Partial<SessionRow> as SessionRow;
   // A second session of the same user, for batching.
   const other = { ...session, id: 71, tokenHash: sha256Hex(TOKEN2), tokenSuffix: 'other' };
-  const calls = { resolve: 0, touch: [] as number[], touched: [] as number[][] };
+  const calls = { resolve: 0, touch: [] as number[], touched: [] as number[][], ended: [] as [number, number[]][] };
   const store = {
-    async resolve(hashes: string[], at: Date) {
+    /** Sessions not ended, expired ones included (the service ends those). */
+    async resolve(hashes: string[]) {
       calls.resolve += 1;
       return hashes.map((hash) => {
         const s = [session, other].find((x) => x.tokenHash === hash);
-        const live = s && s.endedAt === null && s.expiresAt > at;
-        return live ? { session: { ...s }, user: { ...user } } : undefined;
+        return s && s.endedAt === null ? { session: { ...s }, user: { ...user } } : undefined;
       });
+    },
+    async endExpired(userId: number, ids: number[], at: Date) {
+      calls.ended.push([userId, ids]);
+      const gone = [session, other].filter((x) => ids.includes(x.id) && x.endedAt === null && x.expiresAt <= at);
+      for (const s of gone) s.endedAt = s.expiresAt;
+      return gone.map((x) => x.id);
     },
     async touch(ids: number[], at: Date) {
       calls.touch.push(at.getTime());
@@ -55,8 +62,11 @@ function setup(opts: { ttlMs?: number } = {}) {
   } as Partial<SessionsStore> as SessionsStore;
   const cache = makeAuthCache(clock, opts);
   const geo: GeoLookup = { lookup: async () => ({}) } as unknown as GeoLookup;
-  const resolver = makeSessionsService({ db: {} as Db, store, clock, geo, cache }).resolver();
-  return { clock, user, session, calls, cache, resolver };
+  // A database whose transactions run at once (the key hooks are not wired here).
+  const db = trackCommits({ transaction: async (fn: (tx: object) => Promise<unknown>) => fn({}) } as unknown as Db);
+  const service = makeSessionsService({ db, store, clock, geo, cache });
+  const resolver = service.resolver();
+  return { clock, user, session, calls, cache, resolver, service };
 }
 
 describe('session resolver with the auth cache', () => {
@@ -108,13 +118,28 @@ describe('session resolver with the auth cache', () => {
     expect(calls.resolve).toBe(2);
   });
 
-  it('answers null for a cached session whose expiry has passed, without SQL', async () => {
-    const { clock, session, calls, resolver } = setup();
+  it('answers null for a cached session whose expiry has passed, without reading SQL, and ends it', async () => {
+    const { clock, session, calls, resolver, service } = setup();
+    const ends: unknown[] = [];
+    service.onEnded((e) => ends.push(e));
     session.expiresAt = new Date(clock.now().getTime() + 5_000);
     await resolver.resolve(TOKEN);
     clock.advance(5_000);
     expect(await resolver.resolve(TOKEN)).toBeNull();
     expect(calls.resolve).toBe(1);
+    expect(calls.ended).toEqual([[7, [70]]]);
+    expect(ends).toEqual([{ userId: 7, sessionIds: [70], reason: 'expired' }]);
+    // Ended: the next look-up finds no session and ends nothing more.
+    expect(await resolver.resolve(TOKEN)).toBeNull();
+    expect(calls.ended).toHaveLength(1);
+  });
+
+  it('ends an expired session that SQL returns (not in the cache) and answers null', async () => {
+    const { clock, session, calls, resolver } = setup();
+    session.expiresAt = new Date(clock.now().getTime() - 1);
+    expect(await resolver.resolve(TOKEN)).toBeNull();
+    expect(calls.ended).toEqual([[7, [70]]]);
+    expect(session.endedAt).toEqual(session.expiresAt);
   });
 
   it('sees a timeout run out on a cached entry (state from the deadline, not the stored value)', async () => {

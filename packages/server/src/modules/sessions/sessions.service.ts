@@ -3,6 +3,7 @@ import type { SessionResolver } from '../../platform/auth.js';
 import type { Clock } from '../../platform/clock.js';
 import { afterCommit } from '../../platform/db/after-commit.js';
 import type { Db } from '../../platform/db/index.js';
+import { drain } from '../../platform/drain.js';
 import { appError } from '../../platform/errors.js';
 import type { GeoLookup } from '../../platform/geo.js';
 import { batched, batchedWrite } from '../../platform/group-commit.js';
@@ -12,6 +13,13 @@ import type { Tx } from '../users/users.store.js';
 import { type AuthCache, resolvedOf, toAuthEntry } from './sessions.cache.js';
 import { toActiveSession, toHistoryEntry } from './sessions.presenter.js';
 import type { SessionRow, SessionsStore } from './sessions.store.js';
+
+/** How often every node ends the sessions that expired (their keys, their chats' epochs, their sockets). */
+export const EXPIRY_SWEEP_INTERVAL_MS = 60_000;
+/** Sessions the expiry sweep reads per batch. */
+export const EXPIRY_SWEEP_BATCH = 200;
+/** Batches per tick at most: 2,000 sessions per node and tick (the next tick goes on with a backlog). */
+export const EXPIRY_SWEEP_MAX_BATCHES = 10;
 
 /** How often a live session records activity; reads in between cost no write. */
 const TOUCH_EVERY_MS = 60_000;
@@ -23,7 +31,7 @@ export function sessionTtlMs(permissionLevel: number): number {
   return permissionLevel >= 2 ? Limits.SESSION_TTL_STAFF_MS : Limits.SESSION_TTL_USER_MS;
 }
 
-/** Sessions of one user that ended together, and why (logout, destroyed, evicted). */
+/** Sessions of one user that ended together, and why (logout, destroyed, evicted, expired). */
 export interface SessionsEnd {
   userId: number;
   sessionIds: number[];
@@ -44,7 +52,9 @@ export interface SessionsDeps {
 
 export function makeSessionsService({ db, store, clock, geo, cache }: SessionsDeps) {
   /** Look-ups that miss the cache in one event-loop turn (a burst of handshakes) share a statement. */
-  const lookup = batched((hashes: string[]) => store.resolve(hashes, clock.now()));
+  const lookup = batched((hashes: string[]) => store.resolve(hashes));
+  /** Liveness checks of one turn (a burst of connections) share a statement too. */
+  const owners = batched((ids: number[]) => store.liveOwners(ids, clock.now()));
   /**
    * Activity of the sessions seen in one turn (and while the previous write runs) is one UPDATE:
    * after a restart every client reconnects at once, and each would otherwise write its own row.
@@ -68,16 +78,36 @@ export function makeSessionsService({ db, store, clock, geo, cache }: SessionsDe
     for (const hook of hooks) await hook({ userId, sessionIds, reason }, tx);
   };
 
+  /**
+   * Ends the sessions among `due` that expired and that nothing ended yet, through the same path
+   * as a logout: one transaction per user (its key rows go and its chats move to a new epoch with
+   * the end; its sockets drop on every node once that commits). Sessions another node is ending
+   * are skipped, so every node may run this on the same sessions at once. Answers the ids ended.
+   */
+  const endExpired = async (due: { id: number; userId: number }[]): Promise<number[]> => {
+    const byUser = new Map<number, number[]>();
+    for (const s of due) byUser.set(s.userId, [...(byUser.get(s.userId) ?? []), s.id]);
+    const done: number[] = [];
+    for (const [userId, ids] of byUser) {
+      await db.transaction(async (tx) => {
+        const gone = await store.endExpired(userId, ids, clock.now(), tx);
+        await finishEnding(userId, gone, 'expired', tx);
+        done.push(...gone);
+      });
+    }
+    return done;
+  };
+
   const service = {
     /**
-     * Called once sessions ended by logout, destroy or eviction have committed, e.g. to drop their
-     * sockets. (Bans and deletions end every session of a user and do their own clean-up.)
+     * Called once sessions ended by logout, destroy, eviction or expiry have committed, e.g. to drop
+     * their sockets. (Bans and deletions end every session of a user and do their own clean-up.)
      */
     onEnded(listener: SessionsEndedListener) {
       listeners.push(listener);
     },
 
-    /** Runs inside the transaction that ends sessions by logout, destroy or eviction (their keys). */
+    /** Runs inside the transaction that ends sessions by logout, destroy, eviction or expiry (their keys). */
     onEnding(hook: SessionsEndingHook) {
       hooks.push(hook);
     },
@@ -134,6 +164,9 @@ export function makeSessionsService({ db, store, clock, geo, cache }: SessionsDe
           if (!entry) return null;
           if (entry.session.expiresAt <= now) {
             cache?.delete(hash);
+            // Its first use after its expiry ends it, as the sweep would. Should that fail, the
+            // sweep does it (and logs why): the answer is "no session" either way.
+            await endExpired([{ id: entry.session.id, userId: entry.session.userId }]).catch(() => {});
             return null;
           }
           if (now.getTime() - entry.lastSeenAt > TOUCH_EVERY_MS) {
@@ -147,13 +180,39 @@ export function makeSessionsService({ db, store, clock, geo, cache }: SessionsDe
     },
 
     /**
-     * Whether a session is still live and its user may connect (active, or a timeout that ran
-     * out): what a socket recovered after a drop must still be (platform/recovery.ts).
+     * The expiry of a session that is still live and whose user may connect (active, or a timeout
+     * that ran out), read from SQL (no cache); null otherwise. What a socket must still have once
+     * it is in its session's room (sessions.sockets.ts), and when it recovers after a drop.
      */
+    async liveUntil(userId: number, sessionId: number): Promise<Date | null> {
+      const owner = await owners(sessionId);
+      return owner?.userId === userId && effectiveState(owner, clock.now()) === 0 ? owner.expiresAt : null;
+    },
+
+    /** Whether a session is still live and its user may connect (liveUntil): platform/recovery.ts. */
     async mayConnect(userId: number, sessionId: number): Promise<boolean> {
+      return (await service.liveUntil(userId, sessionId)) !== null;
+    },
+
+    /** Ends the given sessions that expired (and nothing ended yet): a node's sockets past their expiry. */
+    endExpired,
+
+    /**
+     * The expiry sweep: ends the sessions whose expiry passed and that nothing ended yet, oldest
+     * first, `batch` a read while they come back full, at most `maxBatches` a tick (the next tick
+     * goes on), each as a logout ends one. Safe on many nodes. Answers how many it ended.
+     */
+    async sweepExpired(opts: { batch?: number; maxBatches?: number } = {}): Promise<number> {
+      const size = opts.batch ?? EXPIRY_SWEEP_BATCH;
+      const maxBatches = opts.maxBatches ?? EXPIRY_SWEEP_MAX_BATCHES;
       const now = clock.now();
-      const owner = await store.liveOwner(sessionId, now);
-      return owner?.userId === userId && effectiveState(owner, now) === 0;
+      let ended = 0;
+      await drain(size, maxBatches, async () => {
+        const due = await store.dueExpired(now, size);
+        ended += (await endExpired(due)).length;
+        return due.length;
+      });
+      return ended;
     },
 
     async list(userId: number, currentId: number) {

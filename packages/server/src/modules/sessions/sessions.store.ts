@@ -1,5 +1,5 @@
 import { and, count, desc, eq, gt, isNotNull, isNull, lte, ne, or, type Placeholder, type SQL, sql } from 'drizzle-orm';
-import { anyOf, type Db, deleteBatch } from '../../platform/db/index.js';
+import { anyOf, type Db, deleteBatch, rowsOf } from '../../platform/db/index.js';
 import { sessions, users } from '../../platform/db/schema.js';
 import { noUsersChanged, type UsersChanged } from '../users/users.changes.js';
 import type { Tx } from '../users/users.store.js';
@@ -19,16 +19,28 @@ export function sessionsOver(before: Date): SQL {
 }
 
 /**
+ * Up to `limit` sessions whose expiry passed at `now` and that nothing ended yet, oldest expiry
+ * first: what the expiry sweep ends. The predicate is that of the partial index
+ * sessions_expiry_idx (schema.ts), exactly.
+ */
+export function expiryDue(now: Date, limit: number): SQL {
+  return sql`select ${sessions.id}, ${sessions.userId} from ${sessions} where ${sessions.endedAt} is null and ${sessions.expiresAt} <= ${now.toISOString()} order by ${sessions.expiresAt} limit ${limit}`;
+}
+
+/**
  * `onChanged` hears of every write that ends or shortens live sessions (the read caches'
  * invalidation, users.changes.ts); inside a transaction it publishes once that commits.
  */
 export function makeSessionsStore(db: Db, onChanged: UsersChanged = noUsersChanged) {
-  /** Built once: the look-up behind every handshake and every request the auth cache misses. */
+  /**
+   * Built once: the look-up behind every handshake and every request the auth cache misses. It
+   * answers sessions not ended, expired or not: the service ends an expired one it meets.
+   */
   const resolveQuery = db
     .select({ session: sessions, user: users })
     .from(sessions)
     .innerJoin(users, eq(users.id, sessions.userId))
-    .where(and(anyOf(sessions.tokenHash, sql.placeholder('hashes')), active(sql.placeholder('now'))))
+    .where(and(anyOf(sessions.tokenHash, sql.placeholder('hashes')), isNull(sessions.endedAt)))
     .prepare('sessions_resolve');
 
   return {
@@ -38,20 +50,24 @@ export function makeSessionsStore(db: Db, onChanged: UsersChanged = noUsersChang
       return row;
     },
     /**
-     * The live sessions for some token hashes, with their users, in one statement (the service
-     * groups the look-ups of one turn: a burst of handshakes or requests missing the auth cache).
-     * One answer per hash, in order; undefined where no live session has it.
+     * The sessions not ended for some token hashes (expired ones included), with their users, in
+     * one statement (the service groups the look-ups of one turn: a burst of handshakes or requests
+     * missing the auth cache). One answer per hash, in order; undefined where no such session has it.
      */
-    async resolve(tokenHashes: string[], now: Date) {
-      // A placeholder skips the column's encoder: the instant goes as the column would send it.
-      const rows = await resolveQuery.execute({ hashes: tokenHashes, now: now.toISOString() });
+    async resolve(tokenHashes: string[]) {
+      const rows = await resolveQuery.execute({ hashes: tokenHashes });
       const byHash = new Map(rows.map((r) => [r.session.tokenHash, r]));
       return tokenHashes.map((h) => byHash.get(h));
     },
-    /** A live session's user and that user's stored state (undefined: no such live session). */
-    async liveOwner(sessionId: number, now: Date) {
-      const [row] = await db
+    /**
+     * Live sessions' expiries, users and those users' stored states, in one statement (a burst of
+     * connections is checked together). One answer per id, in order; undefined: no such live session.
+     */
+    async liveOwners(sessionIds: number[], now: Date) {
+      const rows = await db
         .select({
+          sessionId: sessions.id,
+          expiresAt: sessions.expiresAt,
           userId: users.id,
           state: users.state,
           stateExpiresAt: users.stateExpiresAt,
@@ -60,8 +76,9 @@ export function makeSessionsStore(db: Db, onChanged: UsersChanged = noUsersChang
         })
         .from(sessions)
         .innerJoin(users, eq(users.id, sessions.userId))
-        .where(and(eq(sessions.id, sessionId), active(now)));
-      return row;
+        .where(and(anyOf(sessions.id, sessionIds), active(now)));
+      const byId = new Map(rows.map((r) => [r.sessionId, r]));
+      return sessionIds.map((id) => byId.get(id));
     },
     async activeOf(userId: number, now: Date, tx: Tx = db): Promise<SessionRow[]> {
       return tx
@@ -95,6 +112,27 @@ export function makeSessionsStore(db: Db, onChanged: UsersChanged = noUsersChang
         .returning({ id: sessions.id, userId: sessions.userId });
       await onChanged([...new Set(rows.map((r) => r.userId))], tx);
       return rows.map((r) => r.id);
+    },
+    /**
+     * Ends, as over at their expiry, those of a user's sessions `ids` that expired at `now` and
+     * that nothing ended yet; rows another transaction holds are skipped (another node is ending
+     * them). Returns the ids ended.
+     */
+    async endExpired(userId: number, ids: number[], now: Date, tx: Tx = db): Promise<number[]> {
+      if (ids.length === 0) return [];
+      const due = sql`select ${sessions.id} from ${sessions} where ${anyOf(sessions.id, ids)} and ${sessions.userId} = ${userId} and ${sessions.endedAt} is null and ${sessions.expiresAt} <= ${now.toISOString()} for update skip locked`;
+      const rows = await tx
+        .update(sessions)
+        .set({ endedAt: sql`${sessions.expiresAt}`, endReason: 'expired' })
+        .where(sql`${sessions.id} in (${due})`)
+        .returning({ id: sessions.id });
+      if (rows.length > 0) await onChanged([userId], tx);
+      return rows.map((r) => r.id);
+    },
+    /** Up to `limit` sessions expired at `now` that nothing ended yet, oldest first (expiryDue). */
+    async dueExpired(now: Date, limit: number): Promise<{ id: number; userId: number }[]> {
+      const rows = rowsOf<{ id: number | string; user_id: number | string }>(await db.execute(expiryDue(now, limit)));
+      return rows.map((r) => ({ id: Number(r.id), userId: Number(r.user_id) }));
     },
     async endAllOf(userId: number, exceptId: number | null, reason: string, now: Date, tx: Tx = db): Promise<number[]> {
       const rows = await tx

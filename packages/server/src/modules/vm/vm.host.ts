@@ -79,6 +79,18 @@ export function makeRoomHost(deps: HostDeps) {
     return room;
   };
 
+  /**
+   * Control requests being checked (the membership, the requester's sockets): a leave of the
+   * requester reported meanwhile marks them, so the request looks again before it grants.
+   */
+  const asking = new Set<{ chatId: number; userId: number; left: boolean }>();
+
+  /** Whether the user has a socket in the chat's socket room, on any node. */
+  const inChat = async (chatId: number, userId: number): Promise<boolean> => {
+    const sockets = await realtime.io.in(rooms.chat(chatId)).fetchSockets();
+    return sockets.some((s) => s.data.userId === userId);
+  };
+
   const setController = (room: HostedRoom, userId: number | null) => {
     room.controller = userId;
     realtime.emitTo(rooms.chat(room.chatId), 'vm:control', { chat_id: room.chatId, controller_user_id: userId });
@@ -164,13 +176,17 @@ export function makeRoomHost(deps: HostDeps) {
   return {
     has: (chatId: number) => hosted.has(chatId) || starting.has(chatId),
 
-    /** Launches the room on this node (the caller claimed it in the room map). */
+    /**
+     * Launches the room on this node (the caller claimed it in the room map). A room that runs
+     * here already is left as it is (its controller, viewers and idle clock); one starting here is
+     * awaited (docs/api.md: already running or starting, nothing else happens).
+     */
     start(chatId: number): Promise<void> {
-      let pending = starting.get(chatId);
-      if (!pending) {
-        pending = launch(chatId).finally(() => starting.delete(chatId));
-        starting.set(chatId, pending);
-      }
+      const inFlight = starting.get(chatId);
+      if (inFlight) return inFlight;
+      if (hosted.has(chatId)) return Promise.resolve();
+      const pending = launch(chatId).finally(() => starting.delete(chatId));
+      starting.set(chatId, pending);
       return pending;
     },
 
@@ -201,18 +217,33 @@ export function makeRoomHost(deps: HostDeps) {
           'ERR_FORBIDDEN',
           'Control requests are off in this room; the chat owner or a moderator grants control.',
         );
-      // The sender's socket was in the chat's room on its node; a kick or ban committed since then
-      // (its sockets not yet out) must not hand it control or reach the chat with its request.
-      await deps.chats.assertMember(who.userId, chatId);
-      const room = mustHost(chatId);
-      if (room.controller === null) setController(room, who.userId);
-      if (room.controller === who.userId) return { granted: true, controller_user_id: who.userId };
-      realtime.emitTo(rooms.chat(chatId), 'vm:control:request', {
-        chat_id: chatId,
-        user_id: who.userId,
-        username: who.username,
-      });
-      return { granted: false, controller_user_id: room.controller };
+      const ask = { chatId, userId: who.userId, left: false };
+      asking.add(ask);
+      try {
+        // The sender's socket was in the chat's room on its node; a kick or ban committed since then
+        // (its sockets not yet out) must not hand it control or reach the chat with its request.
+        await deps.chats.assertMember(who.userId, chatId);
+        // Nor may a user whose last socket left the chat meanwhile (a disconnect): their leave has
+        // been handled already (userLeft), so control granted now would stay with nobody there.
+        // A leave reported while the sockets were looked up may postdate the answer: look again.
+        let present = await inChat(chatId, who.userId);
+        while (present && ask.left) {
+          ask.left = false;
+          present = await inChat(chatId, who.userId);
+        }
+        if (!present) throw appError('ERR_NOT_CHAT_MEMBER', 'Join this chat (room:join) first.');
+        const room = mustHost(chatId);
+        if (room.controller === null) setController(room, who.userId);
+        if (room.controller === who.userId) return { granted: true, controller_user_id: who.userId };
+        realtime.emitTo(rooms.chat(chatId), 'vm:control:request', {
+          chat_id: chatId,
+          user_id: who.userId,
+          username: who.username,
+        });
+        return { granted: false, controller_user_id: room.controller };
+      } finally {
+        asking.delete(ask);
+      }
     },
 
     async grant(chatId: number, actor: RemoteActor, userId: number): Promise<void> {
@@ -255,10 +286,11 @@ export function makeRoomHost(deps: HostDeps) {
 
     /** A user's last socket left the chat somewhere: they lose control unless still in it on some node. */
     async userLeft(chatId: number, userId: number): Promise<void> {
+      for (const ask of asking) if (ask.chatId === chatId && ask.userId === userId) ask.left = true;
       const room = hosted.get(chatId);
       if (room?.controller !== userId) return;
-      const sockets = await realtime.io.in(rooms.chat(chatId)).fetchSockets();
-      if (room.controller === userId && !sockets.some((s) => s.data.userId === userId)) setController(room, null);
+      const present = await inChat(chatId, userId);
+      if (room.controller === userId && !present && hosted.get(chatId) === room) setController(room, null);
     },
 
     /** Keeps this node's rooms in the room map, forgets silent nodes' viewers, stops rooms idle at `at`. */

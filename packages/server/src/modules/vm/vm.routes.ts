@@ -23,7 +23,8 @@ export function registerVmRoutes(app: App, { vm, guards }: { vm: VmService; guar
       security: security.session,
       description:
         'Starts the chat’s room VM (the chat owner or a platform Owner; either member of a direct chat). ' +
-        'Already running: 200 at once. Members in the chat get room:started with their credentials. ' +
+        'Already running: 200 at once, nothing else happens. Members in the chat get room:started with their credentials. ' +
+        '403 ERR_CHAT_READ_ONLY: an archived direct chat. ' +
         '503 ERR_ROOM_START_FAILED: no capacity, no browser, or settings this node cannot serve.',
       params: ChatIdParams,
       body: EmptyBody,

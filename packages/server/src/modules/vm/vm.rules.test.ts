@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { canGrant, canStart, canStop } from './vm.rules.js';
+import { canGrant, canRunRoom, canStart, canStop } from './vm.rules.js';
 
 const owned = { ownerUserId: 1, type: 'public' };
 const direct = { ownerUserId: null, type: 'direct' };
@@ -26,5 +26,11 @@ describe('room VM rules', () => {
     expect(canGrant(as(2, 1), owned)).toBe(true);
     expect(canGrant(as(2, 0), owned)).toBe(false);
     expect(canGrant(as(2, 0), direct)).toBe(false);
+  });
+
+  it('runs no room in an archived (read-only) direct chat', () => {
+    expect(canRunRoom(direct)).toBe(true);
+    expect(canRunRoom({ ...direct, archived: false })).toBe(true);
+    expect(canRunRoom({ ...direct, archived: true })).toBe(false);
   });
 });

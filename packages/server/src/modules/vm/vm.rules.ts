@@ -8,6 +8,13 @@ export interface Actor {
 export interface RoomChat {
   ownerUserId: number | null;
   type: string;
+  /** An archived direct chat (read-only, spec 3). */
+  archived?: boolean;
+}
+
+/** Whether a chat's room may start: not in an archived (read-only) direct chat (spec 3). */
+export function canRunRoom(chat: RoomChat): boolean {
+  return chat.archived !== true;
 }
 
 /**

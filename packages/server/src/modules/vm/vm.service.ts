@@ -9,7 +9,7 @@ import type { ChatsService } from '../chats/chats.service.js';
 import { makeAudiences } from './vm.audience.js';
 import { decodeFrame, makeVmCluster, type RoomPlace } from './vm.cluster.js';
 import { makeRoomHost, type RemoteActor, serveHost } from './vm.host.js';
-import { type Actor, canStart, canStop, type RoomChat } from './vm.rules.js';
+import { type Actor, canRunRoom, canStart, canStop, type RoomChat } from './vm.rules.js';
 import { defaultSettingsSource, type SettingsSource } from './vm.settings.js';
 import type { ViewerTokens } from './vm.tokens.js';
 
@@ -74,9 +74,10 @@ export function makeVmService(deps: VmDeps) {
   /** The chat as the rules see it: the guild owner owns an ownerless guild chat's room (spec 4.4). */
   const roomChat = async (actor: Actor, chatId: number): Promise<RoomChat> => {
     const chat = await chats.find(chatId);
+    const archived = chat.archivedAt !== null;
     if (chat.ownerUserId === null && chat.type !== 'direct' && (await guildOwner(chatId, actor.userId)))
-      return { type: chat.type, ownerUserId: actor.userId };
-    return chat;
+      return { type: chat.type, ownerUserId: actor.userId, archived };
+    return { type: chat.type, ownerUserId: chat.ownerUserId, archived };
   };
   const mustBeIn = (caller: Caller, chatId: number) => {
     if (!caller.joined(chatId)) throw appError('ERR_NOT_CHAT_MEMBER', 'Join this chat (room:join) first.');
@@ -152,6 +153,7 @@ export function makeVmService(deps: VmDeps) {
       const chat = await roomChat(actor, chatId);
       if (!canStart(actor, chat, await isMember(actor.userId, chatId)))
         throw appError('ERR_FORBIDDEN', 'Only the chat owner or a platform Owner starts its room VM.');
+      if (!canRunRoom(chat)) throw appError('ERR_CHAT_READ_ONLY', 'This chat is archived: its room VM does not start.');
       if (host.has(chatId)) return host.start(chatId);
       // A start that would launch a browser spends one of the user's starts (shared by every node).
       if (!(await cluster.placeOf(chatId))) {
@@ -187,6 +189,15 @@ export function makeVmService(deps: VmDeps) {
       if (place) await cluster.call(place.node, 'stop', { chatId, reason: 'deleted' });
     },
 
+    /**
+     * A direct chat was archived (left, or expired: read-only, spec 3): its room stops wherever it
+     * runs, and its viewers get room:stopped with reason stopped.
+     */
+    async chatArchived(chatId: number): Promise<void> {
+      const place = host.has(chatId) ? { node: self } : await cluster.placeOf(chatId);
+      if (place) await cluster.call(place.node, 'stop', { chatId, reason: 'stopped' });
+    },
+
     /** Fresh viewer credentials for a member while the VM runs (vm:credentials). */
     async credentials(caller: Caller, chatId: number): Promise<VmCredentials> {
       await chats.assertMember(caller.userId, chatId);
@@ -216,6 +227,12 @@ export function makeVmService(deps: VmDeps) {
       await chats.assertMember(caller.userId, chatId);
       const node = await runningAt(chatId);
       const a = await audiences.open(chatId, node);
+      // The socket may have left the chat's room (disconnect, leave, kick) while the checks above
+      // ran: its leave has been handled already (leftChat), so a viewer added now would never go.
+      if (!caller.joined(chatId)) {
+        if (a.viewers.size === 0) audiences.reportQuietly(a);
+        throw appError('ERR_NOT_CHAT_MEMBER', 'Join this chat (room:join) first.');
+      }
       a.viewers.add(caller.socketId, caller.userId);
       try {
         const answer = await audiences.report(a);
@@ -254,6 +271,7 @@ export function makeVmService(deps: VmDeps) {
 
     /** The controller gives control back; the chat owner or a moderator takes it from anyone. */
     async release(caller: Caller, chatId: number): Promise<void> {
+      mustBeIn(caller, chatId);
       await onOwner(chatId, 'release', { actor: remoteActor(caller) });
     },
 

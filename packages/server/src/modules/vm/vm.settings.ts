@@ -1,3 +1,5 @@
+import { Limits } from '@parlor/protocol';
+
 /**
  * Room settings (spec 2.4) as the room VM reads them when it starts. Guild room settings are not
  * wired yet: until they are, every chat gets the defaults below. The guilds module plugs in by
@@ -24,10 +26,14 @@ export const DEFAULT_ROOM_SETTINGS: Readonly<RoomVmSettings> = Object.freeze({
 
 export const defaultSettingsSource: SettingsSource = async () => null;
 
-/** Whether a start URL may be opened: about:blank or an absolute http(s) URL (never file: and the like). */
+/**
+ * Whether a start URL may be opened: about:blank or an absolute http(s) URL (never file: and the
+ * like) of at most START_URL_MAX characters, counted in code points as the settings' schema counts
+ * them (an emoji is one character, not two UTF-16 units).
+ */
 export function isOpenableUrl(url: string): boolean {
   if (url === 'about:blank') return true;
-  if (url.length > 2000) return false;
+  if (url.length > Limits.START_URL_MAX && codePoints(url) > Limits.START_URL_MAX) return false;
   try {
     const u = new URL(url);
     return (u.protocol === 'http:' || u.protocol === 'https:') && u.hostname !== '';
@@ -40,4 +46,11 @@ export function isOpenableUrl(url: string): boolean {
 export function resolveSettings(given: Partial<RoomVmSettings> | null): RoomVmSettings {
   const s = { ...DEFAULT_ROOM_SETTINGS, ...(given ?? {}) };
   return { ...s, start_url: isOpenableUrl(s.start_url) ? s.start_url : 'about:blank' };
+}
+
+/** The length of a string in code points (what JSON Schema's maxLength counts). */
+function codePoints(text: string): number {
+  let n = 0;
+  for (const _ of text) n += 1;
+  return n;
 }

@@ -15,7 +15,7 @@ export function trackCommits(db: Db): Db {
   const transaction = async <T>(fn: (tx: object) => Promise<T>, config?: unknown): Promise<T> => {
     const queue: Work[] = [];
     const result = await (db.transaction as (f: (tx: object) => Promise<T>, c?: unknown) => Promise<T>)(async (tx) => {
-      queues.set(tx, queue);
+      track(tx, queue);
       try {
         return await fn(tx);
       } finally {
@@ -28,6 +28,37 @@ export function trackCommits(db: Db): Db {
   };
   Object.defineProperty(tracked, 'transaction', { value: transaction });
   return tracked;
+}
+
+type Nested = <T>(fn: (tx: object) => Promise<T>, config?: unknown) => Promise<T>;
+
+/**
+ * Queues the work handed in through `tx` on `queue`, and so through its savepoints (drizzle's
+ * `tx.transaction()`): their work runs once the whole transaction commits, and the work of a
+ * savepoint that rolls back is dropped with it.
+ */
+function track(tx: object, queue: Work[]): void {
+  queues.set(tx, queue);
+  const nested = (tx as { transaction?: unknown }).transaction;
+  if (typeof nested !== 'function') return;
+  const savepoint = (fn: (sp: object) => Promise<unknown>, config?: unknown) =>
+    (nested as Nested).call(
+      tx,
+      async (sp): Promise<unknown> => {
+        const mark = queue.length;
+        track(sp, queue);
+        try {
+          return await fn(sp);
+        } catch (err) {
+          queue.length = mark;
+          throw err;
+        } finally {
+          queues.delete(sp);
+        }
+      },
+      config,
+    );
+  Object.defineProperty(tx, 'transaction', { value: savepoint, configurable: true });
 }
 
 /** Whether `handle` is a transaction of a tracked database whose callback is still running. */

@@ -103,6 +103,8 @@ export const sessions = pgTable(
     index('sessions_user_idx').on(t.userId, t.endedAt),
     // Retention: when a session was over (its end, else its expiry; sessions.store sessionsOver).
     index('sessions_over_idx').on(sql`least(${t.endedAt}, ${t.expiresAt})`),
+    // The expiry sweep: sessions not ended, by expiry (sessions.store expiryDue; migration 0013).
+    index('sessions_expiry_idx').on(t.expiresAt).where(sql`${t.endedAt} is null`),
   ],
 );
 
@@ -337,7 +339,12 @@ export const sessionKeys = pgTable(
     publicKey: text('public_key').notNull(),
     updatedAt: ts('updated_at').notNull(),
   },
-  (t) => [index('session_keys_user_idx').on(t.userId)],
+  (t) => [
+    index('session_keys_user_idx').on(t.userId),
+    // One session per public key (migration 0012): a session that registered another's key would be
+    // listed with it in key rings, and clients that looked for their own key there were misled.
+    uniqueIndex('session_keys_public_key_idx').on(t.publicKey),
+  ],
 );
 
 /** A chat key wrapped for one session at one epoch; never overwritten. */
@@ -397,6 +404,12 @@ export const guilds = pgTable(
     hasBot: boolean('has_bot').notNull().default(false),
     /** Who created the record: 'bot' (the upsert). */
     source: text('source').notNull(),
+    /**
+     * The bot that reported the guild first: only it (and Official bots) may report it again.
+     * Null: not known (guilds from before migration 0011) or that bot's row is gone; the next bot
+     * to report the guild is recorded (docs/api.md, Guilds).
+     */
+    reportedByBotId: integer('reported_by_bot_id').references(() => bots.id, { onDelete: 'set null' }),
     /** Guild premium, set by admins: active while in the future. */
     subscriptionExpiresAt: ts('subscription_expires_at'),
     vanityInvite: text('vanity_invite'),

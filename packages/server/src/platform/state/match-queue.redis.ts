@@ -1,12 +1,15 @@
 import type { Redis } from 'ioredis';
 import {
+  CANDIDATE_SCAN_LIMIT,
   CANDIDATES_PER_TAG,
   type EnqueueResult,
   enqueueResult,
   FULL_MARK_MS,
   type MatchQueue,
+  type Placing,
   type QueueEntry,
   type RestoreResult,
+  restoreResult,
 } from './match-queue.js';
 
 /**
@@ -41,35 +44,52 @@ end
 `;
 
 /**
- * Shared Lua: `take_peer(p, me, entry, now)` takes the longest-waiting compatible user on the
- * entry's first tag that has one out of the queue and answers its raw entry and the tag (nil when
- * none), dropping expired and vanished candidates on the way.
+ * Shared Lua: `take_peer(p, me, entry, now, dropped)` takes the longest-waiting compatible user on
+ * the entry's first tag that has one out of the queue and answers its raw entry and the tag (nil
+ * when none). On each tag it looks at up to CANDIDATE_SCAN_LIMIT users in line, a page of
+ * CANDIDATES_PER_TAG at a time (one ZRANGE); a user taken out of the line on the way (expired: its
+ * raw entry appended to `dropped`; vanished) shifts those behind it, so the next page starts that
+ * much earlier. Users the entry excludes are passed over without reading their entries.
  */
 const TAKE_PEER = `
-local function take_peer(p, me, entry, now)
+local function take_peer(p, me, entry, now, dropped)
   local excluded = {}
   for _, u in ipairs(entry.exclude) do excluded[tostring(u)] = true end
   for _, tag in ipairs(entry.tags) do
-    local candidates = redis.call('ZRANGE', p .. 'mq:t:' .. tag, 0, ${CANDIDATES_PER_TAG - 1})
-    for _, c in ipairs(candidates) do
-      if c ~= me and not excluded[c] then
-        local craw = redis.call('GET', p .. 'mq:e:' .. c)
-        if not craw then
-          if redis.call('ZREM', p .. 'mq:t:' .. tag, c) == 1 then redis.call('ZINCRBY', p .. 'mq:depth', -1, tag) end
-        else
-          local ce = cjson.decode(craw)
-          if ce.deadline <= now then
-            remove(p, c, ce)
+    local line = p .. 'mq:t:' .. tag
+    local start, looked = 0, 0
+    while looked < ${CANDIDATE_SCAN_LIMIT} do
+      local want = math.min(${CANDIDATES_PER_TAG}, ${CANDIDATE_SCAN_LIMIT} - looked)
+      local candidates = redis.call('ZRANGE', line, start, start + want - 1)
+      for _, c in ipairs(candidates) do
+        looked = looked + 1
+        local stays = true
+        if c ~= me and not excluded[c] then
+          local craw = redis.call('GET', p .. 'mq:e:' .. c)
+          if not craw then
+            if redis.call('ZREM', line, c) == 1 then
+              stays = false
+              redis.call('ZINCRBY', p .. 'mq:depth', -1, tag)
+            end
           else
-            local blocked = false
-            for _, u in ipairs(ce.exclude) do if tostring(u) == me then blocked = true end end
-            if not blocked then
+            local ce = cjson.decode(craw)
+            if ce.deadline <= now then
               remove(p, c, ce)
-              return craw, tag
+              stays = false
+              table.insert(dropped, craw)
+            else
+              local blocked = false
+              for _, u in ipairs(ce.exclude) do if tostring(u) == me then blocked = true end end
+              if not blocked then
+                remove(p, c, ce)
+                return craw, tag
+              end
             end
           end
         end
+        if stays then start = start + 1 end
       end
+      if #candidates < want then break end
     end
   end
   return nil
@@ -80,7 +100,8 @@ end
  * Enqueue and restore, one script: ARGV[5] is what a queued entry answers, `queued` (enqueue) or
  * `restored` (restore). A barred user, or an entry that began before its user's slots filled
  * (`mq:full`), is refused; a restore of an entry past its deadline does nothing (`expired`);
- * otherwise both pair with a waiting peer or queue the entry.
+ * otherwise both pair with a waiting peer or queue the entry. Answers `{kind, peer or '', tag or
+ * '', dropped...}`: the raw entries of expired users taken out on the way follow.
  */
 const PLACE = `${REMOVE}${INSERT}${TAKE_PEER}
 local p, me, raw, now, placed = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
@@ -96,10 +117,17 @@ if existing then
   if cur.deadline > now then return {'already'} end
   remove(p, me, cur)
 end
-local craw, tag = take_peer(p, me, entry, now)
-if craw then return {'paired', craw, tag} end
-insert(p, me, entry, raw)
-return {placed}`;
+local dropped = {}
+local craw, tag = take_peer(p, me, entry, now, dropped)
+local out
+if craw then
+  out = {'paired', craw, tag}
+else
+  insert(p, me, entry, raw)
+  out = {placed, '', ''}
+end
+for _, d in ipairs(dropped) do table.insert(out, d) end
+return out`;
 
 const DEQUEUE = `${REMOVE}
 local p, me = ARGV[1], ARGV[2]
@@ -119,8 +147,9 @@ local current = redis.call('ZSCORE', p .. 'mq:barred', me)
 if not current or tonumber(current) < untilMs then redis.call('ZADD', p .. 'mq:barred', untilMs, me) end
 redis.call('HINCRBY', p .. 'mq:bar-holders', me, 1)
 local raw = redis.call('GET', p .. 'mq:e:' .. me)
-if raw then remove(p, me, cjson.decode(raw)) end
-return 1`;
+if not raw then return false end
+remove(p, me, cjson.decode(raw))
+return raw`;
 
 const MARK_FULL = `${REMOVE}
 local p, since, keep = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -176,16 +205,12 @@ export class RedisMatchQueue implements MatchQueue {
   }
 
   async restore(entry: QueueEntry, now: number): Promise<RestoreResult> {
-    return this.place(entry, now, 'restored');
+    return restoreResult(await this.place(entry, now, 'restored'));
   }
 
   /** Runs PLACE: enqueue (answering `queued`) or restore (`restored`). */
-  private async place<L extends 'queued' | 'restored'>(
-    entry: QueueEntry,
-    now: number,
-    placed: L,
-  ): Promise<Exclude<RestoreResult, 'restored'> | L> {
-    const res = (await this.client.eval(
+  private async place(entry: QueueEntry, now: number, placed: 'queued' | 'restored'): Promise<Placing> {
+    const [kind, peer, tag, ...raws] = (await this.client.eval(
       PLACE,
       0,
       this.prefix,
@@ -194,17 +219,20 @@ export class RedisMatchQueue implements MatchQueue {
       String(now),
       placed,
     )) as string[];
-    if (res[0] === 'paired')
-      return { kind: 'paired', peer: JSON.parse(res[1] as string) as QueueEntry, tag: res[2] as string };
-    return res[0] as Exclude<RestoreResult, object | 'restored'> | L;
+    const dropped = raws.map((r) => JSON.parse(r) as QueueEntry);
+    if (kind === 'paired') return { kind, peer: JSON.parse(peer as string) as QueueEntry, tag: tag as string, dropped };
+    return { kind: kind as Exclude<Placing['kind'], 'paired'>, dropped };
   }
 
   async dequeue(userId: number): Promise<boolean> {
     return (await this.client.eval(DEQUEUE, 0, this.prefix, String(userId))) === 1;
   }
 
-  async bar(userId: number, until: number, now: number): Promise<void> {
-    await this.client.eval(BAR, 0, this.prefix, String(userId), String(until), String(now));
+  async bar(userId: number, until: number, now: number): Promise<QueueEntry | null> {
+    const raw = (await this.client.eval(BAR, 0, this.prefix, String(userId), String(until), String(now))) as
+      | string
+      | null;
+    return raw ? (JSON.parse(raw) as QueueEntry) : null;
   }
 
   async markFull(userIds: number[], since: number): Promise<QueueEntry[]> {

@@ -2,7 +2,14 @@ import fc from 'fast-check';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { clearRedisPrefix, redisReachable, SERVICE_URLS } from '../../../test/support/services.js';
-import { FULL_MARK_MS, type MatchQueue, MemoryMatchQueue, type QueueEntry } from './match-queue.js';
+import {
+  CANDIDATE_SCAN_LIMIT,
+  CANDIDATES_PER_TAG,
+  FULL_MARK_MS,
+  type MatchQueue,
+  MemoryMatchQueue,
+  type QueueEntry,
+} from './match-queue.js';
 import { RedisMatchQueue } from './match-queue.redis.js';
 
 const NOW = 1_000_000;
@@ -15,6 +22,10 @@ const entry = (userId: number, tags: string[], over: Partial<QueueEntry> = {}): 
   country: null,
   ...over,
 });
+
+/** A placing's answer that took nobody out of the queue on its way. */
+const placed = (kind: string) => ({ kind, dropped: [] });
+const QUEUED = placed('queued');
 
 const redisProblem = await redisReachable();
 if (redisProblem && process.env.REQUIRE_SERVICES === '1') throw new Error(`REQUIRE_SERVICES=1: ${redisProblem}`);
@@ -57,8 +68,8 @@ describe.each(implementations)('the %s match queue', (_name, makeNodes) => {
   const make = () => makeNodes()[0];
   it('queues a lone user, then pairs the next user sharing a tag, first tag first', async () => {
     const q = make();
-    expect(await q.enqueue(entry(1, ['music', 'games']), NOW)).toEqual({ kind: 'queued' });
-    expect(await q.enqueue(entry(2, ['books']), NOW)).toEqual({ kind: 'queued' });
+    expect(await q.enqueue(entry(1, ['music', 'games']), NOW)).toEqual(QUEUED);
+    expect(await q.enqueue(entry(2, ['books']), NOW)).toEqual(QUEUED);
     const res = await q.enqueue(entry(3, ['books', 'games']), NOW);
     expect(res).toMatchObject({ kind: 'paired', tag: 'books', peer: { userId: 2 } });
     expect(await q.get(2, NOW)).toBeNull();
@@ -68,10 +79,10 @@ describe.each(implementations)('the %s match queue', (_name, makeNodes) => {
 
   it('answers already for a user searching, pairs the longest waiting, skips exclusions both ways', async () => {
     const q = make();
-    expect(await q.enqueue(entry(1, ['chess'], { exclude: [9] }), NOW)).toEqual({ kind: 'queued' });
-    expect(await q.enqueue(entry(1, ['chess']), NOW)).toEqual({ kind: 'already' });
+    expect(await q.enqueue(entry(1, ['chess'], { exclude: [9] }), NOW)).toEqual(QUEUED);
+    expect(await q.enqueue(entry(1, ['chess']), NOW)).toEqual(placed('already'));
     // 1 excludes 9, so 9 waits too.
-    expect(await q.enqueue(entry(9, ['chess']), NOW)).toEqual({ kind: 'queued' });
+    expect(await q.enqueue(entry(9, ['chess']), NOW)).toEqual(QUEUED);
     // 8 excludes 1 (the longest waiting), so it gets 9.
     expect(await q.enqueue(entry(8, ['chess'], { exclude: [1] }), NOW)).toMatchObject({
       kind: 'paired',
@@ -80,11 +91,14 @@ describe.each(implementations)('the %s match queue', (_name, makeNodes) => {
     expect(await q.enqueue(entry(7, ['chess']), NOW)).toMatchObject({ kind: 'paired', peer: { userId: 1 } });
   });
 
-  it('never pairs with an expired entry, and pops expired entries once', async () => {
+  it('never pairs with an expired entry: takes it out and answers it (dropped), and pops expired entries once', async () => {
     const q = make();
     await q.enqueue(entry(1, ['cats'], { deadline: NOW + 10 }), NOW);
     await q.enqueue(entry(2, ['dogs'], { deadline: NOW + 10 }), NOW);
-    expect(await q.enqueue(entry(3, ['cats']), NOW + 20)).toEqual({ kind: 'queued' });
+    expect(await q.enqueue(entry(3, ['cats']), NOW + 20)).toEqual({
+      kind: 'queued',
+      dropped: [entry(1, ['cats'], { deadline: NOW + 10 })],
+    });
     const popped = await q.popExpired(NOW + 20, 10);
     expect(popped.map((e) => e.userId)).toEqual([2]);
     expect(await q.popExpired(NOW + 20, 10)).toEqual([]);
@@ -93,56 +107,154 @@ describe.each(implementations)('the %s match queue', (_name, makeNodes) => {
 
   it('puts a paired peer back as it was (place in line, deadline, exclusions) without pairing it; not when expired or searching again', async () => {
     const q = make();
-    expect(await q.enqueue(entry(1, ['aaa'], { exclude: [3, 5] }), NOW)).toEqual({ kind: 'queued' });
+    expect(await q.enqueue(entry(1, ['aaa'], { exclude: [3, 5] }), NOW)).toEqual(QUEUED);
     const first = await q.enqueue(entry(2, ['aaa']), NOW);
     if (first.kind !== 'paired') throw new Error(`not paired: ${first.kind}`);
-    expect(await q.enqueue(entry(3, ['aaa'], { exclude: [1] }), NOW)).toEqual({ kind: 'queued' });
-    expect(await q.restore(first.peer, NOW)).toBe('restored');
+    expect(await q.enqueue(entry(3, ['aaa'], { exclude: [1] }), NOW)).toEqual(QUEUED);
+    expect(await q.restore(first.peer, NOW)).toEqual(placed('restored'));
     expect(await q.get(1, NOW)).toEqual(entry(1, ['aaa'], { exclude: [3, 5] }));
     expect(await q.topTags(5)).toEqual([{ tag: 'aaa', searching: 2 }]);
     // Back in its place: ahead of 3, who enqueued after it.
     expect(await q.enqueue(entry(6, ['aaa']), NOW)).toMatchObject({ kind: 'paired', peer: { userId: 1 } });
-    expect(await q.restore(first.peer, NOW)).toBe('restored');
+    expect(await q.restore(first.peer, NOW)).toEqual(placed('restored'));
     // Its exclusions stand: 5 gets 3.
     expect(await q.enqueue(entry(5, ['aaa']), NOW)).toMatchObject({ kind: 'paired', peer: { userId: 3 } });
     // Searching (here: still queued), it is not put back over its current entry.
-    expect(await q.restore(entry(1, ['bbb']), NOW)).toBe('already');
+    expect(await q.restore(entry(1, ['bbb']), NOW)).toEqual(placed('already'));
     expect(await q.get(1, NOW)).toMatchObject({ tags: ['aaa'] });
     // Past its deadline it is not put back.
-    expect(await q.restore(entry(7, ['aaa'], { deadline: NOW + 10 }), NOW + 10)).toBe('expired');
+    expect(await q.restore(entry(7, ['aaa'], { deadline: NOW + 10 }), NOW + 10)).toEqual(placed('expired'));
     expect(await q.get(7, NOW)).toBeNull();
     expect(await q.topTags(5)).toEqual([{ tag: 'aaa', searching: 1 }]);
   });
 
   it('pairs an entry it puts back with a compatible user that queued while it was out', async () => {
     const q = make();
-    expect(await q.enqueue(entry(1, ['aaa', 'bbb']), NOW)).toEqual({ kind: 'queued' });
+    expect(await q.enqueue(entry(1, ['aaa', 'bbb']), NOW)).toEqual(QUEUED);
     const first = await q.enqueue(entry(2, ['aaa']), NOW);
     if (first.kind !== 'paired') throw new Error(`not paired: ${first.kind}`);
     // 3 excludes 1; 4 waits on 1's second tag.
-    expect(await q.enqueue(entry(3, ['aaa'], { exclude: [1] }), NOW)).toEqual({ kind: 'queued' });
-    expect(await q.enqueue(entry(4, ['bbb']), NOW)).toEqual({ kind: 'queued' });
-    expect(await q.restore(first.peer, NOW)).toEqual({ kind: 'paired', peer: entry(4, ['bbb']), tag: 'bbb' });
+    expect(await q.enqueue(entry(3, ['aaa'], { exclude: [1] }), NOW)).toEqual(QUEUED);
+    expect(await q.enqueue(entry(4, ['bbb']), NOW)).toEqual(QUEUED);
+    expect(await q.restore(first.peer, NOW)).toEqual({
+      kind: 'paired',
+      peer: entry(4, ['bbb']),
+      tag: 'bbb',
+      dropped: [],
+    });
     expect(await q.get(1, NOW)).toBeNull();
     expect(await q.get(4, NOW)).toBeNull();
     expect(await q.topTags(5)).toEqual([{ tag: 'aaa', searching: 1 }]);
   });
 
+  it('answers the expired users a put-back entry takes out on its way (dropped)', async () => {
+    const q = make();
+    // 3 waits first (and excludes 1 and 2) with an earlier deadline; 1 waits behind it.
+    expect(await q.enqueue(entry(3, ['aaa'], { exclude: [1, 2], deadline: NOW + 50 }), NOW)).toEqual(QUEUED);
+    expect(await q.enqueue(entry(1, ['aaa']), NOW)).toEqual(QUEUED);
+    const first = await q.enqueue(entry(2, ['aaa']), NOW);
+    expect(first).toMatchObject({ kind: 'paired', peer: { userId: 1 }, dropped: [] });
+    if (first.kind !== 'paired') throw new Error(`not paired: ${first.kind}`);
+    expect(await q.restore(first.peer, NOW + 50)).toEqual({
+      kind: 'restored',
+      dropped: [entry(3, ['aaa'], { exclude: [1, 2], deadline: NOW + 50 })],
+    });
+    expect(await q.popExpired(NOW + 50, 10)).toEqual([]);
+    expect(await q.topTags(5)).toEqual([{ tag: 'aaa', searching: 1 }]);
+  });
+
+  /**
+   * Queues `ids` on `tag`, in that order (calls sent together: one connection runs them in
+   * order), each excluding those before it so that none pairs with another; `over(id)` adds to
+   * an entry (more exclusions, a deadline).
+   */
+  const line = async (
+    q: MatchQueue,
+    ids: number[],
+    tag: string,
+    over: (id: number) => Partial<QueueEntry> = () => ({}),
+  ) => {
+    const results = await Promise.all(
+      ids.map((id, i) => {
+        const more = over(id);
+        return q.enqueue(entry(id, [tag], { ...more, exclude: [...ids.slice(0, i), ...(more.exclude ?? [])] }), NOW);
+      }),
+    );
+    for (const r of results) expect(r).toEqual(QUEUED);
+  };
+  const range = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
+  const [V, C, W] = [90_001, 90_002, 90_003];
+
+  it(`looks past ${CANDIDATES_PER_TAG} incompatible users, page after page, dropping expired ones met on the way`, async () => {
+    const q = make();
+    // 2.4 pages of users ahead; every third one expires; the odd ones exclude C, C excludes the even ones.
+    const ahead = range(1, 2 * CANDIDATES_PER_TAG + 20);
+    const expires = (id: number) => id % 3 === 0;
+    const over = (id: number) => ({
+      exclude: id % 2 === 1 ? [C] : [],
+      ...(expires(id) ? { deadline: NOW + 10 } : {}),
+    });
+    await line(q, ahead, 'music', over);
+    expect(await q.enqueue(entry(V, ['music'], { exclude: ahead }), NOW)).toEqual(QUEUED);
+    const res = await q.enqueue(entry(C, ['music'], { exclude: ahead.filter((id) => id % 2 === 0) }), NOW + 20);
+    const expired = (id: number) =>
+      entry(id, ['music'], { exclude: [...ahead.slice(0, id - 1), ...(over(id).exclude ?? [])], deadline: NOW + 10 });
+    // Every expired user ahead that C reads (not those it excludes, passed over) is taken out, in
+    // line order: none is skipped where a page ends, though each shifts the users behind it.
+    expect(res).toEqual({
+      kind: 'paired',
+      peer: entry(V, ['music'], { exclude: ahead }),
+      tag: 'music',
+      dropped: ahead.filter((id) => expires(id) && id % 2 === 1).map(expired),
+    });
+    // The others stay for the deadline sweep: each expired entry is answered once.
+    const swept = (await q.popExpired(NOW + 20, 1_000)).sort((a, b) => a.userId - b.userId);
+    expect(swept).toEqual(ahead.filter((id) => expires(id) && id % 2 === 0).map(expired));
+    expect(await q.topTags(5)).toEqual([{ tag: 'music', searching: ahead.filter((id) => !expires(id)).length }]);
+  });
+
+  it(`looks at up to CANDIDATE_SCAN_LIMIT (${CANDIDATE_SCAN_LIMIT}) users on a tag, then tries the next tag`, async () => {
+    const q = make();
+    const ids = range(1, CANDIDATE_SCAN_LIMIT);
+    const C2 = C + 10;
+    // The odd ones exclude C and C2 (their entries are read), C and C2 exclude the even ones (passed over).
+    await line(q, ids, 'music', (id) => ({ exclude: id % 2 === 1 ? [C, C2] : [] }));
+    const evens = ids.filter((id) => id % 2 === 0);
+    expect(await q.enqueue(entry(V, ['music'], { exclude: ids }), NOW)).toEqual(QUEUED);
+    expect(await q.enqueue(entry(W, ['jazz']), NOW)).toEqual(QUEUED);
+    // V is the first user past the limit on 'music': C gets W on its next tag.
+    expect(await q.enqueue(entry(C, ['music', 'jazz'], { exclude: evens }), NOW)).toMatchObject({
+      kind: 'paired',
+      tag: 'jazz',
+      peer: { userId: W },
+    });
+    // One user ahead leaves: V is now the last one a newcomer looks at, and C2 gets it.
+    expect(await q.dequeue(2)).toBe(true);
+    expect(await q.enqueue(entry(C2, ['music', 'jazz'], { exclude: evens }), NOW)).toMatchObject({
+      kind: 'paired',
+      tag: 'music',
+      peer: { userId: V },
+    });
+  });
+
   it('bars a user: out of the queue at once, its enqueues and restores refused until the bar ends or is lifted', async () => {
     const q = make();
-    expect(await q.enqueue(entry(1, ['aaa']), NOW)).toEqual({ kind: 'queued' });
-    expect(await q.enqueue(entry(2, ['bbb']), NOW)).toEqual({ kind: 'queued' });
-    await q.bar(1, NOW + 100, NOW);
+    expect(await q.enqueue(entry(1, ['aaa']), NOW)).toEqual(QUEUED);
+    expect(await q.enqueue(entry(2, ['bbb']), NOW)).toEqual(QUEUED);
+    // It answers the entry it took out (the user is told its search ended), and null with none.
+    expect(await q.bar(1, NOW + 100, NOW)).toEqual(entry(1, ['aaa']));
     expect(await q.get(1, NOW)).toBeNull();
     expect(await q.topTags(5)).toEqual([{ tag: 'bbb', searching: 1 }]);
-    expect(await q.enqueue(entry(1, ['bbb']), NOW + 99)).toEqual({ kind: 'barred' });
-    expect(await q.restore(entry(1, ['aaa']), NOW + 99)).toBe('barred');
+    expect(await q.bar(1, NOW + 100, NOW)).toBeNull();
+    await q.unbar(1);
+    expect(await q.enqueue(entry(1, ['bbb']), NOW + 99)).toEqual(placed('barred'));
+    expect(await q.restore(entry(1, ['aaa']), NOW + 99)).toEqual(placed('barred'));
     // Nobody pairs with it or is taken by its refused enqueue.
     expect(await q.get(2, NOW + 99)).toMatchObject({ userId: 2 });
-    expect(await q.enqueue(entry(1, ['ccc']), NOW + 100)).toEqual({ kind: 'queued' });
+    expect(await q.enqueue(entry(1, ['ccc']), NOW + 100)).toEqual(QUEUED);
     await q.bar(3, NOW + 1_000, NOW + 100);
     await q.unbar(3);
-    expect(await q.enqueue(entry(3, ['ddd']), NOW + 100)).toEqual({ kind: 'queued' });
+    expect(await q.enqueue(entry(3, ['ddd']), NOW + 100)).toEqual(QUEUED);
   });
 
   it('adds up bars of one user: lifting one leaves the others, the user stays barred until the latest ends', async () => {
@@ -151,46 +263,46 @@ describe.each(implementations)('the %s match queue', (_name, makeNodes) => {
     await q.bar(1, NOW + 1_000, NOW);
     await q.bar(1, NOW + 500, NOW + 10);
     await q.unbar(1);
-    expect(await q.enqueue(entry(1, ['aaa']), NOW + 999)).toEqual({ kind: 'barred' });
-    expect(await q.enqueue(entry(1, ['aaa']), NOW + 1_000)).toEqual({ kind: 'queued' });
+    expect(await q.enqueue(entry(1, ['aaa']), NOW + 999)).toEqual(placed('barred'));
+    expect(await q.enqueue(entry(1, ['aaa']), NOW + 1_000)).toEqual(QUEUED);
     // Both lifted: free at once.
     await q.bar(2, NOW + 5_000, NOW + 1_000);
     await q.bar(2, NOW + 5_000, NOW + 1_000);
     await q.unbar(2);
-    expect(await q.enqueue(entry(2, ['bbb']), NOW + 1_001)).toEqual({ kind: 'barred' });
+    expect(await q.enqueue(entry(2, ['bbb']), NOW + 1_001)).toEqual(placed('barred'));
     await q.unbar(2);
-    expect(await q.enqueue(entry(2, ['bbb']), NOW + 1_001)).toEqual({ kind: 'queued' });
+    expect(await q.enqueue(entry(2, ['bbb']), NOW + 1_001)).toEqual(QUEUED);
     // A bar that ended is forgotten with its holders: a new one is lifted by one unbar.
     await q.bar(3, NOW + 2_000, NOW + 1_000);
     await q.bar(3, NOW + 9_000, NOW + 2_000);
     await q.unbar(3);
-    expect(await q.enqueue(entry(3, ['ccc']), NOW + 2_001)).toEqual({ kind: 'queued' });
+    expect(await q.enqueue(entry(3, ['ccc']), NOW + 2_001)).toEqual(QUEUED);
   });
 
   it('marks users whose slots filled: their entries leave the queue, and entries that began before the mark are refused until it ends', async () => {
     const q = make();
     const queued = entry(1, ['aaa', 'bbb']);
-    expect(await q.enqueue(queued, NOW)).toEqual({ kind: 'queued' });
+    expect(await q.enqueue(queued, NOW)).toEqual(QUEUED);
     const filledAt = NOW + 100;
     expect(await q.markFull([1, 2], filledAt)).toEqual([queued]);
     expect(await q.get(1, filledAt)).toBeNull();
     expect(await q.topTags(5)).toEqual([]);
     // Began before the mark: refused, as enqueue and as restore; nothing queued, nobody taken.
-    expect(await q.enqueue(entry(3, ['ccc']), filledAt)).toEqual({ kind: 'queued' });
-    expect(await q.enqueue(entry(2, ['ccc'], { enqueuedAt: filledAt - 1 }), filledAt + 5)).toEqual({ kind: 'full' });
-    expect(await q.restore(entry(2, ['ccc'], { enqueuedAt: filledAt - 1 }), filledAt + 5)).toBe('full');
+    expect(await q.enqueue(entry(3, ['ccc']), filledAt)).toEqual(QUEUED);
+    expect(await q.enqueue(entry(2, ['ccc'], { enqueuedAt: filledAt - 1 }), filledAt + 5)).toEqual(placed('full'));
+    expect(await q.restore(entry(2, ['ccc'], { enqueuedAt: filledAt - 1 }), filledAt + 5)).toEqual(placed('full'));
     expect(await q.get(3, filledAt + 5)).toMatchObject({ userId: 3 });
-    expect(await q.enqueue(entry(2, ['ccc'], { enqueuedAt: filledAt }), filledAt + 5)).toEqual({ kind: 'full' });
+    expect(await q.enqueue(entry(2, ['ccc'], { enqueuedAt: filledAt }), filledAt + 5)).toEqual(placed('full'));
     // Began after the mark (read the filled slots itself): placed as usual, and a mark arriving
     // late (its call slower than the user's leave and new search) leaves it queued.
     const fresh = entry(2, ['ddd'], { enqueuedAt: filledAt + 1 });
-    expect(await q.enqueue(fresh, filledAt + 5)).toEqual({ kind: 'queued' });
+    expect(await q.enqueue(fresh, filledAt + 5)).toEqual(QUEUED);
     expect(await q.markFull([2], filledAt)).toEqual([]);
     expect(await q.get(2, filledAt + 5)).toEqual(fresh);
     // A later mark of other users forgets marks older than FULL_MARK_MS.
     await q.markFull([4], filledAt + FULL_MARK_MS);
     const stale = entry(1, ['eee'], { enqueuedAt: filledAt - 1, deadline: filledAt + 2 * FULL_MARK_MS });
-    expect(await q.enqueue(stale, filledAt + FULL_MARK_MS)).toEqual({ kind: 'queued' });
+    expect(await q.enqueue(stale, filledAt + FULL_MARK_MS)).toEqual(QUEUED);
   });
 
   it('dequeues and counts tags by depth', async () => {
@@ -245,7 +357,7 @@ describe.each(implementations)('the %s match queue', (_name, makeNodes) => {
             if (seen.has(id)) {
               expect(queued).toBeNull();
             } else {
-              expect(results[id - 1]).toEqual({ kind: 'queued' });
+              expect(results[id - 1]).toEqual(QUEUED);
               expect(queued).toMatchObject({ userId: id });
               waiting.push(id);
             }

@@ -15,7 +15,16 @@ export interface QueueEntry {
   country: string | null;
 }
 
-export type EnqueueResult =
+/**
+ * Entries past their deadline that a placing met among the candidates it looked at and took out
+ * of the queue (in the order met): their searches have ended, and nobody else will return them
+ * (`popExpired` no longer sees them), so the caller tells their users, as at the deadline.
+ */
+export interface Dropped {
+  dropped: QueueEntry[];
+}
+
+export type EnqueueResult = (
   | { kind: 'queued' }
   | { kind: 'already' }
   /** Paired with `peer` (now out of the queue) on `tag`; the caller was never queued. */
@@ -23,7 +32,9 @@ export type EnqueueResult =
   /** Refused: the user is barred (see `bar`); nothing changed. */
   | { kind: 'barred' }
   /** Refused: the user's direct-chat slots filled after the entry's `enqueuedAt` (see `markFull`). */
-  | { kind: 'full' };
+  | { kind: 'full' }
+) &
+  Dropped;
 
 /**
  * What putting back a peer taken out by a pairing that then failed did: `restored`, as it was;
@@ -32,21 +43,29 @@ export type EnqueueResult =
  * user searches again, on a newer entry); `barred`, not restored; `full`, not restored (its
  * direct-chat slots filled since it queued).
  */
-export type RestoreResult =
-  | 'restored'
-  | 'expired'
-  | 'already'
-  | 'barred'
-  | 'full'
-  | { kind: 'paired'; peer: QueueEntry; tag: string };
+export type RestoreResult = (
+  | { kind: 'restored' }
+  | { kind: 'expired' }
+  | { kind: 'already' }
+  | { kind: 'barred' }
+  | { kind: 'full' }
+  | { kind: 'paired'; peer: QueueEntry; tag: string }
+) &
+  Dropped;
 
 export interface MatchQueue {
-  /** Pairs the entry with the longest-waiting compatible user on its first tag that has one, else queues it. */
+  /**
+   * Pairs the entry with the longest-waiting compatible user on its first tag that has one, else
+   * queues it. On each tag it looks at up to CANDIDATE_SCAN_LIMIT waiting users, in line order
+   * (Redis reads them CANDIDATES_PER_TAG at a time); expired ones it meets leave the queue
+   * (`dropped`).
+   */
   enqueue(entry: QueueEntry, now: number): Promise<EnqueueResult>;
   /**
    * Puts back an entry that `enqueue` answered as a peer, exactly as it was (its place in line,
    * deadline and exclusions): for when the pair could not be made. A compatible user that queued
-   * while it was out (and so could not pair with it) is paired with it instead, as `enqueue` would.
+   * while it was out (and so could not pair with it) is paired with it instead, as `enqueue` would
+   * (expired users it meets on the way: `dropped`).
    */
   restore(entry: QueueEntry, now: number): Promise<RestoreResult>;
   /** Removes a user from the queue; false when it was not searching. */
@@ -56,9 +75,10 @@ export interface MatchQueue {
    * restores) until `until` (ms): a block being written elsewhere holds from here, whatever an
    * enqueue already in flight read before it. Bars past their time at `now` are forgotten. Bars
    * of one user add up: the user stays barred until the latest `until`, unless every bar placed
-   * since the last one ended has been lifted.
+   * since the last one ended has been lifted. Answers the entry it took out (null: none), so that
+   * its user can be told its search ended.
    */
-  bar(userId: number, until: number, now: number): Promise<void>;
+  bar(userId: number, until: number, now: number): Promise<QueueEntry | null>;
   /**
    * Users whose direct-chat slots a new chat just filled, at `since` (ms, after its commit): an
    * entry of theirs that began at or before `since` leaves the queue (returned: a search in
@@ -80,14 +100,36 @@ export interface MatchQueue {
   topTags(n: number): Promise<{ tag: string; searching: number }[]>;
 }
 
-/** What an enqueue answers for what its placing did (`queued` for an entry it queued). */
-export function enqueueResult(placed: Exclude<RestoreResult, 'restored'> | 'queued'): EnqueueResult {
-  if (typeof placed === 'object') return placed;
-  return { kind: placed === 'expired' ? 'queued' : placed };
+/** What one placing did: an enqueue answers `queued` for an entry it queued, a restore `restored`. */
+export type Placing = EnqueueResult | RestoreResult;
+
+/** The answer of an enqueue's placing (never restored, nor expired: those are a restore's). */
+export function enqueueResult(placed: Placing): EnqueueResult {
+  if (placed.kind === 'restored' || placed.kind === 'expired') throw new Error(`an enqueue placed ${placed.kind}`);
+  return placed;
 }
 
-/** How many waiting users one enqueue looks at per tag before giving up on that tag. */
+/** The answer of a restore's placing (never queued: that is an enqueue's). */
+export function restoreResult(placed: Placing): RestoreResult {
+  if (placed.kind === 'queued') throw new Error('a restore placed queued');
+  return placed;
+}
+
+/**
+ * How many waiting users a placing reads at a time on a tag (one ZRANGE in Redis). The first
+ * page is all that a pairing reads when one of the first users in line fits, the common case.
+ */
 export const CANDIDATES_PER_TAG = 50;
+
+/**
+ * How many waiting users a placing looks at on one tag at most, page after page, before it gives
+ * up on that tag (a Lua script blocks Redis while it runs, so its work must stay bounded). A user
+ * is incompatible only through a block between the two; those the newcomer knows of (its
+ * `exclude`, both ways, read at its enqueue) are passed over without reading their entries. It is
+ * at least Limits.BLOCKS_PER_USER (1,000), so no user's own blocks can hide a compatible peer from
+ * it; only more than this many incompatible users ahead on a tag can (docs/api.md, Matchmaking).
+ */
+export const CANDIDATE_SCAN_LIMIT = 1_000;
 
 /**
  * How long the queue keeps a user's slots-filled mark (`markFull`). Callers must reach the queue
@@ -125,40 +167,46 @@ export class MemoryMatchQueue implements MatchQueue {
   }
 
   async restore(entry: QueueEntry, now: number): Promise<RestoreResult> {
-    return this.place(entry, now, 'restored');
+    return restoreResult(this.place(entry, now, 'restored'));
   }
 
   /**
    * Enqueue (answering `queued`) and restore (`restored`, and only before the entry's deadline):
    * pairs the entry with a waiting peer or queues it.
    */
-  private place<L extends 'queued' | 'restored'>(
-    entry: QueueEntry,
-    now: number,
-    placed: L,
-  ): Exclude<RestoreResult, 'restored'> | L {
-    if (this.isBarred(entry.userId, now)) return 'barred';
-    if (entry.enqueuedAt <= (this.full.get(entry.userId) ?? Number.NEGATIVE_INFINITY)) return 'full';
-    if (placed === 'restored' && entry.deadline <= now) return 'expired';
+  private place(entry: QueueEntry, now: number, placed: 'queued' | 'restored'): Placing {
+    const dropped: QueueEntry[] = [];
+    if (this.isBarred(entry.userId, now)) return { kind: 'barred', dropped };
+    if (entry.enqueuedAt <= (this.full.get(entry.userId) ?? Number.NEGATIVE_INFINITY)) return { kind: 'full', dropped };
+    if (placed === 'restored' && entry.deadline <= now) return { kind: 'expired', dropped };
     const current = this.entries.get(entry.userId);
-    if (current && current.deadline > now) return 'already';
+    if (current && current.deadline > now) return { kind: 'already', dropped };
+    // The user's own finished search, replaced by this one (not reported: the user has moved on).
     if (current) this.remove(entry.userId);
-    const paired = this.takePeer(entry, now);
-    if (paired) return { kind: 'paired', ...paired };
+    const paired = this.takePeer(entry, now, dropped);
+    if (paired) return { kind: 'paired', ...paired, dropped };
     this.insert(entry);
-    return placed;
+    return { kind: placed, dropped };
   }
 
-  /** Takes the longest-waiting compatible user on the entry's first tag that has one out of the queue. */
-  private takePeer(entry: QueueEntry, now: number): { peer: QueueEntry; tag: string } | null {
+  /**
+   * Takes the longest-waiting compatible user on the entry's first tag that has one out of the
+   * queue, looking at up to CANDIDATE_SCAN_LIMIT users in line on each tag; expired ones met on
+   * the way leave the queue too, into `dropped`.
+   */
+  private takePeer(entry: QueueEntry, now: number, dropped: QueueEntry[]): { peer: QueueEntry; tag: string } | null {
     const excluded = new Set(entry.exclude);
     for (const tag of entry.tags) {
-      for (const candidateId of (this.byTag.get(tag) ?? []).slice(0, CANDIDATES_PER_TAG)) {
+      // `remove` replaces a tag's line rather than editing it, so this one stays as it was.
+      let looked = 0;
+      for (const candidateId of this.byTag.get(tag) ?? []) {
+        if (looked++ === CANDIDATE_SCAN_LIMIT) break;
         if (candidateId === entry.userId || excluded.has(candidateId)) continue;
         const candidate = this.entries.get(candidateId);
         if (!candidate) continue;
         if (candidate.deadline <= now) {
           this.remove(candidateId);
+          dropped.push(candidate);
           continue;
         }
         if (candidate.exclude.includes(entry.userId)) continue;
@@ -187,11 +235,11 @@ export class MemoryMatchQueue implements MatchQueue {
     return this.remove(userId) !== undefined;
   }
 
-  async bar(userId: number, until: number, now: number): Promise<void> {
+  async bar(userId: number, until: number, now: number): Promise<QueueEntry | null> {
     for (const [id, b] of this.barred) if (b.until <= now) this.barred.delete(id);
     const current = this.barred.get(userId);
     this.barred.set(userId, { until: Math.max(until, current?.until ?? 0), holders: (current?.holders ?? 0) + 1 });
-    this.remove(userId);
+    return this.remove(userId) ?? null;
   }
 
   async markFull(userIds: number[], since: number): Promise<QueueEntry[]> {

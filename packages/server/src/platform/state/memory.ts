@@ -1,7 +1,7 @@
 import { type Clock, systemClock } from '../clock.js';
 import { ExpiringSet } from './expiring-set.js';
-import type { Limiter, StateStore, Unsubscribe } from './types.js';
-import { WindowLimiter } from './window-limiter.js';
+import type { CountedIn, CountedSet, Limiter, StateStore, Unsubscribe } from './types.js';
+import { type Window, WindowLimiter } from './window-limiter.js';
 
 interface Entry {
   value: string;
@@ -14,6 +14,8 @@ export class MemoryState implements StateStore {
   private readonly values = new Map<string, Entry>();
   private readonly sets = new Map<string, ExpiringSet>();
   private readonly limiters = new Map<string, WindowLimiter>();
+  /** The windows of the limiters of one name and duration, shared by them whatever their points. */
+  private readonly windows = new Map<string, Map<string, Window>>();
   private readonly channels = new Map<string, Set<(message: string) => void>>();
   private readonly sweeper: NodeJS.Timeout;
 
@@ -81,13 +83,25 @@ export class MemoryState implements StateStore {
     s.prune(this.now());
     return s;
   }
-  async addExpiring(setKey: string, members: string[], expiresAtMs: number) {
+  /** addExpiring in one synchronous step (no other call runs in between). */
+  private addNow(setKey: string, members: string[], expiresAtMs: number) {
     const s = this.liveSet(setKey);
     for (const m of members) s.add(m, expiresAtMs);
     s.prune(this.now());
     if (s.size > 0) this.sets.set(setKey, s);
     else this.sets.delete(setKey);
     return { count: s.size, earliest: s.earliest() ?? expiresAtMs };
+  }
+  async addExpiring(setKey: string, members: string[], expiresAtMs: number) {
+    return this.addNow(setKey, members, expiresAtMs);
+  }
+  async setIfAbsentCounted(key: string, value: string, ttlMs: number, count: CountedIn): Promise<CountedSet> {
+    if (this.live(key)) return 'present';
+    const s = this.liveSet(count.setKey);
+    if (!s.has(count.member, this.now()) && s.size >= count.max) return { full: s.earliest() ?? count.expiresAtMs };
+    this.addNow(count.setKey, [count.member], count.expiresAtMs);
+    this.values.set(key, { value, expiresAt: this.now() + ttlMs });
+    return 'set';
   }
   async removeExpiring(setKey: string, member: string) {
     this.sets.get(setKey)?.remove(member);
@@ -99,12 +113,19 @@ export class MemoryState implements StateStore {
     return this.sets.get(setKey)?.has(member, this.now()) ?? false;
   }
   limiter(name: string, points: number, durationMs: number): Limiter {
-    // One counter per name, as in Redis: a second limiter of the same name shares the allowance.
-    // Its windows run on this store's clock, like every other deadline here.
+    // One counter per name, as in Redis: a second limiter of the same name shares the count, and
+    // compares it with its own points. Its windows run on this store's clock, like every other
+    // deadline here.
     const id = `${name}|${points}|${durationMs}`;
     let limiter = this.limiters.get(id);
     if (!limiter) {
-      limiter = new WindowLimiter(points, durationMs, () => this.now());
+      const counters = `${name}|${durationMs}`;
+      let windows = this.windows.get(counters);
+      if (!windows) {
+        windows = new Map();
+        this.windows.set(counters, windows);
+      }
+      limiter = new WindowLimiter(points, durationMs, () => this.now(), windows);
       this.limiters.set(id, limiter);
     }
     return limiter;
@@ -143,5 +164,6 @@ export class MemoryState implements StateStore {
     this.values.clear();
     this.sets.clear();
     this.limiters.clear();
+    this.windows.clear();
   }
 }

@@ -3,7 +3,7 @@ import { RateLimiterRedis } from 'rate-limiter-flexible';
 import { type Clock, systemClock } from '../clock.js';
 import { type ConnectionLog, watchConnection } from './connection-log.js';
 import { wrapLimiter } from './limiter.js';
-import type { Limiter, StateStore, Unsubscribe } from './types.js';
+import type { CountedIn, CountedSet, Limiter, StateStore, Unsubscribe } from './types.js';
 
 /** Adds a member with its deadline, drops expired members, returns the live count; atomic. */
 /** ARGV: now, deadline, members…; drops the passed ones, adds, answers {count, earliest deadline}. */
@@ -33,6 +33,24 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   return 1
 end
 return 0`;
+
+/**
+ * KEYS: key, set; ARGV: value, ttl ms, now, deadline, member, max. setIfAbsentCounted: answers {0}
+ * when the key exists, {2, earliest deadline} when the member does not fit, else sets both and {1}.
+ */
+const SET_IF_ABSENT_COUNTED = `
+if redis.call('EXISTS', KEYS[1]) == 1 then return {0} end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[3])
+if not redis.call('ZSCORE', KEYS[2], ARGV[5]) and redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[6]) then
+  local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  return {2, first[2] or ARGV[4]}
+end
+redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[3])
+local top = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+if top[2] then redis.call('PEXPIREAT', KEYS[2], top[2]) end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return {1}`;
 
 /** Members per script call: the script unpacks two arguments per member onto Lua's stack (8000 at most). */
 const EXPIRING_CHUNK = 1000;
@@ -112,6 +130,23 @@ export class RedisState implements StateStore {
       i += EXPIRING_CHUNK;
     } while (i < members.length);
     return { count: Number(answer[0]), earliest: Number(answer[1]) };
+  }
+  async setIfAbsentCounted(key: string, value: string, ttlMs: number, count: CountedIn): Promise<CountedSet> {
+    const answer = (await this.client.eval(
+      SET_IF_ABSENT_COUNTED,
+      2,
+      this.k(key),
+      this.k(count.setKey),
+      value,
+      String(Math.max(1, Math.ceil(ttlMs))),
+      String(this.clock.now().getTime()),
+      String(count.expiresAtMs),
+      count.member,
+      String(count.max),
+    )) as [number, string?];
+    if (answer[0] === 1) return 'set';
+    if (answer[0] === 0) return 'present';
+    return { full: Number(answer[1]) };
   }
   async removeExpiring(setKey: string, member: string) {
     await this.client.zrem(this.k(setKey), member);

@@ -340,6 +340,76 @@ export function describeStateContract(name: string, harness: StateHarness, opts:
       });
     });
 
+    describe('setIfAbsentCounted', () => {
+      const counted = (setKey: string, member: string, max = 2) => ({
+        setKey,
+        member,
+        expiresAtMs: Date.now() + LONG_MS,
+        max,
+      });
+
+      it('sets the key and adds the member while the set has room', async () => {
+        const [k, set] = [freshKey('sic'), freshKey('sic-set')];
+        expect(await state.setIfAbsentCounted(k, 'v1', LONG_MS, counted(set, 'm1'))).toBe('set');
+        expect(await state.get(k)).toBe('v1');
+        expect(await state.hasExpiring(set, 'm1')).toBe(true);
+        expect(await state.countExpiring(set)).toBe(1);
+      });
+
+      it('answers present over an existing key and changes nothing, even with the set full', async () => {
+        const [k, set] = [freshKey('sic-present'), freshKey('sic-present-set')];
+        await state.set(k, 'first', LONG_MS);
+        expect(await state.setIfAbsentCounted(k, 'second', LONG_MS, counted(set, 'm1'))).toBe('present');
+        expect(await state.get(k)).toBe('first');
+        expect(await state.countExpiring(set)).toBe(0);
+        await state.addExpiring(set, ['a', 'b'], Date.now() + LONG_MS);
+        expect(await state.setIfAbsentCounted(k, 'second', LONG_MS, counted(set, 'm1'))).toBe('present');
+        expect(await state.countExpiring(set)).toBe(2);
+      });
+
+      it('answers the earliest deadline of a full set and changes nothing; a member already in it fits', async () => {
+        const [k, set] = [freshKey('sic-full'), freshKey('sic-full-set')];
+        const early = Date.now() + LONG_MS;
+        await state.addExpiring(set, ['a'], early);
+        await state.addExpiring(set, ['b'], early + 1_000);
+        expect(await state.setIfAbsentCounted(k, 'v', LONG_MS, counted(set, 'c'))).toEqual({ full: early });
+        expect(await state.get(k)).toBeNull();
+        expect(await state.hasExpiring(set, 'c')).toBe(false);
+        expect(await state.setIfAbsentCounted(k, 'v', LONG_MS, counted(set, 'b'))).toBe('set');
+        expect(await state.countExpiring(set)).toBe(2);
+      });
+
+      it('does not count members whose deadline has passed', async () => {
+        const [k, set] = [freshKey('sic-expired'), freshKey('sic-expired-set')];
+        await state.addExpiring(set, ['a', 'b'], Date.now() + TTL_MS);
+        await sleep(PAST_TTL_MS);
+        expect(await state.setIfAbsentCounted(k, 'v', LONG_MS, counted(set, 'c'))).toBe('set');
+        expect(await state.countExpiring(set)).toBe(1);
+      });
+
+      it('is atomic: of 20 concurrent calls for one key exactly one sets it, the rest find it present', async () => {
+        const [k, set] = [freshKey('sic-race'), freshKey('sic-race-set')];
+        await state.addExpiring(set, ['a'], Date.now() + LONG_MS);
+        const answers = await Promise.all(
+          Array.from({ length: 20 }, (_, i) => state.setIfAbsentCounted(k, `v${i}`, LONG_MS, counted(set, `m${i}`))),
+        );
+        expect(answers.filter((a) => a === 'set')).toHaveLength(1);
+        expect(answers.filter((a) => a === 'present')).toHaveLength(19);
+        expect(await state.countExpiring(set)).toBe(2);
+      });
+
+      it('is atomic: of 20 concurrent calls for different keys, only as many as the set has room for set theirs', async () => {
+        const set = freshKey('sic-room-set');
+        const keys = Array.from({ length: 20 }, () => freshKey('sic-room'));
+        const answers = await Promise.all(
+          keys.map((k, i) => state.setIfAbsentCounted(k, 'v', LONG_MS, counted(set, `m${i}`, 5))),
+        );
+        expect(answers.filter((a) => a === 'set')).toHaveLength(5);
+        expect(answers.filter((a) => typeof a === 'object')).toHaveLength(15);
+        expect(await state.countExpiring(set)).toBe(5);
+      });
+    });
+
     describe('limiter', () => {
       it('allows N points and refuses the N+1st with a retry delay within the window', async () => {
         const limiter = state.limiter(freshKey('lim'), 3, 10_000);
@@ -422,6 +492,21 @@ export function describeStateContract(name: string, harness: StateHarness, opts:
         expect((await first.consume('k')).allowed).toBe(true);
         expect((await second.consume('k')).allowed).toBe(true);
         expect((await first.consume('k')).allowed).toBe(false);
+      });
+
+      it('shares the count between limiters of one name with different points, each comparing it with its own', async () => {
+        const name = freshKey('lim-points');
+        const five = state.limiter(name, 5, 10_000);
+        for (let i = 0; i < 4; i++) expect((await five.consume('k')).allowed).toBe(true);
+        // A lower limit applies to the points already spent; a higher one leaves what is left of it.
+        const two = state.limiter(name, 2, 10_000);
+        const refused = await two.consume('k');
+        expect(refused.allowed).toBe(false);
+        expect(refused.retryAfterMs).toBeGreaterThan(0);
+        expect(await two.peek('k')).toMatchObject({ allowed: false, remaining: 0 });
+        const eight = state.limiter(name, 8, 10_000);
+        expect(await eight.consume('k')).toMatchObject({ allowed: true, remaining: 2 });
+        expect((await five.consume('k')).allowed).toBe(false);
       });
 
       it('of 20 concurrent consumes against 5 points, exactly 5 are allowed', async () => {

@@ -27,10 +27,23 @@ export interface StateStore {
    */
   addExpiring(setKey: string, members: string[], expiresAtMs: number): Promise<{ count: number; earliest: number }>;
   removeExpiring(setKey: string, member: string): Promise<void>;
+  /**
+   * setIfAbsent that counts what it sets, in one atomic step: sets `key` (lifetime ttlMs) only if
+   * it is absent and `count.member` fits into the expiring set `count.setKey` (deadline
+   * `count.expiresAtMs`) without the set holding more than `count.max` live members, and then adds
+   * the member. Answers 'set'; 'present' when the key exists (nothing changes, however full the
+   * set is); or `{ full }`, the set's earliest deadline, when the member does not fit (nothing
+   * changes). A member already in the set fits (it is counted once).
+   */
+  setIfAbsentCounted(key: string, value: string, ttlMs: number, count: CountedIn): Promise<CountedSet>;
   countExpiring(setKey: string): Promise<number>;
   /** Whether a member is in the expiring set and not expired. */
   hasExpiring(setKey: string, member: string): Promise<boolean>;
-  /** A fixed-window limiter over `points` per `durationMs`, shared by every node. */
+  /**
+   * A fixed-window limiter over `points` per `durationMs`, shared by every node. Limiters of one
+   * name (and duration) share one count per key whatever their points, each comparing it with its
+   * own: a limit that changes (a limiter made anew with other points) applies to what was spent.
+   */
   limiter(name: string, points: number, durationMs: number): Limiter;
   /**
    * Sends `message` to every subscriber of `channel` on every node, this one included. Nothing is
@@ -53,6 +66,17 @@ export interface StateStore {
   /** Also ends every subscription. */
   close(): Promise<void>;
 }
+
+/** Where setIfAbsentCounted counts the value it sets: a member of an expiring set of at most `max`. */
+export interface CountedIn {
+  setKey: string;
+  member: string;
+  expiresAtMs: number;
+  max: number;
+}
+
+/** What setIfAbsentCounted did: set the key, found it present, or found the set full (its earliest deadline). */
+export type CountedSet = 'set' | 'present' | { full: number };
 
 /** Ends one subscription; calling it again does nothing. */
 export type Unsubscribe = () => Promise<void>;

@@ -1,6 +1,6 @@
 import type { Limiter, LimitResult } from './types.js';
 
-interface Window {
+export interface Window {
   /** Points spent in this window (refused attempts count too, as in Redis). */
   spent: number;
   /** When the window ends (ms since the epoch, on the store's clock). */
@@ -15,12 +15,16 @@ interface Window {
  * `prune` (the store's periodic sweep), so keys never used again do not accumulate.
  */
 export class WindowLimiter implements Limiter {
-  private readonly windows = new Map<string, Window>();
-
   constructor(
     private readonly points: number,
     private readonly durationMs: number,
     private readonly now: () => number,
+    /**
+     * The windows per key. Limiters of one name share them (MemoryState.limiter), as limiters of
+     * one name share their counters in Redis whatever their points: each compares the count with
+     * its own points.
+     */
+    private readonly windows = new Map<string, Window>(),
   ) {}
 
   /** The key's window if it has not ended (an ended one is dropped). */

@@ -1,8 +1,37 @@
+import { appError } from '../errors.js';
 import type { VmInput } from './provider.js';
 
 const MOUSE_BUTTON_BITS = { left: 1, right: 2, middle: 4 } as const;
 const MODIFIER_BITS: Record<string, number> = { Alt: 1, Control: 2, Meta: 4, Shift: 8 };
+const ALT = 1;
+const CONTROL_OR_META = 2 | 4;
 const SHIFT = 8;
+
+/**
+ * Browser shortcuts kept from the room browser (docs/api.md, "Control"): they would close the
+ * room's only tab or window, open tabs and windows nobody sees, quit, or move the room's tab
+ * (back, forward, reload, home) around `navigate`, which kiosk rooms refuse. Letters and arrows
+ * are matched by the virtual key code the browser is sent (what its shortcuts match); the keys
+ * sent without one (F4, F5, the browser keys) by name, should they ever get one.
+ */
+const SHORTCUTS_WITH_CONTROL_OR_META = new Set([
+  87, // W: close the tab (with Shift: the window)
+  84, // T: new tab (with Shift: reopen a closed one)
+  78, // N: new window (with Shift: incognito)
+  81, // Q: quit
+  82, // R: reload (with Shift: without the cache)
+]);
+const SHORTCUTS_WITH_ALT = new Set([37, 39, 36]); // ArrowLeft: back, ArrowRight: forward, Home: home page
+const SHORTCUT_KEYS = new Set(['F5', 'BrowserBack', 'BrowserForward', 'BrowserRefresh', 'BrowserHome']);
+
+/** Whether a key event, with `modifiers` held, is one of the browser shortcuts above. */
+export function isBrowserShortcut(key: string, code: string, modifiers: number): boolean {
+  if (SHORTCUT_KEYS.has(key) || SHORTCUT_KEYS.has(code)) return true;
+  const vk = virtualKeyCode(key, code);
+  if (modifiers & CONTROL_OR_META && SHORTCUTS_WITH_CONTROL_OR_META.has(vk)) return true;
+  if (modifiers & ALT && SHORTCUTS_WITH_ALT.has(vk)) return true;
+  return (modifiers & (ALT | CONTROL_OR_META)) !== 0 && (key === 'F4' || code === 'F4');
+}
 /** Windows virtual key codes of the keys that act without producing text. */
 const KEY_CODES: Record<string, number> = {
   Backspace: 8,
@@ -84,6 +113,11 @@ export class InputMapper {
   private key(i: Extract<VmInput, { kind: 'key' }>): Record<string, unknown> {
     const bit = MODIFIER_BITS[i.key];
     if (bit !== undefined) this.modifiers = i.type === 'down' ? this.modifiers | bit : this.modifiers & ~bit;
+    else if (isBrowserShortcut(i.key, i.code, this.modifiers))
+      throw appError(
+        'ERR_FORBIDDEN',
+        'Browser shortcuts (closing or opening tabs and windows, quitting, back, forward, reload, home) do not reach the room browser.',
+      );
     // A key that types: one character (or Enter) without Control/Alt/Meta held.
     const text = i.key === 'Enter' ? '\r' : i.key.length === 1 ? i.key : null;
     const types = text !== null && (this.modifiers & ~SHIFT) === 0;

@@ -119,14 +119,16 @@ export class LocalChromiumProvider implements VmProvider {
       restarts: 0,
     };
     const entry: Entry = { room, uid, info, ready: room.launch() };
-    room.onCrash = () => this.crashed(roomId, entry);
     this.rooms.set(roomId, entry);
     try {
       await entry.ready;
     } catch (err) {
+      // The first launch failed (its browser is killed): no restart, the start fails, that is all.
       if (this.rooms.get(roomId) === entry) this.rooms.delete(roomId);
       throw err;
     }
+    // Crashes count from here: a browser that exits during its first set-up fails the start instead.
+    room.onCrash = () => this.crashed(roomId, entry);
     info.state = 'running';
     return { ...info };
   }
@@ -276,6 +278,11 @@ export class LocalChromiumProvider implements VmProvider {
   /** Evaluates an expression in the room's page (tests, diagnostics; no client reaches this). */
   evaluate(roomId: string, expression: string): Promise<unknown> {
     return this.running(roomId).evaluate(expression);
+  }
+
+  /** Sends a DevTools command to the room's browser (tests, diagnostics; no client reaches this). */
+  devtools(roomId: string, method: string, params: Record<string, unknown> = {}): Promise<Record<string, unknown>> {
+    return this.running(roomId).devtools(method, params);
   }
 
   /** Resident memory of the room's whole browser process tree, in bytes. */

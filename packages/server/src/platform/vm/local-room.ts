@@ -32,7 +32,10 @@ export class LocalRoom {
   private readonly subscribers = new Set<(f: VmFrame) => void>();
   private screencasting = false;
   private readonly inputs = new InputMapper();
-  /** Called when the browser exits without being asked to. */
+  /**
+   * Called when a browser that came up (its launch resolved) exits without being asked to, or
+   * loses the room's tab. An exit during a launch fails that launch instead.
+   */
   onCrash: () => void = () => {};
   /** Aborted by `stop`: a launch in progress is called off, its browser killed, and none follows. */
   private readonly stopped = new AbortController();
@@ -69,15 +72,12 @@ export class LocalRoom {
     this.proc = proc;
     this.screencasting = false;
     this.inputs.reset();
-    proc.onExit = () => {
-      if (this.proc === proc) {
-        this.proc = null;
-        void proc.kill(0);
-        this.onCrash();
-      }
-    };
     try {
       await this.setUp(proc);
+      // An exit during the set-up failed it (every DevTools command fails once the browser is
+      // gone); one that the last command outran is caught here. Either way the launch fails and
+      // nothing else happens: no crash is reported for a browser that never came up.
+      if (!proc.alive) throw new Error('the browser exited during its set-up');
     } catch (err) {
       this.proc = null;
       await proc.kill(0);
@@ -85,6 +85,14 @@ export class LocalRoom {
       this.opts.log(`room browser set-up failed: ${err instanceof Error ? err.message : String(err)}`);
       throw appError('ERR_ROOM_START_FAILED', 'The room browser started but could not be set up.');
     }
+    // Up and showing the start page: from now on an exit nobody asked for is a crash.
+    proc.onExit = () => {
+      if (this.proc === proc) {
+        this.proc = null;
+        void proc.kill(0);
+        this.onCrash();
+      }
+    };
   }
 
   private async setUp(proc: ChromiumProcess): Promise<void> {
@@ -128,6 +136,16 @@ export class LocalRoom {
       this.onTarget(cdp, e.params.targetInfo as { targetId: string; type: string; url: string; openerId?: string });
       return;
     }
+    if (
+      (e.method === 'Target.targetDestroyed' && e.params.targetId === this.targetId) ||
+      (e.method === 'Target.detachedFromTarget' && e.params.sessionId === this.session)
+    ) {
+      // The room's tab is gone (closed from the page or by a shortcut): the room shows nothing and
+      // takes no input, so it goes the way of a crash (restarted once, then the room stops).
+      this.opts.log('room browser tab closed; restarting the browser');
+      this.proc?.killGroup();
+      return;
+    }
     if (e.sessionId !== this.session) return;
     switch (e.method) {
       case 'Page.screencastFrame': {
@@ -154,7 +172,12 @@ export class LocalRoom {
   private onTarget(cdp: CdpPipe, info: { targetId: string; type: string; url: string; openerId?: string }): void {
     if (info.type !== 'page' || info.targetId === this.targetId) return;
     const known = this.popups.has(info.targetId);
-    if (!known && info.openerId !== this.targetId) return;
+    if (!known && info.openerId !== this.targetId) {
+      // A tab the page did not open (a browser shortcut: new tab, history, view source, …): nobody
+      // sees it, so it goes at once.
+      cdp.send('Target.closeTarget', { targetId: info.targetId }).catch(() => {});
+      return;
+    }
     if (!known) {
       this.popups.add(info.targetId);
       setTimeout(() => this.closePopup(cdp, info.targetId), 5000).unref();
@@ -252,15 +275,29 @@ export class LocalRoom {
     return cdp;
   }
 
+  /**
+   * A DevTools command of the room's tab that failed (the tab or the browser went away, or did not
+   * answer): the room is restarting or stopping, which the caller hears as such, not as a 500.
+   */
+  private failed(what: string) {
+    return (err: unknown): never => {
+      this.opts.log(`room browser ${what} failed: ${err instanceof Error ? err.message : String(err)}`);
+      throw appError('ERR_ROOM_NOT_RUNNING', 'The room browser did not take this; it may be restarting. Try again.');
+    };
+  }
+
   async input(i: VmInput): Promise<void> {
     const cdp = this.cdpOrThrow();
     const { method, params } = this.inputs.toCommand(i);
-    await cdp.send(method, params, this.session);
+    await cdp.send(method, params, this.session).catch(this.failed('input'));
   }
 
   async navigate(nav: VmNavigation): Promise<void> {
     const cdp = this.cdpOrThrow();
-    const s = this.session;
+    await this.navigateWith(cdp, this.session, nav).catch(this.failed('navigation'));
+  }
+
+  private async navigateWith(cdp: CdpPipe, s: string, nav: VmNavigation): Promise<void> {
     if ('url' in nav) {
       await cdp.send('Page.navigate', { url: nav.url }, s);
       return;
@@ -284,6 +321,11 @@ export class LocalRoom {
       result?: { value?: unknown };
     };
     return r.result?.value;
+  }
+
+  /** Sends a DevTools command to the browser (tests and diagnostics; never reachable from clients). */
+  devtools(method: string, params: Record<string, unknown> = {}): Promise<Record<string, unknown>> {
+    return this.cdpOrThrow().send(method, params);
   }
 
   /** Ends the browser for good (subscribers are dropped), a launch in progress included. */

@@ -1,0 +1,92 @@
+import type { FastifyBaseLogger } from 'fastify';
+import type { Clock } from '../../platform/clock.js';
+import type { AppSocket, Realtime } from '../../platform/realtime.js';
+import type { SessionsService } from './sessions.service.js';
+
+/** How often each node looks for its sockets whose session expired (ms): they drop within this. */
+export const SOCKET_EXPIRY_CHECK_MS = 1_000;
+
+export interface SessionSocketsDeps {
+  realtime: Realtime;
+  sessions: Pick<SessionsService, 'liveUntil' | 'endExpired'>;
+  clock: Clock;
+  log: Pick<FastifyBaseLogger, 'warn'>;
+}
+
+/**
+ * Keeps this node's sockets within the lives of their sessions (a socket's data carries its
+ * session's expiry from the handshake):
+ *
+ * - Once a socket is in its session's room, the session is read again from SQL, past any cache,
+ *   and the socket is dropped if the session is no longer live. A session that ended between the
+ *   handshake's look-up and that join found no socket to drop; one that ends after the join does.
+ *   The expiry read replaces the handshake's.
+ * - No client event is served to a socket whose session's expiry passed (`gateEvents`).
+ * - `check`, run every SOCKET_EXPIRY_CHECK_MS, drops the sockets whose session expired and ends
+ *   those sessions as a logout does (their keys go, their chats move to a new epoch, their sockets
+ *   on other nodes drop). Until the earliest expiry among this node's sockets, it costs a comparison.
+ *   (One check per node rather than a timer per socket: no timer to clear, no 2^31-1 ms limit on a
+ *   30-day delay, and a fake clock moves it in tests.)
+ *
+ * Expiry is read from the clock, so tests move it with a fake one.
+ */
+export function watchSessionSockets({ realtime, sessions, clock, log }: SessionSocketsDeps) {
+  /** No socket of this node expires before this instant (ms); it may be earlier than the true one. */
+  let earliest = Number.POSITIVE_INFINITY;
+  const track = (at: number | undefined) => {
+    if (at !== undefined && at < earliest) earliest = at;
+  };
+  const expired = (socket: AppSocket, now: number) =>
+    socket.data.expiresAt !== undefined && socket.data.expiresAt <= now;
+
+  // Registered after createRealtime's own listener: the socket is in its user's and session's rooms.
+  realtime.io.on('connection', (socket: AppSocket) => {
+    track(socket.data.expiresAt);
+    const { userId, sessionId } = socket.data;
+    sessions.liveUntil(userId, sessionId).then(
+      (until) => {
+        if (socket.disconnected) return;
+        if (until === null) {
+          socket.disconnect(true);
+          return;
+        }
+        socket.data.expiresAt = until.getTime();
+        track(socket.data.expiresAt);
+      },
+      // The handshake's look-up stands (and its expiry is kept); the client is not dropped for an outage.
+      (err: unknown) => log.warn({ err, session_id: sessionId }, 'socket session check failed'),
+    );
+  });
+
+  realtime.gateEvents((socket) => !expired(socket, clock.now().getTime()));
+
+  return {
+    /**
+     * Drops this node's sockets whose session expired and starts ending those sessions (not
+     * awaited: a database stall must not hold the next checks' drops; each socket is dropped, and
+     * its session's end started, once). Answers how many sessions it found expired.
+     */
+    async check(): Promise<number> {
+      const now = clock.now().getTime();
+      if (now < earliest) return 0;
+      earliest = Number.POSITIVE_INFINITY;
+      const due = new Map<number, { id: number; userId: number }>();
+      for (const socket of realtime.io.of('/').sockets.values() as Iterable<AppSocket>) {
+        if (!expired(socket, now)) {
+          track(socket.data.expiresAt);
+          continue;
+        }
+        due.set(socket.data.sessionId, { id: socket.data.sessionId, userId: socket.data.userId });
+        socket.disconnect(true);
+      }
+      if (due.size === 0) return 0;
+      // A failure is logged; the sweep (or the session's next use) ends those sessions then.
+      sessions
+        .endExpired([...due.values()])
+        .catch((err: unknown) => log.warn({ err, session_ids: [...due.keys()] }, 'ending expired sessions failed'));
+      return due.size;
+    },
+  };
+}
+
+export type SessionSockets = ReturnType<typeof watchSessionSockets>;

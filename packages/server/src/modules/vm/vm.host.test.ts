@@ -1,0 +1,141 @@
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { FakeClock } from '../../platform/clock.js';
+import { MemoryState } from '../../platform/state/memory.js';
+import type { VmInfo, VmProvider } from '../../platform/vm/provider.js';
+import { makeVmCluster, type VmCluster } from './vm.cluster.js';
+import { makeRoomHost, type RoomHost } from './vm.host.js';
+
+/** A provider whose browsers are records: it counts starts and screencast subscriptions. */
+function fakeProvider() {
+  const calls = { start: 0, subscribe: 0, unsubscribe: 0 };
+  const provider: VmProvider = {
+    async start(roomId, spec): Promise<VmInfo> {
+      calls.start += 1;
+      return { roomId, state: 'running', width: spec.width, height: spec.height, startedAt: new Date(), restarts: 0 };
+    },
+    async stop() {},
+    status: () => null,
+    list: () => [],
+    subscribe: () => {
+      calls.subscribe += 1;
+      return () => {
+        calls.unsubscribe += 1;
+      };
+    },
+    async input() {},
+    async navigate() {},
+    onStopped: () => () => {},
+    async close() {},
+  };
+  return { provider, calls };
+}
+
+/** Lets pending promise callbacks run. */
+const settle = () => new Promise((resolve) => setImmediate(resolve));
+
+describe('the room host', () => {
+  const chatId = 7;
+  let state: MemoryState;
+  let cluster: VmCluster;
+  let clock: FakeClock;
+  let fake: ReturnType<typeof fakeProvider>;
+  let emitted: { event: string; payload: unknown }[];
+  /** What a lookup of the chat's sockets answers; replaced by tests that hold it. */
+  let lookUp: () => Promise<{ data: { userId: number } }[]>;
+  let host: RoomHost;
+
+  beforeEach(async () => {
+    state = new MemoryState();
+    cluster = makeVmCluster(state, { log: { warn() {} }, nodeId: 'self' });
+    await cluster.ready;
+    clock = new FakeClock(Date.now());
+    fake = fakeProvider();
+    emitted = [];
+    lookUp = async () => [{ data: { userId: 1 } }, { data: { userId: 2 } }];
+    host = makeRoomHost({
+      provider: fake.provider,
+      chats: { assertMember: async () => {} },
+      realtime: {
+        io: { in: () => ({ fetchSockets: () => lookUp() }) } as never,
+        emitTo: ((_room: string, event: string, payload: unknown) => emitted.push({ event, payload })) as never,
+      },
+      clock,
+      cluster,
+      settingsFor: () => async () => null,
+      roomChat: async () => ({ type: 'public', ownerUserId: 1 }),
+      localFrame: () => {},
+      announceStarted: async () => {
+        emitted.push({ event: 'room:started', payload: { chat_id: chatId } });
+      },
+      allowPrivateNetworks: true,
+      idleMs: 60_000,
+      log: { warn() {} },
+    });
+  });
+
+  afterEach(async () => {
+    await host.close();
+    await cluster.close();
+    await state.close();
+  });
+
+  const who = (userId: number) => ({ userId, permissionLevel: 0, username: `user${userId}` });
+
+  it('leaves a running room as it is when it is started again: no launch, same controller, viewers and idle clock', async () => {
+    await host.start(chatId);
+    host.audience(chatId, 'self', [2]);
+    expect(await host.requestControl(chatId, who(2))).toEqual({ granted: true, controller_user_id: 2 });
+    const started = emitted.filter((e) => e.event === 'room:started').length;
+
+    await host.start(chatId);
+
+    expect(fake.calls.start).toBe(1);
+    expect(emitted.filter((e) => e.event === 'room:started')).toHaveLength(started);
+    expect(host.statistics()).toMatchObject({ viewers: 1, controllers: 1 });
+    expect(fake.calls).toMatchObject({ subscribe: 1, unsubscribe: 0 });
+    // Watched all along: an idle sweep long after leaves it running.
+    clock.advance(120_000);
+    await host.sweep(clock.now().getTime());
+    expect(host.has(chatId)).toBe(true);
+  });
+
+  it('shares one launch between starts that overlap', async () => {
+    await Promise.all([host.start(chatId), host.start(chatId)]);
+    expect(fake.calls.start).toBe(1);
+    expect(emitted.filter((e) => e.event === 'room:started')).toHaveLength(1);
+  });
+
+  it('refuses control to a requester whose last socket left while the request was checked', async () => {
+    await host.start(chatId);
+    lookUp = async () => [{ data: { userId: 1 } }];
+    await expect(host.requestControl(chatId, who(2))).rejects.toMatchObject({ code: 'ERR_NOT_CHAT_MEMBER' });
+    expect(host.statistics().controllers).toBe(0);
+  });
+
+  it('looks again when the requester’s leave is reported after the sockets were looked up', async () => {
+    await host.start(chatId);
+    // The first lookup is answered as of before the leave (user 2 still there), after it was reported.
+    let answer: (sockets: { data: { userId: number } }[]) => void = () => {};
+    lookUp = () =>
+      new Promise((resolve) => {
+        answer = resolve;
+      });
+    const asking = host.requestControl(chatId, who(2));
+    await settle();
+    // The leave: its own lookup finds user 2 gone; it is not the controller yet, so nothing to drop.
+    const gone = async () => [{ data: { userId: 1 } }];
+    const stale = answer;
+    lookUp = gone;
+    await host.userLeft(chatId, 2);
+    stale([{ data: { userId: 1 } }, { data: { userId: 2 } }]);
+    await expect(asking).rejects.toMatchObject({ code: 'ERR_NOT_CHAT_MEMBER' });
+    expect(host.statistics().controllers).toBe(0);
+    expect(emitted.filter((e) => e.event === 'vm:control')).toEqual([]);
+  });
+
+  it('grants control to a requester still in the chat', async () => {
+    await host.start(chatId);
+    expect(await host.requestControl(chatId, who(2))).toEqual({ granted: true, controller_user_id: 2 });
+    expect(await host.requestControl(chatId, who(1))).toEqual({ granted: false, controller_user_id: 2 });
+  });
+});
