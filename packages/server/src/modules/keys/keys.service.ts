@@ -94,8 +94,10 @@ export function makeKeysService({ db, store, clock, realtime, membership }: Keys
       }
       const result = await db.transaction(async (tx) => {
         // Two registrations at once for one session (two tabs share its cookie) would both read
-        // no key and neither raise the epochs; in turn, the second reads the first's key.
-        await store.lockSession(sessionId, tx);
+        // no key and neither raise the epochs; in turn, the second reads the first's key. A session
+        // that ended while this waited (a logout in another tab, a ban, its expiry) removed its keys
+        // when it ended: it takes no new one.
+        if (!(await store.lockLiveSession(sessionId, clock.now(), tx))) throw appError('ERR_UNAUTHENTICATED');
         const old = await store.keyOf(sessionId, tx);
         if (old === publicKey) return null;
         try {

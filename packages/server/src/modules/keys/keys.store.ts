@@ -13,10 +13,17 @@ export function makeKeysStore(db: Db) {
   return {
     /**
      * Locks the session's row for the transaction (FOR NO KEY UPDATE: rows that only reference the
-     * session are still inserted meanwhile), so key registrations of one session run one at a time.
+     * session are still inserted meanwhile), so key registrations of one session run one at a time,
+     * and answers whether the session is still live: one that ended (or expired) while the caller
+     * waited on the lock has had its keys removed already and takes none.
      */
-    async lockSession(sessionId: number, tx: Tx): Promise<void> {
-      await tx.select({ id: sessions.id }).from(sessions).where(eq(sessions.id, sessionId)).for('no key update');
+    async lockLiveSession(sessionId: number, now: Date, tx: Tx): Promise<boolean> {
+      const [row] = await tx
+        .select({ id: sessions.id })
+        .from(sessions)
+        .where(and(eq(sessions.id, sessionId), isNull(sessions.endedAt), gt(sessions.expiresAt, now)))
+        .for('no key update');
+      return row !== undefined;
     },
     async keyOf(sessionId: number, tx: Tx = db): Promise<string | null> {
       const [row] = await tx
