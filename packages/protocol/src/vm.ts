@@ -40,8 +40,31 @@ export const VmFrameAckPayload = Type.Object(
 );
 export const VmControlGrantPayload = Type.Object({ chat_id: IdParam, user_id: IdParam }, strict);
 
-/** An http(s) URL for `navigate` (other schemes would reach the browser host's files or internals). */
-export const VmNavigateUrl = Type.String({ maxLength: 2000, pattern: '^[Hh][Tt][Tt][Pp][Ss]?://[^\\s/?#]+[^\\s]*$' });
+/**
+ * Whether `value` is an absolute http(s) URL with a host as a browser reads it (the WHATWG URL
+ * parser): what a room browser can open. A pattern cannot tell `http://[` or `http://%zz/` from a
+ * URL; this can. Room start URLs and `navigate` URLs are checked with it.
+ */
+export function isHttpUrl(value: string): boolean {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    return false;
+  }
+  return (url.protocol === 'http:' || url.protocol === 'https:') && url.hostname !== '';
+}
+
+/**
+ * An http(s) URL for `navigate` (other schemes would reach the browser host's files or internals).
+ * The server validates the `http-url` format with isHttpUrl: text that passes the pattern but is
+ * no URL is refused (ERR_VALIDATION) instead of reaching the browser.
+ */
+export const VmNavigateUrl = Type.String({
+  maxLength: 2000,
+  pattern: '^[Hh][Tt][Tt][Pp][Ss]?://[^\\s/?#]+[^\\s]*$',
+  format: 'http-url',
+});
 
 const oneOf = <T extends string>(...values: T[]) => Type.Union(values.map((v) => Type.Literal(v)));
 

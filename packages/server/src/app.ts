@@ -95,7 +95,12 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
   const clock = opts.clock ?? systemClock;
   // JSON lines with credentials redacted and query/command values kept out of errors (logging.ts).
   const log = opts.logger === false ? undefined : (opts.logger ?? createLogger(config.logLevel));
-  const database = opts.database ?? (await openConfiguredDatabase(config));
+  // DATA_DIR's mode fixed or left open (secret-files.ts makePrivateDir) is worth a line.
+  const warn = (message: string) => log?.warn(message);
+  // The secrets first: a stored one that is refused stops the start before a store is open.
+  const apiKey = loadOrCreateSecret(config.publicApiKey, config.dataDir, 'public-api-key', 'ppk_', warn);
+  const operator = loadOrCreateSecret(config.operatorToken, config.dataDir, 'operator-token', 'pop_', warn);
+  const database = opts.database ?? (await openConfiguredDatabase(config, warn));
   let state: StateStore;
   try {
     state = opts.state ?? (await openConfiguredState(config, clock, log));
@@ -104,8 +109,6 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
     if (!opts.database) await database.close().catch(() => {});
     throw err;
   }
-  const apiKey = loadOrCreateSecret(config.publicApiKey, config.dataDir, 'public-api-key', 'ppk_');
-  const operator = loadOrCreateSecret(config.operatorToken, config.dataDir, 'operator-token', 'pop_');
   // Transactions run work queued with afterCommit once committed (the user-change channel's publishes).
   const db = trackCommits(database.db);
 
@@ -234,7 +237,7 @@ function openConfiguredState(config: Readonly<Config>, clock: Clock, log: Logger
 }
 
 /** The SQL store of the configuration; a failure to open it says which and where. */
-function openConfiguredDatabase(config: Readonly<Config>): Promise<Database> {
+function openConfiguredDatabase(config: Readonly<Config>, log: (message: string) => void): Promise<Database> {
   const location = config.databaseUrl
     ? storeLocation('PostgreSQL', config.databaseUrl)
     : embeddedLocation(config.dataDir);
@@ -243,6 +246,7 @@ function openConfiguredDatabase(config: Readonly<Config>): Promise<Database> {
       url: config.databaseUrl,
       dataDir: config.dataDir,
       statementTimeoutMs: config.databaseStatementTimeoutMs,
+      log,
     }),
   );
 }

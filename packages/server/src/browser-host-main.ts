@@ -31,8 +31,8 @@ async function main() {
   log.info('starting');
 
   const start = async () => {
-    const token = loadOrCreateSecret(config.vmHostToken, config.dataDir, 'vm-host-token', 'vht_');
     const warn = (message: string) => log.warn(message);
+    const token = loadOrCreateSecret(config.vmHostToken, config.dataDir, 'vm-host-token', 'vht_', warn);
     const server = createServer((_req, res) => {
       res.writeHead(404).end();
     });

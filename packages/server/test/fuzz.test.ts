@@ -1,9 +1,23 @@
-import { KEY_SHARE_BODY_MAX_BYTES, Limits } from '@parlor/protocol';
+import {
+  INT32_MAX,
+  KEY_SHARE_BODY_MAX_BYTES,
+  Limits,
+  RoomJoinPayload,
+  RoomLeavePayload,
+  VmChatPayload,
+  VmControlGrantPayload,
+  VmFrameAckPayload,
+  VmInputPayload,
+  VmWatchPayload,
+} from '@parlor/protocol';
 import fc from 'fast-check';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { SOCKET_MESSAGE_MAX_BYTES } from '../src/platform/realtime.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
+import { join, keyEpoch, type Member, member } from './support/chat-flows.js';
 import { type Answer, Client, nextIp } from './support/client.js';
-import { createBot, login, setLevel } from './support/flows.js';
+import { createBot, login, operator, setLevel } from './support/flows.js';
+import { closeAllSockets } from './support/sockets.js';
 
 /**
  * Spec section 9 / DESIGN 9: bad input never yields a 5xx. Every route of the running app (read
@@ -38,6 +52,7 @@ interface JsonSchema {
   items?: JsonSchema;
   anyOf?: JsonSchema[];
   enum?: unknown[];
+  const?: unknown;
   minLength?: number;
   maxLength?: number;
   pattern?: string;
@@ -248,22 +263,42 @@ function matching(pattern: string): fc.Arbitrary<string> {
 }
 
 /**
- * Values the schema accepts, or nearly: strings of any script (NUL and lone surrogates included)
- * within the length bounds, integers anywhere in range (huge ones too), dates, enums, nulls.
+ * For deep runs (below): real values for the fields and parameters that name a record (ids of
+ * users, chats, bots, an invite code), so that input gets past the lookups into the rules; and
+ * storable text only, so that it gets past validation.
  */
-function conforming(schema: JsonSchema): fc.Arbitrary<unknown> {
+interface Deep {
+  /** Real values for a field or parameter of this name, or null. */
+  real(key: string): fc.Arbitrary<unknown> | null;
+}
+
+const LONE_SURROGATES = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
+/** Text without what validation refuses anywhere (NUL, lone surrogates). */
+const storable = (s: string) => s.replaceAll('\u0000', '').replace(LONE_SURROGATES, '\uFFFD');
+
+/**
+ * Values the schema accepts, or nearly: strings of any script (NUL and lone surrogates included,
+ * unless `deep`) within the length bounds, integers anywhere in range (huge ones too), dates,
+ * enums, constants, nulls. `key`: the name of the field (or parameter) the value is for.
+ */
+function conforming(schema: JsonSchema, deep?: Deep, key = ''): fc.Arbitrary<unknown> {
   let arb: fc.Arbitrary<unknown>;
-  if (schema.anyOf) arb = fc.oneof(...schema.anyOf.map((s) => conforming(s)));
+  const real = deep?.real(key) ?? null;
+  if (real) arb = real;
+  else if (schema.anyOf) arb = fc.oneof(...schema.anyOf.map((s) => conforming(s, deep, key)));
+  else if (schema.const !== undefined) arb = fc.constant(schema.const);
   else if (schema.enum) arb = fc.constantFrom(...schema.enum);
   else if (schema.type === 'string') {
     const min = schema.minLength ?? 0;
     const max = Math.min(schema.maxLength ?? 500, 5_000);
-    if (schema.pattern) arb = matching(schema.pattern).map((s) => s.slice(0, max));
+    let str: fc.Arbitrary<string>;
+    if (schema.pattern) str = matching(schema.pattern).map((s) => s.slice(0, max));
     else if (schema.format === 'date-time')
-      arb = fc
+      str = fc
         .date({ min: new Date('1900-01-01'), max: new Date('2200-01-01'), noInvalidDate: true })
         .map((d) => d.toISOString());
-    else arb = fc.oneof(text, nasty).map((s) => s.slice(0, max).padEnd(min, 'x'));
+    else str = fc.oneof(text, nasty).map((s) => s.slice(0, max).padEnd(min, 'x'));
+    arb = deep ? str.map(storable) : str;
   } else if (schema.type === 'integer' || schema.type === 'number') {
     const min = schema.minimum ?? -(2 ** 53 - 1);
     const max = schema.maximum ?? 2 ** 53 - 1;
@@ -273,10 +308,12 @@ function conforming(schema: JsonSchema): fc.Arbitrary<unknown> {
     if (schema.type === 'number') arb = fc.oneof(arb, fc.double({ min, max, noNaN: true }));
   } else if (schema.type === 'boolean') arb = fc.boolean();
   else if (schema.type === 'array' && schema.items) {
-    const items = conforming(schema.items);
+    const items = conforming(schema.items, deep, key);
     arb = fc.array(items, { minLength: schema.minItems ?? 0, maxLength: Math.min(schema.maxItems ?? 5, 5) });
   } else if (schema.type === 'object' || schema.properties) {
-    const props = Object.fromEntries(Object.entries(schema.properties ?? {}).map(([k, v]) => [k, conforming(v)]));
+    const props = Object.fromEntries(
+      Object.entries(schema.properties ?? {}).map(([k, v]) => [k, conforming(v, deep, k)]),
+    );
     arb = fc.record(props, { requiredKeys: (schema.required ?? []).filter((k) => k in props) });
   } else arb = leaf;
   return schema.nullable ? fc.option(arb, { nil: null }) : arb;
@@ -414,10 +451,8 @@ interface OpenApiOperation {
   requestBody?: { content?: Record<string, { schema?: JsonSchema }> };
 }
 
-async function loadRoutes(): Promise<Route[]> {
-  const res = await new Client(app.url).get<{ paths: Record<string, Record<string, OpenApiOperation>> }>(
-    '/openapi.json',
-  );
+async function loadRoutes(url = app.url): Promise<Route[]> {
+  const res = await new Client(url).get<{ paths: Record<string, Record<string, OpenApiOperation>> }>('/openapi.json');
   expect(res.status).toBe(200);
   const found: Route[] = [];
   for (const [path, ops] of Object.entries(res.body.paths)) {
@@ -780,4 +815,207 @@ describeApp('fuzzing every route', () => {
       { numRuns: 40 },
     );
   });
+});
+
+// ---------------------------------------------------------------------------------------------
+// Deep: the input above mostly stops at validation or at a lookup of a random id. Here every
+// route gets conforming input with the ids of real records (users, a chat the caller is in, a
+// bot, a guild, an invite, a notification), from a caller that passes its guard (an Owner member
+// in the chat, the operator, a bot), so that it reaches the rules behind the lookups.
+
+describeApp('fuzzing every route deep: real ids, callers that pass the guard', () => {
+  const GUILD = '123456789012345678';
+  const VANITY = 'deep-fuzz';
+  let deepApp: TestApp;
+  let caller: Member;
+  let deepBot: { id: number; client: Client };
+  let chatId: number;
+  let invite: string;
+  let notificationId: number;
+  const victims: number[] = [];
+
+  /** An Owner in the chat with the chat key; a fresh one when a fuzzed call ended its session. */
+  const newCaller = async () => {
+    caller = await member(deepApp, { level: 3 });
+    expect((await join(caller, { chat_id: chatId })).ok).toBe(true);
+    const list = await caller.client.get('/v1/notifications');
+    notificationId = list.body.notifications[0]?.id ?? 1;
+  };
+
+  beforeAll(async () => {
+    deepApp = await startApp();
+    const bot = await createBot(deepApp, { name: 'Deep fuzz bot', type: 'official' });
+    deepBot = { id: bot.id, client: bot.client };
+    for (let i = 0; i < 4; i++) victims.push((await login(deepApp, { bot: bot.client })).user.id);
+    const owner = await member(deepApp, { level: 3 });
+    chatId = (await owner.client.post('/v1/portal/chats/create', { name: 'deep', type: 'public' })).body.chat.id;
+    expect((await join(owner, { chat_id: chatId })).ok).toBe(true);
+    await keyEpoch(owner, chatId);
+    invite = (await owner.client.post(`/v1/portal/chats/${chatId}/invites/create`, {})).body.invite.code;
+    await bot.client.post(`/v1/bot/guilds/${GUILD}`, {
+      name: 'Deep',
+      member_count: 1,
+      owner_chatplatform_id: owner.platformUserId,
+    });
+    await operator(deepApp).post(`/v1/admin/guilds/${GUILD}/premium`, { days: 30 });
+    await owner.client.request('PUT', `/v1/guilds/${GUILD}/vanity`, { body: { vanity_invite: VANITY } });
+    await newCaller();
+  });
+  afterAll(async () => {
+    closeAllSockets();
+    await deepApp?.close();
+  });
+
+  const deep: Deep = {
+    real(key) {
+      // A real record mostly, sometimes one that does not exist.
+      const some = <T>(values: T[]) =>
+        fc.oneof({ weight: 4, arbitrary: fc.constantFrom(...values) }, fc.constant(INT32_MAX));
+      if (/(^|_)user_id$/.test(key)) return some(victims);
+      if (key === 'chat_id' || key === 'room_id') return some([chatId]);
+      if (key === 'bot_id') return some([deepBot.id]);
+      if (key === 'notification_id') return some([notificationId]);
+      if (key === 'invite') return fc.constant(invite);
+      if (key === 'vanity') return fc.constant(VANITY);
+      return null;
+    },
+  };
+
+  /** Path parameters: the records the fixtures made. */
+  const fillReal = (template: string) =>
+    template.replace(/\{(\w+)\}/g, (_, name: string) => {
+      if (name === 'chat_id' || name === 'room_id') return String(chatId);
+      if (name === 'user_id') return String(victims[0]);
+      if (name === 'bot_id') return String(deepBot.id);
+      if (name === 'guild_id') return GUILD;
+      if (name === 'id') return String(template.includes('/bots/') ? deepBot.id : victims[1]);
+      if (name === 'notification_id') return String(notificationId);
+      if (name === 'code') return invite;
+      return PLAIN_PARAM[name] ?? '1';
+    });
+
+  /** Routes that would end the caller's session or remove the fixtures every other call uses. */
+  const SKIPPED = [
+    /logout$/,
+    /sessions\/.*destroy$/,
+    /^\/v1\/admin\/users\/\{user_id\}\/delete$/,
+    /^\/v1\/admin\/(bots|chats)\/\{\w+\}\/delete$/,
+    /^\/v1\/portal\/chats\/\{chat_id\}\/delete$/,
+  ];
+
+  /** Below 400, or an error a handler (not validation or authentication) gave. */
+  const reachedHandler = (res: Answer<unknown>) => {
+    const code = (res.body as { code?: string } | null)?.code;
+    return res.status !== 401 && code !== 'ERR_VALIDATION' && code !== 'ERR_INVALID_JSON';
+  };
+
+  it('answers conforming input with real ids below 500, with the error shape; most of it reaches the handlers', async () => {
+    const deepRoutes = (await loadRoutes(deepApp.url)).filter((r) => !SKIPPED.some((re) => re.test(r.path)));
+    expect(deepRoutes.length).toBeGreaterThanOrEqual(60);
+    const clientFor = (r: Route): Client => {
+      const creds = passingCreds(r);
+      if (creds.includes('operatorToken')) return operator(deepApp);
+      if (creds.includes('session')) return caller.client;
+      if (creds.includes('botKey')) return deepBot.client;
+      return new Client(deepApp.url, nextIp(), creds.includes('publicKey') ? deepApp.publicApiKey : null);
+    };
+    let calls = 0;
+    let reached = 0;
+    const reachedRoutes = new Set<string>();
+    const succeededRoutes = new Set<string>();
+    for (const r of deepRoutes) {
+      const label = `${r.method} ${r.path}`;
+      const query = fc.record(
+        Object.fromEntries(Object.entries(r.query).map(([k, v]) => [k, conforming(v, deep, k)])),
+        { requiredKeys: [] },
+      );
+      const body = r.body ? conforming(r.body, deep) : fc.constant(undefined);
+      await fc.assert(
+        fc.asyncProperty(query, body, async (q, b) => {
+          const qs = Object.entries(q as Record<string, unknown>)
+            .map(([k, v]) => `${k}=${encode(String(v))}`)
+            .join('&');
+          const path = fillReal(r.path) + (qs ? `?${qs}` : '');
+          const res = await clientFor(r).request(r.method, path, b === undefined ? {} : { body: b });
+          const what = `${label} ${path.slice(0, 200)} ${JSON.stringify(b)?.slice(0, 300)}`;
+          expectWellFormed(what, res);
+          calls += 1;
+          if (reachedHandler(res)) {
+            reached += 1;
+            reachedRoutes.add(label);
+          }
+          if (res.status < 300) succeededRoutes.add(label);
+          if (res.status === 401 && passingCreds(r).includes('session')) await newCaller();
+        }),
+        { numRuns: 6 },
+      );
+    }
+    // Not vacuous: most calls got past validation and authentication into the services, on
+    // nearly every route, and many routes did what they were asked.
+    const missed = deepRoutes.map((r) => `${r.method} ${r.path}`).filter((l) => !reachedRoutes.has(l));
+    expect(reached, `${reached} of ${calls} calls reached a handler`).toBeGreaterThanOrEqual(calls * 0.6);
+    expect(missed.length, `routes no call got through to: ${missed.join(', ')}`).toBeLessThanOrEqual(
+      deepRoutes.length * 0.1,
+    );
+    expect(succeededRoutes.size, `routes with a 2xx: ${[...succeededRoutes].join(', ')}`).toBeGreaterThanOrEqual(
+      deepRoutes.length * 0.5,
+    );
+  }, 120_000);
+
+  /** Every client event the app serves, with its payload schema (chats.routes.ts, vm.routes.ts). */
+  const EVENTS: Record<string, JsonSchema> = {
+    'room:join': RoomJoinPayload,
+    'room:leave': RoomLeavePayload,
+    'vm:credentials': VmChatPayload,
+    'vm:watch': VmWatchPayload,
+    'vm:unwatch': VmChatPayload,
+    'vm:frame:ack': VmFrameAckPayload,
+    'vm:control:request': VmChatPayload,
+    'vm:control:grant': VmControlGrantPayload,
+    'vm:control:release': VmChatPayload,
+    'vm:input': VmInputPayload,
+  } as Record<string, JsonSchema>;
+
+  it('acks every client event with random and conforming payloads (real ids): never ERR_INTERNAL, always the ack shape', async () => {
+    const sent = new Map<string, { calls: number; reached: number }>();
+    for (const [event, schema] of Object.entries(EVENTS)) {
+      // Within one socket message (a longer one closes the connection: socket-limits.test.ts).
+      const payload = fc
+        .oneof(
+          { weight: 4, arbitrary: conforming(schema, deep) },
+          { weight: 2, arbitrary: mutated(schema) },
+          { weight: 1, arbitrary: anyValue },
+        )
+        .filter((p) => Buffer.byteLength(JSON.stringify([event, p]) ?? '') < SOCKET_MESSAGE_MAX_BYTES - 64);
+      const tally = { calls: 0, reached: 0 };
+      sent.set(event, tally);
+      await fc.assert(
+        fc.asyncProperty(payload, async (p) => {
+          const socket = caller.socket;
+          // Any event name, any payload: past what the typed event map allows.
+          const raw = socket.timeout(5000) as unknown as { emitWithAck(e: string, p: unknown): Promise<unknown> };
+          const ack = (await raw.emitWithAck(event, p)) as { ok?: unknown; code?: unknown; message?: unknown };
+          const what = `${event} ${JSON.stringify(p)?.slice(0, 300)} → ${JSON.stringify(ack)?.slice(0, 300)}`;
+          if (ack.ok !== true) {
+            expect(ack, what).toMatchObject({
+              ok: false,
+              code: expect.stringMatching(/^ERR_[A-Z_]+$/),
+              message: expect.any(String),
+            });
+            expect(ack.code, what).not.toBe('ERR_INTERNAL');
+          }
+          expect(socket.connected, what).toBe(true);
+          tally.calls += 1;
+          if (ack.ok === true || ack.code !== 'ERR_VALIDATION') tally.reached += 1;
+        }),
+        { numRuns: 30 },
+      );
+    }
+    // Not vacuous: every event got past validation into its handler, many times over.
+    const calls = [...sent.values()].reduce((n, t) => n + t.calls, 0);
+    const reached = [...sent.values()].reduce((n, t) => n + t.reached, 0);
+    for (const [event, t] of sent)
+      expect(t.reached, `${event}: ${t.reached} of ${t.calls} reached its handler`).toBeGreaterThan(0);
+    expect(reached, `${reached} of ${calls} events reached a handler`).toBeGreaterThanOrEqual(calls * 0.4);
+  }, 60_000);
 });

@@ -85,6 +85,28 @@ describeApp('a chat ban racing a join (PostgreSQL)', () => {
   );
 });
 
+describeApp('a join racing the deletion of the joining account (PostgreSQL)', () => {
+  // The deletion (the users row going, as POST /v1/admin/users/{id}/delete ends it) is held open
+  // by the test; the join, which passed its checks, waits in its transaction before adding the
+  // member. Once the deletion commits the join must find the account gone, not hit the foreign key
+  // of chat_members.
+  it.skipIf(MODE === 'embedded')(
+    'a join whose account is deleted before it adds the member answers ERR_UNAUTHENTICATED and adds nobody',
+    async () => {
+      const owner = await member(app, { level: 2 });
+      const chatId = await chatOf(owner);
+      const joiner = await member(app);
+      const deletion = hold((tx) => tx`delete from users where id = ${joiner.user.id}`);
+      await deletion.ready;
+      const joining = join(joiner, { chat_id: chatId });
+      await Promise.race([joining, lockWaiters(1)]);
+      await deletion.end();
+      expect(await joining).toMatchObject({ ok: false, code: 'ERR_UNAUTHENTICATED' });
+      expect(await isMember(chatId, joiner.user.id)).toBe(false);
+    },
+  );
+});
+
 /** A member now (read through the app's own database handle: both stores). */
 async function memberNow(chatId: number, userId: number): Promise<boolean> {
   const m = schema.chatMembers;

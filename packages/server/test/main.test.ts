@@ -1,4 +1,4 @@
-import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -122,6 +122,18 @@ describeApp('the server process (npm start)', () => {
       expect(p.err()).toBe('');
     },
   );
+
+  it('refuses to start on a stored operator token left empty, in one line naming the file and OPERATOR_TOKEN', async () => {
+    const dataDir = mkdtempSync(path.join(tmpdir(), 'parlor-main-'));
+    dirs.push(dataDir);
+    writeFileSync(path.join(dataDir, 'operator-token'), '', { mode: 0o600 });
+    const p = run({ DATA_DIR: dataDir, PORT: '0' });
+    expect(await p.exited).toBe(1);
+    expect(p.err().trim().split('\n')).toEqual([
+      `parlor: failed to start: ${path.join(dataDir, 'operator-token')} holds 0 characters; OPERATOR_TOKEN needs at least 24: delete the file to have a new one made, or set OPERATOR_TOKEN`,
+    ]);
+    expect(p.out()).not.toContain('serving');
+  });
 
   it('refuses to start on invalid configuration, one line per variable', async () => {
     const p = run({ PORT: 'eighty', LOG_LEVEL: 'loud', DATA_DIR: tmpdir() });

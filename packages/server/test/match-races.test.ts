@@ -8,7 +8,7 @@ import { describeApp, MODE, type Nodes, startApp, startNodes, type TestApp } fro
 import { type Member, member } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
 import { countRows, failInserts } from './support/faults.js';
-import { type LoggedIn, login } from './support/flows.js';
+import { type LoggedIn, login, operator } from './support/flows.js';
 import { hold, lockWaiters } from './support/pg-locks.js';
 import { closeAllSockets, connectSocket } from './support/sockets.js';
 
@@ -351,6 +351,77 @@ describeApp('a ban committing while a pairing reads the waiting user', () => {
       expect(matchEvents(b)).toEqual([]);
       expect((await app.services.matchmaking.status(a.user.id)).state).toBe('idle');
       await b.client.post('/v1/portal/match/dequeue', {});
+    },
+  );
+});
+
+describeApp('POST /v1/users/me/blocks/create racing an account deletion', () => {
+  const block = (who: LoggedIn, userId: number) => who.client.post('/v1/users/me/blocks/create', { user_id: userId });
+  const blocksOf = async (userId: number) =>
+    countRows(app, `select count(*) as n from user_blocks where blocker_id = ${userId} or blocked_id = ${userId}`);
+
+  it('answers 404 ERR_USER_NOT_FOUND for a user deleted before the block', async () => {
+    const [blocker, target] = [await login(app), await login(app)];
+    expect((await operator(app).post(`/v1/admin/users/${target.user.id}/delete`, {})).status).toBe(200);
+    const res = await block(blocker, target.user.id);
+    expect({ status: res.status, code: res.body.code }).toEqual({ status: 404, code: 'ERR_USER_NOT_FOUND' });
+  });
+
+  // The block checks the target, then waits in its transaction on the blocker's row (held by the
+  // test) while an admin deletes the target: it must find the target gone, not hit the foreign key.
+  it.skipIf(MODE === 'embedded')(
+    'on PostgreSQL: a target deleted while the block waits answers 404 ERR_USER_NOT_FOUND, nothing stored',
+    async () => {
+      const [blocker, target] = [await login(app), await login(app)];
+      const held = hold(db, (tx) => tx`select id from users where id = ${blocker.user.id} for update`);
+      await held.ready;
+      const pending = block(blocker, target.user.id);
+      await lockWaiters(db, 1);
+      expect((await operator(app).post(`/v1/admin/users/${target.user.id}/delete`, {})).status).toBe(200);
+      await held.end();
+      const res = await pending;
+      expect({ status: res.status, code: res.body.code }).toEqual({ status: 404, code: 'ERR_USER_NOT_FOUND' });
+      expect(await blocksOf(blocker.user.id)).toBe(0);
+    },
+  );
+
+  // The deletion of the blocker itself commits while the block waits on the blocker's row.
+  it.skipIf(MODE === 'embedded')(
+    'on PostgreSQL: a blocker deleted while its block waits answers 401 ERR_UNAUTHENTICATED, nothing stored',
+    async () => {
+      const [blocker, target] = [await login(app), await login(app)];
+      const deletion = hold(db, (tx) => tx`delete from users where id = ${blocker.user.id}`);
+      await deletion.ready;
+      const pending = block(blocker, target.user.id);
+      await lockWaiters(db, 1);
+      await deletion.end();
+      const res = await pending;
+      expect({ status: res.status, code: res.body.code }).toEqual({ status: 401, code: 'ERR_UNAUTHENTICATED' });
+      expect(await blocksOf(target.user.id)).toBe(0);
+    },
+  );
+
+  // A's block of B is held in flight after taking its locks (its insert waits on the same row,
+  // inserted by the test and not committed); B's block of A must not wait for it: the two blocks'
+  // locks never conflict, so two users blocking each other at once cannot deadlock.
+  it.skipIf(MODE === 'embedded')(
+    'on PostgreSQL: a block of A by B completes while a block of B by A is in flight',
+    async () => {
+      const [a, b] = [await login(app), await login(app)];
+      const row = hold(
+        db,
+        (tx) =>
+          tx`insert into user_blocks (blocker_id, blocked_id, created_at) values (${a.user.id}, ${b.user.id}, now())`,
+      );
+      await row.ready;
+      const first = block(a, b.user.id);
+      await lockWaiters(db, 1);
+      expect((await block(b, a.user.id)).body).toEqual({ ok: true });
+      await row.end();
+      expect((await first).body).toEqual({ ok: true });
+      expect(
+        await countRows(app, `select count(*) as n from user_blocks where blocker_id in (${a.user.id}, ${b.user.id})`),
+      ).toBe(2);
     },
   );
 });

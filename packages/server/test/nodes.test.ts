@@ -1,13 +1,23 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { Limits } from '@parlor/protocol';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { io, type Socket } from 'socket.io-client';
+import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import { type Backing, createBacking, describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { bundle, join, keyedChat, member } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
+import { countRows } from './support/faults.js';
 import { createBot, login, operator } from './support/flows.js';
+import { runNode, waitFor } from './support/process.js';
 import { closeAllSockets, disconnected } from './support/sockets.js';
 
+const MAIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../dist/main.js');
+const clusterOnly = describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'));
+
 /** Two nodes over one PostgreSQL database and one Redis: the cluster mode of DESIGN.md section 1. */
-describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('two nodes on one PostgreSQL + Redis', () => {
+clusterOnly('two nodes on one PostgreSQL + Redis', () => {
   let backing: Backing;
   let a: TestApp;
   let b: TestApp;
@@ -121,6 +131,152 @@ describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('two nodes o
     expect((await onA.get('/v1/bot/me')).status).toBe(429);
     expect((await onB.get('/v1/bot/me')).status).toBe(429);
   });
+});
+
+clusterOnly('a node that shuts down (a rolling deploy), seen from the other node', () => {
+  let backing: Backing | null = null;
+  let a: TestApp | null = null;
+  let b: TestApp | null = null;
+  const opened: Socket[] = [];
+  afterEach(async () => {
+    for (const s of opened.splice(0)) s.close();
+    closeAllSockets();
+    await a?.close().catch(() => {});
+    await b?.close().catch(() => {});
+    await backing?.release();
+    a = b = backing = null;
+  });
+
+  it("drops only its own sockets, which reconnect to the other node and recover; the other node's stay", async () => {
+    backing = await createBacking();
+    const nodeA = await startApp({ backing });
+    a = nodeA;
+    b = await startApp({ backing });
+    const chat = await keyedChat(b);
+    const send = async (text: string) => {
+      const res = await chat.owner.client.post(`/v1/portal/chats/${chat.chatId}/messages`, {
+        content: bundle(chat.chatKey, chat.chatId, chat.epoch, text),
+      });
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+      return res.body.id as string;
+    };
+    // On B: a member who must not notice A going away.
+    const onB = await member(b);
+    expect((await join(onB, { chat_id: chat.chatId })).ok).toBe(true);
+    const reasonsOnB: string[] = [];
+    onB.socket.on('disconnect', (r) => reasonsOnB.push(r));
+    // On A: a member whose client reconnects by itself (as the SDK's does), and whom the load
+    // balancer sends to B once A is gone.
+    const mover = await member(nodeA);
+    mover.socket.close();
+    const socket = io(nodeA.url, {
+      transports: ['websocket'],
+      extraHeaders: { cookie: `psession=${mover.client.cookie}` },
+      forceNew: true,
+      reconnectionDelay: 1_000,
+      randomizationFactor: 0,
+    });
+    opened.push(socket);
+    const ids: string[] = [];
+    socket.io.on('packet', (p: { type: number; data?: any[] }) => {
+      if (p.type === 2 && p.data?.[0] === 'message:new' && p.data[1].type === 'user') ids.push(p.data[1].id);
+    });
+    await new Promise<void>((resolve, reject) => {
+      socket.once('connect', () => resolve());
+      socket.once('connect_error', reject);
+    });
+    expect(((await socket.emitWithAck('room:join', { chat_id: chat.chatId })) as { ok: boolean }).ok).toBe(true);
+    // On A: a member whose client does not come back: B's members hear it go offline.
+    const leaver = await member(nodeA);
+    expect((await join(leaver, { chat_id: chat.chatId })).ok).toBe(true);
+    const one = await send('one');
+    await expect.poll(() => ids.includes(one)).toBe(true);
+
+    const dropped = new Promise<string>((resolve) =>
+      socket.once('disconnect', (reason) => {
+        (socket.io as unknown as { uri: string }).uri = b?.url ?? '';
+        resolve(reason);
+      }),
+    );
+    // Connected again (on B): the namespace's connect, after the handshake and the recovery.
+    const back = dropped.then(() => new Promise<void>((resolve) => socket.once('connect', () => resolve())));
+    const closing = nodeA.close();
+    a = null;
+    // A transport close, which the client recovers from by itself (a server-side disconnect would
+    // be "io server disconnect", after which it stays away).
+    expect(await dropped).toBe('transport close');
+    const missed = await send('missed');
+    await closing;
+    await back;
+    expect(socket.recovered).toBe(true);
+    const after = await send('after');
+    await expect.poll(() => ids.includes(after)).toBe(true);
+    expect(ids).toEqual([one, missed, after]);
+
+    await chat.owner.socket.next('portal:presence', (p) => p.session_id === leaver.sessionId && p.online === false);
+    const again = await join(chat.owner, { chat_id: chat.chatId });
+    const listed = (again.members as { session_id: number }[]).map((m) => m.session_id);
+    expect(listed).toContain(mover.sessionId);
+    expect(listed).not.toContain(leaver.sessionId);
+    expect({ connected: onB.socket.connected, reasons: reasonsOnB }).toEqual({ connected: true, reasons: [] });
+  }, 60_000);
+});
+
+clusterOnly('a node that is alive for Redis but does not answer (a stopped process)', () => {
+  let backing: Backing | null = null;
+  let a: TestApp | null = null;
+  let child: ReturnType<typeof runNode> | null = null;
+  const dataDir = mkdtempSync(path.join(tmpdir(), 'parlor-frozen-node-'));
+  afterAll(async () => {
+    closeAllSockets();
+    if (child) {
+      child.child.kill('SIGCONT');
+      child.child.kill('SIGKILL');
+      await child.exited;
+    }
+    await a?.close();
+    await backing?.release();
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  it('answers room:join ok on a healthy node, with the presence this node holds, while another node is stopped', async () => {
+    backing = await createBacking();
+    const node = await startApp({ backing });
+    a = node;
+    // The second node: a process of the built server (dist/main.js), stopped with SIGSTOP below;
+    // its Redis connections stay open, so it still counts as a node that will answer.
+    child = runNode([MAIN], {
+      DATA_DIR: dataDir,
+      PORT: '0',
+      DATABASE_URL: backing.databaseUrl ?? '',
+      REDIS_URL: backing.redisUrl ?? '',
+      REDIS_PREFIX: backing.redisPrefix,
+      PUBLIC_API_KEY: node.publicApiKey,
+      OPERATOR_TOKEN: node.operatorToken,
+    });
+    await waitFor(() => /serving http/.test(child?.out() ?? ''), 60_000);
+    const adapter = node.services.realtime.io.of('/').adapter as unknown as { serverCount(): Promise<number> };
+    await expect.poll(() => adapter.serverCount(), { timeout: 20_000 }).toBe(2);
+
+    const { chatId, owner } = await keyedChat(node);
+    const guest = await member(node);
+    child.child.kill('SIGSTOP');
+
+    const ack = await join(guest, { chat_id: chatId });
+    expect(ack.ok, JSON.stringify(ack)).toBe(true);
+    expect((ack.members as { session_id: number }[]).map((m) => m.session_id).sort((x, y) => x - y)).toEqual(
+      [owner.sessionId, guest.sessionId].sort((x, y) => x - y),
+    );
+    const rows = await countRows(
+      node,
+      `select count(*) as n from chat_members where chat_id = ${chatId} and user_id = ${guest.user.id} and left_at is null`,
+    );
+    expect(rows).toBe(1);
+    // A leave on the healthy node is answered and announced too.
+    const leave = (await guest.socket.emitWithAck('room:leave', { chat_id: chatId })) as { ok: boolean };
+    expect(leave.ok).toBe(true);
+    await owner.socket.next('portal:presence', (p) => p.session_id === guest.sessionId && p.online === false);
+  }, 120_000);
 });
 
 describeApp('restart', () => {

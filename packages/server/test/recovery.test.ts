@@ -192,3 +192,35 @@ describeApp('connection state recovery after the session ended', () => {
     expect(gone.r.messages()).toEqual([one]);
   });
 });
+
+describeApp('connection state recovery while its check runs', () => {
+  it('replays what the chat was sent while the recovery was being checked, so nothing is missed', async () => {
+    const chat = await keyedChat(app);
+    const back = await inChat(chat);
+    const one = await send(chat, 'one');
+    await received(back.r, one);
+    await dropAll(chat, back);
+    const missed = await send(chat, 'missed');
+
+    // The check reads the session and the memberships from the database; a message is sent in
+    // the chat during that round trip (here: inside it, so that it always overlaps).
+    const sessions = app.services.sessions;
+    const original = sessions.mayConnect;
+    let during: string | null = null;
+    sessions.mayConnect = async (userId, sessionId) => {
+      const answer = await original.call(sessions, userId, sessionId);
+      if (during === null) during = await send(chat, 'during');
+      return answer;
+    };
+    try {
+      expect(await back.r.reconnect()).toBeNull();
+    } finally {
+      sessions.mayConnect = original;
+    }
+    expect(back.r.socket.recovered).toBe(true);
+    const after = await send(chat, 'after');
+    await received(back.r, after);
+    expect(during).not.toBeNull();
+    expect(back.r.messages()).toEqual([one, missed, during, after]);
+  });
+});

@@ -85,3 +85,34 @@ describeApp('the largest socket message', () => {
     });
   }
 });
+
+describeApp('unstorable text in socket payloads', () => {
+  // The same rule as HTTP bodies (platform/validation.ts): no string anywhere in a payload may hold
+  // a NUL or half of a surrogate pair. Valid otherwise, these events would reach their handlers
+  // (this user is in no such chat: ERR_NOT_CHAT_MEMBER).
+  it('answers ERR_VALIDATION to a NUL or a lone surrogate in vm:input text and keys and in a vm:watch token, and stays up', async () => {
+    const socket = await connect('websocket');
+    const ack = async (event: string, payload: object) =>
+      (await socket.timeout(5000).emitWithAck(event, payload as never)) as { ok: boolean; code: string };
+    const text = (t: string) => ({ chat_id: INT32_MAX, kind: 'text', text: t });
+    for (const bad of ['a\u0000b', '\u0000', '\ud800', 'x\udfffy', '\udbff'])
+      expect(await ack('vm:input', text(bad)), JSON.stringify(bad)).toMatchObject({
+        ok: false,
+        code: 'ERR_VALIDATION',
+      });
+    expect(
+      await ack('vm:input', { chat_id: INT32_MAX, kind: 'key', type: 'down', key: 'a', code: '\ud800' }),
+    ).toMatchObject({ ok: false, code: 'ERR_VALIDATION' });
+    expect(await ack('vm:watch', { chat_id: INT32_MAX, token: 'abc\u0000' })).toMatchObject({
+      ok: false,
+      code: 'ERR_VALIDATION',
+    });
+    // A whole surrogate pair (an emoji) is text like any other: it reaches the handler.
+    for (const good of ['😀', 'a\u0001b'])
+      expect(await ack('vm:input', text(good)), JSON.stringify(good)).toMatchObject({
+        ok: false,
+        code: 'ERR_NOT_CHAT_MEMBER',
+      });
+    expect(socket.connected).toBe(true);
+  });
+});

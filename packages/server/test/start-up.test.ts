@@ -1,12 +1,13 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, expect, it } from 'vitest';
 import { buildApp } from '../src/app.js';
 import { loadConfig } from '../src/platform/config.js';
 import { openDatabase } from '../src/platform/db/index.js';
-import { describeApp } from './support/app.js';
+import { createBacking, describeApp, MODE } from './support/app.js';
 import { closedPort } from './support/errors.js';
+import { captureLog, LEVEL } from './support/logs.js';
 
 const dataDir = mkdtempSync(path.join(tmpdir(), 'parlor-start-up-'));
 afterAll(() => rmSync(dataDir, { recursive: true, force: true }));
@@ -56,6 +57,91 @@ describeApp('start-up with a store that cannot be reached', () => {
       expect(message).not.toContain('hunter2');
     } finally {
       await database.close();
+    }
+  });
+});
+
+/** Permission bits (and sticky, set-id) of a path. */
+const modeOf = (p: string) => statSync(p).mode & 0o7777;
+
+/**
+ * A single node keeping what it generates in `dir`: the embedded store in embedded runs, this
+ * run's scratch PostgreSQL database (and secrets still generated into DATA_DIR) in cluster runs.
+ */
+function ownDataDir(dir: string, databaseUrl: string | null) {
+  return loadConfig(
+    {},
+    { dataDir: dir, databaseUrl, redisUrl: null, publicApiKey: null, operatorToken: null, logLevel: 'silent' },
+  );
+}
+
+describeApp('DATA_DIR kept from other local accounts (room browsers run as one)', () => {
+  it('takes group and other access away from an existing DATA_DIR at start, in one warn line; the store and secrets are 0700/0600', async () => {
+    const backing = await createBacking();
+    const dir = path.join(dataDir, `existing-${MODE}`);
+    mkdirSync(dir);
+    chmodSync(dir, 0o755);
+    const captured = captureLog('info');
+    const built = await buildApp({ config: ownDataDir(dir, backing.databaseUrl), logger: captured.log });
+    try {
+      expect(modeOf(dir)).toBe(0o700);
+      const warnings = captured.lines().filter((l) => l.level === LEVEL.warn);
+      expect(warnings.map((l) => l.msg)).toEqual([`took group and other access away from ${dir} (mode 0755 → 0700)`]);
+      expect([modeOf(path.join(dir, 'public-api-key')), modeOf(path.join(dir, 'operator-token'))]).toEqual([
+        0o600, 0o600,
+      ]);
+      // The embedded database's own directory: new, so 0700 from the start (PGlite writes its files 0666).
+      if (MODE === 'embedded') expect(modeOf(path.join(dir, 'pglite'))).toBe(0o700);
+      else expect(existsSync(path.join(dir, 'pglite'))).toBe(false);
+    } finally {
+      await built.app.close();
+      await backing.release();
+    }
+  }, 120_000);
+
+  // Cluster runs have no embedded store.
+  it.skipIf(MODE === 'cluster')(
+    'also tightens an existing pglite directory of the embedded store',
+    async () => {
+      const dir = path.join(dataDir, 'existing-pglite');
+      mkdirSync(path.join(dir, 'pglite'), { recursive: true, mode: 0o700 });
+      chmodSync(path.join(dir, 'pglite'), 0o755);
+      const captured = captureLog('info');
+      const built = await buildApp({ config: ownDataDir(dir, null), logger: captured.log });
+      try {
+        expect([modeOf(dir), modeOf(path.join(dir, 'pglite'))]).toEqual([0o700, 0o700]);
+        expect(
+          captured
+            .lines()
+            .filter((l) => l.level === LEVEL.warn)
+            .map((l) => l.msg),
+        ).toEqual([`took group and other access away from ${path.join(dir, 'pglite')} (mode 0755 → 0700)`]);
+      } finally {
+        await built.app.close();
+      }
+    },
+    120_000,
+  );
+
+  it('stops at a stored secret shorter than its minimum (a cut-short write), naming the file and the variable, before opening a store', async () => {
+    const backing = await createBacking();
+    try {
+      for (const [name, variable, min] of [
+        ['public-api-key', 'PUBLIC_API_KEY', 16],
+        ['operator-token', 'OPERATOR_TOKEN', 24],
+      ] as const) {
+        const dir = path.join(dataDir, `short-${name}-${MODE}`);
+        mkdirSync(dir, { mode: 0o700 });
+        writeFileSync(path.join(dir, name), '', { mode: 0o600 });
+        const message = await failure(buildApp({ config: ownDataDir(dir, backing.databaseUrl), logger: false }));
+        expect(message).toBe(
+          `${path.join(dir, name)} holds 0 characters; ${variable} needs at least ${min}: delete the file to have a new one made, or set ${variable}`,
+        );
+        // Nothing opened: no embedded store made, no lock left.
+        expect(readdirSync(dir).filter((f) => f.startsWith('pglite'))).toEqual([]);
+      }
+    } finally {
+      await backing.release();
     }
   });
 });

@@ -241,6 +241,28 @@ describeApp('POST /v1/admin/subscriptions/revoke', () => {
     expectError(await revoke(op, { user_id: 2147483646 }), 404, 'ERR_USER_NOT_FOUND');
   });
 
+  it('treats an expired Premium the sweep has not reached as Basic: nothing recorded or sent, the sweep writes the expiry', async () => {
+    const target = await login(app, { bot });
+    expect((await grant(op, { user_id: target.user.id, tier: 'PREMIUM', duration_days: 1 })).status).toBe(200);
+    clock.advance(DAY);
+    const [row] = await app.database.db.select().from(users).where(eq(users.id, target.user.id));
+    expect(row?.subscriptionTier).toBe(2);
+    const res = await revoke(op, { user_id: target.user.id, reason: 'too late' });
+    expect(res.status).toBe(200);
+    expect(res.body.subscription).toMatchObject({ tier: 0, has_premium: false, expires_at: null });
+    expect((await subscriptionAudits(target.user.id)).map((a) => a.action)).toEqual(['premium']);
+    expect(await titles(target)).not.toContain('Subscription revoked');
+    // The stored tier is still Premium: the sweep finds it and reports the expiry as for anyone.
+    expect(await app.subscriptionSweep.run()).toBeGreaterThanOrEqual(1);
+    const audits = await subscriptionAudits(target.user.id);
+    expect(audits.map((a) => [a.code, a.action, a.actorKind, a.reason])).toEqual([
+      [AuditCodes.SUBSCRIPTION_GRANT, 'premium', 'operator', null],
+      [AuditCodes.SUBSCRIPTION_REVOKE, 'expire', 'system', null],
+    ]);
+    const subscriptionTitles = (await titles(target)).filter((t: string) => t.startsWith('Subscription'));
+    expect(subscriptionTitles).toEqual(['Subscription expired', 'Subscription upgraded']);
+  });
+
   it('shows grants and revokes in the full user view’s subscription_history, newest first', async () => {
     const target = await login(app, { bot });
     const owner = await login(app, { bot });

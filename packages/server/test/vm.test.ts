@@ -249,6 +249,54 @@ describeBrowser('room VM (real Chromium)', () => {
     expect(await stats()).toEqual({ active_browsers: 1, viewers: 1, controllers: 1 });
   });
 
+  it('answers ERR_VALIDATION to a navigate URL the pattern passes but no browser parses, and to NUL or lone surrogates in input text', async () => {
+    const path = () => evaluate(chat1, 'location.pathname');
+    expect(await path()).toBe('/button');
+    for (const url of ['http://[', 'http://%zz/', 'http://a b/', 'https://[::1/', 'http://a/\u0000', 'http://a/\ud800'])
+      expect(await ack(alice, 'vm:input', { chat_id: chat1, kind: 'navigate', url }), url).toMatchObject({
+        ok: false,
+        code: 'ERR_VALIDATION',
+      });
+    for (const text of ['a\u0000b', '\ud800', 'x\udfff'])
+      expect(await ack(alice, 'vm:input', { chat_id: chat1, kind: 'text', text }), JSON.stringify(text)).toMatchObject({
+        ok: false,
+        code: 'ERR_VALIDATION',
+      });
+    expect(
+      await ack(alice, 'vm:input', { chat_id: chat1, kind: 'key', type: 'down', key: '\ud800', code: '' }),
+    ).toMatchObject({
+      ok: false,
+      code: 'ERR_VALIDATION',
+    });
+    // The room is healthy and took none of them: a valid input still goes through, the page stayed.
+    expect((await ack(alice, 'vm:input', { chat_id: chat1, kind: 'wheel', x: 10, y: 10, dx: 0, dy: 1 })).ok).toBe(true);
+    expect(await path()).toBe('/button');
+  });
+
+  // A history command that reaches the tab while a navigation commits finds it between two pages
+  // ("Not attached to an active page"): it is retried, not answered as a room restarting. Each
+  // comes right after a URL navigation's answer (Page.navigate answers as the new page commits).
+  it('takes back, forward and reload sent right after a navigation', async () => {
+    const nav = (more: object) => ack(alice, 'vm:input', { chat_id: chat1, kind: 'navigate', ...more });
+    const settledAt = async (path: string) => {
+      await eventually(
+        async () => (await evaluate(chat1, 'location.pathname + " " + document.readyState')) === `${path} complete`,
+        WAIT_MS,
+        path,
+      );
+    };
+    expect(await nav({ url: site.url('/page2') })).toEqual({ ok: true });
+    expect(await nav({ action: 'back' })).toEqual({ ok: true });
+    await settledAt('/button');
+    // The new navigation dropped the forward entries: forward has nowhere to go.
+    expect(await nav({ url: site.url('/page2') })).toEqual({ ok: true });
+    expect(await nav({ action: 'forward' })).toEqual({ ok: true });
+    await settledAt('/page2');
+    expect(await nav({ url: site.url('/button') })).toEqual({ ok: true });
+    expect(await nav({ action: 'reload' })).toEqual({ ok: true });
+    await settledAt('/button');
+  });
+
   it('POST …/start on a running room changes nothing: no room:started, the controller, viewers and idle clock stay', async () => {
     const started = () =>
       alice.socket.received.filter((r) => r.event === 'room:started' && r.payload.chat_id === chat1);

@@ -1,4 +1,5 @@
 import path from 'node:path';
+import fastifyCookie from '@fastify/cookie';
 import Fastify from 'fastify';
 import { describe, expect, it } from 'vitest';
 import { trustProxyOption } from './client-address.js';
@@ -33,6 +34,7 @@ const INVALID: Record<string, string> = {
   PUBLIC_API_KEY: 'short',
   OPERATOR_TOKEN: 'also-too-short',
   GUILD_API_URL: 'guilds.example.org',
+  COOKIE_DOMAIN: 'https://example.org',
   TRUST_PROXY: 'sometimes',
   ALLOWED_ORIGINS: 'https://ok.example,not-an-origin',
   VM_MAX_PER_NODE: '-1',
@@ -297,6 +299,70 @@ describe('loadConfig', () => {
       expect(problemsOf({ ALLOWED_ORIGINS: value })).toEqual([expect.stringContaining(`"${value}"`)]);
     },
   );
+
+  it.each([
+    'example.org',
+    '.example.org',
+    'chat.example.org',
+    'localhost',
+    'Sub-1.EXAMPLE.org',
+    `${'a'.repeat(63)}.org`,
+  ])('accepts COOKIE_DOMAIN=%s', (value) => {
+    expect(load({ COOKIE_DOMAIN: value }).cookieDomain).toBe(value);
+  });
+
+  it.each([
+    'https://example.org',
+    'example.org:8443',
+    'example.org/',
+    'example.org.',
+    '..example.org',
+    '-example.org',
+    'example-.org',
+    'exa mple.org',
+    'exämple.org',
+    'example.org;',
+    `${'a'.repeat(64)}.org`,
+  ])('refuses COOKIE_DOMAIN=%j, which the cookie library would refuse at every login, with one line', (value) => {
+    expect(problemsOf({ COOKIE_DOMAIN: value })).toEqual([
+      `COOKIE_DOMAIN must be a domain name like example.org or .example.org: no scheme, port or path (got "${value}")`,
+    ]);
+  });
+
+  it('accepts exactly the COOKIE_DOMAIN values @fastify/cookie can write into Set-Cookie', async () => {
+    const app = Fastify();
+    await app.register(fastifyCookie);
+    await app.ready();
+    const accepted = (f: () => unknown) => {
+      try {
+        f();
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    const values = [
+      'example.org',
+      '.example.org',
+      'a-b.example',
+      'https://example.org',
+      'example.org:8443',
+      'a_b.org',
+      'x.',
+    ];
+    const verdicts = values.map((value) => ({
+      value,
+      written: accepted(() => app.serializeCookie('psession', 'v', { domain: value })),
+      loaded: accepted(() => load({ COOKIE_DOMAIN: value })),
+    }));
+    await app.close();
+    expect(verdicts.filter((v) => v.written !== v.loaded)).toEqual([]);
+    expect(verdicts.filter((v) => v.loaded).map((v) => v.value)).toEqual([
+      'example.org',
+      '.example.org',
+      'a-b.example',
+    ]);
+  });
 
   it('ignores the empty entries of ALLOWED_ORIGINS (a trailing comma)', () => {
     expect(load({ ALLOWED_ORIGINS: 'https://a.example,, https://b.example,' }).allowedOrigins).toEqual([

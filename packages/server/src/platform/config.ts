@@ -9,7 +9,10 @@ export interface Config {
   port: number;
   /** Interface to bind (127.0.0.1: only this machine, put a proxy in front for the world). */
   host: string;
-  /** Where the embedded database, the generated API key and the operator token live (./data). */
+  /**
+   * Where the embedded database, the generated API key and the operator token live (./data); kept
+   * at mode 0700 (secret-files.ts makePrivateDir).
+   */
   dataDir: string;
   /** PostgreSQL URL; unset means the embedded PGlite store under dataDir. */
   databaseUrl: string | null;
@@ -35,7 +38,7 @@ export interface Config {
   publicUrl: string;
   /** Base of the guild interface; defaults to publicUrl (same app). */
   guildApiUrl: string;
-  /** Domain attribute of the session cookie; null means a host-only cookie. */
+  /** Domain attribute of the session cookie (a domain name, checked here); null means a host-only cookie. */
   cookieDomain: string | null;
   /**
    * Whose X-Forwarded-For to believe (off): a hop count (the number of proxies in front, each
@@ -84,6 +87,20 @@ const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'
 const REGION_PROXY_SCHEMES = ['http:', 'https:', 'socks5:'] as const;
 
 type Env = Record<string, string | undefined>;
+
+/**
+ * Shortest value each secret may have, whether given in the environment or kept in DATA_DIR
+ * (secret-files.ts checks a stored one against the same minimum).
+ */
+export const SECRET_MIN_LENGTH = { PUBLIC_API_KEY: 16, OPERATOR_TOKEN: 24, VM_HOST_TOKEN: 32 } as const;
+
+/**
+ * A cookie's Domain as the `cookie` package (behind @fastify/cookie) accepts it when it writes
+ * Set-Cookie (its domainValueRegExp): labels of letters, digits and inner hyphens, up to 63
+ * characters each, joined by dots, with an optional leading dot. A value it refuses would make
+ * every login and logout throw after the session was written.
+ */
+const COOKIE_DOMAIN_RE = /^([.]?[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)([.][a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/i;
 
 export class ConfigError extends Error {
   constructor(readonly problems: string[]) {
@@ -200,10 +217,16 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
   // Null only when HOST makes no URL, which is listed as a problem above: no throw before the report.
   const publicOrigin = URL.canParse(publicUrl) ? new URL(publicUrl).origin : null;
   const publicApiKey = str('PUBLIC_API_KEY');
-  if (publicApiKey !== null && publicApiKey.length < 16) problems.push('PUBLIC_API_KEY must be at least 16 characters');
+  if (publicApiKey !== null && publicApiKey.length < SECRET_MIN_LENGTH.PUBLIC_API_KEY)
+    problems.push(`PUBLIC_API_KEY must be at least ${SECRET_MIN_LENGTH.PUBLIC_API_KEY} characters`);
   const operatorToken = str('OPERATOR_TOKEN');
-  if (operatorToken !== null && operatorToken.length < 24)
-    problems.push('OPERATOR_TOKEN must be at least 24 characters');
+  if (operatorToken !== null && operatorToken.length < SECRET_MIN_LENGTH.OPERATOR_TOKEN)
+    problems.push(`OPERATOR_TOKEN must be at least ${SECRET_MIN_LENGTH.OPERATOR_TOKEN} characters`);
+  const cookieDomain = str('COOKIE_DOMAIN');
+  if (cookieDomain !== null && !COOKIE_DOMAIN_RE.test(cookieDomain))
+    problems.push(
+      `COOKIE_DOMAIN must be a domain name like example.org or .example.org: no scheme, port or path (got "${cookieDomain}")`,
+    );
   const origins = (str('ALLOWED_ORIGINS') ?? '')
     .split(',')
     .map((o) => o.trim())
@@ -234,7 +257,8 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
     else problems.push(`VM_HOSTS has "${h}", which is not an http(s) URL of a browser host`);
   }
   const vmHostToken = str('VM_HOST_TOKEN');
-  if (vmHostToken !== null && vmHostToken.length < 32) problems.push('VM_HOST_TOKEN must be at least 32 characters');
+  if (vmHostToken !== null && vmHostToken.length < SECRET_MIN_LENGTH.VM_HOST_TOKEN)
+    problems.push(`VM_HOST_TOKEN must be at least ${SECRET_MIN_LENGTH.VM_HOST_TOKEN} characters`);
   if (vmHosts.length > 0 && vmHostToken === null)
     problems.push('VM_HOST_TOKEN must be set when VM_HOSTS names browser hosts (the token they share)');
   const logLevel = (str('LOG_LEVEL') ?? 'info') as Config['logLevel'];
@@ -256,7 +280,7 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
     operatorToken,
     publicUrl,
     guildApiUrl: (url('GUILD_API_URL', ['http:', 'https:']) ?? publicUrl).replace(/\/$/, ''),
-    cookieDomain: str('COOKIE_DOMAIN'),
+    cookieDomain,
     trustProxy: 'value' in trustProxy ? trustProxy.value : false,
     allowedOrigins: origins.length > 0 ? origins : publicOrigin ? [publicOrigin] : [],
     chromiumPath: str('CHROMIUM_PATH') ?? '/usr/bin/chromium',

@@ -44,6 +44,20 @@ async function brokenPipe(): Promise<unknown> {
   return err;
 }
 
+/** A server on 127.0.0.1 that accepts connections and never answers (a stalled Redis); its port. */
+async function silentServer(): Promise<number> {
+  const held: net.Socket[] = [];
+  const server = net.createServer((s) => held.push(s)).listen(0, '127.0.0.1');
+  await new Promise((resolve) => server.once('listening', resolve));
+  clients.push({
+    end: () => {
+      for (const s of held) s.destroy();
+      server.close();
+    },
+  });
+  return (server.address() as net.AddressInfo).port;
+}
+
 /** PostgreSQL's error with SQLSTATE `code`, as postgres.js throws it. */
 const pgError = (code: string, message: string) =>
   new postgres.PostgresError({ code, message, severity: 'FATAL' } as never);
@@ -106,6 +120,15 @@ const outages: [string, () => Promise<unknown>][] = [
     'ioredis giving up on a command while reconnecting (MaxRetriesPerRequestError)',
     () => {
       const redis = new Redis({ host: '127.0.0.1', port, maxRetriesPerRequest: 0, retryStrategy: () => 1000 });
+      redis.on('error', () => {});
+      clients.push({ end: () => redis.disconnect() });
+      return thrown(() => redis.get(`code:web:${SECRET}`));
+    },
+  ],
+  [
+    'ioredis when Redis does not answer within its commandTimeout ("Command timed out")',
+    async () => {
+      const redis = new Redis({ host: '127.0.0.1', port: await silentServer(), commandTimeout: 50 });
       redis.on('error', () => {});
       clients.push({ end: () => redis.disconnect() });
       return thrown(() => redis.get(`code:web:${SECRET}`));

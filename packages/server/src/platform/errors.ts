@@ -81,6 +81,9 @@ const STORE_CODES = new Set([
   '53300',
 ]);
 
+/** The plain Errors ioredis rejects a command with when Redis cannot be reached (see below). */
+const IOREDIS_MESSAGES = new Set(['Connection is closed.', 'Command timed out']);
+
 type CodedError = Error & { code?: unknown; cause?: unknown; errors?: unknown; statusCode?: unknown };
 
 /**
@@ -101,8 +104,9 @@ function fromDriver(e: CodedError): boolean {
  * null: a store that cannot be reached, as opposed to a failed statement, a client that went away
  * or a bug. A socket code counts only inside a driver's error (see `fromDriver`); an error that
  * carries a 4xx `statusCode` never counts. ioredis reports its own as `MaxRetriesPerRequestError`
- * (commands queued while reconnecting) or "Connection is closed." (a client that gave up or was
- * closed); it never rejects a command with the socket's error.
+ * (commands queued while reconnecting), "Connection is closed." (a client that gave up or was
+ * closed) or "Command timed out" (no answer within its `commandTimeout`: a Redis that stalls,
+ * state/redis.ts); it never rejects a command with the socket's error.
  */
 export function connectionFailure(err: unknown, depth = 0, driver = false): (Error & { code?: unknown }) | null {
   if (typeof err !== 'object' || err === null || depth > 5) return null;
@@ -112,7 +116,7 @@ export function connectionFailure(err: unknown, depth = 0, driver = false): (Err
   const code = typeof e.code === 'string' ? e.code : '';
   if (STORE_CODES.has(code) || /^08[0-9A-Z]{3}$/.test(code)) return e;
   if (inDriver && SOCKET_CODES.has(code)) return e;
-  if (e.name === 'MaxRetriesPerRequestError' || e.message === 'Connection is closed.') return e;
+  if (e.name === 'MaxRetriesPerRequestError' || IOREDIS_MESSAGES.has(e.message)) return e;
   for (const inner of [e.cause, ...(Array.isArray(e.errors) ? e.errors : [])]) {
     const found = connectionFailure(inner, depth + 1, inDriver);
     if (found) return found;

@@ -6,6 +6,7 @@ import type { Redis } from 'ioredis';
 import { Server, type Socket } from 'socket.io';
 import { logFailure, toErrorBody } from './errors.js';
 import { guardRecovery, type RecoveryCheck } from './recovery.js';
+import { CROSS_NODE_READ_TIMEOUT_MS, crossNodeReads } from './socket-reads.js';
 import { coalesceSocketWrites } from './socket-writes.js';
 import { compilePayload } from './validation.js';
 
@@ -49,6 +50,21 @@ export interface RealtimeOptions {
 const RECOVERY_WINDOW_MS = 2 * 60 * 1000;
 
 /**
+ * How long the streams adapter's reader blocks in one `XREAD` (the adapter's default, named here
+ * because its Redis connection's command timeout must be longer: RedisState.socketAdapterConnection).
+ */
+export const STREAM_BLOCK_MS = 5_000;
+
+/**
+ * At shutdown, how long the work of the sockets this node dropped (`afterDisconnect`: presence
+ * deltas) may take before the adapter closes: a cross-node read and the emits after it.
+ */
+const DISCONNECT_WORK_WAIT_MS = CROSS_NODE_READ_TIMEOUT_MS + 1_000;
+
+/** At shutdown, how long this node's connections may take to write what they have buffered. */
+const CONNECTION_CLOSE_WAIT_MS = 1_000;
+
+/**
  * The largest message a client may send on the socket (Engine.IO's `maxHttpBufferSize`: a longer
  * WebSocket message closes the connection, a longer polling request is refused), like the HTTP
  * body limit. The largest legitimate client event is `vm:input {kind: "text"}` with
@@ -61,11 +77,16 @@ const RECOVERY_WINDOW_MS = 2 * 60 * 1000;
 export const SOCKET_MESSAGE_MAX_BYTES = 32 * 1024;
 
 export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
+  let closing = false;
+  /** Work of sockets that disconnected (afterDisconnect), still running: close() lets it finish. */
+  const disconnectWork = new Set<Promise<void>>();
   const io: Io = new Server(server, {
     path: '/socket.io',
     serveClient: false,
     maxHttpBufferSize: SOCKET_MESSAGE_MAX_BYTES,
     allowRequest: (req, cb) => {
+      // A node shutting down takes no new connection: the client tries again (another node).
+      if (closing) return cb('server shutting down', false);
       const origin = req.headers.origin;
       cb(null, origin === undefined || opts.allowedOrigins.includes(origin));
     },
@@ -74,6 +95,7 @@ export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
       ? {
           adapter: createAdapter(opts.redis.client, {
             streamName: `${opts.redis.prefix}socket.io`,
+            blockTimeInMs: STREAM_BLOCK_MS,
             channelPrefix: `${opts.redis.prefix}socket.io`,
             sessionKeyPrefix: `${opts.redis.prefix}sio:session:`,
           }),
@@ -127,8 +149,27 @@ export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
     });
   });
 
+  const reads = crossNodeReads(io, opts.log);
+
   return {
     io,
+    /**
+     * The sockets in a room (null: every socket) on every node, or this node's when another does
+     * not answer in time (socket-reads.ts): for reads that follow a committed change.
+     */
+    socketsIn: reads.socketsIn,
+    /**
+     * Runs `work` for a socket that is disconnecting, once it has left its rooms (Socket.IO takes
+     * them from it right after `disconnecting`). At shutdown the node waits for such work (up to
+     * DISCONNECT_WORK_WAIT_MS) before its adapter closes, so what it emits reaches the other nodes.
+     */
+    afterDisconnect(work: () => Promise<void>): void {
+      const run = new Promise<void>((resolve) => setImmediate(resolve))
+        .then(work)
+        .catch((err: unknown) => opts.log.warn({ err }, 'work after a socket disconnect failed'))
+        .finally(() => disconnectWork.delete(run));
+      disconnectWork.add(run);
+    },
     /**
      * Registers a client event for every socket: the payload is schema-checked, the ack carries
      * `{ok: true, …}` or `{ok: false, code, message}`; bad payloads and failures never throw out.
@@ -171,8 +212,23 @@ export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
     leaveChat(userId: number, chatId: number) {
       io.in(rooms.user(userId)).socketsLeave(rooms.chat(chatId));
     },
+    /**
+     * Stops this node's socket server. Only this node's connections close (`io.disconnectSockets`
+     * would reach every node through the adapter), and they close as in a restart, not by a
+     * server-side disconnect: each socket's session is kept for recovery, its `disconnecting`
+     * work runs (the chats hear it go offline), and the client reconnects by itself, to any node,
+     * and gets what it missed. New connections are refused meanwhile.
+     */
     async close() {
-      io.disconnectSockets(true);
+      closing = true;
+      const sockets = [...io.of('/').sockets.values()];
+      const gone = sockets.map((s) => new Promise((resolve) => s.once('disconnect', resolve)));
+      // Each connection closes once what it has buffered is written ("forced close" on the server,
+      // "transport close" on the client: both recoverable). One that takes longer is cut by
+      // io.close below ("server shutting down", recoverable too).
+      for (const socket of sockets) socket.conn.close();
+      await waitFor(gone, CONNECTION_CLOSE_WAIT_MS);
+      await waitFor([...disconnectWork], DISCONNECT_WORK_WAIT_MS);
       await new Promise<void>((resolve) => {
         io.close(() => resolve());
         // io.close also closes the HTTP server, which Fastify closes itself; tolerate either order.
@@ -184,6 +240,19 @@ export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
 }
 
 export type Realtime = ReturnType<typeof createRealtime>;
+
+/** Resolves once every promise settled, or after `ms`. */
+async function waitFor(work: Promise<unknown>[], ms: number): Promise<void> {
+  if (work.length === 0) return;
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([
+    Promise.allSettled(work),
+    new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, ms);
+    }),
+  ]);
+  clearTimeout(timer);
+}
 
 /**
  * Sends a snapshot to one socket, on this node only: what the client is sent again on every

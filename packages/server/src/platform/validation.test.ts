@@ -1,5 +1,6 @@
+import { VmInputPayload } from '@parlor/protocol';
 import { describe, expect, it } from 'vitest';
-import { INSTANT_MAX_MS, INSTANT_MIN_MS, isStorableInstant } from './validation.js';
+import { compilePayload, INSTANT_MAX_MS, INSTANT_MIN_MS, isStorableInstant } from './validation.js';
 
 describe('isStorableInstant (the date-time format of inputs)', () => {
   it('accepts RFC 3339 instants from 1970 through 9999 (UTC), offsets included', () => {
@@ -31,5 +32,25 @@ describe('isStorableInstant (the date-time format of inputs)', () => {
       'now',
     ])
       expect(isStorableInstant(text), text).toBe(false);
+  });
+});
+
+describe('compilePayload (socket payloads)', () => {
+  const valid = compilePayload(VmInputPayload);
+  const input = (more: object) => ({ chat_id: 1, ...more });
+
+  it('refuses a NUL or a lone surrogate anywhere, as request bodies do, and names where', () => {
+    expect(valid(input({ kind: 'text', text: 'hello 😀' }))).toBe(true);
+    for (const text of ['a\u0000b', '\ud800', 'a\udfffb']) {
+      expect(valid(input({ kind: 'text', text })), JSON.stringify(text)).toBe(false);
+      expect(valid.errors).toEqual([expect.objectContaining({ instancePath: '/text', keyword: 'text' })]);
+    }
+  });
+
+  it('refuses a navigate URL that the pattern passes but no browser parses (format http-url)', () => {
+    for (const url of ['http://example.com/a?b#c', 'https://[::1]:8080/', 'HTTP://EXAMPLE.COM'])
+      expect(valid(input({ kind: 'navigate', url })), url).toBe(true);
+    for (const url of ['http://[', 'http://%zz/', 'https://a:99999/', 'file:///etc/passwd'])
+      expect(valid(input({ kind: 'navigate', url })), url).toBe(false);
   });
 });

@@ -1,3 +1,4 @@
+import { isHttpUrl } from '@parlor/protocol';
 import { Ajv } from 'ajv';
 import addFormats, { type FormatsPlugin } from 'ajv-formats';
 import type { FastifyInstance, FastifySchemaCompiler } from 'fastify';
@@ -37,6 +38,9 @@ function makeAjv(coerce: boolean) {
   });
   formats(ajv);
   ajv.addFormat('date-time', { type: 'string', validate: isStorableInstant });
+  // An http(s) URL a browser can open (protocol isHttpUrl); the schemas' pattern alone lets
+  // through text that is no URL (`http://[`, `http://%zz/`), which the room browser refuses.
+  ajv.addFormat('http-url', { type: 'string', validate: isHttpUrl });
   return ajv;
 }
 
@@ -48,8 +52,9 @@ const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[
 
 /**
  * Where (a JSON pointer) the first string holding a NUL or a lone surrogate is, or null: the
- * database refuses both, which would otherwise surface as a 500 instead of this 400. Iterative,
- * so deeply nested input cannot overflow the stack.
+ * database refuses both, which would otherwise surface as a 500 instead of this 400 (or, for a
+ * socket payload, this ERR_VALIDATION ack). Iterative, so deeply nested input cannot overflow the
+ * stack.
  */
 function unstorableAt(data: unknown): string | null {
   const stack: [unknown, string][] = [[data, '']];
@@ -64,14 +69,14 @@ function unstorableAt(data: unknown): string | null {
   return null;
 }
 
-export const validatorCompiler: FastifySchemaCompiler<unknown> = ({ schema, httpPart }) => {
-  const ajv = httpPart === 'body' ? bodyAjv : textAjv;
-  const validate = ajv.compile(schema as object);
-  const emptyBodyOk = httpPart === 'body' && (schema as Record<string, unknown>)['x-empty-body'] === true;
+/**
+ * A validator that runs the schema, then refuses unstorable strings (unstorableAt); its `errors`
+ * are ajv's, or one `text` error at the string that was refused. `emptyOk`: no data at all passes.
+ */
+function checkedBy(validate: ((data: unknown) => boolean) & { errors?: unknown }, emptyOk = false) {
   let errors: unknown = null;
   const checked = (data: unknown) => {
-    // Routes without input accept a request with no body at all.
-    if (emptyBodyOk && (data === undefined || data === null)) return true;
+    if (emptyOk && (data === undefined || data === null)) return true;
     if (!validate(data)) {
       errors = validate.errors;
       return false;
@@ -88,6 +93,13 @@ export const validatorCompiler: FastifySchemaCompiler<unknown> = ({ schema, http
   };
   Object.defineProperty(checked, 'errors', { get: () => errors });
   return checked;
+}
+
+export const validatorCompiler: FastifySchemaCompiler<unknown> = ({ schema, httpPart }) => {
+  const ajv = httpPart === 'body' ? bodyAjv : textAjv;
+  // Routes without input accept a request with no body at all.
+  const emptyBodyOk = httpPart === 'body' && (schema as Record<string, unknown>)['x-empty-body'] === true;
+  return checkedBy(ajv.compile(schema as object), emptyBodyOk);
 };
 
 /**
@@ -108,7 +120,11 @@ export function installJsonBodyParser(app: FastifyInstance): void {
   });
 }
 
-/** A strict validator for socket payloads (same rules as request bodies). */
+/**
+ * A strict validator for socket payloads, with the same rules as request bodies: the schema, and
+ * no string holding a NUL or a lone surrogate anywhere in the payload (unstorableAt), which a
+ * handler could otherwise pass on to the database or the room browser.
+ */
 export function compilePayload<T>(schema: object): ((data: unknown) => data is T) & { errors?: unknown } {
-  return bodyAjv.compile(schema) as unknown as ((data: unknown) => data is T) & { errors?: unknown };
+  return checkedBy(bodyAjv.compile(schema)) as unknown as ((data: unknown) => data is T) & { errors?: unknown };
 }

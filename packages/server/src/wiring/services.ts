@@ -17,7 +17,7 @@ import type { Config } from '../platform/config.js';
 import { afterCommit } from '../platform/db/after-commit.js';
 import { type Db, ping } from '../platform/db/index.js';
 import type { GeoLookup } from '../platform/geo.js';
-import { createRealtime, type Realtime, type SocketData } from '../platform/realtime.js';
+import { createRealtime, type Realtime, type SocketData, STREAM_BLOCK_MS } from '../platform/realtime.js';
 import type { App } from '../platform/routing.js';
 import { RedisState, type StateStore, watchConnection } from '../platform/state/index.js';
 import { vmProviderFor } from '../platform/vm/from-config.js';
@@ -177,7 +177,7 @@ function wireRealtime(ctx: WiringContext, sessionResolver: SessionResolver): Rea
 
 /** A Redis connection of the socket adapter's own (it blocks on stream reads); errors are logged. */
 function adapterClient(state: RedisState, app: App) {
-  const client = state.client.duplicate();
+  const client = state.socketAdapterConnection(STREAM_BLOCK_MS);
   watchConnection(client, 'socket adapter', app.log);
   return client;
 }

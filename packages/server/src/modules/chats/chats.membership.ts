@@ -171,6 +171,8 @@ export function makeChatMembership(deps: MembershipDeps) {
         assertMayBecomeMember(viewer, data.stranger, target.method, locked);
         if (await messages.isChatBanned(chat.id, viewer.userId, tx)) throw appError('ERR_CHAT_BANNED');
         if (target.invite && !(await store.useInvite(target.invite, now, tx))) throw appError('ERR_INVITE_NOT_FOUND');
+        // An account deleted while this ran took its session with it: 401, never a foreign-key error.
+        if (!(await store.lockUser(viewer.userId, tx))) throw appError('ERR_UNAUTHENTICATED');
         await store.addMember(chat.id, viewer.userId, now, tx);
         await store.logActivity(
           {

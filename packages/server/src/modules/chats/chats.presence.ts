@@ -1,10 +1,18 @@
 import { type Realtime, rooms, type SocketData } from '../../platform/realtime.js';
 
-/** Who is in a chat's room, read from the sockets on every node, and the deltas the chat hears. */
-export function makeChatPresence(realtime: Pick<Realtime, 'emitTo' | 'io'>) {
-  /** One entry per connected session in the chat room, across nodes. */
+/**
+ * Who is in a chat's room, read from the sockets on every node, and the deltas the chat hears.
+ * Every read here follows a change that has committed (a join, a leave, a disconnect): when
+ * another node does not answer in time, it uses what this node holds (`Realtime.socketsIn`)
+ * rather than fail the change.
+ */
+export function makeChatPresence(realtime: Pick<Realtime, 'emitTo' | 'socketsIn'>) {
+  /**
+   * One entry per connected session in the chat room, across nodes; the sessions on this node only
+   * when another node does not answer within `CROSS_NODE_READ_TIMEOUT_MS`.
+   */
   const presence = async (chatId: number) => {
-    const sockets = await realtime.io.in(rooms.chat(chatId)).fetchSockets();
+    const { sockets } = await realtime.socketsIn(rooms.chat(chatId));
     const seen = new Map<number, { user_id: number; session_id: number; username: string }>();
     for (const s of sockets) {
       seen.set(s.data.sessionId, { user_id: s.data.userId, session_id: s.data.sessionId, username: s.data.username });
@@ -26,18 +34,20 @@ export function makeChatPresence(realtime: Pick<Realtime, 'emitTo' | 'io'>) {
     });
   };
 
-  /** The sessions of a user whose sockets are in a chat's room, on any node. */
+  /** The sessions of a user whose sockets are in a chat's room, on any node (or on this one, above). */
   const sessionsInChat = async (userId: number, chatId: number): Promise<number[]> => {
-    const sockets = await realtime.io.in(rooms.user(userId)).fetchSockets();
+    const { sockets } = await realtime.socketsIn(rooms.user(userId));
     return [...new Set(sockets.filter((s) => s.rooms.has(rooms.chat(chatId))).map((s) => s.data.sessionId))];
   };
 
   /**
    * Of some chats, those whose room still has a socket of this session, on any node: the session
-   * is still present there (as `presence` counts it) and is not to be announced offline.
+   * is still present there (as `presence` counts it) and is not to be announced offline. When the
+   * other nodes cannot be read, this node's sockets decide: a session announced online whose last
+   * socket here went must not stay online in the others' lists.
    */
   const sessionStillIn = async (sessionId: number, chatIds: number[]): Promise<Set<number>> => {
-    const sockets = await realtime.io.in(rooms.session(sessionId)).fetchSockets();
+    const { sockets } = await realtime.socketsIn(rooms.session(sessionId));
     const wanted = new Set(chatIds);
     const still = new Set<number>();
     for (const s of sockets) {

@@ -144,7 +144,8 @@ export function registerChatSockets(realtime: Realtime, chats: ChatsService) {
     // A socket that disconnected since it entered was announced offline when it went (or will be
     // by its disconnecting handler): an online delta now would never be followed by another.
     if (entered.room && socket.connected) chats.announcePresence(joined.chat.id, socket.data, true);
-    // The whole list goes to the joiner only; the others had the delta just above.
+    // The whole list goes to the joiner only; the others had the delta just above. The join has
+    // committed: a node that does not answer gives this node's sessions, never a failed ack.
     const members = await chats.presence(joined.chat.id);
     emitSnapshot(socket, 'room:members', { chat_id: joined.chat.id, members });
     return { ...joined, members };
@@ -169,19 +170,18 @@ export function registerChatSockets(realtime: Realtime, chats: ChatsService) {
 
     // A session is present in a chat while any of its sockets is in the room, on any node (one
     // entry per session, as `room:members` counts): it goes offline there only with its last one.
-    // Checked once this socket has left its rooms (synchronously after `disconnecting`).
+    // Checked once this socket has left its rooms (afterDisconnect; a node shutting down waits for
+    // it, so the chats hear of the sockets it drops).
     socket.on('disconnecting', () => {
       const chatIds = [...socket.rooms].map(rooms.chatIdOf).filter((x): x is number => x !== null);
       if (chatIds.length === 0) return;
-      setImmediate(() => {
-        chats
+      realtime.afterDisconnect(async () => {
+        const still = await chats
           .sessionStillIn(socket.data.sessionId, chatIds)
-          // The other sockets cannot be read (a node does not answer): say offline, as a session
-          // announced online whose last socket went must not stay online in the others' lists.
-          .catch(() => new Set<number>())
-          .then((still) => {
-            for (const id of chatIds) if (!still.has(id)) chats.announcePresence(id, socket.data, false);
-          });
+          // The other sockets cannot be read at all: say offline, as a session announced online
+          // whose last socket went must not stay online in the others' lists.
+          .catch(() => new Set<number>());
+        for (const id of chatIds) if (!still.has(id)) chats.announcePresence(id, socket.data, false);
       });
     });
   });

@@ -26,7 +26,7 @@ export interface ChatsDeps {
   keys: KeysService;
   messages: MessagesService;
   users: Pick<UsersService, 'hasPremium'>;
-  realtime: Pick<Realtime, 'emitTo' | 'leaveChat' | 'io'>;
+  realtime: Pick<Realtime, 'emitTo' | 'leaveChat' | 'io' | 'socketsIn'>;
   /** The chat a guild vanity opens (the guilds module), or null; without it no vanity resolves. */
   vanityChat?: (vanity: string) => Promise<number | null>;
   /** The per-user write limit (room:join as a new member and room:leave spend it). */
@@ -135,7 +135,11 @@ export function makeChatsService(deps: ChatsDeps) {
     /** The chat row (deleted chats: ERR_CHAT_NOT_FOUND). */
     find: mustGet,
 
-    /** Creates a public or private chat within the creator's slots; the creator is its first member. */
+    /**
+     * Creates a public or private chat within the creator's slots; the creator is its first member.
+     * A creator whose account is deleted while this runs answers 401 ERR_UNAUTHENTICATED (its
+     * session ended with it), never a foreign-key error.
+     */
     async create(viewer: Viewer, body: { name: string; type: 'public' | 'private' }): Promise<Chat> {
       const slots = chatSlots(viewer.permissionLevel, await deps.users.hasPremium(viewer.userId));
       if (slots === 0) throw appError('ERR_CHAT_CREATE_FORBIDDEN');
@@ -143,6 +147,8 @@ export function makeChatsService(deps: ChatsDeps) {
       const chatId = await db.transaction(async (tx) => {
         // Serialise concurrent creations by the same user so the slot count holds.
         await tx.execute(sql`select pg_advisory_xact_lock(7243, ${viewer.userId})`);
+        // The creator's row, held until the commit: a deletion either committed before (gone) or waits.
+        if (!(await store.lockUser(viewer.userId, tx))) throw appError('ERR_UNAUTHENTICATED');
         if ((await store.countOwned(viewer.userId, tx)) >= slots) throw appError('ERR_CHAT_SLOT_LIMIT');
         const chat = await store.insert(
           { type: body.type, name: body.name.trim(), ownerUserId: viewer.userId, createdAt: now, updatedAt: now },

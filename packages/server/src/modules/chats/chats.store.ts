@@ -209,6 +209,16 @@ export function makeChatsStore(db: Db) {
         .returning();
       return row;
     },
+    /**
+     * Whether a user's row still exists, held (FOR KEY SHARE, what a foreign key to it needs)
+     * until the transaction ends: a deletion committed before answers false, one that comes later
+     * waits for this transaction. Writes that name a user (an owner, a member) check it first, so
+     * an account deleted meanwhile is refused, never a foreign-key error.
+     */
+    async lockUser(userId: number, tx: Tx): Promise<boolean> {
+      const rows = await tx.select({ id: users.id }).from(users).where(eq(users.id, userId)).for('key share');
+      return rows.length > 0;
+    },
     /** Chats counting against a user's creation slots (public and private ones they own). */
     async countOwned(userId: number, tx: Tx = db): Promise<number> {
       const [row] = await tx

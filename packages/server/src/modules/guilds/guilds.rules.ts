@@ -1,4 +1,4 @@
-import { Limits } from '@parlor/protocol';
+import { isHttpUrl, Limits } from '@parlor/protocol';
 
 const DAY_MS = 24 * 3600_000;
 
@@ -19,9 +19,7 @@ export function canManageGuild(who: { permissionLevel: number; isOwner: boolean;
 
 /** An absolute http(s) URL with a host (the schema has already bounded its length and characters). */
 export function isStartUrl(value: string): boolean {
-  if (!URL.canParse(value)) return false;
-  const url = new URL(value);
-  return (url.protocol === 'http:' || url.protocol === 'https:') && url.hostname !== '';
+  return isHttpUrl(value);
 }
 
 /** The guild chat's name: the guild's, cut to what a chat name may hold (code points, as validation counts). */

@@ -47,14 +47,19 @@ export function makeBlocksService(deps: {
     },
     /**
      * Blocks a user (idempotent), up to Limits.BLOCKS_PER_USER (409 ERR_BLOCK_LIMIT past it;
-     * blocking someone already blocked is fine at the limit). The blocker's row is locked, so
-     * concurrent blocks by one user cannot pass the count together.
+     * blocking someone already blocked is fine at the limit). Both users' rows are locked
+     * (BlocksStore.lockPair): concurrent blocks by one user cannot pass the count together, and
+     * an account deleted meanwhile answers as if it were gone before (the target: 404
+     * ERR_USER_NOT_FOUND; the caller: 401 ERR_UNAUTHENTICATED, its session ended with it), never
+     * a foreign-key error.
      */
     async block(userId: number, targetId: number) {
       if (userId === targetId) throw appError('ERR_VALIDATION', 'You cannot block yourself.');
       await deps.users.mustGet(targetId);
       await deps.db.transaction(async (tx) => {
-        await deps.usersStore.byIdForUpdate(userId, tx);
+        const exist = await store.lockPair(userId, targetId, tx);
+        if (!exist.blocker) throw appError('ERR_UNAUTHENTICATED');
+        if (!exist.blocked) throw appError('ERR_USER_NOT_FOUND');
         if (await store.has(userId, targetId, tx)) return;
         if ((await store.countBy(userId, tx)) >= Limits.BLOCKS_PER_USER) throw appError('ERR_BLOCK_LIMIT');
         await store.add(userId, targetId, clock.now(), tx);

@@ -14,13 +14,14 @@ export interface NotificationEvents {
  * that create notifications before the socket server exists, and nothing is emitted before
  * requests flow.
  */
-export function realtimeNotificationEvents(realtime: () => Pick<Realtime, 'emitTo' | 'io'>): NotificationEvents {
+export function realtimeNotificationEvents(realtime: () => Pick<Realtime, 'emitTo' | 'socketsIn'>): NotificationEvents {
   return {
     toUser(userId, notification) {
       realtime().emitTo(rooms.user(userId), 'notification:new', notification);
     },
     async onlineUserIds() {
-      const sockets = await realtime().io.fetchSockets();
+      // A node that does not answer leaves its users out (the others are told) rather than all (socketsIn).
+      const { sockets } = await realtime().socketsIn(null);
       return [...new Set(sockets.map((s) => s.data.userId))];
     },
   };

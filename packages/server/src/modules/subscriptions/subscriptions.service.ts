@@ -10,6 +10,7 @@ import { appError } from '../../platform/errors.js';
 import { type ActorLevel, canActOn } from '../admin/admin.rules.js';
 import type { Actor, AuditStore } from '../audit/audit.store.js';
 import { formatMoment, type NotificationsService } from '../notifications/notifications.service.js';
+import { effectiveSubscription } from '../users/users.presenter.js';
 import type { UsersService } from '../users/users.service.js';
 import type { Tx, UserRow, UsersStore } from '../users/users.store.js';
 import { planGrant, tierTitle } from './subscriptions.rules.js';
@@ -94,13 +95,16 @@ export function makeSubscriptionsService(deps: SubscriptionsDeps) {
 
     /**
      * Back to Basic. Revoking from a user who is already Basic changes nothing and records nothing
-     * (idempotent, so a retried CLI call is harmless); the answer is the status either way.
+     * (idempotent, so a retried CLI call is harmless); the answer is the status either way. Basic
+     * is the tier that applies now: a Trial or Premium past its expiry that the sweep has not yet
+     * downgraded is Basic already, so it is left to the sweep, which writes its `expire` entry and
+     * the "Subscription expired" notification as for anyone else.
      */
     async revoke(actor: Actor, actorLevel: ActorLevel, body: SubscriptionRevokeBody) {
       const now = clock.now();
       const note = await db.transaction(async (tx) => {
         const target = await lockTarget(actorLevel, body.user_id, tx);
-        if (target.subscriptionTier === 0) return null;
+        if (effectiveSubscription(target, now).tier === 0) return null;
         await usersStore.update(
           target.id,
           { subscriptionTier: 0, subscriptionExpiresAt: null, subscriptionGrantedBy: null, updatedAt: now },

@@ -28,7 +28,7 @@ export interface Caller extends Actor {
 export interface VmDeps {
   provider: VmProvider;
   chats: Pick<ChatsService, 'find' | 'assertMember'>;
-  realtime: Pick<Realtime, 'io' | 'emitTo'>;
+  realtime: Pick<Realtime, 'io' | 'emitTo' | 'socketsIn'>;
   clock: Clock;
   tokens: ViewerTokens;
   /** The coordination store: the room → node map and the messages between nodes go through it. */
@@ -92,8 +92,10 @@ export function makeVmService(deps: VmDeps) {
     settingsFor: () => settingsFor,
     roomChat,
     localFrame: (chatId, f) => audiences.get(chatId)?.viewers.frame(f),
+    // The room runs by then: a node that does not answer leaves its sockets to `vm:credentials`
+    // (the others are told) rather than fail the start (Realtime.socketsIn).
     announceStarted: async (chatId) => {
-      const sockets = await realtime.io.in(rooms.chat(chatId)).fetchSockets();
+      const { sockets } = await realtime.socketsIn(rooms.chat(chatId));
       for (const s of sockets)
         realtime.emitTo(s.id, 'room:started', { chat_id: chatId, credentials: credentialsFor(chatId, s.data.userId) });
     },

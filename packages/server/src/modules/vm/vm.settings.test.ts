@@ -1,4 +1,4 @@
-import { Limits, StartUrl } from '@parlor/protocol';
+import { isHttpUrl, Limits, StartUrl } from '@parlor/protocol';
 import { Ajv } from 'ajv';
 import { describe, expect, it } from 'vitest';
 import { isOpenableUrl, resolveSettings } from './vm.settings.js';
@@ -34,5 +34,15 @@ describe('room start URLs', () => {
       expect(isOpenableUrl(url), url).toBe(true);
     for (const url of ['file:///etc/passwd', 'javascript:alert(1)', 'https://', 'example.com', ''])
       expect(isOpenableUrl(url), url).toBe(false);
+  });
+
+  it('refuses text the settings’ pattern passes but no browser parses as a URL (as vm:input navigate does)', () => {
+    for (const url of ['http://[', 'http://%zz/', 'https://[::1/', 'http://a:99999/']) {
+      expect(schemaAccepts(url), url).toBe(true);
+      expect(isOpenableUrl(url), url).toBe(false);
+      expect(isHttpUrl(url), url).toBe(false);
+      expect(resolveSettings({ start_url: url }).start_url).toBe('about:blank');
+    }
+    expect(isHttpUrl('http://[::1]:8080/a')).toBe(true);
   });
 });

@@ -1,4 +1,4 @@
-import { Limits } from '@parlor/protocol';
+import { isHttpUrl, Limits } from '@parlor/protocol';
 
 /**
  * Room settings (spec 2.4) as the room VM reads them when it starts. Guild room settings are not
@@ -34,12 +34,7 @@ export const defaultSettingsSource: SettingsSource = async () => null;
 export function isOpenableUrl(url: string): boolean {
   if (url === 'about:blank') return true;
   if (url.length > Limits.START_URL_MAX && codePoints(url) > Limits.START_URL_MAX) return false;
-  try {
-    const u = new URL(url);
-    return (u.protocol === 'http:' || u.protocol === 'https:') && u.hostname !== '';
-  } catch {
-    return false;
-  }
+  return isHttpUrl(url);
 }
 
 /** The defaults overlaid with what the source gives; an unusable start URL falls back to about:blank. */

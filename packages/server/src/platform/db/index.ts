@@ -1,4 +1,3 @@
-import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { PGlite } from '@electric-sql/pglite';
@@ -9,6 +8,7 @@ import { migrate as migratePglite } from 'drizzle-orm/pglite/migrator';
 import { drizzle as drizzlePostgres } from 'drizzle-orm/postgres-js';
 import { migrate as migratePostgres } from 'drizzle-orm/postgres-js/migrator';
 import postgres from 'postgres';
+import { securePrivateDir } from '../secret-files.js';
 import { takeLockFile } from './dir-lock.js';
 import { alwaysPrepared } from './prepared.js';
 import * as schema from './schema.js';
@@ -48,6 +48,11 @@ export interface DatabaseOptions {
    * that (the test suites start dozens of databases). Migrations still run, a no-op when current.
    */
   image?: Blob;
+  /**
+   * Hears, in one line, that the on-disk PGlite store took group and other access away from
+   * DATA_DIR or its pglite directory (or could not): see makePrivateDir.
+   */
+  log?: (message: string) => void;
 }
 
 /** The pool's statement limit when none is given (config DATABASE_STATEMENT_TIMEOUT_MS). */
@@ -87,8 +92,11 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
   let release = () => {};
   let client: PGlite;
   if (opts.dataDir) {
+    // 0700, existing ones too: PGlite writes its files 0666, so the directories keep other
+    // local accounts (room browsers run as one when the server is root) out of the database.
     const dir = path.join(opts.dataDir, 'pglite');
-    mkdirSync(dir, { recursive: true });
+    securePrivateDir(opts.dataDir, opts.log);
+    securePrivateDir(dir, opts.log);
     release = takeLockFile(path.join(opts.dataDir, PGLITE_LOCK_FILE), `DATA_DIR ${opts.dataDir}`);
     client = new PGlite(dir);
   } else {

@@ -52,6 +52,15 @@ if top[2] then redis.call('PEXPIREAT', KEYS[2], top[2]) end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {1}`;
 
+/**
+ * How long a command on a connection that serves requests may go unanswered before it fails
+ * (ioredis's `commandTimeout`, "Command timed out"), answered as 503 ERR_SERVICE_UNAVAILABLE
+ * (platform/errors.ts): a Redis that stalls with its connections open (a long script, a busy fork,
+ * a network path that drops packets) must not hold requests forever. Redis answers this app's
+ * commands in well under a millisecond, its scripts included; the health probe gives up after 2.5 s.
+ */
+export const REDIS_COMMAND_TIMEOUT_MS = 3_000;
+
 /** Members per script call: the script unpacks two arguments per member onto Lua's stack (8000 at most). */
 const EXPIRING_CHUNK = 1000;
 
@@ -80,12 +89,45 @@ export class RedisState implements StateStore {
     /** Where outages and returns of its connections are logged (once each, connection-log.ts). */
     private readonly log?: ConnectionLog,
   ) {
-    this.client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 3, enableOfflineQueue: true });
+    // The subscriber (duplicated from it) has the same timeout: it sends only SUBSCRIBE and
+    // UNSUBSCRIBE, which Redis answers at once; what it receives is no command's answer.
+    this.client = new Redis(url, {
+      lazyConnect: true,
+      maxRetriesPerRequest: 3,
+      enableOfflineQueue: true,
+      commandTimeout: REDIS_COMMAND_TIMEOUT_MS,
+    });
     watchConnection(this.client, 'commands', log);
   }
 
   async connect(): Promise<void> {
     await this.client.connect();
+  }
+
+  /**
+   * A connection of its own for the Socket.IO streams adapter, which blocks `blockMs` in each
+   * `XREAD`. Its commands (XADD, PUBLISH, the recovery sessions' SET/GETDEL and XRANGE, the node
+   * count) have REDIS_COMMAND_TIMEOUT_MS like every request's; the connections the adapter makes
+   * from it (`duplicate`: the stream reader and its pub/sub subscriber) have `blockMs` more, so a
+   * read is never cut while it blocks, and one that a stalled Redis never answers is read again.
+   * The adapter sends some commands without awaiting them (a session's SET, PUBLISH, SUBSCRIBE):
+   * their failures are dropped here (the adapter gives up on them: a session not kept connects
+   * afresh) instead of rejecting unhandled, which would end the process.
+   */
+  socketAdapterConnection(blockMs: number): Redis {
+    const quiet = (client: Redis): Redis => {
+      const send = client.sendCommand.bind(client);
+      client.sendCommand = (command, stream) => {
+        command.promise.catch(() => {});
+        return send(command, stream);
+      };
+      return client;
+    };
+    const client = quiet(this.client.duplicate());
+    const duplicate = client.duplicate.bind(client);
+    client.duplicate = (override) =>
+      quiet(duplicate({ commandTimeout: blockMs + REDIS_COMMAND_TIMEOUT_MS, ...override }));
+    return client;
   }
 
   private k(key: string) {

@@ -6,6 +6,16 @@ import { InputMapper } from './input-events.js';
 import type { NetworkGuard } from './network-guard.js';
 import type { VmFrame, VmInput, VmNavigation, VmStartSpec } from './provider.js';
 
+/**
+ * A navigation command sent while the tab is between two pages (a navigation committing, some
+ * 50-100 ms after the previous one was answered) fails with "Not attached to an active page";
+ * it is sent again every NAV_RETRY_MS for up to NAV_SETTLE_MS before the caller hears that the
+ * browser did not take it.
+ */
+const NAV_SETTLE_MS = 1_000;
+const NAV_RETRY_MS = 100;
+const BETWEEN_PAGES = /not attached to an active page/i;
+
 export interface LocalRoomOptions {
   chromiumPath: string;
   guard: NetworkGuard;
@@ -292,9 +302,20 @@ export class LocalRoom {
     await cdp.send(method, params, this.session).catch(this.failed('input'));
   }
 
+  /** Navigates the room's tab; a command that finds it between two pages is retried (NAV_SETTLE_MS). */
   async navigate(nav: VmNavigation): Promise<void> {
-    const cdp = this.cdpOrThrow();
-    await this.navigateWith(cdp, this.session, nav).catch(this.failed('navigation'));
+    const until = Date.now() + NAV_SETTLE_MS;
+    for (;;) {
+      const cdp = this.cdpOrThrow();
+      try {
+        await this.navigateWith(cdp, this.session, nav);
+        return;
+      } catch (err) {
+        const betweenPages = err instanceof Error && BETWEEN_PAGES.test(err.message);
+        if (!betweenPages || Date.now() >= until) this.failed('navigation')(err);
+      }
+      await new Promise((resolve) => setTimeout(resolve, NAV_RETRY_MS));
+    }
   }
 
   private async navigateWith(cdp: CdpPipe, s: string, nav: VmNavigation): Promise<void> {
