@@ -2,7 +2,13 @@ import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, s
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { loadOrCreateSecret, makePrivateDir, type SecretFileName, securePrivateDir } from './secret-files.js';
+import {
+  createOnce,
+  loadOrCreateSecret,
+  makePrivateDir,
+  type SecretFileName,
+  securePrivateDir,
+} from './secret-files.js';
 
 const root = mkdtempSync(path.join(tmpdir(), 'parlor-secret-files-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -85,6 +91,36 @@ describe('loadOrCreateSecret', () => {
     mkdirSync(dir, { mode: 0o700 });
     writeFileSync(path.join(dir, name), `${'x'.repeat(min)}\n`, { mode: 0o600 });
     expect(loadOrCreateSecret(null, dir, name, prefix).value).toBe('x'.repeat(min));
+  });
+});
+
+describe('createOnce', () => {
+  const failing = (code: string) => () => {
+    throw Object.assign(new Error(`link: ${code}`), { code });
+  };
+
+  it.each(['EPERM', 'ENOTSUP', 'EXDEV'])(
+    'writes the file itself, mode 0600, where the file system makes no hard links (%s), no temporary file left',
+    (code) => {
+      const dir = fresh();
+      makePrivateDir(dir);
+      const file = path.join(dir, 'operator-token');
+      createOnce(file, 'pop_secret\n', failing(code));
+      expect(readFileSync(file, 'utf8')).toBe('pop_secret\n');
+      expect(modeOf(file)).toBe(0o600);
+      expect(readdirSync(dir)).toEqual(['operator-token']);
+      // Never replaced: a second one leaves the first.
+      createOnce(file, 'pop_other\n', failing(code));
+      expect(readFileSync(file, 'utf8')).toBe('pop_secret\n');
+    },
+  );
+
+  it('throws other link errors, leaving no file', () => {
+    const dir = fresh();
+    makePrivateDir(dir);
+    const file = path.join(dir, 'operator-token');
+    expect(() => createOnce(file, 'pop_secret\n', failing('EIO'))).toThrow(/EIO/);
+    expect(readdirSync(dir)).toEqual([]);
   });
 });
 

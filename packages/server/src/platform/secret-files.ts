@@ -101,9 +101,19 @@ export function loadOrCreateSecret(
   return { value, file };
 }
 
-/** Writes `content` to `file` with mode 0600 unless it exists; never leaves a partial file there. */
-function createOnce(file: string, content: string): void {
+/** Errors of a file system that makes no hard links (vfat, exfat, some network and FUSE mounts). */
+const NO_HARD_LINKS = new Set(['EPERM', 'ENOTSUP', 'EOPNOTSUPP', 'EXDEV', 'ENOSYS', 'EMLINK']);
+
+/**
+ * Writes `content` to `file` with mode 0600 unless it exists. The content goes to a temporary file
+ * first and is linked into place, so `file` is never seen partly written, and of two processes
+ * starting at once the first link wins (a link never replaces a file). On a file system without
+ * hard links it falls back to creating `file` exclusively and writing it (a crash while writing
+ * may leave it short, which the read above refuses). Exported for its test (`link`).
+ */
+export function createOnce(file: string, content: string, link: (from: string, to: string) => void = linkSync): void {
   const temp = path.join(path.dirname(file), `.${path.basename(file)}.${randomBytes(6).toString('hex')}.tmp`);
+  let linked = false;
   const fd = openSync(temp, 'wx', 0o600);
   try {
     try {
@@ -112,10 +122,30 @@ function createOnce(file: string, content: string): void {
     } finally {
       closeSync(fd);
     }
-    linkSync(temp, file);
+    link(temp, file);
+    linked = true;
   } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+    const code = (e as NodeJS.ErrnoException).code ?? '';
+    if (code === 'EEXIST') linked = true;
+    else if (!NO_HARD_LINKS.has(code)) throw e;
   } finally {
     unlinkSync(temp);
+  }
+  if (!linked) writeExclusively(file, content);
+}
+
+function writeExclusively(file: string, content: string): void {
+  let fd: number;
+  try {
+    fd = openSync(file, 'wx', 0o600);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'EEXIST') return;
+    throw e;
+  }
+  try {
+    writeFileSync(fd, content);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
   }
 }
