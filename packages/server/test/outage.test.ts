@@ -1,12 +1,14 @@
 import net from 'node:net';
-import { afterEach, expect, it } from 'vitest';
+import { afterAll, afterEach, expect, it } from 'vitest';
 import type { RedisState } from '../src/platform/state/index.js';
 import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
+import { member } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
+import { countRows } from './support/faults.js';
 import { login } from './support/flows.js';
 import { type CapturedLog, captureLog, LEVEL } from './support/logs.js';
 import { SERVICE_URLS } from './support/services.js';
-import { connectSocket } from './support/sockets.js';
+import { closeAllSockets, connectSocket } from './support/sockets.js';
 
 /**
  * A TCP proxy to the machine's Redis that can stall: its connections stay open but nothing more is
@@ -49,6 +51,104 @@ async function stallableRedis() {
     close: () => new Promise<void>((resolve) => proxy.close(() => resolve())),
   };
 }
+
+/**
+ * A TCP proxy to the machine's Redis that, once armed, holds the client→server bytes of the first
+ * chunk containing `marker` (and what follows on that connection) for `holdMs`, then forwards them:
+ * a Redis slow for a few seconds (a fork, another client's long script, a congested path) that
+ * still runs what it was sent.
+ */
+async function delayingRedis(marker: string, holdMs: number) {
+  const target = new URL(SERVICE_URLS.redis);
+  const sockets: net.Socket[] = [];
+  let armed = false;
+  let fired = false;
+  const proxy = net.createServer((client) => {
+    const server = net.connect(Number(target.port || 6379), target.hostname);
+    sockets.push(client, server);
+    let held: Buffer[] | null = null;
+    client.on('data', (d) => {
+      if (held) {
+        held.push(d);
+        return;
+      }
+      if (armed && !fired && d.includes(marker)) {
+        fired = true;
+        held = [d];
+        setTimeout(() => {
+          for (const b of held ?? []) server.write(b);
+          held = null;
+        }, holdMs);
+        return;
+      }
+      server.write(d);
+    });
+    server.on('data', (d) => client.write(d));
+    client.on('error', () => {});
+    server.on('error', () => {});
+    client.on('close', () => server.destroy());
+    server.on('close', () => client.destroy());
+  });
+  await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+  const { port } = proxy.address() as net.AddressInfo;
+  return {
+    url: `redis://127.0.0.1:${port}`,
+    arm: () => {
+      armed = true;
+    },
+    fired: () => fired,
+    close: async () => {
+      for (const s of sockets) s.destroy();
+      await new Promise<void>((resolve) => proxy.close(() => resolve()));
+    },
+  };
+}
+
+/**
+ * A match-queue script runs on a connection without the 3 s command timeout: a timeout would stop
+ * only the wait, and the script, run later by a slow Redis, could take the waiting user out of the
+ * queue with nobody left to make the chat or tell them.
+ */
+describeApp('a match-queue script that Redis runs after the command timeout', () => {
+  let app: TestApp | null = null;
+  let redis: Awaited<ReturnType<typeof delayingRedis>> | null = null;
+  afterAll(async () => {
+    closeAllSockets();
+    await app?.close();
+    await redis?.close();
+  });
+
+  it.skipIf(MODE !== 'cluster')(
+    'an enqueue whose pairing script reaches Redis 4 s late still pairs the waiting user',
+    async () => {
+      // `take_peer` is in the PLACE script (enqueue / restore) only.
+      redis = await delayingRedis('take_peer', 4_000);
+      app = await startApp({ config: { redisUrl: redis.url } });
+      const t = `slow${Date.now() % 1000000}`;
+      const [a, b] = [await member(app), await member(app)];
+      const queued = await a.client.post('/v1/portal/match', { interests: [t] });
+      expect(queued.status, JSON.stringify(queued.body)).toBe(200);
+      expect(queued.body.state).toBe('searching');
+
+      redis.arm();
+      const res = await b.client.post('/v1/portal/match', { interests: [t] });
+      expect(redis.fired()).toBe(true);
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+      // The caller is answered as queued; both hear the pairing (match:found) with the same chat.
+      expect(res.body.state).toBe('searching');
+      const [foundA, foundB] = await Promise.all([a.socket.next('match:found'), b.socket.next('match:found')]);
+      expect(foundA.chat_id).toBe(foundB.chat_id);
+      expect([foundA.peer.id, foundB.peer.id]).toEqual([b.user.id, a.user.id]);
+      expect((await a.client.get('/v1/portal/match/status')).body).toMatchObject({
+        state: 'matched',
+        chat_id: foundA.chat_id,
+      });
+      const members = await countRows(app, `select count(*) as n from chat_members where chat_id = ${foundA.chat_id}`);
+      expect(members).toBe(2);
+    },
+    30_000,
+  );
+});
 
 /**
  * A node whose own connection to a store is gone answers 503 with Retry-After, and logs one warn

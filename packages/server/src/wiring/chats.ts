@@ -83,7 +83,9 @@ export function wireMatchmaking(ctx: WiringContext, accounts: Accounts, realtime
   const { config, clock, db, state } = ctx;
   const { audit, usersStore, users } = accounts;
   const queue: MatchQueue =
-    state instanceof RedisState ? new RedisMatchQueue(state.client, config.redisPrefix) : new MemoryMatchQueue();
+    state instanceof RedisState
+      ? new RedisMatchQueue(state.matchQueueConnection(), config.redisPrefix, state.client)
+      : new MemoryMatchQueue();
   const blocksStore = makeBlocksStore(db);
   const matchmaking = makeMatchmakingService({
     clock,

@@ -193,11 +193,18 @@ for _, uid in ipairs(ids) do
 end
 return out`;
 
-/** The cluster-mode queue: every operation is one Lua script, so pairing is atomic across nodes. */
+/**
+ * The cluster-mode queue: every operation is one Lua script, so pairing is atomic across nodes.
+ * `client` runs the scripts and must have no command timeout (RedisState.matchQueueConnection): a
+ * script that a timeout cut still runs in Redis, and its outcome (a waiting user taken as a peer,
+ * entries dropped or barred) would be lost. `reads` (default `client`) answers `get` and `topTags`,
+ * which change nothing and may time out.
+ */
 export class RedisMatchQueue implements MatchQueue {
   constructor(
     private readonly client: Redis,
     private readonly prefix: string,
+    private readonly reads: Redis = client,
   ) {}
 
   async enqueue(entry: QueueEntry, now: number): Promise<EnqueueResult> {
@@ -252,7 +259,7 @@ export class RedisMatchQueue implements MatchQueue {
   }
 
   async get(userId: number, now: number): Promise<QueueEntry | null> {
-    const raw = await this.client.get(`${this.prefix}mq:e:${userId}`);
+    const raw = await this.reads.get(`${this.prefix}mq:e:${userId}`);
     if (!raw) return null;
     const e = JSON.parse(raw) as QueueEntry;
     return e.deadline > now ? e : null;
@@ -264,7 +271,7 @@ export class RedisMatchQueue implements MatchQueue {
   }
 
   async topTags(n: number) {
-    const flat = await this.client.zrevrange(`${this.prefix}mq:depth`, 0, n - 1, 'WITHSCORES');
+    const flat = await this.reads.zrevrange(`${this.prefix}mq:depth`, 0, n - 1, 'WITHSCORES');
     const out: { tag: string; searching: number }[] = [];
     for (let i = 0; i + 1 < flat.length; i += 2) {
       const searching = Number(flat[i + 1]);

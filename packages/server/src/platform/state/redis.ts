@@ -58,6 +58,7 @@ return {1}`;
  * (platform/errors.ts): a Redis that stalls with its connections open (a long script, a busy fork,
  * a network path that drops packets) must not hold requests forever. Redis answers this app's
  * commands in well under a millisecond, its scripts included; the health probe gives up after 2.5 s.
+ * The match queue's scripts are exempt (matchQueueConnection): a timeout does not stop a script.
  */
 export const REDIS_COMMAND_TIMEOUT_MS = 3_000;
 
@@ -76,6 +77,8 @@ export class RedisState implements StateStore {
   readonly client: Redis;
   /** The connection in subscriber mode (Redis allows no other commands on it); made on first use. */
   private subscriber: Redis | null = null;
+  /** The match queue's connection, without a command timeout (matchQueueConnection); made on first use. */
+  private untimed: Redis | null = null;
   /** Prefixed channel name → this node's subscriptions to it. */
   private readonly subscriptions = new Map<string, Set<Subscription>>();
   /** Whether the subscriber connection is up with every channel subscribed. */
@@ -127,6 +130,22 @@ export class RedisState implements StateStore {
     const duplicate = client.duplicate.bind(client);
     client.duplicate = (override) =>
       quiet(duplicate({ commandTimeout: blockMs + REDIS_COMMAND_TIMEOUT_MS, ...override }));
+    return client;
+  }
+
+  /**
+   * A connection of its own without REDIS_COMMAND_TIMEOUT_MS, for scripts whose outcome must be
+   * acted on: the match queue's (RedisMatchQueue). A timeout only stops the wait, not the script,
+   * which a slow Redis still runs later: a PLACE cut at 3 s would take the waiting user it paired
+   * out of the queue with nobody left to make the chat or tell them. Its commands wait for their
+   * answer as long as the connection is up; a lost connection still fails them (after
+   * `maxRetriesPerRequest` reconnections). Closed with the state.
+   */
+  matchQueueConnection(): Redis {
+    if (this.untimed) return this.untimed;
+    const client = this.client.duplicate({ commandTimeout: undefined });
+    watchConnection(client, 'match queue', this.log);
+    this.untimed = client;
     return client;
   }
 
@@ -308,10 +327,12 @@ export class RedisState implements StateStore {
     const sub = this.subscriber;
     this.subscriber = null;
     this.subscriptions.clear();
-    if (sub) {
-      if (sub.status === 'ready') await sub.quit().catch(() => sub.disconnect());
-      else sub.disconnect();
+    for (const c of [sub, this.untimed]) {
+      if (!c) continue;
+      if (c.status === 'ready') await c.quit().catch(() => c.disconnect());
+      else c.disconnect();
     }
+    this.untimed = null;
     await this.client.quit().catch(() => this.client.disconnect());
   }
 }
