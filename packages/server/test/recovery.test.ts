@@ -224,3 +224,78 @@ describeApp('connection state recovery while its check runs', () => {
     expect(back.r.messages()).toEqual([one, missed, during, after]);
   });
 });
+
+describeApp('connection state recovery and a removal that commits while the socket is restored', () => {
+  // The check reads the memberships before the socket is restored; a kick or ban that commits
+  // after that read, before the socket is one of the namespace's (while the check returns, or
+  // while the handshake middleware runs), cannot take the room from it. The connected socket is
+  // checked again and leaves the room, told with `room:left`.
+  for (const [when, action] of [
+    ['check', 'kick'],
+    ['middleware', 'ban'],
+  ] as const) {
+    it(`takes the chat room from a recovered socket whose user was removed (${action} during the ${when})`, async () => {
+      const chat = await keyedChat(app);
+      const gone = await inChat(chat);
+      const one = await send(chat, 'one');
+      await received(gone.r, one);
+      await dropAll(chat, gone);
+
+      let removed = false;
+      const remove = async () => {
+        removed = true;
+        const res = await chat.owner.client.post(`/v1/portal/chats/${chat.chatId}/${action}`, {
+          user_id: gone.m.user.id,
+        });
+        expect(res.status, JSON.stringify(res.body)).toBe(200);
+      };
+      const chats = app.services.chats;
+      const original = chats.roomsStillAllowed;
+      if (when === 'check') {
+        // The check has read the memberships (still a member); the kick commits right after.
+        chats.roomsStillAllowed = async (...args: Parameters<typeof original>) => {
+          const allowed = await original.apply(chats, args);
+          if (!removed) await remove();
+          return allowed;
+        };
+      } else {
+        // A middleware after the session lookup: the ban commits while the handshake runs.
+        app.services.realtime.io.use((socket, next) => {
+          if (!socket.recovered || removed) return next();
+          remove().then(() => next(), next);
+        });
+      }
+      try {
+        expect(await gone.r.reconnect()).toBeNull();
+      } finally {
+        chats.roomsStillAllowed = original;
+      }
+      expect(gone.r.socket.recovered).toBe(true);
+      expect(removed).toBe(true);
+
+      // The connected socket is checked again and leaves the room, and is told so.
+      await new Promise<void>((resolve, reject) => {
+        const seen = () =>
+          gone.r.packets.some(
+            (p) => p.event === 'room:left' && p.payload.chat_id === chat.chatId && p.payload.reason === 'removed',
+          );
+        const t = setInterval(() => {
+          if (!seen()) return;
+          clearInterval(t);
+          clearTimeout(timer);
+          resolve();
+        }, 10);
+        const timer = setTimeout(() => {
+          clearInterval(t);
+          reject(new Error(`no room:left (removed); got ${gone.r.packets.map((p) => p.event).join(', ')}`));
+        }, 10_000);
+      });
+      await rekey(chat);
+      const after = await send(chat, 'after');
+      // An ack on the socket's connection comes after anything the chat was sent before it.
+      await gone.r.socket.emitWithAck('vm:credentials', { chat_id: chat.chatId });
+      expect(gone.r.messages()).not.toContain(after);
+      expect(gone.r.messages()).toEqual([one]);
+    });
+  }
+});

@@ -34,7 +34,7 @@ export function registerRoutes(app: App, s: Services, guards: Guards, config: Re
   registerChatsRoutes(app, { chats: s.chats, guards });
   registerKeysRoutes(app, { keys: s.keys, chats: s.chats, guards });
   registerMessagesRoutes(app, { messages: s.messages, chats: s.chats, guards });
-  registerChatSockets(s.realtime, s.chats);
+  registerChatSockets(s.realtime, s.chats, app.log);
   registerMatchmakingRoutes(app, { matchmaking: s.matchmaking, blocks: s.blocks, guards });
   registerMatchmakingSockets(s.realtime, s.matchmaking);
   registerModerationRoutes(app, { moderation: s.moderation, guards });

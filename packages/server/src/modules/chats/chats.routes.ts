@@ -120,7 +120,7 @@ export function registerChatsRoutes(app: App, { chats, guards }: { chats: ChatsS
 }
 
 /** Socket handlers: room:join, room:leave, the chat list on (re)connect, presence on disconnect. */
-export function registerChatSockets(realtime: Realtime, chats: ChatsService) {
+export function registerChatSockets(realtime: Realtime, chats: ChatsService, log: App['log']) {
   realtime.on('room:join', RoomJoinPayload, async (socket, payload: Parameters<ChatsService['join']>[1]) => {
     // The join puts the socket into the chat's room while it holds the membership (see join).
     // Entering a room this socket is already in changes nobody's presence: no delta.
@@ -162,10 +162,32 @@ export function registerChatSockets(realtime: Realtime, chats: ChatsService) {
       .then((list) => emitSnapshot(socket, 'chat:list', { chats: list }))
       .catch(() => {});
     // A recovered connection is back in the chat rooms it may still be in (the others were taken
-    // from it before it was restored, platform/recovery.ts): tell them it is present again.
-    for (const room of socket.rooms) {
-      const id = rooms.chatIdOf(room);
-      if (id !== null) chats.announcePresence(id, socket.data, true);
+    // from it before it was restored, platform/recovery.ts). A kick, ban or leave that committed
+    // after that check's read did not reach it (it was no socket of the namespace yet): now that it
+    // is one, those rooms are read again, it leaves the ones it may no longer be in (`room:left`,
+    // reason `removed`), then the chats of the others hear it is present again. A failed read
+    // closes its connection: the client comes back through the recovery check, or afresh.
+    const restored = [...socket.rooms].filter((room) => rooms.chatIdOf(room) !== null);
+    if (socket.recovered && restored.length > 0) {
+      chats.roomsStillAllowed(socket.data.userId, restored).then(
+        (allowed) => {
+          if (socket.disconnected) return;
+          const kept = new Set(allowed);
+          for (const room of restored) {
+            if (kept.has(room) || !socket.rooms.has(room)) continue;
+            void socket.leave(room);
+            socket.emit('room:left', { chat_id: rooms.chatIdOf(room) as number, reason: 'removed' });
+          }
+          for (const room of socket.rooms) {
+            const id = rooms.chatIdOf(room);
+            if (id !== null) chats.announcePresence(id, socket.data, true);
+          }
+        },
+        (err: unknown) => {
+          log.warn({ err, session_id: socket.data.sessionId }, 'recovered socket room check failed');
+          socket.conn.close();
+        },
+      );
     }
 
     // A session is present in a chat while any of its sockets is in the room, on any node (one
