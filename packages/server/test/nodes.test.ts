@@ -222,6 +222,57 @@ clusterOnly('a node that shuts down (a rolling deploy), seen from the other node
   }, 60_000);
 });
 
+clusterOnly('a node that shuts down with a client that does not answer', () => {
+  let backing: Backing | null = null;
+  let a: TestApp | null = null;
+  let b: TestApp | null = null;
+  afterEach(async () => {
+    closeAllSockets();
+    await a?.close().catch(() => {});
+    await b?.close().catch(() => {});
+    await backing?.release();
+    a = b = backing = null;
+  });
+
+  it("still tells the other node's members that the client's session went offline", async () => {
+    backing = await createBacking();
+    const nodeA = await startApp({ backing });
+    a = nodeA;
+    b = await startApp({ backing });
+    const chat = await keyedChat(b);
+    // On A: a member in the chat over long-polling, who stops polling (its connection cannot close).
+    const stuck = await member(nodeA);
+    stuck.socket.close();
+    const client = await pollingClient(nodeA.url, stuck.client.cookie ?? '');
+    await client.emit('room:join', { chat_id: chat.chatId });
+    await chat.owner.socket.next('portal:presence', (p) => p.session_id === stuck.sessionId && p.online === true);
+
+    await nodeA.close();
+    a = null;
+
+    await chat.owner.socket.next('portal:presence', (p) => p.session_id === stuck.sessionId && p.online === false);
+  }, 60_000);
+});
+
+/**
+ * A Socket.IO client over raw HTTP long-polling that polls only when told: between polls the
+ * server cannot write to it or close it (a peer that stopped answering).
+ */
+async function pollingClient(base: string, cookie: string) {
+  const headers = { cookie: `psession=${cookie}` };
+  const url = (sid?: string) => `${base}/socket.io/?EIO=4&transport=polling${sid ? `&sid=${sid}` : ''}`;
+  const open = await (await fetch(url(), { headers })).text();
+  const { sid } = JSON.parse(open.slice(1)) as { sid: string };
+  const post = async (packet: string) => {
+    const res = await fetch(url(sid), { method: 'POST', headers, body: packet });
+    expect(await res.text()).toBe('ok');
+  };
+  // The namespace's connect, answered on the next poll ("40{...}"; "44..." would be a refusal).
+  await post('40');
+  expect(await (await fetch(url(sid), { headers })).text()).toMatch(/^40\{/);
+  return { emit: (event: string, payload: unknown) => post(`42${JSON.stringify([event, payload])}`) };
+}
+
 clusterOnly('a node that is alive for Redis but does not answer (a stopped process)', () => {
   let backing: Backing | null = null;
   let a: TestApp | null = null;

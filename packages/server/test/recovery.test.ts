@@ -225,6 +225,42 @@ describeApp('connection state recovery while its check runs', () => {
   });
 });
 
+describeApp('connection state recovery while its handshake middleware runs', () => {
+  it('delivers, once, what the chat is sent while a recovered socket is in its handshake middleware', async () => {
+    const chat = await keyedChat(app);
+    const back = await inChat(chat);
+    const one = await send(chat, 'one');
+    await received(back.r, one);
+    await dropAll(chat, back);
+    const missed = await send(chat, 'missed');
+
+    // A middleware after the app's own (its session look-up): a message is sent in the chat and
+    // reaches the chat's other sockets (the owner's, on this node) before the handshake goes on.
+    let armed = true;
+    let during: string | null = null;
+    app.services.realtime.io.use((socket, next) => {
+      if (!armed || !socket.recovered || socket.data.userId !== back.m.user.id) return next();
+      armed = false;
+      send(chat, 'during')
+        .then(async (id) => {
+          during = id;
+          await chat.owner.socket.next('message:new', (p) => p.id === id);
+        })
+        .then(() => next(), next);
+    });
+    try {
+      expect(await back.r.reconnect()).toBeNull();
+    } finally {
+      armed = false;
+    }
+    expect(back.r.socket.recovered).toBe(true);
+    expect(during).not.toBeNull();
+    const after = await send(chat, 'after');
+    await received(back.r, after);
+    expect(back.r.messages()).toEqual([one, missed, during, after]);
+  });
+});
+
 describeApp('connection state recovery and a removal that commits while the socket is restored', () => {
   // The check reads the memberships before the socket is restored; a kick or ban that commits
   // after that read, before the socket is one of the namespace's (while the check returns, or

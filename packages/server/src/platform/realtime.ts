@@ -5,7 +5,7 @@ import type { FastifyBaseLogger } from 'fastify';
 import type { Redis } from 'ioredis';
 import { Server, type Socket } from 'socket.io';
 import { logFailure, toErrorBody } from './errors.js';
-import { guardRecovery, type RecoveryCheck } from './recovery.js';
+import { guardRecovery, type RecoveryCheck, reachRecoveringSockets } from './recovery.js';
 import { CROSS_NODE_READ_TIMEOUT_MS, crossNodeReads } from './socket-reads.js';
 import { coalesceSocketWrites } from './socket-writes.js';
 import { compilePayload } from './validation.js';
@@ -109,12 +109,18 @@ export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
   /** Set by the chats wiring: which restored rooms a recovered connection keeps (recovery.ts). */
   let recoveryCheck: RecoveryCheck | null = null;
   guardRecovery(io.of('/').adapter, () => recoveryCheck);
+  /** Recovered sockets in their handshake: what their rooms are sent meanwhile reaches them (recovery.ts). */
+  const recovering = reachRecoveringSockets(io.of('/').adapter);
 
   io.use((socket, next) => {
+    if (socket.recovered) recovering.connecting(socket);
     opts
       .authenticate(socket.handshake.headers.cookie)
       .then((data) => {
-        if (!data) return next(new Error('ERR_UNAUTHENTICATED'));
+        if (!data) {
+          recovering.done(socket);
+          return next(new Error('ERR_UNAUTHENTICATED'));
+        }
         // A recovered socket carries the rooms of the session it had; another session (the
         // cookie changed meanwhile) starts from none of them. The data is always the fresh one
         // (a level changed while away is the current level).
@@ -128,6 +134,7 @@ export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
         // A store that cannot be reached refuses with ERR_SERVICE_UNAVAILABLE (the client retries).
         const answer = toErrorBody(err);
         logFailure(opts.log, err, answer, { socket_handshake: true });
+        recovering.done(socket);
         next(new Error(answer.unavailable ? answer.body.code : 'ERR_INTERNAL'));
       });
   });
@@ -138,6 +145,7 @@ export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
   let eventGate: ((socket: AppSocket) => boolean) | null = null;
 
   io.on('connection', (socket) => {
+    recovering.done(socket);
     void socket.join([rooms.user(socket.data.userId), rooms.session(socket.data.sessionId)]);
     // One function per socket serves every client event: a listener per event and socket cost
     // about 2 KiB per connection (measured with the connect bench), for events most never send.
@@ -224,10 +232,14 @@ export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
       const sockets = [...io.of('/').sockets.values()];
       const gone = sockets.map((s) => new Promise((resolve) => s.once('disconnect', resolve)));
       // Each connection closes once what it has buffered is written ("forced close" on the server,
-      // "transport close" on the client: both recoverable). One that takes longer is cut by
-      // io.close below ("server shutting down", recoverable too).
+      // "transport close" on the client: both recoverable).
       for (const socket of sockets) socket.conn.close();
       await waitFor(gone, CONNECTION_CLOSE_WAIT_MS);
+      // A socket still open (a peer that does not read, a long-poll client between polls) is cut
+      // now, as io.close would cut it ("server shutting down": recoverable, its session kept, and
+      // its transport closed by io.close below), so that its disconnect work runs while the
+      // adapter can still reach the other nodes.
+      for (const socket of [...io.of('/').sockets.values()]) socket._onclose('server shutting down');
       await waitFor([...disconnectWork], DISCONNECT_WORK_WAIT_MS);
       await new Promise<void>((resolve) => {
         io.close(() => resolve());

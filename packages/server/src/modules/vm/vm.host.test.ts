@@ -1,5 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { FakeClock } from '../../platform/clock.js';
+import { rooms } from '../../platform/realtime.js';
+import { crossNodeReads } from '../../platform/socket-reads.js';
 import { MemoryState } from '../../platform/state/memory.js';
 import type { VmInfo, VmProvider } from '../../platform/vm/provider.js';
 import { makeVmCluster, type VmCluster } from './vm.cluster.js';
@@ -40,8 +42,11 @@ describe('the room host', () => {
   let clock: FakeClock;
   let fake: ReturnType<typeof fakeProvider>;
   let emitted: { event: string; payload: unknown }[];
-  /** What a lookup of the chat's sockets answers; replaced by tests that hold it. */
+  /** What a lookup of the chat's sockets on every node answers; replaced by tests that hold it. */
   let lookUp: () => Promise<{ data: { userId: number } }[]>;
+  /** The users with a socket in the chat on this node (what a read falls back to). */
+  let localUsers: number[];
+  let warnings: string[];
   let host: RoomHost;
 
   beforeEach(async () => {
@@ -52,13 +57,28 @@ describe('the room host', () => {
     fake = fakeProvider();
     emitted = [];
     lookUp = async () => [{ data: { userId: 1 } }, { data: { userId: 2 } }];
+    localUsers = [];
+    warnings = [];
+    // A socket server as the cross-node reads see it: the lookup across nodes, and this node's sockets.
+    const across = { fetchSockets: () => lookUp() };
+    const io = {
+      in: () => ({ ...across, timeout: () => across }),
+      of: () => {
+        const sockets = new Map(localUsers.map((userId) => [`s${userId}`, { id: `s${userId}`, data: { userId } }]));
+        return { sockets, adapter: { rooms: new Map([[rooms.chat(chatId), new Set(sockets.keys())]]) } };
+      },
+    };
+    const log = { warn: (_obj: object, msg: string) => warnings.push(msg) };
+    // The socket server itself is there too: a host reading it directly sees the same failing lookup.
+    const realtime = {
+      io,
+      socketsIn: crossNodeReads(io as never, log as never).socketsIn,
+      emitTo: ((_room: string, event: string, payload: unknown) => emitted.push({ event, payload })) as never,
+    };
     host = makeRoomHost({
       provider: fake.provider,
       chats: { assertMember: async () => {} },
-      realtime: {
-        io: { in: () => ({ fetchSockets: () => lookUp() }) } as never,
-        emitTo: ((_room: string, event: string, payload: unknown) => emitted.push({ event, payload })) as never,
-      },
+      realtime,
       clock,
       cluster,
       settingsFor: () => async () => null,
@@ -137,5 +157,24 @@ describe('the room host', () => {
     await host.start(chatId);
     expect(await host.requestControl(chatId, who(2))).toEqual({ granted: true, controller_user_id: 2 });
     expect(await host.requestControl(chatId, who(1))).toEqual({ granted: false, controller_user_id: 2 });
+  });
+
+  it('decides control from this node’s sockets when another node does not answer the lookup', async () => {
+    await host.start(chatId);
+    lookUp = () => Promise.reject(new Error('timeout reached: only 1 responses received out of 2'));
+    localUsers = [1, 2];
+
+    // The request is answered (granted: user 2 has a socket here), not failed.
+    expect(await host.requestControl(chatId, who(2))).toEqual({ granted: true, controller_user_id: 2 });
+
+    // User 2's last socket here leaves: they lose control, though the other node still does not answer.
+    localUsers = [1];
+    await host.userLeft(chatId, 2);
+    expect(host.statistics().controllers).toBe(0);
+    expect(emitted.filter((e) => e.event === 'vm:control').map((e) => e.payload)).toEqual([
+      { chat_id: chatId, controller_user_id: 2 },
+      { chat_id: chatId, controller_user_id: null },
+    ]);
+    expect(warnings.length).toBeGreaterThan(0);
   });
 });

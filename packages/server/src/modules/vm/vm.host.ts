@@ -17,7 +17,7 @@ export interface RemoteActor extends Actor {
 export interface HostDeps {
   provider: VmProvider;
   chats: Pick<ChatsService, 'assertMember'>;
-  realtime: Pick<Realtime, 'io' | 'emitTo'>;
+  realtime: Pick<Realtime, 'socketsIn' | 'emitTo'>;
   clock: Clock;
   cluster: VmCluster;
   settingsFor: () => SettingsSource;
@@ -85,9 +85,12 @@ export function makeRoomHost(deps: HostDeps) {
    */
   const asking = new Set<{ chatId: number; userId: number; left: boolean }>();
 
-  /** Whether the user has a socket in the chat's socket room, on any node. */
+  /**
+   * Whether the user has a socket in the chat's socket room, on any node; when another node does
+   * not answer in time, on this one (`Realtime.socketsIn`): control is still decided, not failed.
+   */
   const inChat = async (chatId: number, userId: number): Promise<boolean> => {
-    const sockets = await realtime.io.in(rooms.chat(chatId)).fetchSockets();
+    const { sockets } = await realtime.socketsIn(rooms.chat(chatId));
     return sockets.some((s) => s.data.userId === userId);
   };
 
