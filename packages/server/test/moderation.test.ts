@@ -7,7 +7,7 @@ import { bundle, join, keyedChat, type Member, member } from './support/chat-flo
 import { Client, nextIp } from './support/client.js';
 import { countRows, failInserts } from './support/faults.js';
 import { createBot, login, operator, setLevel } from './support/flows.js';
-import { hold, lockWaiters } from './support/pg-locks.js';
+import { racingUserRow } from './support/pg-locks.js';
 import { closeAllSockets, disconnected } from './support/sockets.js';
 
 let app: TestApp;
@@ -507,23 +507,10 @@ describeApp('nothing to lift: 200, and nothing recorded, notified or announced',
 const recordsOf = (userId: number) =>
   countRows(app, `select count(*) as n from moderation_actions where user_id = ${userId}`);
 
-/**
- * Holds the user's row in a transaction of the test's own, as a request on another node would,
- * and runs `work` in it; `run` starts the request under test, which must wait for the row. The
- * holder commits once the request waits, then the request's answer is returned.
- */
-async function racing(userId: number, work: string, run: () => Promise<{ status: number; body: any }>) {
+/** The request `run` made while the user's row is held by `work` (pg-locks racingUserRow); PostgreSQL only. */
+function racing<T>(userId: number, work: string, run: () => Promise<T>) {
   if (!sql) throw new Error('cluster only');
-  const db = sql;
-  const holder = hold(db, async (tx) => {
-    await tx`select id from users where id = ${userId} for update`;
-    await tx.unsafe(work);
-  });
-  await holder.ready;
-  const answer = run();
-  await lockWaiters(db, 1);
-  await holder.end();
-  return answer;
+  return racingUserRow(sql, userId, work, run);
 }
 
 // PGlite runs one transaction at a time, so nothing interleaves there; on PostgreSQL the test holds

@@ -10,7 +10,7 @@ import { auditLog, notifications, users } from '../src/platform/db/schema.js';
 import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { Client, nextIp } from './support/client.js';
 import { createBot, type LoggedIn, login, operator, setLevel } from './support/flows.js';
-import { hold, lockWaiters } from './support/pg-locks.js';
+import { racingUserRow } from './support/pg-locks.js';
 import { closeAllSockets, connectSocket } from './support/sockets.js';
 
 let app: TestApp;
@@ -284,22 +284,10 @@ describeApp('POST /v1/admin/notifications (targeted)', () => {
   });
 });
 
-/**
- * Holds the user's row in a transaction of the test's own (a promotion or deletion another node has
- * not committed yet) while `run` starts the request, which must wait for that row; then commits.
- */
-async function racing(userId: number, work: string, run: () => Promise<{ status: number; body: any }>) {
+/** The request `run` made while the user's row is held by `work` (pg-locks racingUserRow); PostgreSQL only. */
+function racing<T>(userId: number, work: string, run: () => Promise<T>) {
   if (!pg) throw new Error('PostgreSQL only');
-  const db = pg;
-  const holder = hold(db, async (tx) => {
-    await tx`select id from users where id = ${userId} for update`;
-    await tx.unsafe(work);
-  });
-  await holder.ready;
-  const answer = run();
-  await lockWaiters(db, 1);
-  await holder.end();
-  return answer;
+  return racingUserRow(pg, userId, work, run);
 }
 
 const notificationsOf = async (userId: number) =>

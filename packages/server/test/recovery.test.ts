@@ -109,6 +109,16 @@ async function dropAll(chat: Awaited<ReturnType<typeof keyedChat>>, ...who: Awai
   }
 }
 
+/** A member of a new keyed chat that received a first message (its recovery offset), then went away. */
+async function awayAfterOne() {
+  const chat = await keyedChat(app);
+  const member = await inChat(chat);
+  const one = await send(chat, 'one');
+  await received(member.r, one);
+  await dropAll(chat, member);
+  return { chat, member, one };
+}
+
 describeApp('connection state recovery after a kick', () => {
   it('gives a kicked user back no chat room and replays nothing the chat was sent; a member still in it gets both', async () => {
     const chat = await keyedChat(app);
@@ -157,11 +167,7 @@ describeApp('connection state recovery after a kick', () => {
   });
 
   it('is the same after a ban from the chat', async () => {
-    const chat = await keyedChat(app);
-    const banned = await inChat(chat);
-    const one = await send(chat, 'one');
-    await received(banned.r, one);
-    await dropAll(chat, banned);
+    const { chat, member: banned, one } = await awayAfterOne();
     const ban = await chat.owner.client.post(`/v1/portal/chats/${chat.chatId}/ban`, { user_id: banned.m.user.id });
     expect(ban.status, JSON.stringify(ban.body)).toBe(200);
     await rekey(chat);
@@ -180,11 +186,7 @@ describeApp('connection state recovery after a kick', () => {
 
 describeApp('connection state recovery after the session ended', () => {
   it('recovers nothing for a session that logged out while away: the handshake is refused and no missed packet is sent', async () => {
-    const chat = await keyedChat(app);
-    const gone = await inChat(chat);
-    const one = await send(chat, 'one');
-    await received(gone.r, one);
-    await dropAll(chat, gone);
+    const { chat, member: gone, one } = await awayAfterOne();
     expect((await gone.m.client.post('/v1/authentication/logout', {})).status).toBe(200);
     await rekey(chat);
     await send(chat, 'two');
@@ -195,11 +197,7 @@ describeApp('connection state recovery after the session ended', () => {
 
 describeApp('connection state recovery while its check runs', () => {
   it('replays what the chat was sent while the recovery was being checked, so nothing is missed', async () => {
-    const chat = await keyedChat(app);
-    const back = await inChat(chat);
-    const one = await send(chat, 'one');
-    await received(back.r, one);
-    await dropAll(chat, back);
+    const { chat, member: back, one } = await awayAfterOne();
     const missed = await send(chat, 'missed');
 
     // The check reads the session and the memberships from the database; a message is sent in
@@ -227,11 +225,7 @@ describeApp('connection state recovery while its check runs', () => {
 
 describeApp('connection state recovery while its handshake middleware runs', () => {
   it('delivers, once, what the chat is sent while a recovered socket is in its handshake middleware', async () => {
-    const chat = await keyedChat(app);
-    const back = await inChat(chat);
-    const one = await send(chat, 'one');
-    await received(back.r, one);
-    await dropAll(chat, back);
+    const { chat, member: back, one } = await awayAfterOne();
     const missed = await send(chat, 'missed');
 
     // A middleware after the app's own (its session look-up): a message is sent in the chat and
@@ -271,11 +265,7 @@ describeApp('connection state recovery and a removal that commits while the sock
     ['middleware', 'ban'],
   ] as const) {
     it(`takes the chat room from a recovered socket whose user was removed (${action} during the ${when})`, async () => {
-      const chat = await keyedChat(app);
-      const gone = await inChat(chat);
-      const one = await send(chat, 'one');
-      await received(gone.r, one);
-      await dropAll(chat, gone);
+      const { chat, member: gone, one } = await awayAfterOne();
 
       let removed = false;
       const remove = async () => {

@@ -40,3 +40,20 @@ export function hold(sql: postgres.Sql, work: (tx: postgres.TransactionSql) => P
   };
   return { ready: started, release, done, end };
 }
+
+/**
+ * Holds the user's row in a transaction of the test's own (a promotion or deletion another node has
+ * not committed yet), runs `work` in it, starts the request under test with `run`, which must wait
+ * for that row, then commits and answers the request's answer.
+ */
+export async function racingUserRow<T>(sql: postgres.Sql, userId: number, work: string, run: () => Promise<T>) {
+  const holder = hold(sql, async (tx) => {
+    await tx`select id from users where id = ${userId} for update`;
+    await tx.unsafe(work);
+  });
+  await holder.ready;
+  const answer = run();
+  await lockWaiters(sql, 1);
+  await holder.end();
+  return answer;
+}
