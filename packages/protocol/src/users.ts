@@ -61,10 +61,19 @@ export const FullUserSchema = Type.Composite(
 
 export const UserEnvelope = Type.Object({ user: UserSchema });
 
+/**
+ * Spec 4.2 rule 1: the fields succeed or fail independently, so their rules (length included) are
+ * checked per field and a failure lands in `errors`, not in a 400 for the whole body. Only the
+ * types and the field names are checked here; the HTTP body limit bounds the strings.
+ */
 export const UpdateMeBody = Type.Object(
   {
-    username: Type.Optional(Type.String({ maxLength: 256 })),
-    avatar_source: Type.Optional(Type.String({ maxLength: 64 })),
+    username: Type.Optional(
+      Type.String({ description: '3-32 letters, digits, dots, underscores or hyphens; else errors.username' }),
+    ),
+    avatar_source: Type.Optional(
+      Type.String({ description: 'a linked platform, platform_a_0 to platform_a_5, or ""; else errors.avatar_source' }),
+    ),
   },
   strict,
 );

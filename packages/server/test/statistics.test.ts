@@ -4,6 +4,7 @@ import { FakeClock } from '../src/platform/clock.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
 import { Client, nextIp } from './support/client.js';
 import { createBot, login } from './support/flows.js';
+import { closeAllSockets, connectSocket } from './support/sockets.js';
 
 let app: TestApp;
 const clock = new FakeClock(Date.now());
@@ -11,10 +12,14 @@ const clock = new FakeClock(Date.now());
 beforeAll(async () => {
   app = await startApp({ clock });
 });
-afterAll(async () => app?.close());
+afterAll(async () => {
+  closeAllSockets();
+  await app?.close();
+});
 
 const publicClient = () => new Client(app.url, nextIp(), app.publicApiKey);
 const get = async (path: string) => (await publicClient().get(path)).body;
+const HOUR = 3600 * 1000;
 
 describeApp('public statistics (K)', () => {
   it('counts users and bots', async () => {
@@ -50,5 +55,45 @@ describeApp('public statistics (K)', () => {
     clock.advance(1);
     expect((await get('/statistics/users')).total).toBe(users.total + 1);
     expect((await get('/statistics/app')).users).toBe(users.total + 1);
+  });
+});
+
+describeApp('statistics of activity and of strangers', () => {
+  it('counts a user in active_24h once a session of theirs is used, a day after the login, and moves last_activity_at', async () => {
+    const bot = (await createBot(app)).client;
+    const me = await login(app, { bot });
+    const atLogin = (await me.client.get('/v1/users/me')).body.user.last_activity_at as string;
+    clock.advance(25 * HOUR);
+    const before = await get('/statistics/users');
+    expect((await me.client.get('/v1/users/me/subscription')).status).toBe(200);
+    clock.advance(STATS_CACHE_MS);
+    const after = await get('/statistics/users');
+    expect(after.active_24h).toBe(before.active_24h + 1);
+    const now = (await me.client.get('/v1/users/me')).body.user.last_activity_at as string;
+    expect(Date.parse(now)).toBeGreaterThan(Date.parse(atLogin) + 24 * HOUR);
+  });
+
+  it('counts a socket connect with a live session as activity', async () => {
+    const bot = (await createBot(app)).client;
+    const me = await login(app, { bot });
+    clock.advance(25 * HOUR);
+    const before = await get('/statistics/users');
+    const socket = await connectSocket(app.url, me.client);
+    socket.disconnect();
+    clock.advance(STATS_CACHE_MS);
+    expect((await get('/statistics/users')).active_24h).toBe(before.active_24h + 1);
+  });
+
+  it('does not count anonymous strangers as users; their sessions count in sessions_active', async () => {
+    clock.advance(STATS_CACHE_MS);
+    const before = await get('/statistics/users');
+    const appBefore = await get('/statistics/app');
+    for (let i = 0; i < 3; i++) {
+      expect((await publicClient().post('/v1/portal/stranger', {})).status).toBe(200);
+    }
+    clock.advance(STATS_CACHE_MS);
+    const after = await get('/statistics/users');
+    expect(after).toEqual({ ...before, sessions_active: before.sessions_active + 3 });
+    expect((await get('/statistics/app')).users).toBe(appBefore.users);
   });
 });

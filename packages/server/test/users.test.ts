@@ -90,6 +90,28 @@ describeApp('POST /v1/users/me/update', () => {
     expect(svg.headers.get('content-type')).toContain('image/svg+xml');
   });
 
+  it('reports an over-long username in errors and still applies a good avatar_source', async () => {
+    const before = (await me.client.get('/v1/users/me')).body.user;
+    const res = await me.client.post('/v1/users/me/update', {
+      username: 'a'.repeat(257),
+      avatar_source: 'platform_a_2',
+    });
+    expect(res.status).toBe(200);
+    expect(res.body.errors).toEqual({ username: expect.stringContaining('3-32') });
+    expect(res.body.user.username).toBe(before.username);
+    expect(res.body.user.avatar_source).toBe('platform_a_2');
+  });
+
+  it('reports an over-long avatar_source in errors and still applies a good username', async () => {
+    const before = (await me.client.get('/v1/users/me')).body.user;
+    const name = `long_src_${me.user.id}`;
+    const res = await me.client.post('/v1/users/me/update', { username: name, avatar_source: 'p'.repeat(65) });
+    expect(res.status).toBe(200);
+    expect(res.body.errors).toEqual({ avatar_source: expect.any(String) });
+    expect(res.body.user.username).toBe(name);
+    expect(res.body.user.avatar_source).toBe(before.avatar_source);
+  });
+
   it('refuses an avatar_source that is neither linked nor a default key; empty falls back to the earliest platform', async () => {
     const bad = await me.client.post('/v1/users/me/update', { avatar_source: 'platform_b' });
     expect(bad.body.errors).toEqual({ avatar_source: expect.any(String) });

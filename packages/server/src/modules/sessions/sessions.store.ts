@@ -1,4 +1,20 @@
-import { and, count, desc, eq, gt, isNotNull, isNull, lte, ne, or, type Placeholder, type SQL, sql } from 'drizzle-orm';
+import {
+  and,
+  count,
+  desc,
+  eq,
+  gt,
+  inArray,
+  isNotNull,
+  isNull,
+  lt,
+  lte,
+  ne,
+  or,
+  type Placeholder,
+  type SQL,
+  sql,
+} from 'drizzle-orm';
 import { anyOf, type Db, deleteBatch, rowsOf } from '../../platform/db/index.js';
 import { sessions, users } from '../../platform/db/schema.js';
 import { noUsersChanged, type UsersChanged } from '../users/users.changes.js';
@@ -143,8 +159,25 @@ export function makeSessionsStore(db: Db, onChanged: UsersChanged = noUsersChang
       if (rows.length > 0) await onChanged([userId], tx);
       return rows.map((r) => r.id);
     },
-    /** Records activity of several sessions at once (the resolver batches a burst's touches). */
+    /**
+     * Records activity of several sessions at once (the resolver batches a burst's touches), and
+     * of their users: `last_activity_at` (spec 2.1, statistics `active_24h`) moves with the session
+     * touch, never backwards. Two statements, each committing on its own: neither holds a row of
+     * one table while it waits for a row of the other, so a touch cannot deadlock with a
+     * transaction that locks a user and then ends its sessions (login eviction, ban). A user row
+     * another transaction holds (a ban, a block, a chat creation) is skipped, not waited for: the
+     * request that touches would otherwise wait for that transaction, and the next touch, within
+     * a minute, records the activity. No change is published (users.changes.ts): nothing cached
+     * depends on it but the own profile, read again within its TTL (users.cache.ts).
+     */
     async touch(ids: number[], now: Date): Promise<void> {
+      const owners = db.select({ id: sessions.userId }).from(sessions).where(anyOf(sessions.id, ids));
+      const free = db
+        .select({ id: users.id })
+        .from(users)
+        .where(and(inArray(users.id, owners), lt(users.lastActivityAt, now)))
+        .for('no key update', { skipLocked: true });
+      await db.update(users).set({ lastActivityAt: now }).where(inArray(users.id, free));
       await db.update(sessions).set({ lastSeenAt: now }).where(anyOf(sessions.id, ids));
     },
     /** Deletes up to `limit` sessions over at or before `before` (retention); answers how many. */

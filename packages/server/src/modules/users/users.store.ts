@@ -151,10 +151,6 @@ export function makeUsersStore(db: Db, onChanged: UsersChanged = noUsersChanged)
       if (ids.length > 0) await onChanged(ids, db);
       return ids;
     },
-    async touchActivity(id: number, at: Date): Promise<void> {
-      await db.update(users).set({ lastActivityAt: at }).where(eq(users.id, id));
-      await onChanged([id], db);
-    },
     async search(q: string, opts: { belowLevel: number | null; offset: number; limit: number }): Promise<UserRow[]> {
       const filters = [ilike(users.username, `%${likeEscape(q)}%`)];
       if (opts.belowLevel !== null) filters.push(lt(users.permissionLevel, opts.belowLevel));
@@ -189,6 +185,11 @@ export function makeUsersStore(db: Db, onChanged: UsersChanged = noUsersChanged)
         .where(and(eq(auditLog.targetUserId, userId), eq(auditLog.code, code), eq(auditLog.action, action)));
       return (row?.n ?? 0) > 0;
     },
+    /**
+     * The figures of GET /statistics/users and /statistics/app. The user counts are of registered
+     * accounts: anonymous strangers (matchmaking-only, swept once their session is over) are not
+     * users there. `sessionsActive` counts every live session, strangers' included.
+     */
     async statistics(now: Date) {
       // Raw sql`` parameters must be strings: the postgres-js driver does not serialise Date there.
       const dayAgo = new Date(now.getTime() - 24 * 3600 * 1000).toISOString();
@@ -209,7 +210,8 @@ export function makeUsersStore(db: Db, onChanged: UsersChanged = noUsersChanged)
               Number,
             ),
         })
-        .from(users);
+        .from(users)
+        .where(eq(users.isStranger, false));
       const [s] = await db
         .select({ n: count() })
         .from(sessions)
