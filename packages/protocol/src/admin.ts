@@ -2,6 +2,7 @@ import { type Static, Type } from '@sinclair/typebox';
 import { type ChatConfigBody, ChatName } from './chats.js';
 import { IdParam, Nullable, Timestamp } from './common.js';
 import { Limits } from './constants.js';
+import { AvatarUrl } from './guilds.js';
 
 const strict = { additionalProperties: false } as const;
 
@@ -31,7 +32,7 @@ export const AdminBotUpdateBody = Type.Object(
     type: Type.Optional(Type.Union([Type.Literal('official'), Type.Literal('verified'), Type.Literal('community')])),
     rate_limit_per_hour: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_000_000 })),
     owner_user_id: Type.Optional(Nullable(IdParam)),
-    avatar_url: Type.Optional(Nullable(Type.String({ maxLength: Limits.URL_MAX, pattern: '^https?://' }))),
+    avatar_url: Type.Optional(Nullable(AvatarUrl)),
   },
   { ...strict, minProperties: 1 },
 );

@@ -1,6 +1,7 @@
 import { type Static, Type } from '@sinclair/typebox';
 import { Nullable, Timestamp } from './common.js';
 import { Limits } from './constants.js';
+import { AvatarUrl } from './guilds.js';
 
 const strict = { additionalProperties: false } as const;
 
@@ -47,7 +48,8 @@ export const BotLoginCodeBody = Type.Object(
     platform: PlatformName,
     platform_user_id: PlatformUserId,
     platform_username: Type.String({ minLength: 1, maxLength: 100 }),
-    platform_avatar_url: Type.String({ maxLength: Limits.URL_MAX }),
+    /** The user's picture on the platform, or "" when there is none. */
+    platform_avatar_url: Type.Union([Type.Literal(''), AvatarUrl]),
   },
   strict,
 );

@@ -1,6 +1,7 @@
 import { type Static, Type } from '@sinclair/typebox';
 import { Nullable, Timestamp } from './common.js';
 import { Limits } from './constants.js';
+import { AvatarUrl } from './guilds.js';
 
 const strict = { additionalProperties: false } as const;
 
@@ -42,7 +43,7 @@ export const PublicBotSchema = Type.Object(
 export const BotUpdateBody = Type.Object(
   {
     name: Type.Optional(Type.String({ minLength: 1, maxLength: Limits.BOT_NAME_MAX })),
-    avatar_url: Type.Optional(Nullable(Type.String({ maxLength: Limits.URL_MAX, pattern: '^https?://' }))),
+    avatar_url: Type.Optional(Nullable(AvatarUrl)),
     stats: Type.Optional(
       Type.Object(
         {

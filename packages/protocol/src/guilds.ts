@@ -16,13 +16,23 @@ export const BrowserKind = Type.Union([Type.Literal('brave'), Type.Literal('tor'
 export const ProxyRegion = Type.Union([Type.Literal('us'), Type.Literal('eu'), Type.Literal('none')]);
 
 /**
- * An absolute http(s) URL with a host and no whitespace, at most 2000 characters (spec 2.4, 8).
- * The server also checks that it parses as a URL.
+ * An absolute http(s) URL with a host and no whitespace, at most 2000 characters (code points)
+ * (spec 2.4, 8). The server validates the `http-url` format with isHttpUrl, so text the pattern
+ * passes but no browser parses (`http://[`) is refused with the rest of the body, before the
+ * request spends anything.
  */
 export const StartUrl = Type.String({
   maxLength: Limits.START_URL_MAX,
   pattern: '^[Hh][Tt][Tt][Pp][Ss]?://[^\\s/?#]+[^\\s]*$',
+  format: 'http-url',
 });
+
+/**
+ * A picture's URL (a guild's, a bot's, a platform avatar): http(s) with a host, at most 2000
+ * characters. Clients show and link it, so the server's `http-url` format (isHttpUrl) refuses
+ * what is no URL (`https://`, `http://[`); the pattern keeps the schemes to http and https.
+ */
+export const AvatarUrl = Type.String({ maxLength: Limits.URL_MAX, pattern: '^https?://', format: 'http-url' });
 
 /** Room settings of a guild (spec 2.4). */
 export const RoomSettingsSchema = Type.Object(
@@ -115,7 +125,7 @@ export const GuildUpsertBody = Type.Object(
     name: Type.String({ minLength: 1, maxLength: Limits.GUILD_NAME_MAX, pattern: '\\S' }),
     member_count: Type.Integer({ minimum: 0, maximum: 2147483647 }),
     owner_chatplatform_id: Type.Optional(Snowflake),
-    avatar_url: Type.Optional(Nullable(Type.String({ maxLength: Limits.URL_MAX, pattern: '^https?://' }))),
+    avatar_url: Type.Optional(Nullable(AvatarUrl)),
     prefix: Type.Optional(
       Nullable(Type.String({ minLength: 1, maxLength: Limits.GUILD_PREFIX_MAX, pattern: '^\\S+$' })),
     ),

@@ -87,6 +87,16 @@ describeApp('POST /v1/admin/bots/{bot_id}/update', () => {
     expectError(await op.post(`/v1/admin/bots/${bot.id}/update`, { avatar_url: 'ftp://x' }), 400, 'ERR_VALIDATION');
   });
 
+  it('answers 400 ERR_VALIDATION to an avatar_url that is no http(s) URL with a host, changing nothing', async () => {
+    const bot = await createBot(app);
+    const before = await bot.client.get('/v1/bot/me');
+    expect(before.status).toBe(200);
+    for (const avatar_url of ['https://', 'http://[', 'https:// example.com/a.png']) {
+      expectError(await op.post(`/v1/admin/bots/${bot.id}/update`, { avatar_url }), 400, 'ERR_VALIDATION');
+    }
+    expect((await bot.client.get('/v1/bot/me')).body).toEqual(before.body);
+  });
+
   it('lets only Owners and the operator register an official bot', async () => {
     expectError(
       await admin.client.post('/v1/admin/bots/create', { name: 'Official?', type: 'official' }),

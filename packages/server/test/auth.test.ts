@@ -496,6 +496,38 @@ describeApp('POST /v1/authentication/bot/login-code', () => {
     expect(res.body).toEqual({ code: null, expires_at: null });
   });
 
+  it('answers 400 ERR_VALIDATION to a platform_avatar_url that is no http(s) URL with a host, keeping the profile', async () => {
+    const platformUserId = nextIdentity();
+    const client = site();
+    const body = { platform: 'platform_a', platform_user_id: platformUserId };
+    expect((await client.post('/v1/authentication/request', body)).status).toBe(200);
+    const fetched = await botCode(platformUserId);
+    expect(fetched.body.code).toEqual(expect.any(String));
+    for (const bad of ['javascript:alert(1)', 'https://', 'http://[', 'ftp://cdn.example/a.png']) {
+      const res = await bot.post('/v1/authentication/bot/login-code', {
+        ...body,
+        platform_username: 'Other',
+        platform_avatar_url: bad,
+      });
+      expect([res.status, res.body.code], bad).toEqual([400, 'ERR_VALIDATION']);
+    }
+    // The account verify creates has the profile of the accepted fetch.
+    const verified = await client.post('/v1/authentication/verify', { code: fetched.body.code });
+    expect(verified.status).toBe(200);
+    expect(verified.body.user.avatar_url).toBe('https://cdn.example/a.png');
+    // An identity without a picture is sent as "": still accepted.
+    const other = nextIdentity();
+    expect((await site().post('/v1/authentication/request', { ...body, platform_user_id: other })).status).toBe(200);
+    const empty = await bot.post('/v1/authentication/bot/login-code', {
+      ...body,
+      platform_user_id: other,
+      platform_username: 'Someone',
+      platform_avatar_url: '',
+    });
+    expect(empty.status).toBe(200);
+    expect(empty.body.code).toEqual(expect.any(String));
+  });
+
   it('needs a bot key: the public key is refused', async () => {
     const res = await site().post('/v1/authentication/bot/login-code', {
       platform: 'platform_a',

@@ -1,14 +1,17 @@
 import { Limits } from '@parlor/protocol';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { describeApp, startApp, type TestApp } from './support/app.js';
+import { FakeClock } from '../src/platform/clock.js';
+import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { Client, nextIp } from './support/client.js';
 import { countRows, failInserts } from './support/faults.js';
 import { createBot, login, operator, setLevel } from './support/flows.js';
 
 let app: TestApp;
+/** The app's clock: the embedded store's limit windows run on it (Redis's on real time). */
+const clock = new FakeClock(Date.now());
 
 beforeAll(async () => {
-  app = await startApp();
+  app = await startApp({ clock });
 });
 afterAll(async () => app?.close());
 
@@ -101,6 +104,34 @@ describeApp('bot rate limits', () => {
     // Another bot is not affected.
     expect((await (await createBot(app)).client.get('/v1/bot/me')).status).toBe(200);
   });
+
+  it('counts the requests the minute limit refuses in the hour too, and answers the longer wait when both are over', async () => {
+    const { client } = await createBot(app, { rate_limit_per_hour: Limits.BOT_REQUESTS_PER_MINUTE + 2 });
+    const results = [];
+    for (let i = 0; i < Limits.BOT_REQUESTS_PER_MINUTE; i += 50) {
+      const batch = await Promise.all(Array.from({ length: 50 }, () => client.get('/v1/bot/me')));
+      results.push(...batch.map((r) => r.status));
+    }
+    expect(results.filter((s) => s === 200)).toHaveLength(Limits.BOT_REQUESTS_PER_MINUTE);
+    // Refused by the minute only: the hour has counted 601, then 602, of 602.
+    for (let i = 0; i < 2; i += 1) {
+      const minuteOnly = await client.get('/v1/bot/me');
+      expect([minuteOnly.status, minuteOnly.body.code]).toEqual([429, 'ERR_RATE_LIMITED']);
+      expect(minuteOnly.body.retry_after).toBeLessThanOrEqual(60);
+    }
+    // The hour counted both refused requests: this one, its 603rd, is over it too, so the wait is the hour's.
+    const both = await client.get('/v1/bot/me');
+    expect([both.status, both.body.code]).toEqual([429, 'ERR_RATE_LIMITED']);
+    expect(both.body.retry_after).toBeGreaterThan(60);
+    expect(both.headers.get('retry-after')).toBe(String(both.body.retry_after));
+    if (MODE === 'embedded') {
+      // A new minute (the embedded store's windows run on the app's clock): the hour is still over.
+      clock.advance(61_000);
+      const nextMinute = await client.get('/v1/bot/me');
+      expect(nextMinute.status).toBe(429);
+      expect(nextMinute.body.retry_after).toBeGreaterThan(60);
+    }
+  });
 });
 
 describeApp('POST /v1/admin/bots/create atomicity', () => {
@@ -147,6 +178,22 @@ describeApp('POST /v1/bot/me/update and /v1/bot/batch', () => {
       expect(bad.status).toBe(400);
       expect(bad.body.code).toBe('ERR_VALIDATION');
     }
+  });
+
+  it('answers 400 ERR_VALIDATION to an avatar_url that is no http(s) URL with a host, changing nothing', async () => {
+    const { client } = await createBot(app);
+    const set = await client.post('/v1/bot/me/update', { avatar_url: 'https://cdn.example/bot.png' });
+    expect(set.status).toBe(200);
+    for (const bad of ['https://', 'http://[', 'https://%zz/', 'javascript:alert(1)']) {
+      const res = await client.post('/v1/bot/me/update', { name: 'Changed', avatar_url: bad });
+      expect([res.status, res.body.code]).toEqual([400, 'ERR_VALIDATION']);
+      expect(res.body.errors.map((e: { path: string }) => e.path)).toContain('body/avatar_url');
+    }
+    expect((await client.get('/v1/bot/me')).body).toMatchObject({
+      name: set.body.name,
+      avatar_url: 'https://cdn.example/bot.png',
+      updated_at: set.body.updated_at,
+    });
   });
 
   it(`records 1 to ${Limits.BOT_BATCH_MAX} command executions and refuses 0 or ${Limits.BOT_BATCH_MAX + 1}`, async () => {

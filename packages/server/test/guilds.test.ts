@@ -1,4 +1,4 @@
-import { AuditCodes, GUILD_PLATFORM, RoomSettingsDefaults } from '@parlor/protocol';
+import { AuditCodes, GUILD_PLATFORM, Limits, RoomSettingsDefaults } from '@parlor/protocol';
 import { desc, eq } from 'drizzle-orm';
 import postgres from 'postgres';
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -151,6 +151,26 @@ describeApp('POST /v1/bot/guilds/{guild_id}', () => {
     const res = await upsert(nextIdentity(), body);
     expectError(res, 400, 'ERR_VALIDATION');
     expect(res.body.errors.map((e: { path: string }) => e.path)).toContain(path);
+  });
+
+  it('answers 400 ERR_VALIDATION to an avatar_url that is no http(s) URL with a host, changing nothing', async () => {
+    const id = nextIdentity();
+    const first = await upsert(id, { name: 'G', member_count: 1, avatar_url: 'https://cdn.example/g.png' });
+    expect(first.status).toBe(200);
+    for (const bad of ['https://', 'http://[', 'https://%zz/', 'javascript:alert(1)']) {
+      const res = await upsert(id, { name: 'Changed', member_count: 2, avatar_url: bad });
+      expectError(res, 400, 'ERR_VALIDATION');
+      expect(res.body.errors.map((e: { path: string }) => e.path)).toContain('body/avatar_url');
+    }
+    expect((await admin.client.get(`/v1/guilds/${id}`)).body).toMatchObject({
+      name: 'G',
+      member_count: 1,
+      avatar_url: 'https://cdn.example/g.png',
+    });
+    // A new guild reported with such an avatar is not created.
+    const fresh = nextIdentity();
+    expectError(await upsert(fresh, { name: 'G', member_count: 1, avatar_url: 'https://' }), 400, 'ERR_VALIDATION');
+    expectError(await admin.client.get(`/v1/guilds/${fresh}`), 404, 'ERR_GUILD_NOT_FOUND');
   });
 
   it('accepts guild ids of 1 and 20 digits and refuses others with 400', async () => {
@@ -479,6 +499,21 @@ describeApp('PUT /v1/guilds/{guild_id}/room-settings', () => {
       'https://a b',
     ])
       expectError(await roomSettings(admin.client, g.id, { start_url: bad }), 400, 'ERR_VALIDATION');
+  });
+
+  it('answers 400 ERR_VALIDATION to a start_url the pattern passes but no browser parses, spending no write', async () => {
+    const g = await guild();
+    const owner = await login(app, { bot, platformUserId: g.owner });
+    for (const bad of ['http://[', 'http://%zz/', 'https://[::1/', 'http://a:99999/'])
+      expectError(await roomSettings(owner.client, g.id, { start_url: bad }), 400, 'ERR_VALIDATION');
+    // None of the refused PUTs spent one of the owner's writes: all WRITES_PER_USER valid ones pass.
+    for (let i = 0; i < Limits.WRITES_PER_USER; i += 1) {
+      const res = await roomSettings(owner.client, g.id, { kiosk: i % 2 === 0 });
+      expect(res.status, `write ${i + 1}`).toBe(200);
+    }
+    expect((await owner.client.get(`/v1/guilds/${g.id}`)).body.room_settings.start_url).toBe(
+      RoomSettingsDefaults.start_url,
+    );
   });
 
   it.each([

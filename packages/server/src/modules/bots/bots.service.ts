@@ -150,17 +150,21 @@ export function makeBotsService({ db, store, audit, state, clock, users }: BotsD
     /** A deleted account's bots keep running without an owner (inside the deletion's transaction). */
     releaseOwner: (userId: number, tx: Tx) => store.clearOwner(userId, clock.now(), tx),
 
-    /** Authenticates a key and spends one request of both of its limits (per minute, per hour). */
+    /**
+     * Authenticates a key and spends one request of both of its limits (per minute, per hour).
+     * Every request counts in both windows, refused ones too (docs/api.md, Bots): a request the
+     * minute refuses is still one of the hour's. Over either, 429 with the longer wait of those over.
+     */
     resolver(): BotResolver {
       return {
         async resolve(apiKey) {
           if (!apiKey.startsWith(BOT_KEY_PREFIX)) return null;
           const bot = await store.byKeyHash(sha256Hex(apiKey));
           if (!bot) return null;
-          for (const limiter of [perMinute, hourly(bot.rateLimitPerHour)]) {
-            const r = await limiter.consume(String(bot.id));
-            if (!r.allowed) throw rateLimited(r.retryAfterMs);
-          }
+          const key = String(bot.id);
+          const spent = await Promise.all([perMinute.consume(key), hourly(bot.rateLimitPerHour).consume(key)]);
+          const refused = spent.filter((r) => !r.allowed);
+          if (refused.length > 0) throw rateLimited(Math.max(...refused.map((r) => r.retryAfterMs)));
           return { id: bot.id, type: bot.type };
         },
       };
