@@ -35,6 +35,22 @@ describe('serverUrl', () => {
     expect(error).toBeInstanceOf(ConfigError);
     expect(String(error)).not.toContain('hunter2');
   });
+
+  it.each([
+    ['https://admin:s3cretPass@parlor.example.org:99999/', 'https://…@parlor.example.org:99999/'],
+    ['https://admin:s3cret@Pass@parlor example.org/', 'https://…@parlor example.org/'],
+    ['https://admin:s3cret/Pass@parlor.example.org:99999/', 'https://…@parlor.example.org:99999/'],
+  ])('refuses the invalid URL %s without repeating its user name or password', (value, shown) => {
+    let error: unknown;
+    try {
+      serverUrl({ PARLOR_URL: value });
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toBeInstanceOf(ConfigError);
+    expect(String(error)).toContain(`not a valid URL (got "${shown}")`);
+    expect(String(error)).not.toMatch(/admin|s3cret|Pass/);
+  });
 });
 
 describe('operatorToken', () => {

@@ -26,14 +26,28 @@ function read(env: Env, name: string): string | null {
   return value === undefined || value === '' ? null : value;
 }
 
-/** PARLOR_URL, validated. The message never repeats the URL when it carries a password. */
+/**
+ * `raw` with everything from after its `//` (or its start) to its last `@` masked: the user name
+ * and password of a URL, however malformed the rest, so a message may quote it.
+ */
+function withoutUserinfo(raw: string): string {
+  const at = raw.lastIndexOf('@');
+  if (at < 0) return raw;
+  const slashes = raw.indexOf('//');
+  const start = slashes >= 0 && slashes < at ? slashes + 2 : 0;
+  return `${raw.slice(0, start)}…${raw.slice(at)}`;
+}
+
+/** PARLOR_URL, validated. The messages never repeat a user name or password it carries. */
 export function serverUrl(env: Env): URL {
   const raw = read(env, 'PARLOR_URL') ?? DEFAULT_URL;
   let url: URL;
   try {
     url = new URL(raw);
   } catch {
-    throw new ConfigError(`PARLOR_URL is not a valid URL (got "${raw}"); expected e.g. ${DEFAULT_URL}`);
+    throw new ConfigError(
+      `PARLOR_URL is not a valid URL (got "${withoutUserinfo(raw)}"); expected e.g. ${DEFAULT_URL}`,
+    );
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:')
     throw new ConfigError(`PARLOR_URL must start with http:// or https:// (got "${url.protocol}")`);

@@ -171,6 +171,41 @@ describe('loadConfig', () => {
     expect(problems[0]).toMatch(new RegExp(`^${name}\\b`));
   });
 
+  /** The secrets clients send in a header, their minimum, and a prefix. */
+  const HEADER_SECRETS = [
+    ['PUBLIC_API_KEY', 16, 'ppk_'],
+    ['OPERATOR_TOKEN', 24, 'pop_'],
+  ] as const;
+  const faults = (min: number, p: string) =>
+    [
+      ['a space inside', `${p}correct horse battery staple`, 'a space, a control or a non-ASCII character'],
+      ['a trailing space', `${p}trailing_space_0123456789ab `, 'a space, a control or a non-ASCII character'],
+      ['a leading tab', `\t${p}leading_tab_0123456789abcd`, 'a space, a control or a non-ASCII character'],
+      ['a non-ASCII character', `${p}0123456789abcdef01234é`, 'a space, a control or a non-ASCII character'],
+      ['257 characters', `${p}${'a'.repeat(253)}`, '257 characters'],
+      [`${min - 1} characters`, `${p}${'a'.repeat(min - 5)}`, `${min - 1} characters`],
+    ] as const;
+
+  it.each(HEADER_SECRETS.flatMap(([name, min, p]) => faults(min, p).map((f) => [name, min, ...f] as const)))(
+    'refuses a %s (%i characters at least) with %s (no client could send it), without repeating it',
+    (name, min, _case, secret, fault) => {
+      expect(problemsOf({ [name]: secret })).toEqual([
+        `${name} must be ${min}-256 visible ASCII characters (0x21-0x7E, no spaces) (it has ${fault})`,
+      ]);
+    },
+  );
+
+  it.each(
+    HEADER_SECRETS.flatMap(([name, min, p]) => [
+      [name, `${min} characters`, `${p}${'a'.repeat(min - 4)}`],
+      [name, '256 characters', `${p}${'a'.repeat(252)}`],
+      [name, 'visible ASCII punctuation', `${p}!"#$%&'()*+,-./09:;<=>?@AZ[\\]^_\`az{|}~`],
+    ]),
+  )('accepts a %s of %s', (name, _case, secret) => {
+    const config = load({ [name]: secret });
+    expect(name === 'PUBLIC_API_KEY' ? config.publicApiKey : config.operatorToken).toBe(secret);
+  });
+
   it('wants VM_HOST_TOKEN with VM_HOSTS, and takes a 32-character one', () => {
     expect(problemsOf({ VM_HOSTS: 'http://browsers.internal:8090' })).toEqual([
       expect.stringMatching(/^VM_HOST_TOKEN must be set when VM_HOSTS/),

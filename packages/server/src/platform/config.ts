@@ -30,8 +30,9 @@ export interface Config {
   /** Public API key (K); null means generate once into dataDir (embedded only: REDIS_URL requires it). */
   publicApiKey: string | null;
   /**
-   * Operator token for the CLI; null means generate once into dataDir/operator-token (0600)
-   * (embedded only: REDIS_URL requires it, the nodes' viewer-token key derives from it).
+   * Operator token for the CLI (headerSecretRule: 24-256 visible ASCII characters); null means
+   * generate once into dataDir/operator-token (0600) (embedded only: REDIS_URL requires it, the
+   * nodes' viewer-token key derives from it).
    */
   operatorToken: string | null;
   /** The URL users reach the service at; used for links and the default allowed origin. */
@@ -93,6 +94,37 @@ type Env = Record<string, string | undefined>;
  * (secret-files.ts checks a stored one against the same minimum).
  */
 export const SECRET_MIN_LENGTH = { PUBLIC_API_KEY: 16, OPERATOR_TOKEN: 24, VM_HOST_TOKEN: 32 } as const;
+
+/**
+ * Longest public API key and operator token: the header checks (auth.ts apiKeyHeader, bearer)
+ * treat a longer one as missing, so a server started with one would answer every request that
+ * carries it 401.
+ */
+export const HEADER_SECRET_MAX_LENGTH = 256;
+
+/** The secrets clients send in a request header: the public API key and the operator token. */
+export type HeaderSecret = 'PUBLIC_API_KEY' | 'OPERATOR_TOKEN';
+
+/**
+ * A header secret's rule, for messages. Visible ASCII only: the CLI sends nothing else (anything
+ * else cannot travel in a header as the same bytes), and Node and the Bearer check trim what they
+ * receive, so a secret with spaces at either end could never match.
+ */
+export function headerSecretRule(variable: HeaderSecret): string {
+  return `${SECRET_MIN_LENGTH[variable]}-${HEADER_SECRET_MAX_LENGTH} visible ASCII characters (0x21-0x7E, no spaces)`;
+}
+
+/**
+ * What keeps `secret` from ever authenticating (its length, or the kind of character it holds), or
+ * null when it keeps headerSecretRule. Never repeats the secret. Also checks a stored one
+ * (secret-files.ts).
+ */
+export function headerSecretFault(variable: HeaderSecret, secret: string): string | null {
+  if (secret.length < SECRET_MIN_LENGTH[variable] || secret.length > HEADER_SECRET_MAX_LENGTH)
+    return `${secret.length} characters`;
+  if (!/^[\x21-\x7e]+$/.test(secret)) return 'a space, a control or a non-ASCII character';
+  return null;
+}
 
 /**
  * A cookie's Domain as the `cookie` package (behind @fastify/cookie) accepts it when it writes
@@ -217,11 +249,13 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
   // Null only when HOST makes no URL, which is listed as a problem above: no throw before the report.
   const publicOrigin = URL.canParse(publicUrl) ? new URL(publicUrl).origin : null;
   const publicApiKey = str('PUBLIC_API_KEY');
-  if (publicApiKey !== null && publicApiKey.length < SECRET_MIN_LENGTH.PUBLIC_API_KEY)
-    problems.push(`PUBLIC_API_KEY must be at least ${SECRET_MIN_LENGTH.PUBLIC_API_KEY} characters`);
+  const publicApiKeyProblem = publicApiKey === null ? null : headerSecretFault('PUBLIC_API_KEY', publicApiKey);
+  if (publicApiKeyProblem !== null)
+    problems.push(`PUBLIC_API_KEY must be ${headerSecretRule('PUBLIC_API_KEY')} (it has ${publicApiKeyProblem})`);
   const operatorToken = str('OPERATOR_TOKEN');
-  if (operatorToken !== null && operatorToken.length < SECRET_MIN_LENGTH.OPERATOR_TOKEN)
-    problems.push(`OPERATOR_TOKEN must be at least ${SECRET_MIN_LENGTH.OPERATOR_TOKEN} characters`);
+  const operatorTokenProblem = operatorToken === null ? null : headerSecretFault('OPERATOR_TOKEN', operatorToken);
+  if (operatorTokenProblem !== null)
+    problems.push(`OPERATOR_TOKEN must be ${headerSecretRule('OPERATOR_TOKEN')} (it has ${operatorTokenProblem})`);
   const cookieDomain = str('COOKIE_DOMAIN');
   if (cookieDomain !== null && !COOKIE_DOMAIN_RE.test(cookieDomain))
     problems.push(

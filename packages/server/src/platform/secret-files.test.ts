@@ -86,6 +86,38 @@ describe('loadOrCreateSecret', () => {
     },
   );
 
+  const HEADER_SECRETS = SECRETS.filter(([, , variable]) => variable !== 'VM_HOST_TOKEN');
+  it.each(
+    HEADER_SECRETS.flatMap(([name, prefix, variable, min]) =>
+      [
+        ['over 256 characters', `${prefix}${'a'.repeat(253)}`, '257 characters'],
+        ['a space inside', `${prefix}correct horse battery staple`, 'a space, a control or a non-ASCII character'],
+        ['a non-ASCII character', `${prefix}0123456789abcdef01234é`, 'a space, a control or a non-ASCII character'],
+      ].map(([what, stored, fault]) => [name, what, stored, fault, prefix, variable, min] as const),
+    ),
+  )(
+    'refuses a stored %s with %s, naming the file and the variable, never the secret',
+    (name, _case, stored, fault, prefix, variable, min) => {
+      const dir = fresh();
+      mkdirSync(dir, { mode: 0o700 });
+      const file = path.join(dir, name);
+      writeFileSync(file, `${stored}\n`, { mode: 0o600 });
+      expect(() => loadOrCreateSecret(null, dir, name, prefix)).toThrow(
+        new Error(
+          `${file} holds ${fault}; ${variable} must be ${min}-256 visible ASCII characters (0x21-0x7E, no spaces): delete the file to have a new one made, or set ${variable}`,
+        ),
+      );
+      expect(readFileSync(file, 'utf8')).toBe(`${stored}\n`);
+    },
+  );
+
+  it.each(HEADER_SECRETS)('accepts a stored %s of 256 characters', (name, prefix) => {
+    const dir = fresh();
+    mkdirSync(dir, { mode: 0o700 });
+    writeFileSync(path.join(dir, name), `${prefix}${'a'.repeat(252)}\n`, { mode: 0o600 });
+    expect(loadOrCreateSecret(null, dir, name, prefix).value).toBe(`${prefix}${'a'.repeat(252)}`);
+  });
+
   it.each(SECRETS)('accepts a stored %s of exactly its minimum length', (name, prefix, _variable, min) => {
     const dir = fresh();
     mkdirSync(dir, { mode: 0o700 });

@@ -13,7 +13,7 @@ import {
   writeFileSync,
 } from 'node:fs';
 import path from 'node:path';
-import { SECRET_MIN_LENGTH } from './config.js';
+import { type HeaderSecret, headerSecretFault, headerSecretRule, SECRET_MIN_LENGTH } from './config.js';
 import { randomToken } from './secrets.js';
 
 /** The secrets a process may keep in DATA_DIR, by file name: the variable that replaces each. */
@@ -77,7 +77,7 @@ export function securePrivateDir(dir: string, log: (message: string) => void = (
  * whole secret, and two processes starting at once never replace each other's secret. A stored
  * value shorter than its variable's minimum (an edited or damaged file) stops the start with one
  * line naming the file and the variable. DATA_DIR is made private first (makePrivateDir; `log`
- * hears of a change).
+ * hears of a change). A stored public API key or operator token must also keep headerSecretRule (config.ts).
  */
 export function loadOrCreateSecret(
   configured: string | null,
@@ -94,10 +94,14 @@ export function loadOrCreateSecret(
   const value = readFileSync(file, 'utf8').trim();
   const variable = SECRET_FILES[name];
   const min = SECRET_MIN_LENGTH[variable];
+  const remedy = `delete the file to have a new one made, or set ${variable}`;
   if (value.length < min)
-    throw new Error(
-      `${file} holds ${value.length} characters; ${variable} needs at least ${min}: delete the file to have a new one made, or set ${variable}`,
-    );
+    throw new Error(`${file} holds ${value.length} characters; ${variable} needs at least ${min}: ${remedy}`);
+  // The header checks and the CLI take a stored key or token only within headerSecretRule (config.ts).
+  if (variable === 'VM_HOST_TOKEN') return { value, file };
+  const fault = headerSecretFault(variable satisfies HeaderSecret, value);
+  if (fault !== null)
+    throw new Error(`${file} holds ${fault}; ${variable} must be ${headerSecretRule(variable)}: ${remedy}`);
   return { value, file };
 }
 
