@@ -6,8 +6,9 @@ import { FakeClock } from '../src/platform/clock.js';
 import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { bundle, join, keyedChat, member } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
+import { countRows } from './support/faults.js';
 import { login, operator, setLevel } from './support/flows.js';
-import { hold, lockWaiters } from './support/pg-locks.js';
+import { hold, lockWaiters, racingUserRow } from './support/pg-locks.js';
 import { closeAllSockets, connectSocket } from './support/sockets.js';
 import { eventually } from './support/vm-browser.js';
 
@@ -113,6 +114,73 @@ describeApp('POST /v1/portal/chats/create', () => {
   );
 });
 
+/** The chats a user owns, as stored. */
+const ownedBy = (on: TestApp, userId: number) =>
+  countRows(on, `select count(*) as n from chats where owner_user_id = ${userId}`);
+
+describeApp('POST /v1/portal/chats/create: the slots follow the creator as stored', () => {
+  // An app of its own whose time stands still, so no cached session reaches its TTL: only the
+  // stored row can tell the creation about a change this node has not heard of.
+  let timed: TestApp;
+  const clock = new FakeClock(Date.now());
+  beforeAll(async () => {
+    timed = await startApp({ clock });
+  });
+  afterAll(async () => {
+    await timed?.close();
+  });
+
+  it('answers 403 ERR_CHAT_CREATE_FORBIDDEN to an Admin demoted to Basic by a write the node’s session cache has not heard of, and creates nothing', async () => {
+    const admin = await login(timed);
+    await setLevel(timed, admin.user.id, 2);
+    expect((await admin.client.get('/v1/users/me')).body.user.permission_level).toBe(2);
+    // Written behind the stores' back (as another node's commit whose invalidation is on its way).
+    await timed.database.db.execute(`update users set permission_level = 0 where id = ${admin.user.id}` as never);
+    const res = await create(admin.client, 'public', 'Demoted');
+    expect({ status: res.status, code: res.body.code }).toEqual({ status: 403, code: 'ERR_CHAT_CREATE_FORBIDDEN' });
+    expect(await ownedBy(timed, admin.user.id)).toBe(0);
+  });
+});
+
+// PostgreSQL: the creation meets a change of the creator that another transaction (a revoke or a
+// demotion on another node) has not committed yet; it must decide its slots on the committed row.
+describeApp('POST /v1/portal/chats/create racing a change of the creator (PostgreSQL)', () => {
+  const racing = <T>(userId: number, work: string, run: () => Promise<T>) => racingUserRow(pg, userId, work, run);
+
+  it.skipIf(MODE !== 'cluster')(
+    'answers 403 ERR_CHAT_CREATE_FORBIDDEN when a Premium revoke commits while the creation waits for the creator’s row, and creates nothing',
+    async () => {
+      const who = await login(app);
+      const grant = await operator(app).post('/v1/admin/subscriptions/grant', {
+        user_id: who.user.id,
+        tier: 'PREMIUM',
+        duration_days: 5,
+      });
+      expect(grant.status).toBe(200);
+      const res = await racing(
+        who.user.id,
+        `update users set subscription_tier = 0, subscription_expires_at = null where id = ${who.user.id}`,
+        () => create(who.client, 'public', 'Revoked'),
+      );
+      expect({ status: res.status, code: res.body.code }).toEqual({ status: 403, code: 'ERR_CHAT_CREATE_FORBIDDEN' });
+      expect(await ownedBy(app, who.user.id)).toBe(0);
+    },
+  );
+
+  it.skipIf(MODE !== 'cluster')(
+    'answers 403 ERR_CHAT_CREATE_FORBIDDEN when a demotion to Basic commits while the creation waits for the creator’s row, and creates nothing',
+    async () => {
+      const admin = await login(app);
+      await setLevel(app, admin.user.id, 2);
+      const res = await racing(admin.user.id, `update users set permission_level = 0 where id = ${admin.user.id}`, () =>
+        create(admin.client, 'public', 'Demoted'),
+      );
+      expect({ status: res.status, code: res.body.code }).toEqual({ status: 403, code: 'ERR_CHAT_CREATE_FORBIDDEN' });
+      expect(await ownedBy(app, admin.user.id)).toBe(0);
+    },
+  );
+});
+
 describeApp('private chats, invites and membership history', () => {
   it('hides a private chat from non-members; an invite lets one in and is recorded', async () => {
     const { owner, chatId } = await keyedChat(app, 'private');
@@ -127,9 +195,11 @@ describeApp('private chats, invites and membership history', () => {
     const code: string = invite.body.invite.code;
     const joined = await join(outsider, { invite: code });
     expect(joined).toMatchObject({ ok: true, chat: { id: chatId, member_count: 2 }, epoch: 1 });
-    expect(Object.keys(joined.key_ring).map(Number).sort()).toEqual(
-      [owner.user.id, outsider.user.id].sort((a, b) => a - b),
-    );
+    expect(
+      Object.keys(joined.key_ring)
+        .map(Number)
+        .sort((a, b) => a - b),
+    ).toEqual([owner.user.id, outsider.user.id].sort((a, b) => a - b));
     // The invite is used up.
     const third = await member(app);
     expect(await join(third, { invite: code })).toMatchObject({ ok: false, code: 'ERR_INVITE_NOT_FOUND' });

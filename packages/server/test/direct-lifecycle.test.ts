@@ -1,10 +1,13 @@
 import { Limits } from '@parlor/protocol';
+import { wrapChatKey } from '@parlor/sdk';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { CHAT_PURGE_AFTER_MS } from '../src/modules/chats/chats.direct.js';
 import { FakeClock } from '../src/platform/clock.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
+import { bundle, join, keyEpoch, member } from './support/chat-flows.js';
 import { countRows } from './support/faults.js';
 import { type LoggedIn, login } from './support/flows.js';
+import { closeAllSockets } from './support/sockets.js';
 
 let app: TestApp;
 const clock = new FakeClock(Date.now());
@@ -12,7 +15,10 @@ const clock = new FakeClock(Date.now());
 beforeAll(async () => {
   app = await startApp({ clock });
 });
-afterAll(async () => app?.close());
+afterAll(async () => {
+  closeAllSockets();
+  await app?.close();
+});
 
 const sweep = (opts?: { batch?: number; maxBatches?: number }) => app.services.chats.sweepDirect(opts);
 /** Rows of `table` that belong to chat `chatId`. */
@@ -66,5 +72,76 @@ describeApp('the direct-chat lifecycle sweep', () => {
     expect((await sweep({ batch: 2, maxBatches: 5 })).removed).toBe(5);
     clock.advance(CHAT_PURGE_AFTER_MS);
     expect((await sweep({ batch: 2, maxBatches: 5 })).purged).toBe(5);
+  });
+});
+
+// Spec 3, 8: a direct chat expires 24 h after its match. It is archived exactly then, as
+// punishments and subscriptions end exactly at their deadline; the minute sweep only writes it.
+describeApp('a direct chat at its expiry, before the sweep archives it', () => {
+  it('holds both users’ direct-chat slots until 1 ms before its expiry and frees them at it; the sweep then archives it', async () => {
+    const [a, b] = [await login(app), await login(app)];
+    const chatId = await matched(a, b);
+    clock.advance(Limits.DIRECT_CHAT_TTL_MS - 1);
+    expect((await a.client.get(`/v1/portal/chats/${chatId}`)).body.chat.archived).toBe(false);
+    const full = await app.services.chats.createDirect([a.user.id, b.user.id], ['lifecycle']);
+    expect(full).toEqual({ refused: { missing: [], inactive: [], full: [a.user.id, b.user.id] } });
+    clock.advance(1);
+    expect((await a.client.get(`/v1/portal/chats/${chatId}`)).body.chat.archived).toBe(true);
+    expect((await b.client.get('/v1/portal/chats')).body.chats.find((c: any) => c.id === chatId).archived).toBe(true);
+    const next = await matched(a, b);
+    expect(next).not.toBe(chatId);
+    // Not archived in storage yet: the sweep writes it (and tells the members) once.
+    expect(await countRows(app, `select count(*) as n from chats where id = ${chatId} and archived_at is null`)).toBe(
+      1,
+    );
+    await sweep({ batch: 1000, maxBatches: 100 });
+    expect(await countRows(app, `select count(*) as n from chats where id = ${chatId} and archived_at is null`)).toBe(
+      0,
+    );
+    expect(await countRows(app, `select count(*) as n from chats where id = ${next} and archived_at is null`)).toBe(1);
+  });
+
+  it('answers 403 ERR_CHAT_READ_ONLY to sends, deletes and key shares from its expiry (a send 1 ms before goes through)', async () => {
+    const [a, b] = [await member(app), await member(app)];
+    const chatId = await matched(a, b);
+    for (const m of [a, b]) expect((await join(m, { chat_id: chatId })).ok).toBe(true);
+    const { chatKey, epoch } = await keyEpoch(a, chatId);
+    const send = () =>
+      a.client.post(`/v1/portal/chats/${chatId}/messages`, { content: bundle(chatKey, chatId, epoch, 'hi') });
+    clock.advance(Limits.DIRECT_CHAT_TTL_MS - 1);
+    expect((await send()).status).toBe(200);
+    clock.advance(1);
+    const refused = (res: { status: number; body: any }) => [res.status, res.body.code];
+    expect(refused(await send())).toEqual([403, 'ERR_CHAT_READ_ONLY']);
+    expect(refused(await a.client.post(`/v1/portal/chats/${chatId}/messages/delete-mine`, {}))).toEqual([
+      403,
+      'ERR_CHAT_READ_ONLY',
+    ]);
+    const device = await member(app, { platformUserId: b.platformUserId });
+    const envelopes = [
+      {
+        session_id: device.sessionId,
+        wrapped: wrapChatKey({
+          chatKey,
+          recipientPublicKey: device.keys.publicKey,
+          chatId,
+          epoch,
+          recipientSessionId: device.sessionId,
+        }),
+      },
+    ];
+    expect(refused(await a.client.post(`/v1/portal/chats/${chatId}/keys/share`, { epoch, envelopes }))).toEqual([
+      403,
+      'ERR_CHAT_READ_ONLY',
+    ]);
+    expect(await rowsOf('messages', chatId)).toBe(2);
+    expect(
+      await countRows(app, `select count(*) as n from key_envelopes where recipient_session_id = ${device.sessionId}`),
+    ).toBe(0);
+    // The leave that would archive it finds no active direct chat: it is archived already.
+    expect(refused(await a.client.post('/v1/portal/match/leave', { chat_id: chatId }))).toEqual([
+      404,
+      'ERR_NO_DIRECT_CHAT',
+    ]);
   });
 });

@@ -334,6 +334,29 @@ describeApp('queue deadline, leave and the direct chat lifecycle', () => {
     expect(send.body.code).toBe('ERR_CHAT_READ_ONLY');
   });
 
+  it('answers matched until 1 ms before the direct chat expires and idle at its expiry, before the sweep: a new search is allowed then', async () => {
+    const { a, b, chatId, token } = await pair();
+    const expiresAt = new Date(clock.now().getTime() + Limits.DIRECT_CHAT_TTL_MS).toISOString();
+    clock.advance(Limits.DIRECT_CHAT_TTL_MS - 1);
+    await app.services.matchmaking.markOnline([a.user.id, b.user.id]);
+    expect((await a.client.get('/v1/portal/match/status')).body).toEqual({
+      state: 'matched',
+      token,
+      chat_id: chatId,
+      expires_at: expiresAt,
+    });
+    expect((await match(a, [tag()])).body.code).toBe('ERR_MATCH_SLOT_LIMIT');
+    clock.advance(1);
+    expect((await a.client.get('/v1/portal/match/status')).body).toEqual({ state: 'idle' });
+    const t = tag();
+    expect((await match(a, [t])).body).toEqual({
+      state: 'searching',
+      interests: [t],
+      expires_at: new Date(clock.now().getTime() + Limits.MATCH_QUEUE_WAIT_MS).toISOString(),
+    });
+    expect((await a.client.post('/v1/portal/match/dequeue', {})).body).toEqual({ state: 'idle' });
+  });
+
   it('archives a direct chat 24 h after the match and removes it 24 h later', async () => {
     const { a, chatId } = await pair();
     clock.advance(Limits.DIRECT_CHAT_TTL_MS - 1);

@@ -1,3 +1,4 @@
+import { archivedAtOf } from '../modules/chats/chats.rules.js';
 import { type ChatsService, makeChatsService } from '../modules/chats/chats.service.js';
 import { makeChatsStore } from '../modules/chats/chats.store.js';
 import { makeGuildsService } from '../modules/guilds/guilds.service.js';
@@ -21,7 +22,7 @@ import type { WiringContext } from './services.js';
 /** Chats and what lives in them: the chats store, keys, messages, guilds (their chats), the chats service. */
 export function wireChats(ctx: WiringContext, accounts: Accounts, realtime: Realtime, writes: UserLimit) {
   const { clock, db, state } = ctx;
-  const { audit, usersStore, users } = accounts;
+  const { audit, usersStore } = accounts;
   const chatsStore = makeChatsStore(db);
   const keys = makeKeysService({
     db,
@@ -32,7 +33,7 @@ export function wireChats(ctx: WiringContext, accounts: Accounts, realtime: Real
       chatIdsOf: (userId, tx) => chatsStore.chatIdsOf(userId, tx),
       lockChat: async (chatId, tx) => {
         const chat = await chatsStore.lockById(chatId, tx);
-        return chat ? { epoch: chat.epoch, archived: chat.archivedAt !== null } : null;
+        return chat ? { epoch: chat.epoch, archived: archivedAtOf(chat, clock.now()) !== null } : null;
       },
     },
   });
@@ -44,7 +45,7 @@ export function wireChats(ctx: WiringContext, accounts: Accounts, realtime: Real
     access: {
       chat: async (chatId) => {
         const chat = await chatsStore.byId(chatId);
-        return chat ? { epoch: chat.epoch, archived: chat.archivedAt !== null } : null;
+        return chat ? { epoch: chat.epoch, archived: archivedAtOf(chat, clock.now()) !== null } : null;
       },
       isMember: (chatId, userId) => chatsStore.isMember(chatId, userId),
       hasKey: (chatId, epoch, sessionId) => keys.hasKey(chatId, epoch, sessionId),
@@ -69,7 +70,6 @@ export function wireChats(ctx: WiringContext, accounts: Accounts, realtime: Real
     clock,
     keys,
     messages,
-    users,
     realtime,
     vanityChat: guilds.vanityChat,
     writes,

@@ -30,20 +30,38 @@ export function dueDirect(step: DirectStep, cutoff: Date, limit: number): SQL {
   return sql`select ${chats.id} from ${chats} where ${chats.type} = 'direct' and ${due} order by ${oldest} limit ${limit} for update skip locked`;
 }
 
+/**
+ * A direct chat of alias `chat` still active at `at` (a timestamptz): not archived and not past its
+ * expiry, though the sweep may not have archived it yet (`dueDirect('archive')` is the
+ * complement). `archivedAtOf` (chats.rules.ts) is the same rule on a row.
+ */
+export function directActive(chat: 'chats' | 'c' | 'd', at: SQL): SQL {
+  const c = sql.raw(chat);
+  return sql`(${c}.archived_at is null and (${c}.expires_at is null or ${c}.expires_at > ${at}))`;
+}
+
 /** The direct-chat lifecycle's writes, one batch each; safe on many nodes at once. */
 export function makeDirectSweepStore(db: Db) {
   return {
     /**
-     * Archives one direct chat (an explicit leave) if it is still active, in the caller's
+     * Archives one direct chat (an explicit leave) if it is still active at `now`, in the caller's
      * transaction; answers false when it was archived or removed already (a second leave, or the
-     * expiry sweep first), so the caller writes nothing more. On PostgreSQL a concurrent archive
+     * expiry sweep first) or its expiry has passed (archived then, whether or not the sweep has
+     * written it), so the caller writes nothing more. On PostgreSQL a concurrent archive
      * holds the row: this waits for it and then sees the chat archived.
      */
     async archiveActive(chatId: number, now: Date, tx: Tx): Promise<boolean> {
       const rows = await tx
         .update(chats)
         .set({ archivedAt: now, updatedAt: now })
-        .where(and(eq(chats.id, chatId), eq(chats.type, 'direct'), isNull(chats.deletedAt), isNull(chats.archivedAt)))
+        .where(
+          and(
+            eq(chats.id, chatId),
+            eq(chats.type, 'direct'),
+            isNull(chats.deletedAt),
+            directActive('chats', sql`${now.toISOString()}::timestamptz`),
+          ),
+        )
         .returning({ id: chats.id });
       return rows.length > 0;
     },

@@ -86,21 +86,26 @@ export function makeDirectChats(deps: DirectChatsDeps) {
       return { chat, token, users: created.users, filled: created.filled };
     },
 
+    /**
+     * The user's active direct chats, newest first: not archived and not past their expiry (a
+     * direct chat is archived exactly at its expiry, chats.rules `archivedAtOf`, sweep or not).
+     */
     async activeDirect(userId: number) {
-      return store.activeDirectOf(userId);
+      return store.activeDirectOf(userId, clock.now());
     },
 
     /**
      * Leaves (archives) a direct chat: read-only for 24 hours; the peer sees a system message.
      * The archive is conditional on the chat still being active, so of two leaves at once (two
      * tabs, a double click) or a leave racing the expiry sweep only one writes; the other answers
-     * ERR_NO_DIRECT_CHAT, as when there was none, and writes nothing.
+     * ERR_NO_DIRECT_CHAT, as when there was none, and writes nothing. A chat past its expiry is
+     * archived already (the sweep writes it): ERR_NO_DIRECT_CHAT too.
      */
     async leaveDirect(userId: number, chatId: number | undefined): Promise<number> {
-      const active = await store.activeDirectOf(userId);
+      const now = clock.now();
+      const active = await store.activeDirectOf(userId, now);
       const chat = chatId === undefined ? active[0] : active.find((c) => c.id === chatId);
       if (!chat) throw appError('ERR_NO_DIRECT_CHAT');
-      const now = clock.now();
       const system = await db.transaction(async (tx) => {
         if (!(await store.archiveActive(chat.id, now, tx))) throw appError('ERR_NO_DIRECT_CHAT');
         await store.logActivity({ chatId: chat.id, userId, action: 'leave', createdAt: now }, tx);

@@ -9,7 +9,7 @@ import type { MessagesService } from '../messages/messages.service.js';
 import type { Tx } from '../users/users.store.js';
 import type { ChatPresence } from './chats.presence.js';
 import { toChat } from './chats.presenter.js';
-import { canManage, type Viewer } from './chats.rules.js';
+import { archivedAtOf, canManage, type Viewer } from './chats.rules.js';
 import type { ChatRow, ChatsStore, ChatWithCount } from './chats.store.js';
 
 export interface MembershipDeps {
@@ -213,7 +213,8 @@ export function makeChatMembership(deps: MembershipDeps) {
           throw appError('ERR_NOT_CHAT_MEMBER', 'The membership this join made has ended since (a kick, a leave).');
         }
       }
-      return { chat: toChat(current), epoch: current.epoch, key_ring: ring };
+      const archivedAt = archivedAtOf(current, clock.now());
+      return { chat: toChat({ ...current, archivedAt }), epoch: current.epoch, key_ring: ring };
     },
 
     /** room:leave: ends the membership; the chat moves to a new epoch without this user. */

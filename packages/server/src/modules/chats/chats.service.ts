@@ -10,13 +10,13 @@ import type { UserLimit } from '../../platform/write-limit.js';
 import { canManageOfficial } from '../admin/admin.rules.js';
 import type { KeysService } from '../keys/keys.service.js';
 import type { MessagesService } from '../messages/messages.service.js';
-import type { UsersService } from '../users/users.service.js';
+import { hasPremium } from '../users/users.presenter.js';
 import type { Tx } from '../users/users.store.js';
 import { makeDirectChats } from './chats.direct.js';
 import { makeChatMembership } from './chats.membership.js';
 import { makeChatPresence } from './chats.presence.js';
 import { toActivity, toChat, toInvite } from './chats.presenter.js';
-import { canManage, canReadActivity, chatSlots, type Viewer } from './chats.rules.js';
+import { archivedAtOf, canManage, canReadActivity, chatSlots, type Viewer } from './chats.rules.js';
 import type { ChatsStore, ChatWithCount } from './chats.store.js';
 
 export interface ChatsDeps {
@@ -25,7 +25,6 @@ export interface ChatsDeps {
   clock: Clock;
   keys: KeysService;
   messages: MessagesService;
-  users: Pick<UsersService, 'hasPremium'>;
   realtime: Pick<Realtime, 'emitTo' | 'leaveChat' | 'io' | 'socketsIn'>;
   /** The chat a guild vanity opens (the guilds module), or null; without it no vanity resolves. */
   vanityChat?: (vanity: string) => Promise<number | null>;
@@ -40,10 +39,13 @@ export function makeChatsService(deps: ChatsDeps) {
   /** Chat lists asked for in one event-loop turn (the chat:list of a burst of connects) share a statement. */
   const listOf = batched((userIds: number[]) => store.listFor(userIds));
 
+  /** The chat as of now: a direct chat past its expiry reads as archived, sweep or not (chats.rules `archivedAtOf`). */
+  const current = (chat: ChatWithCount): ChatWithCount => ({ ...chat, archivedAt: archivedAtOf(chat, clock.now()) });
+
   const mustGet = async (chatId: number): Promise<ChatWithCount> => {
     const chat = await store.byId(chatId);
     if (!chat) throw appError('ERR_CHAT_NOT_FOUND');
-    return chat;
+    return current(chat);
   };
 
   /** Private and direct chats are for their members (and owner, and Admins for private ones). */
@@ -132,23 +134,26 @@ export function makeChatsService(deps: ChatsDeps) {
         return id === null || still.has(id);
       });
     },
-    /** The chat row (deleted chats: ERR_CHAT_NOT_FOUND). */
+    /** The chat row as of now (deleted chats: ERR_CHAT_NOT_FOUND; an expired direct chat archived). */
     find: mustGet,
 
     /**
      * Creates a public or private chat within the creator's slots; the creator is its first member.
-     * A creator whose account is deleted while this runs answers 401 ERR_UNAUTHENTICATED (its
-     * session ended with it), never a foreign-key error.
+     * The slots (spec 2.11) follow the creator's row as locked here, never the session's view of it:
+     * a revoke or demotion committed before the creation holds that row is seen, and a later one
+     * waits for the creation. A creator whose account is deleted while this runs answers 401
+     * ERR_UNAUTHENTICATED (its session ended with it), never a foreign-key error.
      */
     async create(viewer: Viewer, body: { name: string; type: 'public' | 'private' }): Promise<Chat> {
-      const slots = chatSlots(viewer.permissionLevel, await deps.users.hasPremium(viewer.userId));
-      if (slots === 0) throw appError('ERR_CHAT_CREATE_FORBIDDEN');
       const now = clock.now();
       const chatId = await db.transaction(async (tx) => {
         // Serialise concurrent creations by the same user so the slot count holds.
         await tx.execute(sql`select pg_advisory_xact_lock(7243, ${viewer.userId})`);
         // The creator's row, held until the commit: a deletion either committed before (gone) or waits.
-        if (!(await store.lockUser(viewer.userId, tx))) throw appError('ERR_UNAUTHENTICATED');
+        const creator = await store.lockCreator(viewer.userId, tx);
+        if (!creator) throw appError('ERR_UNAUTHENTICATED');
+        const slots = chatSlots(creator.permissionLevel, hasPremium(creator, now));
+        if (slots === 0) throw appError('ERR_CHAT_CREATE_FORBIDDEN');
         if ((await store.countOwned(viewer.userId, tx)) >= slots) throw appError('ERR_CHAT_SLOT_LIMIT');
         const chat = await store.insert(
           { type: body.type, name: body.name.trim(), ownerUserId: viewer.userId, createdAt: now, updatedAt: now },
@@ -189,7 +194,7 @@ export function makeChatsService(deps: ChatsDeps) {
     },
 
     async list(userId: number): Promise<Chat[]> {
-      return (await listOf(userId)).map(toChat);
+      return (await listOf(userId)).map((chat) => toChat(current(chat)));
     },
 
     ...membership,

@@ -2,9 +2,9 @@ import { and, count, desc, eq, gt, gte, inArray, isNull, ne, or, type SQL, sql }
 import { anyOf, type Db, rowsOf } from '../../platform/db/index.js';
 import { chatInvites, chatMembers, chats, moderationActions, users } from '../../platform/db/schema.js';
 import { restrictionInForce } from '../messages/messages.store.js';
-import { premiumAtSql, type Tx } from '../users/users.store.js';
+import { premiumAtSql, type Tx, type UserRow } from '../users/users.store.js';
 import { makeActivityStore } from './chats.activity.store.js';
-import { makeDirectSweepStore } from './chats.direct.store.js';
+import { directActive, makeDirectSweepStore } from './chats.direct.store.js';
 import { makeChatPurgeStore } from './chats.purge.store.js';
 
 export type ChatRow = typeof chats.$inferSelect;
@@ -81,7 +81,7 @@ export function makeChatsStore(db: Db) {
      * takes the chat's first id `<at>-0` (the chat's id counter starts there). One transaction:
      * a lock per user (pg_advisory_xact_lock, ascending ids, so pairings sharing a user wait for
      * each other on every node and never deadlock), then one statement that counts each user's
-     * active direct chats and writes only if every user exists, may use the platform (its
+     * active direct chats (not archived, not past their expiry at `at`) and writes only if every user exists, may use the platform (its
      * effective state is Active; a stranger still has a live session) and has a free slot. It
      * holds the users' rows (FOR SHARE) as it reads them, so a ban or timeout committing meanwhile
      * is either seen or comes after the chat. Answers the new chat's id and epoch, the users as
@@ -121,7 +121,7 @@ export function makeChatsStore(db: Db) {
             select id, username, is_stranger, array_position(${ids}, id) as pos,
                    (select count(*) from chat_members cm join chats d on d.id = cm.chat_id
                      where cm.user_id = users.id and cm.left_at is null and d.deleted_at is null
-                       and d.type = 'direct' and d.archived_at is null)::integer as active,
+                       and d.type = 'direct' and ${directActive('d', at)})::integer as active,
                    -- A stranger never has premium.
                    case when not is_stranger and ${premiumAtSql(at)}
                         then ${v.slots.premium}::integer else ${v.slots.free}::integer end as slots,
@@ -218,6 +218,28 @@ export function makeChatsStore(db: Db) {
     async lockUser(userId: number, tx: Tx): Promise<boolean> {
       const rows = await tx.select({ id: users.id }).from(users).where(eq(users.id, userId)).for('key share');
       return rows.length > 0;
+    },
+    /**
+     * The creator's row, held (FOR SHARE) until the transaction ends, with what its creation slots
+     * follow (spec 2.11: level, tier and the tier's expiry) as committed: a revoke, demotion or
+     * deletion either committed before (read here) or waits for the creation. Undefined when the
+     * user is gone.
+     */
+    async lockCreator(
+      userId: number,
+      tx: Tx,
+    ): Promise<Pick<UserRow, 'permissionLevel' | 'subscriptionTier' | 'subscriptionExpiresAt'> | undefined> {
+      const [row] = await tx
+        .select({
+          permissionLevel: users.permissionLevel,
+          subscriptionTier: users.subscriptionTier,
+          subscriptionExpiresAt: users.subscriptionExpiresAt,
+        })
+        .from(users)
+        .where(eq(users.id, userId))
+        .limit(1)
+        .for('share');
+      return row;
     },
     /** Chats counting against a user's creation slots (public and private ones they own). */
     async countOwned(userId: number, tx: Tx = db): Promise<number> {
@@ -376,8 +398,8 @@ export function makeChatsStore(db: Db) {
         .returning({ userId: chatMembers.userId });
       return rows.map((r) => r.userId);
     },
-    /** Active (not archived) direct chats of a user, newest first. */
-    async activeDirectOf(userId: number): Promise<ChatRow[]> {
+    /** Direct chats of a user active at `now` (not archived, not past their expiry), newest first. */
+    async activeDirectOf(userId: number, now: Date): Promise<ChatRow[]> {
       const rows = await db
         .select({ chat: chats })
         .from(chatMembers)
@@ -388,7 +410,7 @@ export function makeChatsStore(db: Db) {
             isNull(chatMembers.leftAt),
             live,
             eq(chats.type, 'direct'),
-            isNull(chats.archivedAt),
+            directActive('chats', sql`${now.toISOString()}::timestamptz`),
           ),
         )
         .orderBy(desc(chats.id));

@@ -1,6 +1,7 @@
 import { eq, sql } from 'drizzle-orm';
 import { type Db, rowsOf } from '../../platform/db/index.js';
 import { users } from '../../platform/db/schema.js';
+import { directActive } from '../chats/chats.direct.store.js';
 import { hasPremium } from '../users/users.presenter.js';
 
 /**
@@ -9,7 +10,10 @@ import { hasPremium } from '../users/users.presenter.js';
  */
 export interface SearcherFacts {
   premium: boolean;
-  /** Active (not archived) direct chats the user is a member of. */
+  /**
+   * Active direct chats the user is a member of: not archived and not past their expiry (a direct
+   * chat is archived exactly at its expiry, before the sweep writes it: chats.rules `archivedAtOf`).
+   */
   activeDirect: number;
   /** Everyone this user blocked or was blocked by. */
   exclude: number[];
@@ -54,7 +58,7 @@ export function makeMatchmakingStore(db: Db) {
                  (extract(epoch from u.subscription_expires_at) * 1000)::float8 as tier_expires_ms,
                  (select count(*) from chat_members cm join chats c on c.id = cm.chat_id
                    where cm.user_id = i.uid and cm.left_at is null and c.deleted_at is null
-                     and c.type = 'direct' and c.archived_at is null)::integer as active_direct,
+                     and c.type = 'direct' and ${directActive('c', sql`${now.toISOString()}::timestamptz`)})::integer as active_direct,
                  -- As text: both drivers hand text back as it is, whatever their array parsing.
                  (select string_agg(case when b.blocker_id = i.uid then b.blocked_id else b.blocker_id end::text, ',')
                    from user_blocks b where b.blocker_id = i.uid or b.blocked_id = i.uid) as exclude,

@@ -49,7 +49,7 @@ export function appendSql(v: Omit<MessageRow, 'ms' | 'seq'>): SQL {
  * messages.service). Each item is accepted if its sender is a member, neither banned nor muted
  * here, and its session holds an envelope at the epoch; the accepted ones take consecutive ids in
  * item order from one UPDATE of the chat row, whose WHERE carries the chat's own conditions (live,
- * not archived, at the epoch), so PostgreSQL re-checks them on the newest row version if a
+ * not archived nor past its expiry, at the epoch), so PostgreSQL re-checks them on the newest row version if a
  * concurrent transaction (a rekey, an archive) changed the row while this one waited for its lock.
  * Answers `(ord, ms, seq)` for the accepted items; `ord` is the item's index.
  */
@@ -83,6 +83,8 @@ export function sendBatchSql(b: SendBatch): SQL {
                          else (select k from n) - 1 end,
           msg_ms = greatest(msg_ms, ${b.now.getTime()}::bigint)
       where id = ${b.chatId}::integer and deleted_at is null and archived_at is null
+        -- A direct chat is archived exactly at its expiry, before the sweep writes it (chats.rules archivedAtOf).
+        and (expires_at is null or expires_at > ${now}::timestamptz)
         and epoch = ${b.epoch}::integer and (select k from n) > 0
       returning id, msg_ms, msg_seq
     ),
