@@ -282,6 +282,18 @@ describeApp('POST /v1/admin/notifications (targeted)', () => {
     );
     expectError(await op.post('/v1/admin/notifications', to(2147483646)), 404, 'ERR_USER_NOT_FOUND');
   });
+
+  it('answers 404 ERR_USER_NOT_FOUND for an anonymous stranger (it can never read notifications); nothing written', async () => {
+    const client = new Client(app.url, nextIp(), app.publicApiKey);
+    const created = await client.post('/v1/portal/stranger', {});
+    expect(created.status).toBe(200);
+    const id: number = created.body.user.id;
+    const audits = (await app.database.db.select().from(auditLog).where(eq(auditLog.targetUserId, id))).length;
+    const res = await op.post('/v1/admin/notifications', { title: 't', body: 'b', type: 'info', user_id: id });
+    expectError(res, 404, 'ERR_USER_NOT_FOUND');
+    expect(await app.database.db.select().from(notifications).where(eq(notifications.userId, id))).toEqual([]);
+    expect(await app.database.db.select().from(auditLog).where(eq(auditLog.targetUserId, id))).toHaveLength(audits);
+  });
 });
 
 /** The request `run` made while the user's row is held by `work` (pg-locks racingUserRow); PostgreSQL only. */

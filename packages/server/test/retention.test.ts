@@ -2,9 +2,10 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { FakeClock } from '../src/platform/clock.js';
 import { RETENTION_MS } from '../src/wiring/retention.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
-import { sessionIdOf } from './support/chat-flows.js';
+import { join, member, sessionIdOf } from './support/chat-flows.js';
 import { countRows } from './support/faults.js';
 import { createBot, login, setLevel } from './support/flows.js';
+import { closeAllSockets } from './support/sockets.js';
 
 let app: TestApp;
 const clock = new FakeClock(Date.now());
@@ -12,7 +13,10 @@ const clock = new FakeClock(Date.now());
 beforeAll(async () => {
   app = await startApp({ clock });
 });
-afterAll(async () => app?.close());
+afterAll(async () => {
+  closeAllSockets();
+  await app?.close();
+});
 
 const run = (opts?: { batch?: number; maxBatches?: number }) => app.services.retention.run(opts);
 const count = (from: string) => countRows(app, `select count(*) as n from ${from}`);
@@ -90,6 +94,50 @@ describeApp('data retention', () => {
     await run();
     expect(await count(`chat_activity where chat_id = ${chatId}`)).toBe(0);
     expect(await count(`chats where id = ${chatId} and deleted_at is null`)).toBe(1);
+  });
+
+  it('deletes revoked, used-up and expired invites 30 days after they died; live invites stay', async () => {
+    const owner = await member(app, { level: 2 });
+    const created = await owner.client.post('/v1/portal/chats/create', { name: 'invites', type: 'public' });
+    expect(created.status).toBe(200);
+    const chatId: number = created.body.chat.id;
+    const invite = async (body: object): Promise<string> => {
+      const res = await owner.client.post(`/v1/portal/chats/${chatId}/invites/create`, body);
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+      return res.body.invite.code;
+    };
+    const live = await invite({});
+    const liveUsed = await invite({ max_uses: 2 });
+    const usedUp = await invite({ max_uses: 1 });
+    const revoked = await invite({});
+    const expiring = await invite({ expires_in_seconds: 60 });
+    expect((await owner.client.post(`/v1/portal/chats/${chatId}/invites/${revoked}/delete`, {})).status).toBe(200);
+    for (const code of [liveUsed, usedUp]) expect((await join(await member(app), { invite: code })).ok).toBe(true);
+    /** The chat's invites still stored, in the order above. */
+    const remaining = async () => {
+      const kept: string[] = [];
+      for (const code of [live, liveUsed, usedUp, revoked, expiring])
+        if ((await count(`chat_invites where code = '${code}'`)) === 1) kept.push(code);
+      expect(await count(`chat_invites where chat_id = ${chatId}`)).toBe(kept.length);
+      return kept;
+    };
+    // Revoked and used up count from now (revocation, creation), the expired one from its expiry.
+    clock.advance(RETENTION_MS.deadInvites - 1);
+    await run();
+    expect(await remaining()).toEqual([live, liveUsed, usedUp, revoked, expiring]);
+    clock.advance(1);
+    expect((await run()).chat_invites).toBe(2);
+    expect(await remaining()).toEqual([live, liveUsed, expiring]);
+    clock.advance(60_000 - 1);
+    await run();
+    expect(await remaining()).toEqual([live, liveUsed, expiring]);
+    clock.advance(1);
+    expect((await run()).chat_invites).toBe(1);
+    // A year on, the live ones are still there, and still accepted.
+    clock.advance(365 * 24 * 3600_000);
+    expect((await run()).chat_invites).toBe(0);
+    expect(await remaining()).toEqual([live, liveUsed]);
+    expect((await join(await member(app), { invite: liveUsed })).ok).toBe(true);
   });
 
   it('keeps the audit log (the one-time Trial check reads it)', async () => {

@@ -2,7 +2,7 @@ import { AuditCodes, Limits } from '@parlor/protocol';
 import { and, eq } from 'drizzle-orm';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { FakeClock } from '../src/platform/clock.js';
-import { auditLog, users } from '../src/platform/db/schema.js';
+import { auditLog, notifications, users } from '../src/platform/db/schema.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
 import { Client, nextIp } from './support/client.js';
 import { createBot, type LoggedIn, login, operator, setLevel } from './support/flows.js';
@@ -196,6 +196,21 @@ describeApp('POST /v1/admin/subscriptions/grant', () => {
     expectError(await grant(moderator.client, lifetime(plain.user.id)), 403, 'ERR_FORBIDDEN');
     expectError(await grant(plain.client, lifetime(plain.user.id)), 403, 'ERR_FORBIDDEN');
     expectError(await grant(new Client(app.url), lifetime(plain.user.id)), 401, 'ERR_UNAUTHENTICATED');
+  });
+
+  it('answers 404 ERR_USER_NOT_FOUND for an anonymous stranger, grant or revoke, and writes nothing', async () => {
+    const client = new Client(app.url, nextIp(), app.publicApiKey);
+    const created = await client.post('/v1/portal/stranger', {});
+    expect(created.status).toBe(200);
+    const id: number = created.body.user.id;
+    for (const tier of ['TRIAL', 'LIFETIME'])
+      expectError(await grant(op, { user_id: id, tier }), 404, 'ERR_USER_NOT_FOUND');
+    expectError(await grant(op, { user_id: id, tier: 'PREMIUM', duration_days: 30 }), 404, 'ERR_USER_NOT_FOUND');
+    expectError(await revoke(op, { user_id: id }), 404, 'ERR_USER_NOT_FOUND');
+    const [row] = await app.database.db.select().from(users).where(eq(users.id, id));
+    expect(row).toMatchObject({ subscriptionTier: 0, subscriptionExpiresAt: null, subscriptionGrantedBy: null });
+    expect(await subscriptionAudits(id)).toEqual([]);
+    expect(await app.database.db.select().from(notifications).where(eq(notifications.userId, id))).toEqual([]);
   });
 });
 

@@ -3,6 +3,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { commandsBefore } from '../src/modules/bots/bots.store.js';
 import { activityBefore } from '../src/modules/chats/chats.activity.store.js';
 import { dueDirect } from '../src/modules/chats/chats.direct.store.js';
+import { invitesDeadBefore } from '../src/modules/chats/chats.invites.store.js';
 import { duePurge, ofDeletedChats } from '../src/modules/chats/chats.purge.store.js';
 import { liftDue, restoreDue } from '../src/modules/moderation/moderation.store.js';
 import { notificationsBefore } from '../src/modules/notifications/notifications.store.js';
@@ -101,6 +102,11 @@ describeApp('the sweeps read through partial indexes that match their predicates
       'chat_activity',
       sql`select ${chatActivity.id} from ${chatActivity} where ${activityBefore(now)} limit 1000`,
       'chat_activity_created_idx',
+    ],
+    [
+      'dead chat_invites',
+      sql`select ${chatInvites.code} from ${chatInvites} where ${invitesDeadBefore(now)} limit 1000`,
+      'chat_invites_dead_idx',
     ],
   ] as const)('retention of %s uses %s', async (_table, query, index) => {
     expect(await plan(query)).toMatch(reads(index));

@@ -1,4 +1,5 @@
 import type { BotsStore } from '../modules/bots/bots.store.js';
+import { makeInviteRetentionStore } from '../modules/chats/chats.invites.store.js';
 import type { ChatsStore } from '../modules/chats/chats.store.js';
 import type { NotificationsStore } from '../modules/notifications/notifications.store.js';
 import type { SessionsStore } from '../modules/sessions/sessions.store.js';
@@ -20,6 +21,11 @@ export const RETENTION_MS = {
   botCommands: 30 * DAY_MS,
   /** Chats' membership history, from the entry: GET …/activity lists this far back. */
   chatActivity: 90 * DAY_MS,
+  /**
+   * Dead chat invites (revoked, expired, used up), from their revocation, else their expiry, else
+   * (used up: no column records the last use) their creation: nothing lists or accepts them again.
+   */
+  deadInvites: 30 * DAY_MS,
 } as const;
 
 /** The retention sweep over the stores, every 10 minutes on every node; stopped with the other tasks, before the stores close. */
@@ -28,11 +34,13 @@ export function wireRetention(
   stores: { sessions: SessionsStore; notifications: NotificationsStore; bots: BotsStore; chats: ChatsStore },
 ): Retention {
   const { clock } = ctx;
+  const invites = makeInviteRetentionStore(ctx.db);
   const retention = makeRetention(clock, [
     { name: 'sessions', keepMs: RETENTION_MS.sessions, prune: (b, n) => stores.sessions.pruneOver(b, n) },
     { name: 'notifications', keepMs: RETENTION_MS.notifications, prune: (b, n) => stores.notifications.prune(b, n) },
     { name: 'bot_commands', keepMs: RETENTION_MS.botCommands, prune: (b, n) => stores.bots.pruneCommands(b, n) },
     { name: 'chat_activity', keepMs: RETENTION_MS.chatActivity, prune: (b, n) => stores.chats.pruneActivity(b, n) },
+    { name: 'chat_invites', keepMs: RETENTION_MS.deadInvites, prune: (b, n) => invites.pruneDead(b, n) },
   ]);
   ctx.tasks.every(RETENTION_INTERVAL_MS, 'data-retention', () => retention.run());
   return retention;

@@ -134,6 +134,18 @@ export function makeNotificationsService(deps: NotificationsDeps) {
     if (!canActOn(actorLevel, target.permissionLevel)) throw appError('ERR_FORBIDDEN');
   };
 
+  /**
+   * A new targeted notification: as assertMayTarget, and an anonymous stranger, which can never
+   * read notifications, is no recipient (404, as for an unknown id; docs/api.md, Notifications).
+   */
+  const assertMayNotify = (
+    actorLevel: ActorLevel,
+    target: { permissionLevel: number; isStranger: boolean } | undefined,
+  ) => {
+    if (target?.isStranger) throw appError('ERR_USER_NOT_FOUND');
+    assertMayTarget(actorLevel, target);
+  };
+
   return {
     /** Writes an automated notification inside the caller's transaction; `publish` it after commit. */
     async automated(userId: number, kind: AutomatedKind, vars: Record<string, string>, tx?: Tx) {
@@ -185,9 +197,9 @@ export function makeNotificationsService(deps: NotificationsDeps) {
         const userId = body.user_id;
         // Refused early without a lock; decided again on the row held until the commit, so a
         // promotion or a deletion committed meanwhile counts (403, or 404 rather than a 500).
-        assertMayTarget(actorLevel, await users.byId(userId));
+        assertMayNotify(actorLevel, await users.byId(userId));
         const row = await db.transaction(async (tx) => {
-          assertMayTarget(actorLevel, await store.lockRecipient(userId, tx));
+          assertMayNotify(actorLevel, await store.lockRecipient(userId, tx));
           const inserted = await store.insert({ ...content, userId }, tx);
           await audit.record(
             {

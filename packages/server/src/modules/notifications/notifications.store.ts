@@ -26,12 +26,13 @@ export function makeNotificationsStore(db: Db) {
 
     /**
      * Holds the recipient's users row (FOR SHARE) until the transaction ends, so neither a deletion
-     * nor a level change of the recipient can commit in between; its permission level, or undefined
-     * when the user is gone. Other notifications to the same user are not held up.
+     * nor a level change of the recipient can commit in between; its permission level and whether
+     * it is an anonymous stranger, or undefined when the user is gone. Other notifications to the
+     * same user are not held up.
      */
-    async lockRecipient(userId: number, tx: Tx): Promise<{ permissionLevel: number } | undefined> {
+    async lockRecipient(userId: number, tx: Tx): Promise<{ permissionLevel: number; isStranger: boolean } | undefined> {
       const [row] = await tx
-        .select({ permissionLevel: users.permissionLevel })
+        .select({ permissionLevel: users.permissionLevel, isStranger: users.isStranger })
         .from(users)
         .where(eq(users.id, userId))
         .limit(1)

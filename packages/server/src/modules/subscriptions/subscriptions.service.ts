@@ -28,10 +28,14 @@ export interface SubscriptionsDeps {
 export function makeSubscriptionsService(deps: SubscriptionsDeps) {
   const { db, clock, usersStore, users, notifications, audit } = deps;
 
-  /** Locks the target row for the change and applies the level rule. */
+  /**
+   * Locks the target row for the change and applies the level rule. An anonymous stranger is no
+   * user to subscribe (matchmaking keeps it at the free slot, it reads no notifications): 404, as
+   * for an unknown id (docs/api.md, Subscriptions).
+   */
   const lockTarget = async (actorLevel: ActorLevel, userId: number, tx: Tx): Promise<UserRow> => {
     const target = await usersStore.byIdForUpdate(userId, tx);
-    if (!target) throw appError('ERR_USER_NOT_FOUND');
+    if (!target || target.isStranger) throw appError('ERR_USER_NOT_FOUND');
     if (!canActOn(actorLevel, target.permissionLevel)) throw appError('ERR_FORBIDDEN');
     return target;
   };

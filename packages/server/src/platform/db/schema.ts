@@ -325,7 +325,13 @@ export const chatInvites = pgTable(
     revokedAt: ts('revoked_at'),
     createdAt: ts('created_at').notNull(),
   },
-  (t) => [index('chat_invites_chat_idx').on(t.chatId)],
+  (t) => [
+    index('chat_invites_chat_idx').on(t.chatId),
+    // Retention: when an invite was dead (revoked, expired, else created if used up; chats.invites.store invitesDeadBefore).
+    index('chat_invites_dead_idx').on(
+      sql`least(${t.revokedAt}, ${t.expiresAt}, case when ${t.uses} >= ${t.maxUses} then ${t.createdAt} end)`,
+    ),
+  ],
 );
 
 /** One X25519 public key per session (spec 2.9); removed when the session ends. */

@@ -1,0 +1,1 @@
+CREATE INDEX "chat_invites_dead_idx" ON "chat_invites" USING btree (least("revoked_at", "expires_at", case when "uses" >= "max_uses" then "created_at" end));
