@@ -24,18 +24,18 @@ import type { Config } from './platform/config.js';
 import { connectionOptions, installDrain } from './platform/connections.js';
 import { trackCommits } from './platform/db/after-commit.js';
 import { type Database, openDatabase } from './platform/db/index.js';
-import { installErrorHandler, toErrorBody } from './platform/errors.js';
+import { installErrorHandler, logFailure, toErrorBody } from './platform/errors.js';
 import type { GeoLookup } from './platform/geo.js';
 import { createLogger, RequestLogController } from './platform/logging.js';
 import { installMethodNotAllowed } from './platform/method-not-allowed.js';
 import { embeddedLocation, openStore, storeLocation } from './platform/open-stores.js';
 import type { Realtime } from './platform/realtime.js';
 import type { Retention } from './platform/retention.js';
-import type { App } from './platform/routing.js';
+import { type App, requestBodyOptional } from './platform/routing.js';
 import { loadOrCreateSecret } from './platform/secret-files.js';
 import { API_SECURITY_HEADERS, computeSecurityHeaders, isApiPath } from './platform/security-headers.js';
 import { openState, type StateStore } from './platform/state/index.js';
-import { installJsonBodyParser, validatorCompiler } from './platform/validation.js';
+import { installJsonBodyParser, refuseUndeclaredQuery, validatorCompiler } from './platform/validation.js';
 import type { VmProvider } from './platform/vm/provider.js';
 import { installWriteLimit } from './platform/write-limit.js';
 import { registerRoutes } from './wiring/routes.js';
@@ -46,6 +46,14 @@ export { ConfigError, loadConfig } from './platform/config.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const VERSION = (JSON.parse(readFileSync(path.join(here, '../package.json'), 'utf8')) as { version: string }).version;
+
+/**
+ * The longest path parameter the router takes (find-my-way's `maxParamLength`, 100 by default,
+ * refused before any hook ran: a 400 before the 401 of a caller without credentials). Node's
+ * 16 KiB limit on the request line and headers bounds a path already; each parameter's schema
+ * (its maxLength, its integer range) decides what is valid, after authentication.
+ */
+const MAX_PARAM_LENGTH = 16 * 1024;
 
 export interface AppOptions {
   config: Readonly<Config>;
@@ -112,17 +120,24 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
   // Transactions run work queued with afterCommit once committed (the user-change channel's publishes).
   const db = trackCommits(database.db);
 
+  // Security headers are computed once and copied onto each answer: the API's lean set on `/v1/…`,
+  // helmet's full set with Parlor's policy on pages (security-headers.ts).
+  const pageHeaders = computeSecurityHeaders();
+  const securityHeaders = (url: string) => (isApiPath(url) ? API_SECURITY_HEADERS : pageHeaders);
   const app = Fastify({
     ...(log ? { loggerInstance: log } : { logger: false }),
     logController: new RequestLogController(),
     trustProxy: trustProxyOption(config.trustProxy),
     bodyLimit: Limits.BODY_LIMIT_BYTES,
+    routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
     // Close lets requests in flight finish; later ones get the API's 503 (connections.ts).
     ...connectionOptions,
-    // Failures before routing (a malformed %-escape, an over-long path parameter) get the error body too.
-    frameworkErrors: (err, _request, reply) => {
-      const { status, body } = toErrorBody(err);
-      void (reply as FastifyReply).status(status).send(body);
+    // Failures before routing (a malformed %-escape) run no hook: they get the error body and the
+    // security headers here.
+    frameworkErrors: (err, request, reply) => {
+      const answer = toErrorBody(err);
+      logFailure(request.log, err, answer, {});
+      void (reply as FastifyReply).headers(securityHeaders(request.url)).status(answer.status).send(answer.body);
     },
   }).withTypeProvider<TypeBoxTypeProvider>() as unknown as App;
   // The API speaks JSON only: Fastify's built-in text/plain parser would let a text body reach validation.
@@ -130,18 +145,17 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
   installJsonBodyParser(app);
   app.setValidatorCompiler(validatorCompiler);
   installErrorHandler(app);
-  installMethodNotAllowed(app);
+  refuseUndeclaredQuery(app);
   app.addSchema(ErrorBodySchema);
   app.decorateRequest('principal', null as never);
-  // Security headers are computed once and copied onto each answer: the API's lean set on `/v1/…`,
-  // helmet's full set with Parlor's policy on pages (security-headers.ts).
-  const pageHeaders = computeSecurityHeaders();
   app.addHook('onRequest', (req, reply, done) => {
     req.principal = emptyPrincipal();
-    reply.headers(isApiPath(req.url) ? API_SECURITY_HEADERS : pageHeaders);
+    reply.headers(securityHeaders(req.url));
     done();
   });
   installDrain(app);
+  // After the hooks above (its 404/405 carry their headers), before the body is read.
+  installMethodNotAllowed(app);
 
   await app.register(cookie);
   await app.register(swagger, {
@@ -163,6 +177,7 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
     refResolver: {
       buildLocalReference: (json, _base, _frag, i) => (typeof json.$id === 'string' ? json.$id : `def-${i}`),
     },
+    transformObject: requestBodyOptional,
   });
   await app.register(swaggerUi, { routePrefix: '/docs', staticCSP: true });
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { describeApp, startApp, type TestApp } from './support/app.js';
+import { Client, nextIp } from './support/client.js';
 import { rawExchange } from './support/raw-http.js';
 
 let app: TestApp;
@@ -32,5 +33,74 @@ describeApp('requests Node’s HTTP parser refuses before a route sees them', ()
 
   it('keeps serving the next connection', async () => {
     expect((await fetch(`${app.url}/v1/health`)).status).toBe(200);
+  });
+});
+
+describeApp('requests the router refuses before a hook or a route sees them', () => {
+  it('answers a malformed %-escape in a /v1 path with 400 ERR_VALIDATION naming the url, with the API security headers', async () => {
+    const res = await new Client(app.url, nextIp(), app.publicApiKey).get('/v1/users/%ZZ');
+    expect(res.status).toBe(400);
+    expect(res.body).toEqual({
+      code: 'ERR_VALIDATION',
+      message: 'The request is not valid.',
+      errors: [{ path: 'url', message: 'holds a malformed %-escape' }],
+    });
+    expect(res.headers.get('x-content-type-options')).toBe('nosniff');
+    expect(res.headers.get('content-security-policy')).toBe("default-src 'none'; frame-ancestors 'none'");
+  });
+
+  it('answers an over-long path parameter 401 without credentials, and its schema’s 400 with them', async () => {
+    const path = `/v1/bots/${'9'.repeat(150)}`;
+    const anonymous = await new Client(app.url).get(path);
+    expect({ status: anonymous.status, code: anonymous.body.code }).toEqual({
+      status: 401,
+      code: 'ERR_INVALID_API_KEY',
+    });
+    const keyed = await new Client(app.url, nextIp(), app.publicApiKey).get(path);
+    expect(keyed.status).toBe(400);
+    expect(keyed.body.errors).toEqual([expect.objectContaining({ path: 'params/id' })]);
+  });
+});
+
+describeApp('the docs page’s static files', () => {
+  it('answers an unknown file 404 ERR_NOT_FOUND without an Allow header, to GET and HEAD', async () => {
+    const client = new Client(app.url);
+    const get = await client.get('/docs/static/no-such-file.js');
+    expect({ status: get.status, code: get.body.code, allow: get.headers.get('allow') }).toEqual({
+      status: 404,
+      code: 'ERR_NOT_FOUND',
+      allow: null,
+    });
+    const head = await client.request('HEAD', '/docs/static/no-such-file.js');
+    expect({ status: head.status, allow: head.headers.get('allow') }).toEqual({ status: 404, allow: null });
+  });
+
+  it('answers a Range outside the file 416 ERR_RANGE_NOT_SATISFIABLE with its size in Content-Range', async () => {
+    const res = await new Client(app.url).get('/docs/static/index.css', { headers: { range: 'bytes=99999999-' } });
+    expect({ status: res.status, code: res.body.code }).toEqual({ status: 416, code: 'ERR_RANGE_NOT_SATISFIABLE' });
+    expect(res.headers.get('content-range')).toMatch(/^bytes \*\/\d+$/);
+  });
+
+  it('answers a failed If-Unmodified-Since 412 ERR_PRECONDITION_FAILED', async () => {
+    const res = await new Client(app.url).get('/docs/static/index.css', {
+      headers: { 'if-unmodified-since': 'Thu, 01 Jan 1970 00:00:00 GMT' },
+    });
+    expect({ status: res.status, code: res.body.code }).toEqual({ status: 412, code: 'ERR_PRECONDITION_FAILED' });
+  });
+});
+
+describeApp('query parameters a route does not declare', () => {
+  it('answers them 400 ERR_VALIDATION naming the parameter on the API, and lets pages ignore them', async () => {
+    const client = new Client(app.url, nextIp(), app.publicApiKey);
+    for (const path of ['/v1/health?foo=1', '/statistics/users?limit=5']) {
+      const res = await client.get(path);
+      expect({ path, status: res.status, code: res.body.code }).toEqual({ path, status: 400, code: 'ERR_VALIDATION' });
+      expect(res.body.errors).toEqual([
+        { path: `querystring/${path.includes('foo') ? 'foo' : 'limit'}`, message: 'is not a known field' },
+      ]);
+    }
+    expect((await client.get('/v1/health')).status).toBe(200);
+    expect((await client.get('/?utm_source=link')).status).toBe(200);
+    expect((await client.get('/docs/static/index.css?v=2')).status).toBe(200);
   });
 });

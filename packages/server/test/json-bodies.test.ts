@@ -64,3 +64,35 @@ describeApp('POST with content-type: application/json and an empty body', () => 
     expect(res.body.code).toBe('ERR_INVALID_JSON');
   });
 });
+
+describeApp('routes without input in the OpenAPI document', () => {
+  it('documents their request body as not required, as they accept a request without one', async () => {
+    const doc = await new Client(app.url).get('/openapi.json');
+    const body = doc.body.paths['/v1/notifications/read-all'].post.requestBody;
+    expect(body.content['application/json'].schema['x-empty-body']).toBe(true);
+    expect(body.required).toBe(false);
+    expect(doc.body.paths['/v1/authentication/lookup'].post.requestBody.required).toBe(true);
+  });
+});
+
+describeApp('a wrong path or method, whatever the body', () => {
+  const client = () => new Client(app.url, nextIp(), app.publicApiKey);
+
+  it('answers an unknown path 404 ERR_NOT_FOUND, not the 400 of its malformed JSON body', async () => {
+    const res = await client().request('POST', '/v1/no-such-path', { raw: '{bad' });
+    expect(gist(res)).toEqual({ status: 404, code: 'ERR_NOT_FOUND' });
+  });
+
+  it('answers a GET-only path 405 ERR_METHOD_NOT_ALLOWED with Allow, not the 400 of its malformed JSON body', async () => {
+    const res = await client().request('POST', '/v1/health', { raw: '{bad' });
+    expect(gist(res)).toEqual({ status: 405, code: 'ERR_METHOD_NOT_ALLOWED' });
+    expect(res.headers.get('allow')).toBe('GET, HEAD');
+  });
+
+  it('answers a GET-only path 405, not the 413 of a body over 64 KiB or the 415 of a text body', async () => {
+    const big = await client().request('POST', '/v1/users/me', { body: { x: 'a'.repeat(70_000) } });
+    expect(gist(big)).toEqual({ status: 405, code: 'ERR_METHOD_NOT_ALLOWED' });
+    const text = await client().request('POST', '/v1/users/me', { raw: 'hello', contentType: 'text/plain' });
+    expect(gist(text)).toEqual({ status: 405, code: 'ERR_METHOD_NOT_ALLOWED' });
+  });
+});

@@ -51,11 +51,12 @@ describeApp('POST /v1/portal/chats/{chat_id}/keys/share: integers the integer co
     expect(answer(await to(INT32_MAX + 1))).toEqual([400, 'ERR_VALIDATION']);
   });
 
-  it('GET …/keys reads no query: an epoch there is ignored, never out of range', async () => {
+  it('GET …/keys takes no query: an epoch there is refused 400 ERR_VALIDATION (unknown parameter), never out of range', async () => {
     const { owner, chatId, epoch } = await keyedChat(app);
     const res = await owner.client.get(`/v1/portal/chats/${chatId}/keys?epoch=3000000000`);
-    expect(res.status).toBe(200);
-    expect(res.body.epoch).toBe(epoch);
+    expect(res.status).toBe(400);
+    expect(res.body.errors).toEqual([{ path: 'querystring/epoch', message: 'is not a known field' }]);
+    expect((await owner.client.get(`/v1/portal/chats/${chatId}/keys`)).body.epoch).toBe(epoch);
   });
 });
 

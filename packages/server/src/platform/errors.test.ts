@@ -185,6 +185,33 @@ describe('toErrorBody', () => {
   });
 });
 
+describe('toErrorBody (refusals of Fastify and its plugins)', () => {
+  /** An error as Fastify or @fastify/send raises it: a code of its own and an HTTP status. */
+  const fastifyError = (statusCode: number, code?: string) => Object.assign(new Error('refused'), { statusCode, code });
+
+  it('answers a malformed %-escape and an over-long path parameter 400 ERR_VALIDATION with the errors list', () => {
+    expect(toErrorBody(fastifyError(400, 'FST_ERR_BAD_URL'))).toEqual({
+      status: 400,
+      body: {
+        code: 'ERR_VALIDATION',
+        message: 'The request is not valid.',
+        errors: [{ path: 'url', message: 'holds a malformed %-escape' }],
+      },
+      unexpected: false,
+    });
+    expect(toErrorBody(fastifyError(414, 'FST_ERR_MAX_PARAM_LENGTH')).body.errors).toEqual([
+      { path: 'params', message: 'is too long' },
+    ]);
+    expect(toErrorBody(fastifyError(400)).body).toMatchObject({ code: 'ERR_VALIDATION', errors: [expect.anything()] });
+  });
+
+  it('keeps 412 and 416 with codes of their own', () => {
+    expect(toErrorBody(fastifyError(412))).toMatchObject({ status: 412, body: { code: 'ERR_PRECONDITION_FAILED' } });
+    expect(toErrorBody(fastifyError(416))).toMatchObject({ status: 416, body: { code: 'ERR_RANGE_NOT_SATISFIABLE' } });
+    expect(toErrorBody(fastifyError(416)).body).not.toHaveProperty('errors');
+  });
+});
+
 describe('the error handler', () => {
   const logs = captureLog();
   const app = Fastify({ loggerInstance: logs.log as FastifyBaseLogger });

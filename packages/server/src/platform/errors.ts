@@ -53,7 +53,36 @@ const FASTIFY_CODES: Record<string, ErrorCode> = {
   FST_ERR_CTP_EMPTY_JSON_BODY: 'ERR_INVALID_JSON',
   FST_ERR_CTP_INVALID_JSON_BODY: 'ERR_INVALID_JSON',
   FST_ERR_CTP_INVALID_TYPE: 'ERR_UNSUPPORTED_MEDIA_TYPE',
+  // Raised by the router, before any route or hook (app.ts, frameworkErrors).
+  FST_ERR_BAD_URL: 'ERR_VALIDATION',
+  FST_ERR_MAX_PARAM_LENGTH: 'ERR_VALIDATION',
 };
+
+/** What the `errors` list of an ERR_VALIDATION names for a request Fastify itself found invalid. */
+const FASTIFY_ISSUES: Record<string, { path: string; message: string }> = {
+  FST_ERR_BAD_URL: { path: 'url', message: 'holds a malformed %-escape' },
+  FST_ERR_MAX_PARAM_LENGTH: { path: 'params', message: 'is too long' },
+  FST_ERR_CTP_INVALID_CONTENT_LENGTH: { path: 'headers/content-length', message: 'does not match the body' },
+};
+
+/** A client error of Fastify's or a plugin's (no code of ours) by its status; others are ERR_VALIDATION. */
+const CLIENT_STATUS_CODES: Record<number, ErrorCode> = {
+  404: 'ERR_NOT_FOUND',
+  // The docs page's static files (@fastify/send): a failed If-Match / If-Unmodified-Since, a Range
+  // outside the file. Conditional and range requests have statuses of their own (RFC 9110).
+  412: 'ERR_PRECONDITION_FAILED',
+  413: 'ERR_PAYLOAD_TOO_LARGE',
+  415: 'ERR_UNSUPPORTED_MEDIA_TYPE',
+  416: 'ERR_RANGE_NOT_SATISFIABLE',
+};
+
+/** The answer for catalogue code `code`; ERR_VALIDATION always lists what was wrong (docs/api.md, Errors). */
+function fastifyAnswer(code: ErrorCode, fastifyCode: string | undefined): ErrorAnswer {
+  const body: ErrorBody = { code, message: ErrorCodes[code].message };
+  if (code === 'ERR_VALIDATION')
+    body.errors = [(fastifyCode && FASTIFY_ISSUES[fastifyCode]) || { path: 'request', message: 'is not valid' }];
+  return { status: ErrorCodes[code].status, body, unexpected: false };
+}
 
 /** Seconds a client is asked to wait (`Retry-After`) when a backing store does not answer. */
 export const UNAVAILABLE_RETRY_AFTER_SECONDS = 5;
@@ -152,12 +181,7 @@ export function toErrorBody(err: unknown): ErrorAnswer {
     };
   }
   const mapped = fe?.code ? FASTIFY_CODES[fe.code] : undefined;
-  if (mapped)
-    return {
-      status: ErrorCodes[mapped].status,
-      body: { code: mapped, message: ErrorCodes[mapped].message },
-      unexpected: false,
-    };
+  if (mapped) return fastifyAnswer(mapped, fe.code);
   if (fe instanceof SyntaxError && fe.statusCode === 400) {
     return {
       status: 400,
@@ -166,16 +190,9 @@ export function toErrorBody(err: unknown): ErrorAnswer {
     };
   }
   if (fe && typeof fe.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500) {
-    // A client error raised by Fastify or a plugin that has no code of ours: keep the status.
-    const code: ErrorCode =
-      fe.statusCode === 404
-        ? 'ERR_NOT_FOUND'
-        : fe.statusCode === 413
-          ? 'ERR_PAYLOAD_TOO_LARGE'
-          : fe.statusCode === 415
-            ? 'ERR_UNSUPPORTED_MEDIA_TYPE'
-            : 'ERR_VALIDATION';
-    return { status: ErrorCodes[code].status, body: { code, message: ErrorCodes[code].message }, unexpected: false };
+    // A client error raised by Fastify or a plugin that has no code of ours: keep the status where
+    // the catalogue has it, else 400 ERR_VALIDATION.
+    return fastifyAnswer(CLIENT_STATUS_CODES[fe.statusCode] ?? 'ERR_VALIDATION', fe.code);
   }
   return { status: 500, body: { code: 'ERR_INTERNAL', message: ErrorCodes.ERR_INTERNAL.message }, unexpected: true };
 }
@@ -207,6 +224,9 @@ export function installErrorHandler(app: FastifyInstance): void {
     else request.log.info({ code: body.code, status }, 'request refused');
     if (body.retry_after !== undefined) void reply.header('retry-after', String(body.retry_after));
     if (answer.unavailable) void reply.header('retry-after', String(UNAVAILABLE_RETRY_AFTER_SECONDS));
+    // A Range outside a static file: its size, as RFC 9110 asks of a 416 (@fastify/send puts it on the error).
+    const range = (err as { headers?: Record<string, unknown> } | null)?.headers?.['Content-Range'];
+    if (status === 416 && typeof range === 'string') void reply.header('content-range', range);
     return reply.status(status).send(body);
   });
 }

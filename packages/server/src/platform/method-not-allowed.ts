@@ -1,10 +1,15 @@
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import FindMyWay, { type HTTPMethod } from 'find-my-way';
 import { appError } from './errors.js';
 
 /**
  * Fastify answers 404 for a known path with the wrong method. This keeps a second router of every
- * registered path so the not-found handler can answer 405 with an Allow header instead.
+ * registered path so that a request no route takes answers 405 with an Allow header instead.
+ *
+ * The answer is decided in an onRequest hook, before the body is read: a wrong path or method
+ * answers 404/405 whatever its body (malformed JSON, over the body limit, another media type).
+ * Register it after the hooks whose headers every answer carries (security headers, drain), and
+ * before any route.
  */
 export function installMethodNotAllowed(app: FastifyInstance): void {
   const router = FindMyWay({ ignoreTrailingSlash: false });
@@ -20,14 +25,28 @@ export function installMethodNotAllowed(app: FastifyInstance): void {
       }
     }
   });
-  app.setNotFoundHandler((request, reply) => {
+
+  const answer = (request: FastifyRequest, reply: FastifyReply) => {
     const url = request.url.split('?')[0] ?? '/';
-    const allowed = [...methods].filter((m) => m !== request.method && router.find(m, url) !== null);
+    // A route of this very method took the path and found nothing there (an unknown docs asset
+    // calls the not-found handler): that is a 404, not a 405 pointing at another method.
+    const taken = router.find(request.method as HTTPMethod, url) !== null;
+    const allowed = taken ? [] : [...methods].filter((m) => m !== request.method && router.find(m, url) !== null);
     if (allowed.length > 0) {
       const err = appError('ERR_METHOD_NOT_ALLOWED');
       return reply.status(err.status).header('allow', allowed.join(', ')).send(err.body());
     }
     const err = appError('ERR_NOT_FOUND');
     return reply.status(err.status).send(err.body());
+  };
+
+  app.addHook('onRequest', (request, reply, done) => {
+    if (!request.is404) {
+      done();
+      return;
+    }
+    void answer(request, reply);
   });
+  // Reached through reply.callNotFound() (a route that found nothing) and as Fastify's fallback.
+  app.setNotFoundHandler(answer);
 }

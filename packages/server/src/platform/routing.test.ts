@@ -1,7 +1,7 @@
 import { once } from 'node:events';
 import Fastify from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
-import { afterAnswer } from './routing.js';
+import { afterAnswer, requestBodyOptional } from './routing.js';
 
 const apps: ReturnType<typeof Fastify>[] = [];
 afterEach(async () => {
@@ -67,5 +67,24 @@ describe('afterAnswer', () => {
     expect(seen).toEqual({ destroyedAtRegistration: true, callsAtRegistration: 1 });
     await ran;
     expect(calls).toBe(1);
+  });
+});
+
+describe('requestBodyOptional (the OpenAPI document)', () => {
+  const body = (schema: object) => ({ requestBody: { required: true, content: { 'application/json': { schema } } } });
+
+  it('marks the body of a route that takes no input (x-empty-body) not required, and leaves the others', () => {
+    const openapiObject = {
+      paths: {
+        '/v1/notifications/read-all': { post: body({ type: 'object', 'x-empty-body': true }) },
+        '/v1/authentication/lookup': { post: body({ type: 'object', required: ['username'] }) },
+        '/v1/health': { get: { responses: {} } },
+      },
+    };
+    // Only the parts the transform reads: the operations lack their responses.
+    const doc = requestBodyOptional({ openapiObject } as never) as unknown as typeof openapiObject;
+    expect(doc.paths['/v1/notifications/read-all'].post.requestBody.required).toBe(false);
+    expect(doc.paths['/v1/authentication/lookup'].post.requestBody.required).toBe(true);
+    expect(doc.paths['/v1/health'].get).toEqual({ responses: {} });
   });
 });

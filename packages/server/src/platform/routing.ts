@@ -1,3 +1,4 @@
+import type { SwaggerTransformObject } from '@fastify/swagger';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { ErrorBodySchema } from '@parlor/protocol';
 import type {
@@ -43,3 +44,24 @@ export function afterAnswer(reply: { raw: RawReplyDefaultExpression }, fn: () =>
   if (res.writableFinished || res.destroyed) fn();
   else res.once('close', fn);
 }
+
+/** An OpenAPI operation as far as `requestBodyOptional` reads it. */
+type Operation = { requestBody?: { required?: boolean; content?: Record<string, { schema?: object }> } };
+
+/**
+ * The OpenAPI document's `transformObject`: @fastify/swagger marks every request body required,
+ * but a route whose body schema is `x-empty-body` (it takes no input) accepts a request without
+ * one (platform/validation.ts, docs/api.md General), so its body is not required.
+ */
+export const requestBodyOptional: SwaggerTransformObject = (doc) => {
+  if (!('openapiObject' in doc)) return doc.swaggerObject;
+  for (const item of Object.values(doc.openapiObject.paths ?? {}) as Record<string, Operation>[]) {
+    for (const op of Object.values(item ?? {})) {
+      const body = op?.requestBody;
+      if (!body?.content) continue;
+      const schemas = Object.values(body.content).map((media) => media.schema as Record<string, unknown> | undefined);
+      if (schemas.length > 0 && schemas.every((s) => s?.['x-empty-body'] === true)) body.required = false;
+    }
+  }
+  return doc.openapiObject;
+};

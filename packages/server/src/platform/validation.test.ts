@@ -1,6 +1,16 @@
 import { VmInputPayload } from '@parlor/protocol';
-import { describe, expect, it } from 'vitest';
-import { compilePayload, INSTANT_MAX_MS, INSTANT_MIN_MS, isStorableInstant } from './validation.js';
+import { Type } from '@sinclair/typebox';
+import Fastify from 'fastify';
+import { afterAll, describe, expect, it } from 'vitest';
+import { installErrorHandler } from './errors.js';
+import {
+  compilePayload,
+  INSTANT_MAX_MS,
+  INSTANT_MIN_MS,
+  isStorableInstant,
+  refuseUndeclaredQuery,
+  validatorCompiler,
+} from './validation.js';
 
 describe('isStorableInstant (the date-time format of inputs)', () => {
   it('accepts RFC 3339 instants from 1970 through 9999 (UTC), offsets included', () => {
@@ -52,5 +62,43 @@ describe('compilePayload (socket payloads)', () => {
       expect(valid(input({ kind: 'navigate', url })), url).toBe(true);
     for (const url of ['http://[', 'http://%zz/', 'https://a:99999/', 'file:///etc/passwd'])
       expect(valid(input({ kind: 'navigate', url })), url).toBe(false);
+  });
+});
+
+describe('refuseUndeclaredQuery (unknown query parameters)', () => {
+  const app = Fastify();
+  app.setValidatorCompiler(validatorCompiler);
+  installErrorHandler(app);
+  refuseUndeclaredQuery(app);
+  const shared = { params: Type.Object({ id: Type.Integer() }) };
+  app.get('/none', async () => ({ ok: true }));
+  app.get('/shared/:id', { schema: shared }, async () => ({ ok: true }));
+  app.get(
+    '/declared',
+    { schema: { querystring: Type.Object({ limit: Type.Optional(Type.Integer()) }) } },
+    async () => ({
+      ok: true,
+    }),
+  );
+  app.get('/page', { schema: { hide: true } }, async () => ({ ok: true }));
+  afterAll(() => app.close());
+
+  it('answers any query parameter on a route that declares none 400 ERR_VALIDATION naming it', async () => {
+    for (const url of ['/none?foo=1', '/shared/1?foo', '/none?a=1&foo=2']) {
+      const res = await app.inject({ url });
+      expect(res.statusCode, url).toBe(400);
+      expect(res.json(), url).toMatchObject({
+        code: 'ERR_VALIDATION',
+        errors: [{ path: expect.stringMatching(/^querystring\/(foo|a)$/), message: 'is not a known field' }],
+      });
+    }
+    expect((await app.inject({ url: '/none' })).statusCode).toBe(200);
+    expect((await app.inject({ url: '/shared/1?' })).statusCode).toBe(200);
+    expect(shared).not.toHaveProperty('querystring');
+  });
+
+  it('leaves a declared query string to its schema, and pages hidden from the API document alone', async () => {
+    expect((await app.inject({ url: '/declared?limit=5' })).statusCode).toBe(200);
+    expect((await app.inject({ url: '/page?utm_source=x' })).statusCode).toBe(200);
   });
 });

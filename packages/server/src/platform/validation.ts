@@ -128,3 +128,22 @@ export function installJsonBodyParser(app: FastifyInstance): void {
 export function compilePayload<T>(schema: object): ((data: unknown) => data is T) & { errors?: unknown } {
   return checkedBy(bodyAjv.compile(schema)) as unknown as ((data: unknown) => data is T) & { errors?: unknown };
 }
+
+/** The query string of a route that declares none: no parameter at all. */
+const NO_QUERY = Object.freeze({ type: 'object', properties: {}, additionalProperties: false });
+
+/**
+ * Unknown query parameters are refused (docs/api.md, General): a route that declares no querystring
+ * schema takes none, and any parameter answers 400 ERR_VALIDATION (`querystring/<name>`). Routes
+ * hidden from the OpenAPI document are pages and assets, not the JSON API (the web app, the docs
+ * page and its files, the default avatars, the document itself): a link or a cache may add a query
+ * to those, which they ignore. Register before any route.
+ */
+export function refuseUndeclaredQuery(app: FastifyInstance): void {
+  app.addHook('onRoute', (route) => {
+    const schema = route.schema as Record<string, unknown> | undefined;
+    if (schema?.querystring !== undefined || schema?.hide === true) return;
+    // A new object: route files may share one schema object between routes.
+    route.schema = { ...schema, querystring: NO_QUERY };
+  });
+}
