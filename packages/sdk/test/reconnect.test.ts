@@ -1,7 +1,13 @@
 import { expect, it } from 'vitest';
 import { describeApp, type TestApp } from '../../server/test/support/app.js';
 import { setLevel } from '../../server/test/support/flows.js';
-import type { BotClient, E2EChatSession, E2EChatSessionEvents, E2ESessionError } from '../src/index.js';
+import {
+  type BotClient,
+  type E2EChatSession,
+  type E2EChatSessionEvents,
+  type E2ESessionError,
+  isApiError,
+} from '../src/index.js';
 import { collector, e2eSuite, loginUser, openSession, plaintexts } from './support.js';
 
 let app: TestApp;
@@ -140,6 +146,109 @@ describeApp('E2EChatSession: resync after a reconnection that was not recovered'
     expect(await reconnected).toEqual({ recovered: false, chats: [] });
     expect(held).toBe(true);
     expect((await second.client.listChats()).chats.map((c) => c.id)).not.toContain(chat.id);
+    expect(errors).toEqual([]);
+  });
+
+  it('goes on with a resync a drop cut short when the next connection is recovered, and receives in every chat', async () => {
+    const owner = await loginUser(app, bot, { level: 2 });
+    const o = await openSession(owner.client);
+    const { chat: first } = await owner.client.createChat({ name: 'Entered again', type: 'public' });
+    const { chat: second } = await owner.client.createChat({ name: 'Not yet', type: 'public' });
+    await o.join({ chat_id: first.id });
+    await o.join({ chat_id: second.id });
+    const a = await openSession((await loginUser(app, bot)).client);
+    const errors = errorsOf(o, a);
+    await a.join({ chat_id: first.id });
+    await a.join({ chat_id: second.id });
+
+    a.socket.disconnect(); // not recoverable: a full resync follows
+    // The resync enters the first chat again. The server's room-entry limit refuses the second
+    // (429, the resync waits out its retry_after), and the connection drops meanwhile, once the
+    // socket has received something in the first chat (an offset to recover from).
+    const emit = a.socket.emit.bind(a.socket) as (event: string, ...args: unknown[]) => unknown;
+    const inFirst = collector(a, first.id);
+    let refused = false;
+    a.socket.emit = ((event: string, ...args: unknown[]) => {
+      if (event !== 'room:join' || refused || (args[0] as { chat_id?: number }).chat_id !== second.id) {
+        return emit(event, ...args);
+      }
+      refused = true;
+      // The acknowledgement-with-timeout flags that emit() would have consumed.
+      (a.socket as unknown as { flags: object }).flags = {};
+      const ack = args.at(-1) as (err: unknown, answer: unknown) => void;
+      void o
+        .send(first.id, 'an offset')
+        .then(() => inFirst.waitFor(1))
+        .then(() => {
+          ack(null, { ok: false, code: 'ERR_RATE_LIMITED', message: 'Too many.', retry_after: 60 });
+          setImmediate(() => a.socket.io.engine.close()); // a network blip: the next connection is recovered
+        });
+      return a.socket;
+    }) as typeof a.socket.emit;
+    const reconnected = next(a, 'reconnected', 20_000);
+    a.socket.connect();
+    expect(await reconnected).toEqual({ recovered: true, chats: [first.id, second.id] });
+    expect(refused).toBe(true);
+
+    const inSecond = collector(a, second.id);
+    await o.send(second.id, 'in the second chat');
+    expect(plaintexts(await inSecond.waitFor(1, (e) => e.kind === 'user'))).toEqual(['in the second chat']);
+    expect(errors).toEqual([]);
+  });
+
+  it('after a keying race lost while the socket was away (its room:key missed), the resync reads the key', async () => {
+    const alice = await loginUser(app, bot, { level: 2 });
+    const a = await openSession(alice.client);
+    // A wait for room:key longer than this test: only reading the envelope again gets the key.
+    const b = await openSession((await loginUser(app, bot)).client, { rekeyJitterMs: 1, keyWaitMs: 120_000 });
+    const c = await openSession((await loginUser(app, bot)).client);
+    const { chat } = await alice.client.createChat({ name: 'Lost race', type: 'public' });
+    for (const s of [a, b, c]) await s.join({ chat_id: chat.id });
+    const errors = errorsOf(a, b);
+    const epoch = (b.epochOf(chat.id) ?? 0) + 1;
+
+    // At the next epoch b shares first, but its socket drops before the share goes out; a keys the
+    // epoch meanwhile (its room:key for b is lost), then b's share is refused with 409.
+    let bShares: () => void = () => {};
+    const bSharing = new Promise<void>((resolve) => {
+      bShares = resolve;
+    });
+    const aKeyed = new Promise<void>((resolve) => {
+      a.on('key', (e) => {
+        if (e.chatId === chat.id && e.epoch === epoch) resolve();
+      });
+    });
+    const aShare = a.client.shareKeys.bind(a.client);
+    a.client.shareKeys = async (chatId, body) => {
+      if (body.epoch === epoch) await bSharing;
+      return aShare(chatId, body);
+    };
+    const bShare = b.client.shareKeys.bind(b.client);
+    let lost = false;
+    b.client.shareKeys = async (chatId, body) => {
+      if (lost || body.epoch !== epoch) return bShare(chatId, body);
+      b.socket.disconnect();
+      bShares();
+      await aKeyed;
+      try {
+        return await bShare(chatId, body);
+      } catch (error) {
+        lost = isApiError(error, 'ERR_EPOCH_ALREADY_KEYED');
+        b.socket.connect();
+        throw error;
+      }
+    };
+    const bKey = next(b, 'key', 20_000);
+    const reconnected = next(b, 'reconnected');
+    await c.leave(chat.id);
+    expect(await reconnected).toEqual({ recovered: false, chats: [chat.id] });
+    expect(await bKey).toMatchObject({ chatId: chat.id, epoch, source: 'envelope' });
+    expect(lost).toBe(true);
+    expect(b.hasKey(chat.id)).toBe(true);
+
+    const inbox = collector(b, chat.id);
+    await a.send(chat.id, 'can you read this');
+    expect(plaintexts(await inbox.waitFor(1, (e) => e.kind === 'user'))).toEqual(['can you read this']);
     expect(errors).toEqual([]);
   });
 

@@ -1,3 +1,4 @@
+import { isApiError } from './errors.js';
 import { HttpClient, type HttpClientOptions } from './http.js';
 import type {
   ActivityAnswer,
@@ -66,11 +67,19 @@ export class ParlorClient extends HttpClient {
     return this.post('/v1/authentication/verify', { code });
   }
 
-  /** `POST /v1/authentication/logout`: ends this session and forgets its cookie. */
+  /**
+   * `POST /v1/authentication/logout`: ends this session and forgets its cookie. A session that had
+   * already ended (401 `ERR_UNAUTHENTICATED`, thrown) is forgotten too.
+   */
   async logout(): Promise<OkAnswer> {
-    const answer = await this.post<OkAnswer>('/v1/authentication/logout');
-    this.setSession(null);
-    return answer;
+    try {
+      const answer = await this.post<OkAnswer>('/v1/authentication/logout');
+      this.setSession(null);
+      return answer;
+    } catch (error) {
+      if (isApiError(error, 'ERR_UNAUTHENTICATED')) this.setSession(null);
+      throw error;
+    }
   }
 
   // Users and sessions (spec 2.1, 2.5)

@@ -3,6 +3,7 @@ import { generateChatKey, generateKeyPair, publicKeyToBase64, wrapChatKey } from
 import type { ParlorClient } from './api.js';
 import { ChatKeying } from './e2e-keying.js';
 import type { E2ESessionError } from './e2e-types.js';
+import { ParlorApiError } from './errors.js';
 
 describe('ChatKeying', () => {
   it('reports a failed keying once: to the caller awaiting it, not again as an error event when a rekey joined it', async () => {
@@ -79,6 +80,56 @@ describe('ChatKeying: its own session id', () => {
     expect(await keying.ensure(1)).toBe(true);
     expect(keying.sessionId).toBe(own);
     expect(Buffer.from(keying.keys.current(1)?.key ?? []).equals(Buffer.from(chatKey))).toBe(true);
+    await keying.close();
+    expect(errors).toEqual([]);
+  });
+});
+
+describe('ChatKeying: a lost keying race', () => {
+  it('reads its envelope from GET …/keys when the winner’s room:key does not come in time', async () => {
+    const pair = generateKeyPair();
+    const publicKey = publicKeyToBase64(pair.publicKey);
+    const own = 4;
+    const winnersKey = generateChatKey();
+    const ring = { '3': { [String(own)]: publicKey } };
+    let reads = 0;
+    const client = {
+      // The first read: nobody keyed epoch 1 yet. Then another member keys it first (our share is
+      // refused with 409) and the server holds our envelope; its room:key never reaches us.
+      chatKey: async () => {
+        reads++;
+        const envelope =
+          reads === 1
+            ? null
+            : wrapChatKey({
+                chatKey: winnersKey,
+                recipientPublicKey: pair.publicKey,
+                chatId: 1,
+                epoch: 1,
+                recipientSessionId: own,
+              });
+        return { epoch: 1, envelope, key_ring: ring };
+      },
+      shareKeys: async () => {
+        throw ParlorApiError.fromAck({ code: 'ERR_EPOCH_ALREADY_KEYED', message: 'Keyed already.' });
+      },
+    } as unknown as ParlorClient;
+    const errors: E2ESessionError[] = [];
+    const keying = new ChatKeying({
+      client,
+      publicKey,
+      privateKey: pair.privateKey,
+      keyWaitMs: 50,
+      jitterMs: 1,
+      attempts: 1,
+      isJoined: () => true,
+      onKey: () => {},
+      onError: (e) => errors.push(e),
+    });
+    keying.setSessionId(own);
+    expect(await keying.ensure(1)).toBe(true);
+    expect(reads).toBe(2);
+    expect(Buffer.from(keying.keys.current(1)?.key ?? []).equals(Buffer.from(winnersKey))).toBe(true);
     await keying.close();
     expect(errors).toEqual([]);
   });

@@ -177,6 +177,16 @@ export class ChatKeying {
   }
 
   /**
+   * {@link ensure} for a resync after a reconnection: a run already in flight may be waiting for a
+   * `room:key` that was lost with the dropped socket, so the server's current envelope is read
+   * first (which also ends that wait), then the run is joined or started.
+   */
+  async resync(chatId: number): Promise<boolean> {
+    if (this.#running.has(chatId)) await this.refresh(chatId);
+    return this.ensure(chatId);
+  }
+
+  /**
    * Waits (bounded) for the current key at `minEpoch` or later, keying the epoch if nobody has.
    * @throws E2ESessionError NO_CHAT_KEY on timeout; the server's errors (e.g. not a member).
    */
@@ -302,7 +312,10 @@ export class ChatKeying {
 
   async #loop(chatId: number): Promise<boolean> {
     const deadline = Date.now() + this.#o.keyWaitMs;
+    /** The last attempt lost the keying race and its wait for `room:key` ran out. */
+    let lostRace = false;
     for (let attempt = 0; attempt < this.#o.attempts && !this.#closed && Date.now() < deadline; attempt++) {
+      lostRace = false;
       if (this.hasKey(chatId)) return true;
       const state = await this.#o.client.chatKey(chatId);
       this.keys.raiseEpoch(chatId, state.epoch);
@@ -321,9 +334,12 @@ export class ChatKeying {
       if (keyed === 'taken') {
         // Someone keyed it first: their envelope for us comes as room:key (or the epoch moves on).
         const moved = () => ((this.keys.epochOf(chatId) ?? 0) > epoch ? true : undefined);
-        await this.keys.waitFor(() => this.keys.get(chatId, epoch) ?? moved(), deadline - Date.now());
+        lostRace = !(await this.keys.waitFor(() => this.keys.get(chatId, epoch) ?? moved(), deadline - Date.now()));
       }
     }
+    // The winner's room:key may never come (it went with a dropped socket): the server holds our
+    // envelope all the same, so read it once more before giving up.
+    if (lostRace && !this.#closed && !this.hasKey(chatId)) await this.refresh(chatId);
     return this.hasKey(chatId);
   }
 

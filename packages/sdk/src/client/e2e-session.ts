@@ -64,6 +64,14 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
   #chatList: ((chatIds: number[]) => void) | null = null;
   /** The resync after the last reconnection that was not recovered (they run one after another). */
   #resync: Promise<void> = Promise.resolve();
+  /**
+   * True from a reconnection that was not recovered until its resync has gone through every chat.
+   * A drop can end a resync midway, and a recovered connection after it only gets back the rooms
+   * the socket had: the resync then goes on for the chats it had not entered again.
+   */
+  #resyncOpen = false;
+  /** Joined chats whose room the socket entered since the last reconnection that was not recovered. */
+  readonly #entered = new Set<number>();
   readonly #wakers = new Set<() => void>();
 
   private constructor(opts: E2EChatSessionOptions, socket: ParlorSocket, ownsSocket: boolean) {
@@ -153,6 +161,7 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
     const joined = await joinRoom(this.socket, payload);
     const chatId = joined.chat.id;
     this.#joined.add(chatId);
+    this.#entered.add(chatId);
     this.#keying.keys.raiseEpoch(chatId, joined.epoch);
     const keying = this.#keying.ensure(chatId);
     let hasKey: boolean;
@@ -299,15 +308,20 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
     // The socket is connected when the session starts, so every later `connect` is a reconnection.
     const onConnect = () => {
       const connection = ++this.#connection;
-      if (this.socket.recovered) {
+      const recovered = this.socket.recovered;
+      if (recovered && !this.#resyncOpen) {
         this.emit('reconnected', { recovered: true, chats: [...this.#joined] });
         return;
+      }
+      if (!recovered) {
+        this.#resyncOpen = true;
+        this.#entered.clear();
       }
       // Listen for this connection's chat:list at once; one resync runs at a time, and a newer
       // connection makes the older one stop at its next step.
       const members = this.#memberChats(connection);
       this.#resync = this.#resync
-        .then(() => this.#rejoin(connection, members))
+        .then(() => this.#rejoin(connection, members, recovered))
         .catch((error: unknown) => {
           if (!this.#closed) {
             this.emit('error', new E2ESessionError('BACKGROUND_FAILURE', 'The resync failed.', { cause: error }));
@@ -358,9 +372,10 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
   /**
    * After a reconnection the server could not recover: enters again only the chats this user is
    * still a member of (a `room:join` would make it a member of a public chat it left elsewhere or
-   * was kicked from), and reports the others as `left {reason: 'removed'}`.
+   * was kicked from), and reports the others as `left {reason: 'removed'}`. After a recovered one
+   * that followed a resync cut short, it enters the chats that resync had not (`recovered`).
    */
-  async #rejoin(connection: number, memberChats: Promise<Set<number> | null>): Promise<void> {
+  async #rejoin(connection: number, memberChats: Promise<Set<number> | null>, recovered: boolean): Promise<void> {
     let members: Set<number> | null;
     try {
       members = await memberChats;
@@ -374,20 +389,22 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
       return;
     }
     if (members === null) return;
-    const entered: number[] = [];
     for (const chatId of [...this.#joined]) {
       if (this.#stale(connection)) return;
+      // Entered since the last reconnection that was not recovered: the recovery restored its room.
+      if (this.#entered.has(chatId)) continue;
       if (!members.has(chatId)) {
         this.#removed(chatId);
         continue;
       }
       try {
         const joined = await this.#enter(connection, chatId);
-        if (joined === null) return;
+        if (joined === null || this.#stale(connection)) return;
+        this.#entered.add(chatId);
         this.#keying.keys.raiseEpoch(chatId, joined.epoch);
-        // Sessions announced (portal:key_added) while this one was away get the key now.
-        this.#keying.background(chatId, this.#keyAndShare(chatId, joined.key_ring));
-        entered.push(chatId);
+        // Sessions announced (portal:key_added) while this one was away get the key now; a room:key
+        // lost with the socket is made up for by reading the server's envelope.
+        this.#keying.background(chatId, this.#keyAndShare(chatId, joined.key_ring, true));
       } catch (error) {
         if (this.#stale(connection)) return;
         // Removed between the list and the join.
@@ -400,12 +417,18 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
         }
       }
     }
-    if (!this.#stale(connection)) this.emit('reconnected', { recovered: false, chats: entered });
+    if (this.#stale(connection)) return;
+    this.#resyncOpen = false;
+    this.emit('reconnected', { recovered, chats: [...this.#joined].filter((id) => this.#entered.has(id)) });
   }
 
-  /** Obtains the current key, then (with `shareOnJoin`) gives it to ring sessions that lack it. */
-  async #keyAndShare(chatId: number, ring: KeyRing): Promise<void> {
-    if ((await this.#keying.ensure(chatId)) && this.#shareOnJoin) await this.#keying.shareWith(chatId, ring, true);
+  /**
+   * Obtains the current key, then (with `shareOnJoin`) gives it to ring sessions that lack it.
+   * `resync`: after a reconnection, the server's envelope is read even while a keying runs.
+   */
+  async #keyAndShare(chatId: number, ring: KeyRing, resync = false): Promise<void> {
+    const held = await (resync ? this.#keying.resync(chatId) : this.#keying.ensure(chatId));
+    if (held && this.#shareOnJoin) await this.#keying.shareWith(chatId, ring, true);
   }
 
   /**
@@ -452,6 +475,7 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
 
   #forget(chatId: number): void {
     this.#joined.delete(chatId);
+    this.#entered.delete(chatId);
     this.#keying.forget(chatId);
   }
 

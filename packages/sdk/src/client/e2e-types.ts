@@ -73,7 +73,8 @@ export interface E2EChatSessionEvents {
   disconnected: (e: { reason: string }) => void;
   /**
    * The socket is connected again, in `chats`. `recovered`: the server restored its rooms and
-   * replayed the events it missed. Otherwise the session re-entered `chats` itself before this
+   * replayed the events it missed (when a drop had cut a resync short, the session first entered
+   * the chats that resync had not). Otherwise the session re-entered `chats` itself before this
    * event, and what was sent to them meanwhile is not replayed: read it with `history` (the keys
    * of epochs that passed meanwhile may be missing, as for any gap).
    */

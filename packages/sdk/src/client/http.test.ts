@@ -59,6 +59,18 @@ describe('ParlorClient over HTTP', () => {
     expect(stub.calls[2]?.init.body).toBe('{}');
   });
 
+  it('forgets the session on logout when the server answers 401 ERR_UNAUTHENTICATED (it had already ended)', async () => {
+    const stub = stubFetch([
+      { status: 401, body: { code: 'ERR_UNAUTHENTICATED', message: 'Log in first.' } },
+      { status: 401, body: { code: 'ERR_UNAUTHENTICATED', message: 'Log in first.' } },
+    ]);
+    const client = new ParlorClient({ baseUrl: 'http://api.test', session: 'ended', fetch: stub.fetch });
+    await expect(client.logout()).rejects.toMatchObject({ status: 401, code: 'ERR_UNAUTHENTICATED' });
+    expect(client.session).toBeNull();
+    await client.me().catch(() => {});
+    expect((stub.calls[1]?.init.headers as Record<string, string> | undefined)?.cookie).toBeUndefined();
+  });
+
   it('builds query strings without undefined values', async () => {
     const stub = stubFetch([{ status: 200, body: { messages: [] } }]);
     const client = new ParlorClient({ baseUrl: 'http://api.test', fetch: stub.fetch });
