@@ -51,6 +51,18 @@ describeApp('POST /v1/portal/chats/{chat_id}/keys/share: integers the integer co
     expect(answer(await to(INT32_MAX + 1))).toEqual([400, 'ERR_VALIDATION']);
   });
 
+  it('answers 400 ERR_VALIDATION naming body/envelopes to two envelopes for one session, storing nothing', async () => {
+    const { owner, chatId, epoch } = await keyedChat(app);
+    const before = await storedAt(chatId, epoch);
+    const res = await share(owner, chatId, { epoch, envelopes: envelopesFor([owner.sessionId, owner.sessionId]) });
+    expect(res.status).toBe(400);
+    expect(res.body).toMatchObject({
+      code: 'ERR_VALIDATION',
+      errors: [{ path: 'body/envelopes', message: expect.any(String) }],
+    });
+    expect(await storedAt(chatId, epoch)).toBe(before);
+  });
+
   it('GET …/keys takes no query: an epoch there is refused 400 ERR_VALIDATION (unknown parameter), never out of range', async () => {
     const { owner, chatId, epoch } = await keyedChat(app);
     const res = await owner.client.get(`/v1/portal/chats/${chatId}/keys?epoch=3000000000`);

@@ -213,6 +213,17 @@ describeApp('POST /v1/portal/match', () => {
     ]);
   });
 
+  it('answers 400 ERR_VALIDATION naming body/user_id to a block of oneself, and stores nothing', async () => {
+    const a = await member(app);
+    const res = await a.client.post('/v1/users/me/blocks/create', { user_id: a.user.id });
+    expect(res.status).toBe(400);
+    expect(res.body).toMatchObject({
+      code: 'ERR_VALIDATION',
+      errors: [{ path: 'body/user_id', message: expect.any(String) }],
+    });
+    expect((await a.client.get('/v1/users/me/blocks')).body.blocks).toEqual([]);
+  });
+
   it('never pairs with a waiting user who may no longer use the platform (banned, timed out, a stranger whose session is over), counting the state that applies now', async () => {
     const at = (ms: number) => `'${new Date(clock.now().getTime() + ms).toISOString()}'`;
     // Written straight to the row, as a punishment that commits while the user's enqueue is still

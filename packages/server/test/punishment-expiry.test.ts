@@ -46,3 +46,30 @@ describeApp('the punishment expiry sweep', () => {
     }
   });
 });
+
+describeApp('GET /v1/users/me/punishments at a punishment’s expiry', () => {
+  it('reads a timeout lifted at its expiry from the deadline on, before the sweep as after it', async () => {
+    const u = await login(app);
+    const expiresAt = new Date(clock.now().getTime() + 60_000).toISOString();
+    const res = await operator(app).post('/v1/admin/punishments/timeout', { user_id: u.user.id, duration: 60 });
+    expect(res.status).toBe(200);
+    const list = () => u.client.get('/v1/users/me/punishments');
+    const to = (at: number) => clock.advance(at - clock.now().getTime());
+
+    // Timed out until the deadline: the user's own routes answer so.
+    to(Date.parse(expiresAt) - 1);
+    expect((await list()).body.code).toBe('ERR_TIMED_OUT');
+    to(Date.parse(expiresAt));
+    expect((await list()).body[0]).toMatchObject({
+      action_type: 'PLATFORM_TIMEOUT',
+      is_lifted: true,
+      lifted_at: expiresAt,
+      expires_at: expiresAt,
+    });
+
+    // The sweep comes by later; the record keeps the time the timeout stopped applying.
+    clock.advance(25_000);
+    expect((await sweep()).lifted).toBeGreaterThanOrEqual(1);
+    expect((await list()).body[0]).toMatchObject({ is_lifted: true, lifted_at: expiresAt, expires_at: expiresAt });
+  });
+});

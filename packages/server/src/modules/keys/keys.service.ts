@@ -183,7 +183,10 @@ export function makeKeysService({ db, store, clock, realtime, membership }: Keys
         const ring = await store.ring(chatId, now, tx);
         const inRing = new Set(ring.map((e) => e.sessionId));
         const targets = new Set(body.envelopes.map((e) => e.session_id));
-        if (targets.size !== body.envelopes.length) throw appError('ERR_VALIDATION', 'One envelope per session.');
+        if (targets.size !== body.envelopes.length)
+          throw appError('ERR_VALIDATION', 'One envelope per session.', {
+            errors: [{ path: 'body/envelopes', message: 'must hold one envelope per session_id' }],
+          });
         if ([...targets].some((id) => !inRing.has(id))) throw appError('ERR_KEY_RING_CHANGED');
         if ((await store.envelopeCount(chatId, epoch, tx)) === 0) {
           // The keying share: the whole ring, or as much of it as one request carries when the

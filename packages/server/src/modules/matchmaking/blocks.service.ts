@@ -54,7 +54,10 @@ export function makeBlocksService(deps: {
      * a foreign-key error.
      */
     async block(userId: number, targetId: number) {
-      if (userId === targetId) throw appError('ERR_VALIDATION', 'You cannot block yourself.');
+      if (userId === targetId)
+        throw appError('ERR_VALIDATION', 'You cannot block yourself.', {
+          errors: [{ path: 'body/user_id', message: 'must not be your own id' }],
+        });
       await deps.users.mustGet(targetId);
       await deps.db.transaction(async (tx) => {
         const exist = await store.lockPair(userId, targetId, tx);

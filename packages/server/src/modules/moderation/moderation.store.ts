@@ -116,12 +116,15 @@ export function makeModerationStore(db: Db, onChanged: UsersChanged = noUsersCha
       await onChanged([userId], tx);
       return row;
     },
-    /** Marks records whose expiry passed as lifted, oldest expiry first; returns them. Safe on many nodes. */
+    /**
+     * Marks records whose expiry passed as lifted, at their expiry (when they stopped applying, not
+     * when the sweep came by), oldest expiry first; returns them. Safe on many nodes.
+     */
     async liftExpired(now: Date, limit: number): Promise<ModerationRow[]> {
       const due = liftDue(now, limit);
       return db
         .update(moderationActions)
-        .set({ isLifted: true, liftedAt: now })
+        .set({ isLifted: true, liftedAt: sql`${moderationActions.expiresAt}` })
         .where(sql`${moderationActions.id} in (${due})`)
         .returning();
     },

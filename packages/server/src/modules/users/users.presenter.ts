@@ -151,14 +151,20 @@ export function toFullUser(
   };
 }
 
-export function toPunishment(p: PunishmentRow): Punishment {
+/**
+ * A punishment record as of `now`: one whose expiry has passed reads lifted at its expiry, as the
+ * sweep will write it (moderation.store liftExpired), so the list agrees with the state, which
+ * changes exactly at the deadline (spec 2.6: `lifted_at` null only while the record applies).
+ */
+export function toPunishment(p: PunishmentRow, now?: Date): Punishment {
+  const expired = !p.isLifted && p.expiresAt !== null && now !== undefined && p.expiresAt.getTime() <= now.getTime();
   return {
     id: p.id,
     action_type: p.actionType,
     reason: p.reason,
-    is_lifted: p.isLifted,
+    is_lifted: p.isLifted || expired,
     expires_at: isoOrNull(p.expiresAt),
-    lifted_at: isoOrNull(p.liftedAt),
+    lifted_at: isoOrNull(expired ? p.expiresAt : p.liftedAt),
     created_at: iso(p.createdAt),
   };
 }

@@ -146,7 +146,8 @@ export function makeUsersService({ store, clock, publicUrl, profiles }: UsersDep
     },
 
     async punishments(userId: number, offset: number, limit: number) {
-      return (await store.punishments(userId, offset, limit)).map(toPunishment);
+      const now = clock.now();
+      return (await store.punishments(userId, offset, limit)).map((p) => toPunishment(p, now));
     },
 
     /** Admins see full detail of users below their level only; everyone else public profiles. */
