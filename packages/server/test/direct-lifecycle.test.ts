@@ -145,3 +145,41 @@ describeApp('a direct chat at its expiry, before the sweep archives it', () => {
     ]);
   });
 });
+
+describeApp('a direct chat past its expiry: its epoch and its archive time', () => {
+  it('keeps its epoch when a member session ends after the expiry, before the sweep as after it (no share could key a new one)', async () => {
+    for (const swept of [false, true]) {
+      const [a, b] = [await member(app), await member(app)];
+      const chatId = await matched(a, b);
+      for (const m of [a, b]) expect((await join(m, { chat_id: chatId })).ok).toBe(true);
+      const { epoch } = await keyEpoch(a, chatId);
+      // A second device of b, whose session ends once the chat is over.
+      const device = await member(app, { platformUserId: b.platformUserId });
+      clock.advance(Limits.DIRECT_CHAT_TTL_MS);
+      if (swept) await sweep({ batch: 1000, maxBatches: 100 });
+      expect((await a.client.get(`/v1/portal/chats/${chatId}`)).body.chat.archived).toBe(true);
+      expect((await device.client.post('/v1/authentication/logout')).status).toBe(200);
+      const keys = await a.client.get(`/v1/portal/chats/${chatId}/keys`);
+      expect([swept, keys.body.epoch]).toEqual([swept, epoch]);
+      expect(keys.body.envelope).not.toBeNull();
+    }
+  });
+
+  it('is archived as of its expiry when the sweep comes late, so it is removed 24 h after the expiry', async () => {
+    const [a, b] = [await login(app), await login(app)];
+    const chatId = await matched(a, b);
+    const expiresAt = clock.now().getTime() + Limits.DIRECT_CHAT_TTL_MS;
+    // The sweep comes by 2 h late (every node was down).
+    clock.advance(Limits.DIRECT_CHAT_TTL_MS + 2 * 3600_000);
+    await sweep({ batch: 1000, maxBatches: 100 });
+    expect(
+      await countRows(app, `select count(*) as n from chats where id = ${chatId} and archived_at = expires_at`),
+    ).toBe(1);
+    clock.advance(expiresAt + Limits.DIRECT_ARCHIVE_TTL_MS - 1 - clock.now().getTime());
+    await sweep({ batch: 1000, maxBatches: 100 });
+    expect((await a.client.get(`/v1/portal/chats/${chatId}`)).status).toBe(200);
+    clock.advance(1);
+    await sweep({ batch: 1000, maxBatches: 100 });
+    expect((await a.client.get(`/v1/portal/chats/${chatId}`)).status).toBe(404);
+  });
+});

@@ -72,4 +72,24 @@ describeApp('GET /v1/users/me/punishments at a punishment’s expiry', () => {
     expect((await sweep()).lifted).toBeGreaterThanOrEqual(1);
     expect((await list()).body[0]).toMatchObject({ is_lifted: true, lifted_at: expiresAt, expires_at: expiresAt });
   });
+
+  it('answers an unban after a temporary ban’s expiry, before the sweep, as one with nothing to lift: no audit entry, no notification, the record lifted at its expiry', async () => {
+    const u = await login(app);
+    const expiresAt = new Date(clock.now().getTime() + 60_000).toISOString();
+    expect((await operator(app).post('/v1/admin/punishments/ban', { user_id: u.user.id, duration: 60 })).status).toBe(
+      200,
+    );
+    clock.advance(60_000);
+    const again = await login(app, { platformUserId: u.platformUserId });
+    const notes = () => countRows(app, `select count(*) as n from notifications where user_id = ${u.user.id}`);
+    const audits = () => countRows(app, `select count(*) as n from audit_log where target_user_id = ${u.user.id}`);
+    const [n0, a0] = [await notes(), await audits()];
+    expect((await operator(app).post('/v1/admin/punishments/unban', { user_id: u.user.id })).status).toBe(200);
+    expect([await notes(), await audits()]).toEqual([n0, a0]);
+    expect((await again.client.get('/v1/users/me/punishments')).body[0]).toMatchObject({
+      action_type: 'PLATFORM_BAN',
+      is_lifted: true,
+      lifted_at: expiresAt,
+    });
+  });
 });

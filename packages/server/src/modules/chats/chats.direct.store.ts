@@ -65,11 +65,15 @@ export function makeDirectSweepStore(db: Db) {
         .returning({ id: chats.id });
       return rows.length > 0;
     },
-    /** Archives up to `limit` active direct chats whose expiry passed; answers them. */
+    /**
+     * Archives up to `limit` active direct chats whose expiry passed, as of their expiry (when
+     * they stopped being active, as archivedAtOf reads them, not when the sweep came by: their
+     * removal 24 h later counts from it); answers them.
+     */
     async archiveDue(now: Date, limit: number): Promise<ChatRow[]> {
       return db
         .update(chats)
-        .set({ archivedAt: now, updatedAt: now })
+        .set({ archivedAt: sql`${chats.expiresAt}`, updatedAt: now })
         .where(sql`${chats.id} in (${dueDirect('archive', now, limit)})`)
         .returning();
     },

@@ -72,7 +72,7 @@ export function makeKeysService({ db, store, clock, realtime, membership }: Keys
   return {
     announceRekey,
     /** Raises epochs inside the caller's transaction; announce with announceRekey after commit. */
-    bumpEpochs: (chatIds: number[], tx?: Tx) => store.bumpEpochs(chatIds, tx),
+    bumpEpochs: (chatIds: number[], tx?: Tx) => store.bumpEpochs(chatIds, clock.now(), tx),
 
     async ring(chatId: number, tx?: Tx): Promise<KeyRing> {
       return toWireRing(await store.ring(chatId, clock.now(), tx));
@@ -108,7 +108,7 @@ export function makeKeysService({ db, store, clock, realtime, membership }: Keys
         }
         const chatIds = await membership.chatIdsOf(userId, tx);
         // A replaced key may be held by someone else now: the chats it could read move on.
-        const bumped = old === null ? [] : await store.bumpEpochs(chatIds, tx);
+        const bumped = old === null ? [] : await store.bumpEpochs(chatIds, clock.now(), tx);
         return { chatIds, bumped };
       });
       if (!result) return 'unchanged';
@@ -137,7 +137,7 @@ export function makeKeysService({ db, store, clock, realtime, membership }: Keys
       const removed = await store.deleteKeys(sessionIds, tx);
       if (removed.length === 0 && !wholeUser) return;
       const chatIds = await membership.chatIdsOf(userId, tx);
-      const bumped = removed.length > 0 ? await store.bumpEpochs(chatIds, tx) : [];
+      const bumped = removed.length > 0 ? await store.bumpEpochs(chatIds, clock.now(), tx) : [];
       await afterCommit(tx, async () => {
         const ids: (number | null)[] = wholeUser ? [null] : removed;
         for (const chatId of chatIds) {

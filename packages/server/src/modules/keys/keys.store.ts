@@ -1,6 +1,7 @@
 import { and, count, eq, gt, isNull, lt, sql } from 'drizzle-orm';
 import { anyOf, type Db } from '../../platform/db/index.js';
 import { chatMembers, chats, keyEnvelopes, sessionKeys, sessions } from '../../platform/db/schema.js';
+import { directActive } from '../chats/chats.direct.store.js';
 import type { Tx } from '../users/users.store.js';
 
 export interface RingEntry {
@@ -101,16 +102,18 @@ export function makeKeysStore(db: Db) {
       return stored.map((r) => r.sessionId);
     },
     /**
-     * Raises the epoch of those of the given chats that are not archived; returns each raised
-     * chat's new epoch. An archived direct chat is read-only (nobody sends, nobody shares): its
-     * epoch stays, so its members keep reading its history with the key they hold.
+     * Raises the epoch of those of the given chats that are not archived at `now`; returns each
+     * raised chat's new epoch. An archived direct chat is read-only (nobody sends, nobody shares):
+     * its epoch stays, so its members keep reading its history with the key they hold. A direct
+     * chat past its expiry counts as archived before the sweep writes it (chats.rules archivedAtOf):
+     * a new epoch there could never be keyed either.
      */
-    async bumpEpochs(chatIds: number[], tx: Tx = db): Promise<{ id: number; epoch: number }[]> {
+    async bumpEpochs(chatIds: number[], now: Date, tx: Tx = db): Promise<{ id: number; epoch: number }[]> {
       if (chatIds.length === 0) return [];
       return tx
         .update(chats)
         .set({ epoch: sql`${chats.epoch} + 1` })
-        .where(and(anyOf(chats.id, chatIds), isNull(chats.archivedAt)))
+        .where(and(anyOf(chats.id, chatIds), directActive('chats', sql`${now.toISOString()}::timestamptz`)))
         .returning({ id: chats.id, epoch: chats.epoch });
     },
   };

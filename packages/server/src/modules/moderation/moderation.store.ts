@@ -1,4 +1,4 @@
-import { and, type Column, eq, inArray, isNull, lte, type SQL, sql } from 'drizzle-orm';
+import { and, type Column, eq, gt, inArray, isNull, lte, or, type SQL, sql } from 'drizzle-orm';
 import type { Db } from '../../platform/db/index.js';
 import { moderationActions, users } from '../../platform/db/schema.js';
 import { noUsersChanged, type UsersChanged } from '../users/users.changes.js';
@@ -85,7 +85,11 @@ export function makeModerationStore(db: Db, onChanged: UsersChanged = noUsersCha
       if (!row) throw new Error('insert returned no row');
       return row;
     },
-    /** Lifts the active records of these types (for a chat, or platform-wide with chatId null). */
+    /**
+     * Lifts the active records of these types (for a chat, or platform-wide with chatId null).
+     * A record whose expiry has passed is no longer active: the sweep lifts it, at its expiry
+     * (liftExpired), so an unban or unmute after the deadline finds nothing to lift.
+     */
     async lift(userId: number, types: string[], chatId: number | null, at: Date, tx: Tx = db): Promise<number> {
       const rows = await tx
         .update(moderationActions)
@@ -96,6 +100,7 @@ export function makeModerationStore(db: Db, onChanged: UsersChanged = noUsersCha
             inArray(moderationActions.actionType, types),
             chatId === null ? isNull(moderationActions.chatId) : eq(moderationActions.chatId, chatId),
             eq(moderationActions.isLifted, false),
+            or(isNull(moderationActions.expiresAt), gt(moderationActions.expiresAt, at)),
           ),
         )
         .returning({ id: moderationActions.id });
