@@ -288,6 +288,29 @@ describeApp('POST /v1/admin/users/{user_id}/delete', () => {
     });
   });
 
+  it('ends the user’s active direct chats as a leave does: archived, the peer told, its slot free, its epoch kept', async () => {
+    const [gone, peer] = [await member(app), await member(app)];
+    const made = await app.services.chats.createDirect([gone.user.id, peer.user.id], ['deletion']);
+    if ('refused' in made) throw new Error(`direct chat refused: ${JSON.stringify(made.refused)}`);
+    const chatId = made.chat.id;
+    for (const m of [gone, peer]) expect((await join(m, { chat_id: chatId })).ok).toBe(true);
+    const { epoch } = (await peer.client.get(`/v1/portal/chats/${chatId}`)).body.chat;
+    const system = peer.socket.next('message:new', (m) => m.chat_id === chatId && m.system?.kind === 'leave');
+    const updated = peer.socket.next('chat:updated', (p) => p.chat.id === chatId);
+
+    expect((await op.post(`/v1/admin/users/${gone.user.id}/delete`)).status).toBe(200);
+    expect((await system).system).toEqual({ kind: 'leave', user_id: gone.user.id });
+    expect((await updated).chat).toMatchObject({ archived: true, epoch });
+    expect((await peer.client.get(`/v1/portal/chats/${chatId}`)).body.chat).toMatchObject({
+      archived: true,
+      member_count: 1,
+      epoch,
+    });
+    // Its one free direct-chat slot is free again.
+    const next = await app.services.chats.createDirect([peer.user.id, owner.user.id], ['deletion']);
+    expect('refused' in next).toBe(false);
+  });
+
   it('refuses deleting yourself, even as an Owner', async () => {
     expectError(await owner.client.post(`/v1/admin/users/${owner.user.id}/delete`), 403, 'ERR_FORBIDDEN');
     expect((await owner.client.get('/v1/users/me')).status).toBe(200);

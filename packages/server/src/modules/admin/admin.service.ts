@@ -35,7 +35,7 @@ export interface AdminDeps {
   notifications: NotificationsService;
   audit: AuditStore;
   bots: Pick<BotsService, 'releaseOwner'>;
-  chats: Pick<ChatsService, 'createOfficial' | 'updateConfig' | 'remove'>;
+  chats: Pick<ChatsService, 'createOfficial' | 'updateConfig' | 'remove' | 'leaveAllDirect' | 'announceLeft'>;
   keys: Pick<KeysService, 'bumpEpochs' | 'announceRekey'>;
   /** The chats a user is a member of, read inside the deletion's transaction. */
   chatIdsOf: (userId: number, tx: Tx) => Promise<number[]>;
@@ -163,8 +163,9 @@ export function makeAdminService(deps: AdminDeps) {
      * docs/api.md). In one transaction: every session ends, the user's chats move to a new epoch,
      * owned bots lose their owner, the audit entry (103) is written and the row goes, with its
      * linked identities (so the person can sign up again), memberships, notifications and records.
-     * Then, as a ban does: sockets drop on every node, chats hear the keys are gone, and the user
-     * leaves the match queue.
+     * Its active direct chats end first, as at a leave (archived, the peer told). Then, as a ban
+     * does: sockets drop on every node, chats hear the keys are gone, and the user leaves the
+     * match queue.
      */
     async deleteUser(actor: Actor, actorLevel: ActorLevel, targetId: number): Promise<void> {
       if (actor.kind === 'user' && actor.id === targetId) throw selfError('delete');
@@ -173,6 +174,8 @@ export function makeAdminService(deps: AdminDeps) {
         if (!target) throw appError('ERR_USER_NOT_FOUND');
         if (!canActOn(actorLevel, target.permissionLevel)) throw appError('ERR_FORBIDDEN');
         const ended = await sessions.endAll(targetId, 'deleted', tx);
+        // Its direct chats end as at a leave, before the epochs rise (an archived chat's stays).
+        const left = await deps.chats.leaveAllDirect(targetId, tx);
         const chatIds = await deps.chatIdsOf(targetId, tx);
         const bumped = await deps.keys.bumpEpochs(chatIds, tx);
         const bots = await deps.bots.releaseOwner(targetId, tx);
@@ -187,7 +190,7 @@ export function makeAdminService(deps: AdminDeps) {
           tx,
         );
         await usersStore.remove(targetId, tx);
-        return { ended, chatIds, bumped };
+        return { ended, chatIds, bumped, left };
       });
       const { realtime } = deps;
       realtime.disconnectSessions(done.ended);
@@ -200,6 +203,9 @@ export function makeAdminService(deps: AdminDeps) {
         });
       deps.keys.announceRekey(done.bumped);
       // The deletion is committed: a failure here is logged, not reported as a failed deletion.
+      await deps.chats
+        .announceLeft(done.left)
+        .catch((err: unknown) => deps.log.error({ err, userId: targetId }, 'direct chat leave announcement failed'));
       await deps.matchmaking
         .dequeue(targetId)
         .catch((err: unknown) => deps.log.error({ err, userId: targetId }, 'match queue cleanup failed'));

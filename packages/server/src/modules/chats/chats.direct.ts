@@ -1,11 +1,12 @@
 import { randomBytes } from 'node:crypto';
-import { type Chat, Limits } from '@parlor/protocol';
+import { type Chat, Limits, type Message } from '@parlor/protocol';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
 import { drain } from '../../platform/drain.js';
 import { appError } from '../../platform/errors.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
 import type { MessagesService } from '../messages/messages.service.js';
+import type { Tx } from '../users/users.store.js';
 import { toChat } from './chats.presenter.js';
 import { CHAT_ROWS_TABLES } from './chats.purge.store.js';
 import type { ChatsStore, ChatWithCount, DirectRefusal } from './chats.store.js';
@@ -42,6 +43,12 @@ export interface DirectMade {
   token: string;
   users: { id: number; username: string; stranger: boolean }[];
   filled: number[];
+}
+
+/** What leaveAllDirect wrote, to announce once its transaction has committed (announceLeft). */
+export interface DirectLeft {
+  chatIds: number[];
+  systems: Message[];
 }
 
 /** Matched direct chats: creation, leaving (archive) and the expiry sweep. */
@@ -115,6 +122,33 @@ export function makeDirectChats(deps: DirectChatsDeps) {
       archivedChats([chat.id]);
       realtime.emitTo(rooms.chat(chat.id), 'chat:updated', { chat: toChat(await mustGet(chat.id)) });
       return chat.id;
+    },
+
+    /**
+     * Leaves every active direct chat of a user whose account is being deleted, in the deletion's
+     * transaction, as an explicit leave does: archived (read-only, the peer's direct-chat slot free
+     * again) with the leave system message, before the deletion raises epochs (an archived chat's
+     * epoch stays, so the peer keeps reading its history). Answers what to announce once the
+     * deletion has committed (announceLeft); a rollback leaves nothing.
+     */
+    async leaveAllDirect(userId: number, tx: Tx): Promise<DirectLeft> {
+      const now = clock.now();
+      const left: DirectLeft = { chatIds: [], systems: [] };
+      for (const chat of await store.activeDirectOf(userId, now, tx)) {
+        if (!(await store.archiveActive(chat.id, now, tx))) continue;
+        await store.logActivity({ chatId: chat.id, userId, action: 'leave', createdAt: now }, tx);
+        left.chatIds.push(chat.id);
+        left.systems.push(await messages.appendSystem(chat.id, { kind: 'leave', user_id: userId }, tx));
+      }
+      return left;
+    },
+
+    /** After leaveAllDirect's transaction committed: the system messages, the archive listeners, `chat:updated`. */
+    async announceLeft(left: DirectLeft): Promise<void> {
+      for (const system of left.systems) messages.publish(system);
+      archivedChats(left.chatIds);
+      for (const chatId of left.chatIds)
+        realtime.emitTo(rooms.chat(chatId), 'chat:updated', { chat: toChat(await mustGet(chatId)) });
     },
 
     /**

@@ -399,8 +399,8 @@ export function makeChatsStore(db: Db) {
       return rows.map((r) => r.userId);
     },
     /** Direct chats of a user active at `now` (not archived, not past their expiry), newest first. */
-    async activeDirectOf(userId: number, now: Date): Promise<ChatRow[]> {
-      const rows = await db
+    async activeDirectOf(userId: number, now: Date, tx: Tx = db): Promise<ChatRow[]> {
+      const rows = await tx
         .select({ chat: chats })
         .from(chatMembers)
         .innerJoin(chats, eq(chats.id, chatMembers.chatId))
