@@ -5,6 +5,28 @@ import { ChatKeying } from './e2e-keying.js';
 import type { E2ESessionError } from './e2e-types.js';
 import { ParlorApiError } from './errors.js';
 
+/** A ChatKeying over a stand-in client, its errors collected; `opts` overrides the defaults. */
+function keyingOf(
+  client: unknown,
+  pair: ReturnType<typeof generateKeyPair>,
+  opts: Partial<ConstructorParameters<typeof ChatKeying>[0]> = {},
+) {
+  const errors: E2ESessionError[] = [];
+  const keying = new ChatKeying({
+    client: client as ParlorClient,
+    publicKey: publicKeyToBase64(pair.publicKey),
+    privateKey: pair.privateKey,
+    keyWaitMs: 2000,
+    jitterMs: 1,
+    attempts: 1,
+    isJoined: () => true,
+    onKey: () => {},
+    onError: (e) => errors.push(e),
+    ...opts,
+  });
+  return { keying, errors };
+}
+
 describe('ChatKeying', () => {
   it('reports a failed keying once: to the caller awaiting it, not again as an error event when a rekey joined it', async () => {
     const pair = generateKeyPair();
@@ -20,18 +42,7 @@ describe('ChatKeying', () => {
           };
         }),
     } as unknown as ParlorClient;
-    const errors: E2ESessionError[] = [];
-    const keying = new ChatKeying({
-      client,
-      publicKey: publicKeyToBase64(pair.publicKey),
-      privateKey: pair.privateKey,
-      keyWaitMs: 5000,
-      jitterMs: 1,
-      attempts: 1,
-      isJoined: () => joined,
-      onKey: () => {},
-      onError: (e) => errors.push(e),
-    });
+    const { keying, errors } = keyingOf(client, pair, { keyWaitMs: 5000, isJoined: () => joined });
     const run = keying.ensure(1); // a join waits for it
     keying.rekey(1, 2); // room:rekey while it runs: the keying it schedules finds this run
     await new Promise((r) => setTimeout(r, 20));
@@ -64,18 +75,7 @@ describe('ChatKeying: its own session id', () => {
         key_ring: { '3': { [String(own)]: publicKey }, '5': { '9': publicKey } },
       }),
     } as unknown as ParlorClient;
-    const errors: E2ESessionError[] = [];
-    const keying = new ChatKeying({
-      client,
-      publicKey,
-      privateKey: pair.privateKey,
-      keyWaitMs: 2000,
-      jitterMs: 1,
-      attempts: 2,
-      isJoined: () => true,
-      onKey: () => {},
-      onError: (e) => errors.push(e),
-    });
+    const { keying, errors } = keyingOf(client, pair, { attempts: 2 });
     keying.setSessionId(own);
     expect(await keying.ensure(1)).toBe(true);
     expect(keying.sessionId).toBe(own);
@@ -114,18 +114,7 @@ describe('ChatKeying: a lost keying race', () => {
         throw ParlorApiError.fromAck({ code: 'ERR_EPOCH_ALREADY_KEYED', message: 'Keyed already.' });
       },
     } as unknown as ParlorClient;
-    const errors: E2ESessionError[] = [];
-    const keying = new ChatKeying({
-      client,
-      publicKey,
-      privateKey: pair.privateKey,
-      keyWaitMs: 50,
-      jitterMs: 1,
-      attempts: 1,
-      isJoined: () => true,
-      onKey: () => {},
-      onError: (e) => errors.push(e),
-    });
+    const { keying, errors } = keyingOf(client, pair, { keyWaitMs: 50 });
     keying.setSessionId(own);
     expect(await keying.ensure(1)).toBe(true);
     expect(reads).toBe(2);
