@@ -25,7 +25,7 @@ beforeEach(async () => {
   published.length = 0;
 });
 
-function sweep(batchSize: number) {
+function sweep(batchSize: number, maxBatches?: number) {
   const { db } = database;
   const service = makeNotificationsService({
     db,
@@ -36,7 +36,14 @@ function sweep(batchSize: number) {
     events: { toUser: (userId) => published.push(userId), onlineUserIds: async () => [] },
     log: { error: () => {} },
   });
-  return makeSubscriptionSweep({ db, store: makeSubscriptionsStore(), clock, notifications: service, batchSize });
+  return makeSubscriptionSweep({
+    db,
+    store: makeSubscriptionsStore(),
+    clock,
+    notifications: service,
+    batchSize,
+    ...(maxBatches === undefined ? {} : { maxBatches }),
+  });
 }
 
 /** Inserts a user with a tier and an expiry `offsetMs` from now (null: none). */
@@ -105,6 +112,15 @@ describe('the subscription sweep', () => {
     clock.advance(1);
     expect(await sweep(500).run()).toBe(1);
     expect(await tierOf(later)).toMatchObject({ subscriptionTier: 0 });
+  });
+
+  it('runs at most maxBatches full batches a tick; the next tick goes on with the backlog', async () => {
+    const ids = [];
+    for (let i = 0; i < 5; i++) ids.push(await user(`b${i}`, 2, -2000 - i));
+    expect(await sweep(2, 2).run()).toBe(4);
+    expect(await sweep(2, 2).run()).toBe(1);
+    expect(await sweep(2, 2).run()).toBe(0);
+    for (const id of ids) expect(await tierOf(id)).toMatchObject({ subscriptionTier: 0 });
   });
 
   it('takes each user once when several sweeps run at the same time', async () => {

@@ -1,5 +1,6 @@
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
+import { drain } from '../../platform/drain.js';
 import { formatMoment, type NotificationsService } from '../notifications/notifications.service.js';
 import { tierTitle } from './subscriptions.rules.js';
 import type { SubscriptionsStore } from './subscriptions.store.js';
@@ -8,6 +9,8 @@ import type { SubscriptionsStore } from './subscriptions.store.js';
 export const SWEEP_INTERVAL_MS = 60_000;
 /** Users taken per transaction, so one sweep never holds many row locks for long. */
 export const SWEEP_BATCH = 500;
+/** Batches per tick at most (docs/operations.md "Data retention"): a backlog goes on at the next tick. */
+export const SWEEP_MAX_BATCHES = 10;
 
 export interface SweepDeps {
   db: Db;
@@ -15,6 +18,7 @@ export interface SweepDeps {
   clock: Clock;
   notifications: Pick<NotificationsService, 'automatedMany' | 'publish'>;
   batchSize?: number;
+  maxBatches?: number;
 }
 
 /**
@@ -25,6 +29,7 @@ export interface SweepDeps {
 export function makeSubscriptionSweep(deps: SweepDeps) {
   const { db, store, clock, notifications } = deps;
   const batchSize = deps.batchSize ?? SWEEP_BATCH;
+  const maxBatches = deps.maxBatches ?? SWEEP_MAX_BATCHES;
 
   const runBatch = async (): Promise<number> => {
     const now = clock.now();
@@ -46,15 +51,11 @@ export function makeSubscriptionSweep(deps: SweepDeps) {
     return count;
   };
 
-  /** Sweeps until nothing is due; answers how many users were downgraded. */
-  const run = async (): Promise<number> => {
-    let total = 0;
-    for (;;) {
-      const n = await runBatch();
-      total += n;
-      if (n < batchSize) return total;
-    }
-  };
+  /**
+   * One tick: batches while they come back full, at most `maxBatches` (the next tick goes on with
+   * a backlog); answers how many users were downgraded.
+   */
+  const run = (): Promise<number> => drain(batchSize, maxBatches, runBatch);
 
   // app.ts runs it every SWEEP_INTERVAL_MS with background.ts's `every`.
   return { run };
