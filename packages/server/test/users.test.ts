@@ -90,6 +90,13 @@ describeApp('POST /v1/users/me/update', () => {
     expect(svg.headers.get('content-type')).toContain('image/svg+xml');
   });
 
+  it('serves the default avatars for any site to show (Cross-Origin-Resource-Policy: cross-origin)', async () => {
+    const svg = await new Client(app.url).get('/avatars/platform_a_0.svg');
+    expect(svg.status).toBe(200);
+    expect(svg.headers.get('cross-origin-resource-policy')).toBe('cross-origin');
+    expect(svg.headers.get('x-content-type-options')).toBe('nosniff');
+  });
+
   it('reports an over-long username in errors and still applies a good avatar_source', async () => {
     const before = (await me.client.get('/v1/users/me')).body.user;
     const res = await me.client.post('/v1/users/me/update', {
