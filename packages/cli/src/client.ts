@@ -21,8 +21,18 @@ export interface Answer {
   location: string | null;
 }
 
-/** The server could not be reached or did not answer in time; nothing is known of the outcome. */
-export class UnreachableError extends Error {}
+/**
+ * The server could not be reached or did not answer in time; nothing is known of the outcome.
+ * `timedOut`: the request was sent and no answer came, so it may still take effect.
+ */
+export class UnreachableError extends Error {
+  constructor(
+    message: string,
+    readonly timedOut = false,
+  ) {
+    super(message);
+  }
+}
 
 /** Sends one request with the operator token as a Bearer credential. */
 export async function send(
@@ -46,7 +56,7 @@ export async function send(
       location: typeof location === 'string' ? location : null,
     };
   } catch (e) {
-    throw new UnreachableError(reason(e));
+    throw new UnreachableError(reason(e), e instanceof TimeoutError);
   }
 }
 

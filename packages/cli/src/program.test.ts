@@ -1,6 +1,6 @@
 import { CommanderError } from 'commander';
 import { describe, expect, it } from 'vitest';
-import type { RawResponse, Transport } from './http.js';
+import { type RawResponse, TimeoutError, type Transport } from './http.js';
 import type { Io } from './io.js';
 import { buildProgram } from './program.js';
 
@@ -61,6 +61,23 @@ describe('parlor output and exit codes', () => {
     expect(res.code).toBe(2);
     expect(res.stderr).toMatch(/^error: cannot reach the Parlor server at http:\/\/parlor\.test: connection reset/);
     expect(res.stderr).not.toContain('pop_secret_token');
+  });
+
+  it('refuses a 2xx answer that is not JSON (something in front of the server), exit 1', async () => {
+    const res = await run(create, { status: 200, headers: {}, text: '<html>Sign in to the proxy</html>' });
+    expect(res.code).toBe(1);
+    expect(res.stdout).toBe('');
+    expect(res.stderr).toContain('HTTP 200 without a JSON body (not an answer of Parlor');
+    expect(res.stderr).toContain('Sign in to the proxy');
+  });
+
+  it('exits 2 on a request with no answer in time, saying it may still take effect', async () => {
+    const res = await run(create, new TimeoutError('no answer within 30 s'));
+    expect(res.code).toBe(2);
+    expect(res.stderr).toMatch(
+      /^error: the Parlor server at http:\/\/parlor\.test did not answer: no answer within 30 s/,
+    );
+    expect(res.stderr).toContain('may still take effect');
   });
 
   it('sends nothing when an argument is invalid', async () => {

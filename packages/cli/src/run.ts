@@ -8,7 +8,7 @@ const RAW_EXCERPT = 500;
 
 /**
  * Runs one operator request for `command` and reports it: the JSON answer on stdout (exit 0) on
- * 2xx, the error body on stderr (exit 1) otherwise. Local problems go through `command.error`, so
+ * 2xx, the error body on stderr (exit 1) otherwise, and a 2xx that is not JSON too (exit 1). Local problems go through `command.error`, so
  * they read like commander's own usage errors; an unreachable server exits 2.
  */
 export async function callServer(command: Command, io: Io, request: ApiRequest): Promise<void> {
@@ -23,6 +23,11 @@ export async function callServer(command: Command, io: Io, request: ApiRequest):
   try {
     answer = await send(target, request, io.transport);
   } catch (e) {
+    if (e instanceof UnreachableError && e.timedOut)
+      command.error(
+        `error: the Parlor server at ${target.baseUrl.origin} did not answer: ${e.message}. The request may still take effect: check (e.g. \`parlor audit\`) before repeating it.`,
+        { exitCode: ExitCode.UNREACHABLE, code: 'parlor.unreachable' },
+      );
     if (e instanceof UnreachableError)
       command.error(
         `error: cannot reach the Parlor server at ${target.baseUrl.origin}: ${e.message}. Is it running? PARLOR_URL selects the server.`,
@@ -34,9 +39,10 @@ export async function callServer(command: Command, io: Io, request: ApiRequest):
 }
 
 function report(io: Io, answer: Answer): void {
-  if (answer.ok) {
+  // Every answer of the API is JSON: a 2xx with another body came from something in front of it
+  // (a proxy's sign-in page, a captive portal), and the request never reached Parlor.
+  if (answer.ok && (answer.body !== undefined || answer.text === '')) {
     if (answer.body !== undefined) io.stdout(pretty(answer.body));
-    else if (answer.text !== '') io.stdout(answer.text.endsWith('\n') ? answer.text : `${answer.text}\n`);
     io.setExitCode(ExitCode.OK);
     return;
   }
@@ -53,5 +59,6 @@ function describeRaw(answer: Answer): string {
   if (answer.status >= 300 && answer.status < 400)
     return `error: the server answered HTTP ${answer.status}, a redirect to ${answer.location ?? '(no location)'}; set PARLOR_URL to the final address\n`;
   const excerpt = answer.text.trim().slice(0, RAW_EXCERPT);
-  return `error: the server answered HTTP ${answer.status} without a JSON body${excerpt ? `:\n${excerpt}` : ''}\n`;
+  const hint = answer.ok ? ' (not an answer of Parlor: is PARLOR_URL its address?)' : '';
+  return `error: the server answered HTTP ${answer.status} without a JSON body${hint}${excerpt ? `:\n${excerpt}` : ''}\n`;
 }
