@@ -4,6 +4,7 @@ import type {
   ActivityAnswer,
   BotBatchAnswer,
   BotBatchBody,
+  BotGuild,
   BotLoginCodeAnswer,
   BotLoginCodeBody,
   BotProfile,
@@ -17,6 +18,8 @@ import type {
   CreateChatInput,
   CreateInviteInput,
   DeletedAnswer,
+  Guild,
+  GuildUpsertBody,
   HistoryInput,
   InviteAnswer,
   InvitesAnswer,
@@ -28,6 +31,8 @@ import type {
   Punishment,
   RegisterKeyAnswer,
   RequestCodeAnswer,
+  RoomSettings,
+  RoomSettingsBody,
   SendCodeAnswer,
   SendMessageAnswer,
   SessionsAnswer,
@@ -37,12 +42,21 @@ import type {
   UpdateMeAnswer,
   UpdateMeBody,
   UserAnswer,
+  VanityGuild,
   VerifyAnswer,
 } from './types.js';
 
-export type ParlorClientOptions = HttpClientOptions;
+export interface ParlorClientOptions extends HttpClientOptions {
+  /**
+   * The base of the guild interface, the server's `GUILD_API_URL` ({guild_api_url} of spec 4.3,
+   * 4.4; a trailing slash is ignored). Default `baseUrl`: the server serves the guild routes itself.
+   */
+  guildApiUrl?: string;
+}
 
 const chatPath = (chatId: number) => `/v1/portal/chats/${chatId}`;
+const guildPath = (guildId: string) => `/v1/guilds/${encodeURIComponent(guildId)}`;
+const trimBase = (url: string) => url.replace(/\/+$/, '');
 
 /**
  * The typed REST client of a Parlor user (docs/api.md). Each method returns the answer body as
@@ -50,6 +64,14 @@ const chatPath = (chatId: number) => `/v1/portal/chats/${chatId}`;
  * public API key, needed by the login routes; the session cookie is kept after `verify`.
  */
 export class ParlorClient extends HttpClient {
+  /** The base the guild routes (`/v1/guilds/…`) are sent to: `guildApiUrl`, else `baseUrl`. */
+  readonly guildApiUrl: string;
+
+  constructor(opts: ParlorClientOptions) {
+    super(opts);
+    this.guildApiUrl = opts.guildApiUrl ? trimBase(opts.guildApiUrl) : this.baseUrl;
+  }
+
   // Login (spec 4.1, 5)
 
   /** `POST /v1/authentication/lookup`: the linked platforms of a username (K). */
@@ -117,6 +139,31 @@ export class ParlorClient extends HttpClient {
   /** `POST /v1/users/me/sessions/destroy`: ends every other session → `{destroyed}`. */
   destroyOtherSessions(): Promise<{ destroyed: number }> {
     return this.post('/v1/users/me/sessions/destroy');
+  }
+
+  // Guilds (spec 4.4, on {guild_api_url}; docs/api.md "Guilds")
+
+  /** `GET /v1/users/me/guilds`: the guilds your `platform_a` identity owns (a bare array, oldest first). */
+  guilds(): Promise<Guild[]> {
+    return this.get('/v1/users/me/guilds');
+  }
+
+  /** `GET {guild_api_url}/v1/guilds/{guild_id}` → the guild, `room_settings` included (owner, sponsor or Admin). */
+  getGuild(guildId: string): Promise<Guild> {
+    return this.request('GET', guildPath(guildId), { base: this.guildApiUrl });
+  }
+
+  /** `PUT {guild_api_url}/v1/guilds/{guild_id}/vanity` → the guild's spec 4.4 fields (needs guild premium). */
+  setVanity(guildId: string, vanityInvite: string): Promise<VanityGuild> {
+    return this.request('PUT', `${guildPath(guildId)}/vanity`, {
+      body: { vanity_invite: vanityInvite },
+      base: this.guildApiUrl,
+    });
+  }
+
+  /** `PUT {guild_api_url}/v1/guilds/{guild_id}/room-settings` → all the room settings (omitted ones stay). */
+  updateRoomSettings(guildId: string, body: RoomSettingsBody): Promise<RoomSettings> {
+    return this.request('PUT', `${guildPath(guildId)}/room-settings`, { body, base: this.guildApiUrl });
   }
 
   // Chats
@@ -226,12 +273,18 @@ export class ParlorClient extends HttpClient {
 export interface BotClientOptions extends Omit<HttpClientOptions, 'apiKey' | 'session'> {
   /** The bot's key (`pbk_…`), sent as `X-API-Key`. */
   apiKey: string;
+  /** The base of the guild interface (`GUILD_API_URL`), as for {@link ParlorClientOptions}; default `baseUrl`. */
+  guildApiUrl?: string;
 }
 
 /** The typed REST client of a bot (B routes, authenticated by the bot key). */
 export class BotClient extends HttpClient {
+  /** The base the guild report (`/v1/bot/guilds/…`) is sent to: `guildApiUrl`, else `baseUrl`. */
+  readonly guildApiUrl: string;
+
   constructor(opts: BotClientOptions) {
     super({ ...opts, session: null });
+    this.guildApiUrl = opts.guildApiUrl ? trimBase(opts.guildApiUrl) : this.baseUrl;
   }
 
   /** `POST /v1/authentication/bot/login-code`: the pending web code of an identity, or nulls. */
@@ -267,5 +320,13 @@ export class BotClient extends HttpClient {
   /** `POST /v1/bot/users/{user_id}/update {username}`. */
   updateUser(userId: number, body: { username?: string }): Promise<BotUserUpdated> {
     return this.post(`/v1/bot/users/${userId}/update`, body);
+  }
+
+  /**
+   * `POST {guild_api_url}/v1/bot/guilds/{guild_id}`: creates or updates the guild (spec 4.3) → its
+   * spec 4.3 fields. Another bot's guild answers 403 `ERR_GUILD_OTHER_BOT` (Official bots excepted).
+   */
+  upsertGuild(guildId: string, body: GuildUpsertBody): Promise<BotGuild> {
+    return this.request('POST', `/v1/bot/guilds/${encodeURIComponent(guildId)}`, { body, base: this.guildApiUrl });
   }
 }

@@ -65,8 +65,13 @@ export class HttpClient {
    * Sends one request and returns the parsed JSON body of a 2xx answer.
    * @throws ParlorApiError on any non-2xx answer; with status 0 and `ERR_HTTP_TIMEOUT` when no
    *   complete answer came within `timeoutMs`, `ERR_NETWORK` when the request failed (`cause`).
+   *   `base` replaces `baseUrl` for this request (the guild interface's own base, {guild_api_url}).
    */
-  async request<T>(method: 'GET' | 'POST', path: string, opts: { body?: unknown; query?: Query } = {}): Promise<T> {
+  async request<T>(
+    method: 'GET' | 'POST' | 'PUT',
+    path: string,
+    opts: { body?: unknown; query?: Query; base?: string } = {},
+  ): Promise<T> {
     const headers: Record<string, string> = { accept: 'application/json', ...this.headers };
     if (this.apiKey) headers['x-api-key'] = this.apiKey;
     const cookie = this.cookieHeader();
@@ -79,7 +84,7 @@ export class HttpClient {
     let res: Response;
     let text: string;
     try {
-      res = await this.#fetch(this.baseUrl + path + queryString(opts.query), {
+      res = await this.#fetch((opts.base ?? this.baseUrl) + path + queryString(opts.query), {
         method,
         headers,
         body,
