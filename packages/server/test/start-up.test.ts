@@ -48,7 +48,8 @@ describeApp('start-up with a store that cannot be reached', () => {
     expect(message).not.toContain('hunter2');
   });
 
-  it('names Redis and its host:port, never the password of its URL', async () => {
+  // A fresh in-memory PGlite is migrated first (12-16 s on a 2-core CI machine): the hook timeout, not the test's 30 s.
+  it('names Redis and its host:port, never the password of its URL', { timeout: 60_000 }, async () => {
     const { redis, config } = await unreachable();
     const database = await openDatabase({ url: null, dataDir: null });
     try {
