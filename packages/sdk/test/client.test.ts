@@ -13,7 +13,7 @@ import {
   publicKeyToBase64,
   wrapChatKey,
 } from '../src/index.js';
-import { loginUser, testBot, userClient } from './support.js';
+import { apiError, loginUser, testBot, userClient } from './support.js';
 
 let app: TestApp;
 let bot: BotClient;
@@ -24,17 +24,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await app?.close();
 });
-
-/** Runs `fn` and returns the ParlorApiError it throws. */
-async function apiError(fn: () => Promise<unknown>): Promise<ParlorApiError> {
-  try {
-    await fn();
-  } catch (error) {
-    if (error instanceof ParlorApiError) return error;
-    throw error;
-  }
-  throw new Error('expected a ParlorApiError');
-}
 
 describeApp('ParlorClient: login and the account', () => {
   it('logs in with request → bot login-code → verify, keeps the cookie, and logs out', async () => {

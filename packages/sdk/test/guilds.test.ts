@@ -4,7 +4,7 @@ import { describeApp, startApp, type TestApp } from '../../server/test/support/a
 import { nextIp } from '../../server/test/support/client.js';
 import { createBot, nextIdentity, operator } from '../../server/test/support/flows.js';
 import { BotClient, ParlorApiError, ParlorClient } from '../src/index.js';
-import { loginUser, testBot } from './support.js';
+import { apiError, loginUser, testBot } from './support.js';
 
 let app: TestApp;
 let bot: BotClient;
@@ -15,17 +15,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await app?.close();
 });
-
-/** Runs `fn` and returns the ParlorApiError it throws. */
-async function apiError(fn: () => Promise<unknown>): Promise<ParlorApiError> {
-  try {
-    await fn();
-  } catch (error) {
-    if (error instanceof ParlorApiError) return error;
-    throw error;
-  }
-  throw new Error('expected a ParlorApiError');
-}
 
 /** Guild premium for 30 days, through the operator route (as the server's guild tests grant it). */
 async function grantPremium(guildId: string): Promise<void> {

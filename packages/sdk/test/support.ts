@@ -7,6 +7,7 @@ import {
   type ChatEntry,
   E2EChatSession,
   type E2EChatSessionOptions,
+  ParlorApiError,
   ParlorClient,
   type User,
 } from '../src/index.js';
@@ -118,4 +119,15 @@ export async function storedContents(app: TestApp): Promise<string[]> {
     | { content: string }[];
   const rows = 'rows' in result ? result.rows : result;
   return rows.map((r) => r.content);
+}
+
+/** Runs `fn` and returns the ParlorApiError it throws. */
+export async function apiError(fn: () => Promise<unknown>): Promise<ParlorApiError> {
+  try {
+    await fn();
+  } catch (error) {
+    if (error instanceof ParlorApiError) return error;
+    throw error;
+  }
+  throw new Error('expected a ParlorApiError');
 }
