@@ -52,7 +52,11 @@ export interface ServerToClientEvents extends VmServerToClientEvents {
   'room:members': (e: { chat_id: number; members: MemberEntry[] }) => void;
   'portal:presence': (e: { chat_id: number; user_id: number; session_id: number; online: boolean }) => void;
   'room:left': (e: { chat_id: number; reason: string }) => void;
-  'chat:list': (e: { chats: Chat[] }) => void;
+  /**
+   * On every (re)connection. `session_id`: the login session the socket belongs to now (a cookie
+   * that changed while the client was away gives the reconnected socket another session).
+   */
+  'chat:list': (e: { chats: Chat[]; session_id: number }) => void;
   'chat:updated': (e: { chat: Chat }) => void;
   'notification:new': (n: Notification) => void;
   'match:found': (e: { chat_id: number; token: string; interests: string[]; expires_at: string; peer: Peer }) => void;

@@ -79,6 +79,37 @@ describeApp('E2EChatSession: reconnection', () => {
     expect(c.socket.active).toBe(false);
     await expect(c.send(1, 'x')).rejects.toMatchObject({ code: 'CLOSED' });
   });
+  for (const recovered of [true, false]) {
+    it(`closes with session_changed when the socket comes back (${recovered ? '' : 'not '}recovered) as another login session`, async () => {
+      const alice = await loginUser(app, bot, { level: 2 });
+      const a = await openSession(alice.client);
+      const { chat } = await alice.client.createChat({ name: 'Shared jar', type: 'public' });
+      await a.join({ chat_id: chat.id });
+      const inbox = collector(a, chat.id);
+      await a.send(chat.id, 'an offset to recover from');
+      await inbox.waitFor(1);
+
+      // A second login of the same user in the same cookie jar (another tab of one browser): the
+      // socket's next handshake sends the new session's cookie.
+      const again = await loginUser(app, bot, { platformUserId: alice.platformUserId });
+      expect(again.user.id).toBe(alice.user.id);
+      const headers = a.socket.io.opts.extraHeaders as Record<string, string>;
+      headers.cookie = again.client.cookieHeader() as string;
+      const closed = next(a, 'closed');
+      const events: string[] = [];
+      a.on('reconnected', (e) => events.push(`reconnected ${e.recovered}`));
+      if (recovered) a.socket.io.engine.close();
+      else {
+        a.socket.disconnect();
+        a.socket.connect();
+      }
+      expect(await closed).toEqual({ reason: 'session_changed' });
+      // A recovered connection is reported at once; a resync waits for the list and stops.
+      expect(events).toEqual(recovered ? ['reconnected true'] : []);
+      expect(a.socket.connected).toBe(false);
+      await expect(a.send(chat.id, 'x')).rejects.toMatchObject({ code: 'CLOSED' });
+    });
+  }
 });
 
 describeApp('E2EChatSession: resync after a reconnection that was not recovered', () => {

@@ -299,6 +299,8 @@ describeApp('private chats, invites and membership history', () => {
     const again = await connectSocket(app.url, owner.client);
     const pushed = await again.next('chat:list');
     expect(pushed.chats.map((c: any) => c.id)).toContain(chatId);
+    // The socket is told which login session it belongs to (the one its key registration named).
+    expect(pushed.session_id).toBe(owner.sessionId);
   });
 
   it.skipIf(MODE !== 'cluster')(

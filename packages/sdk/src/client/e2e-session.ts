@@ -301,6 +301,13 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
       this.emit('left', { chatId: e.chat_id, reason: e.reason });
     });
     on('chat:list', (e) => {
+      // The socket came back as another login session (its cookie changed while it was away): the
+      // server gave it none of this session's rooms, and no envelope will name this session there.
+      const sessionId = this.#keying.sessionId;
+      if (sessionId !== null && e.session_id !== sessionId) {
+        void this.#end({ reason: 'session_changed' });
+        return;
+      }
       const waiting = this.#chatList;
       this.#chatList = null;
       waiting?.(e.chats.map((chat) => chat.id));

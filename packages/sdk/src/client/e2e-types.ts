@@ -80,11 +80,14 @@ export interface E2EChatSessionEvents {
    */
   reconnected: (e: { recovered: boolean; chats: number[] }) => void;
   /**
-   * The session ended: `close()` (`reason: 'closed'`), or the server refused its session for good on
+   * The session ended: `close()` (`reason: 'closed'`), the server refused its session for good on
    * a reconnection (`reason: 'refused'`, `code` `ERR_UNAUTHENTICATED` after a logout, an eviction
-   * or a ban). Message iterators end; log in again and open a new session.
+   * or a ban), or the socket came back as another login session (`reason: 'session_changed'`: the
+   * cookie it sends changed while it was away, as a second login in another tab of the same browser
+   * does; the server gave it none of this session's rooms, and this session's key and envelopes
+   * belong to the old one). Message iterators end; open a new session (it registers a new key).
    */
-  closed: (e: { reason: 'closed' | 'refused'; code?: string; error?: ParlorApiError }) => void;
+  closed: (e: { reason: 'closed' | 'refused' | 'session_changed'; code?: string; error?: ParlorApiError }) => void;
   /** A background failure; never thrown, since no caller is waiting for it. */
   error: (error: E2ESessionError) => void;
 }

@@ -159,7 +159,7 @@ export function registerChatSockets(realtime: Realtime, chats: ChatsService, log
   realtime.io.on('connection', (socket: AppSocket) => {
     chats
       .list(socket.data.userId)
-      .then((list) => emitSnapshot(socket, 'chat:list', { chats: list }))
+      .then((list) => emitSnapshot(socket, 'chat:list', { chats: list, session_id: socket.data.sessionId }))
       .catch(() => {});
     // A recovered connection is back in the chat rooms it may still be in (the others were taken
     // from it before it was restored, platform/recovery.ts). A kick, ban or leave that committed
