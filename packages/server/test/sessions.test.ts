@@ -7,7 +7,7 @@ import { describeApp, startApp, type TestApp } from './support/app.js';
 import { join, keyedChat, type Member, member } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
 import { countRows } from './support/faults.js';
-import { createBot, login, nextIdentity, setLevel } from './support/flows.js';
+import { createBot, login, nextIdentity, operator, setLevel } from './support/flows.js';
 import { closeAllSockets, connectSocket, disconnected } from './support/sockets.js';
 
 let app: TestApp;
@@ -350,39 +350,79 @@ describeApp('session expiry', () => {
   });
 });
 
+/** Holds the next handshake after its session check, before the connection joins its rooms. */
+function holdNextHandshake() {
+  let reached!: () => void;
+  const atHold = new Promise<void>((resolve) => {
+    reached = resolve;
+  });
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  let holding = true;
+  app.services.realtime.io.use((_socket, next) => {
+    if (!holding) return next();
+    holding = false;
+    reached();
+    void held.then(() => next());
+  });
+  return { atHold, release };
+}
+
 describeApp('a session that ends while its socket handshake runs', () => {
   it.each(['logout', 'eviction at a sixth login'])(
     'drops the socket once it is in its session room (%s between the check and the join)',
     async (how) => {
       const guest = await login(app, { bot });
-      // Held after the handshake's session check, before the connection joins its rooms.
-      let reached!: () => void;
-      const atHold = new Promise<void>((resolve) => {
-        reached = resolve;
-      });
-      let release!: () => void;
-      const held = new Promise<void>((resolve) => {
-        release = resolve;
-      });
-      let holding = true;
-      app.services.realtime.io.use((_socket, next) => {
-        if (!holding) return next();
-        holding = false;
-        reached();
-        void held.then(() => next());
-      });
+      const hold = holdNextHandshake();
       const connecting = connectSocket(app.url, guest.client);
-      await atHold;
+      await hold.atHold;
       if (how === 'logout') {
         expect((await guest.client.post('/v1/authentication/logout', {})).status).toBe(200);
       } else {
         for (let i = 0; i < Limits.MAX_SESSIONS_PER_USER; i++) await device(guest.platformUserId);
       }
       expect((await guest.client.get('/v1/users/me')).status).toBe(401);
-      release();
+      hold.release();
       const socket = await connecting;
       await disconnected(socket);
       expect(socket.connected).toBe(false);
     },
   );
+});
+
+describeApp('a user change while its socket handshake runs', () => {
+  it('drops the socket of a demoted Admin once it is in its rooms; the reconnection is a User', async () => {
+    const { chatId } = await keyedChat(app, 'private');
+    const admin = await login(app, { bot });
+    await setLevel(app, admin.user.id, 2);
+    const hold = holdNextHandshake();
+    const connecting = connectSocket(app.url, admin.client);
+    await hold.atHold;
+    // The handshake read level 2; the demotion's drop of the user's sockets finds none yet.
+    await setLevel(app, admin.user.id, 0);
+    hold.release();
+    const socket = await connecting;
+    await disconnected(socket);
+    expect(socket.connected).toBe(false);
+    const again = await connectSocket(app.url, admin.client);
+    const answer = (await again.emitWithAck('room:join', { chat_id: chatId } as never)) as { code?: string };
+    expect(answer.code).toBe('ERR_CANNOT_BROWSE_PRIVATE');
+  });
+
+  it('drops the socket of a user renamed between the check and the join', async () => {
+    const guest = await login(app, { bot });
+    const hold = holdNextHandshake();
+    const connecting = connectSocket(app.url, guest.client);
+    await hold.atHold;
+    const renamed = `renamed_${guest.user.id}`;
+    expect((await operator(app).post(`/v1/admin/users/${guest.user.id}/update`, { username: renamed })).status).toBe(
+      200,
+    );
+    hold.release();
+    const socket = await connecting;
+    await disconnected(socket);
+    expect(socket.connected).toBe(false);
+  });
 });

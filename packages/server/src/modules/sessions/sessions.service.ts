@@ -37,6 +37,13 @@ export interface SessionsEnd {
   sessionIds: number[];
   reason: string;
 }
+/** A live session's expiry and what a socket's handshake read of its user, read again (liveOwner). */
+export interface LiveOwner {
+  expiresAt: Date;
+  permissionLevel: number;
+  username: string;
+}
+
 export type SessionsEndedListener = (e: SessionsEnd) => void;
 /** Work that must commit with the end of sessions (their keys go, their chats rekey): runs in its transaction. */
 export type SessionsEndingHook = (e: SessionsEnd, tx: Tx) => Promise<void>;
@@ -180,18 +187,20 @@ export function makeSessionsService({ db, store, clock, geo, cache }: SessionsDe
     },
 
     /**
-     * The expiry of a session that is still live and whose user may connect (active, or a timeout
-     * that ran out), read from SQL (no cache); null otherwise. What a socket must still have once
-     * it is in its session's room (sessions.sockets.ts), and when it recovers after a drop.
+     * A session that is still live and whose user may connect (active, or a timeout that ran out),
+     * read from SQL (no cache): its expiry, and its user's level and name as they are now; null
+     * otherwise. What a socket must still have once it is in its session's room
+     * (sessions.sockets.ts), and when it recovers after a drop.
      */
-    async liveUntil(userId: number, sessionId: number): Promise<Date | null> {
+    async liveOwner(userId: number, sessionId: number): Promise<LiveOwner | null> {
       const owner = await owners(sessionId);
-      return owner?.userId === userId && effectiveState(owner, clock.now()) === 0 ? owner.expiresAt : null;
+      if (owner?.userId !== userId || effectiveState(owner, clock.now()) !== 0) return null;
+      return { expiresAt: owner.expiresAt, permissionLevel: owner.permissionLevel, username: owner.username };
     },
 
-    /** Whether a session is still live and its user may connect (liveUntil): platform/recovery.ts. */
+    /** Whether a session is still live and its user may connect (liveOwner): platform/recovery.ts. */
     async mayConnect(userId: number, sessionId: number): Promise<boolean> {
-      return (await service.liveUntil(userId, sessionId)) !== null;
+      return (await service.liveOwner(userId, sessionId)) !== null;
     },
 
     /** Ends the given sessions that expired (and nothing ended yet): a node's sockets past their expiry. */

@@ -1,25 +1,36 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { Clock } from '../../platform/clock.js';
 import type { AppSocket, Realtime } from '../../platform/realtime.js';
-import type { SessionsService } from './sessions.service.js';
+import type { LiveOwner, SessionsService } from './sessions.service.js';
 
 /** How often each node looks for its sockets whose session expired (ms): they drop within this. */
 export const SOCKET_EXPIRY_CHECK_MS = 1_000;
 
 export interface SessionSocketsDeps {
   realtime: Realtime;
-  sessions: Pick<SessionsService, 'liveUntil' | 'endExpired'>;
+  sessions: Pick<SessionsService, 'liveOwner' | 'endExpired'>;
   clock: Clock;
   log: Pick<FastifyBaseLogger, 'warn'>;
 }
 
 /**
+ * Whether the user a socket's handshake read (its level and name, which its handlers use: chat
+ * joins, room VM moderation, presence) is still the user now. The user's stranger flag never
+ * changes; its state and session are what `liveOwner` answers for.
+ */
+const handshakeHolds = (data: AppSocket['data'], owner: LiveOwner) =>
+  owner.permissionLevel === data.permissionLevel && owner.username === data.username;
+
+/**
  * Keeps this node's sockets within the lives of their sessions (a socket's data carries its
  * session's expiry from the handshake):
  *
- * - Once a socket is in its session's room, the session is read again from SQL, past any cache,
- *   and the socket is dropped if the session is no longer live. A session that ended between the
- *   handshake's look-up and that join found no socket to drop; one that ends after the join does.
+ * - Once a socket is in its session's room, the session and its user are read again from SQL,
+ *   past any cache, and the socket is dropped if the session is no longer live, its user may no
+ *   longer connect, or its user's level or name is no longer what the handshake read. A session
+ *   end or a level change (admin.service.ts) that committed between the handshake's look-up and
+ *   that join found no socket to drop; one after the join does. Dropped, not updated in place, as
+ *   a level change drops the sockets it finds: the client reconnects with the new level.
  *   The expiry read replaces the handshake's.
  * - No client event is served to a socket whose session's expiry passed (`gateEvents`).
  * - `check`, run every SOCKET_EXPIRY_CHECK_MS, drops the sockets whose session expired and ends
@@ -43,14 +54,14 @@ export function watchSessionSockets({ realtime, sessions, clock, log }: SessionS
   realtime.io.on('connection', (socket: AppSocket) => {
     track(socket.data.expiresAt);
     const { userId, sessionId } = socket.data;
-    sessions.liveUntil(userId, sessionId).then(
-      (until) => {
+    sessions.liveOwner(userId, sessionId).then(
+      (owner) => {
         if (socket.disconnected) return;
-        if (until === null) {
+        if (owner === null || !handshakeHolds(socket.data, owner)) {
           socket.disconnect(true);
           return;
         }
-        socket.data.expiresAt = until.getTime();
+        socket.data.expiresAt = owner.expiresAt.getTime();
         track(socket.data.expiresAt);
       },
       // The handshake's look-up stands (and its expiry is kept); the client is not dropped for an outage.

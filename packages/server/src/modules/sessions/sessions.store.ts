@@ -76,8 +76,9 @@ export function makeSessionsStore(db: Db, onChanged: UsersChanged = noUsersChang
       return tokenHashes.map((h) => byHash.get(h));
     },
     /**
-     * Live sessions' expiries, users and those users' stored states, in one statement (a burst of
-     * connections is checked together). One answer per id, in order; undefined: no such live session.
+     * Live sessions' expiries, users, those users' stored states and what a socket's handshake
+     * reads of them (level, name), in one statement (a burst of connections is checked together).
+     * One answer per id, in order; undefined: no such live session.
      */
     async liveOwners(sessionIds: number[], now: Date) {
       const rows = await db
@@ -85,6 +86,8 @@ export function makeSessionsStore(db: Db, onChanged: UsersChanged = noUsersChang
           sessionId: sessions.id,
           expiresAt: sessions.expiresAt,
           userId: users.id,
+          permissionLevel: users.permissionLevel,
+          username: users.username,
           state: users.state,
           stateExpiresAt: users.stateExpiresAt,
           thenState: users.thenState,
