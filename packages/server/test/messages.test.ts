@@ -90,6 +90,22 @@ describeApp('POST /v1/portal/chats/{chat_id}/messages', () => {
     const newestFirst = [...ids].sort((a, b) => key(b)[0] - key(a)[0] || key(b)[1] - key(a)[1]);
     expect(listed).toEqual(newestFirst);
   });
+
+  it('answers a chat-banned sender 403 ERR_CHAT_BANNED (spec 7), and ERR_NOT_CHAT_MEMBER once unbanned', async () => {
+    const { owner, chatId, chatKey, epoch } = await keyedChat(app);
+    const guest = await member(app);
+    expect((await join(guest, { chat_id: chatId })).ok).toBe(true);
+    await shareKey(owner, { chatId, chatKey, epoch }, [guest]);
+    // The ban ends the membership in its transaction: the ban is checked first, or it is never told.
+    expect((await owner.client.post(`/v1/portal/chats/${chatId}/ban`, { user_id: guest.user.id })).status).toBe(200);
+    const send = () =>
+      guest.client.post(`/v1/portal/chats/${chatId}/messages`, { content: bundle(chatKey, chatId, epoch, 'x') });
+    const banned = await send();
+    expect([banned.status, banned.body.code]).toEqual([403, 'ERR_CHAT_BANNED']);
+    expect((await owner.client.post(`/v1/portal/chats/${chatId}/unban`, { user_id: guest.user.id })).status).toBe(200);
+    const unbanned = await send();
+    expect([unbanned.status, unbanned.body.code]).toEqual([403, 'ERR_NOT_CHAT_MEMBER']);
+  });
 });
 
 describeApp('group commit of sends', () => {

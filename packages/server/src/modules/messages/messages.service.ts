@@ -103,13 +103,15 @@ export function makeMessagesService({ store, clock, state, realtime, access }: M
     if (!userLimit.allowed) throw rateLimited(userLimit.retryAfterMs);
   };
 
-  /** Throws why a send was refused, checking in the order of spec 4.6 and DESIGN.md 7. */
+  /** Throws why a send was refused, checking in the order docs/api.md gives (spec 4.6 rule 1, DESIGN.md 7). */
   const refusal = async (sender: Sender, chatId: number, epoch: number, now: Date): Promise<void> => {
     const chat = await access.chat(chatId);
     if (!chat) throw appError('ERR_CHAT_NOT_FOUND');
+    // The ban before the membership: a chat ban ends the membership with it (chats.expel), so a
+    // banned sender is never a member, and is told that it is banned (spec 7), not that it left.
+    if (await store.activeRestriction(chatId, sender.userId, ['CHAT_BAN'], now)) throw appError('ERR_CHAT_BANNED');
     if (!(await access.isMember(chatId, sender.userId))) throw appError('ERR_NOT_CHAT_MEMBER');
     if (chat.archived) throw appError('ERR_CHAT_READ_ONLY');
-    if (await store.activeRestriction(chatId, sender.userId, ['CHAT_BAN'], now)) throw appError('ERR_CHAT_BANNED');
     const restriction = await store.activeRestriction(chatId, sender.userId, ['CHAT_MUTE'], now);
     if (restriction) {
       const ttl = restriction.expiresAt
