@@ -6,6 +6,7 @@ import { eq, inArray, sql } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/postgres-js';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterCommit, isDeadlock, trackCommits } from '../src/platform/db/after-commit.js';
 import {
   anyOf,
   type Database,
@@ -112,6 +113,71 @@ describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('the stateme
     expect(rowsOf(await app.database.db.execute(sql`show statement_timeout`))).toEqual([
       { statement_timeout: '300ms' },
     ]);
+  });
+});
+
+/**
+ * Two transactions that lock the same rows in opposite orders: PostgreSQL aborts one as the
+ * deadlock's victim (40P01), and the tracked database (platform/db/after-commit.ts) runs it again,
+ * so both commit and neither caller sees the deadlock; the victim's first run leaves no work.
+ */
+describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('a deadlock on PostgreSQL', () => {
+  let scratch: Awaited<ReturnType<typeof createScratchDatabase>>;
+  let database: Database;
+
+  beforeAll(async () => {
+    scratch = await createScratchDatabase();
+    database = await openDatabase({ url: scratch.url, dataDir: null, poolSize: 4 });
+    await database.db.execute(sql`create table deadlock_rows (id integer primary key, n integer not null)`);
+    await database.db.execute(sql`insert into deadlock_rows values (1, 0), (2, 0)`);
+  });
+  afterAll(async () => {
+    await database?.close();
+    await scratch?.drop();
+  });
+
+  /** Both transactions hold their first row before either asks for its second. */
+  async function opposite(db: Db) {
+    let held = 0;
+    let bothHeld: () => void = () => {};
+    const barrier = new Promise<void>((resolve) => {
+      bothHeld = resolve;
+    });
+    const runs: number[] = [];
+    const done: number[] = [];
+    const lockBoth = (first: number, second: number) =>
+      db.transaction(async (tx) => {
+        runs.push(first);
+        await tx.execute(sql`update deadlock_rows set n = n + 1 where id = ${first}`);
+        if (++held === 2) bothHeld();
+        await barrier;
+        await tx.execute(sql`update deadlock_rows set n = n + 1 where id = ${second}`);
+        await afterCommit(tx, async () => {
+          done.push(first);
+        });
+        return first;
+      });
+    const results = await Promise.allSettled([lockBoth(1, 2), lockBoth(2, 1)]);
+    return { results, runs, done };
+  }
+
+  it('runs the victim again: both transactions commit once, and each one’s after-commit work runs once', async () => {
+    const { results, runs, done } = await opposite(trackCommits(database.db));
+    expect(results).toEqual([
+      { status: 'fulfilled', value: 1 },
+      { status: 'fulfilled', value: 2 },
+    ]);
+    expect(runs).toHaveLength(3); // the victim ran twice
+    expect(done.sort()).toEqual([1, 2]);
+    const rows = rowsOf<{ n: number }>(await database.db.execute(sql`select n from deadlock_rows order by id`));
+    expect(rows.map((r) => r.n)).toEqual([2, 2]);
+  });
+
+  it('without it, one side fails with the deadlock (the case the retry is for)', async () => {
+    const { results } = await opposite(database.db);
+    const failed = results.filter((r) => r.status === 'rejected');
+    expect(failed).toHaveLength(1);
+    expect(isDeadlock((failed[0] as PromiseRejectedResult).reason)).toBe(true);
   });
 });
 

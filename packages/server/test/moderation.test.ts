@@ -7,7 +7,7 @@ import { bundle, join, keyedChat, type Member, member } from './support/chat-flo
 import { Client, nextIp } from './support/client.js';
 import { countRows, failInserts } from './support/faults.js';
 import { createBot, login, operator, setLevel } from './support/flows.js';
-import { racingUserRow } from './support/pg-locks.js';
+import { hold, lockWaiters, racingUserRow } from './support/pg-locks.js';
 import { closeAllSockets, disconnected } from './support/sockets.js';
 
 let app: TestApp;
@@ -598,6 +598,74 @@ describeApp('moderation decides the level rule on the target row it locks (Postg
       expect({ status: res.status, code: res.body.code }).toEqual({ status: 404, code: 'ERR_USER_NOT_FOUND' });
     });
   }
+});
+
+/**
+ * A kick takes the chat row's lock, then the target's users row; a chat mute, a chat warning and a
+ * platform ban write the chat row too (a system message's id, the epochs a ban raises), so they
+ * take it before the user's, in the same order: two moderators acting on one member at once wait
+ * for each other instead of deadlocking (one of them answered 500, its action lost). The test fixes
+ * the interleaving that deadlocked: the kick holds the chat row and waits (at its membership
+ * update, for a row the test holds) while the other action starts. PGlite runs one transaction at a
+ * time: nothing interleaves there.
+ */
+describeApp('moderators acting on one member at once wait for each other (PostgreSQL)', () => {
+  const others = {
+    mute: (chatId: number, owner: Member, target: Member) =>
+      owner.client.post(`/v1/portal/chats/${chatId}/mute`, { user_id: target.user.id, reason: 'x' }),
+    warn: (chatId: number, owner: Member, target: Member) =>
+      owner.client.post(`/v1/portal/chats/${chatId}/warn`, { user_id: target.user.id, reason: 'x' }),
+    'platform ban': (_chatId: number, _owner: Member, target: Member) =>
+      operator(app).post('/v1/admin/punishments/ban', { user_id: target.user.id }),
+  };
+  const recorded = { mute: 'CHAT_MUTE', warn: 'PLATFORM_WARNING', 'platform ban': 'PLATFORM_BAN' };
+  for (const [other, act] of Object.entries(others) as [keyof typeof others, (typeof others)['mute']][]) {
+    onPostgres(`a kick and a ${other} of the same member at once both answer 200 and both take effect`, async () => {
+      const pg = sql as postgres.Sql;
+      const { owner, chatId } = await keyedChat(app);
+      const guest = await member(app);
+      expect((await join(guest, { chat_id: chatId })).ok).toBe(true);
+      const holder = hold(
+        pg,
+        (tx) => tx`select 1 from chat_members where chat_id = ${chatId} and user_id = ${guest.user.id} for share`,
+      );
+      await holder.ready;
+      const kick = owner.client.post(`/v1/portal/chats/${chatId}/kick`, { user_id: guest.user.id });
+      await lockWaiters(pg, 1);
+      const second = act(chatId, owner, guest);
+      await lockWaiters(pg, 2);
+      await holder.end();
+      const [k, s] = await Promise.all([kick, second]);
+      expect({ kick: [k.status, k.body.code], [other]: [s.status, s.body.code] }).toEqual({
+        kick: [200, undefined],
+        [other]: [200, undefined],
+      });
+      const stillIn = `select count(*) as n from chat_members where chat_id = ${chatId} and user_id = ${guest.user.id} and left_at is null`;
+      expect(await countRows(app, stillIn)).toBe(0);
+      const records = `select count(*) as n from moderation_actions where user_id = ${guest.user.id} and action_type in ('CHAT_KICK', '${recorded[other]}')`;
+      expect(await countRows(app, records)).toBe(2);
+    });
+  }
+
+  onPostgres('a new member joining and a mute of it at once both succeed', async () => {
+    const pg = sql as postgres.Sql;
+    const { owner, chatId } = await keyedChat(app);
+    const guest = await member(app);
+    const invite = await owner.client.post(`/v1/portal/chats/${chatId}/invites/create`, {});
+    const code: string = invite.body.invite.code;
+    // The join holds the chat row and waits at its invite's use (a row the test holds).
+    const holder = hold(pg, (tx) => tx`select 1 from chat_invites where code = ${code} for update`);
+    await holder.ready;
+    const joined = join(guest, { invite: code });
+    await lockWaiters(pg, 1);
+    const mute = owner.client.post(`/v1/portal/chats/${chatId}/mute`, { user_id: guest.user.id });
+    await lockWaiters(pg, 2);
+    await holder.end();
+    const [j, m] = await Promise.all([joined, mute]);
+    expect({ join: j.ok, mute: [m.status, m.body.code] }).toEqual({ join: true, mute: [200, undefined] });
+    const muted = `select count(*) as n from moderation_actions where user_id = ${guest.user.id} and chat_id = ${chatId} and action_type = 'CHAT_MUTE'`;
+    expect(await countRows(app, muted)).toBe(1);
+  });
 });
 
 describeApp('a ban or timeout ends the punished user’s search', () => {

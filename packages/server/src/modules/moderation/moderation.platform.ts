@@ -156,6 +156,15 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
     async ban(actor: Actor, reach: Reach, targetId: number, body: Body, chatId: number | null = null) {
       await assertPlatformTarget(actor, reach, targetId);
       const record = await db.transaction(async (tx) => {
+        // The ban raises the epochs of the user's chats (removeSessionsIn below), so it takes their
+        // rows first, in id order, then the user's (punish): the order of a kick, a chat ban, a
+        // mute or warning in a chat and a join, which hold the chat row when they lock the user's.
+        // Taken the other way round, a kick and a ban of one member at once would deadlock each
+        // time, and wait for PostgreSQL's deadlock check (1 s) before one of them runs again. A
+        // logout or key change of the banned user at that moment takes its session row before the
+        // chats, the other way round from here: PostgreSQL aborts one of the two, and the tracked
+        // database runs it again (platform/db/after-commit.ts).
+        await store.lockChatsOf(targetId, tx);
         const done = await punish(tx, {
           actor,
           reach,
@@ -247,6 +256,9 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
     ) {
       await assertPlatformTarget(actor, reach, targetId);
       const { record, note } = await db.transaction(async (tx) => {
+        // A warning given in a chat writes there (`extra`, its system message): the chat row's lock
+        // comes before the target's, as on every chat path (ModerationStore.lockChat).
+        if (chatId !== null && !(await store.lockChat(chatId, tx))) throw appError('ERR_CHAT_NOT_FOUND');
         const done = await punish(tx, {
           actor,
           reach,

@@ -222,8 +222,10 @@ export function makeModerationService(deps: ModerationDeps) {
 
     async mute(actor: ChatActor, chatId: number, body: { user_id: number; duration?: number; reason?: string }) {
       await chatContext(actor, chatId, body.user_id, { mute: true });
-      // The record, its audit entry and the system message (spec 2.9) commit together.
+      // The record, its audit entry and the system message (spec 2.9) commit together. The chat
+      // row's lock (the system message's id) comes before the target's, as for a kick or a join.
       const system = await db.transaction(async (tx) => {
+        if (!(await store.lockChat(chatId, tx))) throw appError('ERR_CHAT_NOT_FOUND');
         await lockReachable(tx, actor, body.user_id);
         await recordChat(actor, chatId, body.user_id, 'CHAT_MUTE', AuditCodes.CHAT_MUTE, body, tx);
         return messages.appendSystem(

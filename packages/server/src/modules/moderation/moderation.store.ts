@@ -1,6 +1,6 @@
 import { and, type Column, eq, gt, inArray, isNull, lte, or, type SQL, sql } from 'drizzle-orm';
 import type { Db } from '../../platform/db/index.js';
-import { moderationActions, users } from '../../platform/db/schema.js';
+import { chatMembers, chats, moderationActions, users } from '../../platform/db/schema.js';
 import { noUsersChanged, type UsersChanged } from '../users/users.changes.js';
 import type { Tx } from '../users/users.store.js';
 
@@ -105,6 +105,37 @@ export function makeModerationStore(db: Db, onChanged: UsersChanged = noUsersCha
         )
         .returning({ id: moderationActions.id });
       return rows.length;
+    },
+    /**
+     * Takes the row lock of a chat not deleted (false: none) for the rest of the transaction, as
+     * strong as the write of its next message id: before the target's users row, in the order of
+     * the chat paths (a kick, a chat ban, a new member's join: the chat row, then the user's), so a
+     * moderation that writes in the chat never holds the user's row while it waits for the chat's.
+     */
+    async lockChat(chatId: number, tx: Tx): Promise<boolean> {
+      const rows = await tx
+        .select({ id: chats.id })
+        .from(chats)
+        .where(and(eq(chats.id, chatId), isNull(chats.deletedAt)))
+        .for('no key update');
+      return rows.length > 0;
+    },
+    /**
+     * lockChat for every chat the user is a member of, in id order: a ban, which raises their
+     * epochs, takes them before the user's row as the chat paths do, and two bans sharing chats
+     * take them in one order.
+     */
+    async lockChatsOf(userId: number, tx: Tx): Promise<void> {
+      const memberOf = tx
+        .select({ chatId: chatMembers.chatId })
+        .from(chatMembers)
+        .where(and(eq(chatMembers.userId, userId), isNull(chatMembers.leftAt)));
+      await tx
+        .select({ id: chats.id })
+        .from(chats)
+        .where(and(inArray(chats.id, memberOf), isNull(chats.deletedAt)))
+        .orderBy(chats.id)
+        .for('no key update', { of: chats });
     },
     /**
      * Writes the state the user's records give at `now` (platformState) to the users row. Call it

@@ -5,14 +5,37 @@ type Work = () => Promise<void>;
 /** Each open transaction of a tracked database (by its drizzle handle) → work queued for its commit. */
 const queues = new WeakMap<object, Work[]>();
 
+/** PostgreSQL's `deadlock_detected`: it aborted this transaction so that the other one goes on. */
+const DEADLOCK = '40P01';
+/** Runs of a transaction that PostgreSQL keeps choosing as a deadlock's victim, the first included. */
+const DEADLOCK_ATTEMPTS = 3;
+
+/** True when a statement failed as a deadlock's victim, whichever driver raised it (and wrapped it). */
+export function isDeadlock(e: unknown): boolean {
+  let cur: unknown = e;
+  for (let i = 0; i < 4 && cur && typeof cur === 'object'; i++) {
+    if ((cur as { code?: unknown }).code === DEADLOCK) return true;
+    cur = (cur as { cause?: unknown }).cause;
+  }
+  return false;
+}
+
 /**
  * The same database, but its `transaction()` runs the work queued with `afterCommit` once the
  * transaction has committed, before its promise resolves (so before the caller answers). A
  * transaction that rolls back drops its queue. Other methods are the database's own.
+ *
+ * A transaction PostgreSQL aborts as a deadlock's victim is run again (up to DEADLOCK_ATTEMPTS
+ * runs, after a short random pause): nothing of it was written, and the other side has gone on.
+ * The modules take their row locks in one order where they can (chat rows before the users row,
+ * docs/api.md Moderation), but some paths cannot know every row first (an account deletion, a
+ * logout racing a ban), and the victim would otherwise answer 500 for a request that is valid.
+ * Callbacks write to the database only (what else they do goes through `afterCommit`), so a
+ * second run does what the first would have done.
  */
 export function trackCommits(db: Db): Db {
   const tracked = Object.create(db) as Db;
-  const transaction = async <T>(fn: (tx: object) => Promise<T>, config?: unknown): Promise<T> => {
+  const run = async <T>(fn: (tx: object) => Promise<T>, config?: unknown): Promise<T> => {
     const queue: Work[] = [];
     const result = await (db.transaction as (f: (tx: object) => Promise<T>, c?: unknown) => Promise<T>)(async (tx) => {
       track(tx, queue);
@@ -25,6 +48,16 @@ export function trackCommits(db: Db): Db {
     }, config);
     for (const work of queue) await work();
     return result;
+  };
+  const transaction = async <T>(fn: (tx: object) => Promise<T>, config?: unknown): Promise<T> => {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await run(fn, config);
+      } catch (err) {
+        if (attempt >= DEADLOCK_ATTEMPTS || !isDeadlock(err)) throw err;
+        await new Promise((resolve) => setTimeout(resolve, attempt * (5 + Math.random() * 20)));
+      }
+    }
   };
   Object.defineProperty(tracked, 'transaction', { value: transaction });
   return tracked;
