@@ -355,6 +355,48 @@ describeApp('private chats, invites and membership history', () => {
     expect(await guest.socket.next('room:left')).toEqual({ chat_id: chatId, reason: 'deleted' });
     expect((await guest.client.get(`/v1/portal/chats/${chatId}`)).status).toBe(404);
   });
+  it('tells every socket of every member of a deleted chat, in its room or not (another tab), once', async () => {
+    const { owner, chatId } = await keyedChat(app);
+    const guest = await member(app);
+    expect((await join(guest, { chat_id: chatId })).ok).toBe(true);
+    // Another tab of the member: connected, the chat in its list, its room not entered.
+    const tab = await connectSocket(app.url, guest.client);
+    expect((await tab.next('chat:list')).chats.map((c: any) => c.id)).toContain(chatId);
+    expect((await owner.client.post(`/v1/portal/chats/${chatId}/delete`, {})).status).toBe(200);
+    const deleted = { chat_id: chatId, reason: 'deleted' };
+    expect(await guest.socket.next('room:left', (e) => e.chat_id === chatId)).toEqual(deleted);
+    expect(await tab.next('room:left', (e) => e.chat_id === chatId)).toEqual(deleted);
+    expect(await owner.socket.next('room:left', (e) => e.chat_id === chatId)).toEqual(deleted);
+    // Once each socket has the room:left of a chat deleted later (events from one node arrive in
+    // order), a second one of the first chat would be there too.
+    const later = (await create(owner.client, 'public', 'Later')).body.chat.id;
+    expect((await join(guest, { chat_id: later })).ok).toBe(true);
+    expect((await owner.client.post(`/v1/portal/chats/${later}/delete`, {})).status).toBe(200);
+    for (const socket of [guest.socket, tab, owner.socket]) {
+      await socket.next('room:left', (e) => e.chat_id === later);
+      expect(socket.received.filter((r) => r.event === 'room:left' && r.payload.chat_id === chatId)).toHaveLength(1);
+    }
+  });
+
+  // PGlite runs one transaction at a time: the update cannot wait for a deletion there.
+  it.skipIf(MODE === 'embedded')(
+    'an admin update that finds the chat deleted meanwhile answers 404 and records no audit entry (PostgreSQL)',
+    async () => {
+      const { chatId } = await keyedChat(app);
+      const op = operator(app);
+      // The deletion holds the chat row; the update (having read the chat live) waits for it.
+      const deletion = hold(pg, (tx) => tx`update chats set deleted_at = now() where id = ${chatId}`);
+      await deletion.ready;
+      const updating = op.post(`/v1/admin/chats/${chatId}/update`, { name: 'After delete' });
+      await Promise.race([updating, lockWaiters(pg, 1)]);
+      await deletion.end();
+      const res = await updating;
+      expect(res.status, JSON.stringify(res.body)).toBe(404);
+      expect(res.body.code).toBe('ERR_CHAT_NOT_FOUND');
+      const audit = (await op.get('/v1/admin/audit?code=602&limit=100')).body.entries;
+      expect(audit.filter((e: any) => e.data?.chat_id === chatId)).toEqual([]);
+    },
+  );
 });
 
 describeApp('the socket', () => {

@@ -3,9 +3,9 @@ import postgres from 'postgres';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { schema } from '../src/platform/db/index.js';
 import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
-import { bundle, join, keyEpoch, type Member, member } from './support/chat-flows.js';
+import { bundle, join, keyEpoch, keyedChat, type Member, member } from './support/chat-flows.js';
 import { hold as holdTx, lockWaiters as waitForLocks } from './support/pg-locks.js';
-import { closeAllSockets } from './support/sockets.js';
+import { closeAllSockets, connectSocket } from './support/sockets.js';
 
 let app: TestApp;
 let sql: postgres.Sql;
@@ -171,25 +171,29 @@ describeApp('a kick racing a join: the socket room follows the membership', () =
   it.each([
     ['a member entering again (a reconnect, another tab)', true],
     ['a new member', false],
-  ])('%s: a kick committed after the join made or read the membership leaves the socket outside', async (_, before) => {
-    const { owner, chatId, target } = await roomAndTarget();
-    if (before) expect((await join(target, { chat_id: chatId })).ok).toBe(true);
-    // The kick commits once the join has done its work, before the socket route answers.
-    let kicked: number | undefined;
-    const restore = interceptJoin(target.user.id, async (original, ...args) => {
-      const out = await original(...args);
-      kicked = (await kick(owner, chatId, target)).status;
-      // The kick's sockets-leave is done (on the cluster adapter it is applied after a Redis write).
+  ])(
+    '%s: a kick committed after the join made or read the membership leaves the socket outside, and the join answers ERR_NOT_CHAT_MEMBER',
+    async (_, before) => {
+      const { owner, chatId, target } = await roomAndTarget();
+      if (before) expect((await join(target, { chat_id: chatId })).ok).toBe(true);
+      // The kick commits once the join has done its work, before the socket route answers.
+      let kicked: number | undefined;
+      const restore = interceptJoin(target.user.id, async (original, ...args) => {
+        const out = await original(...args);
+        kicked = (await kick(owner, chatId, target)).status;
+        // The kick's sockets-leave is done (on the cluster adapter it is applied after a Redis write).
+        await leftRoom(target, chatId);
+        return out;
+      });
+      const joined = await join(target, { chat_id: chatId }).finally(restore);
+      expect(kicked).toBe(200);
+      // The membership ended before the join answered: it says so, never ok.
+      expect(joined).toMatchObject({ ok: false, code: 'ERR_NOT_CHAT_MEMBER' });
       await leftRoom(target, chatId);
-      return out;
-    });
-    const joined = await join(target, { chat_id: chatId }).finally(restore);
-    expect(kicked).toBe(200);
-    expect(joined.ok).toBe(true);
-    await leftRoom(target, chatId);
-    expect(await memberNow(chatId, target.user.id)).toBe(false);
-    await expectOutsideRoom(owner, target, chatId);
-  });
+      expect(await memberNow(chatId, target.user.id)).toBe(false);
+      await expectOutsideRoom(owner, target, chatId);
+    },
+  );
 
   // On PostgreSQL the kick is seen to wait for the membership row the join holds while its socket
   // enters; PGlite runs one transaction at a time, so there the kick simply comes after the join.
@@ -198,13 +202,13 @@ describeApp('a kick racing a join: the socket room follows the membership', () =
     expect((await join(target, { chat_id: chatId })).ok).toBe(true);
     let kicking: Promise<{ status: number }> | undefined;
     const restore = interceptJoin(target.user.id, (original, data, payload, enter) =>
-      original(data, payload, async (id) => {
+      original(data, payload, async (id, fresh) => {
         kicking = kick(owner, chatId, target);
         // PostgreSQL: the kick waits for the membership row this join holds. Were it not held, the
         // kick would commit and its user's sockets leave the room (room:left follows) before this
         // socket enters.
         if (MODE === 'cluster') await Promise.race([kicking.then(() => leftRoom(target, chatId)), lockWaiters(1)]);
-        return enter(id);
+        return enter(id, fresh);
       }),
     );
     const joined = await join(target, { chat_id: chatId }).finally(restore);
@@ -236,6 +240,100 @@ describeApp('a kick racing a join: the socket room follows the membership', () =
       await leftRoom(target, chatId);
       expect(await memberNow(chatId, target.user.id)).toBe(false);
       await expectOutsideRoom(owner, target, chatId);
+    },
+  );
+});
+
+/** The `portal:presence` deltas a socket got about one session in one chat, in order. */
+const presenceDeltas = (m: Member, chatId: number, sessionId: number) =>
+  m.socket.received
+    .filter((r) => r.event === 'portal:presence' && r.payload.chat_id === chatId && r.payload.session_id === sessionId)
+    .map((r) => r.payload.online as boolean);
+
+// A kick takes the user's sockets out of the room right after its commit, before its reads of who
+// is present (which wait for every node): a join that makes the user a member again after that
+// commit enters after that leave, and the late read does not say its session offline.
+describeApp('a join making a new membership while a kick still runs after its commit', () => {
+  it('keeps the new member’s socket in the room and its session present', async () => {
+    const { owner, chatId, target } = await roomAndTarget();
+    expect((await join(target, { chat_id: chatId })).ok).toBe(true);
+    // The kick's read of the target's sockets (a stalled node) waits until the target joined again.
+    const realtime = app.services.realtime;
+    const original = realtime.socketsIn;
+    let reached!: () => void;
+    const reading = new Promise<void>((r) => {
+      reached = r;
+    });
+    let release!: () => void;
+    const released = new Promise<void>((r) => {
+      release = r;
+    });
+    realtime.socketsIn = async (room) => {
+      if (room === `user:${target.user.id}`) {
+        reached();
+        await released;
+      }
+      return original(room);
+    };
+    let kicking: Promise<{ status: number }> | undefined;
+    try {
+      kicking = kick(owner, chatId, target);
+      // Reached after the kick's commit (the read follows it).
+      await reading;
+      expect(await memberNow(chatId, target.user.id)).toBe(false);
+      expect(await join(target, { chat_id: chatId })).toMatchObject({ ok: true });
+    } finally {
+      release();
+      realtime.socketsIn = original;
+    }
+    expect((await kicking).status).toBe(200);
+    expect(await memberNow(chatId, target.user.id)).toBe(true);
+    // A later joiner's list and delta come after anything the kick sent: the session is present,
+    // and the owner heard it go and come back, online last.
+    const late = await member(app);
+    const ack = await join(late, { chat_id: chatId });
+    expect(ack.members.map((m: any) => m.session_id)).toContain(target.sessionId);
+    await owner.socket.next('portal:presence', (e) => e.chat_id === chatId && e.session_id === late.sessionId);
+    expect(presenceDeltas(owner, chatId, target.sessionId).at(-1)).toBe(true);
+    // In the room: the owner's message reaches it.
+    const { chatKey, epoch } = await keyEpoch(owner, chatId);
+    const sent = await owner.client.post(`/v1/portal/chats/${chatId}/messages`, {
+      content: bundle(chatKey, chatId, epoch, 'after the rejoin'),
+    });
+    expect(sent.status, JSON.stringify(sent.body)).toBe(200);
+    await target.socket.next('message:new', (m) => m.id === sent.body.id);
+  });
+});
+
+// The join of a member re-entering reads the chat and its key ring after its commit; a leave that
+// commits then takes the socket out and says the session offline before the join answers.
+describeApp('a leave committing while a member’s join reads the key ring (PostgreSQL)', () => {
+  it.skipIf(MODE === 'embedded')(
+    'the join answers ERR_NOT_CHAT_MEMBER and announces nothing: the session stays offline',
+    async () => {
+      const { owner, chatId } = await keyedChat(app);
+      const g = await member(app);
+      expect((await join(g, { chat_id: chatId })).ok).toBe(true);
+      // Another socket of the same session (a tab), not in the room yet.
+      const tab = await connectSocket(app.url, g.client);
+      await tab.next('chat:list');
+      const ringLock = hold((tx) => tx`lock table session_keys in access exclusive mode`);
+      await ringLock.ready;
+      const joining = tab.emitWithAck('room:join', { chat_id: chatId, rejoin: true } as never) as Promise<any>;
+      await lockWaiters(1);
+      expect(await g.socket.emitWithAck('room:leave', { chat_id: chatId } as never)).toEqual({ ok: true });
+      await owner.socket.next(
+        'portal:presence',
+        (e) => e.chat_id === chatId && e.session_id === g.sessionId && !e.online,
+      );
+      await ringLock.end();
+      expect(await joining).toMatchObject({ ok: false, code: 'ERR_NOT_CHAT_MEMBER' });
+      // A later joiner's delta reaches the owner after any the tab's join sent.
+      const late = await member(app);
+      const ack = await join(late, { chat_id: chatId });
+      expect(ack.members.map((m: any) => m.session_id)).not.toContain(g.sessionId);
+      await owner.socket.next('portal:presence', (e) => e.chat_id === chatId && e.session_id === late.sessionId);
+      expect(presenceDeltas(owner, chatId, g.sessionId)).toEqual([true, false]);
     },
   );
 });

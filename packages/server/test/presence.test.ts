@@ -79,6 +79,41 @@ describeApp('presence in a chat', () => {
     }
   });
 
+  it('a join whose membership a leave ended before it answered: ERR_NOT_CHAT_MEMBER, and its session is not left online', async () => {
+    const { owner, chatId } = await keyedChat(app);
+    const g = await member(app);
+    expect((await join(g, { chat_id: chatId })).ok).toBe(true);
+    // Another socket of the same session (a tab, a reconnect) enters again with rejoin.
+    const tab = await connectSocket(app.url, g.client);
+    await tab.next('chat:list');
+    // Its join has committed (the tab's socket is in the room); the user leaves from its first
+    // socket before the socket route answers.
+    const chats = app.services.chats;
+    const original = chats.join;
+    chats.join = async (data, payload, enter) => {
+      const out = await original(data, payload, enter);
+      if (data.userId !== g.user.id) return out;
+      expect(await g.socket.emitWithAck('room:leave', { chat_id: chatId })).toEqual({ ok: true });
+      await owner.socket.next(
+        'portal:presence',
+        (e) => e.chat_id === chatId && e.session_id === g.sessionId && !e.online,
+      );
+      return out;
+    };
+    const ack = await (
+      tab.emitWithAck('room:join', { chat_id: chatId, rejoin: true } as never) as Promise<any>
+    ).finally(() => {
+      chats.join = original;
+    });
+    expect(ack).toMatchObject({ ok: false, code: 'ERR_NOT_CHAT_MEMBER' });
+    // A later join's delta reaches the owner after any the tab's join sent.
+    const late = await member(app);
+    const lateAck = await join(late, { chat_id: chatId });
+    expect(lateAck.members.map((m: any) => m.session_id)).not.toContain(g.sessionId);
+    await owner.socket.next('portal:presence', (e) => e.chat_id === chatId && e.session_id === late.sessionId);
+    expect(presenceDeltas(owner, chatId, g.sessionId)).toEqual([true, false]);
+  });
+
   it('says nothing when a socket enters a room it is already in', async () => {
     const { owner, chatId } = await keyedChat(app);
     const g1 = await member(app);

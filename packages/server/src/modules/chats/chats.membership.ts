@@ -19,7 +19,7 @@ export interface MembershipDeps {
   keys: KeysService;
   messages: MessagesService;
   realtime: Pick<Realtime, 'emitTo' | 'leaveChat'>;
-  presence: Pick<ChatPresence, 'announcePresence' | 'sessionsInChat'>;
+  presence: Pick<ChatPresence, 'announcePresence' | 'sessionsOutOf'>;
   /** The chat row (deleted chats: ERR_CHAT_NOT_FOUND). */
   mustGet: (chatId: number) => Promise<ChatWithCount>;
   /** Private and direct chats are for their members (and owner, and Admins for private ones). */
@@ -111,23 +111,39 @@ export function makeChatMembership(deps: MembershipDeps) {
       messages.publish(result.system);
       return false;
     }
-    const present = await presence.sessionsInChat(userId, chatId).catch(() => []);
+    // Out of the room at once, before anything awaits: a join that makes the user a member again
+    // commits after this one, and enters after this leave (see join), so it is never undone by it.
     realtime.leaveChat(userId, chatId);
     messages.publish(result.system);
     realtime.emitTo(rooms.chat(chatId), 'portal:key_removed', { chat_id: chatId, user_id: userId, session_id: null });
     keys.announceRekey(result.removed.bumped);
     const reason = opts.action === 'leave' ? 'left' : opts.action === 'kick' ? 'kicked' : 'banned';
     realtime.emitTo(rooms.user(userId), 'room:left', { chat_id: chatId, reason });
-    for (const sessionId of present) presence.announcePresence(chatId, { userId, sessionId }, false);
+    const gone = await presence.sessionsOutOf(userId, chatId).catch(() => []);
+    for (const sessionId of gone) presence.announcePresence(chatId, { userId, sessionId }, false);
     return true;
   };
 
+  /**
+   * Why a join's membership is gone (it ended while the join ran): the chat deleted, a ban, or
+   * else a leave or kick.
+   */
+  const endedError = async (chatId: number, userId: number) => {
+    if (!(await store.byId(chatId))) return appError('ERR_CHAT_NOT_FOUND');
+    if (await messages.isChatBanned(chatId, userId)) return appError('ERR_CHAT_BANNED');
+    return appError('ERR_NOT_CHAT_MEMBER', 'The membership ended while the join ran (a leave, a kick).');
+  };
+
   return {
+    endedError,
+
     /**
      * room:join: becomes a member if not one yet (membership history records how). `enter` puts
-     * the socket into the chat's room; it runs while this join holds the membership row.
+     * the socket into the chat's room; it runs while this join holds the membership row, `fresh`
+     * when the join made that membership (the socket enters even if it seems to be in the room:
+     * that is the ended membership's, whose leave may not have reached this node yet).
      */
-    async join(data: SocketData, payload: RoomJoinPayload, enter: (chatId: number) => unknown) {
+    async join(data: SocketData, payload: RoomJoinPayload, enter: (chatId: number, fresh: boolean) => unknown) {
       await deps.enters.spend(data.userId);
       const viewer: Viewer = { userId: data.userId, permissionLevel: data.permissionLevel };
       const target = await resolveJoin(payload);
@@ -151,7 +167,7 @@ export function makeChatMembership(deps: MembershipDeps) {
       // reconnect and tab), reads its membership anyway: the lock costs it no query.
       const joined = await db.transaction(async (tx) => {
         if (await store.holdMembership(chat.id, viewer.userId, tx)) {
-          await enter(chat.id);
+          await enter(chat.id, false);
           return false;
         }
         if ('rejoin' in payload && payload.rejoin === true)
@@ -164,7 +180,7 @@ export function makeChatMembership(deps: MembershipDeps) {
         const locked = await store.lockById(chat.id, tx);
         if (!locked) throw appError('ERR_CHAT_NOT_FOUND');
         if (await store.holdMembership(chat.id, viewer.userId, tx)) {
-          await enter(chat.id);
+          await enter(chat.id, false);
           return false;
         }
         // The chat as it is now (made private since it was read above, say) decides.
@@ -205,13 +221,10 @@ export function makeChatMembership(deps: MembershipDeps) {
         // the membership by now, or waits until the socket is in the room.
         const still = await db.transaction(async (tx) => {
           if (!(await store.holdMembership(chat.id, viewer.userId, tx))) return false;
-          await enter(chat.id);
+          await enter(chat.id, true);
           return true;
         });
-        if (!still) {
-          if (await messages.isChatBanned(chat.id, viewer.userId)) throw appError('ERR_CHAT_BANNED');
-          throw appError('ERR_NOT_CHAT_MEMBER', 'The membership this join made has ended since (a kick, a leave).');
-        }
+        if (!still) throw await endedError(chat.id, viewer.userId);
       }
       const archivedAt = archivedAtOf(current, clock.now());
       return { chat: toChat({ ...current, archivedAt }), epoch: current.epoch, key_ring: ring };

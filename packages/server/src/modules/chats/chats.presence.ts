@@ -34,10 +34,20 @@ export function makeChatPresence(realtime: Pick<Realtime, 'emitTo' | 'socketsIn'
     });
   };
 
-  /** The sessions of a user whose sockets are in a chat's room, on any node (or on this one, above). */
-  const sessionsInChat = async (userId: number, chatId: number): Promise<number[]> => {
+  /**
+   * The connected sessions of a user none of whose sockets is in a chat's room, on any node (or on
+   * this one, above): read after the user's sockets were taken out of the room (`leaveChat`), the
+   * sessions to announce offline there. Every node answers this read after it has applied that
+   * leave (both go through the adapter's stream, in order), so a session whose join announced it
+   * online just before is read as out and said offline after it; one still in the room has entered
+   * it again since (a new membership), and stays present. A session that was never in the room is
+   * said offline too: that changes no list, and reading who was in the room before the leave would
+   * miss a socket whose join entered while the leave ran.
+   */
+  const sessionsOutOf = async (userId: number, chatId: number): Promise<number[]> => {
     const { sockets } = await realtime.socketsIn(rooms.user(userId));
-    return [...new Set(sockets.filter((s) => s.rooms.has(rooms.chat(chatId))).map((s) => s.data.sessionId))];
+    const inRoom = new Set(sockets.filter((s) => s.rooms.has(rooms.chat(chatId))).map((s) => s.data.sessionId));
+    return [...new Set(sockets.map((s) => s.data.sessionId))].filter((id) => !inRoom.has(id));
   };
 
   /**
@@ -59,7 +69,7 @@ export function makeChatPresence(realtime: Pick<Realtime, 'emitTo' | 'socketsIn'
     return still;
   };
 
-  return { presence, announcePresence, sessionsInChat, sessionStillIn };
+  return { presence, announcePresence, sessionsOutOf, sessionStillIn };
 }
 
 export type ChatPresence = ReturnType<typeof makeChatPresence>;

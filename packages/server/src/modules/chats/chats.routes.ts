@@ -125,13 +125,17 @@ export function registerChatSockets(realtime: Realtime, chats: ChatsService, log
     // The join puts the socket into the chat's room while it holds the membership (see join).
     // Entering a room this socket is already in changes nobody's presence: no delta.
     const entered: { room: string | null } = { room: null };
-    const enter = (chatId: number) => {
+    const enter = (chatId: number, fresh: boolean) => {
       const room = rooms.chat(chatId);
       // A socket that disconnected while its join ran enters nothing (a closed socket's join is a
       // no-op): it is in no room to be announced in, nor taken out of later.
-      if (!socket.connected || socket.rooms.has(room)) return;
+      if (!socket.connected || (socket.rooms.has(room) && !fresh)) return;
       entered.room = room;
-      return socket.join(room);
+      if (!fresh) return socket.join(room);
+      // A new membership enters through the adapter, as a leave takes sockets out (`leaveChat`):
+      // in the cluster both go through this node's Redis connection in order, so a leave of the
+      // ended membership sent from here before is applied first and cannot evict this one.
+      return socket.nsp.adapter.addSockets({ rooms: new Set([socket.id]), except: new Set(), flags: {} }, [room]);
     };
     let joined: Awaited<ReturnType<ChatsService['join']>>;
     try {
@@ -141,8 +145,13 @@ export function registerChatSockets(realtime: Realtime, chats: ChatsService, log
       if (entered.room) await socket.leave(entered.room);
       throw err;
     }
-    // A socket that disconnected since it entered was announced offline when it went (or will be
-    // by its disconnecting handler): an online delta now would never be followed by another.
+    // A leave, kick, ban or deletion that committed after the join's has taken the socket out of
+    // the room (and said the session offline): the join answers why, and announces nothing, as an
+    // online delta now would never be followed by another. A socket that disconnected since it
+    // entered was announced offline when it went (or will be by its disconnecting handler).
+    // (A socket that disconnected is in no room, and its ack reaches nobody.)
+    if (socket.connected && !socket.rooms.has(rooms.chat(joined.chat.id)))
+      throw await chats.endedError(joined.chat.id, socket.data.userId);
     if (entered.room && socket.connected) chats.announcePresence(joined.chat.id, socket.data, true);
     // The whole list goes to the joiner only; the others had the delta just above. The join has
     // committed: a node that does not answer gives this node's sessions, never a failed ack.

@@ -211,7 +211,7 @@ export function makeChatsService(deps: ChatsDeps) {
       if (chat.type !== 'public' && chat.type !== 'private' && body.type)
         throw appError('ERR_FORBIDDEN', 'Only public and private chats change type.');
       await db.transaction(async (tx) => {
-        await store.update(
+        const row = await store.update(
           chatId,
           {
             ...(body.name ? { name: body.name.trim() } : {}),
@@ -220,6 +220,8 @@ export function makeChatsService(deps: ChatsDeps) {
           },
           tx,
         );
+        // Deleted since it was read: nothing changed, so nothing is recorded (`extra`) either.
+        if (!row) throw appError('ERR_CHAT_NOT_FOUND');
         if (extra) await extra(tx, chat);
       });
       const updated = toChat(await mustGet(chatId));
@@ -241,7 +243,13 @@ export function makeChatsService(deps: ChatsDeps) {
         if (extra) await extra(tx, chat);
         return store.endAllMemberships(chatId, now, tx);
       });
-      realtime.emitTo(rooms.chat(chatId), 'room:left', { chat_id: chatId, reason: 'deleted' });
+      // Every socket of every member hears it, in the room or not (another tab), once: one emit to
+      // all those rooms reaches each socket once. The chat's room is named too, so the list of
+      // rooms is never empty (an official chat without members): an emit to none reaches everyone.
+      realtime.emitTo([rooms.chat(chatId), ...members.map(rooms.user)], 'room:left', {
+        chat_id: chatId,
+        reason: 'deleted',
+      });
       removedChats([chatId]);
       for (const userId of members) realtime.leaveChat(userId, chatId);
     },
