@@ -7,7 +7,7 @@ import { describeApp, startApp, type TestApp } from './support/app.js';
 import { bundle, join, keyEpoch, member } from './support/chat-flows.js';
 import { countRows } from './support/faults.js';
 import { type LoggedIn, login } from './support/flows.js';
-import { closeAllSockets } from './support/sockets.js';
+import { closeAllSockets, connectSocket } from './support/sockets.js';
 
 let app: TestApp;
 const clock = new FakeClock(Date.now());
@@ -58,6 +58,28 @@ describeApp('the direct-chat lifecycle sweep', () => {
     // The users stay, and their lists answer.
     expect((await a.client.get('/v1/portal/chats')).status).toBe(200);
     expect((await b.client.get('/v1/users/me')).status).toBe(200);
+  });
+
+  it('tells every socket of both members when it removes a chat, in its room or not (another tab), once', async () => {
+    const [a, b] = [await login(app), await login(app)];
+    const chatId = await matched(a, b);
+    const inRoom = await connectSocket(app.url, a.client);
+    await inRoom.next('chat:list');
+    expect(((await inRoom.emitWithAck('room:join', { chat_id: chatId } as never)) as any).ok).toBe(true);
+    // Other tabs: connected, the chat in their lists, its room not entered.
+    const tabs = [await connectSocket(app.url, a.client), await connectSocket(app.url, b.client)];
+    for (const tab of tabs) expect((await tab.next('chat:list')).chats.map((c: any) => c.id)).toContain(chatId);
+    clock.advance(Limits.DIRECT_CHAT_TTL_MS);
+    await sweep();
+    clock.advance(Limits.DIRECT_ARCHIVE_TTL_MS);
+    expect((await sweep()).removed).toBeGreaterThanOrEqual(1);
+    const deleted = { chat_id: chatId, reason: 'deleted' };
+    for (const socket of [inRoom, ...tabs]) {
+      expect(await socket.next('room:left', (e) => e.chat_id === chatId)).toEqual(deleted);
+      // An ack on the socket's connection comes after anything it was sent before it.
+      await socket.emitWithAck('vm:credentials', { chat_id: chatId });
+      expect(socket.received.filter((r) => r.event === 'room:left' && r.payload.chat_id === chatId)).toHaveLength(1);
+    }
   });
 
   it('handles more than one batch a tick while batches come back full, up to maxBatches', async () => {

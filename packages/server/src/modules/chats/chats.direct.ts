@@ -174,7 +174,12 @@ export function makeDirectChats(deps: DirectChatsDeps) {
       const removedBefore = new Date(now.getTime() - Limits.DIRECT_ARCHIVE_TTL_MS);
       const removed = await drain(size, maxBatches, async () => {
         const { removed: rows, members } = await store.removeDue(removedBefore, now, size);
-        for (const c of rows) realtime.emitTo(rooms.chat(c.id), 'room:left', { chat_id: c.id, reason: 'deleted' });
+        // Every socket of both members hears it, in the chat's room or not (another tab), once (as
+        // for a deleted chat, chats.service.ts remove).
+        for (const c of rows) {
+          const users = members.filter((m) => m.chatId === c.id).map((m) => rooms.user(m.userId));
+          realtime.emitTo([rooms.chat(c.id), ...users], 'room:left', { chat_id: c.id, reason: 'deleted' });
+        }
         for (const m of members) realtime.leaveChat(m.userId, m.chatId);
         removedChats(rows.map((c) => c.id));
         return rows.length;
