@@ -11,6 +11,7 @@ import { describeApp, startApp, type TestApp } from './support/app.js';
 import { join, type Member, member } from './support/chat-flows.js';
 import { createBot, operator } from './support/flows.js';
 import { closeAllSockets } from './support/sockets.js';
+import { stalledBrowser } from './support/stalled-browser.js';
 import {
   alive,
   autoAck,
@@ -88,6 +89,106 @@ describeApp('room VM of an archived direct chat', () => {
     // A stranger to the chat is refused as before: not the chat's to start.
     const res = await carol.client.post(`/v1/portal/chats/${chatId}/start`, {});
     expect(res.body.code).toBe('ERR_FORBIDDEN');
+  });
+});
+
+describeApp('a room VM still starting', () => {
+  it('is not running: a member joining gets no room:started nor credentials; a stop calls the start off at once', async () => {
+    // A browser that never becomes ready: the room stays starting until the stop.
+    const browser = stalledBrowser();
+    const stalled = await startApp({ config: { chromiumPath: browser.path, vmAllowPrivateNetworks: true } });
+    let members: Member[] = [];
+    try {
+      members = await Promise.all([member(stalled, { level: 2 }), member(stalled)]);
+      const [a, b] = members as [Member, Member];
+      const created = await a.client.post('/v1/portal/chats/create', { name: 'Starting', type: 'public' });
+      const chatId = created.body.chat.id as number;
+      expect((await join(a, { chat_id: chatId })).ok).toBe(true);
+      const start = a.client.post(`/v1/portal/chats/${chatId}/start`, {});
+      const pid = (await eventually(() => browser.pid(), WAIT_MS, 'the browser to start')) as number;
+
+      expect((await join(b, { chat_id: chatId })).ok).toBe(true);
+      expect(await ack(b, 'vm:credentials', { chat_id: chatId })).toMatchObject({
+        ok: false,
+        code: 'ERR_ROOM_NOT_RUNNING',
+      });
+      expect(stalled.services.vm.isRunning(chatId)).toBe(false);
+
+      expect((await a.client.post(`/v1/portal/chats/${chatId}/stop`, {})).status).toBe(200);
+      const res = await start;
+      expect(res.status).toBe(503);
+      expect(res.body).toEqual({
+        code: 'ERR_ROOM_START_FAILED',
+        message: 'The room start was called off: the room was stopped or this node is shutting down.',
+      });
+      expect(alive(pid)).toBe(false);
+      expect(await stalled.state.get(`vm:room:${chatId}`)).toBeNull();
+      // A round trip on each socket: whatever the server sent them arrived before its answer. The
+      // room never ran, so nobody was told it started (nor, then, that it stopped).
+      for (const m of [a, b]) {
+        expect((await ack(m, 'vm:credentials', { chat_id: chatId })).code).toBe('ERR_ROOM_NOT_RUNNING');
+        expect(m.socket.received.filter((r) => r.event.startsWith('room:s'))).toEqual([]);
+      }
+    } finally {
+      for (const m of members) m.socket.close();
+      await stalled.close();
+      browser.remove();
+    }
+  });
+});
+
+describeApp('a room VM started while its stop is finishing', () => {
+  it('runs the new start after the stop: members hear room:stopped, then room:started, and the room stays placed', async () => {
+    // A provider without browsers, whose first stop finishes when the test says (a browser slow to exit).
+    const provider = app.vmProvider;
+    const original = { start: provider.start, stop: provider.stop };
+    let exit = () => {};
+    const exited = new Promise<void>((r) => {
+      exit = r;
+    });
+    let stops = 0;
+    provider.start = async (roomId, spec) => ({
+      roomId,
+      state: 'running',
+      width: spec.width,
+      height: spec.height,
+      startedAt: new Date(),
+      restarts: 0,
+    });
+    provider.stop = async () => {
+      stops += 1;
+      if (stops === 1) await exited;
+    };
+    const chatId = await createChat(owner, 'Stop then start');
+    try {
+      for (const m of [owner, carol]) expect((await join(m, { chat_id: chatId })).ok).toBe(true);
+      expect((await owner.client.post(`/v1/portal/chats/${chatId}/start`, {})).status).toBe(200);
+      await carol.socket.next('room:started', (p) => p.chat_id === chatId);
+
+      const stop = owner.client.post(`/v1/portal/chats/${chatId}/stop`, {});
+      await eventually(() => stops === 1, WAIT_MS, 'the stop under way');
+      const start = owner.client.post(`/v1/portal/chats/${chatId}/start`, {});
+      // The start waits for the stop (it does not answer while the old browser exits); give it
+      // the time to get there before the old browser is let go.
+      await Promise.race([start, new Promise((r) => setTimeout(r, 2000))]);
+      exit();
+      expect((await stop).status).toBe(200);
+      expect((await start).status).toBe(200);
+
+      const heard = () =>
+        carol.socket.received
+          .filter((r) => ['room:started', 'room:stopped'].includes(r.event) && r.payload.chat_id === chatId)
+          .map((r) => r.event);
+      await eventually(() => heard().length >= 3, WAIT_MS, 'room:stopped and room:started');
+      expect(heard()).toEqual(['room:started', 'room:stopped', 'room:started']);
+      expect(app.services.vm.isRunning(chatId)).toBe(true);
+      expect(JSON.parse((await app.state.get(`vm:room:${chatId}`)) as string)).toMatchObject({ state: 'running' });
+      expect((await ack(carol, 'vm:credentials', { chat_id: chatId })).ok).toBe(true);
+    } finally {
+      exit();
+      await owner.client.post(`/v1/portal/chats/${chatId}/stop`, {});
+      Object.assign(provider, original);
+    }
   });
 });
 

@@ -356,6 +356,25 @@ describeBrowser('room VM (real Chromium)', () => {
     });
   });
 
+  it('refuses vm:control:grant to a member with no socket in the chat (ERR_NOT_CHAT_MEMBER); control stays', async () => {
+    // Dave is a member of the chat, but his sockets are gone (the test above): he could neither use
+    // control nor lose it by leaving.
+    expect(await ack(owner, 'vm:control:grant', { chat_id: chat1, user_id: dave.user.id })).toMatchObject({
+      ok: false,
+      code: 'ERR_NOT_CHAT_MEMBER',
+    });
+    expect(await ack(bob, 'vm:control:request', { chat_id: chat1 })).toMatchObject({
+      granted: false,
+      controller_user_id: alice.user.id,
+    });
+    // Back in the chat, he gets it.
+    dave.socket = await connectSocket(app.url, dave.client);
+    expect((await join(dave, { chat_id: chat1 })).ok).toBe(true);
+    expect((await ack(owner, 'vm:control:grant', { chat_id: chat1, user_id: dave.user.id })).ok).toBe(true);
+    await alice.socket.next('vm:control', (p) => p.chat_id === chat1 && p.controller_user_id === dave.user.id);
+    expect((await ack(owner, 'vm:control:grant', { chat_id: chat1, user_id: alice.user.id })).ok).toBe(true);
+  });
+
   it('answers ERR_FORBIDDEN to browser shortcuts in vm:input; the room stays as it was', async () => {
     const key = (type: 'down' | 'up', k: string, code: string) =>
       ack(alice, 'vm:input', { chat_id: chat1, kind: 'key', type, key: k, code });

@@ -3,6 +3,7 @@ import type { Clock } from '../../platform/clock.js';
 import { appError } from '../../platform/errors.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
 import { withinTime } from '../../platform/timeout.js';
+import { calledOff } from '../../platform/vm/chromium-process.js';
 import type { VmFrame, VmProvider } from '../../platform/vm/provider.js';
 import type { ChatsService } from '../chats/chats.service.js';
 import { encodeFrame, PLACE_TTL_MS, type VmCluster } from './vm.cluster.js';
@@ -55,6 +56,12 @@ interface HostedRoom {
   inputsInFlight: number;
 }
 
+/** A start in progress on this node; a stop asked meanwhile calls it off. */
+interface Launch {
+  done: Promise<void>;
+  calledOff: boolean;
+}
+
 /** How long close waits for the starts it called off to settle. */
 const CLOSE_WAIT_MS = 2_000;
 
@@ -70,7 +77,13 @@ export function makeRoomHost(deps: HostDeps) {
   const { provider, realtime, clock, cluster } = deps;
   const self = cluster.nodeId;
   const hosted = new Map<number, HostedRoom>();
-  const starting = new Map<number, Promise<void>>();
+  const starting = new Map<number, Launch>();
+  /**
+   * Stops in progress here, in the order asked: a start asked meanwhile waits for them (the old
+   * browser exits, its map entry and room:stopped go first), so nothing of the old run can end
+   * the new one.
+   */
+  const stopping = new Map<number, Promise<void>>();
   const now = () => clock.now().getTime();
 
   const mustHost = (chatId: number): HostedRoom => {
@@ -92,6 +105,30 @@ export function makeRoomHost(deps: HostDeps) {
   const inChat = async (chatId: number, userId: number): Promise<boolean> => {
     const { sockets } = await realtime.socketsIn(rooms.chat(chatId));
     return sockets.some((s) => s.data.userId === userId);
+  };
+
+  /**
+   * Runs `act` (control handed to `userId`) only if the user is a member with a socket in the
+   * chat's room now; ERR_NOT_CHAT_MEMBER (`why`) otherwise. A kick or ban committed since the
+   * caller's socket was checked must not hand them control; nor may a disconnect: their leave has
+   * been handled already (userLeft), so control granted now would stay with nobody there. A leave
+   * reported while the sockets were looked up may postdate the answer: look again.
+   */
+  const whileInChat = async <T>(chatId: number, userId: number, why: string, act: () => T): Promise<T> => {
+    const ask = { chatId, userId, left: false };
+    asking.add(ask);
+    try {
+      await deps.chats.assertMember(userId, chatId);
+      let present = await inChat(chatId, userId);
+      while (present && ask.left) {
+        ask.left = false;
+        present = await inChat(chatId, userId);
+      }
+      if (!present) throw appError('ERR_NOT_CHAT_MEMBER', why);
+      return act();
+    } finally {
+      asking.delete(ask);
+    }
   };
 
   const setController = (room: HostedRoom, userId: number | null) => {
@@ -121,8 +158,16 @@ export function makeRoomHost(deps: HostDeps) {
     }
   };
 
-  const launch = async (chatId: number) => {
+  const launch = async (chatId: number, run: Launch, after: Promise<void> | undefined) => {
+    if (after) {
+      // The stop this start follows released the room map entry: claim the room again for this run.
+      await after.catch(() => {});
+      if (!(await cluster.hold(chatId, 'starting')))
+        throw appError('ERR_ROOM_START_FAILED', 'Another node took this room over while it stopped here; try again.');
+    }
     const settings = resolveSettings(await deps.settingsFor()(chatId));
+    // A stop asked since leaves no browser to launch (the stop releases the map entry).
+    if (run.calledOff) throw calledOff();
     try {
       const info = await provider.start(String(chatId), {
         browser: settings.browser,
@@ -158,8 +203,19 @@ export function makeRoomHost(deps: HostDeps) {
     await deps.announceStarted(chatId);
   };
 
-  const stop = async (chatId: number, reason: VmStopReason) => {
-    await starting.get(chatId)?.catch(() => {});
+  const end = async (
+    chatId: number,
+    reason: VmStopReason,
+    before: Promise<void> | undefined,
+    launching: Launch | undefined,
+  ) => {
+    await before?.catch(() => {});
+    if (launching) {
+      // The provider kills a browser still starting rather than awaiting its ready timeout: the
+      // start fails (called off) and releases its map entry; one past its launch is stopped below.
+      await provider.stop(String(chatId)).catch(() => {});
+      await launching.done.catch(() => {});
+    }
     const room = hosted.get(chatId);
     hosted.delete(chatId);
     if (room) {
@@ -172,25 +228,51 @@ export function makeRoomHost(deps: HostDeps) {
     if (room) await cluster.broadcast({ type: 'stopped', chatId, reason });
   };
 
+  /**
+   * Stops the room here: after the stops asked before it, and the start in progress now, called
+   * off. Taken at once, so a stop never waits for a start asked after it (which waits for the stop).
+   */
+  const stop = (chatId: number, reason: VmStopReason): Promise<void> => {
+    const launching = starting.get(chatId);
+    if (launching) launching.calledOff = true;
+    const ending: Promise<void> = end(chatId, reason, stopping.get(chatId), launching).finally(() => {
+      if (stopping.get(chatId) === ending) stopping.delete(chatId);
+    });
+    stopping.set(chatId, ending);
+    return ending;
+  };
+
   provider.onStopped((roomId, reason) => {
     void stop(Number(roomId), reason).catch((err: unknown) => deps.log.warn({ err }, 'room VM clean-up failed'));
   });
 
   return {
-    has: (chatId: number) => hosted.has(chatId) || starting.has(chatId),
+    /** Whether the room is this node's: starting, running or stopping here (starts and stops come here). */
+    has: (chatId: number) => hosted.has(chatId) || starting.has(chatId) || stopping.has(chatId),
+
+    /** Whether the room runs here: its browser is up (members get credentials, viewers watch). */
+    runs: (chatId: number) => hosted.has(chatId),
+
+    /** Settles once the stops of the room in progress here are done. */
+    stopped: (chatId: number): Promise<void> => stopping.get(chatId)?.catch(() => {}) ?? Promise.resolve(),
 
     /**
      * Launches the room on this node (the caller claimed it in the room map). A room that runs
      * here already is left as it is (its controller, viewers and idle clock); one starting here is
-     * awaited (docs/api.md: already running or starting, nothing else happens).
+     * awaited (docs/api.md: already running or starting, nothing else happens). A room stopping
+     * here starts again once the stop is done.
      */
     start(chatId: number): Promise<void> {
       const inFlight = starting.get(chatId);
-      if (inFlight) return inFlight;
-      if (hosted.has(chatId)) return Promise.resolve();
-      const pending = launch(chatId).finally(() => starting.delete(chatId));
-      starting.set(chatId, pending);
-      return pending;
+      if (inFlight && !inFlight.calledOff) return inFlight.done;
+      const after = stopping.get(chatId);
+      if (!after && hosted.has(chatId)) return Promise.resolve();
+      const run: Launch = { done: Promise.resolve(), calledOff: false };
+      run.done = launch(chatId, run, after).finally(() => {
+        if (starting.get(chatId) === run) starting.delete(chatId);
+      });
+      starting.set(chatId, run);
+      return run.done;
     },
 
     stop,
@@ -220,21 +302,9 @@ export function makeRoomHost(deps: HostDeps) {
           'ERR_FORBIDDEN',
           'Control requests are off in this room; the chat owner or a moderator grants control.',
         );
-      const ask = { chatId, userId: who.userId, left: false };
-      asking.add(ask);
-      try {
-        // The sender's socket was in the chat's room on its node; a kick or ban committed since then
-        // (its sockets not yet out) must not hand it control or reach the chat with its request.
-        await deps.chats.assertMember(who.userId, chatId);
-        // Nor may a user whose last socket left the chat meanwhile (a disconnect): their leave has
-        // been handled already (userLeft), so control granted now would stay with nobody there.
-        // A leave reported while the sockets were looked up may postdate the answer: look again.
-        let present = await inChat(chatId, who.userId);
-        while (present && ask.left) {
-          ask.left = false;
-          present = await inChat(chatId, who.userId);
-        }
-        if (!present) throw appError('ERR_NOT_CHAT_MEMBER', 'Join this chat (room:join) first.');
+      // The sender's socket was in the chat's room on its node; a kick, ban or disconnect since
+      // then neither hands it control nor reaches the chat with its request.
+      return whileInChat(chatId, who.userId, 'Join this chat (room:join) first.', () => {
         const room = mustHost(chatId);
         if (room.controller === null) setController(room, who.userId);
         if (room.controller === who.userId) return { granted: true, controller_user_id: who.userId };
@@ -244,17 +314,20 @@ export function makeRoomHost(deps: HostDeps) {
           username: who.username,
         });
         return { granted: false, controller_user_id: room.controller };
-      } finally {
-        asking.delete(ask);
-      }
+      });
     },
 
+    /** Control goes to a member in the chat's room only: one with no socket there could not use it, nor lose it by leaving. */
     async grant(chatId: number, actor: RemoteActor, userId: number): Promise<void> {
-      const room = mustHost(chatId);
+      mustHost(chatId);
       if (!canGrant(actor, await deps.roomChat(actor, chatId)))
         throw appError('ERR_FORBIDDEN', 'Only the chat owner or a moderator hands control over.');
-      await deps.chats.assertMember(userId, chatId);
-      setController(room, userId);
+      await whileInChat(
+        chatId,
+        userId,
+        'This member is not in the chat (room:join): control goes to members who are.',
+        () => setController(mustHost(chatId), userId),
+      );
     },
 
     /** The controller gives control back; the chat owner or a moderator takes it from anyone. */
@@ -336,7 +409,7 @@ export function makeRoomHost(deps: HostDeps) {
      * entry) within CLOSE_WAIT_MS; then every room that was running is reported stopped.
      */
     async close(): Promise<void> {
-      const launches = [...starting.values()].map((p) => p.catch(() => {}));
+      const launches = [...starting.values()].map((l) => l.done.catch(() => {}));
       await provider.close();
       await withinTime(Promise.all(launches), CLOSE_WAIT_MS);
       await Promise.all([...hosted.keys()].map((id) => stop(id, 'shutdown')));

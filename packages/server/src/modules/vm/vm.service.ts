@@ -107,11 +107,14 @@ export function makeVmService(deps: VmDeps) {
   // Requests from other nodes to the rooms this node runs.
   serveHost(cluster, host);
 
-  /** Where the chat's room runs; ERR_ROOM_NOT_RUNNING when nowhere (or still starting). */
+  /**
+   * Where the chat's room runs; ERR_ROOM_NOT_RUNNING when nowhere, still starting, or stopping
+   * (this node knows its own rooms: its map entry outlives the browser until the stop is done).
+   */
   const runningAt = async (chatId: number): Promise<string> => {
-    if (host.has(chatId)) return self;
+    if (host.runs(chatId)) return self;
     const place = await cluster.placeOf(chatId);
-    if (place?.state !== 'running') throw appError('ERR_ROOM_NOT_RUNNING');
+    if (place?.state !== 'running' || place.node === self) throw appError('ERR_ROOM_NOT_RUNNING');
     return place.node;
   };
   const onOwner = async <T>(chatId: number, op: string, args: object): Promise<T> =>
@@ -156,6 +159,8 @@ export function makeVmService(deps: VmDeps) {
       if (!canStart(actor, chat, await isMember(actor.userId, chatId)))
         throw appError('ERR_FORBIDDEN', 'Only the chat owner or a platform Owner starts its room VM.');
       if (!canRunRoom(chat)) throw appError('ERR_CHAT_READ_ONLY', 'This chat is archived: its room VM does not start.');
+      // A stop still finishing here goes first: the room then runs nowhere, and this start launches anew.
+      await host.stopped(chatId);
       if (host.has(chatId)) return host.start(chatId);
       // A start that would launch a browser spends one of the user's starts (shared by every node).
       if (!(await cluster.placeOf(chatId))) {
@@ -207,9 +212,12 @@ export function makeVmService(deps: VmDeps) {
       return credentialsFor(chatId, caller.userId);
     },
 
-    /** A socket that entered a chat's socket room while its VM runs gets credentials at once. */
+    /**
+     * A socket that entered a chat's socket room while its VM runs gets credentials at once; one
+     * that enters while it starts gets them with everyone else's room:started.
+     */
     async joinedChat(socketId: string, userId: number, chatId: number): Promise<void> {
-      if (!host.has(chatId) && (await cluster.placeOf(chatId))?.state !== 'running') return;
+      if (!(await runningAt(chatId).catch(() => null))) return;
       realtime.emitTo(socketId, 'room:started', { chat_id: chatId, credentials: credentialsFor(chatId, userId) });
     },
 
@@ -291,8 +299,8 @@ export function makeVmService(deps: VmDeps) {
     /** GET /statistics/chats: the rooms this node runs, the users watching them on any node, controllers. */
     statistics: () => host.statistics(),
 
-    /** Whether this node runs the chat's room. */
-    isRunning: (chatId: number) => host.has(chatId),
+    /** Whether this node runs the chat's room (its browser is up). */
+    isRunning: (chatId: number) => host.runs(chatId),
 
     /** Stops this node's rooms (server shutdown): viewers get room:stopped with reason shutdown. */
     async close(): Promise<void> {
