@@ -223,12 +223,16 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
   tasks.every(SWEEP_INTERVAL_MS, 'subscription-downgrade', () => subscriptionSweep.run());
   registerWeb(app);
 
+  // This node's sockets go at once (their clients reconnect elsewhere); the adapter stays until the
+  // requests in flight are answered, so what they emit reaches the other nodes. onClose hooks run
+  // last registered first, once the HTTP server has closed: the adapter before the stores.
   app.addHook('preClose', async () => realtime.close());
   app.addHook('onClose', async () => {
     if (opts.ownsStores === false) return;
     await state.close();
     await database.close();
   });
+  app.addHook('onClose', async () => realtime.closeAdapter());
 
   return {
     app: app as unknown as FastifyInstance,

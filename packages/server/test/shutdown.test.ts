@@ -1,8 +1,8 @@
 import { once } from 'node:events';
 import { expect, it } from 'vitest';
 import { REQUEST_TIMEOUT_MS } from '../src/platform/connections.js';
-import { describeApp, startApp } from './support/app.js';
-import { join, member } from './support/chat-flows.js';
+import { createBacking, describeApp, MODE, startApp } from './support/app.js';
+import { bundle, join, keyedChat, member } from './support/chat-flows.js';
 import { rawConnection } from './support/raw-http.js';
 import { closeAllSockets } from './support/sockets.js';
 import { stalledBrowser } from './support/stalled-browser.js';
@@ -32,24 +32,53 @@ function answers(text: string) {
     });
 }
 
+/** Resolves to 'ended' once the server ends the connection, or 'still open' after 10 s. */
+function endOf(closed: Promise<void>): Promise<'ended' | 'still open'> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    closed.then(() => 'ended' as const),
+    new Promise<'still open'>((resolve) => {
+      timer = setTimeout(() => resolve('still open'), 10_000);
+    }),
+  ]).finally(() => clearTimeout(timer));
+}
+
+/**
+ * Starts an app whose last preClose hook (Fastify then closes the HTTP server and waits for the
+ * requests in flight) tells when it is reached and holds the drain there until `release`.
+ */
+async function appWithHeldDrain(opts: Parameters<typeof startApp>[0] = {}) {
+  let reached: () => void = () => {};
+  const draining = new Promise<void>((resolve) => {
+    reached = resolve;
+  });
+  let release: () => void = () => {};
+  const released = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  const app = await startApp({
+    ...opts,
+    beforeListen: (built) =>
+      built.app.addHook('preClose', async () => {
+        reached();
+        await released;
+      }),
+  });
+  return { app, draining, release };
+}
+
 describeApp('shutdown', () => {
-  it('answers a request in flight when close begins, and one arriving during the drain with 503 ERR_SERVICE_UNAVAILABLE', async () => {
-    // The last preClose hook: once it has run, Fastify only closes connections and waits for them.
-    let preCloseDone: () => void = () => {};
-    const closing = new Promise<void>((resolve) => {
-      preCloseDone = resolve;
-    });
-    const app = await startApp({
-      beforeListen: (built) => built.app.addHook('preClose', async () => preCloseDone()),
-    });
+  it('answers a request in flight when close begins, and one arriving during the drain with 503 ERR_SERVICE_UNAVAILABLE, each with Connection: close', async () => {
+    const { app, draining, release } = await appWithHeldDrain();
     const port = Number(new URL(app.url).port);
-    const { socket, received, closed: ended } = rawConnection(port);
-    await once(socket, 'connect');
+    const inFlight = rawConnection(port);
+    const idle = rawConnection(port);
+    await Promise.all([once(inFlight.socket, 'connect'), once(idle.socket, 'connect')]);
 
     // A request whose body is still on its way (a slow client): in flight when close begins.
     const body = JSON.stringify({ username: 'nobody_here' });
     const arrived = once(app.app.server, 'request');
-    socket.write(
+    inFlight.socket.write(
       request('POST', '/v1/authentication/lookup', body, {
         'Content-Type': 'application/json',
         'X-API-Key': PUBLIC_KEY,
@@ -57,26 +86,78 @@ describeApp('shutdown', () => {
     );
     await arrived;
     const closed = app.close();
-    await closing;
-    // One turn later Fastify has dealt with open connections and stopped listening.
-    await new Promise((resolve) => setImmediate(resolve));
-    expect(app.app.server.listening).toBe(false);
+    await draining;
 
-    // The rest of the body, and a second request behind it on the same connection.
-    socket.write(body.slice(5) + request('GET', '/v1/health'));
-    await ended;
-    await closed;
-
-    const [first, second] = answers(received());
-    expect(first?.status, received()).toBe(404);
-    expect(JSON.parse(first?.body ?? '{}')).toMatchObject({ code: 'ERR_USER_NOT_FOUND' });
-    expect(second?.status, received()).toBe(503);
-    expect(second?.headers.connection).toBe('close');
-    expect(JSON.parse(second?.body ?? '{}')).toEqual({
+    // A request on a connection that was idle when close began: refused, and its connection ended.
+    idle.socket.write(request('GET', '/v1/health'));
+    expect(await endOf(idle.closed)).toBe('ended');
+    const [refused] = answers(idle.received());
+    expect(refused?.status, idle.received()).toBe(503);
+    expect(refused?.headers.connection).toBe('close');
+    expect(JSON.parse(refused?.body ?? '{}')).toEqual({
       code: 'ERR_SERVICE_UNAVAILABLE',
       message: 'The service is not available right now.',
     });
+
+    // Past every preClose hook: Fastify has stopped listening and closed the idle connections.
+    release();
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(app.app.server.listening).toBe(false);
+
+    // The rest of the body: the request is answered, and its connection ends without the client
+    // hanging up (a keep-alive answer would hold close until the client or its 72 s timeout).
+    inFlight.socket.write(body.slice(5));
+    expect(await endOf(inFlight.closed)).toBe('ended');
+    await closed;
+    const [answered] = answers(inFlight.received());
+    expect(answered?.status, inFlight.received()).toBe(404);
+    expect(answered?.headers.connection).toBe('close');
+    expect(JSON.parse(answered?.body ?? '{}')).toMatchObject({ code: 'ERR_USER_NOT_FOUND' });
   });
+
+  it.skipIf(MODE !== 'cluster')(
+    'delivers what a request answered during the drain emits to the other nodes (message:new to a member on another node)',
+    async () => {
+      const backing = await createBacking();
+      const { app: a, draining, release } = await appWithHeldDrain({ backing });
+      const b = await startApp({ backing });
+      try {
+        const { owner, chatId, chatKey, epoch } = await keyedChat(a);
+        const listener = await member(b);
+        expect((await join(listener, { chat_id: chatId })).ok).toBe(true);
+
+        // A send in flight when close begins, answered once node A has dropped its sockets.
+        const body = JSON.stringify({ content: bundle(chatKey, chatId, epoch, 'sent while the node drains') });
+        const { socket, received, closed: ended } = rawConnection(Number(new URL(a.url).port));
+        await once(socket, 'connect');
+        const arrived = once(a.app.server, 'request');
+        socket.write(
+          request('POST', `/v1/portal/chats/${chatId}/messages`, body, {
+            'Content-Type': 'application/json',
+            Cookie: `psession=${owner.client.cookie}`,
+            'X-Forwarded-For': owner.client.ip,
+          }) + body.slice(0, 5),
+        );
+        await arrived;
+        const closed = a.close();
+        await draining;
+        release();
+        socket.write(body.slice(5));
+        expect(await endOf(ended)).toBe('ended');
+        await closed;
+
+        const [sent] = answers(received());
+        expect(sent?.status, received()).toBe(200);
+        const id = JSON.parse(sent?.body ?? '{}').id as string;
+        await listener.socket.next('message:new', (m) => m.id === id, 5_000);
+      } finally {
+        closeAllSockets();
+        await b.close();
+        await backing.release();
+      }
+    },
+    60_000,
+  );
 
   it('gives a client REQUEST_TIMEOUT_MS to send a whole request (Fastify leaves it unlimited)', async () => {
     const app = await startApp();

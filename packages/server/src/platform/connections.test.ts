@@ -1,9 +1,10 @@
 import { once } from 'node:events';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import Fastify from 'fastify';
 import { afterAll, describe, expect, it } from 'vitest';
 import { rawConnection, rawExchange } from '../../test/support/raw-http.js';
-import { answerClientError } from './connections.js';
+import { answerClientError, installDrain } from './connections.js';
 
 // A plain Node server with a short request timeout (the app's is REQUEST_TIMEOUT_MS) and the
 // app's client-error answer, so that a stalled request is cut while the test waits for it.
@@ -54,5 +55,40 @@ describe('answerClientError', () => {
     expect(received()).toMatch(/^HTTP\/1\.1 200 OK\r\n/);
     expect(received()).toContain('partial');
     expect(received()).not.toContain('HTTP/1.1 400');
+  });
+});
+
+describe('installDrain', () => {
+  it('ends a keep-alive connection whose answer was under way when close began, once that answer is finished', async () => {
+    const app = Fastify();
+    installDrain(app);
+    let finish: () => void = () => {};
+    app.get('/stream', (_request, reply) => {
+      reply.hijack();
+      reply.raw.writeHead(200, { 'content-type': 'text/plain' }).write('begun;');
+      finish = () => reply.raw.end('done');
+    });
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    const { socket, received, closed: ended } = rawConnection((app.server.address() as AddressInfo).port);
+    socket.write('GET /stream HTTP/1.1\r\nHost: a\r\n\r\n');
+    await once(socket, 'data');
+
+    const closed = app.close();
+    // Past the preClose hooks: Fastify has closed the server and, once, its idle connections.
+    while (app.server.listening) await new Promise((resolve) => setImmediate(resolve));
+    finish();
+    let timer: NodeJS.Timeout | undefined;
+    const outcome = await Promise.race([
+      ended.then(() => 'ended'),
+      new Promise((resolve) => {
+        timer = setTimeout(() => resolve('still open'), 10_000);
+      }),
+    ]);
+    clearTimeout(timer);
+    socket.destroy();
+    await closed;
+    expect(received()).toContain('Connection: keep-alive');
+    expect(received()).toContain('done');
+    expect(outcome).toBe('ended');
   });
 });

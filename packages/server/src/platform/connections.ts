@@ -1,4 +1,4 @@
-import { STATUS_CODES } from 'node:http';
+import { type Server, type ServerResponse, STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import { type ErrorBody, type ErrorCode, ErrorCodes } from '@parlor/protocol';
 import type { FastifyInstance } from 'fastify';
@@ -16,7 +16,8 @@ export const REQUEST_TIMEOUT_MS = 60_000;
 /**
  * Fastify options of how connections end. `close()` stops accepting and waits for requests in
  * flight to be answered ('idle': only connections with nothing in flight are closed at once;
- * main.ts caps the wait); requests that arrive meanwhile get the 503 of `installDrain`.
+ * main.ts caps the wait); `installDrain` ends the others once answered, and answers requests that
+ * arrive meanwhile with its 503.
  */
 export const connectionOptions = {
   requestTimeout: REQUEST_TIMEOUT_MS,
@@ -26,7 +27,7 @@ export const connectionOptions = {
 } as const;
 
 /** A socket's response in progress: Node's own field (`ServerResponse.assignSocket` sets it). */
-type HttpSocket = Socket & { _httpMessage?: { headersSent?: boolean } | null };
+type HttpSocket = Socket & { _httpMessage?: ServerResponse | null };
 
 /**
  * Node's `clientError`: what its HTTP parser refuses before Fastify sees a request, or a request
@@ -65,13 +66,28 @@ function clientErrorBody(code: string | undefined): [number, ErrorBody] {
 
 /**
  * Once the app begins to close, every request answers `503 ERR_SERVICE_UNAVAILABLE` in the API's
- * error body with `Connection: close` (Fastify's own drain answer is `{"error":"Service
- * Unavailable"}`): a load balancer sends the client elsewhere. Register before other preClose hooks.
+ * error body (Fastify's own drain answer is `{"error":"Service Unavailable"}`): a load balancer
+ * sends the client elsewhere. Register before other preClose hooks.
+ *
+ * Every answer written from then on, to a request in flight or a new one, Socket.IO's included,
+ * says `Connection: close` and ends its connection. Fastify's `server.close()` closes only the
+ * connections idle when it runs, after every preClose hook: a keep-alive connection answered later
+ * would hold the close until the client hung up. One whose answer was already under way (its
+ * `Connection: keep-alive` sent) is closed once that answer is finished.
  */
 export function installDrain(app: FastifyInstance): void {
   let draining = false;
+  const server = app.server;
+  const connections = new Set<HttpSocket>();
+  server.on('connection', (socket: HttpSocket) => {
+    connections.add(socket);
+    socket.once('close', () => connections.delete(socket));
+  });
   app.addHook('preClose', (done) => {
     draining = true;
+    for (const socket of connections) if (socket._httpMessage) endAfterAnswer(server, socket._httpMessage);
+    // Before Fastify's and Socket.IO's own listeners, which may answer at once.
+    server.prependListener('request', (_request, response) => endAfterAnswer(server, response));
     done();
   });
   app.addHook('onRequest', (_request, reply, done) => {
@@ -80,8 +96,16 @@ export function installDrain(app: FastifyInstance): void {
       return;
     }
     void reply
-      .header('connection', 'close')
       .status(503)
       .send({ code: 'ERR_SERVICE_UNAVAILABLE', message: ErrorCodes.ERR_SERVICE_UNAVAILABLE.message });
   });
+}
+
+/**
+ * Makes an answer of the drain end its connection: `Connection: close` if its headers are not
+ * written yet (Node then closes the connection after it), else the connection closes once idle.
+ */
+function endAfterAnswer(server: Server, response: ServerResponse): void {
+  if (!response.headersSent) response.shouldKeepAlive = false;
+  response.once('finish', () => server.closeIdleConnections());
 }

@@ -52,6 +52,7 @@ beforeAll(async () => {
 afterAll(async () => {
   for (const c of clients) c.close();
   await realtime.close();
+  await realtime.closeAdapter(); // closes the HTTP server too
 });
 
 async function connect(cookie = 'psession=ok'): Promise<ClientSocket> {

@@ -221,11 +221,12 @@ export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
       io.in(rooms.user(userId)).socketsLeave(rooms.chat(chatId));
     },
     /**
-     * Stops this node's socket server. Only this node's connections close (`io.disconnectSockets`
-     * would reach every node through the adapter), and they close as in a restart, not by a
-     * server-side disconnect: each socket's session is kept for recovery, its `disconnecting`
-     * work runs (the chats hear it go offline), and the client reconnects by itself, to any node,
-     * and gets what it missed. New connections are refused meanwhile.
+     * Stops this node's socket server (a preClose hook). Only this node's connections close
+     * (`io.disconnectSockets` would reach every node through the adapter), and they close as in a
+     * restart, not by a server-side disconnect: each socket's session is kept for recovery, its
+     * `disconnecting` work runs (the chats hear it go offline), and the client reconnects by
+     * itself, to any node, and gets what it missed. New connections are refused meanwhile. The
+     * adapter stays open for the requests still in flight: `closeAdapter` closes it.
      */
     async close() {
       closing = true;
@@ -236,16 +237,21 @@ export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
       for (const socket of sockets) socket.conn.close();
       await waitFor(gone, CONNECTION_CLOSE_WAIT_MS);
       // A socket still open (a peer that does not read, a long-poll client between polls) is cut
-      // now, as io.close would cut it ("server shutting down": recoverable, its session kept, and
-      // its transport closed by io.close below), so that its disconnect work runs while the
-      // adapter can still reach the other nodes.
+      // now, as io.close would cut it ("server shutting down": recoverable, its session kept), and
+      // every transport with it: an open WebSocket would hold the HTTP server's close.
       for (const socket of [...io.of('/').sockets.values()]) socket._onclose('server shutting down');
+      io.engine.close();
+    },
+    /**
+     * Closes the adapter and its Redis connection (an onClose hook, once the HTTP server has
+     * closed and before the stores close): what the requests answered during the drain emitted
+     * (a message, a kick, a logout's disconnect) has reached the other nodes by then. The work of
+     * the sockets `close` dropped may take up to DISCONNECT_WORK_WAIT_MS more.
+     */
+    async closeAdapter() {
       await waitFor([...disconnectWork], DISCONNECT_WORK_WAIT_MS);
-      await new Promise<void>((resolve) => {
-        io.close(() => resolve());
-        // io.close also closes the HTTP server, which Fastify closes itself; tolerate either order.
-        setTimeout(resolve, 1000).unref();
-      });
+      // io.close closes the HTTP server too: Fastify has closed it, so that part ends at once.
+      await io.close();
       await opts.redis?.client.quit().catch(() => opts.redis?.client.disconnect());
     },
   };
