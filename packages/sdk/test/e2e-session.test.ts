@@ -10,6 +10,7 @@ import {
   generateKeyPair,
   type Message,
   parseBundle,
+  publicKeyToBase64,
 } from '../src/index.js';
 import { collector, e2eSuite, loginUser, openSession, plaintexts, storedContents } from './support.js';
 
@@ -375,5 +376,46 @@ describeApp('E2EChatSession: an archived direct chat', () => {
       plaintext: 'before the archive',
     });
     expect([...errors, ...lateErrors]).toEqual([]);
+  });
+});
+
+describeApp('E2EChatSession: a top-up naming a session that left the key ring', () => {
+  it('is sent again, once, to the sessions still in the ring (the server refuses it whole)', async () => {
+    const alice = await loginUser(app, bot, { level: 2 });
+    const a = await openSession(alice.client);
+    const errors = noErrors(a);
+    const { chat } = await alice.client.createChat({ name: 'Expiring', type: 'public' });
+    expect((await a.join({ chat_id: chat.id })).hasKey).toBe(true);
+
+    // Bob: an idle session with a registered key, and a session that joins the chat.
+    const bobLogin = await loginUser(app, bot);
+    const idle = await bobLogin.client.registerKey(publicKeyToBase64(generateKeyPair().publicKey));
+    const b = await openSession((await loginUser(app, bot, { platformUserId: bobLogin.platformUserId })).client);
+
+    // The join announces both of Bob's sessions to Alice, who tops them up in one share. The idle
+    // session expires just before that share arrives (the sweep has not ended it yet, so the epoch
+    // stays): it is out of the ring, and the server refuses the share whole (409
+    // ERR_KEY_RING_CHANGED).
+    const shares: number[][] = [];
+    const share = alice.client.shareKeys.bind(alice.client);
+    alice.client.shareKeys = async (chatId, body) => {
+      const named = body.envelopes.map((e) => e.session_id).sort((x, y) => x - y);
+      if (shares.length === 0 && named.includes(idle.session_id)) {
+        await app.database.db.execute(
+          `update sessions set expires_at = now() - interval '1 second' where id = ${idle.session_id}` as never,
+        );
+      }
+      shares.push(named);
+      return share(chatId, body);
+    };
+    const joined = await b.join({ chat_id: chat.id });
+    const bId = b.sessionId as number;
+
+    // Alice read the ring again and gave the key to the session still in it.
+    expect(shares).toEqual([[idle.session_id, bId].sort((x, y) => x - y), [bId]]);
+    expect(joined.hasKey).toBe(true);
+    const epoch = a.epochOf(chat.id) as number;
+    expect(b.chatKeys(chat.id).get(epoch)).toEqual(a.chatKeys(chat.id).get(epoch));
+    expect(errors).toEqual([]);
   });
 });

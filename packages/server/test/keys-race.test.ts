@@ -1,11 +1,11 @@
-import { generateKeyPair, publicKeyToBase64 } from '@parlor/sdk';
+import { generateKeyPair, publicKeyToBase64, unwrapChatKey, wrapChatKey } from '@parlor/sdk';
 import postgres from 'postgres';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
-import { sessionIdOf } from './support/chat-flows.js';
+import { join, keyedChat, member, sessionIdOf } from './support/chat-flows.js';
 import { login } from './support/flows.js';
 import { hold, lockWaiters } from './support/pg-locks.js';
-import { closeAllSockets } from './support/sockets.js';
+import { closeAllSockets, type TestSocket } from './support/sockets.js';
 
 let app: TestApp;
 let pg: postgres.Sql;
@@ -55,4 +55,144 @@ describeApp('a key registration that waits on a session end', () => {
       });
     },
   );
+});
+
+const ADVISORY = 4_242_017;
+
+/** Resolves once `n` backends wait for a lock, or once `settled` has (it did not wait). */
+async function waitersOr(n: number, settled: Promise<unknown>): Promise<void> {
+  let done = false;
+  settled.then(
+    () => {
+      done = true;
+    },
+    () => {
+      done = true;
+    },
+  );
+  while (!done) {
+    const [row] = await pg<{ n: number }[]>`
+      select count(*)::int as n from pg_stat_activity
+      where datname = current_database() and wait_event_type = 'Lock'`;
+    if ((row?.n ?? 0) >= n) return;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+/**
+ * Runs `write` (a key registration of `sessionId`) with a slow commit: a deferred constraint
+ * trigger makes it wait at COMMIT, after all its statements (its read of the user's chats
+ * included), on an advisory lock the test holds, as a busy database would. `meanwhile` (a join by
+ * the same user) runs then; it may wait for the registration (then the gate opens once it does).
+ */
+async function withSlowKeyCommit<T, U>(sessionId: number, write: () => Promise<T>, meanwhile: () => Promise<U>) {
+  await pg.unsafe(
+    `create or replace function test_slow_key_commit() returns trigger language plpgsql as $$
+     begin perform pg_advisory_xact_lock(${ADVISORY}); return null; end $$`,
+  );
+  await pg.unsafe(
+    `create constraint trigger test_slow_key_commit after insert or update on session_keys
+     deferrable initially deferred for each row when (new.session_id = ${sessionId})
+     execute function test_slow_key_commit()`,
+  );
+  const gate = hold(pg, (tx) => tx`select pg_advisory_xact_lock(${ADVISORY})`);
+  await gate.ready;
+  const written = write();
+  let other: Promise<U> | undefined;
+  try {
+    await waitersOr(1, written);
+    other = meanwhile();
+    await waitersOr(2, other);
+  } finally {
+    await gate.end();
+    await pg.unsafe('drop trigger if exists test_slow_key_commit on session_keys');
+  }
+  return [await written, await other] as const;
+}
+
+/** The `portal:key_added` of `sessionId` that `socket` heard in the chat, up to `upTo`'s (awaited). */
+async function keysAnnounced(socket: TestSocket, chatId: number, sessionId: number, upTo: number) {
+  // A join announces the ring of its user in session order, from one node: once the later
+  // session's event is in, so is any of the earlier one.
+  await socket.next('portal:key_added', (p) => p.chat_id === chatId && p.session_id === upTo);
+  return socket.received
+    .filter((r) => r.event === 'portal:key_added' && r.payload.chat_id === chatId && r.payload.session_id === sessionId)
+    .map((r) => r.payload.public_key as string);
+}
+
+// docs/api.md "Keys": a new or replaced key reaches every chat of the user. A join that makes the
+// user a member of a chat while a key registration of another session of theirs commits must not
+// fall between the two: the registration reads the user's chats before the join commits, and the
+// join announces the ring it reads after its own commit. Only PostgreSQL interleaves them.
+describeApp('a key registration racing a join by the same user (PostgreSQL)', () => {
+  it.skipIf(MODE === 'embedded')(
+    'a replaced key: the joined chat hears only the new key, and the holder’s envelope opens with it',
+    async () => {
+      const { owner, chatId, chatKey, epoch } = await keyedChat(app);
+      // User U: session S2 (in no chat) holds K1; session S1 of U is about to join the chat.
+      const s2 = await login(app);
+      const s2Id = await sessionIdOf(app, s2.client);
+      const k1 = publicKeyToBase64(generateKeyPair().publicKey);
+      expect((await s2.client.post('/v1/portal/keys', { public_key: k1 })).status).toBe(200);
+      const s1 = await member(app, { platformUserId: s2.platformUserId });
+      expect(s1.user.id).toBe(s2.user.id);
+      expect(s2Id).toBeLessThan(s1.sessionId);
+
+      const k2 = generateKeyPair();
+      const [replaced, joined] = await withSlowKeyCommit(
+        s2Id,
+        () => s2.client.post('/v1/portal/keys', { public_key: publicKeyToBase64(k2.publicKey) }),
+        () => join(s1, { chat_id: chatId }),
+      );
+      expect(replaced.body).toEqual({ status: 'registered', session_id: s2Id });
+      expect(joined.ok).toBe(true);
+      expect(joined.key_ring[String(s2.user.id)]?.[String(s2Id)]).toBe(publicKeyToBase64(k2.publicKey));
+      // The holder was told of S2 with its new key only (never the replaced one).
+      expect(await keysAnnounced(owner.socket, chatId, s2Id, s1.sessionId)).toEqual([publicKeyToBase64(k2.publicKey)]);
+
+      // What a holder does on portal:key_added (the SDK's keyAdded): wrap the current key to it.
+      const wrapped = wrapChatKey({
+        chatKey,
+        recipientPublicKey: k2.publicKey,
+        chatId,
+        epoch: joined.epoch,
+        recipientSessionId: s2Id,
+      });
+      const topUp = await owner.client.post(`/v1/portal/chats/${chatId}/keys/share`, {
+        epoch: joined.epoch,
+        envelopes: [{ session_id: s2Id, wrapped }],
+      });
+      expect({ epoch: joined.epoch, topUp: topUp.status }).toEqual({ epoch, topUp: 200 });
+      const state = await s2.client.get(`/v1/portal/chats/${chatId}/keys`);
+      const opened = unwrapChatKey({
+        envelope: state.body.envelope,
+        recipientPrivateKey: k2.privateKey,
+        chatId,
+        epoch: state.body.epoch,
+        recipientSessionId: s2Id,
+      });
+      expect(Buffer.from(opened).equals(Buffer.from(chatKey))).toBe(true);
+    },
+  );
+
+  it.skipIf(MODE === 'embedded')('a first key: the joined chat hears of it (portal:key_added)', async () => {
+    const { owner, chatId } = await keyedChat(app);
+    // User U: session S2 has no key yet; session S1 of U is about to join the chat.
+    const s2 = await login(app);
+    const s2Id = await sessionIdOf(app, s2.client);
+    const s1 = await member(app, { platformUserId: s2.platformUserId });
+    const k1 = publicKeyToBase64(generateKeyPair().publicKey);
+    const [registered, joined] = await withSlowKeyCommit(
+      s2Id,
+      () => s2.client.post('/v1/portal/keys', { public_key: k1 }),
+      () => join(s1, { chat_id: chatId }),
+    );
+    expect(registered.body).toEqual({ status: 'registered', session_id: s2Id });
+    expect(joined.ok).toBe(true);
+    // The holder hears of S2's key (from the join's ring or the registration, whichever came last).
+    const heard = await owner.socket.next('portal:key_added', (p) => p.chat_id === chatId && p.session_id === s2Id);
+    expect(heard.public_key).toBe(k1);
+    const ring = (await owner.client.get(`/v1/portal/chats/${chatId}/keys`)).body.key_ring;
+    expect(ring[String(s2.user.id)]?.[String(s2Id)]).toBe(k1);
+  });
 });

@@ -166,3 +166,81 @@ describeApp('two key registrations for one session at once (PostgreSQL)', () => 
     },
   );
 });
+
+const ADVISORY = 4_242_019;
+
+/** Resolves once `n` backends wait for a lock, or once `settled` has (it did not wait). */
+async function waitersOr(n: number, settled: Promise<unknown>): Promise<void> {
+  let done = false;
+  settled.then(
+    () => {
+      done = true;
+    },
+    () => {
+      done = true;
+    },
+  );
+  while (!done) {
+    const [row] = await pg<{ n: number }[]>`
+      select count(*)::int as n from pg_stat_activity
+      where datname = current_database() and wait_event_type = 'Lock'`;
+    if ((row?.n ?? 0) >= n) return;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+// docs/api.md "Keys": a session's end removes its key and rekeys its user's chats in one
+// transaction. A join by the same user that commits while the end commits must not fall between
+// the two: the end reads the user's chats before the join commits, and the join announces the
+// ring it reads after its own commit. Only PostgreSQL interleaves them.
+describeApp('a session end racing a join by the same user (PostgreSQL)', () => {
+  it.skipIf(MODE === 'embedded')(
+    'the join waits for the end: the joined chat never hears of the ended session’s key',
+    async () => {
+      const chat = await keyedChat(app);
+      // User U: session S2 (in no chat) holds a key; session S1 of U is about to join the chat.
+      const s2 = await member(app);
+      const s1 = await member(app, { platformUserId: s2.platformUserId });
+      expect(s2.sessionId).toBeLessThan(s1.sessionId);
+      // The logout of S2 waits at COMMIT, after all its statements (its read of the user's chats
+      // included), on an advisory lock held here: a deferred constraint trigger, a slow commit.
+      await pg.unsafe(
+        `create or replace function test_slow_end() returns trigger language plpgsql as $$
+         begin perform pg_advisory_xact_lock(${ADVISORY}); return null; end $$`,
+      );
+      await pg.unsafe(
+        `create constraint trigger test_slow_end after update on sessions
+         deferrable initially deferred for each row when (new.id = ${s2.sessionId} and new.ended_at is not null)
+         execute function test_slow_end()`,
+      );
+      const gate = hold(pg, (tx) => tx`select pg_advisory_xact_lock(${ADVISORY})`);
+      await gate.ready;
+      const out = s2.client.post('/v1/authentication/logout', {});
+      let joined: Promise<any> | undefined;
+      try {
+        await waitersOr(1, out);
+        // Meanwhile S1 makes U a member (it may wait for the logout, then the gate opens).
+        joined = join(s1, { chat_id: chat.chatId });
+        await waitersOr(2, joined);
+      } finally {
+        await gate.end();
+        await pg.unsafe('drop trigger if exists test_slow_end on sessions');
+      }
+      expect((await out).status).toBe(200);
+      const ack = await joined;
+      expect(ack.ok).toBe(true);
+      expect(Object.keys(ack.key_ring[String(s1.user.id)] ?? {})).toEqual([String(s1.sessionId)]);
+      // The join announces U's ring in session order: once S1's key is heard, so is any of S2's.
+      await chat.owner.socket.next(
+        'portal:key_added',
+        (p) => p.chat_id === chat.chatId && p.session_id === s1.sessionId,
+      );
+      // Announced without a removal at a new epoch, holders would give the current key to an
+      // ended session's key (which may be someone else's by now).
+      const announced = chat.owner.socket.received.filter(
+        (r) => r.event === 'portal:key_added' && r.payload.chat_id === chat.chatId && r.payload.user_id === s1.user.id,
+      );
+      expect(announced.map((r) => r.payload.session_id)).toEqual([s1.sessionId]);
+    },
+  );
+});

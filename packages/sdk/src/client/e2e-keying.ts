@@ -11,6 +11,7 @@ import { ChatKeyStore, type EpochKey } from './e2e-keys.js';
 import { splitShare } from './e2e-share.js';
 import { type E2EChatSessionEvents, E2ESessionError } from './e2e-types.js';
 import { isApiError } from './errors.js';
+import type { ChatKeyAnswer } from './types.js';
 
 /** How long `portal:key_added` events are gathered into one share. */
 const KEY_ADDED_COALESCE_MS = 15;
@@ -276,8 +277,9 @@ export class ChatKeying {
     });
   }
 
-  /** One share request from a holder; false when the rest need not be tried (the epoch or ring moved on). */
+  /** One share request from a holder; false when the rest need not be tried (the epoch moved on). */
   async #topUp(chatId: number, epoch: number, envelopes: KeyShareEnvelope[]): Promise<boolean> {
+    let narrowed = false;
     for (let attempt = 1; ; attempt++) {
       if (this.#closed) return false;
       try {
@@ -285,6 +287,17 @@ export class ChatKeying {
         this.#held(chatId, epoch, envelopes);
         return true;
       } catch (error) {
+        if (isApiError(error, 'ERR_KEY_RING_CHANGED') && !narrowed) {
+          // The server refuses the whole share when one session it names left the ring at this
+          // epoch (its expiry, before the sweep ends it and rekeys): the others still lack the
+          // key. Sent once more, to those still in the ring.
+          narrowed = true;
+          const still = await this.#stillInRing(chatId, epoch, envelopes);
+          if (still === null) return false;
+          if (still.length === 0) return true;
+          envelopes = still;
+          continue;
+        }
         if (isApiError(error, 'ERR_EPOCH_MISMATCH', 'ERR_KEY_RING_CHANGED', 'ERR_EPOCH_ALREADY_KEYED')) return false;
         // An archived chat is read-only: its sessions keep the envelopes they have.
         if (isApiError(error, 'ERR_NOT_CHAT_MEMBER', 'ERR_CHAT_NOT_FOUND', 'ERR_CHAT_READ_ONLY')) return false;
@@ -298,6 +311,25 @@ export class ChatKeying {
         return false;
       }
     }
+  }
+
+  /**
+   * The envelopes of `envelopes` whose sessions are in the chat's key ring now (`GET …/keys`);
+   * null when the chat moved past `epoch` (its next keying covers them) or the ring is unreadable.
+   */
+  async #stillInRing(chatId: number, epoch: number, envelopes: KeyShareEnvelope[]): Promise<KeyShareEnvelope[] | null> {
+    let state: ChatKeyAnswer;
+    try {
+      state = await this.#o.client.chatKey(chatId);
+    } catch (error) {
+      if (!isApiError(error, 'ERR_NOT_CHAT_MEMBER', 'ERR_CHAT_NOT_FOUND')) {
+        this.#error('BACKGROUND_FAILURE', `Could not read the key ring of chat ${chatId}.`, chatId, { cause: error });
+      }
+      return null;
+    }
+    if (state.epoch !== epoch) return null;
+    const inRing = new Set(Object.values(state.key_ring).flatMap((sessions) => Object.keys(sessions).map(Number)));
+    return envelopes.filter((e) => inRing.has(e.session_id));
   }
 
   /** Ends timers and waits; resolves when running keyings have stopped. */

@@ -100,6 +100,13 @@ export function makeKeysService({ db, store, clock, realtime, membership }: Keys
         if (!(await store.lockLiveSession(sessionId, clock.now(), tx))) throw appError('ERR_UNAUTHENTICATED');
         const old = await store.keyOf(sessionId, tx);
         if (old === publicKey) return null;
+        // Lock order: the session's row, the user's chats (only when their epochs rise), then the
+        // user's row (KeysStore.lockUser: a join of this user at the same time comes wholly before
+        // or after). The user's row is taken before the key is written: the write's foreign key
+        // check would hold it FOR KEY SHARE first, and two sessions of one user raising that to
+        // FOR UPDATE at once would deadlock.
+        if (old !== null) await store.lockChatsOf(userId, tx);
+        await store.lockUser(userId, tx);
         try {
           await store.upsertKey(sessionId, userId, publicKey, clock.now(), tx);
         } catch (e) {
@@ -136,6 +143,12 @@ export function makeKeysService({ db, store, clock, realtime, membership }: Keys
     async removeSessionsIn(tx: Tx, userId: number, sessionIds: number[], wholeUser = false): Promise<void> {
       const removed = await store.deleteKeys(sessionIds, tx);
       if (removed.length === 0 && !wholeUser) return;
+      // Lock order: the ended sessions' rows (the caller's), the user's chats (when their epochs
+      // rise), then the user's row before the chats are read (KeysStore.lockUser: a join of this
+      // user at the same time comes wholly before or after). A ban holds both already; the
+      // eviction at a login holds the user's row first (a deadlock there is run again).
+      if (removed.length > 0) await store.lockChatsOf(userId, tx);
+      await store.lockUser(userId, tx);
       const chatIds = await membership.chatIdsOf(userId, tx);
       const bumped = removed.length > 0 ? await store.bumpEpochs(chatIds, clock.now(), tx) : [];
       await afterCommit(tx, async () => {

@@ -1,6 +1,6 @@
-import { and, count, eq, gt, isNull, lt, sql } from 'drizzle-orm';
+import { and, count, eq, gt, inArray, isNull, lt, sql } from 'drizzle-orm';
 import { anyOf, type Db } from '../../platform/db/index.js';
-import { chatMembers, chats, keyEnvelopes, sessionKeys, sessions } from '../../platform/db/schema.js';
+import { chatMembers, chats, keyEnvelopes, sessionKeys, sessions, users } from '../../platform/db/schema.js';
 import { directActive } from '../chats/chats.direct.store.js';
 import type { Tx } from '../users/users.store.js';
 
@@ -25,6 +25,34 @@ export function makeKeysStore(db: Db) {
         .where(and(eq(sessions.id, sessionId), isNull(sessions.endedAt), gt(sessions.expiresAt, now)))
         .for('no key update');
       return row !== undefined;
+    },
+    /**
+     * Locks the rows of the chats the user is a member of, in id order, as a write of their epoch
+     * does (FOR NO KEY UPDATE): what raises the epochs of a user's chats takes them before the
+     * user's row (lockUser), in the order of the chat paths (a kick, a ban, a new member's join:
+     * the chat row, then the user's), so it never holds the user's row while it waits for a chat's.
+     */
+    async lockChatsOf(userId: number, tx: Tx): Promise<void> {
+      const memberOf = tx
+        .select({ chatId: chatMembers.chatId })
+        .from(chatMembers)
+        .where(and(eq(chatMembers.userId, userId), isNull(chatMembers.leftAt)));
+      await tx
+        .select({ id: chats.id })
+        .from(chats)
+        .where(and(inArray(chats.id, memberOf), isNull(chats.deletedAt)))
+        .orderBy(chats.id)
+        .for('no key update', { of: chats });
+    },
+    /**
+     * Locks the user's row FOR UPDATE until the transaction ends, before the user's chats are read
+     * for a key change: a join that makes the user a new member holds that row FOR KEY SHARE
+     * (chats.store lockUser) until it commits, and reads the key ring it announces after. So the
+     * two are ordered: either the join waits and its ring has the change, or the change reads the
+     * new membership and reaches the chat (its portal:key_added, portal:key_removed, new epoch).
+     */
+    async lockUser(userId: number, tx: Tx): Promise<void> {
+      await tx.select({ id: users.id }).from(users).where(eq(users.id, userId)).for('update');
     },
     async keyOf(sessionId: number, tx: Tx = db): Promise<string | null> {
       const [row] = await tx
