@@ -10,6 +10,26 @@ export interface RingEntry {
   publicKey: string;
 }
 
+/**
+ * Locks the rows of the chats a user is a member of, in id order, as a write of their epoch does
+ * (FOR NO KEY UPDATE). What raises the epochs of a user's chats (a key change, a session end, a
+ * ban) takes them before the user's row, in the order of the chat paths (a kick, a chat ban, a new
+ * member's join: the chat row, then the user's), so it never holds the user's row while it waits
+ * for a chat's; and two of them sharing chats take them in one order.
+ */
+export async function lockChatsOfUser(userId: number, tx: Tx): Promise<void> {
+  const memberOf = tx
+    .select({ chatId: chatMembers.chatId })
+    .from(chatMembers)
+    .where(and(eq(chatMembers.userId, userId), isNull(chatMembers.leftAt)));
+  await tx
+    .select({ id: chats.id })
+    .from(chats)
+    .where(and(inArray(chats.id, memberOf), isNull(chats.deletedAt)))
+    .orderBy(chats.id)
+    .for('no key update', { of: chats });
+}
+
 export function makeKeysStore(db: Db) {
   return {
     /**
@@ -26,24 +46,8 @@ export function makeKeysStore(db: Db) {
         .for('no key update');
       return row !== undefined;
     },
-    /**
-     * Locks the rows of the chats the user is a member of, in id order, as a write of their epoch
-     * does (FOR NO KEY UPDATE): what raises the epochs of a user's chats takes them before the
-     * user's row (lockUser), in the order of the chat paths (a kick, a ban, a new member's join:
-     * the chat row, then the user's), so it never holds the user's row while it waits for a chat's.
-     */
-    async lockChatsOf(userId: number, tx: Tx): Promise<void> {
-      const memberOf = tx
-        .select({ chatId: chatMembers.chatId })
-        .from(chatMembers)
-        .where(and(eq(chatMembers.userId, userId), isNull(chatMembers.leftAt)));
-      await tx
-        .select({ id: chats.id })
-        .from(chats)
-        .where(and(inArray(chats.id, memberOf), isNull(chats.deletedAt)))
-        .orderBy(chats.id)
-        .for('no key update', { of: chats });
-    },
+    /** lockChatsOfUser: before the user's row, when the user's chats' epochs will rise. */
+    lockChatsOf: (userId: number, tx: Tx) => lockChatsOfUser(userId, tx),
     /**
      * Locks the user's row FOR UPDATE until the transaction ends, before the user's chats are read
      * for a key change: a join that makes the user a new member holds that row FOR KEY SHARE

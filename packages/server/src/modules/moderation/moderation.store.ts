@@ -1,6 +1,7 @@
 import { and, type Column, eq, gt, inArray, isNull, lte, or, type SQL, sql } from 'drizzle-orm';
 import type { Db } from '../../platform/db/index.js';
-import { chatMembers, chats, moderationActions, users } from '../../platform/db/schema.js';
+import { chats, moderationActions, users } from '../../platform/db/schema.js';
+import { lockChatsOfUser } from '../keys/keys.store.js';
 import { noUsersChanged, type UsersChanged } from '../users/users.changes.js';
 import type { Tx } from '../users/users.store.js';
 
@@ -120,23 +121,8 @@ export function makeModerationStore(db: Db, onChanged: UsersChanged = noUsersCha
         .for('no key update');
       return rows.length > 0;
     },
-    /**
-     * lockChat for every chat the user is a member of, in id order: a ban, which raises their
-     * epochs, takes them before the user's row as the chat paths do, and two bans sharing chats
-     * take them in one order.
-     */
-    async lockChatsOf(userId: number, tx: Tx): Promise<void> {
-      const memberOf = tx
-        .select({ chatId: chatMembers.chatId })
-        .from(chatMembers)
-        .where(and(eq(chatMembers.userId, userId), isNull(chatMembers.leftAt)));
-      await tx
-        .select({ id: chats.id })
-        .from(chats)
-        .where(and(inArray(chats.id, memberOf), isNull(chats.deletedAt)))
-        .orderBy(chats.id)
-        .for('no key update', { of: chats });
-    },
+    /** Every chat the user is a member of, in id order, before the user's row (a ban raises their epochs). */
+    lockChatsOf: (userId: number, tx: Tx) => lockChatsOfUser(userId, tx),
     /**
      * Writes the state the user's records give at `now` (platformState) to the users row. Call it
      * with the row locked (UsersStore.byIdForUpdate) before the records were read or written in
