@@ -19,7 +19,6 @@ export type AuditRow = typeof auditLog.$inferSelect;
 /** Any drizzle handle: the database or a transaction inside it. */
 export type Tx = Pick<Db, 'select' | 'insert' | 'update' | 'delete' | 'execute'>;
 
-/** True when a query failed on a unique index (PostgreSQL 23505), whichever driver raised it. */
 /**
  * `hasPremium` (users.presenter.ts) as a SQL condition on a `users` row at `at`, for statements
  * that must decide it under their own locks (matchmaking's direct-chat slots).
@@ -27,6 +26,7 @@ export type Tx = Pick<Db, 'select' | 'insert' | 'update' | 'delete' | 'execute'>
 export const premiumAtSql = (at: SQL) =>
   sql`(subscription_tier <> 0 and (subscription_expires_at is null or subscription_expires_at > ${at}))`;
 
+/** True when a query failed on a unique index (PostgreSQL 23505), whichever driver raised it. */
 export function isUniqueViolation(e: unknown): boolean {
   let cur: unknown = e;
   for (let i = 0; i < 4 && cur && typeof cur === 'object'; i++) {
