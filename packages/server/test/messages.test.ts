@@ -1,11 +1,23 @@
 import { INT32_MAX, Limits } from '@parlor/protocol';
+import { generateKeyPair, publicKeyToBase64 } from '@parlor/sdk';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { BUNDLE_CT_MIN_BYTES } from '../src/modules/messages/messages.bundle.js';
 import { makeMessagesStore } from '../src/modules/messages/messages.store.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
-import { bundle, join, keyEpoch, keyedChat, type Member, member, receiveKey, shareKey } from './support/chat-flows.js';
+import {
+  bundle,
+  join,
+  keyEpoch,
+  keyedChat,
+  type Member,
+  member,
+  receiveKey,
+  sessionIdOf,
+  shareKey,
+} from './support/chat-flows.js';
+import { Client, nextIp } from './support/client.js';
 import { operator } from './support/flows.js';
-import { closeAllSockets } from './support/sockets.js';
+import { closeAllSockets, connectSocket } from './support/sockets.js';
 
 /** Canonical base64 of `n` zero bytes: a `ct` the server takes (it cannot read inside). */
 const zeros = (n: number) => Buffer.alloc(n).toString('base64');
@@ -301,8 +313,8 @@ describeApp('the bundle shape', () => {
   });
 });
 
-/** A public chat owned by a User (a premium one: the chat slot), joined and keyed. */
-async function usersChat() {
+/** A chat owned by a User (a premium one: the chat slot), joined and keyed. */
+async function usersChat(type: 'public' | 'private' = 'public') {
   const owner = await member(app);
   const grant = await operator(app).post('/v1/admin/subscriptions/grant', {
     user_id: owner.user.id,
@@ -310,7 +322,7 @@ async function usersChat() {
     duration_days: 30,
   });
   expect(grant.status, JSON.stringify(grant.body)).toBe(200);
-  const created = await owner.client.post('/v1/portal/chats/create', { name: 'Users', type: 'public' });
+  const created = await owner.client.post('/v1/portal/chats/create', { name: 'Users', type });
   expect(created.status, JSON.stringify(created.body)).toBe(200);
   const chatId: number = created.body.chat.id;
   expect((await join(owner, { chat_id: chatId })).ok).toBe(true);
@@ -336,6 +348,12 @@ const say = async (m: Member, key: { chatId: number; chatKey: Uint8Array; epoch:
   expect(res.status, JSON.stringify(res.body)).toBe(200);
   return res.body.id as string;
 };
+
+async function directChat(userIds: number[]): Promise<number> {
+  const made = await app.services.chats.createDirect(userIds, ['messages']);
+  if ('refused' in made) throw new Error(`direct chat refused: ${JSON.stringify(made.refused)}`);
+  return made.chat.id;
+}
 
 const idsIn = async (m: Member, chatId: number) =>
   (await m.client.get(`/v1/portal/chats/${chatId}/messages?limit=100`)).body.messages.map((x: { id: string }) => x.id);
@@ -413,6 +431,111 @@ describeApp('deleting others\u2019 messages (spec 4.6 rule 2, moderation reach)'
       deleted: 1,
       deleted_ids: [a1],
     });
+  });
+});
+
+describeApp('deleting others\u2019 messages in direct chats (docs/api.md, Messages: Moderators there too)', () => {
+  /** A direct chat of two Users, both in its room, each with a message in it. */
+  const directWithMessages = async () => {
+    const [a, b] = [await member(app), await member(app)];
+    const chatId = await directChat([a.user.id, b.user.id]);
+    for (const m of [a, b]) expect((await join(m, { chat_id: chatId })).ok).toBe(true);
+    const key = { chatId, ...(await keyEpoch(a, chatId)) };
+    return { a, b, chatId, a1: await say(a, key), b1: await say(b, key) };
+  };
+  const refusal = (res: { status: number; body: { code?: string } }) => [res.status, res.body.code];
+
+  it('lets a Moderator who is not in it delete by id and with delete-last, and tells the chat', async () => {
+    const { a, b, chatId, a1, b1 } = await directWithMessages();
+    const mod = await member(app, { level: 1 });
+    // It may not read the chat (reading stays for members): it deletes as its moderator.
+    expect(refusal(await mod.client.get(`/v1/portal/chats/${chatId}/messages`))).toEqual([
+      403,
+      'ERR_CANNOT_BROWSE_PRIVATE',
+    ]);
+    const byId = await mod.client.post(`/v1/portal/chats/${chatId}/messages/delete`, { ids: [a1] });
+    expect(byId.status, JSON.stringify(byId.body)).toBe(200);
+    expect(byId.body).toEqual({ deleted: 1, deleted_ids: [a1] });
+    const told = { room_id: chatId, deleted_ids: [a1], deleted_by: mod.user.id };
+    expect(await b.socket.next('message:bulk_deleted', (p) => p.deleted_ids[0] === a1)).toEqual(told);
+    const last = await mod.client.post(`/v1/portal/chats/${chatId}/messages/delete-last`, { count: 1 });
+    expect(last.status, JSON.stringify(last.body)).toBe(200);
+    expect(last.body).toEqual({ deleted: 1, deleted_ids: [b1] });
+    expect(await a.socket.next('message:bulk_deleted', (p) => p.deleted_ids[0] === b1)).toEqual({
+      room_id: chatId,
+      deleted_ids: [b1],
+      deleted_by: mod.user.id,
+    });
+    const left = await idsIn(a, chatId);
+    for (const id of [a1, b1]) expect(left).not.toContain(id);
+  });
+
+  it('answers 403 to a User not in it, and to a Moderator in a User\u2019s private chat; deletes nothing', async () => {
+    const { a, chatId, a1, b1 } = await directWithMessages();
+    const outsider = await member(app);
+    const key = await usersChat('private');
+    const mod = await member(app, { level: 1 });
+    const o1 = await say(key.owner, key);
+    for (const [who, id, msgId] of [
+      [outsider, chatId, a1],
+      [mod, key.chatId, o1],
+    ] as const) {
+      const byId = await who.client.post(`/v1/portal/chats/${id}/messages/delete`, { ids: [msgId] });
+      expect(refusal(byId)).toEqual([403, 'ERR_CANNOT_BROWSE_PRIVATE']);
+      const last = await who.client.post(`/v1/portal/chats/${id}/messages/delete-last`, { count: 1 });
+      expect(refusal(last)).toEqual([403, 'ERR_CANNOT_BROWSE_PRIVATE']);
+    }
+    expect(await idsIn(a, chatId)).toEqual(expect.arrayContaining([a1, b1]));
+    expect(await idsIn(key.owner, key.chatId)).toContain(o1);
+  });
+});
+
+describeApp('strangers sending (docs/api.md, Strangers)', () => {
+  /** An anonymous stranger session with a registered key and a connected socket. */
+  const stranger = async (): Promise<Member> => {
+    const client = new Client(app.url, nextIp(), app.publicApiKey);
+    const made = await client.post('/v1/portal/stranger', {});
+    expect(made.status).toBe(200);
+    const keys = generateKeyPair();
+    const reg = await client.post('/v1/portal/keys', { public_key: publicKeyToBase64(keys.publicKey) });
+    expect(reg.body.status).toBe('registered');
+    const socket = await connectSocket(app.url, client);
+    return {
+      client,
+      user: made.body.user,
+      platformUserId: '',
+      keys,
+      socket,
+      sessionId: await sessionIdOf(app, client),
+    };
+  };
+  const send = (m: Member, chatId: number) =>
+    m.client.post(`/v1/portal/chats/${chatId}/messages`, { content: `{"v":2,"epoch":1,"ct":"${CT}"}` });
+
+  it('answers 401 ERR_UNAUTHENTICATED to a stranger sending to a public chat, and spends no rate limit on it', async () => {
+    const { chatId } = await keyedChat(app);
+    const s = await stranger();
+    // More than the per-chat limit: were the refusals counted, the last would be 429.
+    for (let i = 0; i <= Limits.MESSAGES_PER_CHAT; i++) {
+      const res = await send(s, chatId);
+      expect([res.status, res.body.code], `send ${i}`).toEqual([401, 'ERR_UNAUTHENTICATED']);
+    }
+  });
+
+  it('answers 401 outside its own direct chats (private, others\u2019 direct), and sends in its own', async () => {
+    const s = await stranger();
+    const peer = await member(app);
+    const own = await directChat([s.user.id, peer.user.id]);
+    const others = await directChat([(await member(app)).user.id, (await member(app)).user.id]);
+    const priv = await keyedChat(app, 'private');
+    for (const chatId of [priv.chatId, others]) {
+      const res = await send(s, chatId);
+      expect([res.status, res.body.code], String(chatId)).toEqual([401, 'ERR_UNAUTHENTICATED']);
+    }
+    expect((await join(peer, { chat_id: own })).ok).toBe(true);
+    const key = { chatId: own, ...(await keyEpoch(s, own)) };
+    const sent = await say(s, key);
+    expect((await peer.socket.next('message:new', (m) => m.id === sent)).sender_id).toBe(s.user.id);
   });
 });
 

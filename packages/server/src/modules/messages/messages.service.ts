@@ -50,6 +50,9 @@ export interface DeletionChat {
   archived: boolean;
 }
 
+/** Throws unless the actor reads the chat (chats `assertReader`: 404, 403, a stranger's 401). */
+export type ReaderCheck = () => Promise<unknown>;
+
 /** The rules' view of an actor (moderation.rules). */
 const ruled = (actor: Sender) => ({ userId: actor.userId, level: actor.permissionLevel });
 
@@ -147,6 +150,17 @@ export function makeMessagesService({ store, clock, state, realtime, access }: M
   };
 
   /**
+   * Whether the actor deletes in the chat as its moderator. Who may moderate it (as for a kick) acts
+   * there without reading it: a Moderator in a direct chat (docs/api.md, Messages); anyone else
+   * deletes only as the chat's reader, checked by `assertReader` (as history checks it).
+   */
+  const moderates = async (actor: Sender, chat: DeletionChat, assertReader: ReaderCheck): Promise<boolean> => {
+    if (await mayModerate(actor, chat)) return true;
+    await assertReader();
+    return false;
+  };
+
+  /**
    * Announces and answers what a delete removed. A delete writes nothing in a chat archived or
    * removed since the route read it (messages.store `writable`); when it removed nothing, the chat
    * is read again so that such a race is told as a refusal rather than as an empty success.
@@ -224,19 +238,20 @@ export function makeMessagesService({ store, clock, state, realtime, access }: M
     },
 
     /**
-     * Deletes by id, all or nothing: your own messages; others' too for who may moderate the
-     * chat (moderation canModerateChat, spec 4.6 rule 2), when each of their senders is within reach
-     * (canTarget: below the actor's level, or a deleted account). Ids of no message are passed over;
-     * a system message (spec 2.9: kept for late joiners) refuses the whole request.
+     * Deletes by id, all or nothing: your own messages, as the chat's reader; others' too for who
+     * may moderate the chat (moderation canModerateChat, spec 4.6 rule 2), reader or not, when each
+     * of their senders is within reach (canTarget: below the actor's level, or a deleted account).
+     * Ids of no message are passed over; a system message (spec 2.9: kept for late joiners) refuses
+     * the whole request.
      */
-    async remove(actor: Sender, chat: DeletionChat, ids: string[]) {
+    async remove(actor: Sender, chat: DeletionChat, ids: string[], assertReader: ReaderCheck) {
+      const moderator = await moderates(actor, chat, assertReader);
       assertWritable(chat);
       const found = await store.byIds(chat.id, [...new Set(ids)].map(parseMessageId));
       if (found.some((m) => m.type !== 'user')) throw appError('ERR_FORBIDDEN', 'System messages cannot be deleted.');
       const others = found.filter((m) => m.senderId !== actor.userId);
       if (others.length > 0) {
-        if (!(await mayModerate(actor, chat)))
-          throw appError('ERR_FORBIDDEN', 'You may delete only your own messages.');
+        if (!moderator) throw appError('ERR_FORBIDDEN', 'You may delete only your own messages.');
         const outOfReach = others.some(
           (m) => m.senderLevel !== null && !canTarget(ruled(actor), { userId: m.senderId ?? 0, level: m.senderLevel }),
         );
@@ -251,13 +266,15 @@ export function makeMessagesService({ store, clock, state, realtime, access }: M
     },
 
     /**
-     * The newest `count` user messages the actor may delete, for who may moderate the chat: its own
-     * and those of senders within reach (below its level, deleted accounts); messages of users at
-     * or above its level are passed over and do not count.
+     * The newest `count` user messages the actor may delete, for who may moderate the chat (reader
+     * or not; anyone else is refused as a reader first): its own and those of senders within reach
+     * (below its level, deleted accounts); messages of users at or above its level are passed over
+     * and do not count.
      */
-    async removeLast(actor: Sender, chat: DeletionChat, count: number) {
+    async removeLast(actor: Sender, chat: DeletionChat, count: number, assertReader: ReaderCheck) {
+      const moderator = await moderates(actor, chat, assertReader);
       assertWritable(chat);
-      if (!(await mayModerate(actor, chat))) throw appError('ERR_FORBIDDEN');
+      if (!moderator) throw appError('ERR_FORBIDDEN');
       const reach = { actorId: actor.userId, levels: reachableLevels(actor) };
       return deleted(actor, chat.id, await store.removeLast(chat.id, count, reach));
     },
