@@ -80,6 +80,9 @@ describeApp('the direct-chat lifecycle sweep', () => {
       await socket.emitWithAck('vm:credentials', { chat_id: chatId });
       expect(socket.received.filter((r) => r.event === 'room:left' && r.payload.chat_id === chatId)).toHaveLength(1);
     }
+    // Purged, so the counts of the tests after this one are theirs alone.
+    clock.advance(CHAT_PURGE_AFTER_MS);
+    expect((await sweep()).purged).toBeGreaterThanOrEqual(1);
   });
 
   it('handles more than one batch a tick while batches come back full, up to maxBatches', async () => {
