@@ -109,7 +109,7 @@ describeApp('a direct chat at its expiry, before the sweep archives it', () => {
     clock.advance(Limits.DIRECT_CHAT_TTL_MS - 1);
     expect((await a.client.get(`/v1/portal/chats/${chatId}`)).body.chat.archived).toBe(false);
     const full = await app.services.chats.createDirect([a.user.id, b.user.id], ['lifecycle']);
-    expect(full).toEqual({ refused: { missing: [], inactive: [], full: [a.user.id, b.user.id] } });
+    expect(full).toEqual({ refused: { missing: [], inactive: [], full: [a.user.id, b.user.id], blocked: false } });
     clock.advance(1);
     expect((await a.client.get(`/v1/portal/chats/${chatId}`)).body.chat.archived).toBe(true);
     expect((await b.client.get('/v1/portal/chats')).body.chats.find((c: any) => c.id === chatId).archived).toBe(true);

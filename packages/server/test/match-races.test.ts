@@ -2,7 +2,7 @@ import { Limits } from '@parlor/protocol';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { STRANGER_BAR_MS } from '../src/modules/matchmaking/blocks.service.js';
-import { MATCH_PRECHECK_MAX_MS } from '../src/modules/matchmaking/matchmaking.service.js';
+import { MATCH_PRECHECK_MAX_MS, PEERS_ONLINE_REUSE_MS } from '../src/modules/matchmaking/matchmaking.service.js';
 import { FakeClock } from '../src/platform/clock.js';
 import { describeApp, MODE, type Nodes, startApp, startNodes, type TestApp } from './support/app.js';
 import { type Member, member } from './support/chat-flows.js';
@@ -167,6 +167,136 @@ describeApp('a pairing that fails after the queue took the waiting peer', () => 
     expect(
       await countRows(app, `select count(*) as n from chats where id = ${found.chat_id} and type = 'direct'`),
     ).toBe(1);
+  });
+});
+
+/** A promise and what opens it. */
+function gate() {
+  let open!: () => void;
+  const opened = new Promise<void>((r) => {
+    open = r;
+  });
+  return { open, opened };
+}
+
+/** Gives the app's next call of `obj[name]` a pause: `entered` once it is called, it goes on at `release.open()`. */
+function pauseNext<T extends object, K extends keyof T>(obj: T, name: K) {
+  const original = obj[name] as (...args: unknown[]) => Promise<unknown>;
+  const entered = gate();
+  const release = gate();
+  let first = true;
+  obj[name] = async function (this: unknown, ...args: unknown[]) {
+    if (first) {
+      first = false;
+      entered.open();
+      await release.opened;
+    }
+    return original.apply(this, args);
+  } as T[K];
+  const restore = () => {
+    obj[name] = original as T[K];
+    release.open();
+  };
+  return { entered: entered.opened, release: release.open, restore, original };
+}
+
+describeApp('a search ended while a pairing has it out of the queue', () => {
+  // Both stores: the pairing's chat creation is held at its start (as a slow transaction or the
+  // per-user slot lock holds it); meanwhile the waiting user stops searching, and the pairing is
+  // then refused because of the caller (its slots filled by a pairing of another tab).
+  it('a user who dequeued meanwhile stays idle when the pairing is refused, and the search it cancelled never pairs', async () => {
+    const t = tag();
+    const [a, b, c, d] = [await member(app), await member(app), await member(app), await member(app)];
+    expect((await match(a, [t])).body.state).toBe('searching');
+    const paused = pauseNext(app.services.chats, 'createDirect');
+    try {
+      const pairing = match(b, [t]);
+      await paused.entered;
+      expect((await a.client.post('/v1/portal/match/dequeue', {})).body).toEqual({ state: 'idle' });
+      const other = await app.services.chats.createDirect([b.user.id, d.user.id], ['elsewhere']);
+      expect('refused' in other).toBe(false);
+      paused.release();
+      expect((await pairing).body.code).toBe('ERR_MATCH_SLOT_LIMIT');
+    } finally {
+      paused.restore();
+    }
+    expect((await a.client.get('/v1/portal/match/status')).body).toEqual({ state: 'idle' });
+    // The next searcher on the tag waits: the cancelled search is not in the queue.
+    expect((await match(c, [t])).body.state).toBe('searching');
+    expect((await c.client.get('/v1/portal/match/status')).body.state).toBe('searching');
+    expect(matchEvents(a)).toEqual([]);
+    expect(matchEvents(c)).toEqual([]);
+    // A new search of the user is its own.
+    expect((await match(a, [t])).body.state).toBe('searching');
+    expect((await a.socket.next('match:found', () => true, 5_000)).peer.id).toBe(c.user.id);
+  });
+
+  // The pairing's statement waits on the caller's row, held by the test as a ban holds it; the
+  // waiting user dequeues meanwhile; the ban commits and refuses the pair because of the caller.
+  it.skipIf(MODE === 'embedded')(
+    'on PostgreSQL: a dequeue while the pairing waits on the caller row, then the caller banned: the dequeued user stays idle',
+    async () => {
+      const t = tag();
+      const [a, b, c] = [await member(app), await member(app), await member(app)];
+      expect((await match(a, [t])).body.state).toBe('searching');
+      const ban = hold(db, async (tx) => {
+        await tx`select id from users where id = ${b.user.id} for update`;
+        await tx`update users set state = 2 where id = ${b.user.id}`;
+      });
+      await ban.ready;
+      const pairing = match(b, [t]);
+      await lockWaiters(db, 1);
+      expect((await a.client.post('/v1/portal/match/dequeue', {})).body).toEqual({ state: 'idle' });
+      await ban.end();
+      expect((await pairing).body.code).toBe('ERR_BANNED');
+      expect((await a.client.get('/v1/portal/match/status')).body).toEqual({ state: 'idle' });
+      expect((await match(c, [t])).body.state).toBe('searching');
+      expect((await c.client.get('/v1/portal/match/status')).body.state).toBe('searching');
+      expect(matchEvents(a)).toEqual([]);
+      await c.client.post('/v1/portal/match/dequeue', {});
+    },
+  );
+});
+
+describeApp('a block committed while an enqueue is in flight', () => {
+  // Both stores: the enqueue's online count (run beside its SQL pre-check, which has read the
+  // blocks) is held while the waiting user blocks the caller; the block is answered first.
+  it('never pairs the two: no chat, no match:found; both search on and neither pairs with the other later', async () => {
+    const t = tag();
+    const [a, b] = [await member(app), await member(app)];
+    expect((await match(a, [t])).body.state).toBe('searching');
+    const searching = (await a.client.get('/v1/portal/match/status')).body;
+    // Past the node's 1 s reuse of "two or more online", so the enqueue counts again.
+    clock.advance(PEERS_ONLINE_REUSE_MS + 1);
+    const paused = pauseNext(app.state, 'countExpiring');
+    let res: Awaited<ReturnType<typeof match>>;
+    try {
+      const enqueuing = match(b, [t]);
+      await paused.entered;
+      expect((await a.client.post('/v1/users/me/blocks/create', { user_id: b.user.id })).body).toEqual({ ok: true });
+      paused.release();
+      res = await enqueuing;
+    } finally {
+      paused.restore();
+    }
+    expect(res.body.state).toBe('searching');
+    expect(
+      await countRows(
+        app,
+        `select count(*) as n from chat_members m join chat_members n on n.chat_id = m.chat_id
+         where m.user_id = ${a.user.id} and n.user_id = ${b.user.id}`,
+      ),
+    ).toBe(0);
+    // The waiting user went back as it was; the caller queued beside it.
+    expect((await a.client.get('/v1/portal/match/status')).body).toEqual(searching);
+    expect((await b.client.get('/v1/portal/match/status')).body.state).toBe('searching');
+    expect(matchEvents(a)).toEqual([]);
+    expect(matchEvents(b)).toEqual([]);
+    // Each is still paired with others: a third user takes the longest waiting one.
+    const c = await member(app);
+    expect((await match(c, [t])).body.state).toBe('searching');
+    expect((await c.socket.next('match:found', () => true, 5_000)).peer.id).toBe(a.user.id);
+    await b.client.post('/v1/portal/match/dequeue', {});
   });
 });
 

@@ -1,7 +1,10 @@
+import { randomBytes } from 'node:crypto';
 import { Limits } from '@parlor/protocol';
 import { decryptMessage } from '@parlor/sdk';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { MATCH_SWEEP_BATCH } from '../src/modules/matchmaking/matchmaking.service.js';
 import { FakeClock } from '../src/platform/clock.js';
+import { schema } from '../src/platform/db/index.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
 import { bundle, join, keyEpoch, type Member, member, receiveKey } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
@@ -213,6 +216,21 @@ describeApp('POST /v1/portal/match', () => {
     ]);
   });
 
+  it('an unblock takes effect from the next search: a waiting search keeps the blocks read when it began', async () => {
+    const t = tag();
+    const [a, c] = [await member(app), await member(app)];
+    expect((await a.client.post('/v1/users/me/blocks/create', { user_id: c.user.id })).body).toEqual({ ok: true });
+    expect((await match(a, [t])).body.state).toBe('searching');
+    expect((await a.client.post('/v1/users/me/blocks/delete', { user_id: c.user.id })).body).toEqual({ ok: true });
+    // A's search still excludes C: C waits beside it.
+    expect((await match(c, [t])).body.state).toBe('searching');
+    expect((await c.client.get('/v1/portal/match/status')).body.state).toBe('searching');
+    // A's next search reads the blocks again and pairs with C.
+    await a.client.post('/v1/portal/match/dequeue', {});
+    const found = await matchAndFind(a, [t]);
+    expect(found.peer.id).toBe(c.user.id);
+  });
+
   it('answers 400 ERR_VALIDATION naming body/user_id to a block of oneself, and stores nothing', async () => {
     const a = await member(app);
     const res = await a.client.post('/v1/users/me/blocks/create', { user_id: a.user.id });
@@ -325,6 +343,51 @@ describeApp('queue deadline, leave and the direct chat lifecycle', () => {
     expect((await a.client.get('/v1/portal/match/status')).body).toEqual({ state: 'idle' });
     await b.client.post('/v1/portal/match/dequeue', {});
   });
+
+  it('one deadline-sweep run drains a backlog of more than one batch (after an outage): statistics stop counting it', async () => {
+    const own = new FakeClock(Date.now());
+    const other = await startApp({ clock: own });
+    try {
+      const now = own.now();
+      const n = 2 * MATCH_SWEEP_BATCH + 100;
+      const stamp = randomBytes(2).toString('hex');
+      // Written straight to the database: nothing but the queue needs them.
+      const ids = (
+        await other.database.db
+          .insert(schema.users)
+          .values(
+            Array.from({ length: n }, (_, i) => ({
+              username: `sweep_${stamp}_${i}`,
+              lastActivityAt: now,
+              createdAt: now,
+              updatedAt: now,
+            })),
+          )
+          .returning({ id: schema.users.id })
+      ).map((r) => r.id);
+      await other.services.matchmaking.markOnline(ids);
+      // Each on a tag of its own, so nobody pairs.
+      for (let i = 0; i < n; i += 100) {
+        const answers = await Promise.all(
+          ids
+            .slice(i, i + 100)
+            .map((id, k) =>
+              other.services.matchmaking.enqueue({ userId: id, sessionId: 0, stranger: false, matchBlocked: false }, [
+                `${stamp}x${i + k}`,
+              ]),
+            ),
+        );
+        for (const a of answers) expect(a.answer.state).toBe('searching');
+      }
+      // The app's own task runs the sweep every 5 s: stopped, so this run is the only one.
+      await other.tasks.stopAll();
+      own.advance(Limits.MATCH_QUEUE_WAIT_MS);
+      expect(await other.services.matchmaking.sweepQueue()).toBe(n);
+      expect((await other.services.matchmaking.statistics()).top_tags).toEqual([]);
+    } finally {
+      await other.close();
+    }
+  }, 120_000);
 
   it('leave archives the chat read-only with a system message; 404 ERR_NO_DIRECT_CHAT without one', async () => {
     const { a, b, chatId } = await pair();

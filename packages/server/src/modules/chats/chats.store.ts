@@ -34,12 +34,14 @@ const DIRECT_SLOTS_LOCK = 7244;
 /**
  * Why a direct chat was not made: users that do not exist; users that may not use the platform now
  * (`state` as effectiveStateOf gives it: 1 timed out, 2 banned; 0: a stranger whose session is
- * over, who never signs in again); and users whose direct-chat slots are full.
+ * over, who never signs in again); users whose direct-chat slots are full; and whether one of the
+ * users blocked another (a block committed after the pairing read the blocks).
  */
 export interface DirectRefusal {
   missing: number[];
   inactive: { id: number; state: number }[];
   full: number[];
+  blocked: boolean;
 }
 
 /**
@@ -117,7 +119,10 @@ export function makeChatsStore(db: Db) {
         );
         // A statement of its own after the locks: its snapshot sees every pairing that held them.
         const result = await tx.execute(sql`
-          with u as (
+          with b as (
+            select exists (select 1 from user_blocks
+                           where blocker_id = any(${ids}) and blocked_id = any(${ids})) as blocked
+          ), u as (
             select id, username, is_stranger, array_position(${ids}, id) as pos,
                    (select count(*) from chat_members cm join chats d on d.id = cm.chat_id
                      where cm.user_id = users.id and cm.left_at is null and d.deleted_at is null
@@ -138,6 +143,8 @@ export function makeChatsStore(db: Db) {
             from u
             having count(*) = ${v.userIds.length}::integer
                and bool_and(active < slots and state_now = 0 and signed_in)
+               -- Nor two users one of whom blocked the other (after the pairing read the blocks).
+               and not (select blocked from b)
             returning id, epoch
           ), m as (
             insert into chat_members (chat_id, user_id, joined_at) select c.id, u.id, ${at} from c, u
@@ -150,7 +157,7 @@ export function makeChatsStore(db: Db) {
           )
           select c.id::integer as chat_id, c.epoch::integer as epoch, u.id::integer as user_id, u.username,
                  u.is_stranger, u.active >= u.slots as full, u.active + 1 >= u.slots as fills,
-                 u.state_now, u.signed_in
+                 u.state_now, u.signed_in, (select blocked from b) as blocked
           from u left join c on true order by u.pos`);
         return rowsOf<{
           chat_id: number | null;
@@ -162,6 +169,7 @@ export function makeChatsStore(db: Db) {
           fills: boolean;
           state_now: number;
           signed_in: boolean;
+          blocked: boolean;
         }>(result);
       });
       const first = rows[0];
@@ -174,6 +182,7 @@ export function makeChatsStore(db: Db) {
               .filter((r) => Number(r.state_now) !== 0 || r.signed_in !== true)
               .map((r) => ({ id: Number(r.user_id), state: Number(r.state_now) })),
             full: rows.filter((r) => r.full === true).map((r) => Number(r.user_id)),
+            blocked: first?.blocked === true,
           },
         };
       }

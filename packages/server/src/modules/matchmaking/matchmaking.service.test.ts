@@ -207,11 +207,30 @@ describe('matchmaking: a pair the chat store refuses (slots full by now, or a us
     await online(state, clock);
     await svc.enqueue(searcher(1), ['abc']);
     const before = await queue.get(1, clock.now().getTime());
-    hooks.refuse = () => ({ missing: [], inactive: [], full: [2] });
+    hooks.refuse = () => ({ missing: [], inactive: [], full: [2], blocked: false });
     await expect(svc.enqueue(searcher(2), ['abc'])).rejects.toMatchObject({ code: 'ERR_MATCH_SLOT_LIMIT' });
     expect(await queue.get(1, clock.now().getTime())).toEqual(before);
     expect(await queue.get(2, clock.now().getTime())).toBeNull();
     expect(calls.other).toEqual([]);
+  });
+
+  it('a pair refused for a block between the two (a refusal naming nobody): the peer goes back excluding the caller, who queues beside it', async () => {
+    const { clock, state, queue, svc, calls, searcher, hooks } = setup();
+    await online(state, clock);
+    await svc.enqueue(searcher(1), ['abc']);
+    const before = await queue.get(1, clock.now().getTime());
+    hooks.refuse = (ids) =>
+      ids.includes(1) && ids.includes(2) ? { missing: [], inactive: [], full: [], blocked: true } : undefined;
+    const res = await svc.enqueue(searcher(2), ['abc']);
+    expect(res.answer.state).toBe('searching');
+    expect(res.tellCaller).toBeUndefined();
+    expect(await queue.get(1, clock.now().getTime())).toEqual({ ...before, exclude: [2] });
+    expect(await queue.get(2, clock.now().getTime())).toMatchObject({ userId: 2 });
+    expect(calls.created).toEqual([]);
+    expect(calls.other).toEqual([]);
+    // Each still pairs with others: the longest waiting first.
+    expect((await svc.enqueue(searcher(3), ['abc'])).tellCaller).toBeDefined();
+    expect(calls.created).toEqual([[1, 3]]);
   });
 
   it('drops a peer whose slots are full (match:timeout) or whose account is gone, and pairs the caller on', async () => {
@@ -226,9 +245,9 @@ describe('matchmaking: a pair the chat store refuses (slots full by now, or a us
       await svc.enqueue(searcher(id), [t]);
     hooks.refuse = (ids) =>
       ids[0] === 1
-        ? { missing: [], inactive: [], full: [1] }
+        ? { missing: [], inactive: [], full: [1], blocked: false }
         : ids[0] === 3
-          ? { missing: [3], inactive: [], full: [] }
+          ? { missing: [3], inactive: [], full: [], blocked: false }
           : undefined;
     const paired = await svc.enqueue(searcher(2), ['aaa', 'ccc', 'ddd']);
     expect(paired.answer.state).toBe('searching');
@@ -251,7 +270,7 @@ describe('matchmaking: a pair the chat store refuses (slots full by now, or a us
     };
     hooks.refuse = (ids) =>
       ids.includes(2) || (refuseRestored && ids.includes(3))
-        ? { missing: [], inactive: [], full: [ids.includes(2) ? 2 : 1] }
+        ? { missing: [], inactive: [], full: [ids.includes(2) ? 2 : 1], blocked: false }
         : undefined;
     await expect(svc.enqueue(searcher(2), ['abc'])).rejects.toMatchObject({ code: 'ERR_MATCH_SLOT_LIMIT' });
   };
@@ -284,7 +303,7 @@ describe('matchmaking: a pair the chat store refuses (slots full by now, or a us
     const { clock, state, queue, svc, searcher, hooks } = setup();
     await online(state, clock);
     await svc.enqueue(searcher(1), ['abc']);
-    hooks.refuse = () => ({ missing: [], inactive: [], full: [1] });
+    hooks.refuse = () => ({ missing: [], inactive: [], full: [1], blocked: false });
     const queued = await svc.enqueue(searcher(2), ['abc']);
     expect(queued.tellCaller).toBeUndefined();
     expect(await queue.get(2, clock.now().getTime())).toMatchObject({ userId: 2, tags: ['abc'] });
@@ -411,7 +430,8 @@ describe('matchmaking: searches that end without a pair are told (match:timeout)
     await online(state, clock);
     await svc.enqueue(searcher(1), ['abc']);
     await svc.enqueue(searcher(3), ['def']);
-    hooks.refuse = (ids) => (ids.includes(1) ? { missing: [], inactive: [{ id: 1, state: 2 }], full: [1] } : undefined);
+    hooks.refuse = (ids) =>
+      ids.includes(1) ? { missing: [], inactive: [{ id: 1, state: 2 }], full: [1], blocked: false } : undefined;
     const paired = await svc.enqueue(searcher(2), ['abc', 'def']);
     expect(paired.tellCaller).toBeDefined();
     expect(calls.created).toEqual([[3, 2]]);
@@ -429,7 +449,7 @@ describe('matchmaking: searches that end without a pair are told (match:timeout)
       [1, 'ERR_TIMED_OUT'],
       [0, 'ERR_UNAUTHENTICATED'],
     ] as const) {
-      hooks.refuse = () => ({ missing: [], inactive: [{ id: 2, state }], full: [] });
+      hooks.refuse = () => ({ missing: [], inactive: [{ id: 2, state }], full: [], blocked: false });
       await expect(svc.enqueue(searcher(2), ['abc'])).rejects.toMatchObject({ code });
       expect(await queue.get(1, clock.now().getTime())).toEqual(before);
       expect(await queue.get(2, clock.now().getTime())).toBeNull();

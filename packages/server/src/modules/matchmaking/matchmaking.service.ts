@@ -1,6 +1,7 @@
 import { INTEREST_PATTERN, Limits, type MatchStatus } from '@parlor/protocol';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Clock } from '../../platform/clock.js';
+import { drain } from '../../platform/drain.js';
 import { AppError, appError } from '../../platform/errors.js';
 import { batched, batchedWrite } from '../../platform/group-commit.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
@@ -26,6 +27,10 @@ export const PEERS_ONLINE_REUSE_MS = 1_000;
  * stalled for this long gets here.
  */
 export const MATCH_PRECHECK_MAX_MS = FULL_MARK_MS / 2;
+/** Expired queue entries one deadline-sweep step takes out (a Lua script in cluster mode: kept short). */
+export const MATCH_SWEEP_BATCH = 500;
+/** Sweep steps per tick at most (the sweep runs every 5 s): 5,000 expired entries a tick. */
+export const MATCH_SWEEP_MAX_BATCHES = 10;
 
 export interface Searcher {
   userId: number;
@@ -105,7 +110,8 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
    * it was (place in line, deadline, exclusions), best effort: the failure is the caller's, not the
    * peer's. When it cannot go back (its deadline passed meanwhile, or the queue failed, logged) its
    * search has ended and it is told so, as at its deadline (`match:timeout`). A peer searching again
-   * on a newer entry is left to that search.
+   * on a newer entry is left to that search; one whose search was ended meanwhile (a dequeue, a ban
+   * or timeout: the queue's cancelled mark) stays out, told nothing (it was answered, or is gone).
    */
   const putBack = async (peer: QueueEntry): Promise<void> => {
     try {
@@ -146,15 +152,19 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
   /**
    * A pair the chat store refused (a user gone; banned or timed out, or a stranger whose session
    * ended, since it queued; or its direct-chat slots full by now: parallel enqueues of one user, on
-   * any node, pass the pre-check together). A peer that is not the reason goes back to the queue;
-   * one whose slots are full leaves it (its search ended, it is told); one gone or inactive leaves
-   * it silently (it has no socket left to tell). The caller, if it is a reason, gets the refusal;
-   * else it searches on (answers normally).
+   * any node, pass the pre-check together; or a block between the two committed after the
+   * caller's pre-check read the blocks). A peer that is
+   * not the reason goes back to the queue, after a block excluding the caller, so that neither the
+   * caller searching on nor a later placing pairs the two again; one whose slots are full leaves
+   * it (its search ended, it is told); one gone or inactive leaves it silently (it has no socket
+   * left to tell). The caller, if it is a reason, gets the refusal; else it searches on (answers
+   * normally).
    */
   const refused = async (me: Pick<Searcher, 'userId'>, peer: QueueEntry, why: DirectRefusal): Promise<void> => {
     const inactive = (id: number) => why.inactive.find((u) => u.id === id);
     const out = (id: number) => why.missing.includes(id) || why.full.includes(id) || inactive(id) !== undefined;
-    if (!out(peer.userId)) await putBack(peer);
+    if (why.blocked) await putBack({ ...peer, exclude: [...peer.exclude, me.userId] });
+    else if (!out(peer.userId)) await putBack(peer);
     else if (why.full.includes(peer.userId) && !inactive(peer.userId)) tellEnded([peer]);
     if (why.missing.includes(me.userId)) throw appError('ERR_USER_NOT_FOUND');
     const mine = inactive(me.userId);
@@ -288,18 +298,23 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
       }
     },
 
+    /**
+     * Ends the user's search, also one a pairing has out of the queue right now: if that pairing
+     * fails, the queue does not put the search back (its cancelled mark; putBack).
+     */
     async dequeue(userId: number): Promise<MatchStatus> {
-      await queue.dequeue(userId);
+      await queue.dequeue(userId, clock.now().getTime());
       return status(userId);
     },
 
     /**
      * Ends a user's search, if any, without telling it: it may not use the platform now (a ban or
-     * a timeout committed; wiring/services.ts). A pairing that reads the user later refuses it
-     * anyway (the chat store checks the state), so an enqueue already in flight is harmless.
+     * a timeout committed; wiring/services.ts). A pairing holding the search out of the queue does
+     * not put it back (as for dequeue), and one that reads the user later refuses it anyway (the
+     * chat store checks the state), so an enqueue already in flight is harmless.
      */
     async endSearch(userId: number): Promise<void> {
-      await queue.dequeue(userId);
+      await queue.dequeue(userId, clock.now().getTime());
     },
 
     /**
@@ -309,7 +324,7 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
      */
     async sessionsEnded(userId: number): Promise<void> {
       if (!(await queue.get(userId, clock.now().getTime()))) return;
-      if (await deps.store.isStranger(userId)) await queue.dequeue(userId);
+      if (await deps.store.isStranger(userId)) await queue.dequeue(userId, clock.now().getTime());
     },
 
     async leave(userId: number, chatId: number | undefined) {
@@ -320,11 +335,20 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
       return { online: await state.countExpiring(ONLINE_SET), top_tags: await queue.topTags(5) };
     },
 
-    /** Drops users whose queue deadline passed and tells them (match:timeout). Safe on many nodes. */
-    async sweepQueue(limit = 500): Promise<number> {
-      const expired = await queue.popExpired(clock.now().getTime(), limit);
-      tellEnded(expired);
-      return expired.length;
+    /**
+     * Drops users whose queue deadline passed and tells them (match:timeout), `batch` at a time
+     * (one atomic queue step each) while batches come back full, at most `maxBatches` a tick: a
+     * backlog (after an outage) is gone in one tick, not one batch every tick, and statistics stop
+     * counting it. Safe on many nodes.
+     */
+    async sweepQueue(opts: { batch?: number; maxBatches?: number } = {}): Promise<number> {
+      const size = opts.batch ?? MATCH_SWEEP_BATCH;
+      const now = clock.now().getTime();
+      return drain(size, opts.maxBatches ?? MATCH_SWEEP_MAX_BATCHES, async () => {
+        const expired = await queue.popExpired(now, size);
+        tellEnded(expired);
+        return expired.length;
+      });
     },
   };
 }

@@ -1,5 +1,7 @@
 import type { Redis } from 'ioredis';
 import {
+  byCodeUnits,
+  CANCEL_MARK_MS,
   CANDIDATE_SCAN_LIMIT,
   CANDIDATES_PER_TAG,
   type EnqueueResult,
@@ -16,7 +18,8 @@ import {
  * Shared Lua: `remove(uid, entry)` takes a user out of every structure. Keys: `mq:e:<uid>` (the
  * entry, JSON), `mq:t:<tag>` (waiting users by enqueue time), `mq:d` (users by deadline),
  * `mq:depth` (tag → waiting count), `mq:barred` (barred users by the end of their bar), `mq:bar-holders`
- * (barred user → bars not lifted), `mq:full` (users by when their direct-chat slots filled). All under the deployment's prefix (ARGV[1]). The scripts name
+ * (barred user → bars not lifted), `mq:full` (users by when their direct-chat slots filled),
+ * `mq:cancelled` (users by when `dequeue` ended their search). All under the deployment's prefix (ARGV[1]). The scripts name
  * their keys through ARGV, which a single Redis (not Redis Cluster) allows.
  */
 const REMOVE = `
@@ -99,7 +102,8 @@ end
 /**
  * Enqueue and restore, one script: ARGV[5] is what a queued entry answers, `queued` (enqueue) or
  * `restored` (restore). A barred user, or an entry that began before its user's slots filled
- * (`mq:full`), is refused; a restore of an entry past its deadline does nothing (`expired`);
+ * (`mq:full`), is refused; a restore of an entry past its deadline does nothing (`expired`), nor
+ * one of an entry that began before its user's search was ended (`mq:cancelled`: `cancelled`);
  * otherwise both pair with a waiting peer or queue the entry. Answers `{kind, peer or '', tag or
  * '', dropped...}`: the raw entries of expired users taken out on the way follow.
  */
@@ -111,6 +115,10 @@ if barred and tonumber(barred) > now then return {'barred'} end
 local full = redis.call('ZSCORE', p .. 'mq:full', me)
 if full and entry.enqueuedAt <= tonumber(full) then return {'full'} end
 if placed == 'restored' and entry.deadline <= now then return {'expired'} end
+if placed == 'restored' then
+  local cancelled = redis.call('ZSCORE', p .. 'mq:cancelled', me)
+  if cancelled and entry.enqueuedAt <= tonumber(cancelled) then return {'cancelled'} end
+end
 local existing = redis.call('GET', p .. 'mq:e:' .. me)
 if existing then
   local cur = cjson.decode(existing)
@@ -130,7 +138,10 @@ for _, d in ipairs(dropped) do table.insert(out, d) end
 return out`;
 
 const DEQUEUE = `${REMOVE}
-local p, me = ARGV[1], ARGV[2]
+local p, me, now, keep = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+redis.call('ZREMRANGEBYSCORE', p .. 'mq:cancelled', '-inf', now - keep)
+local cur = redis.call('ZSCORE', p .. 'mq:cancelled', me)
+if not cur or tonumber(cur) < now then redis.call('ZADD', p .. 'mq:cancelled', now, me) end
 local raw = redis.call('GET', p .. 'mq:e:' .. me)
 if not raw then return 0 end
 remove(p, me, cjson.decode(raw))
@@ -177,6 +188,27 @@ if redis.call('HINCRBY', p .. 'mq:bar-holders', me, -1) <= 0 then
   redis.call('ZREM', p .. 'mq:barred', me)
 end
 return 1`;
+
+/**
+ * The ARGV[2] deepest tags of `mq:depth`, flat (tag, count, ...), ties by tag in code-unit order:
+ * ZREVRANGE gives equal scores in reverse order, so the tags with the last count that made it in
+ * are read again in forward order (ZRANGEBYSCORE), only as many as fit. Read-only.
+ */
+const TOP_TAGS = `
+local depth, n = ARGV[1] .. 'mq:depth', tonumber(ARGV[2])
+local top = redis.call('ZREVRANGE', depth, 0, n - 1, 'WITHSCORES')
+if #top < 2 * n then return top end
+local last = top[#top]
+local out = {}
+for i = 1, #top, 2 do
+  if tonumber(top[i + 1]) > tonumber(last) then
+    table.insert(out, top[i])
+    table.insert(out, top[i + 1])
+  end
+end
+local ties = redis.call('ZRANGEBYSCORE', depth, last, last, 'WITHSCORES', 'LIMIT', 0, n - #out / 2)
+for _, v in ipairs(ties) do table.insert(out, v) end
+return out`;
 
 const POP_EXPIRED = `${REMOVE}
 local p, now, limit = ARGV[1], ARGV[2], tonumber(ARGV[3])
@@ -231,8 +263,8 @@ export class RedisMatchQueue implements MatchQueue {
     return { kind: kind as Exclude<Placing['kind'], 'paired'>, dropped };
   }
 
-  async dequeue(userId: number): Promise<boolean> {
-    return (await this.client.eval(DEQUEUE, 0, this.prefix, String(userId))) === 1;
+  async dequeue(userId: number, now: number): Promise<boolean> {
+    return (await this.client.eval(DEQUEUE, 0, this.prefix, String(userId), String(now), String(CANCEL_MARK_MS))) === 1;
   }
 
   async bar(userId: number, until: number, now: number): Promise<QueueEntry | null> {
@@ -271,12 +303,14 @@ export class RedisMatchQueue implements MatchQueue {
   }
 
   async topTags(n: number) {
-    const flat = await this.reads.zrevrange(`${this.prefix}mq:depth`, 0, n - 1, 'WITHSCORES');
+    if (n <= 0) return [];
+    const flat = (await this.reads.eval(TOP_TAGS, 0, this.prefix, String(n))) as string[];
     const out: { tag: string; searching: number }[] = [];
     for (let i = 0; i + 1 < flat.length; i += 2) {
       const searching = Number(flat[i + 1]);
       if (searching > 0) out.push({ tag: flat[i] as string, searching });
     }
-    return out;
+    // Tags above the last count came most first but their ties in reverse order.
+    return out.sort((a, b) => b.searching - a.searching || byCodeUnits(a.tag, b.tag));
   }
 }

@@ -3,6 +3,7 @@ import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { clearRedisPrefix, redisReachable, SERVICE_URLS } from '../../../test/support/services.js';
 import {
+  CANCEL_MARK_MS,
   CANDIDATE_SCAN_LIMIT,
   CANDIDATES_PER_TAG,
   FULL_MARK_MS,
@@ -229,7 +230,7 @@ describe.each(implementations)('the %s match queue', (_name, makeNodes) => {
       peer: { userId: W },
     });
     // One user ahead leaves: V is now the last one a newcomer looks at, and C2 gets it.
-    expect(await q.dequeue(2)).toBe(true);
+    expect(await q.dequeue(2, NOW)).toBe(true);
     expect(await q.enqueue(entry(C2, ['music', 'jazz'], { exclude: evens }), NOW)).toMatchObject({
       kind: 'paired',
       tag: 'music',
@@ -312,9 +313,59 @@ describe.each(implementations)('the %s match queue', (_name, makeNodes) => {
     await q.enqueue(entry(3, ['bbb', 'ccc'], { exclude: [2] }), NOW);
     expect(await q.topTags(1)).toEqual([{ tag: 'bbb', searching: 3 }]);
     expect((await q.topTags(5)).map((t) => t.searching)).toEqual([3, 1, 1]);
-    for (const id of [1, 2, 3]) expect(await q.dequeue(id)).toBe(true);
-    expect(await q.dequeue(1)).toBe(false);
+    for (const id of [1, 2, 3]) expect(await q.dequeue(id, NOW)).toBe(true);
+    expect(await q.dequeue(1, NOW)).toBe(false);
     expect(await q.topTags(5)).toEqual([]);
+  });
+
+  it('orders tags of equal depth by tag (code units), also where the top n cuts through them', async () => {
+    const q = make();
+    // Depths: zzz 3; bbb, ddd, aaa 2; ccc, eee, b1 1 (queued so that no one pairs).
+    const tagsOf: [number, string[]][] = [
+      [1, ['zzz', 'bbb', 'ccc']],
+      [2, ['zzz', 'ddd', 'aaa']],
+      [3, ['zzz', 'bbb', 'eee']],
+      [4, ['ddd', 'aaa', 'b1']],
+    ];
+    const ids = tagsOf.map(([id]) => id);
+    for (const [id, tags] of tagsOf) expect(await q.enqueue(entry(id, tags, { exclude: ids }), NOW)).toEqual(QUEUED);
+    expect(await q.topTags(10)).toEqual([
+      { tag: 'zzz', searching: 3 },
+      { tag: 'aaa', searching: 2 },
+      { tag: 'bbb', searching: 2 },
+      { tag: 'ddd', searching: 2 },
+      { tag: 'b1', searching: 1 },
+      { tag: 'ccc', searching: 1 },
+      { tag: 'eee', searching: 1 },
+    ]);
+    expect((await q.topTags(3)).map((t) => t.tag)).toEqual(['zzz', 'aaa', 'bbb']);
+    expect((await q.topTags(5)).map((t) => t.tag)).toEqual(['zzz', 'aaa', 'bbb', 'ddd', 'b1']);
+    expect(await q.topTags(0)).toEqual([]);
+  });
+
+  it('does not put back an entry whose search a dequeue ended while a pairing had it out; a later search goes back', async () => {
+    const q = make();
+    expect(await q.enqueue(entry(1, ['aaa']), NOW)).toEqual(QUEUED);
+    const first = await q.enqueue(entry(2, ['aaa']), NOW);
+    if (first.kind !== 'paired') throw new Error(`not paired: ${first.kind}`);
+    // 1 stops searching while the pair is being made: nothing to remove, but the search has ended.
+    expect(await q.dequeue(1, NOW + 5)).toBe(false);
+    expect(await q.restore(first.peer, NOW + 10)).toEqual(placed('cancelled'));
+    expect(await q.get(1, NOW + 10)).toBeNull();
+    expect(await q.enqueue(entry(3, ['aaa']), NOW + 10)).toEqual(QUEUED);
+    // A search that began after the dequeue is put back as usual, and so is another user's.
+    const again = entry(1, ['aaa'], { enqueuedAt: NOW + 6 });
+    expect(await q.restore(again, NOW + 10)).toMatchObject({ kind: 'paired', peer: { userId: 3 } });
+    expect(await q.restore(entry(4, ['bbb'], { enqueuedAt: NOW }), NOW + 10)).toEqual(placed('restored'));
+    // Enqueues are not refused by the mark. A later mark keeps the latest time.
+    expect(await q.enqueue(entry(5, ['ccc'], { enqueuedAt: NOW }), NOW + 10)).toEqual(QUEUED);
+    await q.dequeue(5, NOW + 20);
+    await q.dequeue(5, NOW + 15);
+    expect(await q.restore(entry(5, ['ccc'], { enqueuedAt: NOW + 20 }), NOW + 30)).toEqual(placed('cancelled'));
+    // A mark is forgotten after CANCEL_MARK_MS (by then every entry it covers is past its deadline).
+    await q.dequeue(6, NOW + 20 + CANCEL_MARK_MS);
+    const late = entry(5, ['ccc'], { enqueuedAt: NOW + 20, deadline: NOW + 40 + CANCEL_MARK_MS });
+    expect(await q.restore(late, NOW + 30 + CANCEL_MARK_MS)).toEqual(placed('restored'));
   });
 
   it('under concurrency on two nodes: nobody in two pairs, nobody with itself or an excluded user, every pair shares a tag, no pairable users left waiting', async () => {

@@ -1,3 +1,5 @@
+import { Limits } from '@parlor/protocol';
+
 /**
  * The match queue port (coordination): users searching on interest tags, paired atomically so that
  * nobody is ever matched twice, even when nodes race. Embedded: in process; cluster: Redis scripts.
@@ -41,7 +43,8 @@ export type EnqueueResult = (
  * paired at once with a compatible user that queued while it was out (`peer`, now out of the
  * queue); `expired`, not restored (its deadline passed meanwhile); `already`, not restored (the
  * user searches again, on a newer entry); `barred`, not restored; `full`, not restored (its
- * direct-chat slots filled since it queued).
+ * direct-chat slots filled since it queued); `cancelled`, not restored (the user's search was
+ * ended by `dequeue` since it queued).
  */
 export type RestoreResult = (
   | { kind: 'restored' }
@@ -49,6 +52,7 @@ export type RestoreResult = (
   | { kind: 'already' }
   | { kind: 'barred' }
   | { kind: 'full' }
+  | { kind: 'cancelled' }
   | { kind: 'paired'; peer: QueueEntry; tag: string }
 ) &
   Dropped;
@@ -68,8 +72,13 @@ export interface MatchQueue {
    * (expired users it meets on the way: `dropped`).
    */
   restore(entry: QueueEntry, now: number): Promise<RestoreResult>;
-  /** Removes a user from the queue; false when it was not searching. */
-  dequeue(userId: number): Promise<boolean>;
+  /**
+   * Ends a user's search at `now` (ms): removes its entry (false when none was queued) and, in the
+   * same atomic step, marks the user cancelled at `now` for CANCEL_MARK_MS, so that a restore of
+   * an entry of its that began at or before then is refused (`cancelled`): a pairing may have had
+   * the entry out of the queue meanwhile, and the search it ended must not come back.
+   */
+  dequeue(userId: number, now: number): Promise<boolean>;
   /**
    * Removes a user from the queue and, in the same atomic step, refuses its enqueues (and
    * restores) until `until` (ms): a block being written elsewhere holds from here, whatever an
@@ -96,16 +105,21 @@ export interface MatchQueue {
   get(userId: number, now: number): Promise<QueueEntry | null>;
   /** Takes out up to `limit` entries whose deadline passed; each is returned to exactly one caller. */
   popExpired(now: number, limit: number): Promise<QueueEntry[]>;
-  /** Tags by number of searching users, most first. */
+  /**
+   * The `n` tags with the most users queued on them, most first, ties by tag in code-unit order
+   * (what Redis orders equal scores by). Entries past their deadline count until they leave the
+   * queue (`popExpired`, or a placing that meets them).
+   */
   topTags(n: number): Promise<{ tag: string; searching: number }[]>;
 }
 
 /** What one placing did: an enqueue answers `queued` for an entry it queued, a restore `restored`. */
 export type Placing = EnqueueResult | RestoreResult;
 
-/** The answer of an enqueue's placing (never restored, nor expired: those are a restore's). */
+/** The answer of an enqueue's placing (never restored, expired nor cancelled: those are a restore's). */
 export function enqueueResult(placed: Placing): EnqueueResult {
-  if (placed.kind === 'restored' || placed.kind === 'expired') throw new Error(`an enqueue placed ${placed.kind}`);
+  if (placed.kind === 'restored' || placed.kind === 'expired' || placed.kind === 'cancelled')
+    throw new Error(`an enqueue placed ${placed.kind}`);
   return placed;
 }
 
@@ -137,6 +151,17 @@ export const CANDIDATE_SCAN_LIMIT = 1_000;
  */
 export const FULL_MARK_MS = 60_000;
 
+/**
+ * How long the queue keeps a user's cancelled mark (`dequeue`): a search's whole life
+ * (Limits.MATCH_QUEUE_WAIT_MS), so an entry that began at or before the mark is past its deadline
+ * (a restore answers `expired`) by the time the mark is forgotten, however long the pairing that
+ * took it out ran.
+ */
+export const CANCEL_MARK_MS = Limits.MATCH_QUEUE_WAIT_MS;
+
+/** Code-unit order (Redis's order of equal scores), not the locale's. */
+export const byCodeUnits = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
+
 /** The in-process queue of the embedded mode. JavaScript runs one call at a time, so each is atomic. */
 export class MemoryMatchQueue implements MatchQueue {
   private readonly entries = new Map<number, QueueEntry>();
@@ -145,6 +170,8 @@ export class MemoryMatchQueue implements MatchQueue {
   private readonly barred = new Map<number, { until: number; holders: number }>();
   /** Users whose direct-chat slots filled → when (ms; markFull). */
   private readonly full = new Map<number, number>();
+  /** Users whose search `dequeue` ended → when (ms). */
+  private readonly cancelled = new Map<number, number>();
 
   private isBarred(userId: number, now: number): boolean {
     return (this.barred.get(userId)?.until ?? 0) > now;
@@ -179,6 +206,8 @@ export class MemoryMatchQueue implements MatchQueue {
     if (this.isBarred(entry.userId, now)) return { kind: 'barred', dropped };
     if (entry.enqueuedAt <= (this.full.get(entry.userId) ?? Number.NEGATIVE_INFINITY)) return { kind: 'full', dropped };
     if (placed === 'restored' && entry.deadline <= now) return { kind: 'expired', dropped };
+    if (placed === 'restored' && entry.enqueuedAt <= (this.cancelled.get(entry.userId) ?? Number.NEGATIVE_INFINITY))
+      return { kind: 'cancelled', dropped };
     const current = this.entries.get(entry.userId);
     if (current && current.deadline > now) return { kind: 'already', dropped };
     // The user's own finished search, replaced by this one (not reported: the user has moved on).
@@ -231,7 +260,9 @@ export class MemoryMatchQueue implements MatchQueue {
     }
   }
 
-  async dequeue(userId: number): Promise<boolean> {
+  async dequeue(userId: number, now: number): Promise<boolean> {
+    for (const [id, at] of this.cancelled) if (at <= now - CANCEL_MARK_MS) this.cancelled.delete(id);
+    this.cancelled.set(userId, Math.max(now, this.cancelled.get(userId) ?? now));
     return this.remove(userId) !== undefined;
   }
 
@@ -280,7 +311,7 @@ export class MemoryMatchQueue implements MatchQueue {
   async topTags(n: number) {
     return [...this.byTag.entries()]
       .map(([tag, ids]) => ({ tag, searching: ids.length }))
-      .sort((a, b) => b.searching - a.searching || a.tag.localeCompare(b.tag))
+      .sort((a, b) => b.searching - a.searching || byCodeUnits(a.tag, b.tag))
       .slice(0, n);
   }
 }
