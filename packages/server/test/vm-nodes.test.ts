@@ -27,6 +27,13 @@ let site: Awaited<ReturnType<typeof startTestSite>>;
 let owner: Member;
 let alice: Member;
 let chatId: number;
+/** A member connected to B; a room run by A that B watches. */
+let viewer: Member;
+let otherChat: number;
+/** B is shut down by the last test. */
+let bClosed = false;
+/** A stops answering other nodes' room requests (its replies are dropped), as a dead or stuck node. */
+let muted = false;
 
 const ack = (m: Member, event: string, payload: object): Promise<any> => (m.socket as any).emitWithAck(event, payload);
 const on = (node: TestApp, m: Member) => Object.assign(new Client(node.url, m.client.ip), { cookie: m.client.cookie });
@@ -42,11 +49,17 @@ beforeAll(async () => {
   a = await startApp({ backing, config });
   b = await startApp({ backing, config });
   for (const node of [a, b]) node.services.vm.useSettings(async () => ({ start_url: site.url('/button') }));
+  const publish = a.state.publish.bind(a.state);
+  a.state.publish = async (channel: string, message: string) => {
+    if (muted && channel.startsWith('vm:rpc-reply:')) return;
+    return publish(channel, message);
+  };
 });
 afterAll(async () => {
+  muted = false;
   closeAllSockets();
   await a?.close();
-  await b?.close();
+  if (!bClosed) await b?.close();
   await backing?.release();
   await site?.close();
 });
@@ -177,6 +190,102 @@ describe.skipIf(!browserAvailable || MODE !== 'cluster' || !inject('servicesAvai
       await eventually(async () => (await stats(a)).viewers === 0, WAIT_MS, 'A hears B has no viewers');
       await a.services.vm.sweep(later());
       await erin.socket.next('room:stopped', (p) => p.chat_id === chatId && p.reason === 'idle');
+      expect(await place(chatId)).toBeNull();
+    });
+
+    it('a start on B while A is still stopping the room waits for the stop, then runs the room on B', async () => {
+      viewer = await member(b);
+      expect((await join(viewer, { chat_id: chatId })).ok).toBe(true);
+      expect((await owner.client.post(`/v1/portal/chats/${chatId}/start`, {})).status).toBe(200);
+      // A's browser is slow to exit: the stop holds there until the test lets it go.
+      const provider = a.vmProvider;
+      const stopBrowser = provider.stop.bind(provider);
+      let inStop!: () => void;
+      const stopEntered = new Promise<void>((r) => {
+        inStop = r;
+      });
+      let letGo!: () => void;
+      const gate = new Promise<void>((r) => {
+        letGo = r;
+      });
+      provider.stop = async (id: string) => {
+        inStop();
+        await gate;
+        return stopBrowser(id);
+      };
+      // B's reads of the room map entry while it says the room is stopping.
+      let stoppingSeen = 0;
+      let seenTwice!: () => void;
+      const waiting = new Promise<void>((r) => {
+        seenTwice = r;
+      });
+      const get = b.state.get.bind(b.state);
+      b.state.get = async (key: string) => {
+        const raw = await get(key);
+        if (key === `vm:room:${chatId}` && raw?.includes('"stopping"') && ++stoppingSeen === 2) seenTwice();
+        return raw;
+      };
+      try {
+        const stopping = owner.client.post(`/v1/portal/chats/${chatId}/stop`, {});
+        await stopEntered;
+        // Stopping is not running, on any node.
+        expect(await ack(viewer, 'vm:credentials', { chat_id: chatId })).toMatchObject({
+          code: 'ERR_ROOM_NOT_RUNNING',
+        });
+        stoppingSeen = 0;
+        const starting = on(b, owner).post(`/v1/portal/chats/${chatId}/start`, {});
+        // B looked (its start) and tried to claim the room (held: stopping); then A's stop ends.
+        await Promise.race([waiting, starting]);
+        letGo();
+        expect((await stopping).status).toBe(200);
+        expect((await starting).status).toBe(200);
+      } finally {
+        letGo();
+        provider.stop = stopBrowser;
+        b.state.get = get;
+      }
+      expect(b.services.vm.isRunning(chatId)).toBe(true);
+      expect(JSON.parse((await place(chatId)) as string)).toEqual({ node: b.services.vm.nodeId, state: 'running' });
+      await viewer.socket.next('room:started', (p) => p.chat_id === chatId);
+    });
+
+    it('B keeps its own room in the map while the node running a room it watches does not answer', async () => {
+      // The room of `chatId` runs on B now; another runs on A, watched from B.
+      const res = await owner.client.post('/v1/portal/chats/create', { name: 'Room on A', type: 'public' });
+      otherChat = res.body.chat.id;
+      expect((await join(owner, { chat_id: otherChat })).ok).toBe(true);
+      expect((await join(viewer, { chat_id: otherChat })).ok).toBe(true);
+      expect((await owner.client.post(`/v1/portal/chats/${otherChat}/start`, {})).status).toBe(200);
+      const token = (await ack(viewer, 'vm:credentials', { chat_id: otherChat })).credentials.token;
+      autoAck(viewer.socket, otherChat);
+      expect((await ack(viewer, 'vm:watch', { chat_id: otherChat, token })).ok).toBe(true);
+
+      muted = true;
+      try {
+        await a.state.del(`vm:room:${chatId}`);
+        // A sweep due to report B's viewers to A (every 5 s), short of the idle timeout.
+        await b.services.vm.sweep(new Date(Date.now() + 6_000));
+        expect(JSON.parse((await place(chatId)) as string)).toEqual({ node: b.services.vm.nodeId, state: 'running' });
+        // The sweep did not wait for A's answer: the viewer on B still watches A's room.
+        expect(await ack(viewer, 'vm:frame:ack', { chat_id: otherChat, seq: 0 })).toMatchObject({ ok: true });
+        // A stays silent past the request timeout: B's viewers of its room hear it crashed.
+        await viewer.socket.next('room:stopped', (p) => p.chat_id === otherChat && p.reason === 'crashed', WAIT_MS);
+      } finally {
+        muted = false;
+      }
+    });
+
+    it('B shuts down cleanly while the node running a room it watches does not answer; its own room stops', async () => {
+      const token = (await ack(viewer, 'vm:credentials', { chat_id: otherChat })).credentials.token;
+      expect((await ack(viewer, 'vm:watch', { chat_id: otherChat, token })).ok).toBe(true);
+      muted = true;
+      // Fastify gives each close hook 10 s; a room VM close waiting on A would fail app.close().
+      try {
+        await b.close();
+      } finally {
+        bClosed = true;
+      }
+      await owner.socket.next('room:stopped', (p) => p.chat_id === chatId && p.reason === 'shutdown');
       expect(await place(chatId)).toBeNull();
     });
   },

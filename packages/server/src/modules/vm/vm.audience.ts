@@ -1,5 +1,6 @@
 import type { VmStopReason } from '@parlor/protocol';
 import { type Realtime, rooms } from '../../platform/realtime.js';
+import { withinTime } from '../../platform/timeout.js';
 import type { VmFrame } from '../../platform/vm/provider.js';
 import type { VmCluster } from './vm.cluster.js';
 import type { AudienceAnswer } from './vm.host.js';
@@ -25,6 +26,8 @@ export interface AudienceDeps {
 export const ACK_TIMEOUT_MS = 3000;
 /** A node watching a room on another node reports its viewers this often (the owner forgets silent nodes). */
 const REPORT_EVERY_MS = 5000;
+/** How long a closing node waits for the owners of the rooms it watches to hear it has no viewers. */
+const CLOSE_NOTICE_MS = 1000;
 
 /**
  * This node's audiences of rooms (one per room its sockets watch, whether the room runs here or on
@@ -35,6 +38,8 @@ export function makeAudiences(deps: AudienceDeps) {
   const { realtime, cluster, now } = deps;
   const self = cluster.nodeId;
   const audiences = new Map<number, Audience>();
+  /** Audiences whose periodic report is on its way (the owner has not answered yet). */
+  const reporting = new Set<Audience>();
 
   const sendFrame = (chatId: number) => (socketIds: string[], f: VmFrame) => {
     // A volatile packet is dropped when the connection is still writing (a frame before it, say):
@@ -102,23 +107,36 @@ export function makeAudiences(deps: AudienceDeps) {
       return a;
     },
 
-    /** Background: stale frames go again, and viewing of rooms elsewhere is reported (or ends). */
-    async sweep(at: Date): Promise<void> {
+    /**
+     * Background: stale frames go again, and viewing of rooms elsewhere is reported (or ends). The
+     * reports go out side by side and are not awaited: an owner that does not answer (dead, stuck)
+     * holds up its own audience's next report (one in flight each), never this node's sweep.
+     */
+    sweep(at: Date): void {
       for (const a of [...audiences.values()]) {
         a.viewers.resendStale(ACK_TIMEOUT_MS);
-        if (a.node === self || at.getTime() - a.reportedAt < REPORT_EVERY_MS) continue;
+        if (a.node === self || reporting.has(a) || at.getTime() - a.reportedAt < REPORT_EVERY_MS) continue;
+        reporting.add(a);
         // The owner forgets nodes that stop reporting; a room gone from its node ends here too.
-        await report(a).catch((err: unknown) => {
-          if ((err as { code?: string }).code === 'ERR_ROOM_NOT_RUNNING') endAudience(a.chatId, 'crashed');
-        });
+        report(a)
+          .catch((err: unknown) => {
+            if ((err as { code?: string }).code === 'ERR_ROOM_NOT_RUNNING' && audiences.get(a.chatId) === a)
+              endAudience(a.chatId, 'crashed');
+          })
+          .finally(() => reporting.delete(a));
       }
     },
 
-    /** Rooms elsewhere stop counting this node's viewers (their sockets are about to close). */
+    /**
+     * Rooms elsewhere stop counting this node's viewers (their sockets are about to close): told
+     * all at once, and not waited for past CLOSE_NOTICE_MS. An owner not told forgets this node
+     * once it stops reporting (PLACE_TTL_MS); one that does not answer must not hold up shutdown.
+     */
     async close(): Promise<void> {
-      for (const a of audiences.values())
-        if (a.node !== self)
-          await cluster.call(a.node, 'audience', { chatId: a.chatId, node: self, users: [] }).catch(() => {});
+      const notices = [...audiences.values()]
+        .filter((a) => a.node !== self)
+        .map((a) => cluster.call(a.node, 'audience', { chatId: a.chatId, node: self, users: [] }).catch(() => {}));
+      await withinTime(Promise.all(notices), CLOSE_NOTICE_MS);
     },
   };
 }

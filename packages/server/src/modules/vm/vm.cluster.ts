@@ -3,11 +3,16 @@ import { AppError, appError } from '../../platform/errors.js';
 import type { StateStore, Unsubscribe } from '../../platform/state/index.js';
 import type { VmFrame } from '../../platform/vm/provider.js';
 
-/** Where a room runs: the node that started it, and whether its browser is up yet. */
+/**
+ * Where a room runs: the node that started it, and whether its browser is up yet, or going (a stop
+ * in progress there: the room counts as not running, and a start elsewhere waits for the stop).
+ */
 export interface RoomPlace {
   node: string;
-  state: 'starting' | 'running';
+  state: 'starting' | 'running' | 'stopping';
 }
+
+const PLACE_STATES: readonly string[] = ['starting', 'running', 'stopping'] satisfies RoomPlace['state'][];
 
 /** Everything a node broadcasts about rooms to every node (itself included). */
 export type RoomEvent = { type: 'stopped'; chatId: number; reason: string };
@@ -48,7 +53,7 @@ export function makeVmCluster(
     if (!raw) return null;
     try {
       const p = JSON.parse(raw) as RoomPlace;
-      return typeof p.node === 'string' && (p.state === 'starting' || p.state === 'running') ? p : null;
+      return typeof p.node === 'string' && PLACE_STATES.includes(p.state) ? p : null;
     } catch {
       return null;
     }
@@ -113,20 +118,23 @@ export function makeVmCluster(
     /**
      * The owner keeps its rooms in the map (called every sweep; the entry expires if it stops). An
      * entry another node holds is left alone (this node paused past the lifetime and the room was
-     * claimed meanwhile): answers false, and the caller's room is not this node's any more.
+     * claimed meanwhile): answers false, and the caller's room is not this node's any more. So is
+     * this node's own entry marked stopping, but by the stop itself: the stop releases it, and a
+     * sweep's refresh racing the stop must not mark the room running again.
      */
     async hold(chatId: number, s: RoomPlace['state']): Promise<boolean> {
       const value = JSON.stringify({ node: nodeId, state: s });
+      const mine = (p: RoomPlace | null) => p?.node === nodeId && (p.state !== 'stopping' || s === 'stopping');
       // A write of this node's own in between (the sweep's hold and a launch's) changes the value
-      // but not its holder: read again. Another node's entry ends it.
+      // but not its holder: read again. Another node's entry, or a stop's, ends it.
       for (let attempt = 0; attempt < 5; attempt++) {
         const raw = await state.get(key(chatId));
         if (raw === null) {
           if (await state.setIfAbsent(key(chatId), value, PLACE_TTL_MS)) return true;
-        } else if (parsePlace(raw)?.node !== nodeId) return false;
+        } else if (!mine(parsePlace(raw))) return false;
         else if (await state.replaceIf(key(chatId), raw, value, PLACE_TTL_MS)) return true;
       }
-      return (await this.placeOf(chatId))?.node === nodeId;
+      return mine(await this.placeOf(chatId));
     },
     /** Removes this node's entry; never one another node holds (compare-and-delete). */
     async release(chatId: number): Promise<void> {

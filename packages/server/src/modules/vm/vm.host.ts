@@ -221,9 +221,17 @@ export function makeRoomHost(deps: HostDeps) {
     if (room) {
       room.unsubscribe?.();
       room.audiences.clear();
+      // Other nodes see the room going, not running, until its browser is gone: a start there
+      // waits for this stop and launches anew (one answered "already running" would start nothing).
+      // A mark that fails (a Redis blip) does not keep the browser alive.
+      await cluster.hold(chatId, 'stopping').catch(() => false);
     }
-    await provider.stop(String(chatId));
-    await cluster.release(chatId);
+    try {
+      await provider.stop(String(chatId));
+    } finally {
+      // A stop that failed ends the room here all the same: no entry of it may outlive it here.
+      await cluster.release(chatId);
+    }
     // Every node tells its own sockets (the chat's, and its viewers') that the room stopped.
     if (room) await cluster.broadcast({ type: 'stopped', chatId, reason });
   };
@@ -373,7 +381,11 @@ export function makeRoomHost(deps: HostDeps) {
     async sweep(at: number): Promise<void> {
       for (const chatId of starting.keys()) if (!hosted.has(chatId)) await cluster.hold(chatId, 'starting');
       for (const room of [...hosted.values()]) {
-        if (!(await cluster.hold(room.chatId, 'running'))) {
+        if (hosted.get(room.chatId) !== room) continue;
+        const held = await cluster.hold(room.chatId, 'running');
+        // Stopped meanwhile: the stop has the map entry (marked stopping, then released).
+        if (hosted.get(room.chatId) !== room) continue;
+        if (!held) {
           // Another node holds the room now (this one stalled past the map's lifetime and the room
           // was claimed again): close this copy quietly, the chat's sockets follow the other one.
           deps.log.warn({ chat_id: room.chatId }, 'room VM taken over by another node; closing this copy');

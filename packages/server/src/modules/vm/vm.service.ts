@@ -109,7 +109,7 @@ export function makeVmService(deps: VmDeps) {
 
   /**
    * Where the chat's room runs; ERR_ROOM_NOT_RUNNING when nowhere, still starting, or stopping
-   * (this node knows its own rooms: its map entry outlives the browser until the stop is done).
+   * (its owner marks the map entry stopping until the browser is gone).
    */
   const runningAt = async (chatId: number): Promise<string> => {
     if (host.runs(chatId)) return self;
@@ -129,15 +129,19 @@ export function makeVmService(deps: VmDeps) {
     if (e.type === 'stopped') audiences.end(e.chatId, e.reason);
   });
 
+  /**
+   * Waits while another node starts or stops the room: true once it runs, false once it runs
+   * nowhere (the caller claims it again). A room that stays starting or stopping fails the start.
+   */
   const waitForPlace = async (chatId: number, seen: RoomPlace): Promise<boolean> => {
     const until = now() + START_WAIT_MS;
     let place: RoomPlace | null = seen;
-    while (place && place.state === 'starting' && now() < until) {
+    while (place && place.state !== 'running' && now() < until) {
       await new Promise((r) => setTimeout(r, 200));
       place = await cluster.placeOf(chatId);
     }
     if (place?.state === 'running') return true;
-    if (place) throw appError('ERR_ROOM_START_FAILED', 'Another node is still starting this room; try again.');
+    if (place) throw appError('ERR_ROOM_START_FAILED', `Another node is still ${place.state} this room; try again.`);
     return false;
   };
 
@@ -153,7 +157,10 @@ export function makeVmService(deps: VmDeps) {
     nodeId: self,
     ready: cluster.ready,
 
-    /** Starts the chat's VM on this node; running anywhere: returns at once (spec 4.6 rule 4). */
+    /**
+     * Starts the chat's VM on this node; running anywhere: returns at once (spec 4.6 rule 4).
+     * Starting or stopping on another node: waits for it (then running: done; stopped: starts here).
+     */
     async start(actor: Actor, chatId: number): Promise<void> {
       const chat = await roomChat(actor, chatId);
       if (!canStart(actor, chat, await isMember(actor.userId, chatId)))
@@ -162,8 +169,10 @@ export function makeVmService(deps: VmDeps) {
       // A stop still finishing here goes first: the room then runs nowhere, and this start launches anew.
       await host.stopped(chatId);
       if (host.has(chatId)) return host.start(chatId);
-      // A start that would launch a browser spends one of the user's starts (shared by every node).
-      if (!(await cluster.placeOf(chatId))) {
+      // A start that would launch a browser spends one of the user's starts (shared by every node);
+      // so does one that follows a stop on another node.
+      const seen = await cluster.placeOf(chatId);
+      if (!seen || seen.state === 'stopping') {
         const spent = await launches.consume(String(actor.userId));
         if (!spent.allowed) throw rateLimited(spent.retryAfterMs, 'Too many room starts; try again later.');
       }
@@ -290,9 +299,12 @@ export function makeVmService(deps: VmDeps) {
       await onOwner(payload.chat_id, 'input', { actor: remoteActor(caller), payload });
     },
 
-    /** Background: the rooms this node runs (map, idle), and this node's viewing of rooms elsewhere. */
+    /**
+     * Background: this node's viewing of rooms elsewhere (reports not awaited: an owner that does
+     * not answer holds up nothing here), and the rooms this node runs (map, idle).
+     */
     async sweep(at: Date = clock.now()): Promise<void> {
-      await audiences.sweep(at);
+      audiences.sweep(at);
       await host.sweep(at.getTime());
     },
 
@@ -302,10 +314,13 @@ export function makeVmService(deps: VmDeps) {
     /** Whether this node runs the chat's room (its browser is up). */
     isRunning: (chatId: number) => host.runs(chatId),
 
-    /** Stops this node's rooms (server shutdown): viewers get room:stopped with reason shutdown. */
+    /**
+     * Stops this node's rooms (server shutdown): viewers get room:stopped with reason shutdown.
+     * Then the owners of rooms elsewhere hear that nobody watches here (bounded: they may be gone).
+     */
     async close(): Promise<void> {
-      await audiences.close();
       await host.close();
+      await audiences.close();
       await cluster.close();
     },
   };
