@@ -4,7 +4,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { join, keyedChat, member, sessionIdOf } from './support/chat-flows.js';
 import { login } from './support/flows.js';
-import { hold, lockWaiters } from './support/pg-locks.js';
+import { hold, lockWaiters, lockWaitersOr } from './support/pg-locks.js';
 import { closeAllSockets, type TestSocket } from './support/sockets.js';
 
 let app: TestApp;
@@ -59,26 +59,6 @@ describeApp('a key registration that waits on a session end', () => {
 
 const ADVISORY = 4_242_017;
 
-/** Resolves once `n` backends wait for a lock, or once `settled` has (it did not wait). */
-async function waitersOr(n: number, settled: Promise<unknown>): Promise<void> {
-  let done = false;
-  settled.then(
-    () => {
-      done = true;
-    },
-    () => {
-      done = true;
-    },
-  );
-  while (!done) {
-    const [row] = await pg<{ n: number }[]>`
-      select count(*)::int as n from pg_stat_activity
-      where datname = current_database() and wait_event_type = 'Lock'`;
-    if ((row?.n ?? 0) >= n) return;
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
-
 /**
  * Runs `write` (a key registration of `sessionId`) with a slow commit: a deferred constraint
  * trigger makes it wait at COMMIT, after all its statements (its read of the user's chats
@@ -100,9 +80,9 @@ async function withSlowKeyCommit<T, U>(sessionId: number, write: () => Promise<T
   const written = write();
   let other: Promise<U> | undefined;
   try {
-    await waitersOr(1, written);
+    await lockWaitersOr(pg, 1, written);
     other = meanwhile();
-    await waitersOr(2, other);
+    await lockWaitersOr(pg, 2, other);
   } finally {
     await gate.end();
     await pg.unsafe('drop trigger if exists test_slow_key_commit on session_keys');

@@ -7,7 +7,7 @@ import { schema } from '../src/platform/db/index.js';
 import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { join, keyedChat, type Member, member, sessionIdOf } from './support/chat-flows.js';
 import { login, operator, setLevel } from './support/flows.js';
-import { hold, lockWaiters } from './support/pg-locks.js';
+import { hold, lockWaiters, lockWaitersOr } from './support/pg-locks.js';
 import { closeAllSockets } from './support/sockets.js';
 
 let app: TestApp;
@@ -169,26 +169,6 @@ describeApp('two key registrations for one session at once (PostgreSQL)', () => 
 
 const ADVISORY = 4_242_019;
 
-/** Resolves once `n` backends wait for a lock, or once `settled` has (it did not wait). */
-async function waitersOr(n: number, settled: Promise<unknown>): Promise<void> {
-  let done = false;
-  settled.then(
-    () => {
-      done = true;
-    },
-    () => {
-      done = true;
-    },
-  );
-  while (!done) {
-    const [row] = await pg<{ n: number }[]>`
-      select count(*)::int as n from pg_stat_activity
-      where datname = current_database() and wait_event_type = 'Lock'`;
-    if ((row?.n ?? 0) >= n) return;
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
-
 // docs/api.md "Keys": a session's end removes its key and rekeys its user's chats in one
 // transaction. A join by the same user that commits while the end commits must not fall between
 // the two: the end reads the user's chats before the join commits, and the join announces the
@@ -218,10 +198,10 @@ describeApp('a session end racing a join by the same user (PostgreSQL)', () => {
       const out = s2.client.post('/v1/authentication/logout', {});
       let joined: Promise<any> | undefined;
       try {
-        await waitersOr(1, out);
+        await lockWaitersOr(pg, 1, out);
         // Meanwhile S1 makes U a member (it may wait for the logout, then the gate opens).
         joined = join(s1, { chat_id: chat.chatId });
-        await waitersOr(2, joined);
+        await lockWaitersOr(pg, 2, joined);
       } finally {
         await gate.end();
         await pg.unsafe('drop trigger if exists test_slow_end on sessions');

@@ -16,6 +16,22 @@ export async function lockWaiters(sql: postgres.Sql, n: number): Promise<void> {
   }
 }
 
+/** lockWaiters, or resolves once `settled` has (what was to wait did not: it came first). */
+export async function lockWaitersOr(sql: postgres.Sql, n: number, settled: Promise<unknown>): Promise<void> {
+  let done = false;
+  const stop = () => {
+    done = true;
+  };
+  settled.then(stop, stop);
+  while (!done) {
+    const [row] = await sql<{ n: number }[]>`
+      select count(*)::int as n from pg_stat_activity
+      where datname = current_database() and wait_event_type = 'Lock'`;
+    if ((row?.n ?? 0) >= n) return;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
 /**
  * A transaction of the test's own, held open until `release()`; `ready` once `work` has run in it,
  * `done` once it has committed; `end()` releases it and waits for the commit.
