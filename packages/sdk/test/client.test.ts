@@ -8,7 +8,6 @@ import {
   generateKeyPair,
   joinRoom,
   leaveRoom,
-  ParlorApiError,
   ParlorClient,
   publicKeyToBase64,
   wrapChatKey,

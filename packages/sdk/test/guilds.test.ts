@@ -3,7 +3,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { describeApp, startApp, type TestApp } from '../../server/test/support/app.js';
 import { nextIp } from '../../server/test/support/client.js';
 import { createBot, nextIdentity, operator } from '../../server/test/support/flows.js';
-import { BotClient, ParlorApiError, ParlorClient } from '../src/index.js';
+import { BotClient, ParlorClient } from '../src/index.js';
 import { apiError, loginUser, testBot } from './support.js';
 
 let app: TestApp;
