@@ -1,6 +1,7 @@
 import { Limits } from '@parlor/protocol';
 import postgres from 'postgres';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { makeMessagesStore } from '../src/modules/messages/messages.store.js';
 import { FakeClock } from '../src/platform/clock.js';
 import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { bundle, join, keyedChat, type Member, member } from './support/chat-flows.js';
@@ -699,4 +700,64 @@ describeApp('a ban or timeout ends the punished user’s search', () => {
       await next.client.post('/v1/portal/match/dequeue', {});
     });
   }
+});
+
+/**
+ * A send's checks read the statement's snapshot; only the write of the chat row sees what
+ * committed while it waited for that row. A chat mute holds the chat row (its system message's id)
+ * and raises the row's restrictions_seq, which the send requires unchanged: a send of the target
+ * queued behind the mute is refused as muted, never stored after the mute's system message, while
+ * sends that meet on the row leave the counter alone and all write. PGlite runs one transaction at
+ * a time: nothing interleaves there.
+ */
+describeApp('sends racing a chat mute, and each other, on the chat row (PostgreSQL)', () => {
+  onPostgres(
+    'a send by the target waiting for the row of its chat mute answers 403 ERR_MUTED and stores nothing',
+    async () => {
+      const pg = sql as postgres.Sql;
+      const { owner, chatId, chatKey, epoch, guest } = await chatWithGuest();
+      // The mute takes the chat row, then waits for the target's (held here); the send waits for the chat row.
+      const holder = hold(pg, (tx) => tx`select id from users where id = ${guest.user.id} for update`);
+      await holder.ready;
+      const mute = owner.client.post(`/v1/portal/chats/${chatId}/mute`, { user_id: guest.user.id, duration: 300 });
+      await lockWaiters(pg, 1);
+      const sent = send(guest, chatId, chatKey, epoch);
+      await lockWaiters(pg, 2);
+      await holder.end();
+      const [m, s] = await Promise.all([mute, sent]);
+      expect(m.status).toBe(200);
+      expect({ status: s.status, body: s.body }).toMatchObject({ status: 403, body: { code: 'ERR_MUTED', ttl: 300 } });
+      const history = await owner.client.get(`/v1/portal/chats/${chatId}/messages?limit=1`);
+      expect(history.body.messages[0]).toMatchObject({
+        type: 'system',
+        system: { kind: 'mute', user_id: guest.user.id },
+      });
+      const guestSent = `select count(*) as n from messages where chat_id = ${chatId} and sender_id = ${guest.user.id}`;
+      expect(await countRows(app, guestSent)).toBe(0);
+    },
+  );
+
+  onPostgres('two send statements waiting for the chat row at once both write, with consecutive ids', async () => {
+    const pg = sql as postgres.Sql;
+    const { owner, chatId, epoch, guest } = await chatWithGuest();
+    // Two statements, as two nodes send (one node sends a chat's batches one at a time).
+    const store = makeMessagesStore(app.database.db);
+    const batch = (m: Member, content: string) =>
+      store.sendBatch({
+        chatId,
+        epoch,
+        now: clock.now(),
+        items: [{ userId: m.user.id, sessionId: m.sessionId, content }],
+      });
+    const holder = hold(pg, (tx) => tx`select id from chats where id = ${chatId} for no key update`);
+    await holder.ready;
+    const first = batch(owner, 'a');
+    await lockWaiters(pg, 1);
+    const second = batch(guest, 'b');
+    await lockWaiters(pg, 2);
+    await holder.end();
+    const [[a], [b]] = await Promise.all([first, second]);
+    expect(a).toBeDefined();
+    expect(b).toMatchObject({ ms: a?.ms, seq: (a?.seq ?? 0) + 1 });
+  });
 });

@@ -82,6 +82,7 @@ export function makeDirectChats(deps: DirectChatsDeps) {
         epoch: created.epoch,
         msgMs: 0,
         msgSeq: 0,
+        restrictionsSeq: 0,
         expiresAt,
         matchToken: token,
         archivedAt: null,

@@ -188,6 +188,15 @@ export function makeMessagesService({ store, clock, state, realtime, access }: M
     },
 
     /**
+     * A sender's new restriction in the chat (a chat mute), inside the caller's transaction, which
+     * holds the chat row: a send whose checks read before it commits is refused and told why
+     * (ERR_MUTED), never stored after the mute's system message.
+     */
+    async restrict(chatId: number, tx: Tx): Promise<void> {
+      await store.raiseRestrictions(chatId, tx);
+    },
+
+    /**
      * The opening system message of a chat created with it in one statement: the chat's first id,
      * `<at>-0` (chats.store insertDirect). Publish it once that statement has committed.
      */

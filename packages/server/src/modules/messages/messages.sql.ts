@@ -51,6 +51,11 @@ export function appendSql(v: Omit<MessageRow, 'ms' | 'seq'>): SQL {
  * item order from one UPDATE of the chat row, whose WHERE carries the chat's own conditions (live,
  * not archived nor past its expiry, at the epoch), so PostgreSQL re-checks them on the newest row version if a
  * concurrent transaction (a rekey, an archive) changed the row while this one waited for its lock.
+ * The senders' checks read the statement's snapshot only, so what ends a right to send changes the
+ * chat row too: a kick, ban, leave or key removal raises the epoch, and a chat mute raises
+ * `restrictions_seq`, which the UPDATE requires unchanged since the snapshot (`seen`). A mute
+ * committed while the batch waited for the row then writes nothing of it (the caller tells each
+ * send why, or sends it again); concurrent sends leave the counter alone and never refuse each other.
  * Answers `(ord, ms, seq)` for the accepted items; `ord` is the item's index.
  */
 export function sendBatchSql(b: SendBatch): SQL {
@@ -77,6 +82,7 @@ export function sendBatchSql(b: SendBatch): SQL {
           where k.chat_id = ${b.chatId}::integer and k.epoch = ${b.epoch}::integer and k.recipient_session_id = i.s)
     ),
     n as (select count(*)::integer as k from ok),
+    seen as (select restrictions_seq as r from chats where id = ${b.chatId}::integer),
     next as (
       update chats
       set msg_seq = case when msg_ms >= ${b.now.getTime()}::bigint then msg_seq + (select k from n)
@@ -86,6 +92,8 @@ export function sendBatchSql(b: SendBatch): SQL {
         -- A direct chat is archived exactly at its expiry, before the sweep writes it (chats.rules archivedAtOf).
         and (expires_at is null or expires_at > ${now}::timestamptz)
         and epoch = ${b.epoch}::integer and (select k from n) > 0
+        -- Unchanged since the snapshot: no chat mute committed that the checks in ok did not see.
+        and restrictions_seq = (select r from seen)
       returning id, msg_ms, msg_seq
     ),
     ins as (

@@ -73,6 +73,16 @@ export function makeMessagesStore(db: Db) {
       return { ...values, ms: Number(row.ms), seq: row.seq };
     },
     /**
+     * Raises the chat's `restrictions_seq` in the caller's transaction, which holds the chat row
+     * (a chat mute): a send whose checks read before that commits writes nothing (sendBatchSql).
+     */
+    async raiseRestrictions(chatId: number, tx: Tx): Promise<void> {
+      await tx
+        .update(chats)
+        .set({ restrictionsSeq: sql`${chats.restrictionsSeq} + 1` })
+        .where(eq(chats.id, chatId));
+    },
+    /**
      * A batch of user messages (see `sendBatchSql`): each one is sent only if the chat is live, not
      * archived, at the batch's epoch, and its sender is a member, neither banned nor muted here,
      * holding an envelope at that epoch; all checked and written in one statement. One result per

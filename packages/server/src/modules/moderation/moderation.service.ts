@@ -224,10 +224,13 @@ export function makeModerationService(deps: ModerationDeps) {
       await chatContext(actor, chatId, body.user_id, { mute: true });
       // The record, its audit entry and the system message (spec 2.9) commit together. The chat
       // row's lock (the system message's id) comes before the target's, as for a kick or a join.
+      // The mute also marks the chat row (messages.restrict): a send by the target waiting for that
+      // row read its checks before the mute, and must not land after the system message.
       const system = await db.transaction(async (tx) => {
         if (!(await store.lockChat(chatId, tx))) throw appError('ERR_CHAT_NOT_FOUND');
         await lockReachable(tx, actor, body.user_id);
         await recordChat(actor, chatId, body.user_id, 'CHAT_MUTE', AuditCodes.CHAT_MUTE, body, tx);
+        await messages.restrict(chatId, tx);
         return messages.appendSystem(
           chatId,
           {

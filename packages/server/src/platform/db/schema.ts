@@ -233,6 +233,12 @@ export const chats = pgTable(
     /** Last message id parts: ids are `<msgMs>-<msgSeq>`, strictly increasing per chat. */
     msgMs: bigint('msg_ms', { mode: 'number' }).notNull().default(0),
     msgSeq: integer('msg_seq').notNull().default(0),
+    /**
+     * Raised by each chat mute, in its transaction: a send's statement reads it with its checks and
+     * writes only if the chat row still has that value (messages.sql sendBatchSql), so a mute
+     * committed while the send waited for the row refuses it as the epoch does a kick.
+     */
+    restrictionsSeq: integer('restrictions_seq').notNull().default(0),
     /** Direct chats: when the chat ends by itself (24 h after the match). */
     expiresAt: ts('expires_at'),
     /** Direct chats: the opaque token of the match (match status, room:join {token}). */

@@ -1,0 +1,1 @@
+ALTER TABLE "chats" ADD COLUMN "restrictions_seq" integer DEFAULT 0 NOT NULL;
