@@ -125,6 +125,13 @@ if existing then
   if cur.deadline > now then return {'already'} end
   remove(p, me, cur)
 end
+if placed == 'queued' then
+  -- A new search stays out of its user's cancelled mark (MemoryMatchQueue.searchesAgain).
+  local mark = redis.call('ZSCORE', p .. 'mq:cancelled', me)
+  if mark and tonumber(mark) >= entry.enqueuedAt then
+    redis.call('ZADD', p .. 'mq:cancelled', entry.enqueuedAt - 1, me)
+  end
+end
 local dropped = {}
 local craw, tag = take_peer(p, me, entry, now, dropped)
 local out

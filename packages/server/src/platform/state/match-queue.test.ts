@@ -362,6 +362,16 @@ describe.each(implementations)('the %s match queue', (_name, makeNodes) => {
     await q.dequeue(5, NOW + 20);
     await q.dequeue(5, NOW + 15);
     expect(await q.restore(entry(5, ['ccc'], { enqueuedAt: NOW + 20 }), NOW + 30)).toEqual(placed('cancelled'));
+    // A search begun after the dequeue whose start reads as at or before it (the same millisecond,
+    // or another node's clock a little behind) is not covered: the enqueue lowers the mark below it.
+    await q.dequeue(7, NOW + 50);
+    const fresh = entry(7, ['ddd'], { enqueuedAt: NOW + 50 });
+    expect(await q.enqueue(fresh, NOW + 50)).toEqual(QUEUED);
+    const took = await q.enqueue(entry(8, ['ddd'], { enqueuedAt: NOW + 51 }), NOW + 51);
+    expect(took).toMatchObject({ kind: 'paired', peer: { userId: 7 } });
+    expect(await q.restore(fresh, NOW + 52)).toEqual(placed('restored'));
+    // The search the dequeue ended (begun earlier) is still refused.
+    expect(await q.restore(entry(7, ['ddd'], { enqueuedAt: NOW + 40 }), NOW + 52)).toEqual(placed('cancelled'));
     // A mark is forgotten after CANCEL_MARK_MS (by then every entry it covers is past its deadline).
     await q.dequeue(6, NOW + 20 + CANCEL_MARK_MS);
     const late = entry(5, ['ccc'], { enqueuedAt: NOW + 20, deadline: NOW + 40 + CANCEL_MARK_MS });

@@ -177,6 +177,18 @@ export class MemoryMatchQueue implements MatchQueue {
     return (this.barred.get(userId)?.until ?? 0) > now;
   }
 
+  /**
+   * A new search stays out of its user's cancelled mark: the mark is lowered below its start, so
+   * that only the searches that began before it are refused a restore. The dequeue's time comes from
+   * one node's clock and the search's start from another's (or the same millisecond): a search begun
+   * after the dequeue may read as begun at or before it, and a pairing that fails would then drop it
+   * silently.
+   */
+  private searchesAgain(entry: QueueEntry): void {
+    const mark = this.cancelled.get(entry.userId);
+    if (mark !== undefined && mark >= entry.enqueuedAt) this.cancelled.set(entry.userId, entry.enqueuedAt - 1);
+  }
+
   private remove(userId: number): QueueEntry | undefined {
     const e = this.entries.get(userId);
     if (!e) return undefined;
@@ -212,6 +224,7 @@ export class MemoryMatchQueue implements MatchQueue {
     if (current && current.deadline > now) return { kind: 'already', dropped };
     // The user's own finished search, replaced by this one (not reported: the user has moved on).
     if (current) this.remove(entry.userId);
+    if (placed === 'queued') this.searchesAgain(entry);
     const paired = this.takePeer(entry, now, dropped);
     if (paired) return { kind: 'paired', ...paired, dropped };
     this.insert(entry);
