@@ -711,6 +711,43 @@ describeApp('a ban or timeout ends the punished user’s search', () => {
  * a time: nothing interleaves there.
  */
 describeApp('sends racing a chat mute, and each other, on the chat row (PostgreSQL)', () => {
+  onPostgres('an innocent send that meets three mutes of others in a row is stored (200), not refused', async () => {
+    const pg = sql as postgres.Sql;
+    const { owner, chatId, chatKey, epoch } = await keyedChat(app);
+    // What a chat mute of someone else does to the chat row (messages.store raiseRestrictions), held
+    // open as a mute holds it while it waits for its target's row: each run of the send waits for
+    // the row, finds the counter raised, writes nothing, passes its checks and runs again.
+    const mute = () =>
+      hold(pg, (tx) => tx`update chats set restrictions_seq = restrictions_seq + 1 where id = ${chatId}`);
+    const sendWaits = async () => {
+      for (;;) {
+        const [row] = await pg<{ n: number }[]>`
+          select count(*)::int as n from pg_stat_activity
+          where datname = current_database() and wait_event_type = 'Lock' and query like '%with input (ord, u, s, c)%'`;
+        if ((row?.n ?? 0) === 1) return;
+        await new Promise((r) => setTimeout(r, 10));
+      }
+    };
+    let held = mute();
+    await held.ready;
+    const sent = send(owner, chatId, chatKey, epoch);
+    for (let i = 0; i < 2; i++) {
+      await sendWaits();
+      const next = mute();
+      await lockWaiters(pg, 2);
+      await held.end();
+      await next.ready;
+      held = next;
+    }
+    await sendWaits();
+    await held.end();
+    const res = await sent;
+    expect([res.status, res.body.code]).toEqual([200, undefined]);
+    const stored = await pg<{ n: number }[]>`
+      select count(*)::int as n from messages where chat_id = ${chatId} and type = 'user'`;
+    expect(stored[0]?.n).toBe(1);
+  });
+
   onPostgres(
     'a send by the target waiting for the row of its chat mute answers 403 ERR_MUTED and stores nothing',
     async () => {

@@ -56,6 +56,15 @@ export type ReaderCheck = () => Promise<unknown>;
 /** The rules' view of an actor (moderation.rules). */
 const ruled = (actor: Sender) => ({ userId: actor.userId, level: actor.permissionLevel });
 
+/**
+ * Runs of one send at most. A run writes nothing when the chat row changed while its batch waited
+ * for it (a chat mute of anyone in the chat raises its restrictions counter: messages.sql
+ * sendBatchSql); a send whose checks then pass is run again. Under a burst of mutes in one chat
+ * (moderators or a bot acting on a raid) an innocent send may meet several in a row; past this
+ * many it answers 503 ERR_SERVICE_UNAVAILABLE (send it again), never a 500.
+ */
+export const SEND_ATTEMPTS = 10;
+
 /** The levels whose messages `actor` may delete as a moderator: those canTarget reaches. */
 const reachableLevels = (actor: Sender) =>
   // 0 is nobody's id: the question is about another user of that level.
@@ -219,7 +228,7 @@ export function makeMessagesService({ store, clock, state, realtime, access }: M
       const bundle = parseBundle(content);
       if (!bundle) throw appError('ERR_INVALID_BUNDLE');
       await spend(sender.userId, chatId);
-      for (let attempt = 0; attempt < 3; attempt++) {
+      for (let attempt = 0; attempt < SEND_ATTEMPTS; attempt++) {
         const item = { chatId, epoch: bundle.epoch, userId: sender.userId, sessionId: sender.sessionId, content };
         const sent = await sends.submit(`${chatId}:${bundle.epoch}`, item);
         if (sent) {
@@ -238,7 +247,7 @@ export function makeMessagesService({ store, clock, state, realtime, access }: M
         }
         await refusal(sender, chatId, bundle.epoch, clock.now());
       }
-      throw new Error('a send was refused three times although each check then passed');
+      throw appError('ERR_SERVICE_UNAVAILABLE', 'The chat changed under this send again and again; send it again.');
     },
 
     /** A page the reader may read; empty also when it may not (see `chats.assertReader`). */
