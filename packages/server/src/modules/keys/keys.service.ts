@@ -102,9 +102,7 @@ export function makeKeysService({ db, store, clock, realtime, membership }: Keys
         if (old === publicKey) return null;
         // Lock order: the session's row, the user's chats (only when their epochs rise), then the
         // user's row (KeysStore.lockUser: a join of this user at the same time comes wholly before
-        // or after). The user's row is taken before the key is written: the write's foreign key
-        // check would hold it FOR KEY SHARE first, and two sessions of one user raising that to
-        // FOR UPDATE at once would deadlock.
+        // or after), all before the key is written.
         if (old !== null) await store.lockChatsOf(userId, tx);
         await store.lockUser(userId, tx);
         try {

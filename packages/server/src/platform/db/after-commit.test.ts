@@ -78,3 +78,39 @@ describe('afterCommit in savepoints', () => {
     expect(log).toEqual(['begin', 'savepoint 1', 'rollback to 1', 'commit', 'kept']);
   });
 });
+
+describe('a deadlock victim', () => {
+  /** A database whose transactions fail with `failures` (in order), then succeed. */
+  function failingDb(failures: unknown[], runs: { n: number }) {
+    const raw = {
+      async transaction(fn: Fn) {
+        runs.n++;
+        const failure = failures.shift();
+        if (failure) throw failure;
+        return fn({});
+      },
+    };
+    return trackCommits(raw as unknown as Db);
+  }
+  // As drivers raise it: the PostgreSQL error wrapped by the query builder.
+  const deadlock = () =>
+    new Error('Failed query', { cause: Object.assign(new Error('deadlock detected'), { code: '40P01' }) });
+
+  it('is run again, and answers what the run that commits answers', async () => {
+    const runs = { n: 0 };
+    const db = failingDb([deadlock(), deadlock()], runs);
+    await expect(db.transaction(async () => 'done')).resolves.toBe('done');
+    expect(runs.n).toBe(3);
+  });
+
+  it('answers 503 ERR_SERVICE_UNAVAILABLE after three runs lost, and other errors at once', async () => {
+    const runs = { n: 0 };
+    const db = failingDb([deadlock(), deadlock(), deadlock(), deadlock()], runs);
+    await expect(db.transaction(async () => 'done')).rejects.toMatchObject({ code: 'ERR_SERVICE_UNAVAILABLE' });
+    expect(runs.n).toBe(3);
+    const other = { n: 0 };
+    const failing = failingDb([Object.assign(new Error('unique'), { code: '23505' })], other);
+    await expect(failing.transaction(async () => 'done')).rejects.toThrow('unique');
+    expect(other.n).toBe(1);
+  });
+});

@@ -1,3 +1,4 @@
+import { appError } from '../errors.js';
 import type { Db } from './index.js';
 
 type Work = () => Promise<void>;
@@ -26,7 +27,8 @@ export function isDeadlock(e: unknown): boolean {
  * transaction that rolls back drops its queue. Other methods are the database's own.
  *
  * A transaction PostgreSQL aborts as a deadlock's victim is run again (up to DEADLOCK_ATTEMPTS
- * runs, after a short random pause): nothing of it was written, and the other side has gone on.
+ * runs, after a short random pause; then 503 ERR_SERVICE_UNAVAILABLE): nothing of it was written,
+ * and the other side has gone on.
  * The modules take their row locks in one order where they can (chat rows before the users row,
  * docs/api.md Moderation), but some paths cannot know every row first (an account deletion, a
  * logout racing a ban), and the victim would otherwise answer 500 for a request that is valid.
@@ -54,7 +56,13 @@ export function trackCommits(db: Db): Db {
       try {
         return await run(fn, config);
       } catch (err) {
-        if (attempt >= DEADLOCK_ATTEMPTS || !isDeadlock(err)) throw err;
+        if (!isDeadlock(err)) throw err;
+        // The victim every time: a transient collision, not a fault (the client sends it again).
+        if (attempt >= DEADLOCK_ATTEMPTS)
+          throw appError(
+            'ERR_SERVICE_UNAVAILABLE',
+            'The request met other writes to the same rows again and again; send it again.',
+          );
         await new Promise((resolve) => setTimeout(resolve, attempt * (5 + Math.random() * 20)));
       }
     }
