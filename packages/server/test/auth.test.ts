@@ -567,6 +567,23 @@ describeApp('POST /v1/authentication/bot/send-code', () => {
     expect(res.body).toMatchObject({ new_account: false, user: { id: user.id } });
   });
 
+  it('a bot code whose account was deleted before the verify: 404 ERR_PLATFORM_IDENTITY_NOT_FOUND, no account made', async () => {
+    const { user, platformUserId } = await login(app, { bot });
+    const sent = await bot.post('/v1/authentication/bot/send-code', {
+      platform: 'platform_a',
+      platform_user_id: platformUserId,
+    });
+    expect(sent.status).toBe(200);
+    expect((await operator(app).post(`/v1/admin/users/${user.id}/delete`, {})).status).toBe(200);
+    const res = await site().post('/v1/authentication/verify', { code: sent.body.code });
+    expect([res.status, res.body.code]).toEqual([404, 'ERR_PLATFORM_IDENTITY_NOT_FOUND']);
+    expect(res.headers['set-cookie']).toBeUndefined();
+    const [row] = await rows<{ n: number }>(
+      sql`select count(*)::int as n from linked_platforms where platform_user_id = ${platformUserId}`,
+    );
+    expect(row?.n).toBe(0);
+  });
+
   it('keeps one code per identity: a bot code replaces a pending web code, and bot/login-code hands out the bot code', async () => {
     const { user, platformUserId } = await login(app, { bot });
     const browser = site();
