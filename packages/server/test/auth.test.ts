@@ -577,7 +577,7 @@ describeApp('POST /v1/authentication/bot/send-code', () => {
     expect((await operator(app).post(`/v1/admin/users/${user.id}/delete`, {})).status).toBe(200);
     const res = await site().post('/v1/authentication/verify', { code: sent.body.code });
     expect([res.status, res.body.code]).toEqual([404, 'ERR_PLATFORM_IDENTITY_NOT_FOUND']);
-    expect(res.headers['set-cookie']).toBeUndefined();
+    expect(res.headers.getSetCookie()).toEqual([]);
     const [row] = await rows<{ n: number }>(
       sql`select count(*)::int as n from linked_platforms where platform_user_id = ${platformUserId}`,
     );
