@@ -1,5 +1,5 @@
-import { afterAll, beforeAll, expect, it } from 'vitest';
-import { describeApp, startApp, type TestApp } from '../../server/test/support/app.js';
+import { expect, it } from 'vitest';
+import { describeApp, type TestApp } from '../../server/test/support/app.js';
 import {
   type BotClient,
   connect,
@@ -12,16 +12,12 @@ import {
   publicKeyToBase64,
   wrapChatKey,
 } from '../src/index.js';
-import { apiError, loginUser, testBot, userClient } from './support.js';
+import { apiError, e2eSuite, loginUser, userClient } from './support.js';
 
 let app: TestApp;
 let bot: BotClient;
-beforeAll(async () => {
-  app = await startApp();
-  bot = await testBot(app);
-});
-afterAll(async () => {
-  await app?.close();
+e2eSuite((started) => {
+  ({ app, bot } = started);
 });
 
 describeApp('ParlorClient: login and the account', () => {

@@ -1,19 +1,15 @@
 import { RoomSettingsDefaults } from '@parlor/protocol';
-import { afterAll, beforeAll, expect, it } from 'vitest';
-import { describeApp, startApp, type TestApp } from '../../server/test/support/app.js';
+import { expect, it } from 'vitest';
+import { describeApp, type TestApp } from '../../server/test/support/app.js';
 import { nextIp } from '../../server/test/support/client.js';
 import { createBot, nextIdentity, operator } from '../../server/test/support/flows.js';
 import { BotClient, ParlorClient } from '../src/index.js';
-import { apiError, loginUser, testBot } from './support.js';
+import { apiError, e2eSuite, loginUser } from './support.js';
 
 let app: TestApp;
 let bot: BotClient;
-beforeAll(async () => {
-  app = await startApp();
-  bot = await testBot(app);
-});
-afterAll(async () => {
-  await app?.close();
+e2eSuite((started) => {
+  ({ app, bot } = started);
 });
 
 /** Guild premium for 30 days, through the operator route (as the server's guild tests grant it). */
