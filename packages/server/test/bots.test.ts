@@ -152,6 +152,45 @@ describeApp('POST /v1/admin/bots/create atomicity', () => {
   });
 });
 
+describeApp('POST /v1/admin/bots/create and …/{id}/update: the owner must be a registered account', () => {
+  // An anonymous stranger is refused as a guild sponsor is: the stranger sweep deletes the account
+  // without releasing its bots, so the bot would keep the id of no account.
+  it('answers 404 ERR_USER_NOT_FOUND to an anonymous stranger as owner, registering, changing and recording nothing', async () => {
+    const made = await publicClient().post('/v1/portal/stranger', {});
+    expect(made.status, JSON.stringify(made.body)).toBe(200);
+    const strangerId: number = made.body.user.id;
+    const op = operator(app);
+    const name = `Stranger-owned ${Date.now()}`;
+    const created = await op.post('/v1/admin/bots/create', { name, owner_user_id: strangerId });
+    expect(created.status, JSON.stringify(created.body)).toBe(404);
+    expect(created.body.code).toBe('ERR_USER_NOT_FOUND');
+    expect(await countRows(app, `select count(*) as n from bots where name = '${name}'`)).toBe(0);
+
+    const target = await createBot(app, { name: 'Owned by nobody' });
+    const updated = await op.post(`/v1/admin/bots/${target.id}/update`, { name: 'Renamed', owner_user_id: strangerId });
+    expect(updated.status, JSON.stringify(updated.body)).toBe(404);
+    expect(updated.body.code).toBe('ERR_USER_NOT_FOUND');
+    expect((await target.client.get('/v1/bot/me')).body).toMatchObject({
+      name: 'Owned by nobody',
+      owner_user_id: null,
+    });
+    expect(
+      await countRows(
+        app,
+        `select count(*) as n from audit_log where target_bot_id = ${target.id} and action = 'update'`,
+      ),
+    ).toBe(0);
+
+    // A registered account is accepted by both.
+    const owner = await login(app);
+    const ownedCreate = await op.post('/v1/admin/bots/create', { name: `${name} 2`, owner_user_id: owner.user.id });
+    expect(ownedCreate.status, JSON.stringify(ownedCreate.body)).toBe(200);
+    const ownedUpdate = await op.post(`/v1/admin/bots/${target.id}/update`, { owner_user_id: owner.user.id });
+    expect(ownedUpdate.status, JSON.stringify(ownedUpdate.body)).toBe(200);
+    expect(ownedUpdate.body.owner_user_id).toBe(owner.user.id);
+  });
+});
+
 describeApp('POST /v1/bot/me/update and /v1/bot/batch', () => {
   it('updates info and stats in one call', async () => {
     const { client } = await createBot(app);

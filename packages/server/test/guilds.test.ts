@@ -8,7 +8,7 @@ import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { member } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
 import { createBot, type LoggedIn, login, nextIdentity, operator, setLevel } from './support/flows.js';
-import { hold, lockWaiters } from './support/pg-locks.js';
+import { hold, lockWaiters, lockWaitersOr } from './support/pg-locks.js';
 import { closeAllSockets } from './support/sockets.js';
 
 const DAY = 24 * 3600 * 1000;
@@ -533,6 +533,74 @@ describeApp('PUT /v1/guilds/{guild_id}/room-settings', () => {
     expectError(await roomSettings(someone.client, g.id, { kiosk: true }), 403, 'ERR_FORBIDDEN');
     expectError(await roomSettings(admin.client, nextIdentity(), { kiosk: true }), 404, 'ERR_GUILD_NOT_FOUND');
   });
+});
+
+/**
+ * The caller loses the guild (another node's committed change of the guild row) after the request
+ * could have read its right but before it writes: the test changes the locked row in a transaction
+ * of its own, lets the request queue behind that row (or answer, if it does not wait), then commits.
+ */
+async function lostMeanwhile(db: postgres.Sql, guildId: string, change: string, run: () => Promise<any>) {
+  const other = hold(db, async (tx) => {
+    await tx`select id from guilds where chatplatform_id = ${guildId} for update`;
+    await tx.unsafe(change);
+  });
+  await other.ready;
+  const answer = run();
+  await lockWaitersOr(db, 1, answer);
+  await other.end();
+  return answer;
+}
+
+// PGlite runs one transaction at a time, so the embedded store cannot interleave these; on
+// PostgreSQL the test fixes the interleaving with a row lock and waits on pg_stat_activity.
+describeApp('PUT /v1/guilds/{guild_id}/…: the right to manage is decided on the locked guild row', () => {
+  const losses = {
+    'a sponsor whose sponsorship is removed': 'sponsor',
+    'an owner whose guild the bot reports with another owner id': 'owner',
+  } as const;
+  const writes = {
+    vanity: {
+      send: (by: Client, id: string) => vanity(by, id, nextVanity()),
+      column: 'vanity_invite',
+      unchanged: null,
+      code: AuditCodes.GUILD_VANITY_SET,
+    },
+    'room-settings': {
+      send: (by: Client, id: string) => roomSettings(by, id, { start_url: 'https://phish.example/' }),
+      column: 'room_start_url',
+      unchanged: RoomSettingsDefaults.start_url,
+      code: AuditCodes.GUILD_ROOM_SETTINGS_UPDATE,
+    },
+  } as const;
+  const cases = Object.entries(writes).flatMap(([path, write]) =>
+    Object.entries(losses).map(([who, loss]) => [path, who, write, loss] as const),
+  );
+
+  it.skipIf(MODE !== 'cluster').each(cases)(
+    'PUT %s by %s while it waits answers 403 ERR_FORBIDDEN, writing and recording nothing',
+    async (_path, _who, write, loss) => {
+      if (!sql) throw new Error('cluster only');
+      const g = await guild({ withPremium: true });
+      let caller: LoggedIn;
+      let change: string;
+      if (loss === 'sponsor') {
+        caller = await login(app, { bot });
+        expect((await op.post(`/v1/admin/guilds/${g.id}/sponsors/add`, { user_id: caller.user.id })).status).toBe(200);
+        change = `delete from guild_sponsors where user_id = ${caller.user.id}
+          and guild_id = (select id from guilds where chatplatform_id = '${g.id}')`;
+      } else {
+        caller = await login(app, { bot, platformUserId: g.owner });
+        change = `update guilds set owner_chatplatform_id = '${nextIdentity()}' where chatplatform_id = '${g.id}'`;
+      }
+      const res = await lostMeanwhile(sql, g.id, change, () => write.send(caller.client, g.id));
+      expectError(res, 403, 'ERR_FORBIDDEN');
+      const [row] = await sql`select ${sql(write.column)} as value from guilds where chatplatform_id = ${g.id}`;
+      expect(row?.value).toBe(write.unchanged);
+      const audits = (await guildAudits(write.code)).filter((a) => (a.data as { guild_id: string }).guild_id === g.id);
+      expect(audits).toEqual([]);
+    },
+  );
 });
 
 describeApp('guild room settings and the room VM', () => {

@@ -31,7 +31,7 @@ export interface BotsDeps {
   audit: AuditStore;
   state: StateStore;
   clock: Clock;
-  /** Owners named by admins must exist (404 ERR_USER_NOT_FOUND). */
+  /** Owners named by admins must exist (404 ERR_USER_NOT_FOUND): the early check, before any lock. */
   users: Pick<UsersService, 'mustGet'>;
 }
 
@@ -61,23 +61,46 @@ export function makeBotsService({ db, store, audit, state, clock, users }: BotsD
     return b;
   };
 
+  /**
+   * An owner named by an admin is a registered account, else 404 ERR_USER_NOT_FOUND (as for a
+   * guild sponsor): an anonymous stranger's account is swept later without its bots being
+   * released (AuthService.sweepStrangers), which would leave the bot the id of no account. An
+   * early answer before any lock; ownerHeld decides again in the write's transaction.
+   */
+  const mustBeOwnable = async (userId: number): Promise<void> => {
+    if ((await users.mustGet(userId)).isStranger) throw appError('ERR_USER_NOT_FOUND');
+  };
+
+  /**
+   * The same, on the owner's row held until the commit (BotsStore.lockOwner): an account deleted
+   * after the early check has had its bots released already (AdminService.deleteUser), so writing
+   * its id now would leave it dangling; the row lock makes a deletion either seen here or wait.
+   * Taken before the bot's row, in the order a deletion takes them (user, then the user's bots).
+   */
+  const ownerHeld = async (userId: number, tx: Tx): Promise<void> => {
+    const owner = await store.lockOwner(userId, tx);
+    if (!owner || owner.isStranger) throw appError('ERR_USER_NOT_FOUND');
+  };
+
   return {
     /** Registers a bot; the API key is in this answer only and stored as its hash. Official: Owners and the operator. */
     async create(body: BotCreateBody, actor: Actor, level: ActorLevel): Promise<{ id: number; api_key: string }> {
       if (body.type === 'official' && !canManageOfficial(level))
         throw appError('ERR_FORBIDDEN', 'Only Owners and the operator register official bots.');
-      if (body.owner_user_id !== undefined) await users.mustGet(body.owner_user_id);
+      const ownerId = body.owner_user_id;
+      if (ownerId !== undefined) await mustBeOwnable(ownerId);
       const now = clock.now();
       const apiKey = BOT_KEY_PREFIX + randomToken(32);
       // The bot and its audit entry commit together: a failed audit leaves no bot whose key nobody saw.
       const bot = await db.transaction(async (tx) => {
+        if (ownerId !== undefined) await ownerHeld(ownerId, tx);
         const row = await store.insert(
           {
             name: body.name,
             type: BotTypeNames[body.type ?? 'community'],
             rateLimitPerHour: body.rate_limit_per_hour ?? Limits.BOT_DEFAULT_RATE_LIMIT_PER_HOUR,
             keyHash: sha256Hex(apiKey),
-            ownerUserId: body.owner_user_id ?? null,
+            ownerUserId: ownerId ?? null,
             createdAt: now,
             updatedAt: now,
           },
@@ -106,7 +129,8 @@ export function makeBotsService({ db, store, audit, state, clock, users }: BotsD
       const mayManage = (bot: BotRow) =>
         !((bot.type === OFFICIAL || body.type === 'official') && !canManageOfficial(level));
       if (!mayManage(await mustGet(botId))) throw officialOnly();
-      if (body.owner_user_id) await users.mustGet(body.owner_user_id);
+      const ownerId = body.owner_user_id ?? null;
+      if (ownerId !== null) await mustBeOwnable(ownerId);
       const now = clock.now();
       const values: Parameters<BotsStore['update']>[1] = { updatedAt: now };
       if (body.name !== undefined) values.name = body.name;
@@ -115,6 +139,7 @@ export function makeBotsService({ db, store, audit, state, clock, users }: BotsD
       if (body.owner_user_id !== undefined) values.ownerUserId = body.owner_user_id;
       if (body.avatar_url !== undefined) values.avatarUrl = body.avatar_url;
       const row = await db.transaction(async (tx) => {
+        if (ownerId !== null) await ownerHeld(ownerId, tx);
         // Decided again on the locked row: an Owner may have made the bot official meanwhile.
         const bot = await store.lockById(botId, tx);
         if (!bot) throw appError('ERR_BOT_NOT_FOUND');

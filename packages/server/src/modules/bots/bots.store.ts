@@ -1,6 +1,6 @@
 import { and, asc, count, desc, eq, ilike, isNull, type SQL, sql } from 'drizzle-orm';
 import { type Db, deleteBatch } from '../../platform/db/index.js';
-import { botCommands, bots } from '../../platform/db/schema.js';
+import { botCommands, bots, users } from '../../platform/db/schema.js';
 import { likeEscape, type Tx } from '../users/users.store.js';
 
 export type BotRow = typeof bots.$inferSelect;
@@ -38,6 +38,21 @@ export function makeBotsStore(db: Db) {
         .where(and(eq(bots.id, id), live))
         .limit(1)
         .for('update');
+      return row;
+    },
+    /**
+     * The user an admin names as a bot's owner, their row held (FOR KEY SHARE) until the transaction
+     * ends, or undefined when there is none. The lock blocks the row's deletion (an account
+     * deletion, the stranger sweep) but not other changes to the user: a deletion either committed
+     * before (no row) or waits for the bot write, then releases the bot (AdminService.deleteUser).
+     */
+    async lockOwner(userId: number, tx: Tx): Promise<{ isStranger: boolean } | undefined> {
+      const [row] = await tx
+        .select({ isStranger: users.isStranger })
+        .from(users)
+        .where(eq(users.id, userId))
+        .limit(1)
+        .for('key share');
       return row;
     },
     async byKeyHash(hash: string): Promise<BotRow | undefined> {

@@ -54,14 +54,33 @@ export function makeGuildsService(deps: GuildsDeps) {
   };
 
   /** Owner (a linked identity is the guild's owner id), sponsor, or Admin and above; else 403. */
-  const mustManage = async (viewer: GuildViewer, chatplatformId: string): Promise<GuildRow> => {
-    const g = await mustGet(chatplatformId);
+  const mustMayManage = async (viewer: GuildViewer, g: GuildRow, tx?: Tx): Promise<void> => {
     const allowed = canManageGuild({
       permissionLevel: viewer.permissionLevel,
-      isOwner: g.ownerChatplatformId !== null && (await store.hasIdentity(viewer.userId, g.ownerChatplatformId)),
-      isSponsor: await store.isSponsor(g.id, viewer.userId),
+      isOwner: g.ownerChatplatformId !== null && (await store.hasIdentity(viewer.userId, g.ownerChatplatformId, tx)),
+      isSponsor: await store.isSponsor(g.id, viewer.userId, tx),
     });
     if (!allowed) throw appError('ERR_FORBIDDEN');
+  };
+
+  /** The guild, when the viewer may manage it (a read: GET). */
+  const mustManage = async (viewer: GuildViewer, chatplatformId: string): Promise<GuildRow> => {
+    const g = await mustGet(chatplatformId);
+    await mustMayManage(viewer, g);
+    return g;
+  };
+
+  /**
+   * The guild's row, locked until `tx` ends, when the viewer may manage it (the PUTs). Decided on
+   * the locked row, in the write's transaction: a sponsor removal (adminChange) and the bot upsert
+   * that moves the owner id both write this row, so either committed before the lock and is seen
+   * here (403, nothing written), or waits for the write. A check before the transaction would let
+   * a caller who just lost the guild write it anyway.
+   */
+  const lockManaged = async (viewer: GuildViewer, chatplatformId: string, tx: Tx): Promise<GuildRow> => {
+    const g = await store.lockByChatplatformId(chatplatformId, tx);
+    if (!g) throw appError('ERR_GUILD_NOT_FOUND');
+    await mustMayManage(viewer, g, tx);
     return g;
   };
 
@@ -140,12 +159,10 @@ export function makeGuildsService(deps: GuildsDeps) {
      * is created with the first vanity (or again if it was deleted), in the same transaction.
      */
     async setVanity(viewer: GuildViewer, chatplatformId: string, vanity: string): Promise<VanityGuild> {
-      await mustManage(viewer, chatplatformId);
       const now = clock.now();
       try {
         const row = await db.transaction(async (tx) => {
-          const g = await store.lockByChatplatformId(chatplatformId, tx);
-          if (!g) throw appError('ERR_GUILD_NOT_FOUND');
+          const g = await lockManaged(viewer, chatplatformId, tx);
           if (!guildHasPremium(g, now)) throw appError('ERR_GUILD_PREMIUM_REQUIRED');
           if ((await store.vanityHolder(vanity, g.id, tx)) !== null) throw appError('ERR_VANITY_TAKEN');
           const live = g.chatId !== null && (await chats.isLive(g.chatId, tx));
@@ -177,11 +194,6 @@ export function makeGuildsService(deps: GuildsDeps) {
       chatplatformId: string,
       body: RoomSettingsBody,
     ): Promise<RoomSettings> {
-      const g = await mustManage(viewer, chatplatformId);
-      if (body.start_url !== undefined && !isStartUrl(body.start_url))
-        throw appError('ERR_VALIDATION', undefined, {
-          errors: [{ path: 'body/start_url', message: 'must be an http or https URL' }],
-        });
       const values: Partial<GuildInsert> = { updatedAt: clock.now() };
       if (body.browser !== undefined) values.roomBrowser = body.browser;
       if (body.proxy !== undefined) values.roomProxy = body.proxy;
@@ -189,6 +201,12 @@ export function makeGuildsService(deps: GuildsDeps) {
       if (body.kiosk !== undefined) values.roomKiosk = body.kiosk;
       if (body.allow_control_requests !== undefined) values.roomAllowControlRequests = body.allow_control_requests;
       const row = await db.transaction(async (tx) => {
+        const g = await lockManaged(viewer, chatplatformId, tx);
+        // After the guild checks, as before: a caller who may not manage the guild learns no more.
+        if (body.start_url !== undefined && !isStartUrl(body.start_url))
+          throw appError('ERR_VALIDATION', undefined, {
+            errors: [{ path: 'body/start_url', message: 'must be an http or https URL' }],
+          });
         const next = await updated(g.id, values, tx);
         await audit.record(
           {

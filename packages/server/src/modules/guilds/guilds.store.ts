@@ -45,6 +45,10 @@ export function makeGuildsStore(db: Db) {
       const [row] = await tx.select().from(guilds).where(eq(guilds.chatplatformId, chatplatformId)).limit(1);
       return row;
     },
+    /**
+     * The guild's row, locked until the transaction ends: every change of a guild (the bot upsert
+     * too, by its own statement) writes this row, so what is decided on it stays true until commit.
+     */
     async lockByChatplatformId(chatplatformId: string, tx: Tx): Promise<GuildRow | undefined> {
       const [row] = await tx
         .select()
@@ -70,8 +74,8 @@ export function makeGuildsStore(db: Db) {
      * True when the user's identity on the guilds' platform has this id. The platform is matched
      * too: an identity on another platform may carry the same digits.
      */
-    async hasIdentity(userId: number, platformUserId: string): Promise<boolean> {
-      const rows = await db
+    async hasIdentity(userId: number, platformUserId: string, tx: Tx = db): Promise<boolean> {
+      const rows = await tx
         .select({ id: linkedPlatforms.id })
         .from(linkedPlatforms)
         .where(
@@ -107,8 +111,8 @@ export function makeGuildsStore(db: Db) {
       const [row] = await db.select().from(guilds).where(eq(guilds.chatId, chatId)).limit(1);
       return row;
     },
-    async isSponsor(guildId: number, userId: number): Promise<boolean> {
-      const rows = await db
+    async isSponsor(guildId: number, userId: number, tx: Tx = db): Promise<boolean> {
+      const rows = await tx
         .select({ userId: guildSponsors.userId })
         .from(guildSponsors)
         .where(and(eq(guildSponsors.guildId, guildId), eq(guildSponsors.userId, userId)))
