@@ -1,9 +1,12 @@
 import { AuditCodes } from '@parlor/protocol';
+import postgres from 'postgres';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { describeApp, startApp, type TestApp } from './support/app.js';
+import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { join, keyedChat, member } from './support/chat-flows.js';
-import { Client, nextIp } from './support/client.js';
+import { type Answer, Client, nextIp } from './support/client.js';
+import { countRows } from './support/faults.js';
 import { createBot, type LoggedIn, login, operator, setLevel } from './support/flows.js';
+import { hold, lockWaitersOr } from './support/pg-locks.js';
 import { closeAllSockets, connectSocket, disconnected } from './support/sockets.js';
 
 /** The admin surface's own behaviour; who may call each route is admin-levels.test.ts. */
@@ -13,9 +16,12 @@ let op: Client;
 let loginBot: Client;
 let admin: LoggedIn;
 let owner: LoggedIn;
+/** PostgreSQL (cluster project): the tests' own connection, to hold rows as another node would. */
+let sql: postgres.Sql | undefined;
 
 beforeAll(async () => {
   app = await startApp();
+  if (app.config.databaseUrl) sql = postgres(app.config.databaseUrl, { max: 3, onnotice: () => {} });
   op = operator(app);
   loginBot = (await createBot(app)).client;
   admin = await login(app, { bot: loginBot });
@@ -25,6 +31,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   closeAllSockets();
+  await sql?.end({ timeout: 1 });
   await app?.close();
 });
 
@@ -416,5 +423,104 @@ describeApp('GET /v1/admin/audit', () => {
     const page = await op.get('/v1/admin/audit');
     expect(page.body.entries.length).toBeGreaterThan(0);
     expect(page.body.entries.length).toBeLessThanOrEqual(50);
+  });
+});
+
+// PGlite runs one transaction at a time, so nothing interleaves there; on PostgreSQL the test holds
+// a users row (another node's change not yet committed) and the requests wait for it.
+const onPostgres = it.skipIf(MODE !== 'cluster');
+
+/** A user's permission level as stored (-1 once the row is gone). */
+const levelOf = async (userId: number) =>
+  countRows(app, `select coalesce(max(permission_level), -1) as n from users where id = ${userId}`);
+
+/**
+ * Runs `requests` while the test's own transaction holds `userId`'s row (running `work` in it, a
+ * change another node has not committed yet), commits once every request waits for a lock or one
+ * has answered without waiting (what it does without the caller's row lock), and answers them.
+ */
+async function whileHolding<const T extends readonly Promise<Answer>[]>(
+  userId: number,
+  work: string,
+  requests: () => T,
+) {
+  if (!sql) throw new Error('cluster only');
+  const holder = hold(sql, async (tx) => {
+    await tx`select id from users where id = ${userId} for update`;
+    if (work) await tx.unsafe(work);
+  });
+  await holder.ready;
+  const answers = requests();
+  await lockWaitersOr(sql, answers.length, Promise.race(answers));
+  await holder.end();
+  return Promise.all(answers);
+}
+
+describeApp('admin actions on users decide on the caller’s level as read under its row lock (PostgreSQL)', () => {
+  onPostgres('two Owners demoting each other at once: one answers 403 ERR_FORBIDDEN, an Owner remains', async () => {
+    const a = await login(app, { bot: loginBot });
+    const b = await login(app, { bot: loginBot });
+    await setLevel(app, a.user.id, 3);
+    await setLevel(app, b.user.id, 3);
+    // Both requests passed the route's check (both callers were Owners); they queue on the lower id's row.
+    const [ra, rb] = await whileHolding(Math.min(a.user.id, b.user.id), '', () => [
+      a.client.post(`/v1/admin/users/${b.user.id}/update`, { permission_level: 0 }),
+      b.client.post(`/v1/admin/users/${a.user.id}/update`, { permission_level: 0 }),
+    ]);
+    expect([ra.status, rb.status].sort(), JSON.stringify([ra.body, rb.body])).toEqual([200, 403]);
+    const loser = ra.status === 403 ? ra : rb;
+    expect(loser.body.code).toBe('ERR_FORBIDDEN');
+    expect([await levelOf(a.user.id), await levelOf(b.user.id)].sort()).toEqual([0, 3]);
+    // The loser wrote nothing: one level change audited, one notification.
+    const changes = await countRows(
+      app,
+      `select count(*) as n from audit_log where code = ${AuditCodes.USER_PERMISSION_CHANGE}
+       and target_user_id in (${a.user.id}, ${b.user.id}) and actor_id in (${a.user.id}, ${b.user.id})`,
+    );
+    expect(changes).toBe(1);
+  });
+
+  const actions = {
+    demotion: (by: Client, id: number) => by.post(`/v1/admin/users/${id}/update`, { permission_level: 0 }),
+    rename: (by: Client, id: number) => by.post(`/v1/admin/users/${id}/update`, { username: `never_${id}` }),
+    deletion: (by: Client, id: number) => by.post(`/v1/admin/users/${id}/delete`),
+  };
+  const meanwhile = {
+    'demoted to User': (id: number) => `update users set permission_level = 0 where id = ${id}`,
+    deleted: (id: number) => `delete from users where id = ${id}`,
+  };
+  for (const [action, send] of Object.entries(actions))
+    for (const [change, work] of Object.entries(meanwhile))
+      onPostgres(`an Admin ${change} while its ${action} runs gets 403 ERR_FORBIDDEN; nothing changes`, async () => {
+        const caller = await login(app, { bot: loginBot });
+        await setLevel(app, caller.user.id, 2);
+        const target = await login(app, { bot: loginBot });
+        await setLevel(app, target.user.id, 1);
+        const [res] = await whileHolding(caller.user.id, work(caller.user.id), () => [
+          send(caller.client, target.user.id),
+        ]);
+        expect({ status: res.status, code: res.body.code }).toEqual({ status: 403, code: 'ERR_FORBIDDEN' });
+        expect((await target.client.get('/v1/users/me')).body.user).toMatchObject({
+          permission_level: 1,
+          username: target.user.username,
+        });
+        expect(await auditOf(`target_user_id=${target.user.id}`)).toEqual([
+          expect.objectContaining({ actor_kind: 'operator', action: 'set-permission' }),
+        ]);
+      });
+
+  onPostgres('an Admin promoted to Owner meanwhile acts as an Owner: it may demote another Admin', async () => {
+    const caller = await login(app, { bot: loginBot });
+    await setLevel(app, caller.user.id, 2);
+    const target = await login(app, { bot: loginBot });
+    await setLevel(app, target.user.id, 1);
+    // The route's check passed as an Admin on a Moderator; under the lock the caller is an Owner.
+    const [res] = await whileHolding(
+      caller.user.id,
+      `update users set permission_level = 3 where id = ${caller.user.id}`,
+      () => [caller.client.post(`/v1/admin/users/${target.user.id}/update`, { permission_level: 2 })],
+    );
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(await levelOf(target.user.id)).toBe(2);
   });
 });

@@ -1,5 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { type ActorLevel, canActOn, canManageOfficial, canSetLevel, maxAssignableLevel } from './admin.rules.js';
+import {
+  type ActorLevel,
+  canActOn,
+  canManageOfficial,
+  canSetLevel,
+  maxAssignableLevel,
+  mayAdminister,
+} from './admin.rules.js';
 
 /**
  * The level rules of spec 2.11, written out by hand as the expected answer for every actor ×
@@ -57,6 +64,9 @@ const ACT_ON: Record<string, string> = {
 
 /** Who manages official bots and chats: Owners and the operator only. */
 const MANAGES_OFFICIAL: Record<string, boolean> = { '0': false, '1': false, '2': false, '3': true, operator: true };
+
+/** Who may use the admin surface at all (asked again under the caller's row lock). */
+const ADMINISTERS: Record<string, boolean> = { '0': false, '1': false, '2': true, '3': true, operator: true };
 
 /** The highest level each actor may assign; -1 means none. */
 const MAX_ASSIGNABLE: Record<string, number> = { '0': -1, '1': -1, '2': 0, '3': 2, operator: 3 };
@@ -122,6 +132,13 @@ describe('admin rules (spec 2.11)', () => {
     'canManageOfficial($actor) is $allowed',
     ({ actor, allowed }) => {
       expect(canManageOfficial(actor)).toBe(allowed);
+    },
+  );
+
+  it.each(ACTORS.map((actor) => ({ actor, allowed: ADMINISTERS[String(actor)] })))(
+    'mayAdminister($actor) is $allowed: the operator, Admins and Owners',
+    ({ actor, allowed }) => {
+      expect(mayAdminister(actor)).toBe(allowed);
     },
   );
 });

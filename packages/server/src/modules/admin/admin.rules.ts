@@ -7,6 +7,15 @@ export type ActorLevel = number | 'operator';
 const OWNER = 3;
 const ADMIN = 2;
 
+/**
+ * Whether a caller may use the admin surface at all: the operator, Admins and Owners. The admin
+ * actions on a user ask it again of the caller's level as read under its row lock, so a caller
+ * demoted (or deleted) while its request ran is refused (admin.service.ts).
+ */
+export function mayAdminister(actor: ActorLevel): boolean {
+  return actor === 'operator' || actor >= ADMIN;
+}
+
 /** Admins act only on users below their level; Owners on everyone, other Owners included. */
 export function canActOn(actor: ActorLevel, targetLevel: number): boolean {
   if (actor === 'operator') return true;

@@ -22,7 +22,8 @@ import type { NotificationsService } from '../notifications/notifications.servic
 import type { SessionsService } from '../sessions/sessions.service.js';
 import { isValidUsername, USERNAME_RULE, type UsersService } from '../users/users.service.js';
 import { isUniqueViolation, type Tx, type UserRow, type UsersStore } from '../users/users.store.js';
-import { type ActorLevel, canActOn, canManageOfficial, canSetLevel } from './admin.rules.js';
+import { type ActorLevel, canActOn, canManageOfficial, canSetLevel, mayAdminister } from './admin.rules.js';
+import { lockUsersInIdOrder } from './admin.store.js';
 
 const LEVEL_NAMES = ['User', 'Moderator', 'Admin', 'Owner'];
 
@@ -86,6 +87,24 @@ export function makeAdminService(deps: AdminDeps) {
     return notifications.automated(target.id, 'permission_changed', { level: LEVEL_NAMES[level] ?? String(level) }, tx);
   };
 
+  /**
+   * Locks the target's users row and, for a user caller, the caller's own with it (one statement,
+   * id order: admin.store.ts), and answers the target as read under its lock (undefined when gone)
+   * and the caller's level as read under its lock. The level the route read when the request began
+   * may be stale by then: two Owners demoting each other at once both passed that check, and both
+   * demotions committed, leaving no Owner. Under the caller's lock the second of them sees its
+   * caller demoted and is refused. A caller deleted meanwhile, or no longer Admin or above, gets
+   * 403 ERR_FORBIDDEN. The operator (and any other non-user actor) has no row: its level stands.
+   */
+  const lockCallerAndTarget = async (tx: Tx, actor: Actor, actorLevel: ActorLevel, targetId: number) => {
+    if (actor.kind !== 'user') return { level: actorLevel, target: await usersStore.byIdForUpdate(targetId, tx) };
+    const rows = await lockUsersInIdOrder([actor.id, targetId], tx);
+    const caller = rows.find((r) => r.id === actor.id);
+    if (!caller || !mayAdminister(caller.permissionLevel)) throw appError('ERR_FORBIDDEN');
+    const level: ActorLevel = caller.permissionLevel;
+    return { level, target: rows.find((r) => r.id === targetId) };
+  };
+
   /** 400 ERR_VALIDATION naming one body field, as the schema validator would. */
   const invalid = (field: string, message: string) =>
     appError('ERR_VALIDATION', undefined, { errors: [{ path: `body/${field}`, message }] });
@@ -108,7 +127,8 @@ export function makeAdminService(deps: AdminDeps) {
   return {
     /**
      * POST /v1/admin/users/{id}/update and `parlor users set-permission|update`. Every field is
-     * checked before any is applied, so a bad username or avatar source changes nothing.
+     * checked before any is applied, so a bad username or avatar source changes nothing. The level
+     * rules are decided on the caller's and the target's rows as read under their locks.
      */
     async updateUser(actor: Actor, actorLevel: ActorLevel, targetId: number, body: AdminUserUpdateBody) {
       const target = await users.mustGet(targetId);
@@ -119,16 +139,20 @@ export function makeAdminService(deps: AdminDeps) {
       if (avatarProblem) throw invalid('avatar_source', avatarProblem);
 
       // One transaction for every field: a taken username after a level change leaves nothing changed.
+      // The checks above used the levels read when the request began: a fast refusal. What decides
+      // is the caller's and the target's levels as read under their row locks (lockCallerAndTarget).
       let note: Awaited<ReturnType<typeof changePermission>> = null;
+      let viewerLevel = actorLevel;
       try {
         note = await db.transaction(async (tx) => {
-          const locked = await usersStore.byIdForUpdate(targetId, tx);
+          const { level, target: locked } = await lockCallerAndTarget(tx, actor, actorLevel, targetId);
+          viewerLevel = level;
           if (!locked) throw appError('ERR_USER_NOT_FOUND');
-          if (!canActOn(actorLevel, locked.permissionLevel)) throw appError('ERR_FORBIDDEN');
+          if (!canActOn(level, locked.permissionLevel)) throw appError('ERR_FORBIDDEN');
           const changed =
             body.permission_level === undefined
               ? null
-              : await changePermission(tx, actor, actorLevel, locked, body.permission_level);
+              : await changePermission(tx, actor, level, locked, body.permission_level);
           // Each changed field is written and audited (101) on its own: 'rename' or 'avatar'.
           const apply = async (action: string, values: Partial<UserRow>, from: string, to: string) => {
             await usersStore.update(targetId, { ...values, updatedAt: clock.now() }, tx);
@@ -155,7 +179,7 @@ export function makeAdminService(deps: AdminDeps) {
         // every node, as for a ban or timeout, and reconnect with the new level.
         deps.realtime.io.in(rooms.user(targetId)).disconnectSockets(true);
       }
-      return users.profile(targetId, actorLevel === 'operator' ? 3 : actorLevel);
+      return users.profile(targetId, viewerLevel === 'operator' ? 3 : viewerLevel);
     },
 
     /**
@@ -165,14 +189,17 @@ export function makeAdminService(deps: AdminDeps) {
      * linked identities (so the person can sign up again), memberships, notifications and records.
      * Its active direct chats end first, as at a leave (archived, the peer told). Then, as a ban
      * does: sockets drop on every node, chats hear the keys are gone, and the user leaves the
-     * match queue.
+     * match queue. The level rule is decided on the caller's and the target's rows as read under
+     * their locks, taken first (before any chat row: see docs/api.md for that order).
      */
     async deleteUser(actor: Actor, actorLevel: ActorLevel, targetId: number): Promise<void> {
       if (actor.kind === 'user' && actor.id === targetId) throw selfError('delete');
       const done = await db.transaction(async (tx) => {
-        const target = await usersStore.byIdForUpdate(targetId, tx);
+        // The caller's level as read under its row lock decides, not the one the request began
+        // with: an Admin demoted while this ran deletes nobody (lockCallerAndTarget).
+        const { level, target } = await lockCallerAndTarget(tx, actor, actorLevel, targetId);
         if (!target) throw appError('ERR_USER_NOT_FOUND');
-        if (!canActOn(actorLevel, target.permissionLevel)) throw appError('ERR_FORBIDDEN');
+        if (!canActOn(level, target.permissionLevel)) throw appError('ERR_FORBIDDEN');
         const ended = await sessions.endAll(targetId, 'deleted', tx);
         // Its direct chats end as at a leave, before the epochs rise (an archived chat's stays).
         const left = await deps.chats.leaveAllDirect(targetId, tx);
