@@ -1,10 +1,12 @@
+import { Limits } from '@parlor/protocol';
 import { generateKeyPair, publicKeyToBase64, unwrapChatKey, wrapChatKey } from '@parlor/sdk';
 import postgres from 'postgres';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { deadlockVictimRuns } from '../src/platform/db/after-commit.js';
 import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
-import { join, keyedChat, member, sessionIdOf } from './support/chat-flows.js';
+import { join, keyedChat, type Member, member, sessionIdOf } from './support/chat-flows.js';
 import { login } from './support/flows.js';
-import { hold, lockWaiters, lockWaitersOr } from './support/pg-locks.js';
+import { gateInserts, hold, lockWaiters, lockWaitersOr, loginUpToVerify } from './support/pg-locks.js';
 import { closeAllSockets, type TestSocket } from './support/sockets.js';
 
 let app: TestApp;
@@ -174,5 +176,61 @@ describeApp('a key registration racing a join by the same user (PostgreSQL)', ()
     expect(heard.public_key).toBe(k1);
     const ring = (await owner.client.get(`/v1/portal/chats/${chatId}/keys`)).body.key_ring;
     expect(ring[String(s2.user.id)]?.[String(s2Id)]).toBe(k1);
+  });
+});
+
+// docs/api.md Moderation, lock order: the user's chat rows, then the user's row, then session rows.
+// A key replacement and a login that evicts a keyed session both raise the user's chats' epochs:
+// the replacement took its session row, the chats, then the user's row; the login the user's row,
+// then (at the eviction) the chats, so the two deadlocked (PostgreSQL's 1 s check, then one ran
+// again). The test holds the login at its new session's insert (a trigger it gates), with what it
+// has locked by then, while the replacement starts. PGlite runs one transaction at a time.
+describeApp('a key replacement racing a login that evicts a keyed session (PostgreSQL)', () => {
+  it.skipIf(MODE === 'embedded')('both answer 200 without a deadlock; the new key stands', async () => {
+    const { owner: oldest, chatId } = await keyedChat(app);
+    const sessions = [oldest];
+    for (let i = 1; i < Limits.MAX_SESSIONS_PER_USER; i++)
+      sessions.push(await member(app, { platformUserId: oldest.platformUserId }));
+    const replacing = sessions[2] as Member;
+    const next = await loginUpToVerify(app, oldest.platformUserId);
+    const newKey = publicKeyToBase64(generateKeyPair().publicKey);
+    const before = deadlockVictimRuns();
+    const gate = await gateInserts(pg, 'sessions', `new.user_id = ${oldest.user.id}`);
+    let answers: Awaited<ReturnType<typeof next.verify>>[];
+    try {
+      const verify = next.verify();
+      await lockWaiters(pg, 1);
+      const reg = replacing.client.post('/v1/portal/keys', { public_key: newKey });
+      await lockWaiters(pg, 2);
+      await gate.open();
+      answers = await Promise.all([verify, reg]);
+    } finally {
+      await gate.close();
+    }
+    expect({
+      login: answers[0]?.status,
+      registration: answers[1]?.body,
+      deadlocks: deadlockVictimRuns() - before,
+    }).toEqual({
+      login: 200,
+      registration: { status: 'registered', session_id: replacing.sessionId },
+      deadlocks: 0,
+    });
+    const keyOf = async (id: number) =>
+      (await pg<{ k: string }[]>`select public_key as k from session_keys where session_id = ${id}`)[0]?.k ?? null;
+    const [evicted] = await pg<
+      { r: string | null }[]
+    >`select end_reason as r from sessions where id = ${oldest.sessionId}`;
+    expect({
+      evicted: evicted?.r,
+      evictedKey: await keyOf(oldest.sessionId),
+      replaced: await keyOf(replacing.sessionId),
+    }).toEqual({
+      evicted: 'evicted',
+      evictedKey: null,
+      replaced: newKey,
+    });
+    const ring = (await replacing.client.get(`/v1/portal/chats/${chatId}/keys`)).body.key_ring;
+    expect(ring[String(oldest.user.id)]?.[String(replacing.sessionId)]).toBe(newKey);
   });
 });

@@ -1,14 +1,16 @@
 import { Limits } from '@parlor/protocol';
+import { generateKeyPair, publicKeyToBase64 } from '@parlor/sdk';
 import postgres from 'postgres';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { makeMessagesStore } from '../src/modules/messages/messages.store.js';
 import { FakeClock } from '../src/platform/clock.js';
+import { deadlockVictimRuns } from '../src/platform/db/after-commit.js';
 import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
-import { bundle, join, keyedChat, type Member, member } from './support/chat-flows.js';
+import { bundle, join, keyedChat, type Member, member, sessionIdOf } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
 import { countRows, failInserts } from './support/faults.js';
 import { createBot, login, operator, setLevel } from './support/flows.js';
-import { hold, lockWaiters, racingUserRow } from './support/pg-locks.js';
+import { gateInserts, hold, lockWaiters, loginUpToVerify, racingUserRow } from './support/pg-locks.js';
 import { closeAllSockets, disconnected } from './support/sockets.js';
 
 let app: TestApp;
@@ -796,5 +798,152 @@ describeApp('sends racing a chat mute, and each other, on the chat row (PostgreS
     const [[a], [b]] = await Promise.all([first, second]);
     expect(a).toBeDefined();
     expect(b).toMatchObject({ ms: a?.ms, seq: (a?.seq ?? 0) + 1 });
+  });
+});
+
+/**
+ * docs/api.md Moderation, lock order: the user's chat rows (id order), then the user's row, then
+ * session rows. A platform ban takes them in that order; a logout, a first key registration and a
+ * login that evicts a keyed session of the banned user took a session row (or the user's) first
+ * and so met the ban in a deadlock (PostgreSQL's 1 s check, then one of them ran again). Each test
+ * fixes that interleaving: the ban holds the chats and the user's row and waits at its record's
+ * insert (a trigger the test gates) while the other request starts; then the ban goes on. PGlite
+ * runs one transaction at a time: nothing interleaves there.
+ */
+describeApp('a platform ban and the banned user’s own session writes at once (PostgreSQL)', () => {
+  /** A ban of `target` held at its record's insert (holding the chats and the user's row). */
+  async function heldBan(pg: postgres.Sql, targetId: number) {
+    const gate = await gateInserts(pg, 'moderation_actions', `new.user_id = ${targetId}`);
+    const ban = operator(app).post('/v1/admin/punishments/ban', { user_id: targetId });
+    await lockWaiters(pg, 1);
+    return { gate, ban };
+  }
+
+  /** A keyed member of a keyed chat. */
+  async function guestInChat() {
+    const { chatId } = await keyedChat(app);
+    const guest = await member(app);
+    expect((await join(guest, { chat_id: chatId })).ok).toBe(true);
+    return guest;
+  }
+
+  const liveSessions = (userId: number) =>
+    countRows(app, `select count(*) as n from sessions where user_id = ${userId} and ended_at is null`);
+  const stateOf = async (userId: number) => countRows(app, `select state as n from users where id = ${userId}`);
+
+  onPostgres('a ban and a logout of a keyed session: no deadlock, both answer 200', async () => {
+    const pg = sql as postgres.Sql;
+    const guest = await guestInChat();
+    const before = deadlockVictimRuns();
+    const { gate, ban } = await heldBan(pg, guest.user.id);
+    let answers: Awaited<typeof ban>[];
+    try {
+      const logout = guest.client.post('/v1/authentication/logout', {});
+      await lockWaiters(pg, 2);
+      await gate.open();
+      answers = await Promise.all([ban, logout]);
+    } finally {
+      await gate.close();
+    }
+    expect({
+      ban: answers[0]?.status,
+      logout: answers[1]?.status,
+      deadlocks: deadlockVictimRuns() - before,
+    }).toEqual({ ban: 200, logout: 200, deadlocks: 0 });
+    expect(await liveSessions(guest.user.id)).toBe(0);
+    expect(await countRows(app, `select count(*) as n from session_keys where user_id = ${guest.user.id}`)).toBe(0);
+    expect(await stateOf(guest.user.id)).toBe(2);
+  });
+
+  onPostgres('a ban and a first key registration: no deadlock; the ended session takes no key', async () => {
+    const pg = sql as postgres.Sql;
+    const { chatId } = await keyedChat(app);
+    const guest = await member(app);
+    expect((await join(guest, { chat_id: chatId })).ok).toBe(true);
+    // A second session of the guest, with no key yet.
+    const fresh = await login(app, { platformUserId: guest.platformUserId });
+    const freshId = await sessionIdOf(app, fresh.client);
+    const publicKey = publicKeyToBase64(generateKeyPair().publicKey);
+    const before = deadlockVictimRuns();
+    const { gate, ban } = await heldBan(pg, guest.user.id);
+    let answers: Awaited<typeof ban>[];
+    try {
+      const reg = fresh.client.post('/v1/portal/keys', { public_key: publicKey });
+      await lockWaiters(pg, 2);
+      await gate.open();
+      answers = await Promise.all([ban, reg]);
+    } finally {
+      await gate.close();
+    }
+    expect({
+      ban: answers[0]?.status,
+      registration: [answers[1]?.status, answers[1]?.body.code],
+      deadlocks: deadlockVictimRuns() - before,
+    }).toEqual({ ban: 200, registration: [401, 'ERR_UNAUTHENTICATED'], deadlocks: 0 });
+    expect(await countRows(app, `select count(*) as n from session_keys where session_id = ${freshId}`)).toBe(0);
+    expect(await liveSessions(guest.user.id)).toBe(0);
+    expect(await stateOf(guest.user.id)).toBe(2);
+  });
+
+  onPostgres('a ban and an account deletion: no deadlock, both answer 200, the account is gone', async () => {
+    const pg = sql as postgres.Sql;
+    const { chatId } = await keyedChat(app);
+    const guest = await member(app);
+    expect((await join(guest, { chat_id: chatId })).ok).toBe(true);
+    const before = deadlockVictimRuns();
+    // The test holds the chat's row: the ban queues on it first (chats, then the user's row), then
+    // the deletion. A deletion that took the user's row before the chats (as it did) would hold it
+    // while the ban, once the chat is free, waits for it: a deadlock.
+    const held = hold(pg, (tx) => tx`select id from chats where id = ${chatId} for update`);
+    await held.ready;
+    let answers: { status: number }[];
+    try {
+      const ban = operator(app).post('/v1/admin/punishments/ban', { user_id: guest.user.id });
+      await lockWaiters(pg, 1);
+      const deletion = operator(app).post(`/v1/admin/users/${guest.user.id}/delete`, {});
+      await lockWaiters(pg, 2);
+      await held.end();
+      answers = await Promise.all([ban, deletion]);
+    } finally {
+      await held.end();
+    }
+    expect({
+      ban: answers[0]?.status,
+      deletion: answers[1]?.status,
+      deadlocks: deadlockVictimRuns() - before,
+    }).toEqual({ ban: 200, deletion: 200, deadlocks: 0 });
+    expect(await countRows(app, `select count(*) as n from users where id = ${guest.user.id}`)).toBe(0);
+  });
+
+  onPostgres('a ban and a login that evicts a keyed session: no deadlock, both answer 200', async () => {
+    const pg = sql as postgres.Sql;
+    const guest = await guestInChat();
+    // The guest at the session cap: its oldest session (keyed, in the chat) goes at the next login.
+    for (let i = 1; i < Limits.MAX_SESSIONS_PER_USER; i++) await member(app, { platformUserId: guest.platformUserId });
+    const next = await loginUpToVerify(app, guest.platformUserId);
+    const before = deadlockVictimRuns();
+    // This time the login comes first: it holds the user's row (and, keeping to the order, the
+    // chats) at its session's insert while the ban starts.
+    const gate = await gateInserts(pg, 'sessions', `new.user_id = ${guest.user.id}`);
+    let answers: Awaited<ReturnType<typeof next.verify>>[];
+    try {
+      const verify = next.verify();
+      await lockWaiters(pg, 1);
+      const ban = operator(app).post('/v1/admin/punishments/ban', { user_id: guest.user.id });
+      await lockWaiters(pg, 2);
+      await gate.open();
+      answers = await Promise.all([verify, ban]);
+    } finally {
+      await gate.close();
+    }
+    expect({
+      login: answers[0]?.status,
+      ban: answers[1]?.status,
+      deadlocks: deadlockVictimRuns() - before,
+    }).toEqual({ login: 200, ban: 200, deadlocks: 0 });
+    const evicted = `select count(*) as n from sessions where id = ${guest.sessionId} and end_reason = 'evicted'`;
+    expect(await countRows(app, evicted)).toBe(1);
+    expect(await liveSessions(guest.user.id)).toBe(0);
+    expect(await stateOf(guest.user.id)).toBe(2);
   });
 });

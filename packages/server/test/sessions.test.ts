@@ -1,25 +1,32 @@
 import { Limits } from '@parlor/protocol';
 import { eq } from 'drizzle-orm';
+import postgres from 'postgres';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { FakeClock } from '../src/platform/clock.js';
+import { deadlockVictimRuns } from '../src/platform/db/after-commit.js';
 import { schema } from '../src/platform/db/index.js';
-import { describeApp, startApp, type TestApp } from './support/app.js';
+import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { join, keyedChat, type Member, member } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
 import { countRows } from './support/faults.js';
 import { createBot, login, nextIdentity, operator, setLevel } from './support/flows.js';
+import { gateInserts, lockWaiters, loginUpToVerify } from './support/pg-locks.js';
 import { closeAllSockets, connectSocket, disconnected } from './support/sockets.js';
 
 let app: TestApp;
 let bot: Client;
+/** PostgreSQL (cluster project): the tests' own connection, to hold rows as another node would. */
+let pg: postgres.Sql | undefined;
 const clock = new FakeClock(Date.now());
 
 beforeAll(async () => {
   app = await startApp({ clock });
   bot = (await createBot(app)).client;
+  if (app.config.databaseUrl) pg = postgres(app.config.databaseUrl, { max: 3, onnotice: () => {} });
 });
 afterAll(async () => {
   closeAllSockets();
+  await pg?.end({ timeout: 1 });
   await app?.close();
 });
 
@@ -424,5 +431,58 @@ describeApp('a user change while its socket handshake runs', () => {
     const socket = await connecting;
     await disconnected(socket);
     expect(socket.connected).toBe(false);
+  });
+});
+
+/**
+ * docs/api.md Moderation, lock order: the user's chat rows, then the user's row, then session
+ * rows. A login that evicts a keyed session raises the user's chats' epochs, and so does the
+ * logout of a keyed session: the login took the user's row before the chats and the logout its
+ * session row before both, so the two deadlocked (PostgreSQL's 1 s check, then one ran again).
+ * The test holds the login at its new session's insert (a trigger it gates), with what it has
+ * locked by then, while the logout starts. PGlite runs one transaction at a time.
+ */
+describeApp('a login that evicts a keyed session and a logout of the same user (PostgreSQL)', () => {
+  it.skipIf(MODE === 'embedded')('both answer 200 without a deadlock; the oldest session is evicted', async () => {
+    const db = pg as postgres.Sql;
+    const { owner: oldest, chatId } = await keyedChat(app);
+    const sessions = [oldest];
+    for (let i = 1; i < Limits.MAX_SESSIONS_PER_USER; i++)
+      sessions.push(await member(app, { platformUserId: oldest.platformUserId }));
+    const leaving = sessions[2] as Member;
+    const next = await loginUpToVerify(app, oldest.platformUserId);
+    const epochBefore = await countRows(app, `select epoch as n from chats where id = ${chatId}`);
+    const before = deadlockVictimRuns();
+    const gate = await gateInserts(db, 'sessions', `new.user_id = ${oldest.user.id}`);
+    let answers: Awaited<ReturnType<typeof next.verify>>[];
+    try {
+      const verify = next.verify();
+      await lockWaiters(db, 1);
+      const logout = leaving.client.post('/v1/authentication/logout', {});
+      await lockWaiters(db, 2);
+      await gate.open();
+      answers = await Promise.all([verify, logout]);
+    } finally {
+      await gate.close();
+    }
+    expect({
+      login: answers[0]?.status,
+      logout: answers[1]?.status,
+      deadlocks: deadlockVictimRuns() - before,
+    }).toEqual({ login: 200, logout: 200, deadlocks: 0 });
+    const ended = (id: number) =>
+      countRows(app, `select count(*) as n from sessions where id = ${id} and ended_at is not null`);
+    const keys = (id: number) => countRows(app, `select count(*) as n from session_keys where session_id = ${id}`);
+    expect({
+      evicted: await ended(oldest.sessionId),
+      loggedOut: await ended(leaving.sessionId),
+      keys: (await keys(oldest.sessionId)) + (await keys(leaving.sessionId)),
+      live: await countRows(
+        app,
+        `select count(*) as n from sessions where user_id = ${oldest.user.id} and ended_at is null`,
+      ),
+    }).toEqual({ evicted: 1, loggedOut: 1, keys: 0, live: Limits.MAX_SESSIONS_PER_USER - 1 });
+    // Both ends removed a key: the chat moved on twice.
+    expect(await countRows(app, `select epoch as n from chats where id = ${chatId}`)).toBe(epochBefore + 2);
   });
 });

@@ -1,4 +1,8 @@
 import type postgres from 'postgres';
+import { expect } from 'vitest';
+import type { TestApp } from './app.js';
+import { Client, nextIp } from './client.js';
+import { createBot } from './flows.js';
 
 /**
  * Race tests on PostgreSQL fix an interleaving with locks of their own: a transaction that holds
@@ -72,4 +76,57 @@ export async function racingUserRow<T>(sql: postgres.Sql, userId: number, work: 
   await lockWaiters(sql, 1);
   await holder.end();
   return answer;
+}
+
+let gates = 0;
+
+/**
+ * Stops the app's inserts into `table` of rows matching `when` (a condition on NEW) at a BEFORE
+ * trigger, on an advisory lock the test holds: the transaction that writes one waits there with
+ * every lock it took before (a ban holding the user's chats and row at its record's insert, a
+ * login holding the user's row at its session's). `open()` lets them go; `close()` (in a
+ * `finally`, once the racing requests have answered) opens it if need be and drops the trigger.
+ */
+export async function gateInserts(sql: postgres.Sql, table: string, when: string) {
+  const name = `test_gate_${table}_${++gates}`;
+  const key = 4_242_100 + gates;
+  await sql.unsafe(
+    `create or replace function ${name}() returns trigger language plpgsql as $$
+     begin perform pg_advisory_xact_lock(${key}); return new; end $$`,
+  );
+  await sql.unsafe(
+    `create trigger ${name} before insert on ${table} for each row when (${when}) execute function ${name}()`,
+  );
+  const gate = hold(sql, (tx) => tx`select pg_advisory_xact_lock(${key})`);
+  await gate.ready;
+  return {
+    open: () => gate.end(),
+    close: async () => {
+      await gate.end();
+      await sql.unsafe(`drop trigger if exists ${name} on ${table}`);
+      await sql.unsafe(`drop function if exists ${name}()`);
+    },
+  };
+}
+
+/**
+ * A login of an existing identity up to its code: `verify()` then runs the login's transaction
+ * alone (the step to race: it locks the user's row, opens the session and evicts the oldest).
+ */
+export async function loginUpToVerify(app: TestApp, platformUserId: string) {
+  const bot = (await createBot(app)).client;
+  const client = new Client(app.url, nextIp(), app.publicApiKey);
+  const req = await client.post('/v1/authentication/request', {
+    platform: 'platform_a',
+    platform_user_id: platformUserId,
+  });
+  expect(req.status).toBe(200);
+  const fetched = await bot.post('/v1/authentication/bot/login-code', {
+    platform: 'platform_a',
+    platform_user_id: platformUserId,
+    platform_username: `name${platformUserId}`,
+    platform_avatar_url: `https://cdn.example/${platformUserId}.png`,
+  });
+  expect(fetched.status).toBe(200);
+  return { client, verify: () => client.post('/v1/authentication/verify', { code: fetched.body.code }) };
 }

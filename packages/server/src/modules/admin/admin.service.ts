@@ -37,7 +37,7 @@ export interface AdminDeps {
   audit: AuditStore;
   bots: Pick<BotsService, 'releaseOwner'>;
   chats: Pick<ChatsService, 'createOfficial' | 'updateConfig' | 'remove' | 'leaveAllDirect' | 'announceLeft'>;
-  keys: Pick<KeysService, 'bumpEpochs' | 'announceRekey'>;
+  keys: Pick<KeysService, 'bumpEpochs' | 'announceRekey' | 'lockChatsOf'>;
   /** The chats a user is a member of, read inside the deletion's transaction. */
   chatIdsOf: (userId: number, tx: Tx) => Promise<number[]>;
   matchmaking: Pick<MatchmakingService, 'dequeue'>;
@@ -190,11 +190,15 @@ export function makeAdminService(deps: AdminDeps) {
      * Its active direct chats end first, as at a leave (archived, the peer told). Then, as a ban
      * does: sockets drop on every node, chats hear the keys are gone, and the user leaves the
      * match queue. The level rule is decided on the caller's and the target's rows as read under
-     * their locks, taken first (before any chat row: see docs/api.md for that order).
+     * their locks, taken after the target's chat rows (the lock order of docs/api.md Moderation).
      */
     async deleteUser(actor: Actor, actorLevel: ActorLevel, targetId: number): Promise<void> {
       if (actor.kind === 'user' && actor.id === targetId) throw selfError('delete');
       const done = await db.transaction(async (tx) => {
+        // Lock order (docs/api.md Moderation): the target's chat rows first (their epochs rise
+        // below), in id order, as a ban of the target and the target's own key changes and
+        // logouts take them, then the users rows.
+        await deps.keys.lockChatsOf(targetId, tx);
         // The caller's level as read under its row lock decides, not the one the request began
         // with: an Admin demoted while this ran deletes nobody (lockCallerAndTarget).
         const { level, target } = await lockCallerAndTarget(tx, actor, actorLevel, targetId);

@@ -128,6 +128,9 @@ export function makeAuthService(deps: AuthDeps) {
       const found = await users.byIdentity(rec.platform, rec.platformUserId, tx);
       if (!found && rec.pool === 'bot') throw appError('ERR_PLATFORM_IDENTITY_NOT_FOUND');
       const { user, created: newAccount } = found ? { user: found, created: false } : await createAccount(rec, tx);
+      // Lock order (docs/api.md Moderation): a login that will evict a keyed session takes the
+      // user's chats before the user's row, as a ban does (a new account has no session to evict).
+      if (!newAccount) await sessions.lockForLogin(user.id, tx);
       // Everything below is decided on the locked row: a ban, a timeout or another login may have
       // been written since the code was made or the row above was read.
       const locked = await users.byIdForUpdate(user.id, tx);

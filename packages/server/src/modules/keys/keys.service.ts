@@ -1,7 +1,7 @@
 import { createPrivateKey, createPublicKey, diffieHellman } from 'node:crypto';
 import { type KeyRing, Limits, type ShareKeysBody } from '@parlor/protocol';
 import type { Clock } from '../../platform/clock.js';
-import { afterCommit } from '../../platform/db/after-commit.js';
+import { afterCommit, RunAgain } from '../../platform/db/after-commit.js';
 import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
@@ -93,6 +93,22 @@ export function makeKeysService({ db, store, clock, realtime, membership }: Keys
         });
       }
       const result = await db.transaction(async (tx) => {
+        // Lock order (docs/api.md Moderation): the user's chats (only for a replacement: their
+        // epochs rise), the user's row (KeysStore.lockUser: a join of this user at the same time
+        // comes wholly before or after), then the session's row, all before the key is written;
+        // a ban, an evicting login or a logout takes them in the same order. Whether the key is
+        // replaced is read first without a lock to know whether the chats come first.
+        const seen = await store.keyOf(sessionId, tx);
+        if (seen === publicKey) {
+          // The identical key again (a client registering once more): nothing is written, so only
+          // the session's row is locked, to answer for a live session only.
+          if (!(await store.lockLiveSession(sessionId, clock.now(), tx))) throw appError('ERR_UNAUTHENTICATED');
+          if ((await store.keyOf(sessionId, tx)) === publicKey) return null;
+          throw new RunAgain('the session key changed meanwhile');
+        }
+        const replacing = seen !== null;
+        if (replacing) await store.lockChatsOf(userId, tx);
+        await store.lockUser(userId, tx);
         // Two registrations at once for one session (two tabs share its cookie) would both read
         // no key and neither raise the epochs; in turn, the second reads the first's key. A session
         // that ended while this waited (a logout in another tab, a ban, its expiry) removed its keys
@@ -100,11 +116,10 @@ export function makeKeysService({ db, store, clock, realtime, membership }: Keys
         if (!(await store.lockLiveSession(sessionId, clock.now(), tx))) throw appError('ERR_UNAUTHENTICATED');
         const old = await store.keyOf(sessionId, tx);
         if (old === publicKey) return null;
-        // Lock order: the session's row, the user's chats (only when their epochs rise), then the
-        // user's row (KeysStore.lockUser: a join of this user at the same time comes wholly before
-        // or after), all before the key is written.
-        if (old !== null) await store.lockChatsOf(userId, tx);
-        await store.lockUser(userId, tx);
+        // A first key was registered between the read above and the locks (the other tab): this
+        // is a replacement after all, and the chats' locks come before the user's. The next run
+        // reads that key and takes them first.
+        if (old !== null && !replacing) throw new RunAgain('the session was keyed meanwhile');
         try {
           await store.upsertKey(sessionId, userId, publicKey, clock.now(), tx);
         } catch (e) {
@@ -129,6 +144,9 @@ export function makeKeysService({ db, store, clock, realtime, membership }: Keys
       return 'registered';
     },
 
+    /** lockChatsOfUser, for a path outside this module that raises the user's chats' epochs (ahead of the user's row). */
+    lockChatsOf: (userId: number, tx: Tx) => store.lockChatsOf(userId, tx),
+
     /**
      * Removes the keys of ended sessions inside the transaction that ends them, and raises the
      * epoch of the user's active chats there too (archived ones are read-only and keep theirs):
@@ -141,11 +159,13 @@ export function makeKeysService({ db, store, clock, realtime, membership }: Keys
     async removeSessionsIn(tx: Tx, userId: number, sessionIds: number[], wholeUser = false): Promise<void> {
       const removed = await store.deleteKeys(sessionIds, tx);
       if (removed.length === 0 && !wholeUser) return;
-      // Lock order: the ended sessions' rows (the caller's), the user's chats (when their epochs
-      // rise), then the user's row before the chats are read (KeysStore.lockUser: a join of this
-      // user at the same time comes wholly before or after). A ban holds both already; the
-      // eviction at a login holds the user's row first (a deadlock there is run again).
-      if (removed.length > 0) await store.lockChatsOf(userId, tx);
+      // Lock order: the user's chats (when their epochs rise), the user's row, then the sessions'
+      // rows. The caller took the first two before it ended the sessions (a ban itself, the
+      // others through keys.store lockAheadOfSessionsEnd), so here they are held already. A key
+      // registered after that read none was not foreseen: taking the chats now, behind the session rows,
+      // could deadlock with a ban or a key replacement, so the transaction runs again and its
+      // next run reads that key and locks the chats first.
+      if (removed.length > 0 && !store.holdsChatsOf(userId, tx)) throw new RunAgain('an ended session was keyed');
       await store.lockUser(userId, tx);
       const chatIds = await membership.chatIdsOf(userId, tx);
       const bumped = removed.length > 0 ? await store.bumpEpochs(chatIds, clock.now(), tx) : [];

@@ -10,11 +10,16 @@ export interface RingEntry {
   publicKey: string;
 }
 
+/** Per open transaction (its drizzle handle): the users whose chats it has locked (lockChatsOfUser). */
+const chatsLockedIn = new WeakMap<object, Set<number>>();
+
 /**
  * Locks the rows of the chats a user is a member of, in id order, as a write of their epoch does
- * (FOR NO KEY UPDATE). What raises the epochs of a user's chats (a key change, a session end, a
- * ban) takes them before the user's row, in the order of the chat paths (a kick, a chat ban, a new
- * member's join: the chat row, then the user's), so it never holds the user's row while it waits
+ * (FOR NO KEY UPDATE). The lock order (docs/api.md Moderation): the user's chat rows, then the
+ * user's row, then the user's session rows. What raises the epochs of a user's chats (a key
+ * replacement, the end of a keyed session: a logout, a destroy, an expiry, a login's eviction; a
+ * ban) takes them first, in the order of the chat paths (a kick, a chat ban, a new member's join:
+ * the chat row, then the user's), so it never holds the user's row or a session's while it waits
  * for a chat's; and two of them sharing chats take them in one order.
  */
 export async function lockChatsOfUser(userId: number, tx: Tx): Promise<void> {
@@ -28,6 +33,36 @@ export async function lockChatsOfUser(userId: number, tx: Tx): Promise<void> {
     .where(and(inArray(chats.id, memberOf), isNull(chats.deletedAt)))
     .orderBy(chats.id)
     .for('no key update', { of: chats });
+  const users = chatsLockedIn.get(tx) ?? new Set<number>();
+  users.add(userId);
+  chatsLockedIn.set(tx, users);
+}
+
+/** Whether `tx` has taken lockChatsOfUser for this user already (it holds those rows until it ends). */
+export function holdsChatsOf(userId: number, tx: Tx): boolean {
+  return chatsLockedIn.get(tx)?.has(userId) ?? false;
+}
+
+/**
+ * Takes, ahead of the session rows, the locks that ending these sessions of the user will need
+ * (KeysService.removeSessionsIn): when one of them has a key, the user's chat rows in id order
+ * (their epochs rise: lockChatsOfUser), then the user's row (FOR UPDATE, as KeysStore.lockUser).
+ * Sessions without a key need neither: their end writes their own rows only. A logout, a destroy,
+ * an expiry and a login's eviction run it before they write a session row (sessions.store), so
+ * they lock in the order of a ban and of a key replacement (docs/api.md Moderation). Whether a
+ * session has a key is read without a lock: a key written after it is caught where the keys are
+ * removed (the transaction runs again).
+ */
+export async function lockAheadOfSessionsEnd(userId: number, sessionIds: number[], tx: Tx): Promise<void> {
+  if (sessionIds.length === 0) return;
+  const [keyed] = await tx
+    .select({ id: sessionKeys.sessionId })
+    .from(sessionKeys)
+    .where(anyOf(sessionKeys.sessionId, sessionIds))
+    .limit(1);
+  if (!keyed) return;
+  await lockChatsOfUser(userId, tx);
+  await tx.select({ id: users.id }).from(users).where(eq(users.id, userId)).for('update');
 }
 
 export function makeKeysStore(db: Db) {
@@ -48,9 +83,11 @@ export function makeKeysStore(db: Db) {
     },
     /** lockChatsOfUser: before the user's row, when the user's chats' epochs will rise. */
     lockChatsOf: (userId: number, tx: Tx) => lockChatsOfUser(userId, tx),
+    holdsChatsOf: (userId: number, tx: Tx) => holdsChatsOf(userId, tx),
     /**
-     * Locks the user's row FOR UPDATE until the transaction ends, before the user's chats are read
-     * for a key change: a join that makes the user a new member holds that row FOR KEY SHARE
+     * Locks the user's row FOR UPDATE until the transaction ends, after the user's chats (when they
+     * are locked) and before the user's session rows, and before the user's chats are read for a
+     * key change: a join that makes the user a new member holds that row FOR KEY SHARE
      * (chats.store lockUser) until it commits, and reads the key ring it announces after. So the
      * two are ordered: either the join waits and its ring has the change, or the change reads the
      * new membership and reaches the chat (its portal:key_added, portal:key_removed, new epoch).

@@ -160,10 +160,10 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
         // rows first, in id order, then the user's (punish): the order of a kick, a chat ban, a
         // mute or warning in a chat and a join, which hold the chat row when they lock the user's.
         // Taken the other way round, a kick and a ban of one member at once would deadlock each
-        // time, and wait for PostgreSQL's deadlock check (1 s) before one of them runs again. A
-        // logout or key change of the banned user at that moment takes its session row before the
-        // chats, the other way round from here: PostgreSQL aborts one of the two, and the tracked
-        // database runs it again (platform/db/after-commit.ts).
+        // time, and wait for PostgreSQL's deadlock check (1 s) before one of them runs again. The
+        // banned user's own writes at that moment (a key registration, a logout, destroy or expiry,
+        // a login that evicts) and an account deletion keep to the same order: chats, user, then
+        // sessions (docs/api.md).
         await store.lockChatsOf(targetId, tx);
         const done = await punish(tx, {
           actor,

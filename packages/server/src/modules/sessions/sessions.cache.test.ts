@@ -48,6 +48,8 @@ function setup(opts: { ttlMs?: number } = {}) {
         return s && s.endedAt === null ? { session: { ...s }, user: { ...user } } : undefined;
       });
     },
+    /** No keys here: nothing to lock ahead of the session rows (keys.store lockAheadOfSessionsEnd). */
+    async lockAheadOfEnding() {},
     async endExpired(userId: number, ids: number[], at: Date) {
       calls.ended.push([userId, ids]);
       const gone = [session, other].filter((x) => ids.includes(x.id) && x.endedAt === null && x.expiresAt <= at);

@@ -74,6 +74,12 @@ export function makeSessionsService({ db, store, clock, geo, cache }: SessionsDe
     for (const l of listeners) l({ userId, sessionIds, reason });
   };
   /**
+   * Inside the transaction that will end these sessions, before it writes any session row: the
+   * locks that come ahead of session rows in the lock order (docs/api.md Moderation), those the
+   * `onEnding` hooks need when a key goes (the user's chats, then the user's row).
+   */
+  const lockAhead = (userId: number, sessionIds: number[], tx: Tx) => store.lockAheadOfEnding(userId, sessionIds, tx);
+  /**
    * Inside the transaction that ended the sessions: the `onEnding` hooks run in it, and the
    * `onEnded` listeners are queued for its commit, ahead of what the hooks queue (the sockets drop
    * before the chats hear of the rekey). All of it is done before the transaction's promise
@@ -89,7 +95,8 @@ export function makeSessionsService({ db, store, clock, geo, cache }: SessionsDe
    * Ends the sessions among `due` that expired and that nothing ended yet, through the same path
    * as a logout: one transaction per user (its key rows go and its chats move to a new epoch with
    * the end; its sockets drop on every node once that commits). Sessions another node is ending
-   * are skipped, so every node may run this on the same sessions at once. Answers the ids ended.
+   * are skipped (or, when one has a key, waited for: lockAhead), so every node may run this on the
+   * same sessions at once. Answers the ids ended.
    */
   const endExpired = async (due: { id: number; userId: number }[]): Promise<number[]> => {
     const byUser = new Map<number, number[]>();
@@ -97,6 +104,9 @@ export function makeSessionsService({ db, store, clock, geo, cache }: SessionsDe
     const done: number[] = [];
     for (const [userId, ids] of byUser) {
       await db.transaction(async (tx) => {
+        // The locks ahead of the session rows first: a node that is ending the same sessions
+        // holds them, and this one waits for it, then finds them ended (skipped below).
+        await lockAhead(userId, ids, tx);
         const gone = await store.endExpired(userId, ids, clock.now(), tx);
         await finishEnding(userId, gone, 'expired', tx);
         done.push(...gone);
@@ -120,7 +130,23 @@ export function makeSessionsService({ db, store, clock, geo, cache }: SessionsDe
     },
 
     /**
-     * Opens a session inside the caller's transaction, after the caller locked the user row.
+     * Inside a login's transaction, before it locks the user's row: when the new session will
+     * evict the user's oldest live sessions (create, MAX_SESSIONS_PER_USER), the locks that their
+     * end takes ahead of the user's row (the user's chats, when an evicted session has a key).
+     * A login that evicts nothing, or only sessions without a key, locks nothing here: logins are
+     * frequent, and locking every chat of the user would hold up its chats' sends.
+     * The sessions are read without a lock; should another login change which ones go before the
+     * user's row is locked, the keys' check where they are removed makes the transaction run again.
+     */
+    async lockForLogin(userId: number, tx: Tx): Promise<void> {
+      const live = await store.activeOf(userId, clock.now(), tx);
+      const overflow = live.slice(Limits.MAX_SESSIONS_PER_USER - 1).map((s) => s.id);
+      await lockAhead(userId, overflow, tx);
+    },
+
+    /**
+     * Opens a session inside the caller's transaction, after the caller locked the user row (and,
+     * before that, lockForLogin when the user exists already).
      * Evicts the oldest live sessions beyond MAX_SESSIONS_PER_USER, their keys with them (in the
      * same transaction; their sockets drop once it commits). Returns the raw token once.
      */
@@ -240,6 +266,7 @@ export function makeSessionsService({ db, store, clock, geo, cache }: SessionsDe
         const target = (await store.activeOf(userId, now, tx)).find((s) => s.tokenSuffix === suffix);
         if (!target) throw appError('ERR_SESSION_NOT_FOUND');
         if (target.id === currentId) throw appError('ERR_CANNOT_DESTROY_CURRENT_SESSION');
+        await lockAhead(userId, [target.id], tx);
         const done = await store.end([target.id], 'destroyed', now, tx);
         await finishEnding(userId, done, 'destroyed', tx);
         return done.length === 1;
@@ -248,6 +275,12 @@ export function makeSessionsService({ db, store, clock, geo, cache }: SessionsDe
 
     async destroyOthers(userId: number, currentId: number): Promise<number> {
       return db.transaction(async (tx) => {
+        const others = (await store.activeOf(userId, clock.now(), tx)).filter((s) => s.id !== currentId);
+        await lockAhead(
+          userId,
+          others.map((s) => s.id),
+          tx,
+        );
         const done = await store.endAllOf(userId, currentId, 'destroyed', clock.now(), tx);
         await finishEnding(userId, done, 'destroyed', tx);
         return done.length;
@@ -256,6 +289,7 @@ export function makeSessionsService({ db, store, clock, geo, cache }: SessionsDe
 
     async logout(userId: number, sessionId: number): Promise<void> {
       await db.transaction(async (tx) => {
+        await lockAhead(userId, [sessionId], tx);
         const done = await store.end([sessionId], 'logout', clock.now(), tx);
         await finishEnding(userId, done, 'logout', tx);
       });

@@ -17,6 +17,7 @@ import {
 } from 'drizzle-orm';
 import { anyOf, type Db, deleteBatch, rowsOf } from '../../platform/db/index.js';
 import { sessions, users } from '../../platform/db/schema.js';
+import { lockAheadOfSessionsEnd } from '../keys/keys.store.js';
 import { noUsersChanged, type UsersChanged } from '../users/users.changes.js';
 import type { Tx } from '../users/users.store.js';
 
@@ -121,6 +122,11 @@ export function makeSessionsStore(db: Db, onChanged: UsersChanged = noUsersChang
         .where(and(eq(sessions.userId, userId), eq(sessions.clientIp, ip), ne(sessions.id, exceptId)));
       return (row?.n ?? 0) > 0;
     },
+    /**
+     * Before a transaction writes these sessions' rows to end them: the locks that come ahead of
+     * session rows (keys.store lockAheadOfSessionsEnd: the user's chats and row, when one has a key).
+     */
+    lockAheadOfEnding: (userId: number, sessionIds: number[], tx: Tx) => lockAheadOfSessionsEnd(userId, sessionIds, tx),
     /** Ends the given sessions if still live; returns the ids actually ended. */
     async end(ids: number[], reason: string, now: Date, tx: Tx = db): Promise<number[]> {
       if (ids.length === 0) return [];

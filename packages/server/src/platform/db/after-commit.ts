@@ -11,6 +11,24 @@ const DEADLOCK = '40P01';
 /** Runs of a transaction that PostgreSQL keeps choosing as a deadlock's victim, the first included. */
 const DEADLOCK_ATTEMPTS = 3;
 
+/**
+ * Thrown inside a tracked transaction that finds it needs a lock ahead of those it holds already
+ * (the lock order of docs/api.md Moderation): a row it read unlocked to decide what to lock first
+ * changed before it locked the rest (a key registered meanwhile). It rolls back and runs again, as
+ * a deadlock's victim does, and the next run reads the change and takes that lock first.
+ */
+export class RunAgain extends Error {
+  constructor(why: string) {
+    super(`run the transaction again: ${why}`);
+    this.name = 'RunAgain';
+  }
+}
+
+/** Runs of tracked transactions that PostgreSQL aborted as a deadlock's victim, in this process (tests read it). */
+let deadlockVictims = 0;
+/** How many runs of tracked transactions were deadlock victims so far in this process (a test's before and after). */
+export const deadlockVictimRuns = (): number => deadlockVictims;
+
 /** True when a statement failed as a deadlock's victim, whichever driver raised it (and wrapped it). */
 export function isDeadlock(e: unknown): boolean {
   let cur: unknown = e;
@@ -26,12 +44,14 @@ export function isDeadlock(e: unknown): boolean {
  * transaction has committed, before its promise resolves (so before the caller answers). A
  * transaction that rolls back drops its queue. Other methods are the database's own.
  *
- * A transaction PostgreSQL aborts as a deadlock's victim is run again (up to DEADLOCK_ATTEMPTS
- * runs, after a short random pause; then 503 ERR_SERVICE_UNAVAILABLE): nothing of it was written,
- * and the other side has gone on.
- * The modules take their row locks in one order where they can (chat rows before the users row,
- * docs/api.md Moderation), but some paths cannot know every row first (an account deletion, a
- * logout racing a ban), and the victim would otherwise answer 500 for a request that is valid.
+ * A transaction PostgreSQL aborts as a deadlock's victim, or one that throws RunAgain, is run again
+ * (up to DEADLOCK_ATTEMPTS runs, after a short random pause; then 503 ERR_SERVICE_UNAVAILABLE):
+ * nothing of it was written, and the other side has gone on.
+ * The modules take their row locks in one order (the user's chat rows in id order, then the users
+ * row, then session rows: docs/api.md Moderation), deciding what to lock first on an unlocked read
+ * (RunAgain when it was wrong); what cannot keep to it (an admin action on a user racing a block
+ * between the two users, which locks the blocker's row first) would otherwise answer 500 for a
+ * request that is valid.
  * Callbacks write to the database only (what else they do goes through `afterCommit`), so a
  * second run does what the first would have done.
  */
@@ -56,7 +76,8 @@ export function trackCommits(db: Db): Db {
       try {
         return await run(fn, config);
       } catch (err) {
-        if (!isDeadlock(err)) throw err;
+        if (isDeadlock(err)) deadlockVictims++;
+        else if (!(err instanceof RunAgain)) throw err;
         // The victim every time: a transient collision, not a fault (the client sends it again).
         if (attempt >= DEADLOCK_ATTEMPTS)
           throw appError(
