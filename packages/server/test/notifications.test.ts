@@ -10,7 +10,7 @@ import { auditLog, notifications, users } from '../src/platform/db/schema.js';
 import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { Client, nextIp } from './support/client.js';
 import { createBot, type LoggedIn, login, operator, setLevel } from './support/flows.js';
-import { racingUserRow } from './support/pg-locks.js';
+import { hold, lockWaitersOr, racingUserRow } from './support/pg-locks.js';
 import { closeAllSockets, connectSocket } from './support/sockets.js';
 
 let app: TestApp;
@@ -237,6 +237,8 @@ describeApp('POST /v1/admin/notifications (targeted)', () => {
       '[x](data:text/html,hi)',
       '[x](/relative)',
       '[x](https://a.example',
+      // A `](` inside an accepted target is checked too (it used to be skipped with the target).
+      '[a](https://ok.example/[b](javascript:alert%281%29)',
     ]) {
       const res = await op.post('/v1/admin/notifications', { title: 't', body: text, type: 'info', user_id: user.id });
       expectError(res, 400, 'ERR_VALIDATION');
@@ -466,8 +468,8 @@ describeApp('POST /v1/admin/notifications (broadcast) and deletion', () => {
       db,
       store: {
         ...store,
-        deleteBroadcastBatch: async (broadcastId: string, keepId: number, limit: number) => {
-          const n = await store.deleteBroadcastBatch(broadcastId, keepId, limit);
+        deleteBroadcastBatch: async (broadcastId: string, keepIds: readonly number[], limit: number) => {
+          const n = await store.deleteBroadcastBatch(broadcastId, keepIds, limit);
           batches.push(n);
           return n;
         },
@@ -506,6 +508,107 @@ describeApp('POST /v1/admin/notifications (broadcast) and deletion', () => {
     expectError(await plain.client.post(`/v1/admin/notifications/${id}/delete`), 403, 'ERR_FORBIDDEN');
     expect((await op.post(`/v1/admin/notifications/${id}/delete`)).status).toBe(200);
   });
+});
+
+/** A broadcast from the operator, after `fresh` new logins; answers it and its copies, lowest id first. */
+async function broadcastWithCopies(fresh: number) {
+  const logins: LoggedIn[] = [];
+  for (let i = 0; i < fresh; i++) logins.push(await login(app, { bot }));
+  const sent = await op.post('/v1/admin/notifications', { title: 'Oops', body: 'Wrong text', type: 'danger' });
+  expect(sent.status, JSON.stringify(sent.body)).toBe(200);
+  const broadcastId: string = sent.body.broadcast_id;
+  const copies = await copiesOf(broadcastId);
+  expect(copies).toHaveLength(sent.body.recipients);
+  return { logins, broadcastId, recipients: sent.body.recipients as number, copies };
+}
+
+const copiesOf = async (broadcastId: string) =>
+  app.database.db
+    .select()
+    .from(notifications)
+    .where(eq(notifications.broadcastId, broadcastId))
+    .orderBy(notifications.id);
+
+const deleteAuditsOf = async (broadcastId: string) =>
+  app.database.db
+    .select()
+    .from(auditLog)
+    .where(
+      and(eq(auditLog.code, AuditCodes.NOTIFICATION_DELETE), sql`${auditLog.data}->>'broadcast_id' = ${broadcastId}`),
+    );
+
+/**
+ * Starts `requests` while the copy `heldId` has an update its recipient has not committed yet
+ * (read-all on another node); lets it commit once `waiters` requests wait for a lock (or all have
+ * answered, which they must not before it commits), and answers their answers. PostgreSQL only.
+ */
+async function whileCopyHeld<T>(heldId: number, waiters: number, requests: () => Promise<T>[]): Promise<T[]> {
+  if (!pg) throw new Error('PostgreSQL only');
+  const reader = hold(pg, (tx) => tx`update notifications set read_at = now() where id = ${heldId}`);
+  await reader.ready;
+  const answers = Promise.all(requests());
+  await lockWaitersOr(pg, waiters, answers);
+  await reader.end();
+  return answers;
+}
+
+// The deletion's batches used to skip copies held by another transaction (FOR UPDATE SKIP LOCKED,
+// meant for sweeps) and answer 200 with those copies left; two deletions at once both answered
+// 200 with an audit entry each. PGlite runs one transaction at a time, so nothing interleaves there.
+describeApp('POST /v1/admin/notifications/{id}/delete of a broadcast racing (PostgreSQL)', () => {
+  it.skipIf(MODE !== 'cluster')(
+    'waits for a copy its recipient is marking read, and answers 200 only once every copy is gone',
+    async () => {
+      const { logins, broadcastId, recipients, copies } = await broadcastWithCopies(2);
+      const [a, b] = logins as [LoggedIn, LoggedIn];
+      const copyOfA = copies.find((c) => c.userId === a.user.id);
+      const copyOfB = copies.find((c) => c.userId === b.user.id);
+      if (!copyOfA || !copyOfB) throw new Error('no copies');
+      const [res] = await whileCopyHeld(copyOfB.id, 1, () => [op.post(`/v1/admin/notifications/${copyOfA.id}/delete`)]);
+      expect(res?.status, JSON.stringify(res?.body)).toBe(200);
+      expect(res?.body).toEqual({ deleted: recipients, broadcast_id: broadcastId });
+      expect(await copiesOf(broadcastId)).toEqual([]);
+      const listed = (await b.client.get('/v1/notifications')).body.notifications.map((n: { id: number }) => n.id);
+      expect(listed).not.toContain(copyOfB.id);
+      expect(await deleteAuditsOf(broadcastId)).toEqual([
+        expect.objectContaining({ action: 'delete-broadcast', data: expect.objectContaining({ deleted: recipients }) }),
+      ]);
+    },
+  );
+
+  for (const [name, pick] of [
+    ['the same copy', (ids: number[]) => [ids[1], ids[1]]],
+    ['two different copies', (ids: number[]) => [ids[1], ids[2]]],
+  ] as const) {
+    it.skipIf(MODE !== 'cluster')(
+      `resolves two deletions through ${name} at once to one 200 with one audit entry, and one 404`,
+      async () => {
+        const { broadcastId, recipients, copies } = await broadcastWithCopies(4);
+        const ids = copies.map((c) => c.id);
+        const named = pick(ids);
+        const held = ids[ids.length - 1];
+        if (held === undefined || named.some((id) => id === undefined || id === held))
+          throw new Error('too few copies');
+        // Both deletions have counted the copies and wait (one for the held copy, the other for
+        // the first one's batch) when the held copy is released: they run on at the same time.
+        const answers = await whileCopyHeld(held, 2, () =>
+          named.map((id) => op.post(`/v1/admin/notifications/${id}/delete`)),
+        );
+        const ok = answers.filter((r) => r.status === 200);
+        const gone = answers.filter((r) => r.status !== 200);
+        expect(ok.map((r) => r.body)).toEqual([{ deleted: recipients, broadcast_id: broadcastId }]);
+        expect(gone).toHaveLength(1);
+        expectError(gone[0] as { status: number; body: any }, 404, 'ERR_NOTIFICATION_NOT_FOUND');
+        expect(await copiesOf(broadcastId)).toEqual([]);
+        expect(await deleteAuditsOf(broadcastId)).toEqual([
+          expect.objectContaining({
+            action: 'delete-broadcast',
+            data: expect.objectContaining({ deleted: recipients }),
+          }),
+        ]);
+      },
+    );
+  }
 });
 
 describeApp('automated notifications reach the socket', () => {

@@ -30,6 +30,21 @@ describe('richTextProblem (admin-written bodies)', () => {
     expect(richTextProblem(body)).toMatch(/http/);
   });
 
+  it.each([
+    ['a link hidden after a "](" inside a good target', '[a](https://ok.example/[b](javascript:alert%281%29)'],
+    ['a "(" in a target', '[x](https://en.wikipedia.example/wiki/A_(b))'],
+    ['a "[" in a target', '[x](https://a.example/[y)'],
+    ['a "]" in a target', '[x](https://a.example/y])'],
+  ])('refuses %s: brackets and "(" in a target must be percent-encoded', (_name, body) => {
+    expect(richTextProblem(body)).toBe('link targets must not contain "[", "]" or "(" (write %5B, %5D, %28)');
+  });
+
+  it('accepts brackets and parentheses percent-encoded in a target', () => {
+    expect(
+      richTextProblem('[x](https://en.wikipedia.example/wiki/A_%28b%29) [y](https://a.example/%5Bz%5D)'),
+    ).toBeNull();
+  });
+
   it('refuses a link that is never closed', () => {
     expect(richTextProblem('[x](https://a.example')).toBe('has a link without its closing ")"');
   });
@@ -40,6 +55,13 @@ describe('linkTargets', () => {
     expect(linkTargets('[a](https://1.example) \\](x) [b](https://2.example)')).toEqual([
       'https://1.example',
       'https://2.example',
+    ]);
+  });
+
+  it('checks a "](" inside the target of another: the scan goes on after each "](", not after its target', () => {
+    expect(linkTargets('[a](https://ok.example/[b](javascript:alert%281%29)')).toEqual([
+      'https://ok.example/[b](javascript:alert%281%29',
+      'javascript:alert%281%29',
     ]);
   });
 

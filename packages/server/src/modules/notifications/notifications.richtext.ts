@@ -2,7 +2,8 @@
  * The rich text of notification bodies (spec 2.7: "bold and links"), a deliberately tiny subset:
  *
  *   **text**          bold
- *   [label](url)      a link; url is an absolute http:// or https:// URL without spaces, "\" or ")"
+ *   [label](url)      a link; url is an absolute http:// or https:// URL without spaces, "\",
+ *                     "[", "]", "(" or ")" (percent-encode those: %5B %5D %28 %29)
  *   \c                the character c itself (escapes * _ [ ] ( ) ` < > and \)
  *
  * Everything else is literal text: clients never interpret HTML. Automated bodies put values in
@@ -15,6 +16,9 @@ export function richTextProblem(body: string): string | null {
   for (const target of linkTargets(body)) {
     if (target === null) return 'has a link without its closing ")"';
     if (!isWebUrl(target)) return 'links must be absolute http:// or https:// URLs';
+    // A bracket or "(" in a target could start a link of its own for a renderer that nests links
+    // or balances parentheses; refused, the first ")" ends a link for every reader alike.
+    if (/[[\]()]/.test(target)) return 'link targets must not contain "[", "]" or "(" (write %5B, %5D, %28)';
   }
   return null;
 }
@@ -40,7 +44,9 @@ export function linkTargets(text: string): (string | null)[] {
       break;
     }
     targets.push(text.slice(start, end));
-    i = end;
+    // Go on right after this `](`, not after its target: a `](` inside the target
+    // (`[a](https://ok.example/[b](javascript:…)`) is one more place a link could start.
+    i = start - 1;
   }
   return targets;
 }

@@ -10,7 +10,6 @@ import {
 } from '@parlor/protocol';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
-import { drain } from '../../platform/drain.js';
 import { appError } from '../../platform/errors.js';
 import { type ActorLevel, canActOn } from '../admin/admin.rules.js';
 import type { Actor, AuditStore } from '../audit/audit.store.js';
@@ -146,6 +145,57 @@ export function makeNotificationsService(deps: NotificationsDeps) {
     assertMayTarget(actorLevel, target);
   };
 
+  /**
+   * Deletes every copy of a broadcast, `row` being the copy named (803).
+   *
+   * All copies but the kept ones go first, `broadcastDeleteBatch` a statement, each committed on its
+   * own so that neither a statement nor a transaction grows with the user base. The batches wait
+   * for copies other transactions hold (a recipient marking its copy read): a copy is never
+   * skipped, and the loop ends only once no copy but the kept ones is left.
+   *
+   * Kept to the end, then deleted with the audit entry in one transaction: the named copy (so a
+   * deletion cut short by an error or a crash is finished by asking again with the same id) and
+   * the broadcast's lowest copy, its anchor, which every deletion of the broadcast keeps whichever
+   * copy it names. That transaction decides between concurrent deletions of one broadcast: each
+   * deletes every copy the other keeps but the anchor before it gets there, so only the first to
+   * commit finds a kept copy left and answers 200 with the one audit entry; the other finds none
+   * and answers 404, as for a broadcast already gone.
+   */
+  const removeBroadcast = async (
+    actor: Actor,
+    row: NotificationRow,
+    broadcastId: string,
+  ): Promise<AdminNotificationDeleted> => {
+    const extent = await store.broadcastExtent(broadcastId);
+    if (!extent) throw appError('ERR_NOTIFICATION_NOT_FOUND');
+    const keep = extent.anchorId === row.id ? [row.id] : [extent.anchorId, row.id];
+    const batch = deps.broadcastDeleteBatch ?? BROADCAST_DELETE_BATCH;
+    for (;;) {
+      const n = await store.deleteBroadcastBatch(broadcastId, keep, batch);
+      // A short batch proves nothing when another deletion took some of its picks meanwhile: ask.
+      if (n < batch && !(await store.otherBroadcastCopy(broadcastId, keep))) break;
+    }
+    // `deleted` is how many copies the broadcast had when this deletion began: all of them are
+    // gone when it answers, whichever of two concurrent deletions removed each.
+    const deleted = extent.copies;
+    await db.transaction(async (tx) => {
+      if ((await store.deleteBroadcastCopies(broadcastId, keep, tx)) === 0) {
+        throw appError('ERR_NOTIFICATION_NOT_FOUND');
+      }
+      await audit.record(
+        {
+          actor,
+          code: AuditCodes.NOTIFICATION_DELETE,
+          action: 'delete-broadcast',
+          targetUserId: null,
+          data: { notification_id: row.id, broadcast_id: broadcastId, deleted, title: row.title },
+        },
+        tx,
+      );
+    });
+    return { deleted, broadcast_id: broadcastId };
+  };
+
   return {
     /** Writes an automated notification inside the caller's transaction; `publish` it after commit. */
     async automated(userId: number, kind: AutomatedKind, vars: Record<string, string>, tx?: Tx) {
@@ -237,44 +287,33 @@ export function makeNotificationsService(deps: NotificationsDeps) {
 
     /**
      * POST /v1/admin/notifications/{id}/delete (803). A targeted notification is deleted alone; a
-     * copy of a broadcast deletes the whole broadcast (every recipient's copy). A broadcast's other
-     * copies go first, `broadcastDeleteBatch` a statement; then the copy `id` goes with the audit
-     * entry in one transaction. Until then the broadcast can be found by `id`, so a deletion cut
-     * short (a failed statement, a crash) is finished by asking again.
+     * copy of a broadcast deletes the whole broadcast (every recipient's copy, removeBroadcast).
      */
     async remove(actor: Actor, actorLevel: ActorLevel, id: number): Promise<AdminNotificationDeleted> {
       const row = await store.byId(id);
       if (!row) throw appError('ERR_NOTIFICATION_NOT_FOUND');
-      if (row.broadcastId === null) assertMayTarget(actorLevel, await users.byId(row.userId));
-      const broadcastId = row.broadcastId;
-      const batch = deps.broadcastDeleteBatch ?? BROADCAST_DELETE_BATCH;
-      // Every batch until one comes back short: the request, not a later sweep, removes them all.
-      const others = broadcastId
-        ? await drain(batch, Number.POSITIVE_INFINITY, () => store.deleteBroadcastBatch(broadcastId, id, batch))
-        : 0;
-      const deleted = await db.transaction(async (tx) => {
-        if (broadcastId === null) {
-          // Decided again under the recipient's row lock; a recipient deleted meanwhile took the
-          // notification with it.
-          const owner = await store.lockRecipient(row.userId, tx);
-          if (!owner) throw appError('ERR_NOTIFICATION_NOT_FOUND');
-          assertMayTarget(actorLevel, owner);
-        }
-        const n = (await store.deleteById(id, tx)) + others;
-        if (n === 0) throw appError('ERR_NOTIFICATION_NOT_FOUND');
+      if (row.broadcastId !== null) return removeBroadcast(actor, row, row.broadcastId);
+      assertMayTarget(actorLevel, await users.byId(row.userId));
+      await db.transaction(async (tx) => {
+        // Decided again under the recipient's row lock; a recipient deleted meanwhile took the
+        // notification with it.
+        const owner = await store.lockRecipient(row.userId, tx);
+        if (!owner) throw appError('ERR_NOTIFICATION_NOT_FOUND');
+        assertMayTarget(actorLevel, owner);
+        // A concurrent delete of the same notification waits here for the row and then finds none.
+        if ((await store.deleteById(id, tx)) === 0) throw appError('ERR_NOTIFICATION_NOT_FOUND');
         await audit.record(
           {
             actor,
             code: AuditCodes.NOTIFICATION_DELETE,
-            action: broadcastId ? 'delete-broadcast' : 'delete',
-            targetUserId: broadcastId ? null : row.userId,
-            data: { notification_id: id, broadcast_id: broadcastId, deleted: n, title: row.title },
+            action: 'delete',
+            targetUserId: row.userId,
+            data: { notification_id: id, broadcast_id: null, deleted: 1, title: row.title },
           },
           tx,
         );
-        return n;
       });
-      return { deleted, broadcast_id: broadcastId };
+      return { deleted: 1, broadcast_id: null };
     },
   };
 }

@@ -1,4 +1,4 @@
-import { and, count, desc, eq, isNull, lt, ne, type SQL, sql } from 'drizzle-orm';
+import { and, count, desc, eq, inArray, isNull, lt, min, notInArray, type SQL, sql } from 'drizzle-orm';
 import { anyOf, type Db, deleteBatch } from '../../platform/db/index.js';
 import { notifications, users } from '../../platform/db/schema.js';
 import type { Tx } from '../users/users.store.js';
@@ -145,13 +145,66 @@ export function makeNotificationsStore(db: Db) {
     },
 
     /**
-     * Deletes up to `limit` copies of a broadcast, all but the copy `keepId` (read through
+     * The lowest copy id of a broadcast (the copy every deletion of it keeps to the end, see
+     * notifications.service removeBroadcast) and how many copies it has; undefined when none is left.
+     */
+    async broadcastExtent(broadcastId: string): Promise<{ anchorId: number; copies: number } | undefined> {
+      const [row] = await db
+        .select({ anchorId: min(notifications.id), copies: count() })
+        .from(notifications)
+        .where(eq(notifications.broadcastId, broadcastId));
+      if (!row || row.anchorId === null) return undefined;
+      return { anchorId: row.anchorId, copies: row.copies };
+    },
+
+    /**
+     * Deletes up to `limit` copies of a broadcast, all but the copies `keepIds` (read through
      * notifications_broadcast_idx); answers how many. One bounded statement: a broadcast has a copy
      * per registered user, so deleting them all at once would grow with the user base.
+     *
+     * Unlike platform/db deleteBatch (a sweep's batch), it waits for copies another transaction
+     * holds (a recipient marking its copy read) instead of skipping them: the admin's request
+     * answers 200 only once every copy is gone. The picked copies are locked in id order, so two
+     * deletions of one broadcast at once lock in the same order and cannot deadlock; a copy that
+     * the other one deleted meanwhile is left out, so a short batch does not prove that none is
+     * left (otherBroadcastCopy does).
      */
-    async deleteBroadcastBatch(broadcastId: string, keepId: number, limit: number): Promise<number> {
-      const where = and(eq(notifications.broadcastId, broadcastId), ne(notifications.id, keepId)) as SQL;
-      return deleteBatch(db, notifications, notifications.id, where, limit);
+    async deleteBroadcastBatch(broadcastId: string, keepIds: readonly number[], limit: number): Promise<number> {
+      const picked = db
+        .select({ id: notifications.id })
+        .from(notifications)
+        .where(and(eq(notifications.broadcastId, broadcastId), notInArray(notifications.id, [...keepIds])))
+        .limit(limit);
+      const locked = db
+        .select({ id: notifications.id })
+        .from(notifications)
+        .where(inArray(notifications.id, picked))
+        .orderBy(notifications.id)
+        .for('update');
+      const rows = await db
+        .delete(notifications)
+        .where(inArray(notifications.id, locked))
+        .returning({ id: notifications.id });
+      return rows.length;
+    },
+
+    /** Whether a broadcast still has a copy other than `keepIds` (one an open transaction is deleting counts). */
+    async otherBroadcastCopy(broadcastId: string, keepIds: readonly number[]): Promise<boolean> {
+      const [row] = await db
+        .select({ id: notifications.id })
+        .from(notifications)
+        .where(and(eq(notifications.broadcastId, broadcastId), notInArray(notifications.id, [...keepIds])))
+        .limit(1);
+      return row !== undefined;
+    },
+
+    /** Deletes the given copies of a broadcast; answers how many were still there. */
+    async deleteBroadcastCopies(broadcastId: string, ids: readonly number[], tx: Tx = db): Promise<number> {
+      const rows = await tx
+        .delete(notifications)
+        .where(and(eq(notifications.broadcastId, broadcastId), anyOf(notifications.id, ids)))
+        .returning({ id: notifications.id });
+      return rows.length;
     },
   };
 }
