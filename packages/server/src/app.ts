@@ -26,8 +26,9 @@ import { trackCommits } from './platform/db/after-commit.js';
 import { type Database, openDatabase } from './platform/db/index.js';
 import { installErrorHandler, logFailure, toErrorBody } from './platform/errors.js';
 import type { GeoLookup } from './platform/geo.js';
+import { HOST_HEADER_OPTIONS, installHostCheck, routeHostlessToApp } from './platform/host-header.js';
 import { createLogger, RequestLogController } from './platform/logging.js';
-import { installMethodNotAllowed } from './platform/method-not-allowed.js';
+import { installMethodNotAllowed, ROUTER_OPTIONS } from './platform/method-not-allowed.js';
 import { embeddedLocation, openStore, storeLocation } from './platform/open-stores.js';
 import type { Realtime } from './platform/realtime.js';
 import type { Retention } from './platform/retention.js';
@@ -46,14 +47,6 @@ export { ConfigError, loadConfig } from './platform/config.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const VERSION = (JSON.parse(readFileSync(path.join(here, '../package.json'), 'utf8')) as { version: string }).version;
-
-/**
- * The longest path parameter the router takes (find-my-way's `maxParamLength`, 100 by default,
- * refused before any hook ran: a 400 before the 401 of a caller without credentials). Node's
- * 16 KiB limit on the request line and headers bounds a path already; each parameter's schema
- * (its maxLength, its integer range) decides what is valid, after authentication.
- */
-const MAX_PARAM_LENGTH = 16 * 1024;
 
 export interface AppOptions {
   config: Readonly<Config>;
@@ -129,9 +122,13 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
     logController: new RequestLogController(),
     trustProxy: trustProxyOption(config.trustProxy),
     bodyLimit: Limits.BODY_LIMIT_BYTES,
-    routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
+    // Shared with the 404/405 router (method-not-allowed.ts): parameters up to 16 KiB.
+    routerOptions: ROUTER_OPTIONS,
     // Close lets requests in flight finish; later ones get the API's 503 (connections.ts).
     ...connectionOptions,
+    // Node's own 400 to an HTTP/1.1 request without Host has no body and no security headers: the
+    // app makes that check itself (installHostCheck below, host-header.ts).
+    ...HOST_HEADER_OPTIONS,
     // Failures before routing (a malformed %-escape) run no hook: they get the error body and the
     // security headers here.
     frameworkErrors: (err, request, reply) => {
@@ -153,6 +150,9 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
     reply.headers(securityHeaders(req.url));
     done();
   });
+  // Right after the security headers: a request without Host gets its 400 with them, and nothing
+  // later (drain, 404/405, routes, the Origin check) sees it.
+  installHostCheck(app);
   installDrain(app);
   // After the hooks above (its 404/405 carry their headers), before the body is read.
   installMethodNotAllowed(app);
@@ -201,6 +201,9 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
   });
   const { realtime, matchmaking, chats, moderation, vm, vmProvider, subscriptionSweep, auth, retention, sessions } =
     services;
+  // Engine.IO has taken `/socket.io/…` requests off the server by now: one without Host still goes
+  // to the app's check above, not to Engine.IO (host-header.ts).
+  routeHostlessToApp(app.server, (req, res) => app.routing(req, res));
 
   const guards = makeGuards({
     config,

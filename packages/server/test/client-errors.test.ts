@@ -62,6 +62,56 @@ describeApp('requests the router refuses before a hook or a route sees them', ()
   });
 });
 
+describeApp('an HTTP/1.1 request without a Host header', () => {
+  const hostless = (method: string, target: string) =>
+    exchange(`${method} ${target} HTTP/1.1\r\nConnection: close\r\n\r\n`);
+
+  it('answers 400 ERR_VALIDATION naming headers/host in the API error body, with the API security headers', async () => {
+    const res = await hostless('GET', '/v1/users/me');
+    expect(res.status).toBe('HTTP/1.1 400 Bad Request');
+    expect(res.body).toEqual({
+      code: 'ERR_VALIDATION',
+      message: 'The request is not valid.',
+      errors: [{ path: 'headers/host', message: 'is required' }],
+    });
+    expect(res.head).toMatch(/\r\nx-content-type-options: nosniff\r\n/i);
+    expect(res.head).toMatch(/\r\ncontent-security-policy: default-src 'none'; frame-ancestors 'none'\r\n/i);
+  });
+
+  it('answers it so on every path: before a 404 or 405, on pages and on Engine.IO’s path', async () => {
+    for (const [method, target] of [
+      ['GET', '/v1/no-such-path'],
+      ['DELETE', '/v1/health'],
+      ['POST', '/v1/authentication/logout'],
+      ['GET', '/'],
+      ['GET', '/socket.io/?EIO=4&transport=polling'],
+    ] as const) {
+      const res = await hostless(method, target);
+      expect({ status: res.status, body: res.body }, `${method} ${target}`).toEqual({
+        status: 'HTTP/1.1 400 Bad Request',
+        body: expect.objectContaining({
+          code: 'ERR_VALIDATION',
+          errors: [{ path: 'headers/host', message: 'is required' }],
+        }),
+      });
+      expect(res.head, `${method} ${target}`).toMatch(/\r\nx-content-type-options: nosniff\r\n/i);
+    }
+    // With a Host header, Engine.IO still answers its own path (a polling handshake).
+    const port = Number(new URL(app.url).port);
+    const handshake = await rawExchange(
+      port,
+      'GET /socket.io/?EIO=4&transport=polling HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n',
+    );
+    expect(handshake.split('\r\n')[0]).toBe('HTTP/1.1 200 OK');
+    expect(handshake).toContain('"sid":');
+  });
+
+  it('serves an HTTP/1.0 request without Host, which may omit it', async () => {
+    const res = await exchange('GET /v1/health HTTP/1.0\r\n\r\n');
+    expect(res.status).toBe('HTTP/1.1 200 OK');
+  });
+});
+
 describeApp('the docs page’s static files', () => {
   it('answers an unknown file 404 ERR_NOT_FOUND without an Allow header, to GET and HEAD', async () => {
     const client = new Client(app.url);

@@ -3,6 +3,22 @@ import FindMyWay, { type HTTPMethod } from 'find-my-way';
 import { appError } from './errors.js';
 
 /**
+ * The longest path parameter the router takes (find-my-way's `maxParamLength`, 100 by default,
+ * refused before any hook ran: a 400 before the 401 of a caller without credentials). Node's
+ * 16 KiB limit on the request line and headers bounds a path already; each parameter's schema
+ * (its maxLength, its integer range) decides what is valid, after authentication.
+ */
+export const MAX_PARAM_LENGTH = 16 * 1024;
+
+/**
+ * How a path is matched, for the app's router (app.ts, Fastify's `routerOptions`) and for the
+ * second router below alike: a path the app's router takes must be one the second router finds.
+ * When the second router kept find-my-way's default `maxParamLength` (100), a wrong method on a
+ * path with a longer parameter answered 404 instead of 405.
+ */
+export const ROUTER_OPTIONS = Object.freeze({ ignoreTrailingSlash: false, maxParamLength: MAX_PARAM_LENGTH });
+
+/**
  * Fastify answers 404 for a known path with the wrong method. This keeps a second router of every
  * registered path so that a request no route takes answers 405 with an Allow header instead.
  *
@@ -12,7 +28,8 @@ import { appError } from './errors.js';
  * before any route.
  */
 export function installMethodNotAllowed(app: FastifyInstance): void {
-  const router = FindMyWay({ ignoreTrailingSlash: false });
+  // The app's router options, so both routers take the same paths (ROUTER_OPTIONS).
+  const router = FindMyWay({ ...ROUTER_OPTIONS });
   const methods = new Set<HTTPMethod>();
   app.addHook('onRoute', (route) => {
     const list = (Array.isArray(route.method) ? route.method : [route.method]) as HTTPMethod[];
