@@ -5,7 +5,7 @@ import { STRANGER_GRACE_MS } from '../src/modules/auth/auth.service.js';
 import { FakeClock } from '../src/platform/clock.js';
 import { chatMembers, sessions, users } from '../src/platform/db/schema.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
-import { member } from './support/chat-flows.js';
+import { keyedChat, member } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
 import { closeAllSockets, connectSocket } from './support/sockets.js';
 
@@ -137,5 +137,98 @@ describeApp('a search when a session ends', () => {
     expect((await who.client.post('/v1/authentication/logout', {})).status).toBe(200);
     expect((await app.services.matchmaking.status(who.user.id)).state).toBe('searching');
     await app.services.matchmaking.dequeue(who.user.id);
+  });
+});
+
+/** A matched direct chat of two users, made as matchmaking makes it. */
+async function directChat(userIds: number[]): Promise<number> {
+  const made = await app.services.chats.createDirect(userIds, ['strangers']);
+  if ('refused' in made) throw new Error(`direct chat refused: ${JSON.stringify(made.refused)}`);
+  return made.chat.id;
+}
+
+describeApp('a stranger naming a chat outside its reach (docs/api.md, Strangers)', () => {
+  /** An id that names no chat (ids are serial from 1). */
+  const missing = 2_000_000_000;
+
+  it("answers 401 ERR_UNAUTHENTICATED alike on every chat route it may use, whether the id names no chat, another's chat or is no id at all", async () => {
+    const s = await stranger();
+    s.client.apiKey = null;
+    const peer = await member(app);
+    const own = await directChat([s.id, peer.user.id]);
+    const others = await directChat([(await member(app)).user.id, (await member(app)).user.id]);
+    const pub = await keyedChat(app);
+    const envelopes = [{ session_id: 1, wrapped: 'A'.repeat(40) }];
+    const routes = (id: number | string): [string, string, unknown][] => [
+      ['GET', `/v1/portal/chats/${id}`, undefined],
+      ['GET', `/v1/portal/chats/${id}/messages`, undefined],
+      ['GET', `/v1/portal/chats/${id}/keys`, undefined],
+      ['POST', `/v1/portal/chats/${id}/messages`, { content: '{"v":2,"epoch":1,"ct":"AAAA"}' }],
+      ['POST', `/v1/portal/chats/${id}/messages/delete`, { ids: ['1-1'] }],
+      ['POST', `/v1/portal/chats/${id}/messages/delete-mine`, {}],
+      ['POST', `/v1/portal/chats/${id}/keys/share`, { epoch: 1, envelopes }],
+      // Credentials before validation: a body its schema refuses is told 401 all the same.
+      ['POST', `/v1/portal/chats/${id}/keys/share`, { epoch: 'one' }],
+      ['POST', `/v1/portal/chats/${id}/messages/delete`, {}],
+    ];
+    // An id of no chat answered 404 where an existing chat answers 401: that told a stranger which
+    // ids exist. A path parameter that is no id (text, 0, past INT32_MAX) names none of its chats either.
+    for (const id of [missing, pub.chatId, others, 'abc', 0, 99_999_999_999]) {
+      for (const [method, path, body] of routes(id)) {
+        const res = await s.client.request(method, path, body === undefined ? {} : { body });
+        expect([res.status, res.body.code], `${method} ${path}`).toEqual([401, 'ERR_UNAUTHENTICATED']);
+      }
+    }
+    // Nor is a body read before: malformed JSON, a body past the route's limit, one that is no JSON.
+    for (const [path, raw, contentType] of [
+      [`/v1/portal/chats/${pub.chatId}/keys/share`, '{"epoch":', undefined],
+      [`/v1/portal/chats/${missing}/messages/delete`, `{"ids":["${'1'.repeat(200_000)}"]}`, undefined],
+      [`/v1/portal/chats/${others}/messages/delete-mine`, 'x', 'text/plain'],
+    ] as const) {
+      const res = await s.client.request('POST', path, { raw, contentType });
+      expect([res.status, res.body.code], path).toEqual([401, 'ERR_UNAUTHENTICATED']);
+    }
+    // Its own direct chat it reads (and a body its schema refuses there is a 400, not a 401).
+    for (const [method, path] of routes(own).slice(0, 3)) {
+      expect((await s.client.request(method, path)).status, `${method} ${path}`).toBe(200);
+    }
+    const invalid = await s.client.post(`/v1/portal/chats/${own}/keys/share`, { epoch: 'one' });
+    expect([invalid.status, invalid.body.code]).toEqual([400, 'ERR_VALIDATION']);
+    // A registered user is still told that a chat does not exist.
+    const absent = await peer.client.get(`/v1/portal/chats/${missing}`);
+    expect([absent.status, absent.body.code]).toEqual([404, 'ERR_CHAT_NOT_FOUND']);
+  });
+
+  it('answers room:join and room:leave ERR_STRANGER_NOT_ALLOWED alike, whatever the payload names, but for its own direct chats', async () => {
+    const s = await stranger();
+    const socket = await connectSocket(app.url, s.client);
+    const peer = await member(app);
+    const own = await directChat([s.id, peer.user.id]);
+    const others = await directChat([(await member(app)).user.id, (await member(app)).user.id]);
+    const pub = await keyedChat(app);
+    const invite = (await pub.owner.client.post(`/v1/portal/chats/${pub.chatId}/invites/create`, {})).body.invite.code;
+    expect(invite).toEqual(expect.any(String));
+    const ack = (event: 'room:join' | 'room:leave', payload: object) =>
+      socket.emitWithAck(event, payload as never) as Promise<{ ok: boolean; code?: string }>;
+    for (const payload of [
+      { chat_id: missing },
+      { chat_id: pub.chatId },
+      { chat_id: others },
+      { invite },
+      { invite: 'noSuchInvite1' },
+      { vanity: 'no-such-vanity' },
+      { token: 'noSuchMatchToken' },
+    ]) {
+      const res = await ack('room:join', payload);
+      expect([res.ok, res.code], JSON.stringify(payload)).toEqual([false, 'ERR_STRANGER_NOT_ALLOWED']);
+    }
+    for (const chatId of [missing, pub.chatId, others]) {
+      const res = await ack('room:leave', { chat_id: chatId });
+      expect([res.ok, res.code], String(chatId)).toEqual([false, 'ERR_STRANGER_NOT_ALLOWED']);
+    }
+    // Its own direct chat: joined; left only through match/leave, as anyone's.
+    expect((await ack('room:join', { chat_id: own })).ok).toBe(true);
+    const leave = await ack('room:leave', { chat_id: own });
+    expect([leave.ok, leave.code]).toEqual([false, 'ERR_FORBIDDEN']);
   });
 });

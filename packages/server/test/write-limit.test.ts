@@ -4,7 +4,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { chatMembers } from '../src/platform/db/schema.js';
 import { describeApp, type Nodes, startNodes, type TestApp } from './support/app.js';
 import { join, keyedChat, member } from './support/chat-flows.js';
-import type { Client } from './support/client.js';
+import { Client, nextIp } from './support/client.js';
 import { createBot, type LoggedIn, login, operator } from './support/flows.js';
 import { closeAllSockets } from './support/sockets.js';
 
@@ -94,6 +94,36 @@ describeApp('the per-user write limit', () => {
     expect((await who.client.post(`/v1/users/me/sessions/${suffix}/destroy`, {})).status).toBe(200);
     expect((await who.client.post('/v1/users/me/sessions/destroy', {})).status).toBe(200);
     expect((await who.client.post('/v1/authentication/logout', {})).status).toBe(200);
+  });
+
+  it("does not count a stranger's request refused 401 for naming a chat outside its reach, body valid or not", async () => {
+    const { chatId } = await keyedChat(a);
+    const s = new Client(a.url, nextIp(), a.publicApiKey);
+    expect((await s.post('/v1/portal/stranger', {})).status).toBe(200);
+    s.apiKey = null;
+    const clients = [s, s.on(b)];
+    const envelopes = [{ session_id: 1, wrapped: 'A'.repeat(40) }];
+    // Writes to a public chat and to an id of no chat, some with a body their schema refuses: each
+    // is told 401 before the write limit (and before validation), so none spends a write.
+    const refused: [string, unknown][] = [
+      [`/v1/portal/chats/${chatId}/keys/share`, { epoch: 1, envelopes }],
+      [`/v1/portal/chats/${chatId}/messages/delete`, { ids: ['1-1'] }],
+      [`/v1/portal/chats/${chatId}/messages/delete-mine`, {}],
+      ['/v1/portal/chats/2147483000/keys/share', { epoch: 1, envelopes }],
+      [`/v1/portal/chats/${chatId}/keys/share`, { epoch: 'one', envelopes: 'none' }],
+      [`/v1/portal/chats/${chatId}/messages/delete`, { ids: 'all' }],
+    ];
+    for (let i = 0; i <= Limits.WRITES_PER_USER; i += 1) {
+      const [path, body] = refused[i % refused.length] as [string, unknown];
+      const res = await (clients[i % 2] as Client).post(path, body);
+      expect([res.status, res.body.code], `${path} #${i + 1}`).toEqual([401, 'ERR_UNAUTHENTICATED']);
+    }
+    // The whole allowance is left: a stranger's counted write (a dequeue) is accepted that many times.
+    for (let i = 0; i < Limits.WRITES_PER_USER; i += 1) {
+      const res = await (clients[i % 2] as Client).post('/v1/portal/match/dequeue', {});
+      expect(res.status, `dequeue ${i + 1}`).toBe(200);
+    }
+    expect((await s.post('/v1/portal/match/dequeue', {})).status).toBe(429);
   });
 
   it('does not count the operator token', async () => {

@@ -63,7 +63,9 @@ export function makeEnterLimit(state: Pick<StateStore, 'limiter'>): UserLimit {
 /**
  * Every request that changes something (POST, PUT: not GET or HEAD) made with a session spends a
  * write before its handler runs. The hook runs after authentication and validation, so a refused
- * credential or a malformed body spends nothing; the operator token and bots (limited per key)
+ * credential or a malformed body spends nothing; a stranger naming a chat outside its reach is a
+ * refused credential too, told 401 by its route's onRequest hook (chats.service
+ * `assertStrangerReach`), so it comes before this. The operator token and bots (limited per key)
  * are not counted, nor routes marked `ownWriteLimit`.
  * A refused request does nothing.
  */

@@ -76,6 +76,27 @@ export function makeChatMembership(deps: MembershipDeps) {
   };
 
   /**
+   * What a stranger's room:join names, if it is within its reach: one of its own direct chats, by
+   * id or match token (a stranger is made a member when it is matched, and joins nothing else).
+   * Anything else (an id or token of no chat, another's direct chat, a public or private chat, any
+   * invite or vanity, which open only those) answers ERR_STRANGER_NOT_ALLOWED alike, decided
+   * before anything tells whether it names a chat: a stranger cannot probe which ids, invites or
+   * vanities exist (docs/api.md, Strangers), as its HTTP routes answer 401 alike.
+   */
+  const strangerTarget = async (
+    userId: number,
+    payload: RoomJoinPayload,
+  ): Promise<{ chatId: number; method: JoinMethod; invite: null }> => {
+    let named: number | undefined;
+    if ('chat_id' in payload) named = payload.chat_id;
+    else if ('token' in payload) named = (await store.byToken(payload.token))?.id;
+    const chat = named === undefined ? undefined : await store.byId(named);
+    if (chat?.type === 'direct' && (await store.isMember(chat.id, userId)))
+      return { chatId: chat.id, method: 'direct', invite: null };
+    throw appError('ERR_STRANGER_NOT_ALLOWED');
+  };
+
+  /**
    * Ends a membership with its history entry, system message and rekey; announces after commit.
    * Answers whether there was a membership to end (a ban of a non-member persists only its system
    * message).
@@ -146,7 +167,7 @@ export function makeChatMembership(deps: MembershipDeps) {
     async join(data: SocketData, payload: RoomJoinPayload, enter: (chatId: number, fresh: boolean) => unknown) {
       await deps.enters.spend(data.userId);
       const viewer: Viewer = { userId: data.userId, permissionLevel: data.permissionLevel };
-      const target = await resolveJoin(payload);
+      const target = data.stranger ? await strangerTarget(data.userId, payload) : await resolveJoin(payload);
       const chat = await mustGet(target.chatId);
       // Refused early without a write or a lock; for a new member the checks that count are made
       // again on the row read under the chat's lock.
@@ -230,8 +251,19 @@ export function makeChatMembership(deps: MembershipDeps) {
       return { chat: toChat({ ...current, archivedAt }), epoch: current.epoch, key_ring: ring };
     },
 
-    /** room:leave: ends the membership; the chat moves to a new epoch without this user. */
-    async leave(userId: number, chatId: number): Promise<void> {
+    /**
+     * room:leave: ends the membership; the chat moves to a new epoch without this user. A stranger
+     * (`stranger` set) is a member of direct chats only, which this never leaves: it is told so of
+     * its own (ERR_FORBIDDEN, as anyone is) and ERR_STRANGER_NOT_ALLOWED of any other id, whether
+     * it names a chat or not (see `strangerTarget`), and spends no write on either refusal.
+     */
+    async leave(userId: number, chatId: number, stranger = false): Promise<void> {
+      if (stranger) {
+        const chat = await store.byId(chatId);
+        if (chat?.type === 'direct' && (await store.isMember(chat.id, userId)))
+          throw appError('ERR_FORBIDDEN', 'Leave a direct chat with POST /v1/portal/match/leave.');
+        throw appError('ERR_STRANGER_NOT_ALLOWED');
+      }
       await deps.writes.spend(userId);
       const chat = await mustGet(chatId);
       if (chat.type === 'direct')

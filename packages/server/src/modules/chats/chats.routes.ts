@@ -15,6 +15,7 @@ import {
   RoomLeavePayload,
 } from '@parlor/protocol';
 import { Type } from '@sinclair/typebox';
+import type { FastifyRequest } from 'fastify';
 import { type Guards, viewerOf } from '../../platform/auth.js';
 import { type AppSocket, emitSnapshot, type Realtime, rooms } from '../../platform/realtime.js';
 import { type App, errorResponses, security } from '../../platform/routing.js';
@@ -25,6 +26,12 @@ const base = '/v1/portal/chats';
 
 export function registerChatsRoutes(app: App, { chats, guards }: { chats: ChatsService; guards: Guards }) {
   const auth = { security: security.session };
+  /**
+   * After `guards.anySession`: a stranger naming a chat outside its reach is told 401 here, before
+   * validation, whether the chat exists or not (chats.service `assertStrangerReach`).
+   */
+  const strangerReach = (req: FastifyRequest) =>
+    chats.assertStrangerReach(viewerOf(req), (req.params as { chat_id?: unknown }).chat_id);
 
   app.post(`${base}/create`, {
     schema: { tags, ...auth, body: CreateChatBody, response: { 200: ChatEnvelope, ...errorResponses } },
@@ -45,7 +52,7 @@ export function registerChatsRoutes(app: App, { chats, guards }: { chats: ChatsS
 
   app.get(`${base}/:chat_id`, {
     schema: { tags, ...auth, params: ChatIdParams, response: { 200: ChatEnvelope, ...errorResponses } },
-    onRequest: guards.anySession,
+    onRequest: [guards.anySession, strangerReach],
     handler: async (req) => ({ chat: await chats.get(viewerOf(req), req.params.chat_id) }),
   });
 
@@ -161,7 +168,7 @@ export function registerChatSockets(realtime: Realtime, chats: ChatsService, log
   });
 
   realtime.on('room:leave', RoomLeavePayload, async (socket, payload: { chat_id: number }) => {
-    await chats.leave(socket.data.userId, payload.chat_id);
+    await chats.leave(socket.data.userId, payload.chat_id, socket.data.stranger);
     return {};
   });
 

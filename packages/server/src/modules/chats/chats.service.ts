@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import type { Chat } from '@parlor/protocol';
+import { type Chat, INT32_MAX } from '@parlor/protocol';
 import { sql } from 'drizzle-orm';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
@@ -57,14 +57,26 @@ export function makeChatsService(deps: ChatsDeps) {
   };
 
   /**
-   * A stranger session reads only its own direct chats (docs/api.md, Strangers): any other chat
-   * answers 401, as every route outside a stranger's reach does.
+   * The chat a stranger session names, if it is within its reach: one of its own direct chats
+   * (docs/api.md, Strangers). Anything else answers 401, decided before anything tells whether
+   * the id names a chat at all: a 404 for an id that names none, beside the 401 of one that does,
+   * would let a stranger list which chat ids exist. `chatId` may be a path parameter not yet
+   * validated (a route's onRequest hook, `assertStrangerReach`): anything but an id in range
+   * names no chat of its own, so it answers the same 401 (credentials before validation).
    */
-  const assertStrangerReach = async (viewer: Viewer, chat: ChatWithCount) => {
-    if (!viewer.stranger) return;
-    if (chat.type === 'direct' && (await store.isMember(chat.id, viewer.userId))) return;
+  const strangerChat = async (userId: number, chatId: unknown): Promise<ChatWithCount> => {
+    const id = typeof chatId === 'number' || typeof chatId === 'string' ? Number(chatId) : Number.NaN;
+    const chat = Number.isInteger(id) && id >= 1 && id <= INT32_MAX ? await store.byId(id) : undefined;
+    if (chat?.type === 'direct' && (await store.isMember(chat.id, userId))) return current(chat);
     throw appError('ERR_UNAUTHENTICATED', 'An anonymous session reads only its own direct chats.');
   };
+
+  /**
+   * The chat as `viewer` may name it: for a stranger, one of its own direct chats (else 401, never
+   * 404: `strangerChat`); for anyone else, any live chat (else 404 ERR_CHAT_NOT_FOUND).
+   */
+  const reachable = (viewer: Viewer, chatId: number): Promise<ChatWithCount> =>
+    viewer.stranger ? strangerChat(viewer.userId, chatId) : mustGet(chatId);
 
   const assertManager = (viewer: Viewer, chat: ChatWithCount) => {
     if (!canManage(viewer, chat.ownerUserId)) throw appError('ERR_FORBIDDEN');
@@ -187,8 +199,7 @@ export function makeChatsService(deps: ChatsDeps) {
     },
 
     async get(viewer: Viewer, chatId: number): Promise<Chat> {
-      const chat = await mustGet(chatId);
-      await assertStrangerReach(viewer, chat);
+      const chat = await reachable(viewer, chatId);
       await assertCanSee(viewer, chat);
       return toChat(chat);
     },
@@ -300,8 +311,7 @@ export function makeChatsService(deps: ChatsDeps) {
      * outside its own direct chats gets 401.
      */
     async assertReader(viewer: Viewer, chatId: number): Promise<ChatWithCount> {
-      const chat = await mustGet(chatId);
-      await assertStrangerReach(viewer, chat);
+      const chat = await reachable(viewer, chatId);
       if (viewer.permissionLevel >= 2) return chat;
       // Moderators look after public and official chats without joining them.
       if (viewer.permissionLevel >= 1 && (chat.type === 'public' || chat.type === 'official')) return chat;
@@ -317,11 +327,28 @@ export function makeChatsService(deps: ChatsDeps) {
     /** A member of the chat now, or one whose membership ended at or after `since` (moderation's reach). */
     memberSince: (chatId: number, userId: number, since: Date) => store.memberSince(chatId, userId, since),
 
-    /** A member of the chat now; a stranger (`stranger` set) outside its own direct chats gets 401. */
+    /**
+     * A member of the chat now; a stranger (`stranger` set) outside its own direct chats gets 401,
+     * whether the chat exists or not (`strangerChat`).
+     */
     async assertMember(userId: number, chatId: number, stranger = false): Promise<void> {
-      const chat = await mustGet(chatId);
-      if (stranger) await assertStrangerReach({ userId, permissionLevel: 0, stranger }, chat);
+      if (stranger) {
+        await strangerChat(userId, chatId);
+        return;
+      }
+      await mustGet(chatId);
       if (!(await store.isMember(chatId, userId))) throw appError('ERR_NOT_CHAT_MEMBER');
+    },
+
+    /**
+     * For a route's onRequest hook, after its session guard: a stranger's request naming a chat
+     * outside its reach answers 401 there, before its body is read or validated and before the
+     * write limit (platform/write-limit.ts, a preHandler) spends anything: docs/api.md, General,
+     * "A request refused by its credentials or by validation spends nothing". `chatId` is the
+     * path parameter as it arrived (text). Registered viewers pass; their routes decide.
+     */
+    async assertStrangerReach(viewer: Viewer, chatId: unknown): Promise<void> {
+      if (viewer.stranger) await strangerChat(viewer.userId, chatId);
     },
   };
 }

@@ -7,6 +7,7 @@ import {
   ShareKeysBody,
   ShareKeysResponse,
 } from '@parlor/protocol';
+import type { FastifyRequest } from 'fastify';
 import { type Guards, viewerOf } from '../../platform/auth.js';
 import { type App, errorResponses, security } from '../../platform/routing.js';
 import type { ChatsService } from '../chats/chats.service.js';
@@ -16,6 +17,14 @@ const tags = ['keys'];
 
 export function registerKeysRoutes(app: App, deps: { keys: KeysService; chats: ChatsService; guards: Guards }) {
   const { keys, chats, guards } = deps;
+  /**
+   * After `guards.anySession` (onRequest): a stranger reads and shares keys only in its own direct
+   * chats (docs/api.md, Strangers); naming any other chat is told 401 here, whether the chat exists
+   * or not, before the body is read or validated (a share's 400 and 413 come after it) and before
+   * the write limit's preHandler spends anything (chats.service `assertStrangerReach`).
+   */
+  const strangerReach = (req: FastifyRequest) =>
+    chats.assertStrangerReach(viewerOf(req), (req.params as { chat_id?: unknown }).chat_id);
 
   app.post('/v1/portal/keys', {
     schema: {
@@ -41,7 +50,7 @@ export function registerKeysRoutes(app: App, deps: { keys: KeysService; chats: C
       params: ChatIdParams,
       response: { 200: ChatKeyResponse, ...errorResponses },
     },
-    onRequest: guards.anySession,
+    onRequest: [guards.anySession, strangerReach],
     handler: async (req) => {
       const v = viewerOf(req);
       await chats.assertMember(v.userId, req.params.chat_id, v.stranger);
@@ -63,7 +72,7 @@ export function registerKeysRoutes(app: App, deps: { keys: KeysService; chats: C
       body: ShareKeysBody,
       response: { 200: ShareKeysResponse, ...errorResponses },
     },
-    onRequest: guards.anySession,
+    onRequest: [guards.anySession, strangerReach],
     handler: async (req) => {
       const v = viewerOf(req);
       await chats.assertMember(v.userId, req.params.chat_id, v.stranger);

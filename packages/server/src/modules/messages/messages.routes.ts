@@ -9,6 +9,7 @@ import {
   SendMessageBody,
 } from '@parlor/protocol';
 import { Type } from '@sinclair/typebox';
+import type { FastifyRequest } from 'fastify';
 import { type Guards, viewerOf } from '../../platform/auth.js';
 import { type App, errorResponses, security } from '../../platform/routing.js';
 import type { ChatsService } from '../chats/chats.service.js';
@@ -37,6 +38,14 @@ export function registerMessagesRoutes(
    * chat without it.
    */
   const readerCheck = (v: ReturnType<typeof viewerOf>, chatId: number) => () => chats.assertReader(v, chatId);
+  /**
+   * After `guards.anySession` (onRequest): a stranger sends, reads and deletes only in its own
+   * direct chats (docs/api.md, Strangers); naming any other chat is told 401 here, whether the
+   * chat exists or not, before the body is read or validated and before the write limit's
+   * preHandler or a send's own limits spend anything (chats.service `assertStrangerReach`).
+   */
+  const strangerReach = (req: FastifyRequest) =>
+    chats.assertStrangerReach(viewerOf(req), (req.params as { chat_id?: unknown }).chat_id);
 
   app.post(base, {
     schema: {
@@ -47,15 +56,9 @@ export function registerMessagesRoutes(
       body: SendMessageBody,
       response: { 200: Type.Object({ id: Type.String() }), ...errorResponses },
     },
-    onRequest: guards.anySession,
+    onRequest: [guards.anySession, strangerReach],
     config: { ownWriteLimit: true },
-    handler: async (req) => {
-      const v = viewerOf(req);
-      // A stranger sends only in its own direct chats (docs/api.md, Strangers); elsewhere it is told
-      // 401, as its reads are, before the send's checks and before it spends any rate limit.
-      if (v.stranger) await chats.assertMember(v.userId, req.params.chat_id, true);
-      return messages.send(v, req.params.chat_id, req.body.content);
-    },
+    handler: async (req) => messages.send(viewerOf(req), req.params.chat_id, req.body.content),
   });
 
   app.get(base, {
@@ -67,7 +70,7 @@ export function registerMessagesRoutes(
       querystring: MessagesQuery,
       response: { 200: Type.Object({ messages: Type.Array(MessageSchema) }), ...errorResponses },
     },
-    onRequest: guards.anySession,
+    onRequest: [guards.anySession, strangerReach],
     handler: async (req, reply) => {
       const v = viewerOf(req);
       const page = await messages.history(v, req.params.chat_id, req.query.before, req.query.limit);
@@ -89,7 +92,7 @@ export function registerMessagesRoutes(
       body: DeleteMessagesBody,
       response: { 200: DeletedResponse, ...errorResponses },
     },
-    onRequest: guards.anySession,
+    onRequest: [guards.anySession, strangerReach],
     handler: async (req) => {
       const v = viewerOf(req);
       const chat = await chats.find(req.params.chat_id);
@@ -105,7 +108,7 @@ export function registerMessagesRoutes(
       body: EmptyBody,
       response: { 200: DeletedResponse, ...errorResponses },
     },
-    onRequest: guards.anySession,
+    onRequest: [guards.anySession, strangerReach],
     handler: async (req) => {
       const v = viewerOf(req);
       const chat = await chats.assertReader(v, req.params.chat_id);
