@@ -225,9 +225,20 @@ describeApp('a stranger naming a chat outside its reach (docs/api.md, Strangers)
     for (const chatId of [missing, pub.chatId, others]) {
       const res = await ack('room:leave', { chat_id: chatId });
       expect([res.ok, res.code], String(chatId)).toEqual([false, 'ERR_STRANGER_NOT_ALLOWED']);
+      const credentials = (await socket.emitWithAck('vm:credentials', { chat_id: chatId } as never)) as {
+        ok: boolean;
+        code?: string;
+      };
+      expect([credentials.ok, credentials.code], `vm:credentials ${chatId}`).toEqual([
+        false,
+        'ERR_STRANGER_NOT_ALLOWED',
+      ]);
     }
     // Its own direct chat: joined; left only through match/leave, as anyone's.
     expect((await ack('room:join', { chat_id: own })).ok).toBe(true);
+    // In its own direct chat it is a member like any other: no room runs there yet.
+    const credentials = (await socket.emitWithAck('vm:credentials', { chat_id: own } as never)) as { code?: string };
+    expect(credentials.code).toBe('ERR_ROOM_NOT_RUNNING');
     const leave = await ack('room:leave', { chat_id: own });
     expect([leave.ok, leave.code]).toEqual([false, 'ERR_FORBIDDEN']);
   });

@@ -90,6 +90,7 @@ export function registerVmSockets(realtime: Realtime, vm: VmService) {
     userId: socket.data.userId,
     permissionLevel: socket.data.permissionLevel,
     username: socket.data.username,
+    stranger: socket.data.stranger,
     joined: (chatId) => socket.rooms.has(rooms.chat(chatId)),
   });
   type ChatOnly = { chat_id: number };

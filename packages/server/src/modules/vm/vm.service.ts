@@ -22,6 +22,8 @@ export type GuildOwnerSource = (chatId: number, userId: number) => Promise<boole
 export interface Caller extends Actor {
   socketId: string;
   username: string;
+  /** An anonymous stranger session (docs/api.md, Strangers): its reach is its own direct chats. */
+  stranger?: boolean;
   joined(chatId: number): boolean;
 }
 
@@ -216,6 +218,11 @@ export function makeVmService(deps: VmDeps) {
 
     /** Fresh viewer credentials for a member while the VM runs (vm:credentials). */
     async credentials(caller: Caller, chatId: number): Promise<VmCredentials> {
+      if (caller.stranger) {
+        // A stranger is told the same for every chat outside its own direct chats, whether the id
+        // names a chat or not (docs/api.md, Strangers): it learns no chat ids.
+        if (!caller.joined(chatId)) throw appError('ERR_STRANGER_NOT_ALLOWED');
+      }
       await chats.assertMember(caller.userId, chatId);
       await runningAt(chatId);
       return credentialsFor(chatId, caller.userId);
