@@ -77,7 +77,8 @@ async function measure(started, { duration, concurrency, connections }) {
   const { url } = started;
   const publicKey = started.built.publicApiKey;
 
-  // Bots: the login-code call is authenticated by a bot key, limited to 600/min per bot.
+  // Bots: the login-code call is authenticated by an Official bot's key (other types get 403),
+  // limited to 600/min per bot.
   const op = makeClient(url);
   const botKeys = [];
   for (let b = 0; b < BOTS; b++) {

@@ -21,7 +21,8 @@ const botIp = (k) => `203.0.113.${(k % 254) + 1}`;
  * Drives the web login of spec 5 the way a user and a bot perform it, `concurrency` flows at a
  * time, until `durationMs` has passed or `maxFlows` flows have started:
  *   POST /v1/authentication/request   (public key, from the user's address)
- *   POST /v1/authentication/bot/login-code   (a bot key, round-robin over botKeys)
+ *   POST /v1/authentication/bot/login-code   (an Official bot's key, round-robin over botKeys:
+ *                                             other bot types get 403, docs/api.md Login)
  *   POST /v1/authentication/verify    (public key, same address) → psession cookie
  * Flow i uses identity `${idPrefix}${i}` and address benchIp(i), i from firstIndex on.
  * Returns counts, latency samples (whole flow and per step, Float64Array ms), failures by step

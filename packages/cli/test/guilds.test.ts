@@ -36,6 +36,7 @@ describe('parlor guilds argument checks (before anything is sent)', () => {
 describeApp('parlor guilds against a running server', () => {
   let app: TestApp;
   let env: Record<string, string>;
+  /** The community bot that reports the guilds (logins go through an official bot: login()). */
   let bot: Client;
 
   beforeAll(async () => {
@@ -70,7 +71,7 @@ describeApp('parlor guilds against a running server', () => {
 
   it('adds and removes a sponsor, who meanwhile manages the guild', async () => {
     const id = await reportedGuild();
-    const sponsor = await login(app, { bot });
+    const sponsor = await login(app);
     const added = await parlor(['guilds', 'sponsor', id, String(sponsor.user.id)], env);
     expect(added.code, added.stderr).toBe(0);
     expect(JSON.parse(added.stdout).sponsor_ids).toEqual([sponsor.user.id]);

@@ -1,15 +1,21 @@
 import { RoomSettingsDefaults } from '@parlor/protocol';
-import { expect, it } from 'vitest';
+import { beforeAll, expect, it } from 'vitest';
 import { describeApp, type TestApp } from '../../server/test/support/app.js';
 import { nextIp } from '../../server/test/support/client.js';
 import { createBot, nextIdentity, operator } from '../../server/test/support/flows.js';
 import { BotClient, ParlorClient } from '../src/index.js';
-import { apiError, e2eSuite, loginUser } from './support.js';
+import { apiError, e2eSuite, loginUser, testBot } from './support.js';
 
 let app: TestApp;
+/** The suite's Official bot: it delivers the login codes (loginUser). */
 let bot: BotClient;
+/** A Community bot, the usual third-party reporter of guilds. */
+let reporter: BotClient;
 e2eSuite((started) => {
   ({ app, bot } = started);
+});
+beforeAll(async () => {
+  reporter = await testBot(app, 'community');
 });
 
 /** Guild premium for 30 days, through the operator route (as the server's guild tests grant it). */
@@ -22,7 +28,7 @@ describeApp('ParlorClient and BotClient: guilds', () => {
   it('a bot reports a guild; its owner lists it, reads and updates its room settings, and sets a vanity', async () => {
     const owner = await loginUser(app, bot);
     const guildId = nextIdentity();
-    const reported = await bot.upsertGuild(guildId, {
+    const reported = await reporter.upsertGuild(guildId, {
       name: 'SDK guild',
       member_count: 12,
       owner_chatplatform_id: owner.platformUserId,
@@ -61,7 +67,11 @@ describeApp('ParlorClient and BotClient: guilds', () => {
   it('throws ParlorApiError for refused guild calls: validation, another user, an unknown guild, another bot', async () => {
     const owner = await loginUser(app, bot);
     const guildId = nextIdentity();
-    await bot.upsertGuild(guildId, { name: 'Refusals', member_count: 1, owner_chatplatform_id: owner.platformUserId });
+    await reporter.upsertGuild(guildId, {
+      name: 'Refusals',
+      member_count: 1,
+      owner_chatplatform_id: owner.platformUserId,
+    });
 
     const invalid = await apiError(() => owner.client.updateRoomSettings(guildId, { start_url: 'not a url' }));
     expect(invalid).toMatchObject({ status: 400, code: 'ERR_VALIDATION' });

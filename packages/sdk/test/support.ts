@@ -12,9 +12,16 @@ import {
   type User,
 } from '../src/index.js';
 
-/** A bot client for the test app (through the operator route), speaking from its own address. */
-export async function testBot(app: TestApp): Promise<BotClient> {
-  const { apiKey } = await createBot(app);
+/**
+ * A bot client for the test app (through the operator route), speaking from its own address.
+ * Official by default: it delivers login codes (loginUser), which only Official bots may
+ * (docs/api.md Login); a test of what third-party bots do asks for `community` or `verified`.
+ */
+export async function testBot(
+  app: TestApp,
+  type: 'official' | 'verified' | 'community' = 'official',
+): Promise<BotClient> {
+  const { apiKey } = await createBot(app, { type });
   return new BotClient({ baseUrl: app.url, apiKey, headers: { 'x-forwarded-for': nextIp() } });
 }
 

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { describeApp, startApp, type TestApp } from './support/app.js';
 import type { Answer, Client } from './support/client.js';
-import { createBot, login, operator, setLevel } from './support/flows.js';
+import { createBot, createLoginBot, login, operator, setLevel } from './support/flows.js';
 
 /**
  * Every admin action × every caller × every target, against spec 2.11 (and docs/api.md for what
@@ -89,7 +89,7 @@ const expectAnswer = (res: Answer, allowed: boolean, what: string) => {
 beforeAll(async () => {
   app = await startApp();
   op = operator(app);
-  loginBot = (await createBot(app)).client;
+  loginBot = await createLoginBot(app);
   callers.operator = op;
   for (const [name, level] of Object.entries(LEVEL)) callers[name as ActorName] = (await newUser(level)).client;
   for (const level of [0, 1, 2, 3]) targets.push((await newUser(level)).user.id);

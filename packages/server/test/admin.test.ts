@@ -5,7 +5,7 @@ import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { join, keyedChat, member } from './support/chat-flows.js';
 import { type Answer, Client, nextIp } from './support/client.js';
 import { countRows } from './support/faults.js';
-import { createBot, type LoggedIn, login, operator, setLevel } from './support/flows.js';
+import { createBot, createLoginBot, type LoggedIn, login, operator, setLevel } from './support/flows.js';
 import { hold, lockWaitersOr } from './support/pg-locks.js';
 import { closeAllSockets, connectSocket, disconnected } from './support/sockets.js';
 
@@ -23,7 +23,7 @@ beforeAll(async () => {
   app = await startApp();
   if (app.config.databaseUrl) sql = postgres(app.config.databaseUrl, { max: 3, onnotice: () => {} });
   op = operator(app);
-  loginBot = (await createBot(app)).client;
+  loginBot = await createLoginBot(app);
   admin = await login(app, { bot: loginBot });
   await setLevel(app, admin.user.id, 2);
   owner = await login(app, { bot: loginBot });

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { FakeClock } from '../src/platform/clock.js';
 import { describeApp, type Nodes, startNodes, type TestApp } from './support/app.js';
 import { Client, nextIp } from './support/client.js';
-import { createBot, type LoggedIn, login, operator } from './support/flows.js';
+import { createLoginBot, type LoggedIn, login, operator } from './support/flows.js';
 
 /**
  * The session and profile caches (sessions.cache.ts, users.cache.ts) against the real app: every
@@ -20,7 +20,7 @@ let bot: Client;
 beforeAll(async () => {
   nodes = await startNodes({ clock });
   ({ a, b } = nodes);
-  bot = (await createBot(a)).client;
+  bot = await createLoginBot(a);
 });
 afterAll(async () => {
   await nodes?.close();

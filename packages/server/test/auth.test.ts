@@ -5,7 +5,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { rowsOf } from '../src/platform/db/index.js';
 import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { type Answer, Client, nextIp } from './support/client.js';
-import { createBot, login, nextIdentity, operator } from './support/flows.js';
+import { createBot, createLoginBot, login, nextIdentity, operator } from './support/flows.js';
 import { hold, lockWaiters } from './support/pg-locks.js';
 
 let app: TestApp;
@@ -15,7 +15,7 @@ let pg: postgres.Sql | undefined;
 
 beforeAll(async () => {
   app = await startApp();
-  bot = (await createBot(app)).client;
+  bot = await createLoginBot(app);
   if (app.config.databaseUrl) pg = postgres(app.config.databaseUrl, { max: 3, onnotice: () => {} });
 });
 afterAll(async () => {
@@ -714,6 +714,114 @@ describeApp(`bot logins in a row (${Limits.BOT_LOGIN_WEB_REQUIRED_EVERY}, then t
       expect(row?.n).toBe(N);
     },
   );
+});
+
+describeApp('bot/send-code and bot/login-code: Official bots only', () => {
+  const FORBIDDEN = { code: 'ERR_FORBIDDEN', message: 'Only official bots deliver login codes.' };
+  const loginCodeBody = (platformUserId: string) => ({
+    platform: 'platform_a',
+    platform_user_id: platformUserId,
+    platform_username: 'Not theirs',
+    platform_avatar_url: 'https://evil.example/a.png',
+  });
+  /** The identity's pending code as the Official bot sees it ({code: null} when none was made). */
+  const pendingOf = async (platformUserId: string) => (await botCode(platformUserId)).body;
+
+  it('answers 403 ERR_FORBIDDEN to a Community and a Verified bot on both routes, making, revealing and counting nothing', async () => {
+    const { user, platformUserId } = await login(app, { bot });
+    for (const type of ['community', 'verified'] as const) {
+      const third = (await createBot(app, { name: `Third party ${type}`, type })).client;
+      const traces = await loginTraces(user.id);
+      // No code pending: send-code would make a bot code; refused, none exists afterwards.
+      const sent = await third.post('/v1/authentication/bot/send-code', {
+        platform: 'platform_a',
+        platform_user_id: platformUserId,
+      });
+      expect([sent.status, sent.body], type).toEqual([403, FORBIDDEN]);
+      expect(await pendingOf(platformUserId)).toEqual({ code: null, expires_at: null });
+      // Refused before anything is read: an unknown identity gets the same answer, not a 404.
+      const unknown = await third.post('/v1/authentication/bot/send-code', {
+        platform: 'platform_a',
+        platform_user_id: nextIdentity(),
+      });
+      expect([unknown.status, unknown.body]).toEqual([403, FORBIDDEN]);
+      // A web code pending: login-code would hand it out; refused, the code stays as it was.
+      const requester = site();
+      const req = await requester.post('/v1/authentication/request', {
+        platform: 'platform_a',
+        platform_user_id: platformUserId,
+      });
+      expect(req.status).toBe(200);
+      const fetched = await third.post('/v1/authentication/bot/login-code', loginCodeBody(platformUserId));
+      expect([fetched.status, fetched.body], type).toEqual([403, FORBIDDEN]);
+      // Nothing of a login was written (the bot-login count included).
+      expect(await loginTraces(user.id)).toEqual(traces);
+      // The pending web code is the request's, untouched: the Official bot delivers it and it verifies.
+      const pending = await pendingOf(platformUserId);
+      expect(pending.expires_at).toBe(req.body.expires_at);
+      const verified = await requester.post('/v1/authentication/verify', { code: pending.code });
+      expect([verified.status, verified.body.user?.id]).toEqual([200, user.id]);
+    }
+  });
+
+  it('answers 403 to the bot an Admin registers over REST: no way into an Owner’s session (spec 2.11)', async () => {
+    const owner = await login(app, { bot });
+    const admin = await login(app, { bot });
+    for (const [who, level] of [
+      [owner, 3],
+      [admin, 2],
+    ] as const) {
+      expect(
+        (await operator(app).post(`/v1/admin/users/${who.user.id}/update`, { permission_level: level })).status,
+      ).toBe(200);
+    }
+    const created = await admin.client.post('/v1/admin/bots/create', { name: 'Admin helper' });
+    expect(created.status).toBe(200);
+    const helper = new Client(app.url, nextIp(), created.body.api_key);
+    const sent = await helper.post('/v1/authentication/bot/send-code', {
+      platform: 'platform_a',
+      platform_user_id: owner.platformUserId,
+    });
+    expect([sent.status, sent.body]).toEqual([403, FORBIDDEN]);
+    const attacker = site();
+    expect(
+      (
+        await attacker.post('/v1/authentication/request', {
+          platform: 'platform_a',
+          platform_user_id: owner.platformUserId,
+        })
+      ).status,
+    ).toBe(200);
+    const fetched = await helper.post('/v1/authentication/bot/login-code', loginCodeBody(owner.platformUserId));
+    expect([fetched.status, fetched.body]).toEqual([403, FORBIDDEN]);
+  });
+
+  it('serves an Official bot, and refuses it from its next request once it is made community or verified', async () => {
+    const { id, client: official } = await createBot(app, { name: 'Soon third party', type: 'official' });
+    const { platformUserId } = await login(app, { bot: official });
+    const body = { platform: 'platform_a', platform_user_id: platformUserId };
+    const sent = await official.post('/v1/authentication/bot/send-code', body);
+    expect(sent.status).toBe(200);
+    expect((await official.post('/v1/authentication/bot/login-code', loginCodeBody(platformUserId))).body.code).toBe(
+      sent.body.code,
+    );
+    for (const type of ['community', 'verified', 'official'] as const) {
+      expect((await operator(app).post(`/v1/admin/bots/${id}/update`, { type })).status).toBe(200);
+      const again = await official.post('/v1/authentication/bot/send-code', body);
+      const fetched = await official.post('/v1/authentication/bot/login-code', loginCodeBody(platformUserId));
+      if (type === 'official') {
+        // Official again: the pending bot code, as before.
+        expect([again.status, again.body.code, fetched.body.code], type).toEqual([200, sent.body.code, sent.body.code]);
+      } else {
+        expect([again.status, again.body, fetched.status, fetched.body], type).toEqual([
+          403,
+          FORBIDDEN,
+          403,
+          FORBIDDEN,
+        ]);
+      }
+    }
+  });
 });
 
 describeApp('POST /v1/authentication/logout', () => {

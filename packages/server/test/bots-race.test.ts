@@ -2,7 +2,7 @@ import postgres from 'postgres';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import type { Client } from './support/client.js';
-import { createBot, type LoggedIn, login, operator, setLevel } from './support/flows.js';
+import { createBot, createLoginBot, type LoggedIn, login, operator, setLevel } from './support/flows.js';
 import { hold, lockWaiters, lockWaitersOr } from './support/pg-locks.js';
 
 let app: TestApp;
@@ -12,7 +12,7 @@ let loginBot: Client;
 beforeAll(async () => {
   app = await startApp();
   if (app.config.databaseUrl) sql = postgres(app.config.databaseUrl, { max: 3, onnotice: () => {} });
-  loginBot = (await createBot(app)).client;
+  loginBot = await createLoginBot(app);
   admin = await login(app, { bot: loginBot });
   await setLevel(app, admin.user.id, 2);
 });

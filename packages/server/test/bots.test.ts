@@ -342,6 +342,98 @@ describeApp('GET /v1/bot/users/{user_id} and update', () => {
   });
 });
 
+describeApp('POST /v1/bot/users/{user_id}/update: the bot’s ceiling and the audit entry', () => {
+  /** The audit entries about a user (newest first), as the admin route lists them. */
+  const auditOf = async (userId: number) =>
+    (await operator(app).get(`/v1/admin/audit?target_user_id=${userId}`)).body.entries as Record<string, unknown>[];
+  const usernameOf = async (userId: number) =>
+    (await operator(app).get(`/v1/users/${userId}`, { apiKey: app.publicApiKey })).body.username;
+
+  it('lets a Verified or Community bot rename only users below Admin: 403 ERR_FORBIDDEN for Admins and Owners, nothing written', async () => {
+    const targets = {
+      user: await login(app),
+      moderator: await login(app),
+      admin: await login(app),
+      owner: await login(app),
+    };
+    await setLevel(app, targets.moderator.user.id, 1);
+    await setLevel(app, targets.admin.user.id, 2);
+    await setLevel(app, targets.owner.user.id, 3);
+    for (const type of ['community', 'verified'] as const) {
+      const { id: botId, client } = await createBot(app, { name: `Renamer ${type}`, type });
+      for (const [level, who] of Object.entries(targets)) {
+        const id = who.user.id;
+        const before = { name: await usernameOf(id), audit: await auditOf(id) };
+        const res = await client.post(`/v1/bot/users/${id}/update`, { username: `${type}_${level}_${id}` });
+        if (level === 'admin' || level === 'owner') {
+          expect([res.status, res.body], `${type} → ${level}`).toEqual([
+            403,
+            { code: 'ERR_FORBIDDEN', message: 'Only official bots rename Admins and Owners.' },
+          ]);
+          // Refused whatever the body: an empty update too, and a bad name is not even looked at.
+          expect((await client.post(`/v1/bot/users/${id}/update`, {})).status).toBe(403);
+          expect((await client.post(`/v1/bot/users/${id}/update`, { username: 'no' })).status).toBe(403);
+          expect({ name: await usernameOf(id), audit: await auditOf(id) }).toEqual(before);
+        } else {
+          expect([res.status, res.body.username], `${type} → ${level}`).toEqual([200, `${type}_${level}_${id}`]);
+          expect((await auditOf(id))[0]).toMatchObject({
+            actor_kind: 'bot',
+            actor_id: botId,
+            target_user_id: id,
+            code: 101,
+            action: 'rename',
+            data: { from: before.name, to: `${type}_${level}_${id}` },
+          });
+        }
+      }
+    }
+  });
+
+  it('lets an Official bot rename anyone, Owners included, each rename audited (101 rename, actor the bot)', async () => {
+    const { id: botId, client } = await createBot(app, { name: 'First-party renamer', type: 'official' });
+    const owner = await login(app);
+    await setLevel(app, owner.user.id, 3);
+    const res = await client.post(`/v1/bot/users/${owner.user.id}/update`, { username: `official_${owner.user.id}` });
+    expect([res.status, res.body.username, res.body.permission_level]).toEqual([200, `official_${owner.user.id}`, 3]);
+    const [entry] = await auditOf(owner.user.id);
+    expect(entry).toMatchObject({
+      actor_kind: 'bot',
+      actor_id: botId,
+      target_user_id: owner.user.id,
+      target_bot_id: null,
+      code: 101,
+      action: 'rename',
+      reason: null,
+      data: { from: owner.user.username, to: `official_${owner.user.id}` },
+    });
+    // The same name again changes nothing and records nothing.
+    const count = (await auditOf(owner.user.id)).length;
+    expect(
+      (await client.post(`/v1/bot/users/${owner.user.id}/update`, { username: `official_${owner.user.id}` })).status,
+    ).toBe(200);
+    expect((await auditOf(owner.user.id)).length).toBe(count);
+  });
+
+  it('refuses a Community bot from its next request once the target is an Admin, and writes no audit entry for a refused or failed rename', async () => {
+    const { client } = await createBot(app, { name: 'Late renamer' });
+    const a = await login(app);
+    const b = await login(app);
+    expect((await client.post(`/v1/bot/users/${a.user.id}/update`, { username: `late_${a.user.id}` })).status).toBe(
+      200,
+    );
+    const before = await auditOf(b.user.id);
+    const taken = await client.post(`/v1/bot/users/${b.user.id}/update`, { username: `LATE_${a.user.id}` });
+    expect([taken.status, taken.body.code]).toEqual([409, 'ERR_USERNAME_TAKEN']);
+    const bad = await client.post(`/v1/bot/users/${b.user.id}/update`, { username: 'no' });
+    expect([bad.status, bad.body.code]).toEqual([400, 'ERR_VALIDATION']);
+    expect(await auditOf(b.user.id)).toEqual(before);
+    await setLevel(app, a.user.id, 2);
+    const refused = await client.post(`/v1/bot/users/${a.user.id}/update`, { username: `later_${a.user.id}` });
+    expect(refused.status).toBe(403);
+    expect(await usernameOf(a.user.id)).toBe(`late_${a.user.id}`);
+  });
+});
+
 describeApp('public bot listings', () => {
   it('lists, finds and searches bots with the public key, with and without /v1', async () => {
     const { id } = await createBot(app, { name: 'Listing Finder', type: 'official' });

@@ -7,14 +7,17 @@ import { auditLog, guilds } from '../src/platform/db/schema.js';
 import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { member } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
-import { createBot, type LoggedIn, login, nextIdentity, operator, setLevel } from './support/flows.js';
+import { createBot, createLoginBot, type LoggedIn, login, nextIdentity, operator, setLevel } from './support/flows.js';
 import { hold, lockWaiters, lockWaitersOr } from './support/pg-locks.js';
 import { closeAllSockets } from './support/sockets.js';
 
 const DAY = 24 * 3600 * 1000;
 
 let app: TestApp;
+/** The community bot that reports guilds. */
 let bot: Client;
+/** Delivers login codes (Official bots only, docs/api.md Login). */
+let loginBot: Client;
 let op: Client;
 let admin: LoggedIn;
 /** PostgreSQL (cluster project): the tests' own connection, to hold rows as another node would. */
@@ -24,8 +27,9 @@ const clock = new FakeClock(Date.now());
 beforeAll(async () => {
   app = await startApp({ clock });
   bot = (await createBot(app)).client;
+  loginBot = await createLoginBot(app);
   op = operator(app);
-  admin = await login(app, { bot });
+  admin = await login(app, { bot: loginBot });
   await setLevel(app, admin.user.id, 2);
   if (app.config.databaseUrl) sql = postgres(app.config.databaseUrl, { max: 3, onnotice: () => {} });
 });
@@ -208,7 +212,7 @@ describeApp('POST /v1/bot/guilds/{guild_id}: only the reporting bot (or an Offic
       (await upsert(id, { name: 'Big', member_count: 5000, owner_chatplatform_id: owner }, first.client)).status,
     ).toBe(200);
     expect(await reporterOf(id)).toBe(first.id);
-    const attacker = await login(app, { bot });
+    const attacker = await login(app, { bot: loginBot });
     for (const [guildId, by] of [
       [id, other],
       [g.id, other],
@@ -294,7 +298,7 @@ describeApp('GET /v1/users/me/guilds', () => {
     await upsert(a, { name: 'A', member_count: 1, owner_chatplatform_id: ownerId });
     await upsert(b, { name: 'B', member_count: 2, owner_chatplatform_id: ownerId });
     await upsert(nextIdentity(), { name: 'Not mine', member_count: 3, owner_chatplatform_id: nextIdentity() });
-    const owner = await login(app, { bot, platformUserId: ownerId });
+    const owner = await login(app, { bot: loginBot, platformUserId: ownerId });
     const res = await owner.client.get('/v1/users/me/guilds');
     expect(res.status).toBe(200);
     expect(res.body.map((g: { chatplatform_id: string }) => g.chatplatform_id)).toEqual([a, b]);
@@ -312,17 +316,17 @@ describeApp('GET /v1/users/me/guilds', () => {
 
   it('counts only the identity on the guilds’ platform: the same id on another platform owns nothing', async () => {
     const g = await guild();
-    const impostor = await login(app, { bot, platform: 'platform_b', platformUserId: g.owner });
+    const impostor = await login(app, { bot: loginBot, platform: 'platform_b', platformUserId: g.owner });
     expect((await impostor.client.get('/v1/users/me/guilds')).body).toEqual([]);
     expectError(await impostor.client.get(`/v1/guilds/${g.id}`), 403, 'ERR_FORBIDDEN');
     expectError(await roomSettings(impostor.client, g.id, { kiosk: true }), 403, 'ERR_FORBIDDEN');
-    const owner = await login(app, { bot, platform: GUILD_PLATFORM, platformUserId: g.owner });
+    const owner = await login(app, { bot: loginBot, platform: GUILD_PLATFORM, platformUserId: g.owner });
     expect((await owner.client.get('/v1/users/me/guilds')).body.map((x: any) => x.chatplatform_id)).toEqual([g.id]);
     expect((await roomSettings(owner.client, g.id, { kiosk: true })).status).toBe(200);
   });
 
   it('answers [] to a user who owns nothing, 401 without a session', async () => {
-    const someone = await login(app, { bot });
+    const someone = await login(app, { bot: loginBot });
     expect((await someone.client.get('/v1/users/me/guilds')).body).toEqual([]);
     expectError(await new Client(app.url).get('/v1/users/me/guilds'), 401, 'ERR_UNAUTHENTICATED');
   });
@@ -331,7 +335,7 @@ describeApp('GET /v1/users/me/guilds', () => {
 describeApp('PUT /v1/guilds/{guild_id}/vanity', () => {
   it('sets the vanity of a premium guild and answers the fields of spec 4.4 (plus vanity_invite, chat_id)', async () => {
     const g = await guild({ withPremium: true, name: 'Vanity guild' });
-    const owner = await login(app, { bot, platformUserId: g.owner });
+    const owner = await login(app, { bot: loginBot, platformUserId: g.owner });
     const v = nextVanity();
     const res = await vanity(owner.client, g.id, v);
     expect(res.status, JSON.stringify(res.body)).toBe(200);
@@ -413,18 +417,18 @@ describeApp('PUT /v1/guilds/{guild_id}/vanity', () => {
 
   it('lets the owner (linked identity), a sponsor and Admins in; refuses others with 403, unknown guilds 404', async () => {
     const g = await guild({ withPremium: true });
-    const owner = await login(app, { bot, platformUserId: g.owner });
+    const owner = await login(app, { bot: loginBot, platformUserId: g.owner });
     expect((await vanity(owner.client, g.id, nextVanity())).status).toBe(200);
-    const sponsor = await login(app, { bot });
+    const sponsor = await login(app, { bot: loginBot });
     expectError(await vanity(sponsor.client, g.id, nextVanity()), 403, 'ERR_FORBIDDEN');
     expect((await op.post(`/v1/admin/guilds/${g.id}/sponsors/add`, { user_id: sponsor.user.id })).status).toBe(200);
     expect((await vanity(sponsor.client, g.id, nextVanity())).status).toBe(200);
     expect((await vanity(admin.client, g.id, nextVanity())).status).toBe(200);
-    const moderator = await login(app, { bot });
+    const moderator = await login(app, { bot: loginBot });
     await setLevel(app, moderator.user.id, 1);
     expectError(await vanity(moderator.client, g.id, nextVanity()), 403, 'ERR_FORBIDDEN');
     // The owner of another guild is a stranger here.
-    const otherOwner = await login(app, { bot, platformUserId: (await guild()).owner });
+    const otherOwner = await login(app, { bot: loginBot, platformUserId: (await guild()).owner });
     expectError(await vanity(otherOwner.client, g.id, nextVanity()), 403, 'ERR_FORBIDDEN');
     expectError(await vanity(admin.client, nextIdentity(), nextVanity()), 404, 'ERR_GUILD_NOT_FOUND');
     expectError(await vanity(new Client(app.url), g.id, nextVanity()), 401, 'ERR_UNAUTHENTICATED');
@@ -449,7 +453,7 @@ describeApp('PUT /v1/guilds/{guild_id}/vanity', () => {
 describeApp('PUT /v1/guilds/{guild_id}/room-settings', () => {
   it('changes only the fields given and answers all the settings', async () => {
     const g = await guild();
-    const owner = await login(app, { bot, platformUserId: g.owner });
+    const owner = await login(app, { bot: loginBot, platformUserId: g.owner });
     const kiosk = await roomSettings(owner.client, g.id, { kiosk: true });
     expect(kiosk.status, JSON.stringify(kiosk.body)).toBe(200);
     expect(kiosk.body).toEqual({ ...RoomSettingsDefaults, kiosk: true });
@@ -503,7 +507,7 @@ describeApp('PUT /v1/guilds/{guild_id}/room-settings', () => {
 
   it('answers 400 ERR_VALIDATION to a start_url the pattern passes but no browser parses, spending no write', async () => {
     const g = await guild();
-    const owner = await login(app, { bot, platformUserId: g.owner });
+    const owner = await login(app, { bot: loginBot, platformUserId: g.owner });
     for (const bad of ['http://[', 'http://%zz/', 'https://[::1/', 'http://a:99999/'])
       expectError(await roomSettings(owner.client, g.id, { start_url: bad }), 400, 'ERR_VALIDATION');
     // None of the refused PUTs spent one of the owner's writes: all WRITES_PER_USER valid ones pass.
@@ -529,7 +533,7 @@ describeApp('PUT /v1/guilds/{guild_id}/room-settings', () => {
 
   it('refuses a user who is neither owner, sponsor nor Admin (403) and unknown guilds (404)', async () => {
     const g = await guild();
-    const someone = await login(app, { bot });
+    const someone = await login(app, { bot: loginBot });
     expectError(await roomSettings(someone.client, g.id, { kiosk: true }), 403, 'ERR_FORBIDDEN');
     expectError(await roomSettings(admin.client, nextIdentity(), { kiosk: true }), 404, 'ERR_GUILD_NOT_FOUND');
   });
@@ -585,12 +589,12 @@ describeApp('PUT /v1/guilds/{guild_id}/…: the right to manage is decided on th
       let caller: LoggedIn;
       let change: string;
       if (loss === 'sponsor') {
-        caller = await login(app, { bot });
+        caller = await login(app, { bot: loginBot });
         expect((await op.post(`/v1/admin/guilds/${g.id}/sponsors/add`, { user_id: caller.user.id })).status).toBe(200);
         change = `delete from guild_sponsors where user_id = ${caller.user.id}
           and guild_id = (select id from guilds where chatplatform_id = '${g.id}')`;
       } else {
-        caller = await login(app, { bot, platformUserId: g.owner });
+        caller = await login(app, { bot: loginBot, platformUserId: g.owner });
         change = `update guilds set owner_chatplatform_id = '${nextIdentity()}' where chatplatform_id = '${g.id}'`;
       }
       const res = await lostMeanwhile(sql, g.id, change, () => write.send(caller.client, g.id));
@@ -608,7 +612,7 @@ describeApp('guild room settings and the room VM', () => {
     const g = await guild({ withPremium: true });
     const chatId: number = (await vanity(admin.client, g.id, nextVanity())).body.chat_id;
     expect((await roomSettings(admin.client, g.id, { browser: 'tor' })).status).toBe(200);
-    const owner = await login(app, { bot });
+    const owner = await login(app, { bot: loginBot });
     await setLevel(app, owner.user.id, 3);
     const res = await owner.client.post(`/v1/portal/chats/${chatId}/start`, {});
     expectError(res, 503, 'ERR_ROOM_START_FAILED');
@@ -646,7 +650,7 @@ describeApp('POST /v1/admin/guilds/{guild_id}/premium, …/premium/revoke', () =
       (a) => (a.data as { guild_id: string }).guild_id === g.id,
     );
     expect(granted).toMatchObject({ actorKind: 'user', actorId: admin.user.id });
-    const moderator = await login(app, { bot });
+    const moderator = await login(app, { bot: loginBot });
     await setLevel(app, moderator.user.id, 1);
     expectError(await premium(g.id, 5, moderator.client), 403, 'ERR_FORBIDDEN');
     expectError(await premium(g.id, 5, new Client(app.url)), 401, 'ERR_UNAUTHENTICATED');
@@ -666,7 +670,7 @@ describeApp('POST /v1/admin/guilds/{guild_id}/premium, …/premium/revoke', () =
 describeApp('POST /v1/admin/guilds/{guild_id}/sponsors/add, …/remove', () => {
   it('adds and removes a sponsor (idempotently, recorded once each); the sponsor manages the guild meanwhile', async () => {
     const g = await guild();
-    const sponsor = await login(app, { bot });
+    const sponsor = await login(app, { bot: loginBot });
     const added = await op.post(`/v1/admin/guilds/${g.id}/sponsors/add`, { user_id: sponsor.user.id });
     expect(added.status, JSON.stringify(added.body)).toBe(200);
     expect(added.body.sponsor_ids).toEqual([sponsor.user.id]);
@@ -714,7 +718,7 @@ describeApp('POST /v1/admin/guilds/{guild_id}/sponsors/add, …/remove', () => {
     async () => {
       if (!sql) throw new Error('cluster only');
       const g = await guild();
-      const doomed = await login(app, { bot });
+      const doomed = await login(app, { bot: loginBot });
       const deletion = hold(sql, async (tx) => {
         await tx`select id from users where id = ${doomed.user.id} for update`;
         await tx`delete from users where id = ${doomed.user.id}`;
@@ -744,7 +748,7 @@ describeApp('room:join {vanity}', () => {
       chatId,
     );
 
-    const moderator = await login(app, { bot });
+    const moderator = await login(app, { bot: loginBot });
     await setLevel(app, moderator.user.id, 1);
     const activity = await moderator.client.get(`/v1/portal/chats/${chatId}/activity`);
     expect(activity.status).toBe(200);

@@ -9,7 +9,7 @@ import { type Backing, createBacking, describeApp, MODE, startApp, type TestApp 
 import { bundle, join, keyedChat, member } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
 import { countRows } from './support/faults.js';
-import { createBot, login, operator } from './support/flows.js';
+import { createBot, createLoginBot, login, operator } from './support/flows.js';
 import { runNode, waitFor } from './support/process.js';
 import { closeAllSockets, disconnected } from './support/sockets.js';
 
@@ -43,7 +43,7 @@ clusterOnly('two nodes on one PostgreSQL + Redis', () => {
   });
 
   it('shares login codes: requested on A, fetched by the bot on B, verified on A', async () => {
-    const bot = (await createBot(a)).client;
+    const bot = await createLoginBot(a);
     const botOnB = new Client(b.url, bot.ip, bot.apiKey);
     const site = new Client(a.url, nextIp(), a.publicApiKey);
     await site.post('/v1/authentication/request', { platform: 'platform_a', platform_user_id: 'two-node-1' });
@@ -60,6 +60,17 @@ clusterOnly('two nodes on one PostgreSQL + Redis', () => {
       code: fetched.body.code,
     });
     expect(again.body.code).toBe('ERR_INVALID_CODE');
+  });
+
+  it('refuses login codes on B to a bot made community on A, from its next request (bots are read per request, never cached)', async () => {
+    const { id, apiKey } = await createBot(a, { name: 'Demoted on A', type: 'official' });
+    const onB = new Client(b.url, nextIp(), apiKey);
+    const send = () => onB.post('/v1/authentication/bot/send-code', { platform: 'platform_a', platform_user_id: 'x' });
+    // Official: past the type check (the identity is unknown, so 404 and nothing made).
+    expect((await send()).body.code).toBe('ERR_PLATFORM_IDENTITY_NOT_FOUND');
+    expect((await operator(a).post(`/v1/admin/bots/${id}/update`, { type: 'community' })).status).toBe(200);
+    const refused = await send();
+    expect([refused.status, refused.body.code]).toEqual([403, 'ERR_FORBIDDEN']);
   });
 
   it('shares the pending-code limit of an address across nodes', async () => {

@@ -9,7 +9,7 @@ import { systemClock } from '../src/platform/clock.js';
 import { auditLog, notifications, users } from '../src/platform/db/schema.js';
 import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { Client, nextIp } from './support/client.js';
-import { createBot, type LoggedIn, login, operator, setLevel } from './support/flows.js';
+import { createLoginBot, type LoggedIn, login, operator, setLevel } from './support/flows.js';
 import { hold, lockWaitersOr, racingUserRow } from './support/pg-locks.js';
 import { closeAllSockets, connectSocket } from './support/sockets.js';
 
@@ -21,7 +21,7 @@ let pg: postgres.Sql | undefined;
 
 beforeAll(async () => {
   app = await startApp();
-  bot = (await createBot(app)).client;
+  bot = await createLoginBot(app);
   op = operator(app);
   if (app.config.databaseUrl) pg = postgres(app.config.databaseUrl, { max: 3, onnotice: () => {} });
 });

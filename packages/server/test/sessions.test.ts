@@ -9,7 +9,7 @@ import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { join, keyedChat, type Member, member } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
 import { countRows } from './support/faults.js';
-import { createBot, login, nextIdentity, operator, setLevel } from './support/flows.js';
+import { createLoginBot, login, nextIdentity, operator, setLevel } from './support/flows.js';
 import { gateInserts, lockWaiters, loginUpToVerify } from './support/pg-locks.js';
 import { closeAllSockets, connectSocket, disconnected } from './support/sockets.js';
 
@@ -21,7 +21,7 @@ const clock = new FakeClock(Date.now());
 
 beforeAll(async () => {
   app = await startApp({ clock });
-  bot = (await createBot(app)).client;
+  bot = await createLoginBot(app);
   if (app.config.databaseUrl) pg = postgres(app.config.databaseUrl, { max: 3, onnotice: () => {} });
 });
 afterAll(async () => {

@@ -3,7 +3,7 @@ import { STATS_CACHE_MS } from '../src/modules/stats/stats.service.js';
 import { FakeClock } from '../src/platform/clock.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
 import { Client, nextIp } from './support/client.js';
-import { createBot, login } from './support/flows.js';
+import { createBot, createLoginBot, login } from './support/flows.js';
 import { closeAllSockets, connectSocket } from './support/sockets.js';
 
 let app: TestApp;
@@ -60,7 +60,7 @@ describeApp('public statistics (K)', () => {
 
 describeApp('statistics of activity and of strangers', () => {
   it('counts a user in active_24h once a session of theirs is used, a day after the login, and moves last_activity_at', async () => {
-    const bot = (await createBot(app)).client;
+    const bot = await createLoginBot(app);
     const me = await login(app, { bot });
     const atLogin = (await me.client.get('/v1/users/me')).body.user.last_activity_at as string;
     clock.advance(25 * HOUR);
@@ -74,7 +74,7 @@ describeApp('statistics of activity and of strangers', () => {
   });
 
   it('counts a socket connect with a live session as activity', async () => {
-    const bot = (await createBot(app)).client;
+    const bot = await createLoginBot(app);
     const me = await login(app, { bot });
     clock.advance(25 * HOUR);
     const before = await get('/statistics/users');

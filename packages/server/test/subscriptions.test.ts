@@ -5,7 +5,7 @@ import { FakeClock } from '../src/platform/clock.js';
 import { auditLog, notifications, users } from '../src/platform/db/schema.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
 import { Client, nextIp } from './support/client.js';
-import { createBot, type LoggedIn, login, operator, setLevel } from './support/flows.js';
+import { createLoginBot, type LoggedIn, login, operator, setLevel } from './support/flows.js';
 import { closeAllSockets, connectSocket } from './support/sockets.js';
 
 const DAY = 24 * 3600 * 1000;
@@ -17,7 +17,7 @@ const clock = new FakeClock(Date.now());
 
 beforeAll(async () => {
   app = await startApp({ clock });
-  bot = (await createBot(app)).client;
+  bot = await createLoginBot(app);
   op = operator(app);
 });
 afterAll(async () => {
@@ -369,7 +369,7 @@ describeApp('the automatic downgrade (sweep, fake clock)', () => {
   afterAll(async () => sweepApp?.close());
 
   it('downgrades expired Trial and Premium to Basic at their expiry, never Lifetime', async () => {
-    const sweepBot = (await createBot(sweepApp)).client;
+    const sweepBot = await createLoginBot(sweepApp);
     const [trial, premium, lifetime] = [
       await login(sweepApp, { bot: sweepBot }),
       await login(sweepApp, { bot: sweepBot }),
@@ -428,7 +428,7 @@ describeApp('the automatic downgrade (sweep, fake clock)', () => {
   });
 
   it('takes each expired user exactly once when sweeps run at the same time (several nodes)', async () => {
-    const sweepBot = (await createBot(sweepApp)).client;
+    const sweepBot = await createLoginBot(sweepApp);
     const ids: number[] = [];
     for (let i = 0; i < 6; i++) {
       const who = await login(sweepApp, { bot: sweepBot });

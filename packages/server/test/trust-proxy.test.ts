@@ -8,7 +8,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { loadConfig } from '../src/platform/config.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
 import { Client } from './support/client.js';
-import { createBot, nextIdentity } from './support/flows.js';
+import { createLoginBot, nextIdentity } from './support/flows.js';
 
 /**
  * Starts an app behind `trustProxy` before the tests of the enclosing describe and closes it after
@@ -54,7 +54,7 @@ describeApp('TRUST_PROXY=1 (one proxy in front)', () => {
 
   it('binds a web code and records the session under the address the proxy added', async () => {
     const a = app();
-    const bot = (await createBot(a)).client;
+    const bot = await createLoginBot(a);
     const id = nextIdentity();
     expect((await request(a, '10.9.9.9, 203.0.113.60', id)).status).toBe(200);
     const fetched = await bot.post('/v1/authentication/bot/login-code', {

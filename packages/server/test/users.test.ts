@@ -2,14 +2,14 @@ import { Limits } from '@parlor/protocol';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { describeApp, startApp, type TestApp } from './support/app.js';
 import { Client, nextIp } from './support/client.js';
-import { createBot, type LoggedIn, login, setLevel } from './support/flows.js';
+import { createLoginBot, type LoggedIn, login, setLevel } from './support/flows.js';
 
 let app: TestApp;
 let bot: Client;
 
 beforeAll(async () => {
   app = await startApp();
-  bot = (await createBot(app)).client;
+  bot = await createLoginBot(app);
 });
 afterAll(async () => app?.close());
 

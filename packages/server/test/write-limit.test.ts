@@ -5,7 +5,7 @@ import { chatMembers } from '../src/platform/db/schema.js';
 import { describeApp, type Nodes, startNodes, type TestApp } from './support/app.js';
 import { join, keyedChat, member } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
-import { createBot, type LoggedIn, login, operator } from './support/flows.js';
+import { createLoginBot, type LoggedIn, login, operator } from './support/flows.js';
 import { closeAllSockets } from './support/sockets.js';
 
 /**
@@ -22,7 +22,7 @@ let bot: Client;
 beforeAll(async () => {
   nodes = await startNodes();
   ({ a, b } = nodes);
-  bot = (await createBot(a)).client;
+  bot = await createLoginBot(a);
 });
 afterAll(async () => {
   closeAllSockets();

@@ -23,6 +23,15 @@ export async function createBot(
   return { id: res.body.id, apiKey: res.body.api_key, client: new Client(app.url, nextIp(), res.body.api_key) };
 }
 
+/**
+ * A bot that delivers login codes: bot/send-code and bot/login-code answer Official bots only
+ * (docs/api.md Login), and only the operator or an Owner registers one. Tests of what third-party
+ * bots do (guild reports, rate limits, official-only rules) keep `createBot`'s community default.
+ */
+export async function createLoginBot(app: TestApp, name = 'Login bot'): Promise<Client> {
+  return (await createBot(app, { name, type: 'official' })).client;
+}
+
 export interface LoggedIn {
   client: Client;
   user: { id: number; username: string; [k: string]: unknown };
@@ -31,13 +40,14 @@ export interface LoggedIn {
 
 /**
  * The web login of spec 5 as a user and a bot perform it: request from the site, the bot fetches
- * the pending code, the user verifies it. Returns a client holding the session cookie.
+ * the pending code, the user verifies it. Returns a client holding the session cookie. `bot` must
+ * be an official bot (createLoginBot); without one, a new one is registered.
  */
 export async function login(
   app: TestApp,
   opts: { bot?: Client; platform?: string; platformUserId?: string; client?: Client; username?: string } = {},
 ): Promise<LoggedIn> {
-  const bot = opts.bot ?? (await createBot(app)).client;
+  const bot = opts.bot ?? (await createLoginBot(app));
   const platform = opts.platform ?? 'platform_a';
   const platformUserId = opts.platformUserId ?? nextIdentity();
   const client = opts.client ?? new Client(app.url, nextIp(), app.publicApiKey);

@@ -2,7 +2,7 @@ import type postgres from 'postgres';
 import { expect } from 'vitest';
 import type { TestApp } from './app.js';
 import { Client, nextIp } from './client.js';
-import { createBot } from './flows.js';
+import { createLoginBot } from './flows.js';
 
 /**
  * Race tests on PostgreSQL fix an interleaving with locks of their own: a transaction that holds
@@ -114,7 +114,7 @@ export async function gateInserts(sql: postgres.Sql, table: string, when: string
  * alone (the step to race: it locks the user's row, opens the session and evicts the oldest).
  */
 export async function loginUpToVerify(app: TestApp, platformUserId: string) {
-  const bot = (await createBot(app)).client;
+  const bot = await createLoginBot(app);
   const client = new Client(app.url, nextIp(), app.publicApiKey);
   const req = await client.post('/v1/authentication/request', {
     platform: 'platform_a',

@@ -15,7 +15,7 @@ import {
 } from '@parlor/protocol';
 import { Type } from '@sinclair/typebox';
 import type { FastifyReply } from 'fastify';
-import { currentSession, type Guards } from '../../platform/auth.js';
+import { currentBot, currentSession, type Guards } from '../../platform/auth.js';
 import { clientIp } from '../../platform/client-address.js';
 import type { Config } from '../../platform/config.js';
 import { SESSION_COOKIE, userAgent } from '../../platform/http.js';
@@ -112,21 +112,23 @@ export function registerAuthRoutes(app: App, { auth, guards, config, logout }: A
     schema: {
       tags,
       security: security.bot,
+      description: 'Official bots only (403 ERR_FORBIDDEN for verified and community bots).',
       body: SendCodeBody,
       response: { 200: SendCodeResponse, ...errorResponses },
     },
     onRequest: guards.bot,
-    handler: async (req) => auth.botSendCode(req.body.platform, req.body.platform_user_id),
+    handler: async (req) => auth.botSendCode(currentBot(req), req.body.platform, req.body.platform_user_id),
   });
 
   app.post('/v1/authentication/bot/login-code', {
     schema: {
       tags,
       security: security.bot,
+      description: 'Official bots only (403 ERR_FORBIDDEN for verified and community bots).',
       body: BotLoginCodeBody,
       response: { 200: BotLoginCodeResponse, ...errorResponses },
     },
     onRequest: guards.bot,
-    handler: async (req) => auth.botLoginCode(req.body),
+    handler: async (req) => auth.botLoginCode(currentBot(req), req.body),
   });
 }

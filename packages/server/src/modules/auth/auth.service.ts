@@ -1,4 +1,5 @@
-import { Limits, Platforms, type User } from '@parlor/protocol';
+import { BotType, Limits, Platforms, type User } from '@parlor/protocol';
+import type { Principal } from '../../platform/auth.js';
 import { addressKey } from '../../platform/client-address.js';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
@@ -52,6 +53,21 @@ export interface LoginResult {
 
 function assertPlatform(platform: string) {
   if (!(Platforms as readonly string[]).includes(platform)) throw appError('ERR_UNSUPPORTED_PLATFORM');
+}
+
+/** The calling bot as the bot guard resolved it from its key at this request. */
+export type CallingBot = NonNullable<Principal['bot']>;
+
+/**
+ * Only Official (first-party) bots deliver login codes: bot/send-code hands out a working code for
+ * any existing identity and bot/login-code any pending one, so whoever holds a key that may call
+ * them can sign in as anyone. Verified and Community bots are third parties (and Admins register
+ * them), so they get 403 before anything is read or written. The spec does not restrict these
+ * routes by bot type: this is Parlor's choice (docs/api.md Login, docs/security.md). The type is
+ * the one the key's row has at this request, so a bot made non-official is refused from its next.
+ */
+function assertDeliversCodes(bot: CallingBot) {
+  if (bot.type !== BotType.OFFICIAL) throw appError('ERR_FORBIDDEN', 'Only official bots deliver login codes.');
 }
 
 export function makeAuthService(deps: AuthDeps) {
@@ -209,12 +225,16 @@ export function makeAuthService(deps: AuthDeps) {
      * if verify creates the account). That is the web code a request made, or a bot code when
      * send-code made one first: a request then answered with that code.
      */
-    async botLoginCode(input: {
-      platform: string;
-      platform_user_id: string;
-      platform_username: string;
-      platform_avatar_url: string;
-    }): Promise<{ code: string | null; expires_at: string | null }> {
+    async botLoginCode(
+      bot: CallingBot,
+      input: {
+        platform: string;
+        platform_user_id: string;
+        platform_username: string;
+        platform_avatar_url: string;
+      },
+    ): Promise<{ code: string | null; expires_at: string | null }> {
+      assertDeliversCodes(bot);
       assertPlatform(input.platform);
       const active = await codes.active(input.platform, input.platform_user_id);
       if (!active) return { code: null, expires_at: null };
@@ -227,11 +247,16 @@ export function makeAuthService(deps: AuthDeps) {
 
     /**
      * Bot-initiated quick login: existing accounts only, and the website every 6th time. A pending
-     * bot code is returned again. A pending web code is replaced by a bot code: only a bot can ask,
-     * for the identity's owner, who receives the new code (as every code of the identity), which
-     * works from any address where the web code works only where it was requested.
+     * bot code is returned again. A pending web code is replaced by a bot code: only an official
+     * bot can ask, for the identity's owner, who receives the new code (as every code of the
+     * identity), which works from any address where the web code works only where it was requested.
      */
-    async botSendCode(platform: string, platformUserId: string): Promise<{ code: string; expires_at: string }> {
+    async botSendCode(
+      bot: CallingBot,
+      platform: string,
+      platformUserId: string,
+    ): Promise<{ code: string; expires_at: string }> {
+      assertDeliversCodes(bot);
       assertPlatform(platform);
       const user = await users.byIdentity(platform, platformUserId);
       if (!user) throw appError('ERR_PLATFORM_IDENTITY_NOT_FOUND');

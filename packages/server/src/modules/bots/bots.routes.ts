@@ -70,11 +70,13 @@ export function registerBotRoutes(app: App, deps: { bots: BotsService; users: Us
       tags,
       security: security.bot,
       params: Type.Object({ user_id: IdParam }),
+      description:
+        'Official bots rename anyone; verified and community bots only users below Admin (403 ERR_FORBIDDEN).',
       body: BotUserUpdateBody,
       response: { 200: BotUserUpdatedSchema, ...errorResponses },
     },
     onRequest: guards.bot,
-    handler: async (req) => users.botRename(req.params.user_id, req.body.username),
+    handler: async (req) => bots.renameUser(currentBot(req), req.params.user_id, req.body.username),
   });
 }
 

@@ -7,7 +7,7 @@ import {
   type BotUpdateBody,
   Limits,
 } from '@parlor/protocol';
-import type { BotResolver } from '../../platform/auth.js';
+import type { BotResolver, Principal } from '../../platform/auth.js';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
@@ -17,7 +17,7 @@ import type { Limiter, StateStore } from '../../platform/state/index.js';
 import { type ActorLevel, canManageOfficial } from '../admin/admin.rules.js';
 import type { Actor, AuditStore } from '../audit/audit.store.js';
 import type { UsersService } from '../users/users.service.js';
-import type { Tx } from '../users/users.store.js';
+import { isUniqueViolation, type Tx } from '../users/users.store.js';
 import { toBotProfile, toPublicBot } from './bots.presenter.js';
 import type { BotRow, BotsStore } from './bots.store.js';
 
@@ -31,8 +31,11 @@ export interface BotsDeps {
   audit: AuditStore;
   state: StateStore;
   clock: Clock;
-  /** Owners named by admins must exist (404 ERR_USER_NOT_FOUND): the early check, before any lock. */
-  users: Pick<UsersService, 'mustGet'>;
+  /**
+   * Owners named by admins must exist (404 ERR_USER_NOT_FOUND): the early check, before any lock.
+   * A bot's rename of a user: its rules (renameUser writes it and its audit entry together).
+   */
+  users: Pick<UsersService, 'mustGet' | 'botRenameCheck' | 'botRenameIn' | 'botUpdated'>;
 }
 
 const OFFICIAL = BotTypeNames.official;
@@ -193,6 +196,40 @@ export function makeBotsService({ db, store, audit, state, clock, users }: BotsD
           return { id: bot.id, type: bot.type };
         },
       };
+    },
+
+    /**
+     * POST /v1/bot/users/{id}/update: a bot renames a user, within the bot's ceiling
+     * (UsersService botMayRename: Verified and Community bots only users below Admin). Checked
+     * first without locks (404, 403, 400); then the rename and its audit entry (101 `rename`, data
+     * `{from, to}`, actor the bot, as docs/api.md's audit log names it) commit together, decided
+     * on the target's locked row. A refusal writes nothing; renaming to the current name neither.
+     */
+    async renameUser(bot: NonNullable<Principal['bot']>, userId: number, username: string | undefined) {
+      await users.botRenameCheck(bot, userId, username);
+      if (username !== undefined) {
+        try {
+          await db.transaction(async (tx) => {
+            const change = await users.botRenameIn(bot, userId, username, tx);
+            if (!change) return;
+            await audit.record(
+              {
+                actor: { kind: 'bot', id: bot.id },
+                code: AuditCodes.USER_UPDATE,
+                action: 'rename',
+                targetUserId: userId,
+                data: change,
+              },
+              tx,
+            );
+          });
+        } catch (e) {
+          // Two renames racing for one name: the unique index decides, and the loser changes nothing.
+          if (isUniqueViolation(e)) throw appError('ERR_USERNAME_TAKEN');
+          throw e;
+        }
+      }
+      return users.botUpdated(userId);
     },
 
     async me(botId: number) {

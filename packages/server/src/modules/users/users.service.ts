@@ -1,7 +1,9 @@
 import {
   AuditCodes,
+  BotType,
   DefaultAvatarKeys,
   type FullUser,
+  PermissionLevel,
   type PublicUser,
   type SubscriptionStatus,
   SubscriptionTier,
@@ -23,7 +25,7 @@ import {
   toPunishment,
   toUser,
 } from './users.presenter.js';
-import { isUniqueViolation, type UserRow, type UsersStore } from './users.store.js';
+import { isUniqueViolation, type Tx, type UserRow, type UsersStore } from './users.store.js';
 
 const usernameRe = new RegExp(USERNAME_PATTERN);
 export const USERNAME_RULE = 'must be 3-32 characters: letters, digits, dots, underscores or hyphens';
@@ -42,6 +44,18 @@ export function seesFullDetail(viewerLevel: number | null, targetLevel: number):
   if (viewerLevel === null || viewerLevel < 2) return false;
   return viewerLevel === 3 || targetLevel < viewerLevel;
 }
+
+/**
+ * Whether a bot of `botType` may rename a user at `targetLevel` (POST /v1/bot/users/{id}/update):
+ * an Official bot (first-party) anyone; a Verified or Community bot only users below Admin. Those
+ * are third parties, and an Admin may register them, so without the ceiling any bot key would
+ * reach Admins and Owners, which the Admin itself may not touch (spec 2.11, docs/api.md Bots).
+ */
+export function botMayRename(botType: number, targetLevel: number): boolean {
+  return botType === BotType.OFFICIAL || targetLevel < PermissionLevel.ADMIN;
+}
+
+const botRenameForbidden = () => appError('ERR_FORBIDDEN', 'Only official bots rename Admins and Owners.');
 
 export interface UsersDeps {
   store: UsersStore;
@@ -171,16 +185,43 @@ export function makeUsersService({ store, clock, publicUrl, profiles }: UsersDep
       return toBotUser(await mustGet(id), clock.now());
     },
 
-    /** A bot renames a user: a bad name is 400, a taken one 409 (one field, so no errors object). */
-    async botRename(id: number, username: string | undefined) {
-      await mustGet(id);
-      if (username !== undefined) {
-        const problem = await rename(id, username);
-        if (problem === 'is taken') throw appError('ERR_USERNAME_TAKEN');
-        if (problem) {
-          throw appError('ERR_VALIDATION', undefined, { errors: [{ path: 'body/username', message: problem }] });
-        }
-      }
+    /**
+     * The checks of a bot rename made before any lock, so a refusal locks and writes nothing:
+     * an unknown user 404, a target above the bot's ceiling 403 (botMayRename), a bad name 400
+     * (one field, so no errors object). BotsService.renameUser decides again under the lock.
+     */
+    async botRenameCheck(bot: { type: number }, id: number, username: string | undefined): Promise<void> {
+      const target = await mustGet(id);
+      if (!botMayRename(bot.type, target.permissionLevel)) throw botRenameForbidden();
+      if (username !== undefined && !isValidUsername(username))
+        throw appError('ERR_VALIDATION', undefined, { errors: [{ path: 'body/username', message: USERNAME_RULE }] });
+    },
+
+    /**
+     * A bot's rename, inside the caller's transaction (BotsService.renameUser, which audits it):
+     * decided on the target's row locked here, so a user promoted to Admin or deleted since the
+     * early check is refused (403, 404) and nothing is written. A name taken by someone else is
+     * 409 (two renames racing for one name: the unique index decides, and the caller maps it).
+     * Answers the change, or null when the user has that name already (nothing written).
+     */
+    async botRenameIn(
+      bot: { type: number },
+      id: number,
+      username: string,
+      tx: Tx,
+    ): Promise<{ from: string; to: string } | null> {
+      const locked = await store.byIdForUpdate(id, tx);
+      if (!locked) throw appError('ERR_USER_NOT_FOUND');
+      if (!botMayRename(bot.type, locked.permissionLevel)) throw botRenameForbidden();
+      if (username === locked.username) return null;
+      const holder = await store.byUsername(username, tx);
+      if (holder && holder.id !== id) throw appError('ERR_USERNAME_TAKEN');
+      await store.update(id, { username, updatedAt: clock.now() }, tx);
+      return { from: locked.username, to: username };
+    },
+
+    /** The answer of the bot update route: the bot-visible user with avatar_url (spec 4.3). */
+    async botUpdated(id: number) {
       const u = await mustGet(id);
       const { id: uid, username: name, subscription_tier, permission_level, state } = toBotUser(u, clock.now());
       const avatar = effectiveAvatar(u.avatarSource, await store.platformsOf(u.id), publicUrl);
