@@ -11,12 +11,14 @@ import {
   anyOf,
   type Database,
   type Db,
+  MIGRATION_LOCK,
   openDatabase,
   PGLITE_LOCK_FILE,
   rowsOf,
   schema,
 } from '../src/platform/db/index.js';
 import { MODE, startApp, type TestApp } from './support/app.js';
+import { hold } from './support/pg-locks.js';
 import { createScratchDatabase } from './support/services.js';
 
 /**
@@ -115,6 +117,99 @@ describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('the stateme
     ]);
   });
 });
+
+/**
+ * Migrations are exempt from statement limits (docs/operations.md), including those an operator
+ * puts on the database role because the pooler refuses startup parameters (ALTER ROLE … SET
+ * statement_timeout; here on the scratch database: the same mechanism, without touching a shared
+ * role): the migration connection sets statement_timeout and lock_timeout to 0 itself. A statement
+ * that runs long is stood in for by one that waits on a lock the test holds: another node's
+ * migration (the advisory lock), or a migration statement behind a lock on the migrations table.
+ *
+ * No timing threshold of the test's own: the test holds the lock until PostgreSQL shows the
+ * migration connection still waiting a whole second on it, ten times the database's limits of
+ * 100 ms, which a connection under those limits is cancelled long before (the test then sees the
+ * open fail, as it did before the fix); with the fix it waits for as long as the lock is held.
+ */
+describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))(
+  'migrations under a role or database statement_timeout on PostgreSQL',
+  () => {
+    /** The limits an operator put on the database (the role's work alike). */
+    const LIMITS = ["statement_timeout = '100ms'", "lock_timeout = '100ms'"];
+
+    /** Resolves once a backend of this database has waited on a lock for a second, or `settled` has. */
+    async function waitedASecondOr(pg: postgres.Sql, settled: Promise<unknown>): Promise<void> {
+      let done = false;
+      const stop = () => {
+        done = true;
+      };
+      settled.then(stop, stop);
+      while (!done) {
+        const [row] = await pg<{ n: number }[]>`
+          select count(*)::int as n from pg_stat_activity
+          where datname = current_database() and wait_event_type = 'Lock'
+            and clock_timestamp() - query_start > interval '1 second'`;
+        if ((row?.n ?? 0) > 0) return;
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    }
+
+    it.each([
+      [
+        'waits for another node’s migration (the advisory lock) past the limits, then starts',
+        '',
+        (tx: postgres.TransactionSql) => tx`select pg_advisory_xact_lock(${MIGRATION_LOCK})`,
+      ],
+      [
+        'runs a migration statement that takes longer than the limits (waiting on the migrations table) to its end',
+        'create schema drizzle; create table drizzle.__drizzle_migrations (id serial primary key, hash text not null, created_at bigint)',
+        (tx: postgres.TransactionSql) => tx.unsafe('lock table drizzle.__drizzle_migrations in access exclusive mode'),
+      ],
+    ])(
+      '%s',
+      async (_name, setup, lock) => {
+        const scratch = await createScratchDatabase();
+        // The test's own connection is exempt (startup parameters), so only the migration's is limited.
+        const pg = postgres(scratch.url, {
+          max: 2,
+          onnotice: () => {},
+          connection: { statement_timeout: 0, lock_timeout: 0 },
+        });
+        try {
+          if (setup !== '') await pg.unsafe(setup).simple();
+          const name = new URL(scratch.url).pathname.slice(1);
+          for (const limit of LIMITS) await pg.unsafe(`alter database ${name} set ${limit}`);
+          const holder = hold(pg, lock);
+          await holder.ready;
+          const opening = openDatabase({ url: scratch.url, dataDir: null, poolSize: 1, statementTimeoutMs: 0 });
+          await waitedASecondOr(pg, opening);
+          await holder.end();
+          const opened = await opening.then(
+            (database) => database,
+            (e: unknown) => new Error(`the start failed: ${String((e as { cause?: unknown }).cause ?? e)}`),
+          );
+          if (opened instanceof Error) throw opened;
+          try {
+            expect(opened.kind).toBe('postgres');
+            expect(
+              rowsOf(await opened.db.execute(sql`select to_regclass('public.users') is not null as migrated`)),
+            ).toEqual([{ migrated: true }]);
+            // The pool (statementTimeoutMs 0: nothing sent) keeps the database's limit.
+            expect(rowsOf(await opened.db.execute(sql`show statement_timeout`))).toEqual([
+              { statement_timeout: '100ms' },
+            ]);
+          } finally {
+            await opened.close();
+          }
+        } finally {
+          await pg.end();
+          await scratch.drop();
+        }
+      },
+      60_000,
+    );
+  },
+);
 
 /**
  * Two transactions that lock the same rows in opposite orders: PostgreSQL aborts one as the

@@ -247,6 +247,58 @@ describe('loadConfig', () => {
     expect(problemsOf({ [name]: value })).toEqual([expect.stringMatching(new RegExp(`^${name} must be an integer`))]);
   });
 
+  /** Every whole-number variable, with a value inside its range. */
+  const INTEGER_VARIABLES = [
+    ['PORT', '8080'],
+    ['VM_MAX_PER_NODE', '100'],
+    ['DATABASE_STATEMENT_TIMEOUT_MS', '15000'],
+    ['VM_IDLE_TIMEOUT_SECONDS', '300'],
+    ['BROWSER_HOST_PORT', '8090'],
+  ] as const;
+
+  it.each(
+    INTEGER_VARIABLES.flatMap(([name, value]) =>
+      [
+        `0x${Number(value).toString(16)}`, // hex: PORT=0x1F90 would listen on 8080
+        `0o${Number(value).toString(8)}`,
+        `0b${Number(value).toString(2)}`,
+        `${Number(value) / 100}e2`, // an exponent: VM_MAX_PER_NODE=1e2 would be 100 browsers
+        `${value}.0`,
+        ` ${value} `,
+        `${value}\n`,
+        `+${value}`,
+        `${value.slice(0, 1)}_${value.slice(1)}`,
+        'Infinity',
+      ].map((bad) => [name, bad] as const),
+    ),
+  )('refuses %s=%j: whole numbers are decimal digits only, with one line naming it', (name, value) => {
+    expect(problemsOf({ [name]: value })).toEqual([
+      expect.stringMatching(
+        new RegExp(`^${name} must be an integer from \\d+ to \\d+, in decimal digits only \\(got `),
+      ),
+    ]);
+  });
+
+  it.each(INTEGER_VARIABLES)('still reads %s=%s, and leading zeros as decimal', (name, value) => {
+    const key = (
+      {
+        PORT: 'port',
+        VM_MAX_PER_NODE: 'vmMaxPerNode',
+        DATABASE_STATEMENT_TIMEOUT_MS: 'databaseStatementTimeoutMs',
+        VM_IDLE_TIMEOUT_SECONDS: 'vmIdleTimeoutSeconds',
+        BROWSER_HOST_PORT: 'browserHostPort',
+      } as const
+    )[name];
+    expect(load({ [name]: value })[key]).toBe(Number(value));
+    expect(load({ [name]: `00${value}` })[key]).toBe(Number(value));
+  });
+
+  it('shows a refused whole number on the same line (a newline in it is escaped)', () => {
+    expect(problemsOf({ PORT: '80\n80' })).toEqual([
+      'PORT must be an integer from 0 to 65535, in decimal digits only (got "80\\n80")',
+    ]);
+  });
+
   it.each(['1', 'true', 'TRUE', 'yes', 'on', 'On', ' 1 '])('reads TRUST_PROXY=%s as exactly one proxy hop', (v) => {
     expect(load({ TRUST_PROXY: v }).trustProxy).toBe(1);
   });
@@ -497,6 +549,96 @@ describe('loadConfig', () => {
       expect(problems).toEqual([expect.stringMatching(new RegExp(`^${name} must not carry a user name or password`))]);
       expect(problems[0]).not.toContain('hunter2');
       expect(problems[0]).not.toContain('alice');
+    });
+  });
+
+  describe('base URLs (PUBLIC_URL, GUILD_API_URL): links are built by appending a path to them', () => {
+    it.each([
+      ['PUBLIC_URL', 'https://admin:hunter2@parlor.example.org', 'hunter2'],
+      ['PUBLIC_URL', 'https://admin@parlor.example.org/', 'admin'],
+      ['PUBLIC_URL', 'https://:hunter2@parlor.example.org', 'hunter2'],
+      ['GUILD_API_URL', 'https://bot:hunter2@guilds.example.org', 'hunter2'],
+    ])(
+      'refuses a user name or password in %s=%s (every avatar_url would carry it) without echoing it',
+      (name, value, secret) => {
+        const problems = problemsOf({ [name]: value });
+        expect(problems).toEqual([
+          `${name} must not carry a user name or password: links to this service are built from it`,
+        ]);
+        expect(problems[0]).not.toContain(secret);
+        expect(problems[0]).not.toContain(value);
+      },
+    );
+
+    it.each([
+      ['PUBLIC_URL', 'https://parlor.example.org/?utm=1'],
+      ['PUBLIC_URL', 'https://parlor.example.org/parlor?token=hunter2'],
+      ['PUBLIC_URL', 'https://parlor.example.org/#top'],
+      ['GUILD_API_URL', 'https://guilds.example.org/?x=1'],
+      ['GUILD_API_URL', 'https://guilds.example.org#x'],
+    ])('refuses a query or fragment in %s=%s, without echoing it', (name, value) => {
+      const problems = problemsOf({ [name]: value });
+      expect(problems).toEqual([
+        `${name} must be a base URL like https://example.org or https://example.org/path: no query or fragment`,
+      ]);
+      expect(problems[0]).not.toContain(value);
+    });
+
+    it.each([
+      ['https://parlor.example.org', 'https://parlor.example.org'],
+      ['https://parlor.example.org/', 'https://parlor.example.org'],
+      ['https://parlor.example.org/parlor/', 'https://parlor.example.org/parlor'],
+      ['HTTPS://Parlor.Example.ORG:443/Parlor', 'https://parlor.example.org/Parlor'],
+      ['http://[::1]:8080/', 'http://[::1]:8080'],
+      ['https://parlor.example.org/?', 'https://parlor.example.org'],
+      ['https://parlor.example.org/#', 'https://parlor.example.org'],
+    ])('reads PUBLIC_URL and GUILD_API_URL=%s as %s', (value, expected) => {
+      const config = load({ PUBLIC_URL: value, GUILD_API_URL: value });
+      expect([config.publicUrl, config.guildApiUrl]).toEqual([expected, expected]);
+    });
+  });
+
+  describe('HOST: an IP address or a host name', () => {
+    it.each([
+      '127.0.0.1',
+      '0.0.0.0',
+      '::',
+      '::1',
+      'fe80::1%lo',
+      'localhost',
+      'parlor-1.internal',
+      'A1.example.ORG',
+      '1a',
+    ])('accepts HOST=%s', (host) => {
+      expect(load({ HOST: host }).host).toBe(host);
+    });
+
+    it.each([
+      '-bad-',
+      'bad-.example',
+      '-bad.example',
+      'a..b',
+      '.example.org',
+      'example.org.',
+      'under_score.example',
+      `${'a'.repeat(64)}.example`,
+      `${'a.'.repeat(127)}ab`, // 255 characters
+      '256.0.0.1',
+      '10.0.0',
+      '[::1]',
+      'example.org:8080',
+      'http://example.org',
+      'exämple.org',
+    ])('refuses HOST=%j with one line naming it, before listen would fail on the name', (host) => {
+      expect(problemsOf({ HOST: host })).toEqual([
+        `HOST must be an IP address or a host name (dot-separated labels of letters, digits and inner hyphens, at most 63 characters each) (got ${JSON.stringify(host)})`,
+      ]);
+    });
+
+    it('accepts a 253-character host name', () => {
+      const host = `${'a'.repeat(63)}.${'b'.repeat(63)}.${'c'.repeat(63)}.${'d'.repeat(61)}`;
+      expect(host).toHaveLength(253);
+      expect(load({ HOST: host }).host).toBe(host);
     });
   });
 

@@ -7,7 +7,10 @@ import { parseTrustProxy, type TrustProxy } from './client-address.js';
 export interface Config {
   /** TCP port to listen on (8080). 0 picks a free port (tests). */
   port: number;
-  /** Interface to bind (127.0.0.1: only this machine, put a proxy in front for the world). */
+  /**
+   * Interface to bind (127.0.0.1: only this machine, put a proxy in front for the world): an IP
+   * address or an RFC 1123 host name, checked here so a bad one is named at start, not by listen.
+   */
   host: string;
   /**
    * Where the embedded database, the generated API key and the operator token live (./data); kept
@@ -35,9 +38,12 @@ export interface Config {
    * nodes' viewer-token key derives from it).
    */
   operatorToken: string | null;
-  /** The URL users reach the service at; used for links and the default allowed origin. */
+  /**
+   * The URL users reach the service at; used for links and the default allowed origin. An http(s)
+   * origin with an optional path, without trailing slash, user name, password, query or fragment.
+   */
   publicUrl: string;
-  /** Base of the guild interface; defaults to publicUrl (same app). */
+  /** Base of the guild interface; defaults to publicUrl (same app). The same form as publicUrl. */
   guildApiUrl: string;
   /** Domain attribute of the session cookie (a domain name, checked here); null means a host-only cookie. */
   cookieDomain: string | null;
@@ -150,6 +156,24 @@ function gitHead(): string {
   }
 }
 
+/** One label of a host name (RFC 1123): letters, digits and inner hyphens, 1-63 characters. */
+const HOST_LABEL = /^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$/;
+
+/**
+ * A host name HOST may give (RFC 1123): dot-separated labels (no empty one, so no leading,
+ * trailing or doubled dot), 253 characters at most, and not all digits in its last label, which a
+ * top-level domain never is, so a mistyped address (256.0.0.1, 10.0.0) is refused here, naming
+ * HOST, rather than failing at listen with a bare getaddrinfo ENOTFOUND.
+ */
+function isHostName(value: string): boolean {
+  const labels = value.split('.');
+  return (
+    value.length <= 253 &&
+    labels.every((label) => HOST_LABEL.test(label)) &&
+    !/^[0-9]+$/.test(labels[labels.length - 1] ?? '')
+  );
+}
+
 /** Host names and bracketed IPv6 literals; nothing that could split Chromium's proxy rule list (`;`, `,`, `=`). */
 const PROXY_HOST =
   /^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*|\[[0-9A-Fa-f:.]+\])$/;
@@ -190,12 +214,20 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
     const v = env[name];
     return v === undefined || v === '' ? null : v;
   };
+  /**
+   * A whole number in decimal digits and nothing else. Number() alone would read PORT=0x1F90 as
+   * 8080, VM_MAX_PER_NODE=1e2 as 100, and take '8080.0', ' 8080 ' or '+8080': a value meaning
+   * something other than what it looks like is refused, like any other invalid one. The value is
+   * shown JSON-quoted, so the problem stays one line whatever it holds.
+   */
   const int = (name: string, def: number, min: number, max: number) => {
     const v = str(name);
     if (v === null) return def;
-    const n = Number(v);
-    if (!Number.isInteger(n) || n < min || n > max) {
-      problems.push(`${name} must be an integer from ${min} to ${max} (got "${v}")`);
+    const n = /^[0-9]+$/.test(v) ? Number(v) : Number.NaN;
+    if (!Number.isSafeInteger(n) || n < min || n > max) {
+      problems.push(
+        `${name} must be an integer from ${min} to ${max}, in decimal digits only (got ${JSON.stringify(v)})`,
+      );
       return def;
     }
     return n;
@@ -220,6 +252,33 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
       return null;
     }
   };
+  /**
+   * A base URL of this service (PUBLIC_URL, GUILD_API_URL): links are built by appending a path to
+   * it (`${publicUrl}/avatars/…` in every avatar_url), so a user name or password would be handed
+   * to every client, and a query or fragment would swallow the path appended after it. Both are
+   * refused, never echoed (the value may hold a password). Answers the serialised origin and path,
+   * without trailing slashes (an empty `?` or `#` goes with them).
+   */
+  const baseUrl = (name: string) => {
+    const v = str(name);
+    if (v === null) return null;
+    const u = URL.canParse(v) ? new URL(v) : null;
+    if (u === null || !['http:', 'https:'].includes(u.protocol)) {
+      problems.push(`${name} must be a http: or https: URL`);
+      return null;
+    }
+    if (u.username !== '' || u.password !== '') {
+      problems.push(`${name} must not carry a user name or password: links to this service are built from it`);
+      return null;
+    }
+    if (u.search !== '' || u.hash !== '') {
+      problems.push(
+        `${name} must be a base URL like https://example.org or https://example.org/path: no query or fragment`,
+      );
+      return null;
+    }
+    return `${u.origin}${u.pathname}`.replace(/\/+$/, '');
+  };
 
   /** `first-last`: uids from 1000 (past system accounts) up, at least `width` of them. */
   const uidRange = (name: string, width: number) => {
@@ -242,10 +301,13 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
   const vmMaxPerNode = int('VM_MAX_PER_NODE', 4, 0, 1000);
   const port = int('PORT', 8080, 0, 65535);
   const host = str('HOST') ?? '127.0.0.1';
-  if (isIP(host) === 0 && !/^[a-zA-Z0-9.-]+$/.test(host)) problems.push('HOST must be an IP address or host name');
+  if (isIP(host) === 0 && !isHostName(host))
+    problems.push(
+      `HOST must be an IP address or a host name (dot-separated labels of letters, digits and inner hyphens, at most 63 characters each) (got ${JSON.stringify(host)})`,
+    );
   // An IPv6 address needs brackets in a URL (HOST=:: listens on every IPv6 interface).
   const urlHost = isIP(host) === 6 ? `[${host}]` : host;
-  const publicUrl = (url('PUBLIC_URL', ['http:', 'https:']) ?? `http://${urlHost}:${port}`).replace(/\/$/, '');
+  const publicUrl = baseUrl('PUBLIC_URL') ?? `http://${urlHost}:${port}`;
   // Null only when HOST makes no URL, which is listed as a problem above: no throw before the report.
   const publicOrigin = URL.canParse(publicUrl) ? new URL(publicUrl).origin : null;
   const publicApiKey = str('PUBLIC_API_KEY');
@@ -313,7 +375,7 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
     publicApiKey,
     operatorToken,
     publicUrl,
-    guildApiUrl: (url('GUILD_API_URL', ['http:', 'https:']) ?? publicUrl).replace(/\/$/, ''),
+    guildApiUrl: baseUrl('GUILD_API_URL') ?? publicUrl,
     cookieDomain,
     trustProxy: 'value' in trustProxy ? trustProxy.value : false,
     allowedOrigins: origins.length > 0 ? origins : publicOrigin ? [publicOrigin] : [],

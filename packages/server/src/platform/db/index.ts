@@ -31,7 +31,7 @@ export const MIGRATIONS_DIR = path.resolve(path.dirname(fileURLToPath(import.met
 export const PGLITE_LOCK_FILE = 'pglite.lock';
 
 /** Arbitrary constant: the advisory lock that serialises migrations when several nodes start at once. */
-const MIGRATION_LOCK = 724_311_001;
+export const MIGRATION_LOCK = 724_311_001;
 
 export interface DatabaseOptions {
   /** postgres:// URL, or null for PGlite. */
@@ -63,9 +63,17 @@ export const CONNECT_TIMEOUT_S = 10;
 /** Opens the store and brings its schema up to date. */
 export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
   if (opts.url) {
-    // Migrations may build indexes on large tables: their connection has no statement limit.
+    // Migrations may build indexes on large tables, and a node may wait for another's migration
+    // (the advisory lock): their connection has no statement limit. Sending none is not enough:
+    // a statement_timeout or lock_timeout the operator put on the role or database (where a
+    // pooler refuses startup parameters, docs/operations.md) would still cut them and fail the
+    // start, so the session turns both off itself, with SET (which poolers pass on, as they must
+    // for the session-level advisory lock below). One connection (max 1): the SETs hold for
+    // every statement that follows.
     const lockClient = postgres(opts.url, { max: 1, connect_timeout: CONNECT_TIMEOUT_S, onnotice: () => {} });
     try {
+      await lockClient`set statement_timeout = 0`;
+      await lockClient`set lock_timeout = 0`;
       await lockClient`select pg_advisory_lock(${MIGRATION_LOCK})`;
       await migratePostgres(drizzlePostgres(lockClient, { schema }), { migrationsFolder: MIGRATIONS_DIR });
       await lockClient`select pg_advisory_unlock(${MIGRATION_LOCK})`;
