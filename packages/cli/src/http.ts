@@ -15,11 +15,30 @@ export interface RawRequest {
   timeoutMs: number;
 }
 
-/** Sends one HTTP request; rejects on network failure or timeout. Injectable for tests. */
+/**
+ * Sends one HTTP request; rejects on network failure or timeout, with a TransportError that says
+ * whether the request had been sent. Injectable for tests: a transport that rejects with anything
+ * else is taken to have sent it (nothing is known, so the request may still take effect).
+ */
 export type Transport = (url: URL, request: RawRequest) => Promise<RawResponse>;
 
 /** Raised when no answer arrives within the deadline (connect, headers and body together). */
 export class TimeoutError extends Error {}
+
+/**
+ * Why an exchange failed (`cause`: a TimeoutError, or the socket's error) and whether the request
+ * had gone out. `sent`: the whole request was handed to the network, or an answer had begun; from
+ * then on the server may have carried it out, so "cannot reach the server" would be false. Before
+ * that the server never had a complete request to act on.
+ */
+export class TransportError extends Error {
+  constructor(
+    cause: unknown,
+    readonly sent: boolean,
+  ) {
+    super(cause instanceof Error ? cause.message : String(cause), { cause });
+  }
+}
 
 /**
  * node:http rather than fetch: fetch refuses "bad ports" (6000, 6666, …) that an operator may well
@@ -28,21 +47,41 @@ export class TimeoutError extends Error {}
 export const nodeTransport: Transport = (url, request) =>
   new Promise((resolve, reject) => {
     const lib = url.protocol === 'https:' ? https : http;
-    const req = lib.request(url, { method: request.method, headers: request.headers }, (res) => {
+    let sent = false;
+    let timer: NodeJS.Timeout | undefined;
+    // Every way out clears the deadline: a connection cut mid-answer fails through the answer's
+    // 'error', not the request's, and a timer left running would hold the process for the rest of
+    // the 30 s after the failure is known. A promise settles once, so later events change nothing.
+    const fail = (e: unknown): void => {
+      clearTimeout(timer);
+      reject(new TransportError(e, sent));
+    };
+    let req: http.ClientRequest;
+    try {
+      req = lib.request(url, { method: request.method, headers: request.headers }, onAnswer);
+    } catch (e) {
+      // Refused before anything went out (a header node:http will not send, say).
+      fail(e);
+      return;
+    }
+    function onAnswer(res: http.IncomingMessage): void {
+      sent = true;
       const chunks: Buffer[] = [];
       res.on('data', (chunk: Buffer) => chunks.push(chunk));
-      res.on('error', reject);
+      res.on('error', fail);
       res.on('end', () => {
         clearTimeout(timer);
         resolve({ status: res.statusCode ?? 0, headers: res.headers, text: Buffer.concat(chunks).toString('utf8') });
       });
+    }
+    // 'finish': the last byte of the request is with the operating system, on its way to the server.
+    req.on('finish', () => {
+      sent = true;
     });
-    const timer = setTimeout(() => {
-      req.destroy(new TimeoutError(`no answer within ${request.timeoutMs / 1000} s`));
+    timer = setTimeout(() => {
+      fail(new TimeoutError(`no answer within ${request.timeoutMs / 1000} s`));
+      req.destroy();
     }, request.timeoutMs);
-    req.on('error', (e) => {
-      clearTimeout(timer);
-      reject(e);
-    });
+    req.on('error', fail);
     req.end(request.body);
   });

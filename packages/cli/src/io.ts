@@ -17,6 +17,8 @@ export interface Io {
 export const ExitCode = { OK: 0, REFUSED: 1, UNREACHABLE: 2 } as const;
 
 export function processIo(): Io {
+  ignoreClosedReader(process.stdout);
+  ignoreClosedReader(process.stderr);
   return {
     env: process.env,
     cwd: process.cwd(),
@@ -27,4 +29,17 @@ export function processIo(): Io {
       process.exitCode = code;
     },
   };
+}
+
+/**
+ * `parlor audit | head`: the reader may close the pipe before the answer is written, and the next
+ * write fails with EPIPE. Nothing is wrong with the request (the server has answered, the exit status
+ * is already set), so the rest of the output is dropped and the process ends with the command's
+ * exit status instead of an unhandled 'error' event (a stack trace and exit 1). Any other write
+ * error is a real failure and is thrown as before.
+ */
+function ignoreClosedReader(stream: NodeJS.WriteStream): void {
+  stream.on('error', (e: NodeJS.ErrnoException) => {
+    if (e.code !== 'EPIPE') throw e;
+  });
 }

@@ -1,6 +1,6 @@
 import { CommanderError } from 'commander';
 import { describe, expect, it } from 'vitest';
-import { type RawResponse, TimeoutError, type Transport } from './http.js';
+import { type RawResponse, TimeoutError, type Transport, TransportError } from './http.js';
 import type { Io } from './io.js';
 import { buildProgram } from './program.js';
 
@@ -56,8 +56,11 @@ describe('parlor output and exit codes', () => {
     expect(res.stderr).toContain('Bad Gateway');
   });
 
-  it('exits 2 on a network failure, without the token', async () => {
-    const res = await run(create, Object.assign(new Error('connect'), { code: 'ECONNRESET' }));
+  it('exits 2 on a network failure before the request went out, without the token', async () => {
+    const res = await run(
+      create,
+      new TransportError(Object.assign(new Error('connect'), { code: 'ECONNRESET' }), false),
+    );
     expect(res.code).toBe(2);
     expect(res.stderr).toMatch(/^error: cannot reach the Parlor server at http:\/\/parlor\.test: connection reset/);
     expect(res.stderr).not.toContain('pop_secret_token');
@@ -72,12 +75,37 @@ describe('parlor output and exit codes', () => {
   });
 
   it('exits 2 on a request with no answer in time, saying it may still take effect', async () => {
-    const res = await run(create, new TimeoutError('no answer within 30 s'));
+    const res = await run(create, new TransportError(new TimeoutError('no answer within 30 s'), true));
     expect(res.code).toBe(2);
     expect(res.stderr).toMatch(
-      /^error: the Parlor server at http:\/\/parlor\.test did not answer: no answer within 30 s/,
+      /^error: the request was sent to the Parlor server at http:\/\/parlor\.test, but no complete answer came: no answer within 30 s\. It may still take effect/,
     );
-    expect(res.stderr).toContain('may still take effect');
+  });
+
+  it('exits 2 on a connection cut mid-answer, saying it may still take effect, not "cannot reach"', async () => {
+    const res = await run(
+      create,
+      new TransportError(Object.assign(new Error('aborted'), { code: 'ECONNRESET' }), true),
+    );
+    expect(res.code).toBe(2);
+    expect(res.stderr).toMatch(
+      /^error: the request was sent .* connection reset \(ECONNRESET\)\. It may still take effect/,
+    );
+    expect(res.stderr).not.toContain('cannot reach');
+  });
+
+  it('says "cannot reach" for a timeout before the request went out', async () => {
+    const res = await run(create, new TransportError(new TimeoutError('no answer within 30 s'), false));
+    expect(res.code).toBe(2);
+    expect(res.stderr).toMatch(
+      /^error: cannot reach the Parlor server at http:\/\/parlor\.test: no answer within 30 s/,
+    );
+  });
+
+  it('takes a failure the transport does not qualify as possibly sent', async () => {
+    const res = await run(create, new Error('something broke'));
+    expect(res.code).toBe(2);
+    expect(res.stderr).toContain('It may still take effect');
   });
 
   it('sends nothing when an argument is invalid', async () => {

@@ -23,9 +23,11 @@ export async function callServer(command: Command, io: Io, request: ApiRequest):
   try {
     answer = await send(target, request, io.transport);
   } catch (e) {
-    if (e instanceof UnreachableError && e.timedOut)
+    // Once the request has gone out, only the answer is missing (a timeout, a connection cut
+    // mid-answer): the server may have carried it out, so "cannot reach" would invite a repeat.
+    if (e instanceof UnreachableError && e.sent)
       command.error(
-        `error: the Parlor server at ${target.baseUrl.origin} did not answer: ${e.message}. The request may still take effect: check (e.g. \`parlor audit\`) before repeating it.`,
+        `error: the request was sent to the Parlor server at ${target.baseUrl.origin}, but no complete answer came: ${e.message}. It may still take effect: check (e.g. \`parlor audit\`) before repeating it.`,
         { exitCode: ExitCode.UNREACHABLE, code: 'parlor.unreachable' },
       );
     if (e instanceof UnreachableError)
