@@ -3,11 +3,13 @@ import { describeApp, type TestApp } from '../../server/test/support/app.js';
 import {
   type BotClient,
   type ChatEntry,
+  connect,
   decryptMessage,
   type E2EChatSession,
   E2EError,
   type E2ESessionError,
   generateKeyPair,
+  joinRoom,
   type Message,
   parseBundle,
   publicKeyToBase64,
@@ -417,5 +419,84 @@ describeApp('E2EChatSession: a top-up naming a session that left the key ring', 
     const epoch = a.epochOf(chat.id) as number;
     expect(b.chatKeys(chat.id).get(epoch)).toEqual(a.chatKeys(chat.id).get(epoch));
     expect(errors).toEqual([]);
+  });
+});
+
+/** Waits until `check` holds; fails after `timeoutMs`. */
+async function until(what: string, check: () => boolean, timeoutMs = 15_000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+describeApp('E2EChatSession: a member kicked while a holder lacked the current key', () => {
+  it('never wraps a key of an epoch after the kick for the kicked member’s sessions (what the client sends)', async () => {
+    const alice = await loginUser(app, bot, { level: 2 });
+    const a = await openSession(alice.client, { rekeyJitterMs: 1, keyWaitMs: 15_000 });
+    const errors = noErrors(a);
+    const { chat } = await alice.client.createChat({ name: 'Kick', type: 'public' });
+    expect((await a.join({ chat_id: chat.id })).hasKey).toBe(true);
+    const first = a.epochOf(chat.id) as number;
+
+    // Every share Alice's client sends; and her reads of GET …/keys, which the test can hold.
+    const shares: { epoch: number; sessions: number[] }[] = [];
+    const share = alice.client.shareKeys.bind(alice.client);
+    alice.client.shareKeys = async (chatId, body) => {
+      shares.push({ epoch: body.epoch, sessions: body.envelopes.map((e) => e.session_id) });
+      return share(chatId, body);
+    };
+    let hold: Promise<void> | null = null;
+    let release: () => void = () => {};
+    const read = alice.client.chatKey.bind(alice.client);
+    alice.client.chatKey = async (chatId) => {
+      if (hold) await hold;
+      return read(chatId);
+    };
+    const announced = new Set<number>();
+    a.socket.on('portal:key_added', (e) => announced.add(e.session_id));
+
+    // Mallory, a member with a session of hers that Alice gives the key to.
+    const mallory = await loginUser(app, bot);
+    const m1 = await mallory.client.registerKey(publicKeyToBase64(generateKeyPair().publicKey));
+    const socket = await connect(mallory.client, { reconnection: false });
+    try {
+      await joinRoom(socket, { chat_id: chat.id });
+      await until('Alice’s share to Mallory', () => shares.some((s) => s.sessions.includes(m1.session_id)));
+
+      // Alice cannot read the key state for a while: the epoch Mallory's key replacement starts
+      // stays without a key at Alice's.
+      hold = new Promise((resolve) => {
+        release = resolve;
+      });
+      await mallory.client.registerKey(publicKeyToBase64(generateKeyPair().publicKey));
+      await until('the rekey of the replaced key', () => a.epochOf(chat.id) === first + 1);
+      // A second session of Mallory's registers a key: announced to Alice, who lacks the key of
+      // that epoch, so she keeps it waiting for one.
+      const second = await loginUser(app, bot, { platformUserId: mallory.platformUserId });
+      const m2 = await second.client.registerKey(publicKeyToBase64(generateKeyPair().publicKey));
+      await until('the announcement of Mallory’s second session', () => announced.has(m2.session_id));
+      expect(a.hasKey(chat.id)).toBe(false);
+
+      // Alice kicks Mallory: the next epoch's ring lists none of Mallory's sessions.
+      await alice.client.request('POST', `/v1/portal/chats/${chat.id}/kick`, { body: { user_id: mallory.user.id } });
+      const kickEpoch = first + 2;
+      await until('the rekey of the kick', () => a.epochOf(chat.id) === kickEpoch);
+      hold = null;
+      release();
+
+      // Alice keys the epoch after the kick, and (close waits for them) sends whatever shares follow.
+      await until('Alice’s key of the epoch after the kick', () => a.chatKeys(chat.id).has(kickEpoch));
+      await a.close();
+      const mallorys = [m1.session_id, m2.session_id];
+      const toMallory = shares.filter((s) => s.epoch >= kickEpoch && s.sessions.some((id) => mallorys.includes(id)));
+      expect(toMallory).toEqual([]);
+      expect(shares.filter((s) => s.epoch === kickEpoch)).toEqual([{ epoch: kickEpoch, sessions: [a.sessionId] }]);
+      expect(errors).toEqual([]);
+    } finally {
+      release();
+      socket.disconnect();
+    }
   });
 });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { generateChatKey, generateKeyPair, publicKeyToBase64, wrapChatKey } from '../crypto/index.js';
+import { generateChatKey, generateKeyPair, publicKeyToBase64, unwrapChatKey, wrapChatKey } from '../crypto/index.js';
 import type { ParlorClient } from './api.js';
 import { ChatKeying } from './e2e-keying.js';
 import type { E2ESessionError } from './e2e-types.js';
@@ -119,6 +119,131 @@ describe('ChatKeying: a lost keying race', () => {
     expect(await keying.ensure(1)).toBe(true);
     expect(reads).toBe(2);
     expect(Buffer.from(keying.keys.current(1)?.key ?? []).equals(Buffer.from(winnersKey))).toBe(true);
+    await keying.close();
+    expect(errors).toEqual([]);
+  });
+});
+
+describe('ChatKeying: sessions announced while the key was lacking, and later epochs', () => {
+  const own = 4;
+  type Share = { epoch: number; envelopes: { session_id: number; wrapped: string }[] };
+
+  /** A keying of chat 1 at `epoch` without its key, over a client that records its shares. */
+  function lacking(epoch: number, keyState: (() => unknown) | null = null) {
+    const pair = generateKeyPair();
+    const shares: Share[] = [];
+    let reads = 0;
+    const client = {
+      chatKey: async () => {
+        reads++;
+        if (!keyState) throw new Error('no GET …/keys expected');
+        return keyState();
+      },
+      shareKeys: async (_chatId: number, body: Share) => {
+        shares.push(body);
+        return { epoch: body.epoch, stored: body.envelopes.length };
+      },
+    } as unknown as ParlorClient;
+    const { keying, errors } = keyingOf(client, pair, { jitterMs: 1 });
+    keying.setSessionId(own);
+    keying.keys.raiseEpoch(1, epoch);
+    /** This session's envelope of `chatKey` at `at`, as room:key brings it. */
+    const receive = (at: number, chatKey = generateChatKey()) =>
+      keying.accept({
+        chatId: 1,
+        epoch: at,
+        sender: 3,
+        envelope: wrapChatKey({
+          chatKey,
+          recipientPublicKey: pair.publicKey,
+          chatId: 1,
+          epoch: at,
+          recipientSessionId: own,
+        }),
+      });
+    return { keying, errors, shares, receive, reads: () => reads, publicKey: publicKeyToBase64(pair.publicKey) };
+  }
+  const key = () => publicKeyToBase64(generateKeyPair().publicKey);
+  const sessionsOf = (shares: Share[]) => shares.flatMap((s) => s.envelopes.map((e) => [s.epoch, e.session_id]));
+  /** Lets the stand-in client's answers and the coalescing timer (15 ms) run. */
+  const settle = () => new Promise((r) => setTimeout(r, 40));
+
+  it('portal:key_removed drops a session (or every session of its user) it was waiting to give the key to', async () => {
+    const { keying, errors, shares, receive } = lacking(1);
+    keying.keyAdded(1, 9, 20, key());
+    keying.keyAdded(1, 9, 21, key());
+    keying.keyAdded(1, 8, 30, key());
+    keying.keyAdded(1, 8, 31, key());
+    await settle(); // the coalesced share finds no key: the sessions wait for it
+    keying.keyRemoved(1, 9, null); // user 9 removed (kicked, banned, left): all its sessions
+    keying.keyRemoved(1, 8, 31); // one session of user 8 ended
+    expect(receive(1)).toBe(true);
+    await settle();
+    expect(sessionsOf(shares)).toEqual([[1, 30]]);
+    await keying.close();
+    expect(errors).toEqual([]);
+  });
+
+  it('leaves sessions announced before a room:rekey to whoever keys the new epoch (its whole ring)', async () => {
+    const chatKey = generateChatKey();
+    let state: unknown = null;
+    const { keying, errors, shares, receive, publicKey } = lacking(1, () => state);
+    keying.keyAdded(1, 9, 20, key());
+    await settle();
+    // The winner of epoch 2 wrapped it for the ring the server listed (session 20 in it): our envelope is there.
+    state = { epoch: 2, envelope: null, key_ring: { '1': { [String(own)]: publicKey }, '9': { '20': key() } } };
+    keying.rekey(1, 2);
+    expect(receive(2, chatKey)).toBe(true);
+    await settle();
+    expect(shares).toEqual([]);
+    await keying.close();
+    expect(errors).toEqual([]);
+  });
+
+  it('gives a later epoch’s key to a session announced at an earlier epoch only if that epoch’s ring lists it, with the listed key', async () => {
+    const later = generateKeyPair();
+    const { keying, errors, shares, receive, reads, publicKey } = lacking(1, () => ({
+      epoch: 2,
+      envelope: null,
+      // Session 20 is gone at epoch 2 (its user was kicked); session 30 is listed with a new key.
+      key_ring: { '1': { [String(own)]: publicKey }, '8': { '30': publicKeyToBase64(later.publicKey) } },
+    }));
+    keying.keyAdded(1, 9, 20, key());
+    keying.keyAdded(1, 8, 30, key());
+    await settle();
+    // The chat reached epoch 2 without a room:rekey seen here (e.g. read from GET …/keys), and its key comes.
+    keying.keys.raiseEpoch(1, 2);
+    const chatKey = generateChatKey();
+    expect(receive(2, chatKey)).toBe(true);
+    await settle();
+    expect(reads()).toBe(1);
+    expect(sessionsOf(shares)).toEqual([[2, 30]]);
+    const wrapped = shares[0]?.envelopes[0]?.wrapped as string;
+    const opened = unwrapChatKey({
+      envelope: wrapped,
+      recipientPrivateKey: later.privateKey,
+      chatId: 1,
+      epoch: 2,
+      recipientSessionId: 30,
+    });
+    expect(Buffer.from(opened).equals(Buffer.from(chatKey))).toBe(true);
+    await keying.close();
+    expect(errors).toEqual([]);
+  });
+
+  it('shareWith a ring of an earlier epoch (a join’s) reads the ring again, and shares nothing once the chat moved on', async () => {
+    let state: unknown = null;
+    const { keying, errors, shares, receive, publicKey } = lacking(2, () => state);
+    expect(receive(2)).toBe(true);
+    const joinRing = { '1': { [String(own)]: publicKey }, '9': { '20': key() }, '8': { '30': key() } };
+    const thirty = key();
+    state = { epoch: 2, envelope: null, key_ring: { '1': { [String(own)]: publicKey }, '8': { '30': thirty } } };
+    await keying.shareWith(1, joinRing, 1, true);
+    expect(sessionsOf(shares)).toEqual([[2, 30]]);
+    // The chat moved on to epoch 3 (another removal): the next keying covers its ring.
+    state = { epoch: 3, envelope: null, key_ring: { '1': { [String(own)]: publicKey } } };
+    await keying.shareWith(1, joinRing, 1, true);
+    expect(shares).toHaveLength(1);
     await keying.close();
     expect(errors).toEqual([]);
   });

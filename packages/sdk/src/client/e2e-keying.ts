@@ -8,10 +8,10 @@ import {
 } from '../crypto/index.js';
 import type { ParlorClient } from './api.js';
 import { ChatKeyStore, type EpochKey } from './e2e-keys.js';
-import { splitShare } from './e2e-share.js';
+import { splitShare, withinRing } from './e2e-share.js';
 import { type E2EChatSessionEvents, E2ESessionError } from './e2e-types.js';
 import { isApiError } from './errors.js';
-import type { ChatKeyAnswer } from './types.js';
+import { type KeysAnswer, KeysAnswerSchema, shapeProblem } from './server-events.js';
 
 /** How long `portal:key_added` events are gathered into one share. */
 const KEY_ADDED_COALESCE_MS = 15;
@@ -20,6 +20,8 @@ const TOP_UP_ATTEMPTS = 5;
 
 type KeyEvent = Parameters<E2EChatSessionEvents['key']>[0];
 type Envelope = { chatId: number; epoch: number; envelope: string; sender: number | null };
+/** A session announced by `portal:key_added`, at the epoch this session knew of then. */
+type PendingShare = { userId: string; publicKey: string; epoch: number };
 
 export interface ChatKeyingOptions {
   client: ParlorClient;
@@ -44,7 +46,7 @@ export class ChatKeying {
   readonly keys = new ChatKeyStore();
   readonly #o: ChatKeyingOptions;
   readonly #pendingEnvelopes: Envelope[] = [];
-  readonly #pendingShares = new Map<number, Map<number, { userId: string; publicKey: string }>>();
+  readonly #pendingShares = new Map<number, Map<number, PendingShare>>();
   readonly #running = new Map<number, Promise<boolean>>();
   readonly #timers = new Set<ReturnType<typeof setTimeout>>();
   readonly #tasks = new Set<Promise<unknown>>();
@@ -102,6 +104,11 @@ export class ChatKeying {
   /** `room:rekey`: after a random delay (so members do not all race), try to key the new epoch. */
   rekey(chatId: number, epoch: number): void {
     this.keys.raiseEpoch(chatId, epoch);
+    // Sessions announced before this epoch are not owed its key by us: whoever keys it wraps it
+    // for every session the server lists in its ring, and a session removed meanwhile (a kick
+    // raised the epoch) must not get it (docs/e2e.md, "Removal and key compromise").
+    const pending = this.#pendingShares.get(chatId);
+    for (const [sessionId, entry] of pending ?? []) if (entry.epoch < epoch) pending?.delete(sessionId);
     if (this.#o.isJoined(chatId) && !this.keys.get(chatId, epoch)) this.schedule(chatId);
   }
 
@@ -121,11 +128,15 @@ export class ChatKeying {
     this.#timers.add(timer);
   }
 
-  /** `portal:key_added`: give the current key to that session (as soon as we hold it). */
+  /**
+   * `portal:key_added`: give the key of the current epoch to that session (as soon as we hold it).
+   * The announcement is kept with the epoch known now: only that epoch's key is given to it as
+   * announced; a later epoch's key only when the server lists the session in that epoch's ring.
+   */
   keyAdded(chatId: number, userId: number, sessionId: number, publicKey: string): void {
     if (sessionId === this.#sessionId || !this.#o.isJoined(chatId)) return;
-    const pending = this.#pendingShares.get(chatId) ?? new Map();
-    pending.set(sessionId, { userId: String(userId), publicKey });
+    const pending = this.#pendingShares.get(chatId) ?? new Map<number, PendingShare>();
+    pending.set(sessionId, { userId: String(userId), publicKey, epoch: this.keys.epochOf(chatId) ?? 0 });
     this.#pendingShares.set(chatId, pending);
     if (pending.size > 1 || this.#closed) return; // A flush is already scheduled.
     // The server announces all sessions of a user together: serve them in one share, so that no
@@ -135,6 +146,19 @@ export class ChatKeying {
       this.#track(chatId, this.#flushShares(chatId));
     }, KEY_ADDED_COALESCE_MS);
     this.#timers.add(timer);
+  }
+
+  /**
+   * `portal:key_removed`: that session (`sessionId` null: every session of the user) left the key
+   * ring (its session ended, or its user left or was removed). A share still waiting for it is
+   * dropped, so no key of a later epoch is wrapped for it.
+   */
+  keyRemoved(chatId: number, userId: number, sessionId: number | null): void {
+    const pending = this.#pendingShares.get(chatId);
+    if (!pending) return;
+    for (const [id, entry] of pending) {
+      if (sessionId === null ? entry.userId === String(userId) : id === sessionId) pending.delete(id);
+    }
   }
 
   forget(chatId: number): void {
@@ -204,7 +228,7 @@ export class ChatKeying {
 
   /** Asks the server for the current epoch and our envelope at it (after a refused send). */
   async refresh(chatId: number): Promise<void> {
-    const state = await this.#o.client.chatKey(chatId);
+    const state = await this.#readKeys(chatId);
     this.keys.raiseEpoch(chatId, state.epoch);
     if (state.envelope !== null) this.accept({ chatId, epoch: state.epoch, envelope: state.envelope, sender: null });
   }
@@ -222,20 +246,30 @@ export class ChatKeying {
   }
 
   /** {@link shareWith} in the background (awaited by `close()`). */
-  shareInBackground(chatId: number, ring: KeyRing): void {
-    this.#track(chatId, this.shareWith(chatId, ring, true));
+  shareInBackground(chatId: number, ring: KeyRing, ringEpoch: number): void {
+    this.#track(chatId, this.shareWith(chatId, ring, ringEpoch, true));
   }
 
   /**
-   * Shares the current key with sessions of `ring` (the server stores only missing envelopes and
-   * never overwrites). "The epoch or ring moved on" is expected: the next keying covers them.
+   * Shares the current key with sessions of `ring`, as the server listed them at `ringEpoch` (the
+   * server stores only missing envelopes and never overwrites). When the current epoch is another
+   * one, the ring is read again and only the sessions of `ring` the server lists at the current
+   * epoch get its key: a session listed at an earlier epoch may have been removed since, and the
+   * key of the epoch after a removal goes only to the remaining sessions (docs/e2e.md, "Removal
+   * and key compromise"). "The epoch or ring moved on" is expected: the next keying covers them.
    */
-  async shareWith(chatId: number, ring: KeyRing, skipSelf: boolean): Promise<void> {
+  async shareWith(chatId: number, ring: KeyRing, ringEpoch: number, skipSelf: boolean): Promise<void> {
     const current = this.keys.current(chatId);
     if (!current || this.#closed) return;
+    let target = ring;
+    if (ringEpoch !== current.epoch) {
+      const now = await this.#ringAt(chatId, current.epoch);
+      if (now === null || this.#closed) return;
+      target = withinRing(ring, now);
+    }
     const skip = skipSelf && this.#sessionId !== null ? [this.#sessionId] : [];
     const share = buildKeyShare({
-      keyRing: ring,
+      keyRing: target,
       chatKey: current.key,
       chatId,
       epoch: current.epoch,
@@ -318,18 +352,46 @@ export class ChatKeying {
    * null when the chat moved past `epoch` (its next keying covers them) or the ring is unreadable.
    */
   async #stillInRing(chatId: number, epoch: number, envelopes: KeyShareEnvelope[]): Promise<KeyShareEnvelope[] | null> {
-    let state: ChatKeyAnswer;
+    const ring = await this.#ringAt(chatId, epoch);
+    if (ring === null) return null;
+    const inRing = new Set(Object.values(ring).flatMap((sessions) => Object.keys(sessions).map(Number)));
+    return envelopes.filter((e) => inRing.has(e.session_id));
+  }
+
+  /**
+   * The chat's key ring as the server lists it now (`GET …/keys`), when the chat is still at
+   * `epoch`; null when it moved on (its next keying covers the ring) or the ring is unreadable.
+   */
+  async #ringAt(chatId: number, epoch: number): Promise<KeyRing | null> {
+    let state: KeysAnswer;
     try {
-      state = await this.#o.client.chatKey(chatId);
+      state = await this.#readKeys(chatId);
     } catch (error) {
-      if (!isApiError(error, 'ERR_NOT_CHAT_MEMBER', 'ERR_CHAT_NOT_FOUND')) {
+      if (error instanceof E2ESessionError) this.#emitError(error);
+      else if (!isApiError(error, 'ERR_NOT_CHAT_MEMBER', 'ERR_CHAT_NOT_FOUND')) {
         this.#error('BACKGROUND_FAILURE', `Could not read the key ring of chat ${chatId}.`, chatId, { cause: error });
       }
       return null;
     }
-    if (state.epoch !== epoch) return null;
-    const inRing = new Set(Object.values(state.key_ring).flatMap((sessions) => Object.keys(sessions).map(Number)));
-    return envelopes.filter((e) => inRing.has(e.session_id));
+    this.keys.raiseEpoch(chatId, state.epoch);
+    return state.epoch === epoch ? state.key_ring : null;
+  }
+
+  /**
+   * `GET …/keys`, its answer checked: an epoch that is not a non-negative integer or a missing key
+   * ring would be stored as the chat's epoch, or fail later where no caller can be told.
+   * @throws E2ESessionError BAD_SERVER_ANSWER (nothing of the answer kept); the server's errors.
+   */
+  async #readKeys(chatId: number): Promise<KeysAnswer> {
+    const state: unknown = await this.#o.client.chatKey(chatId);
+    const problem = shapeProblem(KeysAnswerSchema, state);
+    if (problem) {
+      throw new E2ESessionError('BAD_SERVER_ANSWER', `The server's key state of chat ${chatId} is malformed.`, {
+        chatId,
+        details: { answer: 'GET /v1/portal/chats/{chat_id}/keys', path: problem.path, problem: problem.message },
+      });
+    }
+    return state as KeysAnswer;
   }
 
   /** Ends timers and waits; resolves when running keyings have stopped. */
@@ -349,7 +411,7 @@ export class ChatKeying {
     for (let attempt = 0; attempt < this.#o.attempts && !this.#closed && Date.now() < deadline; attempt++) {
       lostRace = false;
       if (this.hasKey(chatId)) return true;
-      const state = await this.#o.client.chatKey(chatId);
+      const state = await this.#readKeys(chatId);
       this.keys.raiseEpoch(chatId, state.epoch);
       const epoch = state.epoch;
       if (this.keys.get(chatId, epoch)) continue;
@@ -439,15 +501,23 @@ export class ChatKeying {
     if (this.keys.current(chatId)?.epoch === epoch) this.#track(chatId, this.#flushShares(chatId));
   }
 
+  /**
+   * Gives the current key to the sessions announced while it was not held. Each announcement
+   * counts as a ring of the epoch known when it came: announced at the current epoch, the session
+   * gets its key as announced; announced earlier, only if the server lists it at the current
+   * epoch (see {@link shareWith}).
+   */
   async #flushShares(chatId: number): Promise<void> {
     const pending = this.#pendingShares.get(chatId);
     if (!pending || pending.size === 0 || !this.hasKey(chatId)) return;
     this.#pendingShares.delete(chatId);
-    const ring: Record<string, Record<string, string>> = {};
-    for (const [sessionId, { userId, publicKey }] of pending) {
+    const rings = new Map<number, Record<string, Record<string, string>>>();
+    for (const [sessionId, { userId, publicKey, epoch }] of pending) {
+      const ring = rings.get(epoch) ?? {};
       ring[userId] = { ...ring[userId], [String(sessionId)]: publicKey };
+      rings.set(epoch, ring);
     }
-    await this.shareWith(chatId, ring, false);
+    for (const [epoch, ring] of rings) await this.shareWith(chatId, ring, epoch, false);
   }
 
   #reportSkipped(chatId: number, skipped: SkippedSession[]): void {

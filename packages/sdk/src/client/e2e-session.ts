@@ -21,6 +21,13 @@ import {
 } from './e2e-types.js';
 import { AsyncQueue, TypedEmitter } from './emitter.js';
 import { isApiError, type ParlorApiError } from './errors.js';
+import {
+  type BadServerEventDetails,
+  type CheckedServerEvent,
+  JoinAnswerSchema,
+  onChecked,
+  shapeProblem,
+} from './server-events.js';
 import { connect, joinRoom, keepConnected, leaveRoom, type ParlorSocket, type RoomJoined } from './socket.js';
 import type { HistoryInput } from './types.js';
 
@@ -60,8 +67,8 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
   #stopSupervising: () => void = () => {};
   /** Bumped at every connect and disconnect: a resync of an older connection stops at its next step. */
   #connection = 0;
-  /** Takes the next `chat:list` (set while a resync waits for it). */
-  #chatList: ((chatIds: number[]) => void) | null = null;
+  /** Takes the next `chat:list` (set while a resync waits for it); null: it came unusable. */
+  #chatList: ((chatIds: number[] | null) => void) | null = null;
   /** The resync after the last reconnection that was not recovered (they run one after another). */
   #resync: Promise<void> = Promise.resolve();
   /**
@@ -158,7 +165,7 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
    */
   async join(payload: RoomJoinPayload, opts: JoinOptions = {}): Promise<JoinedChat> {
     this.#assertOpen();
-    const joined = await joinRoom(this.socket, payload);
+    const joined = checkJoined(await joinRoom(this.socket, payload));
     const chatId = joined.chat.id;
     this.#joined.add(chatId);
     this.#entered.add(chatId);
@@ -167,11 +174,13 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
     let hasKey: boolean;
     // Sessions of the ring that missed their envelope (their holders were offline) get it now.
     if (opts.waitForKey === false) {
-      this.#keying.background(chatId, this.#keyAndShare(chatId, joined.key_ring));
+      this.#keying.background(chatId, this.#keyAndShare(chatId, joined));
       hasKey = this.hasKey(chatId);
     } else {
       hasKey = await keying;
-      if (hasKey && this.#shareOnJoin) this.#keying.shareInBackground(chatId, joined.key_ring);
+      // The ring is the join's: when the keying moved to a later epoch meanwhile (a removal), the
+      // share reads that epoch's ring first (ChatKeying.shareWith).
+      if (hasKey && this.#shareOnJoin) this.#keying.shareInBackground(chatId, joined.key_ring, joined.epoch);
     }
     return { ...joined, hasKey };
   }
@@ -286,32 +295,53 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
   }
 
   #listen(): void {
-    const on = <E extends keyof ServerToClientEvents>(event: E, handler: ServerToClientEvents[E]) => {
-      (this.socket.on as (e: E, h: ServerToClientEvents[E]) => void)(event, handler);
-      this.#unsubscribe.push(() => (this.socket.off as (e: E, h: ServerToClientEvents[E]) => void)(event, handler));
+    // Every payload is checked before it is used: a listener runs inside Socket.IO, where what it
+    // throws is uncaught (in Node the process ends), so a malformed event is reported and dropped.
+    const on = <E extends CheckedServerEvent>(event: E, handler: ServerToClientEvents[E], onBad?: () => void) => {
+      const bad = (details: BadServerEventDetails) => {
+        this.#badEvent(details);
+        onBad?.();
+      };
+      const threw = (error: unknown) => {
+        if (this.#closed) return;
+        this.emit('error', new E2ESessionError('BACKGROUND_FAILURE', `Handling ${event} failed.`, { cause: error }));
+      };
+      this.#unsubscribe.push(onChecked(this.socket, event, handler, bad, threw));
     };
     on('room:key', (e) =>
       this.#keying.accept({ chatId: e.chat_id, epoch: e.epoch, envelope: e.envelope, sender: e.sender_session_id }),
     );
     on('room:rekey', (e) => this.#keying.rekey(e.chat_id, e.epoch));
     on('portal:key_added', (e) => this.#keying.keyAdded(e.chat_id, e.user_id, e.session_id, e.public_key));
+    on('portal:key_removed', (e) => this.#keying.keyRemoved(e.chat_id, e.user_id, e.session_id));
     on('message:new', (m) => this.#enqueue(m));
     on('room:left', (e) => {
       this.#forget(e.chat_id);
       this.emit('left', { chatId: e.chat_id, reason: e.reason });
     });
-    on('chat:list', (e) => {
-      // The socket came back as another login session (its cookie changed while it was away): the
-      // server gave it none of this session's rooms, and no envelope will name this session there.
-      const sessionId = this.#keying.sessionId;
-      if (sessionId !== null && e.session_id !== sessionId) {
-        void this.#end({ reason: 'session_changed' });
-        return;
-      }
+    // A malformed chat:list cannot say which chats to enter again: a resync waiting for it reads
+    // them from GET /v1/portal/chats at once instead of waiting out CHAT_LIST_WAIT_MS.
+    const chatListUnusable = () => {
       const waiting = this.#chatList;
       this.#chatList = null;
-      waiting?.(e.chats.map((chat) => chat.id));
-    });
+      waiting?.(null);
+    };
+    on(
+      'chat:list',
+      (e) => {
+        // The socket came back as another login session (its cookie changed while it was away): the
+        // server gave it none of this session's rooms, and no envelope will name this session there.
+        const sessionId = this.#keying.sessionId;
+        if (sessionId !== null && e.session_id !== sessionId) {
+          void this.#end({ reason: 'session_changed' });
+          return;
+        }
+        const waiting = this.#chatList;
+        this.#chatList = null;
+        waiting?.(e.chats.map((chat) => chat.id));
+      },
+      chatListUnusable,
+    );
     // The socket is connected when the session starts, so every later `connect` is a reconnection.
     const onConnect = () => {
       const connection = ++this.#connection;
@@ -348,6 +378,13 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
     });
     // Socket.IO does not reconnect after the server dropped the socket or refused a reconnection.
     this.#stopSupervising = keepConnected(this.socket, { onRefused: (error) => this.#refused(error) });
+  }
+
+  /** Reports a server event that was dropped because its payload has the wrong shape. */
+  #badEvent(details: BadServerEventDetails): void {
+    if (this.#closed) return;
+    const message = `The server sent ${details.event} with a malformed payload; it was ignored.`;
+    this.emit('error', new E2ESessionError('BAD_SERVER_EVENT', message, { details }));
   }
 
   /** True once the connection a resync works for is gone (or the session closed). */
@@ -405,17 +442,19 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
         continue;
       }
       try {
-        const joined = await this.#enter(connection, chatId);
-        if (joined === null || this.#stale(connection)) return;
+        const entered = await this.#enter(connection, chatId);
+        if (entered === null || this.#stale(connection)) return;
+        const joined = checkJoined(entered);
         this.#entered.add(chatId);
         this.#keying.keys.raiseEpoch(chatId, joined.epoch);
         // Sessions announced (portal:key_added) while this one was away get the key now; a room:key
         // lost with the socket is made up for by reading the server's envelope.
-        this.#keying.background(chatId, this.#keyAndShare(chatId, joined.key_ring, true));
+        this.#keying.background(chatId, this.#keyAndShare(chatId, joined, true));
       } catch (error) {
         if (this.#stale(connection)) return;
         // Removed between the list and the join.
         if (isApiError(error, ...REMOVED_CODES)) this.#removed(chatId);
+        else if (error instanceof E2ESessionError) this.emit('error', error);
         else {
           this.emit(
             'error',
@@ -430,12 +469,13 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
   }
 
   /**
-   * Obtains the current key, then (with `shareOnJoin`) gives it to ring sessions that lack it.
+   * Obtains the current key, then (with `shareOnJoin`) gives it to the join's ring sessions that
+   * lack it (read again when the keying moved to a later epoch: ChatKeying.shareWith).
    * `resync`: after a reconnection, the server's envelope is read even while a keying runs.
    */
-  async #keyAndShare(chatId: number, ring: KeyRing, resync = false): Promise<void> {
+  async #keyAndShare(chatId: number, joined: { epoch: number; key_ring: KeyRing }, resync = false): Promise<void> {
     const held = await (resync ? this.#keying.resync(chatId) : this.#keying.ensure(chatId));
-    if (held && this.#shareOnJoin) await this.#keying.shareWith(chatId, ring, true);
+    if (held && this.#shareOnJoin) await this.#keying.shareWith(chatId, joined.key_ring, joined.epoch, true);
   }
 
   /**
@@ -532,4 +572,18 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
   #assertOpen(): void {
     if (this.#closed) throw new E2ESessionError('CLOSED', 'This E2E session is closed.');
   }
+}
+
+/**
+ * A `room:join` acknowledgement, checked where the session relies on it (chat id, epoch, key ring).
+ * @throws E2ESessionError BAD_SERVER_ANSWER when it does not have that shape.
+ */
+function checkJoined(joined: RoomJoined): RoomJoined {
+  const problem = shapeProblem(JoinAnswerSchema, joined);
+  if (problem) {
+    throw new E2ESessionError('BAD_SERVER_ANSWER', 'The room:join acknowledgement is malformed.', {
+      details: { answer: 'room:join', path: problem.path, problem: problem.message },
+    });
+  }
+  return joined;
 }

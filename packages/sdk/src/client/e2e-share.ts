@@ -1,4 +1,4 @@
-import { Limits } from '@parlor/protocol';
+import { type KeyRing, Limits } from '@parlor/protocol';
 import type { KeyShareEnvelope } from '../crypto/index.js';
 
 /**
@@ -18,4 +18,23 @@ export function splitShare(
   const parts: KeyShareEnvelope[][] = [];
   for (let i = 0; i < ordered.length; i += max) parts.push(ordered.slice(i, i + max));
   return parts;
+}
+
+/**
+ * The sessions of `ring` that `now` lists, with the public keys `now` gives them (the server's
+ * listing at the epoch whose key is shared).
+ */
+export function withinRing(ring: KeyRing, now: KeyRing): KeyRing {
+  const listed = new Map<string, { userId: string; publicKey: string }>();
+  for (const [userId, sessions] of Object.entries(now)) {
+    for (const [sessionId, publicKey] of Object.entries(sessions)) listed.set(sessionId, { userId, publicKey });
+  }
+  const out: Record<string, Record<string, string>> = {};
+  for (const sessions of Object.values(ring)) {
+    for (const sessionId of Object.keys(sessions)) {
+      const entry = listed.get(sessionId);
+      if (entry) out[entry.userId] = { ...out[entry.userId], [sessionId]: entry.publicKey };
+    }
+  }
+  return out;
 }

@@ -26,6 +26,18 @@ export const E2ESessionErrorCode = {
   KEY_CONFLICT: 'KEY_CONFLICT',
   /** A background step (keying, sharing, rejoining) failed; `cause` has the error. */
   BACKGROUND_FAILURE: 'BACKGROUND_FAILURE',
+  /**
+   * A server event whose payload does not have the protocol's shape (e.g. `null`, an epoch sent as
+   * a string): it was dropped, nothing was done with it. `details`: `{event, path, problem}`.
+   */
+  BAD_SERVER_EVENT: 'BAD_SERVER_EVENT',
+  /**
+   * An answer the E2E layer relies on does not have the protocol's shape (`GET …/keys` without an
+   * integer epoch or a key ring, a `room:join` acknowledgement likewise): nothing of it was kept.
+   * Thrown to the caller waiting for it, else reported as an `error` event. `details`:
+   * `{answer, path, problem}`.
+   */
+  BAD_SERVER_ANSWER: 'BAD_SERVER_ANSWER',
 } as const;
 export type E2ESessionErrorCode = (typeof E2ESessionErrorCode)[keyof typeof E2ESessionErrorCode];
 
@@ -61,8 +73,11 @@ export interface E2EChatSessionEvents {
   /** A chat key was obtained: from an envelope (`senderSessionId` when known) or made here. */
   key: (e: { chatId: number; epoch: number; source: 'envelope' | 'keyed'; senderSessionId: number | null }) => void;
   /**
-   * The membership ended: `room:left` (`reason` `left` or `deleted`), or `removed` when a resync
-   * after a reconnection found the user no longer a member (its `room:left` was missed).
+   * The membership ended. `reason` as the server's `room:left` gives it (docs/api.md): `left` (the
+   * user left, on any of its sessions), `kicked`, `banned`, `deleted` (the chat was deleted), or
+   * `removed` (the server found the user no longer a member when it restored a recovered
+   * connection). The session also reports `removed` itself when a resync after a reconnection
+   * found the user no longer a member (its `room:left` was missed).
    */
   left: (e: { chatId: number; reason: string }) => void;
   /**

@@ -72,8 +72,11 @@ export class ParlorApiError extends Error {
   }
 }
 
-/** True when `error` is a {@link ParlorApiError} with one of the given codes. */
-export function isApiError(error: unknown, ...codes: ErrorCode[]): error is ParlorApiError {
+/**
+ * True when `error` is a {@link ParlorApiError} with one of the given codes: the server's
+ * (`ErrorCode`, docs/api.md) or the SDK's own for requests without an answer ({@link ClientErrorCode}).
+ */
+export function isApiError(error: unknown, ...codes: (ErrorCode | ClientErrorCode)[]): error is ParlorApiError {
   return error instanceof ParlorApiError && (codes.length === 0 || (codes as string[]).includes(error.code));
 }
 

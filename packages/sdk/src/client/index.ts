@@ -15,6 +15,7 @@ export {
 export { AsyncQueue, TypedEmitter } from './emitter.js';
 export { ClientErrorCode, isApiError, ParlorApiError, type ParlorErrorSource } from './errors.js';
 export { HttpClient, type HttpClientOptions, parseSetCookie, type Query, SESSION_COOKIE } from './http.js';
+export { type BadServerEventDetails, onChecked, ServerEventSchemas, shapeProblem } from './server-events.js';
 export {
   type ConnectOptions,
   connect,
@@ -28,4 +29,13 @@ export {
   TERMINAL_CONNECT_CODES,
 } from './socket.js';
 export type * from './types.js';
-export { RoomVm, type RoomVmEvents, type RoomVmOptions, type VmFrame, type VmInput, type VmWatching } from './vm.js';
+export {
+  RoomVm,
+  RoomVmError,
+  RoomVmErrorCode,
+  type RoomVmEvents,
+  type RoomVmOptions,
+  type VmFrame,
+  type VmInput,
+  type VmWatching,
+} from './vm.js';

@@ -1,5 +1,6 @@
 import type { VmCredentials, VmFrameEvent, VmInputPayload, VmStopReason } from '@parlor/protocol';
 import { TypedEmitter } from './emitter.js';
+import { type BadServerEventDetails, onChecked } from './server-events.js';
 import { emitAck, type ParlorSocket } from './socket.js';
 
 /** One input event of the controller: `vm:input` without its `chat_id`. */
@@ -17,6 +18,30 @@ export interface VmFrame extends VmFrameEvent {
   receivedAt: number;
 }
 
+/** Failures RoomVm reports as `error` events. */
+export const RoomVmErrorCode = {
+  /**
+   * A server event whose payload does not have the protocol's shape (e.g. `null`): it was
+   * dropped. `details`: `{event, path, problem}`.
+   */
+  BAD_SERVER_EVENT: 'BAD_SERVER_EVENT',
+  /** Handling a server event failed; `cause` has the error. */
+  BACKGROUND_FAILURE: 'BACKGROUND_FAILURE',
+} as const;
+export type RoomVmErrorCode = (typeof RoomVmErrorCode)[keyof typeof RoomVmErrorCode];
+
+export class RoomVmError extends Error {
+  readonly code: RoomVmErrorCode;
+  readonly details: unknown;
+
+  constructor(code: RoomVmErrorCode, message: string, opts: { cause?: unknown; details?: unknown } = {}) {
+    super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
+    this.name = 'RoomVmError';
+    this.code = code;
+    this.details = opts.details;
+  }
+}
+
 export interface RoomVmEvents {
   /** The room started (or was running when this socket entered the chat): fresh credentials. */
   started: (e: { credentials: VmCredentials }) => void;
@@ -32,6 +57,8 @@ export interface RoomVmEvents {
   control: (e: { controller_user_id: number | null }) => void;
   /** A member asks for control (for the chat owner and moderators). */
   controlRequest: (e: { user_id: number; username: string }) => void;
+  /** A background failure (a malformed server event, dropped); never thrown. */
+  error: (error: RoomVmError) => void;
 }
 
 export interface RoomVmOptions {
@@ -65,6 +92,8 @@ export class RoomVm extends TypedEmitter<RoomVmEvents> {
     private readonly opts: RoomVmOptions = {},
   ) {
     super();
+    // Payloads are checked before `mine` reads them (onChecked): a listener runs inside Socket.IO,
+    // where a TypeError on a `null` payload would be uncaught (in Node the process ends).
     const mine = (e: { chat_id: number }) => e.chat_id === chatId;
     const onStarted = (e: { chat_id: number; credentials: VmCredentials }) => {
       if (!mine(e)) return;
@@ -99,21 +128,24 @@ export class RoomVm extends TypedEmitter<RoomVmEvents> {
       this.#credentials = null;
       streamEnded('left');
     };
-    socket.on('room:started', onStarted);
-    socket.on('room:stopped', onStopped);
-    socket.on('vm:frame', onFrame);
-    socket.on('vm:control', onControl);
-    socket.on('vm:control:request', onRequest);
+    const bad = (details: BadServerEventDetails) => {
+      const message = `The server sent ${details.event} with a malformed payload; it was ignored.`;
+      this.emit('error', new RoomVmError('BAD_SERVER_EVENT', message, { details }));
+    };
+    const threw = (error: unknown) =>
+      this.emit('error', new RoomVmError('BACKGROUND_FAILURE', 'Handling a server event failed.', { cause: error }));
+    const offs = [
+      onChecked(socket, 'room:started', onStarted, bad, threw),
+      onChecked(socket, 'room:stopped', onStopped, bad, threw),
+      onChecked(socket, 'vm:frame', onFrame, bad, threw),
+      onChecked(socket, 'vm:control', onControl, bad, threw),
+      onChecked(socket, 'vm:control:request', onRequest, bad, threw),
+      onChecked(socket, 'room:left', onLeft, bad, threw),
+    ];
     socket.on('disconnect', onDisconnect);
-    socket.on('room:left', onLeft);
     this.#detach = () => {
       socket.off('disconnect', onDisconnect);
-      socket.off('room:left', onLeft);
-      socket.off('room:started', onStarted);
-      socket.off('room:stopped', onStopped);
-      socket.off('vm:frame', onFrame);
-      socket.off('vm:control', onControl);
-      socket.off('vm:control:request', onRequest);
+      for (const off of offs) off();
     };
   }
 
