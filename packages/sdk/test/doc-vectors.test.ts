@@ -5,14 +5,8 @@
  */
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import {
-  decryptMessage,
-  E2EError,
-  keyFingerprint,
-  publicKeyToBase64,
-  unwrapChatKey,
-} from '../src/crypto/index.js';
 import { wrapChatKeyWith } from '../src/crypto/envelope.js';
+import { decryptMessage, E2EError, keyFingerprint, publicKeyToBase64, unwrapChatKey } from '../src/crypto/index.js';
 import { encryptMessageWith } from '../src/crypto/message.js';
 import { x25519PublicKey } from '../src/crypto/primitives.js';
 
@@ -51,7 +45,11 @@ describe('docs/e2e.md envelope vectors', () => {
   for (const title of ['Envelope 1', 'Envelope 2']) {
     it(`${title} wraps and unwraps as printed`, () => {
       const { fields: f, output } = block(title);
-      const ctx = { chatId: Number(f.chat_id), epoch: Number(f.epoch), recipientSessionId: Number(f.recipient_session_id) };
+      const ctx = {
+        chatId: Number(f.chat_id),
+        epoch: Number(f.epoch),
+        recipientSessionId: Number(f.recipient_session_id),
+      };
       const recipientPublicKey = x25519PublicKey(hex(f.recipient_private_key ?? ''));
       expect(toHex(recipientPublicKey)).toBe(f.recipient_public_key);
       expect(publicKeyToBase64(recipientPublicKey)).toBe(f.recipient_public_key_base64);
