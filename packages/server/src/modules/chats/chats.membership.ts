@@ -90,9 +90,8 @@ export function makeChatMembership(deps: MembershipDeps) {
     let named: number | undefined;
     if ('chat_id' in payload) named = payload.chat_id;
     else if ('token' in payload) named = (await store.byToken(payload.token))?.id;
-    const chat = named === undefined ? undefined : await store.byId(named);
-    if (chat?.type === 'direct' && (await store.isMember(chat.id, userId)))
-      return { chatId: chat.id, method: 'direct', invite: null };
+    const chat = named === undefined ? undefined : await store.ownDirect(named, userId);
+    if (chat) return { chatId: chat.id, method: 'direct', invite: null };
     throw appError('ERR_STRANGER_NOT_ALLOWED');
   };
 
@@ -259,8 +258,7 @@ export function makeChatMembership(deps: MembershipDeps) {
      */
     async leave(userId: number, chatId: number, stranger = false): Promise<void> {
       if (stranger) {
-        const chat = await store.byId(chatId);
-        if (chat?.type === 'direct' && (await store.isMember(chat.id, userId)))
+        if (await store.ownDirect(chatId, userId))
           throw appError('ERR_FORBIDDEN', 'Leave a direct chat with POST /v1/portal/match/leave.');
         throw appError('ERR_STRANGER_NOT_ALLOWED');
       }

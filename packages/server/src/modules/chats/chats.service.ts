@@ -66,8 +66,8 @@ export function makeChatsService(deps: ChatsDeps) {
    */
   const strangerChat = async (userId: number, chatId: unknown): Promise<ChatWithCount> => {
     const id = typeof chatId === 'number' || typeof chatId === 'string' ? Number(chatId) : Number.NaN;
-    const chat = Number.isInteger(id) && id >= 1 && id <= INT32_MAX ? await store.byId(id) : undefined;
-    if (chat?.type === 'direct' && (await store.isMember(chat.id, userId))) return current(chat);
+    const chat = Number.isInteger(id) && id >= 1 && id <= INT32_MAX ? await store.ownDirect(id, userId) : undefined;
+    if (chat) return current(chat);
     throw appError('ERR_UNAUTHENTICATED', 'An anonymous session reads only its own direct chats.');
   };
 

@@ -1,4 +1,4 @@
-import { and, count, desc, eq, gt, gte, inArray, isNull, ne, or, type SQL, sql } from 'drizzle-orm';
+import { and, count, desc, eq, exists, gt, gte, inArray, isNull, ne, or, type SQL, sql } from 'drizzle-orm';
 import { anyOf, type Db, rowsOf } from '../../platform/db/index.js';
 import { chatInvites, chatMembers, chats, moderationActions, users } from '../../platform/db/schema.js';
 import { restrictionInForce } from '../messages/messages.store.js';
@@ -198,6 +198,24 @@ export function makeChatsStore(db: Db) {
         .select({ chat: chats, memberCount })
         .from(chats)
         .where(and(eq(chats.id, id), live))
+        .limit(1);
+      return row ? { ...row.chat, memberCount: row.memberCount } : undefined;
+    },
+    /**
+     * The chat, when it is a live direct chat `userId` is a member of now; else undefined. One
+     * statement whatever the id names (no chat, another's chat, a chat of another type), so a
+     * stranger asking (docs/api.md, Strangers) learns nothing of other chats from the answer or
+     * from the number of round trips it took.
+     */
+    async ownDirect(id: number, userId: number): Promise<ChatWithCount | undefined> {
+      const member = db
+        .select({ n: sql`1` })
+        .from(chatMembers)
+        .where(and(eq(chatMembers.chatId, chats.id), eq(chatMembers.userId, userId), isNull(chatMembers.leftAt)));
+      const [row] = await db
+        .select({ chat: chats, memberCount })
+        .from(chats)
+        .where(and(eq(chats.id, id), live, eq(chats.type, 'direct'), exists(member)))
         .limit(1);
       return row ? { ...row.chat, memberCount: row.memberCount } : undefined;
     },
