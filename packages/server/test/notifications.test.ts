@@ -10,7 +10,7 @@ import { auditLog, notifications, users } from '../src/platform/db/schema.js';
 import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { Client, nextIp } from './support/client.js';
 import { createLoginBot, type LoggedIn, login, operator, setLevel } from './support/flows.js';
-import { hold, lockWaitersOr, racingUserRow } from './support/pg-locks.js';
+import { hold, lockWaiters, lockWaitersOr, racingUserRow } from './support/pg-locks.js';
 import { closeAllSockets, connectSocket } from './support/sockets.js';
 
 let app: TestApp;
@@ -609,6 +609,49 @@ describeApp('POST /v1/admin/notifications/{id}/delete of a broadcast racing (Pos
       },
     );
   }
+
+  it.skipIf(MODE !== 'cluster')(
+    'answers one 200 with one audit entry when the lowest copy goes with its account between two deletions',
+    async () => {
+      // The two deletions read the broadcast's lowest copy (the copy both keep to the end) at
+      // different moments, around the account deletion that takes it: they keep different copies
+      // and each deletes all the other keeps. Both used to find none of theirs left and answer 404,
+      // recording nothing, with the broadcast gone.
+      const db = pg as postgres.Sql;
+      const { broadcastId, copies } = await broadcastWithCopies(4);
+      const ids = copies.map((c) => c.id);
+      const at = (i: number): number => {
+        const id = ids.at(i);
+        if (id === undefined) throw new Error('too few copies');
+        return id;
+      };
+      const [first, second, third, held] = [at(0), at(-3), at(-2), at(-1)];
+      const anchorOwner = copies[0]?.userId;
+      const reader = hold(db, (tx) => tx`update notifications set read_at = now() where id = ${held}`);
+      await reader.ready;
+      let answers: { status: number; body: any }[];
+      try {
+        const a = op.post(`/v1/admin/notifications/${third}/delete`);
+        await lockWaiters(db, 1);
+        expect((await op.post(`/v1/admin/users/${anchorOwner}/delete`)).status).toBe(200);
+        expect((await copiesOf(broadcastId)).map((c) => c.id)).not.toContain(first);
+        const b = op.post(`/v1/admin/notifications/${second}/delete`);
+        await lockWaiters(db, 2);
+        await reader.end();
+        answers = await Promise.all([a, b]);
+      } finally {
+        await reader.end();
+      }
+      expect(answers.map((r) => r.status).sort()).toEqual([200, 404]);
+      expectError(
+        answers.find((r) => r.status !== 200) as { status: number; body: any },
+        404,
+        'ERR_NOTIFICATION_NOT_FOUND',
+      );
+      expect(await copiesOf(broadcastId)).toEqual([]);
+      expect(await deleteAuditsOf(broadcastId)).toHaveLength(1);
+    },
+  );
 });
 
 describeApp('automated notifications reach the socket', () => {

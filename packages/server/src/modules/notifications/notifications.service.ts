@@ -156,10 +156,9 @@ export function makeNotificationsService(deps: NotificationsDeps) {
    * Kept to the end, then deleted with the audit entry in one transaction: the named copy (so a
    * deletion cut short by an error or a crash is finished by asking again with the same id) and
    * the broadcast's lowest copy, its anchor, which every deletion of the broadcast keeps whichever
-   * copy it names. That transaction decides between concurrent deletions of one broadcast: each
-   * deletes every copy the other keeps but the anchor before it gets there, so only the first to
-   * commit finds a kept copy left and answers 200 with the one audit entry; the other finds none
-   * and answers 404, as for a broadcast already gone.
+   * copy it names. That transaction decides between concurrent deletions of one broadcast, under
+   * the broadcast's lock: the first to get there answers 200 with the one audit entry; a later one
+   * finds the deletion recorded and answers 404, as for a broadcast already gone.
    */
   const removeBroadcast = async (
     actor: Actor,
@@ -179,9 +178,14 @@ export function makeNotificationsService(deps: NotificationsDeps) {
     // gone when it answers, whichever of two concurrent deletions removed each.
     const deleted = extent.copies;
     await db.transaction(async (tx) => {
-      if ((await store.deleteBroadcastCopies(broadcastId, keep, tx)) === 0) {
-        throw appError('ERR_NOTIFICATION_NOT_FOUND');
-      }
+      // The kept copies are not enough to decide alone: a recipient's account deleted between two
+      // deletions' first reads takes its copy with it, so the two may keep different anchors, each
+      // delete every copy the other keeps, and find none of their own left. Under the broadcast's
+      // lock, the first to get here answers 200 and records the deletion; a later one finds it
+      // recorded and answers 404, whichever copies were left for it.
+      await store.lockBroadcastDeletion(broadcastId, tx);
+      if (await store.broadcastDeletionRecorded(broadcastId, tx)) throw appError('ERR_NOTIFICATION_NOT_FOUND');
+      await store.deleteBroadcastCopies(broadcastId, keep, tx);
       await audit.record(
         {
           actor,

@@ -1,7 +1,11 @@
+import { AuditCodes } from '@parlor/protocol';
 import { and, count, desc, eq, inArray, isNull, lt, min, notInArray, type SQL, sql } from 'drizzle-orm';
 import { anyOf, type Db, deleteBatch } from '../../platform/db/index.js';
-import { notifications, users } from '../../platform/db/schema.js';
+import { auditLog, notifications, users } from '../../platform/db/schema.js';
 import type { Tx } from '../users/users.store.js';
+
+/** The first key of the advisory lock a broadcast's deletion takes (the second: the broadcast id's hash). */
+const BROADCAST_DELETION_LOCK = 7245;
 
 export type NotificationRow = typeof notifications.$inferSelect;
 export type NotificationInsert = typeof notifications.$inferInsert;
@@ -194,6 +198,30 @@ export function makeNotificationsStore(db: Db) {
         .select({ id: notifications.id })
         .from(notifications)
         .where(and(eq(notifications.broadcastId, broadcastId), notInArray(notifications.id, [...keepIds])))
+        .limit(1);
+      return row !== undefined;
+    },
+
+    /**
+     * Holds the broadcast's deletion lock until the transaction ends (an advisory lock on its id):
+     * the last step of two deletions of one broadcast runs one after the other.
+     */
+    async lockBroadcastDeletion(broadcastId: string, tx: Tx): Promise<void> {
+      await tx.execute(sql`select pg_advisory_xact_lock(${BROADCAST_DELETION_LOCK}, hashtext(${broadcastId}))`);
+    },
+
+    /** Whether a deletion of this broadcast has been recorded (audit 803 `delete-broadcast`). */
+    async broadcastDeletionRecorded(broadcastId: string, tx: Tx): Promise<boolean> {
+      const [row] = await tx
+        .select({ id: auditLog.id })
+        .from(auditLog)
+        .where(
+          and(
+            eq(auditLog.code, AuditCodes.NOTIFICATION_DELETE),
+            eq(auditLog.action, 'delete-broadcast'),
+            sql`${auditLog.data}->>'broadcast_id' = ${broadcastId}`,
+          ),
+        )
         .limit(1);
       return row !== undefined;
     },
