@@ -10,6 +10,8 @@ import { appError } from './errors.js';
  * The app turns Node's check off (`HOST_HEADER_OPTIONS`, Fastify's `http` option) and makes it
  * itself: `installHostCheck` answers in an onRequest hook, through the app's error handler, and
  * `routeHostlessToApp` sends such a request to the app whatever its path, Engine.IO's included.
+ * WebSocket upgrades are not requests but `upgrade` events, which Node never checked for Host:
+ * they go to Engine.IO as before (docs/api.md, General).
  * HTTP/1.0 requests may omit Host, as Node lets them; an empty Host value is a Host header.
  */
 export const HOST_HEADER_OPTIONS = { http: { requireHostHeader: false } } as const;
