@@ -3,10 +3,10 @@ import { eq } from 'drizzle-orm';
 import postgres from 'postgres';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { FakeClock } from '../src/platform/clock.js';
-import { deadlockVictimRuns } from '../src/platform/db/after-commit.js';
+import { deadlockVictimRuns, runAgainRuns } from '../src/platform/db/after-commit.js';
 import { schema } from '../src/platform/db/index.js';
 import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
-import { join, keyedChat, type Member, member } from './support/chat-flows.js';
+import { join, keyedChat, type Member, member, sessionIdOf } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
 import { countRows } from './support/faults.js';
 import { createLoginBot, login, nextIdentity, operator, setLevel } from './support/flows.js';
@@ -484,5 +484,47 @@ describeApp('a login that evicts a keyed session and a logout of the same user (
     }).toEqual({ evicted: 1, loggedOut: 1, keys: 0, live: Limits.MAX_SESSIONS_PER_USER - 1 });
     // Both ends removed a key: the chat moved on twice.
     expect(await countRows(app, `select epoch as n from chats where id = ${chatId}`)).toBe(epochBefore + 2);
+  });
+});
+
+/**
+ * Logins of one user at the cap at the same time each evict the oldest session left when they
+ * get the user's row, which is not the one each read before (unlocked) to decide whether to lock
+ * the user's chats first. A login that read a keyless oldest session locked nothing ahead, then
+ * evicted a keyed one and had to run again (RunAgain, keys.service removeSessionsIn). So a login
+ * at the cap locks ahead when any live session has a key. PGlite runs one transaction at a time.
+ */
+describeApp('two logins of a user at the cap whose oldest session has no key (PostgreSQL)', () => {
+  it.skipIf(MODE === 'embedded')('both answer 200 and neither runs again; the two oldest are evicted', async () => {
+    const db = pg as postgres.Sql;
+    const oldest = await login(app, { bot });
+    const keyed: Member[] = [];
+    for (let i = 1; i < Limits.MAX_SESSIONS_PER_USER; i++)
+      keyed.push(await member(app, { platformUserId: oldest.platformUserId }));
+    const oldestId = await sessionIdOf(app, oldest.client);
+    const first = await loginUpToVerify(app, oldest.platformUserId);
+    const before = runAgainRuns();
+    const gate = await gateInserts(db, 'sessions', `new.user_id = ${oldest.user.id}`);
+    let answers: Awaited<ReturnType<typeof first.verify>>[];
+    try {
+      const a = first.verify();
+      await lockWaiters(db, 1);
+      // An identity has one code at a time: the second login's comes once the first used its own.
+      const second = await loginUpToVerify(app, oldest.platformUserId);
+      const b = second.verify();
+      await lockWaiters(db, 2);
+      await gate.open();
+      answers = await Promise.all([a, b]);
+    } finally {
+      await gate.close();
+    }
+    expect({
+      first: answers[0]?.status,
+      second: answers[1]?.status,
+      runsAgain: runAgainRuns() - before,
+    }).toEqual({ first: 200, second: 200, runsAgain: 0 });
+    const ended = (id: number) =>
+      countRows(app, `select count(*) as n from sessions where id = ${id} and end_reason = 'evicted'`);
+    expect([await ended(oldestId), await ended((keyed[0] as Member).sessionId)]).toEqual([1, 1]);
   });
 });

@@ -133,15 +133,23 @@ export function makeSessionsService({ db, store, clock, geo, cache }: SessionsDe
      * Inside a login's transaction, before it locks the user's row: when the new session will
      * evict the user's oldest live sessions (create, MAX_SESSIONS_PER_USER), the locks that their
      * end takes ahead of the user's row (the user's chats, when an evicted session has a key).
-     * A login that evicts nothing, or only sessions without a key, locks nothing here: logins are
-     * frequent, and locking every chat of the user would hold up its chats' sends.
-     * The sessions are read without a lock; should another login change which ones go before the
-     * user's row is locked, the keys' check where they are removed makes the transaction run again.
+     * A login that evicts nothing (below the cap), or of a user none of whose live sessions has a
+     * key, locks nothing here: logins are frequent, and locking every chat of the user would hold
+     * up its chats' sends.
+     * The sessions are read without a lock, and logins of the user at the same time change which
+     * ones go (each evicts the oldest left): so a login that will evict at all takes the locks when
+     * any live session has a key, not only the ones it would evict as read. Should the count cross
+     * the cap meanwhile (a login that read itself below it), the keys' check where they are removed
+     * makes the transaction run again, and its next run reads itself at the cap.
      */
     async lockForLogin(userId: number, tx: Tx): Promise<void> {
       const live = await store.activeOf(userId, clock.now(), tx);
-      const overflow = live.slice(Limits.MAX_SESSIONS_PER_USER - 1).map((s) => s.id);
-      await lockAhead(userId, overflow, tx);
+      if (live.length < Limits.MAX_SESSIONS_PER_USER) return;
+      await lockAhead(
+        userId,
+        live.map((s) => s.id),
+        tx,
+      );
     },
 
     /**

@@ -24,6 +24,11 @@ export class RunAgain extends Error {
   }
 }
 
+/** Runs of tracked transactions that threw RunAgain, in this process (tests read it). */
+let runsAgain = 0;
+/** How many runs of tracked transactions threw RunAgain so far in this process (a test's before and after). */
+export const runAgainRuns = (): number => runsAgain;
+
 /** Runs of tracked transactions that PostgreSQL aborted as a deadlock's victim, in this process (tests read it). */
 let deadlockVictims = 0;
 /** How many runs of tracked transactions were deadlock victims so far in this process (a test's before and after). */
@@ -77,7 +82,8 @@ export function trackCommits(db: Db): Db {
         return await run(fn, config);
       } catch (err) {
         if (isDeadlock(err)) deadlockVictims++;
-        else if (!(err instanceof RunAgain)) throw err;
+        else if (err instanceof RunAgain) runsAgain++;
+        else throw err;
         // The victim every time: a transient collision, not a fault (the client sends it again).
         if (attempt >= DEADLOCK_ATTEMPTS)
           throw appError(
