@@ -15,7 +15,7 @@ import {
   RoomLeavePayload,
 } from '@parlor/protocol';
 import { Type } from '@sinclair/typebox';
-import type { FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import { type Guards, viewerOf } from '../../platform/auth.js';
 import { type AppSocket, emitSnapshot, type Realtime, rooms } from '../../platform/realtime.js';
 import { type App, errorResponses, security } from '../../platform/routing.js';
@@ -24,14 +24,27 @@ import type { ChatsService } from './chats.service.js';
 const tags = ['chats'];
 const base = '/v1/portal/chats';
 
+/**
+ * The onRequest hook of a `:chat_id` route a stranger may use, after `guards.anySession`: a
+ * stranger naming a chat outside its reach (docs/api.md, Strangers) is told 401 here, whether the
+ * chat exists or not, before the body is read or validated and before the write limit's
+ * preHandler or a send's own limits spend anything (chats.service `assertStrangerReach`). A
+ * registered caller passes at once, without a promise: the message send is a hot path.
+ */
+export function strangerReachHook(chats: Pick<ChatsService, 'assertStrangerReach'>) {
+  return (req: FastifyRequest, _reply: FastifyReply, done: (err?: Error) => void): void => {
+    const viewer = viewerOf(req);
+    if (!viewer.stranger) {
+      done();
+      return;
+    }
+    chats.assertStrangerReach(viewer, (req.params as { chat_id?: unknown }).chat_id).then(() => done(), done);
+  };
+}
+
 export function registerChatsRoutes(app: App, { chats, guards }: { chats: ChatsService; guards: Guards }) {
   const auth = { security: security.session };
-  /**
-   * After `guards.anySession`: a stranger naming a chat outside its reach is told 401 here, before
-   * validation, whether the chat exists or not (chats.service `assertStrangerReach`).
-   */
-  const strangerReach = (req: FastifyRequest) =>
-    chats.assertStrangerReach(viewerOf(req), (req.params as { chat_id?: unknown }).chat_id);
+  const strangerReach = strangerReachHook(chats);
 
   app.post(`${base}/create`, {
     schema: { tags, ...auth, body: CreateChatBody, response: { 200: ChatEnvelope, ...errorResponses } },

@@ -7,9 +7,9 @@ import {
   ShareKeysBody,
   ShareKeysResponse,
 } from '@parlor/protocol';
-import type { FastifyRequest } from 'fastify';
 import { type Guards, viewerOf } from '../../platform/auth.js';
 import { type App, errorResponses, security } from '../../platform/routing.js';
+import { strangerReachHook } from '../chats/chats.routes.js';
 import type { ChatsService } from '../chats/chats.service.js';
 import type { KeysService } from './keys.service.js';
 
@@ -17,14 +17,7 @@ const tags = ['keys'];
 
 export function registerKeysRoutes(app: App, deps: { keys: KeysService; chats: ChatsService; guards: Guards }) {
   const { keys, chats, guards } = deps;
-  /**
-   * After `guards.anySession` (onRequest): a stranger reads and shares keys only in its own direct
-   * chats (docs/api.md, Strangers); naming any other chat is told 401 here, whether the chat exists
-   * or not, before the body is read or validated (a share's 400 and 413 come after it) and before
-   * the write limit's preHandler spends anything (chats.service `assertStrangerReach`).
-   */
-  const strangerReach = (req: FastifyRequest) =>
-    chats.assertStrangerReach(viewerOf(req), (req.params as { chat_id?: unknown }).chat_id);
+  const strangerReach = strangerReachHook(chats);
 
   app.post('/v1/portal/keys', {
     schema: {

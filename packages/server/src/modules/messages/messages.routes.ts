@@ -9,9 +9,9 @@ import {
   SendMessageBody,
 } from '@parlor/protocol';
 import { Type } from '@sinclair/typebox';
-import type { FastifyRequest } from 'fastify';
 import { type Guards, viewerOf } from '../../platform/auth.js';
 import { type App, errorResponses, security } from '../../platform/routing.js';
+import { strangerReachHook } from '../chats/chats.routes.js';
 import type { ChatsService } from '../chats/chats.service.js';
 import type { DeletionChat, MessagesService } from './messages.service.js';
 
@@ -38,14 +38,7 @@ export function registerMessagesRoutes(
    * chat without it.
    */
   const readerCheck = (v: ReturnType<typeof viewerOf>, chatId: number) => () => chats.assertReader(v, chatId);
-  /**
-   * After `guards.anySession` (onRequest): a stranger sends, reads and deletes only in its own
-   * direct chats (docs/api.md, Strangers); naming any other chat is told 401 here, whether the
-   * chat exists or not, before the body is read or validated and before the write limit's
-   * preHandler or a send's own limits spend anything (chats.service `assertStrangerReach`).
-   */
-  const strangerReach = (req: FastifyRequest) =>
-    chats.assertStrangerReach(viewerOf(req), (req.params as { chat_id?: unknown }).chat_id);
+  const strangerReach = strangerReachHook(chats);
 
   app.post(base, {
     schema: {
