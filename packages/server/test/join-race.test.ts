@@ -338,7 +338,7 @@ describeApp('a leave committing while a member’s join reads the key ring (Post
   );
 });
 
-describeApp('a join by chat id racing a change of the chat (PostgreSQL)', () => {
+describeApp('a join racing a change of the chat (PostgreSQL)', () => {
   it.skipIf(MODE === 'embedded')(
     'a chat made private while the join waits for its lock is not joined: ERR_CANNOT_BROWSE_PRIVATE, no member',
     async () => {
@@ -351,6 +351,48 @@ describeApp('a join by chat id racing a change of the chat (PostgreSQL)', () => 
       await change.end();
       expect(await joining).toMatchObject({ ok: false, code: 'ERR_CANNOT_BROWSE_PRIVATE' });
       expect(await memberNow(chatId, target.user.id)).toBe(false);
+    },
+  );
+
+  it.skipIf(MODE === 'embedded')(
+    'a member’s invite to a chat made private while the join waits for its lock opens nothing: ERR_INVITE_NOT_FOUND, no use spent',
+    async () => {
+      const { chatId } = await roomAndTarget();
+      const plain = await member(app);
+      expect((await join(plain, { chat_id: chatId })).ok).toBe(true);
+      const made = await plain.client.post(`/v1/portal/chats/${chatId}/invites/create`, {});
+      expect(made.status).toBe(200);
+      const code: string = made.body.invite.code;
+      const guest = await member(app);
+      // Made private by another node, not committed yet (no invite revoked: the join alone decides).
+      const change = hold((tx) => tx`update chats set type = 'private' where id = ${chatId}`);
+      await change.ready;
+      const joining = join(guest, { invite: code });
+      await Promise.race([joining, lockWaiters(1)]);
+      await change.end();
+      expect(await joining).toMatchObject({ ok: false, code: 'ERR_INVITE_NOT_FOUND' });
+      expect(await memberNow(chatId, guest.user.id)).toBe(false);
+      const [invite] = await sql<{ uses: number }[]>`select uses from chat_invites where code = ${code}`;
+      expect(invite?.uses).toBe(0);
+    },
+  );
+
+  it.skipIf(MODE === 'embedded')(
+    'an invite join waiting for the chat row while the chat is deleted answers ERR_CHAT_NOT_FOUND and spends no use',
+    async () => {
+      const { owner, chatId } = await keyedChat(app, 'private');
+      const made = await owner.client.post(`/v1/portal/chats/${chatId}/invites/create`, { max_uses: 1 });
+      const code: string = made.body.invite.code;
+      const guest = await member(app);
+      const deletion = hold((tx) => tx`update chats set deleted_at = now() where id = ${chatId}`);
+      await deletion.ready;
+      const joining = join(guest, { invite: code });
+      await Promise.race([joining, lockWaiters(1)]);
+      await deletion.end();
+      expect(await joining).toMatchObject({ ok: false, code: 'ERR_CHAT_NOT_FOUND' });
+      expect(await memberNow(chatId, guest.user.id)).toBe(false);
+      const [invite] = await sql<{ uses: number }[]>`select uses from chat_invites where code = ${code}`;
+      expect(invite?.uses).toBe(0);
     },
   );
 

@@ -206,7 +206,13 @@ export function makeChatMembership(deps: MembershipDeps) {
         // The chat as it is now (made private since it was read above, say) decides.
         assertMayBecomeMember(viewer, data.stranger, target.method, locked);
         if (await messages.isChatBanned(chat.id, viewer.userId, tx)) throw appError('ERR_CHAT_BANNED');
-        if (target.invite && !(await store.useInvite(target.invite, now, tx))) throw appError('ERR_INVITE_NOT_FOUND');
+        // A private chat's invites come from its owner or Admins (docs/api.md, Chats): one made by
+        // a member while the chat was public, or by an Admin since demoted or deleted, no longer
+        // opens it, whoever holds it (its creator after a kick too). Decided on the chat as locked
+        // here and its creator's level as stored now; refused, it spends no use.
+        const privateChat = locked.type === 'private' ? locked : undefined;
+        if (target.invite && !(await store.useInvite(target.invite, now, tx, privateChat)))
+          throw appError('ERR_INVITE_NOT_FOUND');
         // An account deleted while this ran took its session with it: 401, never a foreign-key error.
         if (!(await store.lockUser(viewer.userId, tx))) throw appError('ERR_UNAUTHENTICATED');
         await store.addMember(chat.id, viewer.userId, now, tx);

@@ -17,7 +17,7 @@ import { makeChatMembership } from './chats.membership.js';
 import { makeChatPresence } from './chats.presence.js';
 import { toActivity, toChat, toInvite } from './chats.presenter.js';
 import { archivedAtOf, canManage, canReadActivity, chatSlots, type Viewer } from './chats.rules.js';
-import type { ChatsStore, ChatWithCount } from './chats.store.js';
+import type { ChatRow, ChatsStore, ChatWithCount } from './chats.store.js';
 
 export interface ChatsDeps {
   db: Db;
@@ -41,6 +41,13 @@ export function makeChatsService(deps: ChatsDeps) {
 
   /** The chat as of now: a direct chat past its expiry reads as archived, sweep or not (chats.rules `archivedAtOf`). */
   const current = (chat: ChatWithCount): ChatWithCount => ({ ...chat, archivedAt: archivedAtOf(chat, clock.now()) });
+
+  /**
+   * A chat as the transaction `tx` just wrote it, with its members counted there: what a write
+   * answers, so that a deletion committed right after it cannot turn it into a 404 (docs/api.md, Chats).
+   */
+  const written = async (row: ChatRow, tx: Tx): Promise<ChatWithCount> =>
+    current({ ...row, memberCount: await store.memberCount(row.id, tx) });
 
   const mustGet = async (chatId: number): Promise<ChatWithCount> => {
     const chat = await store.byId(chatId);
@@ -154,11 +161,12 @@ export function makeChatsService(deps: ChatsDeps) {
      * The slots (spec 2.11) follow the creator's row as locked here, never the session's view of it:
      * a revoke or demotion committed before the creation holds that row is seen, and a later one
      * waits for the creation. A creator whose account is deleted while this runs answers 401
-     * ERR_UNAUTHENTICATED (its session ended with it), never a foreign-key error.
+     * ERR_UNAUTHENTICATED (its session ended with it), never a foreign-key error. The answer is the
+     * chat as this transaction wrote it (`written`), never read again after the commit.
      */
     async create(viewer: Viewer, body: { name: string; type: 'public' | 'private' }): Promise<Chat> {
       const now = clock.now();
-      const chatId = await db.transaction(async (tx) => {
+      const chat = await db.transaction(async (tx) => {
         // Serialise concurrent creations by the same user so the slot count holds.
         await tx.execute(sql`select pg_advisory_xact_lock(7243, ${viewer.userId})`);
         // The creator's row, held until the commit: a deletion either committed before (gone) or waits.
@@ -176,9 +184,9 @@ export function makeChatsService(deps: ChatsDeps) {
           { chatId: chat.id, userId: viewer.userId, action: 'join', method: 'direct', createdAt: now },
           tx,
         );
-        return chat.id;
+        return written(chat, tx);
       });
-      return toChat(await mustGet(chatId));
+      return toChat(chat);
     },
 
     /**
@@ -187,15 +195,15 @@ export function makeChatsService(deps: ChatsDeps) {
      */
     async createOfficial(name: string, extra?: (tx: Tx, chatId: number) => Promise<void>): Promise<Chat> {
       const now = clock.now();
-      const chatId = await db.transaction(async (tx) => {
+      const chat = await db.transaction(async (tx) => {
         const chat = await store.insert(
           { type: 'official', name: name.trim(), ownerUserId: null, createdAt: now, updatedAt: now },
           tx,
         );
         if (extra) await extra(tx, chat.id);
-        return chat.id;
+        return written(chat, tx);
       });
-      return toChat(await mustGet(chatId));
+      return toChat(chat);
     },
 
     async get(viewer: Viewer, chatId: number): Promise<Chat> {
@@ -210,7 +218,14 @@ export function makeChatsService(deps: ChatsDeps) {
 
     ...membership,
 
-    /** Name and type; `extra` runs in the same transaction (the admin routes' audit entry). */
+    /**
+     * Name and type; `extra` runs in the same transaction (the admin routes' audit entry). Making a
+     * chat private revokes, in that transaction, the live invites it no longer honours (those of
+     * creators who are neither its owner nor Admin or above: a member's, made while it was public),
+     * so they are gone for good, and do not come back if it is made public again. The answer and
+     * `chat:updated` are the chat as this transaction wrote it: a deletion committed right after
+     * the update cannot turn a change that committed (and its audit entry) into a 404.
+     */
     async updateConfig(
       viewer: Viewer,
       chatId: number,
@@ -221,23 +236,28 @@ export function makeChatsService(deps: ChatsDeps) {
       assertSettingsManager(viewer, chat);
       if (chat.type !== 'public' && chat.type !== 'private' && body.type)
         throw appError('ERR_FORBIDDEN', 'Only public and private chats change type.');
-      await db.transaction(async (tx) => {
+      const now = clock.now();
+      const updated = await db.transaction(async (tx) => {
         const row = await store.update(
           chatId,
           {
             ...(body.name ? { name: body.name.trim() } : {}),
             ...(body.type ? { type: body.type } : {}),
-            updatedAt: clock.now(),
+            updatedAt: now,
           },
           tx,
         );
         // Deleted since it was read: nothing changed, so nothing is recorded (`extra`) either.
         if (!row) throw appError('ERR_CHAT_NOT_FOUND');
+        // The chat's row is held from here (the UPDATE): an invite being created or spent waits
+        // for it, and reads the chat as private (chats.invites.store `creatorMayInvite`).
+        if (body.type === 'private') await store.revokeUnissuable(chatId, row, now, tx);
         if (extra) await extra(tx, chat);
+        return written(row, tx);
       });
-      const updated = toChat(await mustGet(chatId));
-      realtime.emitTo(rooms.chat(chatId), 'chat:updated', { chat: updated });
-      return updated;
+      const answer = toChat(updated);
+      realtime.emitTo(rooms.chat(chatId), 'chat:updated', { chat: answer });
+      return answer;
     },
 
     /** Deletes a chat; `extra` runs in the same transaction (the admin routes' audit entry). */
@@ -265,28 +285,45 @@ export function makeChatsService(deps: ChatsDeps) {
       for (const userId of members) realtime.leaveChat(userId, chatId);
     },
 
+    /**
+     * Public chats: any member may invite; private chats: their owner and Admins and above. One
+     * transaction that holds the chat's row (FOR SHARE) from its read to the invite's insert: a
+     * deletion or a change of type committed before is read here (404, or a private chat's rule),
+     * one that comes later waits for the invite (and making the chat private then revokes a
+     * member's). The creator's level is the stored one, as the join that spends the invite reads it.
+     */
     async createInvite(viewer: Viewer, chatId: number, body: { max_uses?: number; expires_in_seconds?: number }) {
-      const chat = await mustGet(chatId);
-      const member = await store.isMember(chatId, viewer.userId);
-      // Public chats: any member may invite; private chats: their managers.
-      if (!(chat.type === 'public' && member) && !canManage(viewer, chat.ownerUserId)) throw appError('ERR_FORBIDDEN');
-      if (chat.type === 'direct') throw appError('ERR_FORBIDDEN', 'Direct chats take no invites.');
       const now = clock.now();
-      const invite = await store.insertInvite({
-        code: randomBytes(9).toString('base64url'),
-        chatId,
-        createdBy: viewer.userId,
-        maxUses: body.max_uses ?? null,
-        expiresAt: body.expires_in_seconds ? new Date(now.getTime() + body.expires_in_seconds * 1000) : null,
-        createdAt: now,
+      const invite = await db.transaction(async (tx) => {
+        const chat = await store.shareById(chatId, tx);
+        if (!chat) throw appError('ERR_CHAT_NOT_FOUND');
+        // Users rows after chat rows (docs/api.md, Moderation). An account deleted meanwhile took its session with it.
+        const level = await store.levelOf(viewer.userId, tx);
+        if (level === undefined) throw appError('ERR_UNAUTHENTICATED');
+        const creator: Viewer = { userId: viewer.userId, permissionLevel: level };
+        const member = chat.type === 'public' && (await store.isMember(chatId, viewer.userId, tx));
+        if (!member && !canManage(creator, chat.ownerUserId)) throw appError('ERR_FORBIDDEN');
+        if (chat.type === 'direct') throw appError('ERR_FORBIDDEN', 'Direct chats take no invites.');
+        return store.insertInvite(
+          {
+            code: randomBytes(9).toString('base64url'),
+            chatId,
+            createdBy: viewer.userId,
+            maxUses: body.max_uses ?? null,
+            expiresAt: body.expires_in_seconds ? new Date(now.getTime() + body.expires_in_seconds * 1000) : null,
+            createdAt: now,
+          },
+          tx,
+        );
       });
       return toInvite(invite);
     },
 
+    /** The invites a join accepts now: of a private chat, only those whose creator may still issue them. */
     async invites(viewer: Viewer, chatId: number) {
       const chat = await mustGet(chatId);
       assertManager(viewer, chat);
-      return (await store.invitesOf(chatId, clock.now())).map(toInvite);
+      return (await store.invitesOf(chatId, clock.now(), chat.type === 'private' ? chat : undefined)).map(toInvite);
     },
 
     async deleteInvite(viewer: Viewer, chatId: number, code: string): Promise<void> {

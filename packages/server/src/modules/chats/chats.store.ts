@@ -1,15 +1,16 @@
-import { and, count, desc, eq, exists, gt, gte, inArray, isNull, ne, or, type SQL, sql } from 'drizzle-orm';
+import { and, count, desc, eq, exists, gte, inArray, isNull, ne, or, type SQL, sql } from 'drizzle-orm';
 import { anyOf, type Db, rowsOf } from '../../platform/db/index.js';
-import { chatInvites, chatMembers, chats, moderationActions, users } from '../../platform/db/schema.js';
+import { chatMembers, chats, moderationActions, users } from '../../platform/db/schema.js';
 import { restrictionInForce } from '../messages/messages.store.js';
 import { premiumAtSql, type Tx, type UserRow } from '../users/users.store.js';
 import { makeActivityStore } from './chats.activity.store.js';
 import { directActive, makeDirectSweepStore } from './chats.direct.store.js';
+import { makeInviteStore } from './chats.invites.store.js';
 import { makeChatPurgeStore } from './chats.purge.store.js';
 
 export type ChatRow = typeof chats.$inferSelect;
-export type InviteRow = typeof chatInvites.$inferSelect;
 export type { ActivityRow } from './chats.activity.store.js';
+export type { InviteRow } from './chats.invites.store.js';
 export type ChatWithCount = ChatRow & { memberCount: number };
 
 const memberCount =
@@ -17,16 +18,6 @@ const memberCount =
     Number,
   );
 const live = isNull(chats.deletedAt);
-
-/** An invite that can still be used: not revoked, not expired, not used up. */
-const inviteIsLive = (now: Date) =>
-  and(
-    isNull(chatInvites.revokedAt),
-    or(isNull(chatInvites.expiresAt), gt(chatInvites.expiresAt, now)),
-    or(isNull(chatInvites.maxUses), sql`${chatInvites.uses} < ${chatInvites.maxUses}`),
-  );
-/** The live invite with this code (what a join spends and a delete revokes). */
-const liveInvite = (code: string, now: Date) => and(eq(chatInvites.code, code), inviteIsLive(now));
 
 /** The advisory-lock class of a user's direct-chat slots (the key is the user id). */
 const DIRECT_SLOTS_LOCK = 7244;
@@ -71,6 +62,8 @@ export function makeChatsStore(db: Db) {
     ...makeChatPurgeStore(db),
     // Membership history (chats.activity.store.ts).
     ...makeActivityStore(db),
+    // Invites (chats.invites.store.ts).
+    ...makeInviteStore(db),
     async insert(values: typeof chats.$inferInsert, tx: Tx = db): Promise<ChatRow> {
       const [row] = await tx.insert(chats).values(values).returning();
       if (!row) throw new Error('insert returned no row');
@@ -228,6 +221,34 @@ export function makeChatsStore(db: Db) {
         .for('update');
       return row;
     },
+    /**
+     * The live chat, its row held FOR SHARE until the transaction ends: a deletion or a change of
+     * type or name (each an UPDATE of the row) either committed before (read here) or waits for
+     * this transaction. Writes that only depend on the chat (an invite) take this, not `lockById`,
+     * so they do not wait for each other.
+     */
+    async shareById(id: number, tx: Tx): Promise<ChatRow | undefined> {
+      const [row] = await tx
+        .select()
+        .from(chats)
+        .where(and(eq(chats.id, id), live))
+        .limit(1)
+        .for('share');
+      return row;
+    },
+    /** The chat's current members, counted as of `tx` (an answer built in the transaction that wrote the chat). */
+    async memberCount(chatId: number, tx: Tx = db): Promise<number> {
+      const [row] = await tx
+        .select({ n: count() })
+        .from(chatMembers)
+        .where(and(eq(chatMembers.chatId, chatId), isNull(chatMembers.leftAt)));
+      return row?.n ?? 0;
+    },
+    /** A user's permission level as stored (undefined: the account is gone); read, not locked. */
+    async levelOf(userId: number, tx: Tx = db): Promise<number | undefined> {
+      const [row] = await tx.select({ level: users.permissionLevel }).from(users).where(eq(users.id, userId)).limit(1);
+      return row?.level;
+    },
     async update(id: number, values: Partial<typeof chats.$inferInsert>, tx: Tx = db): Promise<ChatRow | undefined> {
       const [row] = await tx
         .update(chats)
@@ -382,40 +403,6 @@ export function makeChatsStore(db: Db) {
       if (ids.length === 0) return new Map();
       const rows = await db.select({ id: users.id, username: users.username }).from(users).where(anyOf(users.id, ids));
       return new Map(rows.map((r) => [r.id, r.username]));
-    },
-    async insertInvite(values: typeof chatInvites.$inferInsert): Promise<InviteRow> {
-      const [row] = await db.insert(chatInvites).values(values).returning();
-      if (!row) throw new Error('insert returned no row');
-      return row;
-    },
-    /** A chat's live invites, newest first: the ones a join may spend and a delete revokes. */
-    async invitesOf(chatId: number, now: Date): Promise<InviteRow[]> {
-      return db
-        .select()
-        .from(chatInvites)
-        .where(and(eq(chatInvites.chatId, chatId), inviteIsLive(now)))
-        .orderBy(desc(chatInvites.createdAt));
-    },
-    /** The live invite with this code (unknown, expired, used up or revoked: none). */
-    async invitesOfCode(code: string, now: Date): Promise<InviteRow[]> {
-      return db.select().from(chatInvites).where(liveInvite(code, now));
-    },
-    /** Spends one use of a live invite atomically; undefined when it is unknown, expired or used up. */
-    async useInvite(code: string, now: Date, tx: Tx): Promise<InviteRow | undefined> {
-      const [row] = await tx
-        .update(chatInvites)
-        .set({ uses: sql`${chatInvites.uses} + 1` })
-        .where(liveInvite(code, now))
-        .returning();
-      return row;
-    },
-    async revokeInvite(chatId: number, code: string, now: Date): Promise<boolean> {
-      const rows = await db
-        .update(chatInvites)
-        .set({ revokedAt: now })
-        .where(and(eq(chatInvites.chatId, chatId), eq(chatInvites.code, code), isNull(chatInvites.revokedAt)))
-        .returning({ code: chatInvites.code });
-      return rows.length > 0;
     },
     async endAllMemberships(chatId: number, at: Date, tx: Tx): Promise<number[]> {
       const rows = await tx
