@@ -1,6 +1,14 @@
-import { expect, it } from 'vitest';
-import { describeApp, type TestApp } from '../../server/test/support/app.js';
-import { setLevel } from '../../server/test/support/flows.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { FakeClock } from '../../server/src/platform/clock.js';
+import { describeApp, startApp, type TestApp } from '../../server/test/support/app.js';
+import { operator, setLevel } from '../../server/test/support/flows.js';
+import {
+  connect,
+  TERMINAL_CONNECT_CODES,
+  TIMED_OUT_RETRY_MAX_MS,
+  TIMED_OUT_RETRY_SPREAD_MS,
+  timedOutRetryDelayMs,
+} from '../src/client/socket.js';
 import {
   type BotClient,
   type E2EChatSession,
@@ -8,7 +16,7 @@ import {
   type E2ESessionError,
   isApiError,
 } from '../src/index.js';
-import { collector, e2eSuite, loginUser, openSession, plaintexts } from './support.js';
+import { collector, e2eSuite, loginUser, openSession, plaintexts, testBot } from './support.js';
 
 let app: TestApp;
 let bot: BotClient;
@@ -110,6 +118,80 @@ describeApp('E2EChatSession: reconnection', () => {
       await expect(a.send(chat.id, 'x')).rejects.toMatchObject({ code: 'CLOSED' });
     });
   }
+});
+
+describe('the reconnection delay while timed out', () => {
+  it('waits until the timeout ends, spread by up to a second, and at most 10 minutes (a timer cannot wait 30 days)', () => {
+    expect(TERMINAL_CONNECT_CODES).not.toContain('ERR_TIMED_OUT');
+    expect(timedOutRetryDelayMs(60, 0)).toBe(60_000);
+    expect(timedOutRetryDelayMs(1, 0.5)).toBe(1_000 + TIMED_OUT_RETRY_SPREAD_MS / 2);
+    expect(TIMED_OUT_RETRY_MAX_MS).toBe(600_000);
+    expect(timedOutRetryDelayMs(600, 0.99)).toBe(TIMED_OUT_RETRY_MAX_MS);
+    // The longest timeout (30 days): every 10 minutes, never setTimeout's overflow (then 1 ms).
+    expect(timedOutRetryDelayMs(2_592_000, 0)).toBe(TIMED_OUT_RETRY_MAX_MS);
+    // A refusal that does not say when the timeout ends.
+    for (const missing of [undefined, null, '60', -1, Number.NaN]) {
+      expect(timedOutRetryDelayMs(missing, 0)).toBe(TIMED_OUT_RETRY_MAX_MS);
+    }
+  });
+});
+
+describeApp('E2EChatSession: a timeout of its user', () => {
+  // An app of its own with a clock the test moves: the timeout ends when the test says.
+  const clock = new FakeClock(Date.now());
+  let timedApp: TestApp;
+  let timedBot: BotClient;
+  beforeAll(async () => {
+    timedApp = await startApp({ clock });
+    timedBot = await testBot(timedApp);
+  });
+  afterAll(async () => {
+    await timedApp?.close();
+  });
+
+  it('does not close the session: it waits for the timeout’s end the server gives, then reconnects', async () => {
+    const dave = await loginUser(timedApp, timedBot);
+    const s = await openSession(dave.client);
+    const closed: unknown[] = [];
+    s.on('closed', (e) => closed.push(e));
+    const refusals: { code: string; data: unknown }[] = [];
+    s.socket.on('connect_error', (err: Error & { data?: unknown }) =>
+      refusals.push({ code: err.message, data: err.data }),
+    );
+    // The reconnections wait for the test's clock move: the first handshake after the drop reads
+    // the clock a second before the timeout's end.
+    const connectNow = s.socket.connect.bind(s.socket);
+    let release = () => {};
+    const moved = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    s.socket.connect = () => {
+      void moved.then(connectNow);
+      return s.socket;
+    };
+    const disconnected = next(s, 'disconnected');
+    const reconnected = next(s, 'reconnected', 20_000);
+
+    const res = await operator(timedApp).post('/v1/admin/punishments/timeout', { user_id: dave.user.id, duration: 60 });
+    expect(res.status).toBe(200);
+    expect(await disconnected).toEqual({ reason: 'io server disconnect' });
+    clock.advance(59_000);
+    release();
+    await expect.poll(() => refusals.length, { timeout: 10_000 }).toBeGreaterThan(0);
+    // Not ERR_UNAUTHENTICATED (the end of the session, for good): the SDK tries again in a second.
+    expect(refusals[0]).toEqual({ code: 'ERR_TIMED_OUT', data: { retry_after: 1 } });
+    expect(closed).toEqual([]);
+    // A new connection is refused alike, with when to come back.
+    await expect(connect(dave.client, { reconnection: false })).rejects.toMatchObject({
+      code: 'ERR_TIMED_OUT',
+      retryAfter: 1,
+    });
+
+    clock.advance(1_000);
+    expect(await reconnected).toEqual({ recovered: false, chats: [] });
+    expect(s.socket.connected).toBe(true);
+    expect(closed).toEqual([]);
+  });
 });
 
 describeApp('E2EChatSession: resync after a reconnection that was not recovered', () => {

@@ -11,7 +11,7 @@ import { Client, nextIp } from './support/client.js';
 import { countRows, failInserts } from './support/faults.js';
 import { createBot, login, operator, setLevel } from './support/flows.js';
 import { gateInserts, hold, lockWaiters, loginUpToVerify, racingUserRow } from './support/pg-locks.js';
-import { closeAllSockets, disconnected } from './support/sockets.js';
+import { closeAllSockets, connectSocket, disconnected } from './support/sockets.js';
 
 let app: TestApp;
 /** PostgreSQL (cluster project): the tests' own connection, to hold rows as another node would. */
@@ -92,6 +92,40 @@ describeApp('platform punishments (operator and Admins)', () => {
     expect((await target.client.get('/v1/users/me/punishments')).body[0]).toMatchObject({ is_lifted: true });
   });
 
+  it('refuses the socket handshake of a timed-out user with ERR_TIMED_OUT and when it ends, and accepts it from then', async () => {
+    const target = await member(app);
+    const gone = disconnected(target.socket);
+    const res = await operator(app).post('/v1/admin/punishments/timeout', { user_id: target.user.id, duration: 600 });
+    expect(res.status).toBe(200);
+    await gone;
+    const handshake = () =>
+      connectSocket(app.url, target.client).then(
+        (socket) => {
+          socket.close();
+          return 'connected';
+        },
+        (err: Error & { data?: unknown }) => ({ code: err.message, data: err.data }),
+      );
+    // Not ERR_UNAUTHENTICATED: the session is live (clients take that code as its end).
+    expect(await handshake()).toEqual({ code: 'ERR_TIMED_OUT', data: { retry_after: 600 } });
+    clock.advance(599_001);
+    expect(await handshake()).toEqual({ code: 'ERR_TIMED_OUT', data: { retry_after: 1 } });
+    clock.advance(999);
+    expect(await handshake()).toBe('connected');
+  });
+
+  it('refuses the handshake of a session whose user reads Banned (a ban committing at that instant) with ERR_BANNED', async () => {
+    // A ban ends every session in its transaction; the state written alone stands for the instant
+    // a handshake reads the user between the two (an uncached session, read from SQL).
+    const target = await login(app);
+    await app.database.db.execute(`update users set state = 2 where id = ${target.user.id}` as never);
+    const refused = await connectSocket(app.url, target.client).then(
+      () => 'connected',
+      (err: Error & { data?: unknown }) => ({ code: err.message, data: err.data }),
+    );
+    expect(refused).toEqual({ code: 'ERR_BANNED', data: undefined });
+  });
+
   it('shows state Active in GET /v1/users/me and the bot view once a timeout ends, before the sweep', async () => {
     const target = await member(app);
     const { client: botClient } = await createBot(app);
@@ -162,6 +196,56 @@ describeApp('platform punishments (operator and Admins)', () => {
       });
       expect(ok.status).toBe(200);
     }
+  });
+
+  it(`accepts bans of ${Limits.PUNISH_DURATION_MIN_S} to ${Limits.PUNISH_DURATION_MAX_S} s, and reasons up to ${Limits.PUNISH_REASON_MAX} on ban, warn and unban`, async () => {
+    const target = await login(app);
+    const post = (kind: string, body: object) =>
+      operator(app).post(`/v1/admin/punishments/${kind}`, { user_id: target.user.id, ...body });
+    const tooLong = 'r'.repeat(Limits.PUNISH_REASON_MAX + 1);
+    for (const [kind, body] of [
+      ['ban', { duration: Limits.PUNISH_DURATION_MIN_S - 1 }],
+      ['ban', { duration: Limits.PUNISH_DURATION_MAX_S + 1 }],
+      ['ban', { duration: 60.5 }],
+      ['ban', { reason: tooLong }],
+      ['warn', { reason: tooLong }],
+      ['unban', { reason: tooLong }],
+    ] as const) {
+      const res = await post(kind, body);
+      expect([kind, res.status, res.body.code]).toEqual([kind, 400, 'ERR_VALIDATION']);
+    }
+    expect(await auditOf(target.user.id)).toEqual([]);
+    const longest = 'r'.repeat(Limits.PUNISH_REASON_MAX);
+    for (const [kind, body] of [
+      ['ban', { duration: Limits.PUNISH_DURATION_MIN_S }],
+      ['ban', { duration: Limits.PUNISH_DURATION_MAX_S, reason: longest }],
+      ['warn', { reason: longest }],
+      ['unban', { reason: longest }],
+    ] as const)
+      expect((await post(kind, body)).status).toBe(200);
+  });
+
+  it('answers {ok, punishment} to ban, timeout and warn and {ok} to unban, with one audit entry each (none for an unban with nothing to lift)', async () => {
+    const target = await login(app);
+    const punish = (kind: string, body: object = {}) =>
+      operator(app).post(`/v1/admin/punishments/${kind}`, { user_id: target.user.id, ...body });
+    for (const [kind, type] of [
+      ['timeout', 'PLATFORM_TIMEOUT'],
+      ['ban', 'PLATFORM_BAN'],
+      ['warn', 'PLATFORM_WARNING'],
+    ] as const) {
+      const res = await punish(kind, kind === 'timeout' ? { duration: 60 } : {});
+      expect([res.status, res.body]).toEqual([
+        200,
+        { ok: true, punishment: expect.objectContaining({ action_type: type }) },
+      ]);
+    }
+    // An unban answers {ok: true} alone, whether it lifted a ban or found none.
+    for (let i = 0; i < 2; i++) {
+      const res = await punish('unban');
+      expect([res.status, res.body]).toEqual([200, { ok: true }]);
+    }
+    expect((await auditOf(target.user.id)).map((e) => e.action)).toEqual(['unban', 'warn', 'ban', 'timeout']);
   });
 });
 

@@ -11,7 +11,7 @@ import { Client, nextIp } from './support/client.js';
 import { countRows } from './support/faults.js';
 import { createBot, createLoginBot, login, operator } from './support/flows.js';
 import { runNode, waitFor } from './support/process.js';
-import { closeAllSockets, disconnected } from './support/sockets.js';
+import { closeAllSockets, connectSocket, disconnected } from './support/sockets.js';
 
 const MAIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../dist/main.js');
 const clusterOnly = describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'));
@@ -120,6 +120,24 @@ clusterOnly('two nodes on one PostgreSQL + Redis', () => {
     const gone = disconnected(onB.socket, 10_000);
     expect((await operator(a).post(`/v1/admin/users/${onB.user.id}/update`, { permission_level: 0 })).status).toBe(200);
     await gone;
+  });
+
+  it('drops, on node B, the sockets of users timed out and banned on node A; B refuses their handshakes as A does', async () => {
+    const [timedOut, banned] = [await member(b), await member(b)];
+    const gone = [disconnected(timedOut.socket, 10_000), disconnected(banned.socket, 10_000)];
+    const punish = (kind: string, userId: number) =>
+      operator(a).post(`/v1/admin/punishments/${kind}`, { user_id: userId, duration: 60 });
+    expect((await punish('timeout', timedOut.user.id)).status).toBe(200);
+    expect((await punish('ban', banned.user.id)).status).toBe(200);
+    await Promise.all(gone);
+    const handshake = (client: Client) =>
+      connectSocket(b.url, client).then(
+        () => 'connected',
+        (err: Error) => err.message,
+      );
+    // The timed-out session lives on (it connects again when the timeout ends); the ban ended the other.
+    expect(await handshake(timedOut.client)).toBe('ERR_TIMED_OUT');
+    expect(await handshake(banned.client)).toBe('ERR_UNAUTHENTICATED');
   });
 
   it('delivers a notification sent through node A to the recipient socket on node B', async () => {

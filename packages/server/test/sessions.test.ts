@@ -177,6 +177,57 @@ describeApp('POST /v1/users/me/sessions/destroy', () => {
   });
 });
 
+describeApp('signing out while timed out (docs/api.md, Moderation)', () => {
+  it('a timed-out user may end another session, the others and its own; every other route answers 403 ERR_TIMED_OUT', async () => {
+    const a = await login(app, { bot });
+    const [b, c] = [await device(a.platformUserId), await device(a.platformUserId)];
+    const res = await operator(app).post('/v1/admin/punishments/timeout', { user_id: a.user.id, duration: 600 });
+    expect(res.status).toBe(200);
+    for (const refused of [await a.client.get('/v1/users/me/sessions'), await a.client.get('/v1/users/me')])
+      expect([refused.status, refused.body.code]).toEqual([403, 'ERR_TIMED_OUT']);
+
+    const one = await a.client.post(`/v1/users/me/sessions/${b.cookie?.slice(-6)}/destroy`);
+    expect([one.status, one.body]).toEqual([200, { destroyed: true }]);
+    expect((await b.get('/v1/users/me')).status).toBe(401);
+    const others = await a.client.post('/v1/users/me/sessions/destroy', {});
+    expect([others.status, others.body]).toEqual([200, { destroyed: 1 }]);
+    expect((await c.get('/v1/users/me')).status).toBe(401);
+
+    // The cookie as another tab holds it: the logout clears it from this client.
+    const sameCookie = a.client.on(app);
+    const out = await a.client.post('/v1/authentication/logout', {});
+    expect([out.status, out.body]).toEqual([200, { ok: true }]);
+    expect((await sameCookie.get('/v1/users/me')).status).toBe(401);
+    expect(
+      await countRows(app, `select count(*) as n from sessions where user_id = ${a.user.id} and ended_at is null`),
+    ).toBe(0);
+    // Still timed out: a new login is refused until the timeout ends.
+    const again = await new Client(app.url, nextIp(), app.publicApiKey).post('/v1/authentication/request', {
+      platform: 'platform_a',
+      platform_user_id: a.platformUserId,
+    });
+    expect([again.status, again.body.code]).toEqual([403, 'ERR_TIMED_OUT']);
+  });
+
+  it('still authenticates and checks the origin: no session is 401, a foreign origin 403, and nothing ends', async () => {
+    const a = await login(app, { bot });
+    await device(a.platformUserId);
+    expect(
+      (await operator(app).post('/v1/admin/punishments/timeout', { user_id: a.user.id, duration: 600 })).status,
+    ).toBe(200);
+    const anonymous = new Client(app.url, nextIp(), app.publicApiKey);
+    for (const path of ['/v1/authentication/logout', '/v1/users/me/sessions/destroy']) {
+      const res = await anonymous.post(path, {});
+      expect([res.status, res.body.code]).toEqual([401, 'ERR_UNAUTHENTICATED']);
+      const foreign = await a.client.post(path, {}, { headers: { origin: 'https://evil.example' } });
+      expect([foreign.status, foreign.body.code]).toEqual([403, 'ERR_ORIGIN_NOT_ALLOWED']);
+    }
+    expect(
+      await countRows(app, `select count(*) as n from sessions where user_id = ${a.user.id} and ended_at is null`),
+    ).toBe(2);
+  });
+});
+
 describeApp('login codes and time', () => {
   it('answers POST /v1/authentication/request with expires_at ten minutes away and never the code', async () => {
     const res = await new Client(app.url, nextIp(), app.publicApiKey).post('/v1/authentication/request', {

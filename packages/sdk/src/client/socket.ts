@@ -23,8 +23,36 @@ export interface ConnectOptions {
   reconnection?: boolean;
 }
 
-/** Handshake refusals that no retry can change: the session ended, or the account is banned. */
+/**
+ * Handshake refusals that no retry can change: the session ended, or the account is banned. A
+ * timeout (`ERR_TIMED_OUT`) is not one: the session lives on, and connects again when it ends.
+ */
 export const TERMINAL_CONNECT_CODES: readonly string[] = ['ERR_UNAUTHENTICATED', 'ERR_BANNED'];
+
+/**
+ * The longest wait between two handshakes while the account is timed out. Timeouts last up to 30
+ * days, longer than a timer can wait (about 24.8 days); a session ended meanwhile (a logout on
+ * another device) is reported within this long too.
+ */
+export const TIMED_OUT_RETRY_MAX_MS = 10 * 60_000;
+
+/**
+ * How far past a timeout's end the next handshake is spread (at random), so that the clients of
+ * users timed out together (a raid) do not all come back in the same instant.
+ */
+export const TIMED_OUT_RETRY_SPREAD_MS = 1_000;
+
+/**
+ * How long to wait after a handshake refused with `ERR_TIMED_OUT` before the next one: until the
+ * timeout ends (the connect error's `retry_after`, in seconds) plus up to
+ * {@link TIMED_OUT_RETRY_SPREAD_MS}, but at most {@link TIMED_OUT_RETRY_MAX_MS} (also when the
+ * server did not say when it ends). `random` is in [0, 1).
+ */
+export function timedOutRetryDelayMs(retryAfterS: unknown, random: number = Math.random()): number {
+  if (typeof retryAfterS !== 'number' || !Number.isFinite(retryAfterS) || retryAfterS < 0)
+    return TIMED_OUT_RETRY_MAX_MS;
+  return Math.min(retryAfterS * 1000 + random * TIMED_OUT_RETRY_SPREAD_MS, TIMED_OUT_RETRY_MAX_MS);
+}
 
 export interface KeepConnectedOptions {
   /** Called once when the server refuses the session for good ({@link TERMINAL_CONNECT_CODES}); reconnecting stops. */
@@ -43,9 +71,11 @@ const supervisors = new WeakMap<ParlorSocket, Supervisor>();
  * (`io server disconnect`: a graceful shutdown, a permission change, an ended session) and after
  * the server's middleware refused a reconnection (`connect_error` with the socket inactive). It
  * calls `socket.connect()` again after a capped, randomised, doubling delay (the Manager's
- * `reconnectionDelay` … `reconnectionDelayMax`, 1-5 s by default). A refusal with a code of
- * {@link TERMINAL_CONNECT_CODES} stops it and calls `onRefused`. A disconnect the client asked for
- * (`socket.disconnect()`) is left alone, as is a socket made with `reconnection: false`.
+ * `reconnectionDelay` … `reconnectionDelayMax`, 1-5 s by default); after an `ERR_TIMED_OUT`
+ * refusal, when the timeout ends ({@link timedOutRetryDelayMs}: at most every 10 minutes). A
+ * refusal with a code of {@link TERMINAL_CONNECT_CODES} stops it and calls `onRefused`. A
+ * disconnect the client asked for (`socket.disconnect()`) is left alone, as is a socket made with
+ * `reconnection: false`.
  * `connect` installs it; installing it again on the same socket only adds `onRefused`.
  * @returns a function that removes this `onRefused` (and stops supervising when it was the last).
  */
@@ -72,7 +102,8 @@ function supervise(socket: ParlorSocket): Supervisor {
   let attempts = 0;
   let timer: ReturnType<typeof setTimeout> | undefined;
   let stopped = false;
-  const retry = () => {
+  /** Connects again after `delayMs`, or the next backoff delay. */
+  const retry = (delayMs?: number) => {
     if (stopped || timer !== undefined || !socket.io.reconnection()) return;
     const cap = Math.min(socket.io.reconnectionDelayMax(), socket.io.reconnectionDelay() * 2 ** attempts);
     attempts++;
@@ -81,7 +112,7 @@ function supervise(socket: ParlorSocket): Supervisor {
         timer = undefined;
         if (!stopped && !socket.active) socket.connect();
       },
-      cap / 2 + Math.random() * (cap / 2),
+      delayMs ?? cap / 2 + Math.random() * (cap / 2),
     );
   };
   const onDisconnect = (reason: string) => {
@@ -93,11 +124,13 @@ function supervise(socket: ParlorSocket): Supervisor {
     const code = connectErrorCode(err);
     if (TERMINAL_CONNECT_CODES.includes(code)) {
       stop();
-      const error = ParlorApiError.fromAck({ code, message: err.message });
+      const error = connectError(err);
       for (const listener of [...refused]) listener(error);
       return;
     }
-    retry();
+    // A timed-out session is live: try again when the timeout ends, not every few seconds.
+    if (code === 'ERR_TIMED_OUT') retry(timedOutRetryDelayMs(connectErrorData(err).retry_after));
+    else retry();
   };
   const onConnect = () => {
     attempts = 0;
@@ -116,16 +149,30 @@ function supervise(socket: ParlorSocket): Supervisor {
   return { refused, stop };
 }
 
-/** The server refuses a handshake with an Error whose message is the catalogue code. */
+/**
+ * The server refuses a handshake with an Error whose message is the catalogue code, and whose
+ * `data` may add fields (`retry_after` of `ERR_TIMED_OUT`).
+ */
 function connectErrorCode(err: Error): string {
   return /^ERR_[A-Z_]+$/.test(err.message) ? err.message : ClientErrorCode.ERR_SOCKET_CONNECT;
+}
+
+function connectErrorData(err: Error): Record<string, unknown> {
+  const data = (err as Error & { data?: unknown }).data;
+  return typeof data === 'object' && data !== null && !Array.isArray(data) ? (data as Record<string, unknown>) : {};
+}
+
+/** The ParlorApiError of a refused handshake: its code, and the fields of its `data` in `body`. */
+function connectError(err: Error): ParlorApiError {
+  return ParlorApiError.fromAck({ ...connectErrorData(err), code: connectErrorCode(err), message: err.message });
 }
 
 /**
  * Opens the realtime socket of a logged-in client: Socket.IO at `/socket.io` on the API's origin,
  * WebSocket transport only, authenticated by the `psession` cookie (an explicit `Cookie` header in
  * Node; browsers send the cookie themselves with `withCredentials`). Resolves once connected.
- * @throws ParlorApiError `ERR_UNAUTHENTICATED` (or the server's connect error code) when refused;
+ * @throws ParlorApiError `ERR_UNAUTHENTICATED` (or the server's connect error code: `ERR_TIMED_OUT`
+ *   with `retryAfter`, `ERR_BANNED`, `ERR_SERVICE_UNAVAILABLE`, …) when refused;
  *   `ERR_SOCKET_TIMEOUT` when the connection does not open in time.
  */
 export function connect(client: HttpClient, opts: ConnectOptions = {}): Promise<ParlorSocket> {
@@ -157,7 +204,7 @@ export function connect(client: HttpClient, opts: ConnectOptions = {}): Promise<
       if (opts.reconnection ?? true) keepConnected(socket);
       resolve(socket);
     };
-    const onError = (err: Error) => fail(ParlorApiError.fromAck({ code: connectErrorCode(err), message: err.message }));
+    const onError = (err: Error) => fail(connectError(err));
     const timer = setTimeout(
       () =>
         fail(

@@ -96,6 +96,10 @@ export function makeGuards(deps: GuardDeps) {
     if (user.state === 1) throw appError('ERR_TIMED_OUT');
   };
 
+  const assertRegistered = (user: AuthUser) => {
+    if (user.stranger) throw appError('ERR_UNAUTHENTICATED', 'This needs a registered account.');
+  };
+
   const publicKey: Guard = async (request) => {
     const key = apiKeyHeader(request);
     if (!key || !safeEqual(key, deps.publicApiKey)) throw appError('ERR_INVALID_API_KEY');
@@ -112,8 +116,25 @@ export function makeGuards(deps: GuardDeps) {
   /** A registered account's session; a stranger's gets 401 (spec 4.5 statistics). */
   const session: Guard = async (request, reply) => {
     await anySession(request, reply);
-    if ((request.principal.user as AuthUser).stranger)
-      throw appError('ERR_UNAUTHENTICATED', 'This needs a registered account.');
+    assertRegistered(request.principal.user as AuthUser);
+  };
+
+  /**
+   * Signing out: as anySession, but a timed-out user passes. A timeout ends no session, and a
+   * user on a shared device, or whose account was taken over, must be able to end sessions while
+   * it runs (logout, and ending its own other sessions); nothing else is let through. A ban ends
+   * every session, so a banned user is still refused (ERR_BANNED) should one be read before that.
+   */
+  const anySessionSigningOut: Guard = async (request) => {
+    if (!(await loadSession(request))) throw appError('ERR_UNAUTHENTICATED');
+    checkOrigin(request);
+    if ((request.principal.user as AuthUser).state === 2) throw appError('ERR_BANNED');
+  };
+
+  /** Signing out as a registered account (anySessionSigningOut); a stranger's session gets 401, as with `session`. */
+  const sessionSigningOut: Guard = async (request, reply) => {
+    await anySessionSigningOut(request, reply);
+    assertRegistered(request.principal.user as AuthUser);
   };
 
   /** K required, session optional (public reads that show more to Admins). */
@@ -159,7 +180,17 @@ export function makeGuards(deps: GuardDeps) {
     if ((request.principal.user as AuthUser).permissionLevel < 2) throw appError('ERR_FORBIDDEN');
   };
 
-  return { publicKey, session, anySession, publicKeyOptionalSession, publicKeyOrSession, bot, operatorOrAdmin };
+  return {
+    publicKey,
+    session,
+    anySession,
+    sessionSigningOut,
+    anySessionSigningOut,
+    publicKeyOptionalSession,
+    publicKeyOrSession,
+    bot,
+    operatorOrAdmin,
+  };
 }
 
 export type Guards = ReturnType<typeof makeGuards>;

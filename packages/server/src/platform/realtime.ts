@@ -36,10 +36,22 @@ export interface SocketData {
 export type Io = Server<ClientToServerEvents, ServerToClientEvents, Record<string, never>, SocketData>;
 export type AppSocket = Socket<ClientToServerEvents, ServerToClientEvents, Record<string, never>, SocketData>;
 
+/**
+ * Why a handshake's session may not connect, as the HTTP guards answer it: the connect error's
+ * code, and for a timeout the whole seconds until it ends (the connect error's `retry_after`).
+ */
+export interface HandshakeRefusal {
+  refused: 'ERR_UNAUTHENTICATED' | 'ERR_TIMED_OUT' | 'ERR_BANNED';
+  retryAfter?: number;
+}
+
 export interface RealtimeOptions {
   allowedOrigins: string[];
-  /** Authenticates the handshake from its Cookie header; null refuses the connection. */
-  authenticate(cookieHeader: string | undefined): Promise<SocketData | null>;
+  /**
+   * Authenticates the handshake from its Cookie header; a refusal (null: no session,
+   * `ERR_UNAUTHENTICATED`) refuses the connection with its code.
+   */
+  authenticate(cookieHeader: string | undefined): Promise<SocketData | HandshakeRefusal | null>;
   /** Cluster mode: a Redis connection of its own for the streams adapter, and the key prefix. */
   redis: { client: Redis; prefix: string } | null;
   /** The app's logger: failed handshakes and events (query values kept out by its serializer). */
@@ -117,9 +129,14 @@ export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
     opts
       .authenticate(socket.handshake.headers.cookie)
       .then((data) => {
-        if (!data) {
+        if (!data || 'refused' in data) {
           recovering.done(socket);
-          return next(new Error('ERR_UNAUTHENTICATED'));
+          // The connect error's message is the code, which clients act on: ERR_UNAUTHENTICATED and
+          // ERR_BANNED end the session for good, ERR_TIMED_OUT does not (the session is live and
+          // connects again when the timeout ends, which `data.retry_after` tells in seconds).
+          const refusal: Error & { data?: { retry_after: number } } = new Error(data?.refused ?? 'ERR_UNAUTHENTICATED');
+          if (data?.retryAfter !== undefined) refusal.data = { retry_after: data.retryAfter };
+          return next(refusal);
         }
         // A recovered socket carries the rooms of the session it had; another session (the
         // cookie changed meanwhile) starts from none of them. The data is always the fresh one

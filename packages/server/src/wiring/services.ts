@@ -17,7 +17,13 @@ import type { Config } from '../platform/config.js';
 import { afterCommit } from '../platform/db/after-commit.js';
 import { type Db, ping } from '../platform/db/index.js';
 import type { GeoLookup } from '../platform/geo.js';
-import { createRealtime, type Realtime, type SocketData, STREAM_BLOCK_MS } from '../platform/realtime.js';
+import {
+  createRealtime,
+  type HandshakeRefusal,
+  type Realtime,
+  type SocketData,
+  STREAM_BLOCK_MS,
+} from '../platform/realtime.js';
 import type { App } from '../platform/routing.js';
 import { RedisState, type StateStore, watchConnection } from '../platform/state/index.js';
 import { vmProviderFor } from '../platform/vm/from-config.js';
@@ -153,16 +159,29 @@ function wireStats(ctx: WiringContext, accounts: Accounts, rooms: StatsDeps['roo
 
 /** The socket server; a socket signs in with the session cookie, like a request. */
 function wireRealtime(ctx: WiringContext, sessionResolver: SessionResolver): Realtime {
-  const { app, config, state } = ctx;
+  const { app, config, state, clock } = ctx;
   return createRealtime(app.server, {
     allowedOrigins: config.allowedOrigins,
     redis: state instanceof RedisState ? { client: adapterClient(state, app), prefix: config.redisPrefix } : null,
     log: app.log,
-    authenticate: async (cookieHeader): Promise<SocketData | null> => {
+    authenticate: async (cookieHeader): Promise<SocketData | HandshakeRefusal | null> => {
       const token = cookieHeader ? app.parseCookie(cookieHeader).psession : undefined;
       if (!token || token.length > 256) return null;
       const found = await sessionResolver.resolve(token);
-      if (found?.user.state !== 0) return null;
+      if (!found) return null;
+      // Refused as the HTTP guards refuse (platform/auth.ts): a timeout ends no session, so its
+      // refusal must not read as the session's end (ERR_UNAUTHENTICATED), which clients take as
+      // final; it says when the timeout ends, so they come back then. A ban ends every session;
+      // one still read at that instant is refused as banned.
+      const { state: userState, stateExpiresAt } = found.user;
+      if (userState === 2) return { refused: 'ERR_BANNED' };
+      if (userState === 1) {
+        const left = stateExpiresAt ? stateExpiresAt.getTime() - clock.now().getTime() : null;
+        return left === null
+          ? { refused: 'ERR_TIMED_OUT' }
+          : { refused: 'ERR_TIMED_OUT', retryAfter: Math.max(1, Math.ceil(left / 1000)) };
+      }
+      if (userState !== 0) return null;
       return {
         userId: found.user.id,
         sessionId: found.session.id,

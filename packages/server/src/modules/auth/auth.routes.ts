@@ -97,8 +97,15 @@ export function registerAuthRoutes(app: App, { auth, guards, config, logout }: A
   });
 
   app.post('/v1/authentication/logout', {
-    schema: { tags, security: security.session, body: EmptyBody, response: { 200: OkSchema, ...errorResponses } },
-    onRequest: guards.anySession,
+    schema: {
+      tags,
+      security: security.session,
+      description: 'Ends the current session. A timed-out user may too (docs/api.md, Moderation).',
+      body: EmptyBody,
+      response: { 200: OkSchema, ...errorResponses },
+    },
+    // A timed-out user may still sign out (a shared device, an account taken over): docs/api.md.
+    onRequest: guards.anySessionSigningOut,
     config: { ownWriteLimit: true },
     handler: async (req, reply) => {
       const s = currentSession(req);

@@ -20,11 +20,13 @@ export function registerSessionsRoutes(app: App, { sessions, guards }: { session
     schema: {
       tags,
       security: security.session,
+      description: 'Ends another session of yours. A timed-out user may too.',
       params: TokenSuffixParam,
       body: EmptyBody,
       response: { 200: Type.Object({ destroyed: Type.Boolean() }), ...errorResponses },
     },
-    onRequest: guards.session,
+    // Ending one's own sessions is signing out: a timed-out user may (docs/api.md, Moderation).
+    onRequest: guards.sessionSigningOut,
     config: { ownWriteLimit: true },
     handler: async (req) => {
       const s = currentSession(req);
@@ -36,11 +38,12 @@ export function registerSessionsRoutes(app: App, { sessions, guards }: { session
     schema: {
       tags,
       security: security.session,
-      description: 'Ends every session but the current one.',
+      description: 'Ends every session but the current one. A timed-out user may too.',
       body: EmptyBody,
       response: { 200: Type.Object({ destroyed: Type.Integer() }), ...errorResponses },
     },
-    onRequest: guards.session,
+    // As above: a timed-out user may end its other sessions.
+    onRequest: guards.sessionSigningOut,
     config: { ownWriteLimit: true },
     handler: async (req) => {
       const s = currentSession(req);
