@@ -337,8 +337,12 @@ describeBrowser('room VM lifecycle (real Chromium)', () => {
     const { pid, profile } = JSON.parse(line as string) as { pid: number; profile: string };
     expect(alive(pid)).toBe(true);
     expect(profile).toContain(`parlor-vm-${child.pid}-`);
+    const reaped = new Promise<void>((resolve) => child.once('exit', () => resolve()));
     child.kill('SIGKILL'); // no shutdown path runs: only the closed DevTools pipe tells the browser
     await eventually(() => livingInSession(pid) === 0, WAIT_MS, 'the browser and its children gone');
+    // Until this process has reaped it, the killed server is a zombie whose pid still answers a
+    // signal check: its profile would look owned by a live server.
+    await reaped;
     // The next server's provider sweeps profiles whose server is gone, and only those.
     expect(path.dirname(profile)).toBe(tmp);
     const mine = path.join(tmp, `parlor-vm-${process.pid}-keep`);
