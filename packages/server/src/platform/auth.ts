@@ -70,6 +70,16 @@ function bearer(request: FastifyRequest): string | null {
 }
 
 /**
+ * Why a user in this state may not use its session (spec 3 user states): Banned, or Timeout; null
+ * for Active. The HTTP guards and the socket handshake (wiring/services.ts) refuse alike.
+ */
+export function stateRefusal(state: number): 'ERR_BANNED' | 'ERR_TIMED_OUT' | null {
+  if (state === 2) return 'ERR_BANNED';
+  if (state === 1) return 'ERR_TIMED_OUT';
+  return null;
+}
+
+/**
  * Guards, one per kind of caller of spec 5: K (public key), S (session), B (bot), and the
  * operator token of the CLI. Each throws the error body's 401/403; none trusts the cookie alone.
  */
@@ -91,51 +101,47 @@ export function makeGuards(deps: GuardDeps) {
     return true;
   };
 
-  const assertUsable = (user: AuthUser) => {
-    if (user.state === 2) throw appError('ERR_BANNED');
-    if (user.state === 1) throw appError('ERR_TIMED_OUT');
-  };
-
-  const assertRegistered = (user: AuthUser) => {
-    if (user.stranger) throw appError('ERR_UNAUTHENTICATED', 'This needs a registered account.');
-  };
-
   const publicKey: Guard = async (request) => {
     const key = apiKeyHeader(request);
     if (!key || !safeEqual(key, deps.publicApiKey)) throw appError('ERR_INVALID_API_KEY');
     request.principal.publicKey = true;
   };
 
+  /**
+   * A live session, anonymous strangers included, whose user is not banned and, unless
+   * `timedOutMayPass`, not timed out (stateRefusal).
+   */
+  const liveSession =
+    (timedOutMayPass: boolean): Guard =>
+    async (request) => {
+      if (!(await loadSession(request))) throw appError('ERR_UNAUTHENTICATED');
+      checkOrigin(request);
+      const refusal = stateRefusal((request.principal.user as AuthUser).state);
+      if (refusal === 'ERR_BANNED' || (refusal === 'ERR_TIMED_OUT' && !timedOutMayPass)) throw appError(refusal);
+    };
+
+  /** `guard`, then a registered account only: a stranger's session gets 401 (spec 4.5 statistics). */
+  const registered =
+    (guard: Guard): Guard =>
+    async (request, reply) => {
+      await guard(request, reply);
+      if ((request.principal.user as AuthUser).stranger)
+        throw appError('ERR_UNAUTHENTICATED', 'This needs a registered account.');
+    };
+
   /** Any live session, anonymous strangers included (matchmaking, direct chats, keys). */
-  const anySession: Guard = async (request) => {
-    if (!(await loadSession(request))) throw appError('ERR_UNAUTHENTICATED');
-    checkOrigin(request);
-    assertUsable(request.principal.user as AuthUser);
-  };
-
-  /** A registered account's session; a stranger's gets 401 (spec 4.5 statistics). */
-  const session: Guard = async (request, reply) => {
-    await anySession(request, reply);
-    assertRegistered(request.principal.user as AuthUser);
-  };
-
+  const anySession = liveSession(false);
+  /** A registered account's session. */
+  const session = registered(anySession);
   /**
    * Signing out: as anySession, but a timed-out user passes. A timeout ends no session, and a
    * user on a shared device, or whose account was taken over, must be able to end sessions while
    * it runs (logout, and ending its own other sessions); nothing else is let through. A ban ends
    * every session, so a banned user is still refused (ERR_BANNED) should one be read before that.
    */
-  const anySessionSigningOut: Guard = async (request) => {
-    if (!(await loadSession(request))) throw appError('ERR_UNAUTHENTICATED');
-    checkOrigin(request);
-    if ((request.principal.user as AuthUser).state === 2) throw appError('ERR_BANNED');
-  };
-
-  /** Signing out as a registered account (anySessionSigningOut); a stranger's session gets 401, as with `session`. */
-  const sessionSigningOut: Guard = async (request, reply) => {
-    await anySessionSigningOut(request, reply);
-    assertRegistered(request.principal.user as AuthUser);
-  };
+  const anySessionSigningOut = liveSession(true);
+  /** Signing out as a registered account (anySessionSigningOut). */
+  const sessionSigningOut = registered(anySessionSigningOut);
 
   /** K required, session optional (public reads that show more to Admins). */
   const publicKeyOptionalSession: Guard = async (request, reply) => {

@@ -10,7 +10,7 @@ import { SOCKET_EXPIRY_CHECK_MS, watchSessionSockets } from '../modules/sessions
 import { makeStatsService, type StatsDeps } from '../modules/stats/stats.service.js';
 import { makeVmService } from '../modules/vm/vm.service.js';
 import { makeViewerTokens, viewerTokenKey } from '../modules/vm/vm.tokens.js';
-import type { SessionResolver } from '../platform/auth.js';
+import { type SessionResolver, stateRefusal } from '../platform/auth.js';
 import type { BackgroundTasks } from '../platform/background.js';
 import type { Clock } from '../platform/clock.js';
 import type { Config } from '../platform/config.js';
@@ -174,12 +174,13 @@ function wireRealtime(ctx: WiringContext, sessionResolver: SessionResolver): Rea
       // final; it says when the timeout ends, so they come back then. A ban ends every session;
       // one still read at that instant is refused as banned.
       const { state: userState, stateExpiresAt } = found.user;
-      if (userState === 2) return { refused: 'ERR_BANNED' };
-      if (userState === 1) {
+      const refusal = stateRefusal(userState);
+      if (refusal === 'ERR_BANNED') return { refused: refusal };
+      if (refusal === 'ERR_TIMED_OUT') {
         const left = stateExpiresAt ? stateExpiresAt.getTime() - clock.now().getTime() : null;
         return left === null
-          ? { refused: 'ERR_TIMED_OUT' }
-          : { refused: 'ERR_TIMED_OUT', retryAfter: Math.max(1, Math.ceil(left / 1000)) };
+          ? { refused: refusal }
+          : { refused: refusal, retryAfter: Math.max(1, Math.ceil(left / 1000)) };
       }
       if (userState !== 0) return null;
       return {

@@ -1,5 +1,5 @@
 import { BotType, Limits, Platforms, type User } from '@parlor/protocol';
-import type { Principal } from '../../platform/auth.js';
+import { type Principal, stateRefusal } from '../../platform/auth.js';
 import { addressKey } from '../../platform/client-address.js';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
@@ -81,9 +81,8 @@ export function makeAuthService(deps: AuthDeps) {
    * reads it (effectiveState), so a lapsed timeout refuses nothing.
    */
   const assertMayLogIn = (u: UserRow | undefined) => {
-    const state = u ? effectiveState(u, clock.now()) : 0;
-    if (state === 2) throw appError('ERR_BANNED');
-    if (state === 1) throw appError('ERR_TIMED_OUT');
+    const refusal = stateRefusal(u ? effectiveState(u, clock.now()) : 0);
+    if (refusal) throw appError(refusal);
   };
 
   const pendingLimit = (ms: number) =>

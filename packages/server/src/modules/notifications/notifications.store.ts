@@ -1,6 +1,6 @@
 import { AuditCodes } from '@parlor/protocol';
 import { and, count, desc, eq, inArray, isNull, lt, min, notInArray, type SQL, sql } from 'drizzle-orm';
-import { anyOf, type Db, deleteBatch } from '../../platform/db/index.js';
+import { anyOf, type Db, deleteBatch, rowsOf } from '../../platform/db/index.js';
 import { auditLog, notifications, users } from '../../platform/db/schema.js';
 import type { Tx } from '../users/users.store.js';
 
@@ -9,12 +9,6 @@ const BROADCAST_DELETION_LOCK = 7245;
 
 export type NotificationRow = typeof notifications.$inferSelect;
 export type NotificationInsert = typeof notifications.$inferInsert;
-
-/** The rows of a raw `execute`: PGlite answers `{rows}`, postgres-js the row list itself. */
-function rowsOf<T>(result: unknown): T[] {
-  if (Array.isArray(result)) return result as T[];
-  return ((result as { rows?: T[] }).rows ?? []) as T[];
-}
 
 /** Notifications created at or before `before`: the range of the index notifications_created_idx (retention). */
 export function notificationsBefore(before: Date): SQL {
