@@ -1,7 +1,5 @@
-import http from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { NOWHERE, parlor, SOME_TOKEN, useCli } from './support.js';
+import { describe, expect, it } from 'vitest';
+import { NOWHERE, parlor, SOME_TOKEN, useCli, useStandInServer } from './support.js';
 
 /**
  * The built CLI when the connection breaks off after the server got the request. A stand-in server
@@ -11,7 +9,7 @@ import { NOWHERE, parlor, SOME_TOKEN, useCli } from './support.js';
 useCli();
 
 const received: string[] = [];
-const server = http.createServer((req, res) => {
+const serverUrl = useStandInServer((req, res) => {
   let body = '';
   req.on('data', (chunk: Buffer) => {
     body += chunk.toString();
@@ -23,28 +21,19 @@ const server = http.createServer((req, res) => {
     res.write('{"id":', () => res.socket?.destroy());
   });
 });
-let url = '';
-beforeAll(async () => {
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-});
-afterAll(async () => {
-  server.closeAllConnections();
-  await new Promise((resolve) => server.close(resolve));
-});
 
 describe('parlor when the answer is cut off', () => {
   it('exits 2 at once saying the request may still take effect, not "cannot reach … Is it running?"', async () => {
     // Before the fix the CLI also sat out the rest of its 30 s deadline: parlor() kills it at 20 s.
     const run = await parlor(['notifications', 'broadcast', '--title', 'T', '--body', 'B'], {
-      PARLOR_URL: url,
+      PARLOR_URL: serverUrl(),
       OPERATOR_TOKEN: SOME_TOKEN,
     });
     expect(received).toEqual(['POST /v1/admin/notifications {"title":"T","body":"B","type":"info"}']);
     expect(run.code).toBe(2);
     expect(run.stdout).toBe('');
     expect(run.stderr).toBe(
-      `error: the request was sent to the Parlor server at ${url}, but no complete answer came: connection reset (ECONNRESET). It may still take effect: check (e.g. \`parlor audit\`) before repeating it.\n`,
+      `error: the request was sent to the Parlor server at ${serverUrl()}, but no complete answer came: connection reset (ECONNRESET). It may still take effect: check (e.g. \`parlor audit\`) before repeating it.\n`,
     );
   });
 

@@ -1,9 +1,7 @@
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import http from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CLI, SOME_TOKEN, useCli } from './support.js';
+import { describe, expect, it } from 'vitest';
+import { CLI, SOME_TOKEN, useCli, useStandInServer } from './support.js';
 
 /**
  * The built CLI writing its answer to a stdout that fails: a pipe whose reader has gone
@@ -16,24 +14,15 @@ const big = JSON.stringify({
   entries: Array.from({ length: 20_000 }, (_, i) => ({ id: i, action: 'x'.repeat(50) })),
   next_before: null,
 });
-const server = http.createServer((_req, res) => {
+const serverUrl = useStandInServer((_req, res) => {
   res.writeHead(200, { 'content-type': 'application/json' }).end(big);
-});
-let url = '';
-beforeAll(async () => {
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-});
-afterAll(async () => {
-  server.closeAllConnections();
-  await new Promise((resolve) => server.close(resolve));
 });
 
 /** Runs `parlor audit <redirect>` in bash; `status` is the CLI's own exit status (PIPESTATUS[0]). */
 function auditInto(redirect: string): Promise<{ status: string; stderr: string }> {
   return new Promise((resolve) => {
     const sh = spawn('bash', ['-c', `"${process.execPath}" "${CLI}" audit ${redirect}; echo "\${PIPESTATUS[0]}"`], {
-      env: { ...process.env, PARLOR_URL: url, OPERATOR_TOKEN: SOME_TOKEN },
+      env: { ...process.env, PARLOR_URL: serverUrl(), OPERATOR_TOKEN: SOME_TOKEN },
     });
     let out = '';
     let err = '';

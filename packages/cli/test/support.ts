@@ -1,5 +1,7 @@
 import { execFile } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -44,4 +46,22 @@ export function parlor(args: string[], env: Record<string, string>): Promise<Run
       },
     );
   });
+}
+
+/**
+ * Registers the file's stand-in for a Parlor server: `handler` answers on 127.0.0.1 from before
+ * the file's tests to after them. Answers the address to put in PARLOR_URL (once listening).
+ */
+export function useStandInServer(handler: http.RequestListener): () => string {
+  const server = http.createServer(handler);
+  let url = '';
+  beforeAll(async () => {
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  });
+  afterAll(async () => {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  });
+  return () => url;
 }
