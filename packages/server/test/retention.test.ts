@@ -50,6 +50,21 @@ describeApp('data retention', () => {
     expect(await count(`sessions where id = ${id}`)).toBe(0);
   });
 
+  it('deletes each due row once when two sweeps run at the same instant (two nodes)', async () => {
+    for (let i = 0; i < 5; i++) {
+      const { client } = await login(app);
+      expect((await client.post('/v1/authentication/logout', {})).status).toBe(200);
+    }
+    clock.advance(RETENTION_MS.sessions);
+    const cutoff = new Date(clock.now().getTime() - RETENTION_MS.sessions).toISOString();
+    const due = await count(`sessions where least(ended_at, expires_at) <= '${cutoff}'`);
+    expect(due).toBeGreaterThanOrEqual(5);
+    // Batches of one, so that the two sweeps take turns over the same rows.
+    const [a, b] = await Promise.all([run({ batch: 1 }), run({ batch: 1 })]);
+    expect((a?.sessions ?? 0) + (b?.sessions ?? 0)).toBe(due);
+    expect(await count(`sessions where least(ended_at, expires_at) <= '${cutoff}'`)).toBe(0);
+  });
+
   it('deletes notifications 90 days after their creation, read or not; newer ones stay', async () => {
     const old = await login(app);
     const oldUnread = `notifications where user_id = ${old.user.id} and read_at is null`;

@@ -2,6 +2,7 @@ import { Limits } from '@parlor/protocol';
 import { eq } from 'drizzle-orm';
 import postgres from 'postgres';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { SESSIONS_KEPT_MS } from '../src/modules/sessions/sessions.store.js';
 import { FakeClock } from '../src/platform/clock.js';
 import { deadlockVictimRuns, runAgainRuns } from '../src/platform/db/after-commit.js';
 import { schema } from '../src/platform/db/index.js';
@@ -69,6 +70,22 @@ describeApp('GET /v1/users/me/sessions', () => {
     const res = await client.get('/v1/users/me/sessions');
     expect(res.body.sessions[0].client_ip).toBe('8.8.8.8');
     expect(res.body.sessions[0].geo.country_code).toBe('US');
+  });
+
+  it('lists in history only the sessions over for less than 30 days, whether or not the retention sweep came by', async () => {
+    const first = await login(app, { bot });
+    const suffix = first.client.cookie?.slice(-6);
+    expect((await first.client.post('/v1/authentication/logout', {})).status).toBe(200);
+    clock.advance(SESSIONS_KEPT_MS - 1);
+    const second = await device(first.platformUserId);
+    const history = async () =>
+      (await second.get('/v1/users/me/sessions')).body.history.map((h: { token_suffix: string }) => h.token_suffix);
+    expect(await history()).toEqual([suffix]);
+    clock.advance(1);
+    expect(await history()).toEqual([]);
+    // The sweep has not deleted it yet: the window is the clock's, not the sweep's.
+    const stored = `select count(*) as n from sessions where user_id = ${first.user.id} and ended_at is not null`;
+    expect(await countRows(app, stored)).toBe(1);
   });
 });
 
@@ -276,6 +293,25 @@ describeApp('notifications written at login', () => {
     const after = list(await rows());
     expect(after.map((n) => n.title)).toEqual(['Welcome to Parlor', 'New login']);
     expect(after[1]?.body).toContain('203.0.113.77');
+  });
+
+  it('tells of an address again once its last session is over for 30 days, whether or not the retention sweep came by', async () => {
+    // Two accounts, each signed in from its own address and signed out at the same instant.
+    const [kept, aged] = [await login(app, { bot }), await login(app, { bot })];
+    for (const u of [kept, aged]) expect((await u.client.post('/v1/authentication/logout', {})).status).toBe(200);
+    const newLogins = async (userId: number) =>
+      countRows(app, `select count(*) as n from notifications where user_id = ${userId} and title = 'New login'`);
+    const again = async (u: typeof kept) =>
+      login(app, { bot, platformUserId: u.platformUserId, client: new Client(app.url, u.client.ip, app.publicApiKey) });
+    clock.advance(SESSIONS_KEPT_MS - 1);
+    await again(kept);
+    expect(await newLogins(kept.user.id)).toBe(0);
+    clock.advance(1);
+    await again(aged);
+    expect(await newLogins(aged.user.id)).toBe(1);
+    // The sweep has not deleted the old session yet: the window is the clock's, not the sweep's.
+    const stored = `select count(*) as n from sessions where user_id = ${aged.user.id} and ended_at is not null`;
+    expect(await countRows(app, stored)).toBe(1);
   });
 });
 

@@ -2,7 +2,7 @@ import type { BotsStore } from '../modules/bots/bots.store.js';
 import { makeInviteRetentionStore } from '../modules/chats/chats.invites.store.js';
 import type { ChatsStore } from '../modules/chats/chats.store.js';
 import type { NotificationsStore } from '../modules/notifications/notifications.store.js';
-import type { SessionsStore } from '../modules/sessions/sessions.store.js';
+import { SESSIONS_KEPT_MS, type SessionsStore } from '../modules/sessions/sessions.store.js';
 import { makeRetention, RETENTION_INTERVAL_MS, type Retention } from '../platform/retention.js';
 import type { WiringContext } from './services.js';
 
@@ -13,8 +13,11 @@ const DAY_MS = 24 * 3600_000;
  * Audit entries are never deleted: the one-time Trial check and the admin history read them.
  */
 export const RETENTION_MS = {
-  /** Ended or expired sessions, from when they were over: the session history and the "new IP login" check. */
-  sessions: 30 * DAY_MS,
+  /**
+   * Ended or expired sessions, from when they were over: the session history and the "new IP login"
+   * check read them, and stop at the same window by the clock (sessions.store SESSIONS_KEPT_MS).
+   */
+  sessions: SESSIONS_KEPT_MS,
   /** Notifications, read or not, from their creation: the notification list pages back this far. */
   notifications: 90 * DAY_MS,
   /** Bot command reports, from their receipt: nothing in the service reads them back. */

@@ -171,7 +171,7 @@ export function makeAuthService(deps: AuthDeps) {
       let note: NotificationRow | null = null;
       if (newAccount) {
         note = await notifications.automated(locked.id, 'welcome', { username: locked.username }, tx);
-      } else if (!(await sessions.store.hasSessionFromIp(locked.id, ip, created.session.id, tx))) {
+      } else if (!(await sessions.store.hasSessionFromIp(locked.id, ip, created.session.id, now, tx))) {
         note = await notifications.automated(locked.id, 'new_ip_login', { ip }, tx);
       }
       return { user: updated ?? locked, newAccount, created, note };

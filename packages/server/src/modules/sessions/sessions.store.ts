@@ -36,6 +36,23 @@ export function sessionsOver(before: Date): SQL {
 }
 
 /**
+ * How long a session is kept once it is over (its end, else its expiry): the session history lists
+ * it and the "new IP login" check counts its address that long, and then the retention sweep
+ * deletes it (wiring/retention.ts reads this value).
+ */
+export const SESSIONS_KEPT_MS = 30 * 24 * 3600_000;
+
+/**
+ * Sessions live at `now` or over for less than SESSIONS_KEPT_MS: those the retention sweep keeps
+ * (sessionsOver at `now` less the window is the complement). The reads that stop at the window
+ * bound themselves by the clock, so what they answer does not wait for the sweep to come by.
+ */
+function keptAt(now: Date): SQL {
+  const since = new Date(now.getTime() - SESSIONS_KEPT_MS);
+  return sql`least(${sessions.endedAt}, ${sessions.expiresAt}) > ${since.toISOString()}`;
+}
+
+/**
  * Up to `limit` sessions whose expiry passed at `now` and that nothing ended yet, oldest expiry
  * first: what the expiry sweep ends. The predicate is that of the partial index
  * sessions_expiry_idx (schema.ts), exactly.
@@ -107,19 +124,26 @@ export function makeSessionsStore(db: Db, onChanged: UsersChanged = noUsersChang
         .where(and(eq(sessions.userId, userId), active(now)))
         .orderBy(desc(sessions.createdAt), desc(sessions.id));
     },
+    /** A user's sessions over at `now` but kept (keptAt), newest first: GET /v1/users/me/sessions `history`. */
     async historyOf(userId: number, now: Date, limit: number): Promise<SessionRow[]> {
       return db
         .select()
         .from(sessions)
-        .where(and(eq(sessions.userId, userId), or(isNotNull(sessions.endedAt), lte(sessions.expiresAt, now))))
+        .where(
+          and(eq(sessions.userId, userId), or(isNotNull(sessions.endedAt), lte(sessions.expiresAt, now)), keptAt(now)),
+        )
         .orderBy(desc(sessions.createdAt), desc(sessions.id))
         .limit(limit);
     },
-    async hasSessionFromIp(userId: number, ip: string, exceptId: number, tx: Tx = db): Promise<boolean> {
+    /**
+     * Whether another session of the user, live at `now` or over for less than the window
+     * (keptAt), came from `ip`: a login from any other address gets the "new IP login" notification.
+     */
+    async hasSessionFromIp(userId: number, ip: string, exceptId: number, now: Date, tx: Tx = db): Promise<boolean> {
       const [row] = await tx
         .select({ n: count() })
         .from(sessions)
-        .where(and(eq(sessions.userId, userId), eq(sessions.clientIp, ip), ne(sessions.id, exceptId)));
+        .where(and(eq(sessions.userId, userId), eq(sessions.clientIp, ip), ne(sessions.id, exceptId), keptAt(now)));
       return (row?.n ?? 0) > 0;
     },
     /**

@@ -1,5 +1,5 @@
 import { AuditCodes } from '@parlor/protocol';
-import { and, asc, eq, inArray, lte } from 'drizzle-orm';
+import { and, asc, eq, lte, sql } from 'drizzle-orm';
 import { auditLog, users } from '../../platform/db/schema.js';
 import { noUsersChanged, type UsersChanged } from '../users/users.changes.js';
 import type { Tx } from '../users/users.store.js';
@@ -9,6 +9,22 @@ export interface ExpiredSubscription {
   userId: number;
   tier: number;
   expiresAt: Date;
+}
+
+/**
+ * Up to `limit` users whose Trial or Premium expired at `now`, oldest expiry first, their rows
+ * claimed (expireDue): what the sweep downgrades. The predicate is that of the partial index
+ * users_subscription_expiry_idx (schema.ts); the tiers are literals, not parameters, so that the
+ * planner can match the index's predicate in a prepared statement's generic plan too.
+ */
+export function subscriptionsDue(q: Tx, now: Date, limit: number) {
+  return q
+    .select({ id: users.id, tier: users.subscriptionTier, expiresAt: users.subscriptionExpiresAt })
+    .from(users)
+    .where(and(sql`${users.subscriptionTier} in (1, 2)`, lte(users.subscriptionExpiresAt, now)))
+    .orderBy(asc(users.subscriptionExpiresAt), asc(users.id))
+    .limit(limit)
+    .for('update', { skipLocked: true });
 }
 
 /**
@@ -23,14 +39,7 @@ export function makeSubscriptionsStore(onChanged: UsersChanged = noUsersChanged)
      * same user twice and never wait for each other (or for a grant holding the row).
      */
     async expireDue(now: Date, limit: number, tx: Tx): Promise<ExpiredSubscription[]> {
-      const due = tx
-        .select({ id: users.id, tier: users.subscriptionTier, expiresAt: users.subscriptionExpiresAt })
-        .from(users)
-        .where(and(inArray(users.subscriptionTier, [1, 2]), lte(users.subscriptionExpiresAt, now)))
-        .orderBy(asc(users.subscriptionExpiresAt), asc(users.id))
-        .limit(limit)
-        .for('update', { skipLocked: true })
-        .as('due');
+      const due = subscriptionsDue(tx, now, limit).as('due');
       const rows = await tx
         .update(users)
         .set({ subscriptionTier: 0, subscriptionExpiresAt: null, subscriptionGrantedBy: null, updatedAt: now })
