@@ -1,13 +1,18 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { describeApp, startApp, type TestApp } from './support/app.js';
+import { bundle, keyedChat } from './support/chat-flows.js';
 import { type Answer, Client, nextIp } from './support/client.js';
 import { login } from './support/flows.js';
+import { closeAllSockets } from './support/sockets.js';
 
 let app: TestApp;
 beforeAll(async () => {
   app = await startApp();
 });
-afterAll(async () => app?.close());
+afterAll(async () => {
+  closeAllSockets();
+  await app?.close();
+});
 
 /** What an answer says, without what differs between two calls (times, ids). */
 const gist = (res: Answer) => ({ status: res.status, code: res.body?.code ?? null });
@@ -62,6 +67,36 @@ describeApp('POST with content-type: application/json and an empty body', () => 
     });
     expect(res.status).toBe(400);
     expect(res.body.code).toBe('ERR_INVALID_JSON');
+  });
+});
+
+describeApp('POST with a JSON null body (only a zero-length body is empty)', () => {
+  const nullBody = { raw: 'null', contentType: 'application/json' };
+
+  it('answers a route without input 400 ERR_VALIDATION, as a route with a body answers it, and does nothing', async () => {
+    const { owner, chatId, chatKey, epoch } = await keyedChat(app);
+    const sent = await owner.client.post(`/v1/portal/chats/${chatId}/messages`, {
+      content: bundle(chatKey, chatId, epoch, 'kept'),
+    });
+    expect(sent.status).toBe(200);
+    const refused = await owner.client.request('POST', `/v1/portal/chats/${chatId}/messages/delete-mine`, nullBody);
+    const withBody = await new Client(app.url, nextIp(), app.publicApiKey).request(
+      'POST',
+      '/v1/authentication/lookup',
+      nullBody,
+    );
+    expect([refused.status, refused.body]).toEqual([400, withBody.body]);
+    expect(refused.body).toMatchObject({
+      code: 'ERR_VALIDATION',
+      errors: [{ path: 'body', message: 'must be object' }],
+    });
+    const page = await owner.client.get(`/v1/portal/chats/${chatId}/messages`);
+    expect(page.body.messages.map((m: { id: string }) => m.id)).toContain(sent.body.id);
+    for (const path of ['/v1/notifications/read-all', '/v1/portal/match/dequeue', '/v1/portal/match/leave'])
+      expect([path, gist(await owner.client.request('POST', path, nullBody))]).toEqual([
+        path,
+        { status: 400, code: 'ERR_VALIDATION' },
+      ]);
   });
 });
 

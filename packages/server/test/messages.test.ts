@@ -2,6 +2,8 @@ import { INT32_MAX, Limits } from '@parlor/protocol';
 import { generateKeyPair, publicKeyToBase64 } from '@parlor/sdk';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { BUNDLE_CT_MIN_BYTES } from '../src/modules/messages/messages.bundle.js';
+import { messageId } from '../src/modules/messages/messages.presenter.js';
+import { makeMessagesService } from '../src/modules/messages/messages.service.js';
 import { makeMessagesStore } from '../src/modules/messages/messages.store.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
 import {
@@ -16,6 +18,7 @@ import {
   shareKey,
 } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
+import { countRows, failInserts } from './support/faults.js';
 import { operator } from './support/flows.js';
 import { closeAllSockets, connectSocket } from './support/sockets.js';
 
@@ -197,6 +200,51 @@ describeApp('group commit of sends', () => {
     const page = await owner.client.get(`/v1/portal/chats/${chatId}/messages?limit=20`);
     expect(page.body.messages.map((m: { id: string }) => m.id).sort()).toEqual([...ids].sort());
   });
+
+  it('fails only the send the database refuses; the others of its batch are stored, answered and published', async () => {
+    const key = await keyedChat(app);
+    const { owner, chatId, chatKey, epoch } = key;
+    const others = [await member(app), await member(app), await member(app)];
+    for (const m of others) expect((await join(m, { chat_id: chatId })).ok).toBe(true);
+    await shareKey(owner, key, others);
+    // The service as wiring/chats.ts makes it, over the app's database, state and sockets; called
+    // in one turn, so its sends are one batch, one statement. Every send here is written or fails
+    // in the database: none is refused by a check, which would ask `access` why.
+    const notAsked = async (): Promise<never> => {
+      throw new Error('no send of this test is refused by a check');
+    };
+    const messages = makeMessagesService({
+      store: makeMessagesStore(app.database.db),
+      clock: { now: () => new Date() },
+      state: app.state,
+      realtime: app.services.realtime,
+      access: { chat: notAsked, isMember: notAsked, hasKey: notAsked },
+    });
+    const sender = (m: Member) => ({ userId: m.user.id, sessionId: m.sessionId, permissionLevel: 0 });
+    const poison = bundle(chatKey, chatId, epoch, 'poison');
+    // The database refuses that one row, as a constraint or a failing disk would.
+    const lift = await failInserts(app, 'messages', `NEW.content = '${poison}'`);
+    let results: PromiseSettledResult<{ id: string }>[];
+    try {
+      results = await Promise.allSettled([
+        messages.send(sender(owner), chatId, bundle(chatKey, chatId, epoch, 'before')),
+        messages.send(sender(others[0] as Member), chatId, poison),
+        ...others.map((m) => messages.send(sender(m), chatId, bundle(chatKey, chatId, epoch, 'after'))),
+      ]);
+    } finally {
+      await lift();
+    }
+    expect(results.map((r) => r.status)).toEqual(['fulfilled', 'rejected', 'fulfilled', 'fulfilled', 'fulfilled']);
+    // Its own error (Drizzle's, around the database's), not another send's.
+    expect((results[1] as PromiseRejectedResult).reason.cause?.message).toBe('injected fault');
+    const ids = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value.id] : []));
+    for (const id of ids) await (others[2] as Member).socket.next('message:new', (m) => m.id === id);
+    const page = await owner.client.get(`/v1/portal/chats/${chatId}/messages?limit=10`);
+    const users = page.body.messages.filter((m: { type: string }) => m.type === 'user');
+    expect(users.map((m: { id: string }) => m.id)).toEqual([...ids].reverse()); // in arrival order
+    const sql = `select count(*) as n from messages where chat_id = ${chatId} and type = 'user'`;
+    expect(await countRows(app, sql)).toBe(4);
+  });
 });
 
 describeApp('GET /v1/portal/chats/{chat_id}/messages', () => {
@@ -259,6 +307,76 @@ describeApp('GET /v1/portal/chats/{chat_id}/messages', () => {
     expect((await owner.client.post(`/v1/portal/chats/${priv}/delete`, {})).status).toBe(200);
     const gone = await owner.client.get(privUrl);
     expect([gone.status, gone.body.code]).toEqual([404, 'ERR_CHAT_NOT_FOUND']);
+  });
+
+  it('pages through messages of one millisecond without gaps or repeats; 50 by default, at most 100', async () => {
+    const { owner, chatId, epoch } = await keyedChat(app);
+    // One batch: 101 messages of one millisecond, told apart by their sequence numbers.
+    const items = Array.from({ length: 101 }, (_, i) => ({
+      userId: owner.user.id,
+      sessionId: owner.sessionId,
+      content: `c${i}`,
+    }));
+    const sent = await makeMessagesStore(app.database.db).sendBatch({ chatId, epoch, now: new Date(), items });
+    const newestFirst = sent.map((id) => (id ? messageId(id) : 'refused')).reverse();
+    expect(new Set(sent.map((id) => id?.ms)).size).toBe(1);
+    const page = async (q: string): Promise<string[]> =>
+      (await owner.client.get(`/v1/portal/chats/${chatId}/messages?${q}`)).body.messages.map(
+        (m: { id: string }) => m.id,
+      );
+    expect(await page('')).toEqual(newestFirst.slice(0, 50));
+    expect(await page('limit=100')).toEqual(newestFirst.slice(0, 100));
+    const seen: string[] = [];
+    for (let before = ''; seen.length < 101; ) {
+      const next = await page(`limit=7${before}`);
+      expect(next.length).toBeGreaterThan(0);
+      seen.push(...next);
+      before = `&before=${next.at(-1)}`;
+    }
+    expect(seen.slice(0, 101)).toEqual(newestFirst);
+    expect(new Set(seen).size).toBe(seen.length);
+  });
+
+  it('answers 400 ERR_VALIDATION to a malformed cursor or limit, and a page to any well-formed cursor', async () => {
+    const { owner, chatId } = await keyedChat(app);
+    const url = `/v1/portal/chats/${chatId}/messages`;
+    for (const q of ['limit=1.5', 'before=', 'before=1-2-3', 'before=-1', 'before=1-0&before=2-0', 'limit=1&limit=2']) {
+      const res = await owner.client.get(`${url}?${q}`);
+      expect([q, res.status, res.body.code]).toEqual([q, 400, 'ERR_VALIDATION']);
+    }
+    // A cursor past any id (ms beyond 2^53 included) is a page, not a 500.
+    for (const q of ['limit=1', 'before=0-0', 'before=9999999999999999-999999999']) {
+      const res = await owner.client.get(`${url}?${q}`);
+      expect([q, res.status]).toEqual([q, 200]);
+    }
+  });
+});
+
+describeApp('POST /v1/portal/chats/{chat_id}/messages/delete', () => {
+  it('deletes a message named twice once, and passes over the id of a message of another chat', async () => {
+    const [here, there] = [await keyedChat(app), await keyedChat(app)];
+    const [mine, theirs] = [await say(here.owner, here), await say(there.owner, there)];
+    const url = `/v1/portal/chats/${here.chatId}/messages/delete`;
+    // An Admin (keyedChat's owner), who could delete it in its own chat.
+    expect((await here.owner.client.post(url, { ids: [theirs] })).body).toEqual({ deleted: 0, deleted_ids: [] });
+    expect(await idsIn(there.owner, there.chatId)).toContain(theirs);
+    expect((await here.owner.client.post(url, { ids: [mine, mine, mine] })).body).toEqual({
+      deleted: 1,
+      deleted_ids: [mine],
+    });
+  });
+
+  it('tells message:bulk_deleted to the members in the room, not to one who left it', async () => {
+    const { owner, chatId } = await keyedChat(app);
+    const [stay, gone] = [await member(app), await member(app)];
+    for (const m of [stay, gone]) expect((await join(m, { chat_id: chatId })).ok).toBe(true);
+    expect(await gone.socket.emitWithAck('room:leave', { chat_id: chatId })).toEqual({ ok: true });
+    const key = { chatId, ...(await keyEpoch(owner, chatId)) }; // the leave raised the epoch
+    const id = await say(owner, key);
+    expect((await owner.client.post(`/v1/portal/chats/${chatId}/messages/delete`, { ids: [id] })).body.deleted).toBe(1);
+    const told = { room_id: chatId, deleted_ids: [id], deleted_by: owner.user.id };
+    expect(await stay.socket.next('message:bulk_deleted', (p) => p.deleted_ids[0] === id)).toEqual(told);
+    await expect(gone.socket.next('message:bulk_deleted', () => true, 500)).rejects.toThrow();
   });
 });
 
@@ -590,5 +708,6 @@ describeApp('an archived (read-only) direct chat', () => {
       expect([res.status, res.body.code], path).toEqual([403, 'ERR_CHAT_READ_ONLY']);
     }
     expect(await idsIn(b, chatId)).toEqual(before);
+    expect(await idsIn(a, chatId)).toEqual(before); // the one who left reads it too
   });
 });

@@ -17,6 +17,28 @@ function manualWrite() {
 
 const tick = () => new Promise((r) => setImmediate(r));
 
+/** PostgreSQL's answer to a statement it refused, as postgres.js and PGlite report it. */
+const refused = (code: string, at?: number) =>
+  Object.assign(new Error(`refused ${code}${at === undefined ? '' : ` at ${at}`}`), { code, severity: 'ERROR' });
+
+/**
+ * A write that, like one SQL statement, fails as a whole with the error `fails` gives the first of
+ * its items that has one, recording each batch it ran. It answers a turn later, as a database would.
+ */
+function statementWrite(fails: (item: number) => Error | undefined) {
+  const calls: number[][] = [];
+  const write = async (key: string, items: number[]) => {
+    calls.push(items);
+    await tick();
+    for (const i of items) {
+      const err = fails(i);
+      if (err) throw err;
+    }
+    return items.map((i) => `${key}:${i}`);
+  };
+  return { calls, write };
+}
+
 describe('groupCommit', () => {
   it('gathers the writes of one event-loop turn into the first batch', async () => {
     const { batches, write } = manualWrite();
@@ -78,7 +100,7 @@ describe('groupCommit', () => {
     expect(await Promise.all(all)).toEqual(['k:1', 'k:2', 'k:3', 'k:4', 'k:5', 'k:6']);
   });
 
-  it('fails every write of a failed batch with its error, and still runs the next batch', async () => {
+  it('fails every write of a batch with an error the database did not answer, and still runs the next batch', async () => {
     const { batches, write } = manualWrite();
     const gc = groupCommit(write);
     const first = gc.submit('k', 1);
@@ -95,6 +117,56 @@ describe('groupCommit', () => {
     await tick();
     batches[2]?.done();
     expect(await fourth).toBe('k:4');
+  });
+
+  it('runs each write of a batch whose statement the database refused again alone: only the refused one fails', async () => {
+    const { calls, write } = statementWrite((i) => (i === 2 ? refused('P0001', i) : undefined));
+    const gc = groupCommit(write);
+    const all = [1, 2, 3, 4].map((i) => gc.submit('k', i));
+    await tick();
+    expect(calls).toEqual([[1, 2, 3, 4]]);
+    const next = gc.submit('k', 5); // arrives while the batch runs: goes out after its writes run again
+    const settled = await Promise.allSettled([...all, next]);
+    expect(settled.map((r) => (r.status === 'fulfilled' ? r.value : (r.reason as Error).message))).toEqual([
+      'k:1',
+      'refused P0001 at 2',
+      'k:3',
+      'k:4',
+      'k:5',
+    ]);
+    expect(calls).toEqual([[1, 2, 3, 4], [1], [2], [3], [4], [5]]);
+  });
+
+  it('finds the refusal inside a wrapper (Drizzle), and fails each write the database refuses on its own', async () => {
+    const wrapped = (i: number) => Object.assign(new Error('Failed query'), { cause: refused('23505', i) });
+    const { calls, write } = statementWrite((i) => (i % 2 === 0 ? wrapped(i) : undefined));
+    const gc = groupCommit(write);
+    const settled = await Promise.allSettled([1, 2, 3, 4].map((i) => gc.submit('k', i)));
+    expect(settled.map((r) => r.status)).toEqual(['fulfilled', 'rejected', 'fulfilled', 'rejected']);
+    expect(
+      settled.map((r) => (r.status === 'rejected' ? (r.reason as Error & { cause: Error }).cause.message : '')),
+    ).toEqual(['', 'refused 23505 at 2', '', 'refused 23505 at 4']);
+    expect(calls).toEqual([[1, 2, 3, 4], [1], [2], [3], [4]]);
+  });
+
+  it('runs nothing again after a lost connection, a wait that ran out, a FATAL or an error of no database', async () => {
+    const lost = Object.assign(new Error('write CONNECTION_CLOSED'), { code: 'CONNECTION_CLOSED' });
+    const shutdown = Object.assign(new Error('terminating connection'), { code: '57P01', severity: 'FATAL' });
+    const broken = refused('08006'); // connection_failure: whatever PostgreSQL says, the outcome is unknown
+    for (const err of [lost, broken, shutdown, refused('57014'), refused('55P03'), new Error('boom')]) {
+      const { calls, write } = statementWrite((i) => (i === 2 ? err : undefined));
+      const gc = groupCommit(write);
+      const settled = await Promise.allSettled([1, 2, 3].map((i) => gc.submit('k', i)));
+      expect([err.message, settled.map((r) => r.status)]).toEqual([err.message, ['rejected', 'rejected', 'rejected']]);
+      expect([err.message, calls]).toEqual([err.message, [[1, 2, 3]]]);
+    }
+  });
+
+  it('fails a lone write the database refused with its error, once', async () => {
+    const { calls, write } = statementWrite((i) => refused('P0001', i));
+    const gc = groupCommit(write);
+    await expect(gc.submit('k', 1)).rejects.toThrow('refused P0001 at 1');
+    expect(calls).toEqual([[1]]);
   });
 
   it('fails the batch when the write answers a different number of results', async () => {

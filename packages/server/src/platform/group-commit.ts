@@ -10,6 +10,8 @@
  * Batches of one key run in arrival order, so anything a batch assigns in order (message ids) is in
  * the order the writes arrived on this node. Different keys run independently.
  */
+import { connectionFailure } from './errors.js';
+
 export interface GroupCommit<K, In, Out> {
   /** Queues one write; resolves with its result once its batch has committed. */
   submit(key: K, item: In): Promise<Out>;
@@ -24,9 +26,40 @@ interface Entry<In, Out> {
 }
 
 /**
+ * SQLSTATEs of refusals that running each write again alone would only repeat, each after the same
+ * wait: a statement cut by its timeout or cancelled (57014 query_canceled) and a lock not had
+ * within lock_timeout (55P03 lock_not_available).
+ */
+const WAITED_OUT = new Set(['57014', '55P03']);
+
+/**
+ * Whether `err` is PostgreSQL's refusal of the statement itself: an ERROR with a SQLSTATE, as
+ * postgres.js and PGlite both report it (perhaps inside Drizzle's wrapper). Such a statement wrote
+ * nothing and the session goes on, so its writes may run again. Not a connection that failed (the
+ * outcome is unknown: nothing may run twice), nor a FATAL that ended the session, nor a wait that
+ * ran out (WAITED_OUT).
+ */
+function refusedStatement(err: unknown): boolean {
+  if (connectionFailure(err)) return false;
+  let cur: unknown = err;
+  for (let i = 0; i < 4 && cur && typeof cur === 'object'; i++) {
+    const { code, severity, cause } = cur as { code?: unknown; severity?: unknown; cause?: unknown };
+    if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) && severity === 'ERROR') return !WAITED_OUT.has(code);
+    cur = cause;
+  }
+  return false;
+}
+
+/**
  * `write` gets the key and the batch (arrival order, at most `maxBatch` items) and answers one
- * result per item, in the same order. If it throws, every write of that batch fails with the error;
- * the next batch still runs.
+ * result per item, in the same order. If it throws, every write of that batch fails with the error,
+ * except when the database refused the statement (`refusedStatement`: one bad item, say a row a
+ * trigger or a constraint refuses): then each write of the batch runs again alone, in order, so
+ * that only those the database refuses on their own fail, each with its own error, and the others
+ * commit as they would have. The next batch runs after them either way.
+ *
+ * So `write` must be safe to run again for part of a batch it failed: one statement (PostgreSQL
+ * undoes all of it), a transaction, or writes that set the same again (sessions' touch).
  */
 export function groupCommit<K, In, Out>(
   write: (key: K, batch: In[]) => Promise<Out[]>,
@@ -34,7 +67,7 @@ export function groupCommit<K, In, Out>(
 ): GroupCommit<K, In, Out> {
   const queues = new Map<K, Entry<In, Out>[]>();
 
-  const runBatch = async (key: K, batch: Entry<In, Out>[]) => {
+  const runBatch = async (key: K, batch: Entry<In, Out>[]): Promise<void> => {
     try {
       const out = await write(
         key,
@@ -44,7 +77,8 @@ export function groupCommit<K, In, Out>(
         throw new Error(`group commit: ${out.length} results for ${batch.length} writes`);
       for (const [i, e] of batch.entries()) e.resolve(out[i] as Out);
     } catch (err) {
-      for (const e of batch) e.reject(err);
+      if (batch.length > 1 && refusedStatement(err)) for (const e of batch) await runBatch(key, [e]);
+      else for (const e of batch) e.reject(err);
     }
   };
 

@@ -1,4 +1,4 @@
-import { VmInputPayload } from '@parlor/protocol';
+import { EmptyBody, VmInputPayload } from '@parlor/protocol';
 import { Type } from '@sinclair/typebox';
 import Fastify from 'fastify';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -7,6 +7,7 @@ import {
   compilePayload,
   INSTANT_MAX_MS,
   INSTANT_MIN_MS,
+  installJsonBodyParser,
   isStorableInstant,
   refuseUndeclaredQuery,
   validatorCompiler,
@@ -100,5 +101,35 @@ describe('refuseUndeclaredQuery (unknown query parameters)', () => {
   it('leaves a declared query string to its schema, and pages hidden from the API document alone', async () => {
     expect((await app.inject({ url: '/declared?limit=5' })).statusCode).toBe(200);
     expect((await app.inject({ url: '/page?utm_source=x' })).statusCode).toBe(200);
+  });
+});
+
+describe('validatorCompiler (routes that take no input, EmptyBody)', () => {
+  const app = Fastify();
+  app.setValidatorCompiler(validatorCompiler);
+  installErrorHandler(app);
+  installJsonBodyParser(app);
+  app.post('/none', { schema: { body: EmptyBody } }, async () => ({ ok: true }));
+  afterAll(() => app.close());
+  const post = (payload?: string, type?: string) =>
+    app.inject({ method: 'POST', url: '/none', payload, headers: type ? { 'content-type': type } : {} });
+
+  it('accepts no body, a zero-length JSON body and {}', async () => {
+    expect((await post()).statusCode).toBe(200);
+    expect((await post('', 'application/json')).statusCode).toBe(200);
+    expect((await post('{}', 'application/json')).statusCode).toBe(200);
+  });
+
+  it('answers a JSON null, or any body but {}, 400 ERR_VALIDATION', async () => {
+    // Fastify hands the validator null for a request without a body as for this one.
+    const refused = await post('null', 'application/json');
+    expect([refused.statusCode, refused.json()]).toEqual([
+      400,
+      expect.objectContaining({ code: 'ERR_VALIDATION', errors: [{ path: 'body', message: 'must be object' }] }),
+    ]);
+    for (const payload of ['[]', '0', '""', '{"x":1}']) {
+      const res = await post(payload, 'application/json');
+      expect([payload, res.statusCode, res.json().code]).toEqual([payload, 400, 'ERR_VALIDATION']);
+    }
   });
 });

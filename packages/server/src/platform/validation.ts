@@ -72,6 +72,9 @@ function unstorableAt(data: unknown): string | null {
 /**
  * A validator that runs the schema, then refuses unstorable strings (unstorableAt); its `errors`
  * are ajv's, or one `text` error at the string that was refused. `emptyOk`: no data at all passes.
+ * Fastify hands a body validator null for a request without a body (and for a zero-length JSON
+ * one, which installJsonBodyParser makes none), so null passes here; a JSON `null` body is
+ * refused by that parser before it could pass for none.
  */
 function checkedBy(validate: ((data: unknown) => boolean) & { errors?: unknown }, emptyOk = false) {
   let errors: unknown = null;
@@ -95,12 +98,24 @@ function checkedBy(validate: ((data: unknown) => boolean) & { errors?: unknown }
   return checked;
 }
 
+/** Whether `schema` is the body schema of a route that takes no input (`x-empty-body`, protocol EmptyBody). */
+const takesNoInput = (schema: unknown): boolean =>
+  typeof schema === 'object' && schema !== null && (schema as Record<string, unknown>)['x-empty-body'] === true;
+
 export const validatorCompiler: FastifySchemaCompiler<unknown> = ({ schema, httpPart }) => {
   const ajv = httpPart === 'body' ? bodyAjv : textAjv;
   // Routes without input accept a request with no body at all.
-  const emptyBodyOk = httpPart === 'body' && (schema as Record<string, unknown>)['x-empty-body'] === true;
-  return checkedBy(ajv.compile(schema as object), emptyBodyOk);
+  return checkedBy(ajv.compile(schema as object), httpPart === 'body' && takesNoInput(schema));
 };
+
+/**
+ * The validation error a JSON `null` body gets on a route that takes no input: the one its schema
+ * gives any other body that is no object, and that any route with a body gives `null`.
+ */
+function nullBodyRefused(): Error {
+  const validation = [{ instancePath: '', keyword: 'type', params: { type: 'object' }, message: 'must be object' }];
+  return Object.assign(new Error('body must be object'), { statusCode: 400, validationContext: 'body', validation });
+}
 
 /**
  * JSON bodies as Fastify parses them (prototype and constructor poisoning refused), except that an
@@ -108,7 +123,9 @@ export const validatorCompiler: FastifySchemaCompiler<unknown> = ({ schema, http
  * with or without a body, and Fastify's parser answers an empty one with 400 (ERR_INVALID_JSON).
  * The body schema then decides, as for a request without the header: routes without input
  * (`x-empty-body`) accept it, the others answer 400 ERR_VALIDATION. Only a zero-length body is
- * empty; whitespace is still not JSON.
+ * empty; whitespace is still not JSON, and a JSON `null` is a body: a route without input answers
+ * it 400 ERR_VALIDATION, as it answers any body but `{}`. That is decided here, where the text is
+ * known, because Fastify hands the validator null for a request without a body too.
  */
 export function installJsonBodyParser(app: FastifyInstance): void {
   const parseJson = app.getDefaultJsonParser('error', 'error');
@@ -116,7 +133,11 @@ export function installJsonBodyParser(app: FastifyInstance): void {
   // parseAs 'string': the body arrives as text (the type says string or Buffer for every parseAs).
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
     if (body.length === 0) done(null, undefined);
-    else parseJson(request, body as string, done);
+    else
+      parseJson(request, body as string, (err, json) => {
+        if (err === null && json === null && takesNoInput(request.routeOptions.schema?.body)) done(nullBodyRefused());
+        else done(err, json);
+      });
   });
 }
 

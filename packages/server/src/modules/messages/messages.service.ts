@@ -76,7 +76,9 @@ export function makeMessagesService({ store, clock, state, realtime, access }: M
    * statement at a time per chat, carrying every send of the same event-loop turn or that arrived
    * while the previous one ran. A lone send waits only for the end of its turn; a busy chat pays one
    * statement (and one row lock) per batch instead of one per message. The chat row lock serialises
-   * a chat's sends anyway, so nothing that could run in parallel waits.
+   * a chat's sends anyway, so nothing that could run in parallel waits. When the database refuses a
+   * batch's statement (one row a trigger or a constraint refuses), it wrote nothing, and its sends
+   * are written again one by one: only the refused send fails (docs/api.md, Messages).
    */
   const sends = groupCommit<string, SendItem & { chatId: number; epoch: number }, Sent | undefined>(
     async (_key, batch) => {
