@@ -4,11 +4,13 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { eq } from 'drizzle-orm';
+import { io } from 'socket.io-client';
 import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import { schema } from '../src/platform/db/index.js';
 import { removeStaleProfiles } from '../src/platform/vm/chromium-process.js';
-import { describeApp, startApp, type TestApp } from './support/app.js';
+import { describeApp, type Nodes, startApp, startNodes, type TestApp } from './support/app.js';
 import { join, type Member, member } from './support/chat-flows.js';
+import { Client } from './support/client.js';
 import { createBot, operator } from './support/flows.js';
 import { closeAllSockets } from './support/sockets.js';
 import { stalledBrowser } from './support/stalled-browser.js';
@@ -29,7 +31,8 @@ vi.setConfig({ testTimeout: BROWSER_TEST_TIMEOUT_MS });
 /**
  * Room VM lifecycle gaps: a deleted chat stops its room, a banned member's stream ends at once,
  * profile directories go with their browser (stop, crash, killed server) and a killed server
- * leaves no browser behind; the owner of a guild runs the room of the guild's public chat.
+ * leaves no browser behind; the owner of a guild runs the room of the guild's public chat; a start
+ * racing its chat's removal, and a recovered connection, on one node or across two.
  */
 let app: TestApp;
 let site: Awaited<ReturnType<typeof startTestSite>>;
@@ -52,13 +55,59 @@ const startAndWatch = async (by: Member, m: Member, chatId: number) => {
   return watcher;
 };
 
-/** A matched direct chat of two new members (both their sockets are in its room). */
-const directChat = async () => {
-  const [a, b] = await Promise.all([member(app), member(app)]);
-  const made = await app.services.chats.createDirect([a.user.id, b.user.id], ['rooms']);
+/** A matched direct chat of two new members of `node` (both their sockets are in its room). */
+const directChat = async (node: TestApp = app) => {
+  const [a, b] = await Promise.all([member(node), member(node)]);
+  const made = await node.services.chats.createDirect([a.user.id, b.user.id], ['rooms']);
   if ('refused' in made) throw new Error(`direct chat refused: ${JSON.stringify(made.refused)}`);
   return { a, b, chatId: made.chat.id };
 };
+const statsOf = async (node: TestApp) =>
+  (await new Client(node.url, undefined, node.publicApiKey).get('/v1/statistics/chats')).body;
+
+/** Replaces a node's browsers with records: a room runs as soon as it is launched. */
+function withoutBrowsers(node: TestApp) {
+  const launched: string[] = [];
+  node.vmProvider.start = async (roomId, spec) => {
+    launched.push(roomId);
+    return { roomId, state: 'running', width: spec.width, height: spec.height, startedAt: new Date(), restarts: 0 };
+  };
+  node.vmProvider.stop = async () => {};
+  return { launched };
+}
+
+/**
+ * Holds the node's next start of the chat's room at its first look at the room map, right after
+ * its checks of the chat, as a slow store round trip would; `release` lets it go on.
+ */
+function holdStart(node: TestApp, chatId: number) {
+  const state = node.state;
+  const get = state.get;
+  let release = () => {};
+  const gate = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  let reached = () => {};
+  const atGate = new Promise<void>((resolve) => {
+    reached = resolve;
+  });
+  let held = false;
+  state.get = async (key: string) => {
+    if (key === `vm:room:${chatId}` && !held) {
+      held = true;
+      reached();
+      await gate;
+    }
+    return get.call(state, key);
+  };
+  return {
+    atGate,
+    release: () => {
+      state.get = get;
+      release();
+    },
+  };
+}
 
 beforeAll(async () => {
   site = await startTestSite();
@@ -93,7 +142,7 @@ describeApp('room VM of an archived direct chat', () => {
 });
 
 describeApp('a room VM still starting', () => {
-  it('is not running: a member joining gets no room:started nor credentials; a stop calls the start off at once', async () => {
+  it('is not running: a member joining gets no room:started nor credentials, no active browser is counted; a stop calls the start off at once', async () => {
     // A browser that never becomes ready: the room stays starting until the stop.
     const browser = stalledBrowser();
     const stalled = await startApp({ config: { chromiumPath: browser.path, vmAllowPrivateNetworks: true } });
@@ -113,6 +162,8 @@ describeApp('a room VM still starting', () => {
         code: 'ERR_ROOM_NOT_RUNNING',
       });
       expect(stalled.services.vm.isRunning(chatId)).toBe(false);
+      // Its browser process is up, but the room does not run (docs/api.md, Statistics).
+      expect(await statsOf(stalled)).toEqual({ active_browsers: 0, viewers: 0, controllers: 0 });
 
       expect((await a.client.post(`/v1/portal/chats/${chatId}/stop`, {})).status).toBe(200);
       const res = await start;
@@ -188,6 +239,153 @@ describeApp('a room VM started while its stop is finishing', () => {
       exit();
       await owner.client.post(`/v1/portal/chats/${chatId}/stop`, {});
       Object.assign(provider, original);
+    }
+  });
+});
+
+describeApp('room VMs on two nodes (one in embedded mode), without browsers', () => {
+  let nodes: Nodes;
+  let launchedOn: { a: string[]; b: string[] };
+
+  beforeAll(async () => {
+    nodes = await startNodes();
+    launchedOn = { a: withoutBrowsers(nodes.a).launched, b: withoutBrowsers(nodes.b).launched };
+  });
+  afterAll(async () => {
+    await nodes?.close();
+  });
+
+  /** Nothing was launched for the chat on either node, and its room runs and is placed nowhere. */
+  const nothingRuns = async (chatId: number) => {
+    expect([...launchedOn.a, ...launchedOn.b]).not.toContain(String(chatId));
+    for (const node of [nodes.a, nodes.b]) expect(node.services.vm.isRunning(chatId)).toBe(false);
+    expect(await nodes.a.state.get(`vm:room:${chatId}`)).toBeNull();
+  };
+
+  it('answers 404 ERR_CHAT_NOT_FOUND to a start whose chat is deleted (on another node) before it holds the room, and launches nothing', async () => {
+    const { a, b } = nodes;
+    const owner = await member(a, { level: 2 });
+    try {
+      const created = await owner.client.post('/v1/portal/chats/create', {
+        name: 'Deleted while starting',
+        type: 'public',
+      });
+      const chatId = created.body.chat.id as number;
+      const hold = holdStart(a, chatId);
+      const start = owner.client.post(`/v1/portal/chats/${chatId}/start`, {});
+      await hold.atGate;
+      // The deletion's own stop of the room finds nothing: the start has not claimed it yet.
+      const deleted = await owner.client.on(b).post(`/v1/portal/chats/${chatId}/delete`, {});
+      expect(deleted.status, JSON.stringify(deleted.body)).toBe(200);
+      hold.release();
+      const res = await start;
+      expect({ status: res.status, code: res.body.code }).toEqual({ status: 404, code: 'ERR_CHAT_NOT_FOUND' });
+      await nothingRuns(chatId);
+    } finally {
+      owner.socket.close();
+    }
+  });
+
+  it('answers 403 ERR_CHAT_READ_ONLY to a start whose direct chat is archived (on another node) before it holds the room, and launches nothing', async () => {
+    const { a: x, b: y, chatId } = await directChat(nodes.a);
+    try {
+      // Both sockets are in the chat's room (in the cluster their joins come through Redis), and
+      // the room map reads of those joins are made: the next read is the start's.
+      const inRoom = () => nodes.a.services.realtime.io.of('/').adapter.rooms.get(`chat:${chatId}`)?.size;
+      await eventually(() => inRoom() === 2, WAIT_MS, 'both members in the chat’s room');
+      const hold = holdStart(nodes.a, chatId);
+      const start = x.client.post(`/v1/portal/chats/${chatId}/start`, {});
+      await hold.atGate;
+      const left = await y.client.on(nodes.b).post('/v1/portal/match/leave', { chat_id: chatId });
+      expect(left.body).toEqual({ ok: true, chat_id: chatId });
+      hold.release();
+      const res = await start;
+      expect({ status: res.status, code: res.body.code }).toEqual({ status: 403, code: 'ERR_CHAT_READ_ONLY' });
+      await nothingRuns(chatId);
+      expect(x.socket.received.filter((r) => r.event === 'room:started')).toEqual([]);
+    } finally {
+      for (const m of [x, y]) m.socket.close();
+    }
+  });
+
+  it('pushes room:started to a recovered connection (onto the other node) for each chat it is still in whose VM runs', async () => {
+    const { a, b } = nodes;
+    const owner = await member(a, { level: 2 });
+    const m = await member(a);
+    m.socket.close(); // member() connects a socket of its own; this test watches only `socket`.
+    const names = ['Runs', 'Kicked while away', 'Kicked during the handshake', 'Not started'];
+    const [runs, keptAway, kickedDuring, idle] = (await Promise.all(
+      names.map(
+        async (name) =>
+          (
+            await owner.client.post('/v1/portal/chats/create', { name, type: 'public' })
+          ).body.chat.id as number,
+      ),
+    )) as [number, number, number, number];
+    const socket = io(a.url, {
+      transports: ['websocket'],
+      extraHeaders: { cookie: `psession=${m.client.cookie}` },
+      reconnection: false,
+      forceNew: true,
+    });
+    const started: { chat_id: number; credentials: { token: string } }[] = [];
+    socket.on('room:started', (p) => started.push(p));
+    const startedIn = (chatId: number) => started.filter((p) => p.chat_id === chatId).length;
+    /** Armed: the recovered socket's handshake waits while its kick from `kickedDuring` commits (after the recovery check). */
+    let kickInHandshake = false;
+    try {
+      await new Promise<void>((resolve, reject) => {
+        socket.once('connect', () => resolve());
+        socket.once('connect_error', reject);
+      });
+      for (const chatId of [runs, keptAway, kickedDuring, idle])
+        expect((await socket.emitWithAck('room:join', { chat_id: chatId })).ok).toBe(true);
+      for (const chatId of [runs, keptAway, kickedDuring])
+        expect((await owner.client.post(`/v1/portal/chats/${chatId}/start`, {})).status).toBe(200);
+      // Each push also gives the client its recovery offset.
+      await eventually(() => started.length === 3, WAIT_MS, 'room:started of the three rooms');
+      expect(await statsOf(a)).toEqual({ active_browsers: 3, viewers: 0, controllers: 0 });
+
+      // The transport drops (not a clean disconnect): the session is kept for recovery.
+      const down = new Promise<void>((resolve) => socket.once('disconnect', () => resolve()));
+      socket.io.engine.close();
+      await down;
+      const kick = (chatId: number) => owner.client.post(`/v1/portal/chats/${chatId}/kick`, { user_id: m.user.id });
+      expect((await kick(keptAway)).status).toBe(200);
+      kickInHandshake = true;
+      b.services.realtime.io.use((s, next) => {
+        if (!kickInHandshake || !s.recovered || s.data.userId !== m.user.id) return next();
+        kickInHandshake = false;
+        kick(kickedDuring).then((res) => next(res.status === 200 ? undefined : new Error(`kick: ${res.status}`)), next);
+      });
+      // The load balancer sends the client to the other node (in embedded mode, the same one).
+      (socket.io as unknown as { uri: string }).uri = b.url;
+      await new Promise<void>((resolve, reject) => {
+        socket.once('connect', () => resolve());
+        socket.once('connect_error', reject);
+        socket.connect();
+      });
+      expect(socket.recovered).toBe(true);
+      expect(kickInHandshake).toBe(false);
+
+      await eventually(() => startedIn(runs) === 2, WAIT_MS, 'room:started on the recovered connection');
+      // A round trip on the socket, and a moment: any other push would have arrived with that one.
+      expect((await socket.emitWithAck('vm:credentials', { chat_id: runs })).ok).toBe(true);
+      await new Promise((r) => setTimeout(r, 300));
+      expect({
+        runs: startedIn(runs),
+        keptAway: startedIn(keptAway),
+        kickedDuring: startedIn(kickedDuring),
+        idle: startedIn(idle),
+      }).toEqual({ runs: 2, keptAway: 1, kickedDuring: 1, idle: 0 });
+      // Its own user's credentials for the chat.
+      expect(started.at(-1)?.credentials.token.startsWith(`${runs}.${m.user.id}.`)).toBe(true);
+    } finally {
+      kickInHandshake = false;
+      socket.close();
+      for (const chatId of [runs, keptAway, kickedDuring])
+        await owner.client.post(`/v1/portal/chats/${chatId}/stop`, {});
+      owner.socket.close();
     }
   });
 });

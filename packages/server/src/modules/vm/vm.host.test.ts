@@ -83,6 +83,7 @@ describe('the room host', () => {
       cluster,
       settingsFor: () => async () => null,
       roomChat: async () => ({ type: 'public', ownerUserId: 1 }),
+      mayRun: async () => {},
       localFrame: () => {},
       announceStarted: async () => {
         emitted.push({ event: 'room:started', payload: { chat_id: chatId } });

@@ -23,6 +23,8 @@ export interface HostDeps {
   cluster: VmCluster;
   settingsFor: () => SettingsSource;
   roomChat: (actor: Actor, chatId: number) => Promise<RoomChat>;
+  /** Throws unless the chat, read now, may run its room (deleted: ERR_CHAT_NOT_FOUND; archived: ERR_CHAT_READ_ONLY). */
+  mayRun: (chatId: number) => Promise<void>;
   /** Hands a frame to this node's own viewers of the room. */
   localFrame: (chatId: number, frame: VmFrame) => void;
   /** Announces a started room (room:started with credentials to everyone in the chat). */
@@ -165,10 +167,16 @@ export function makeRoomHost(deps: HostDeps) {
       if (!(await cluster.hold(chatId, 'starting')))
         throw appError('ERR_ROOM_START_FAILED', 'Another node took this room over while it stopped here; try again.');
     }
-    const settings = resolveSettings(await deps.settingsFor()(chatId));
-    // A stop asked since leaves no browser to launch (the stop releases the map entry).
-    if (run.calledOff) throw calledOff();
     try {
+      // The start read the chat before this node held the room: a deletion or archiving that
+      // committed since found no room to stop (chatRemoved, chatArchived look for it after their
+      // commit). Read now, with the room held (in the room map and here), the chat is seen gone,
+      // or the removal, committed after this read, finds the room on whichever node it runs and
+      // stops it (calling off a launch still under way).
+      await deps.mayRun(chatId);
+      const settings = resolveSettings(await deps.settingsFor()(chatId));
+      // A stop asked since leaves no browser to launch.
+      if (run.calledOff) throw calledOff();
       const info = await provider.start(String(chatId), {
         browser: settings.browser,
         proxy: settings.proxy,
@@ -410,8 +418,9 @@ export function makeRoomHost(deps: HostDeps) {
         viewers += new Set([...room.audiences.values()].flatMap((a) => a.users)).size;
         if (room.controller !== null) controllers += 1;
       }
-      const activeBrowsers = provider.list().filter((i) => i.state !== 'stopped').length;
-      return { active_browsers: activeBrowsers, viewers, controllers };
+      // A room counts once its browser is up (`runs`), as its viewers and controller do: one still
+      // starting or stopping here has a browser process but does not run.
+      return { active_browsers: hosted.size, viewers, controllers };
     },
 
     /**

@@ -95,6 +95,17 @@ export function registerVmSockets(realtime: Realtime, vm: VmService) {
   });
   type ChatOnly = { chat_id: number };
 
+  // A recovered connection is put back into its chat rooms as Socket.IO rebuilds the socket,
+  // before its handshake middlewares run and before it is one of the namespace's sockets, so the
+  // join-room above skips those rooms. Once it is connected, with its handshake's data (a socket
+  // of another session has left them by then, platform/realtime.ts), its chat rooms are those the
+  // recovery check kept (platform/recovery.ts): the VMs that run there push it room:started.
+  realtime.io.on('connection', (socket: AppSocket) => {
+    if (!socket.recovered) return;
+    const chatIds = [...socket.rooms].map(chatIdOf).filter((id): id is number => id !== null);
+    if (chatIds.length > 0) void vm.rejoinedChats(callerOf(socket), chatIds).catch(() => {});
+  });
+
   realtime.on('vm:credentials', VmChatPayload, async (socket, p: ChatOnly) => ({
     credentials: await vm.credentials(callerOf(socket), p.chat_id),
   }));

@@ -29,7 +29,7 @@ export interface Caller extends Actor {
 
 export interface VmDeps {
   provider: VmProvider;
-  chats: Pick<ChatsService, 'find' | 'assertMember'>;
+  chats: Pick<ChatsService, 'find' | 'assertMember' | 'roomsStillAllowed'>;
   realtime: Pick<Realtime, 'io' | 'emitTo' | 'socketsIn'>;
   clock: Clock;
   tokens: ViewerTokens;
@@ -81,6 +81,13 @@ export function makeVmService(deps: VmDeps) {
       return { type: chat.type, ownerUserId: actor.userId, archived };
     return { type: chat.type, ownerUserId: chat.ownerUserId, archived };
   };
+  const readOnly = () => appError('ERR_CHAT_READ_ONLY', 'This chat is archived: its room VM does not start.');
+  /** The chat as it is now may run its room: ERR_CHAT_NOT_FOUND once deleted, ERR_CHAT_READ_ONLY once archived. */
+  const mayRun = async (chatId: number): Promise<void> => {
+    const chat = await chats.find(chatId);
+    if (!canRunRoom({ type: chat.type, ownerUserId: chat.ownerUserId, archived: chat.archivedAt !== null }))
+      throw readOnly();
+  };
   const mustBeIn = (caller: Caller, chatId: number) => {
     if (!caller.joined(chatId)) throw appError('ERR_NOT_CHAT_MEMBER', 'Join this chat (room:join) first.');
   };
@@ -93,6 +100,7 @@ export function makeVmService(deps: VmDeps) {
     cluster,
     settingsFor: () => settingsFor,
     roomChat,
+    mayRun,
     localFrame: (chatId, f) => audiences.get(chatId)?.viewers.frame(f),
     // The room runs by then: a node that does not answer leaves its sockets to `vm:credentials`
     // (the others are told) rather than fail the start (Realtime.socketsIn).
@@ -167,7 +175,7 @@ export function makeVmService(deps: VmDeps) {
       const chat = await roomChat(actor, chatId);
       if (!canStart(actor, chat, await isMember(actor.userId, chatId)))
         throw appError('ERR_FORBIDDEN', 'Only the chat owner or a platform Owner starts its room VM.');
-      if (!canRunRoom(chat)) throw appError('ERR_CHAT_READ_ONLY', 'This chat is archived: its room VM does not start.');
+      if (!canRunRoom(chat)) throw readOnly();
       // A stop still finishing here goes first: the room then runs nowhere, and this start launches anew.
       await host.stopped(chatId);
       if (host.has(chatId)) return host.start(chatId);
@@ -235,6 +243,35 @@ export function makeVmService(deps: VmDeps) {
     async joinedChat(socketId: string, userId: number, chatId: number): Promise<void> {
       if (!(await runningAt(chatId).catch(() => null))) return;
       realtime.emitTo(socketId, 'room:started', { chat_id: chatId, credentials: credentialsFor(chatId, userId) });
+    },
+
+    /**
+     * A recovered connection is back in these chats' rooms: Socket.IO put it back as it rebuilt
+     * the socket, before its handshake, so no join of it was seen (vm.routes.ts). Each whose VM
+     * runs pushes it room:started, as entering the room would. Its rooms are those the recovery
+     * check kept (platform/recovery.ts); a kick, ban or leave that committed after that check had
+     * no socket to take out yet (the chats module catches it once it is connected), so the rooms
+     * of the running VMs are read again, and only those it may still be in, and is in, get it.
+     */
+    async rejoinedChats(caller: Pick<Caller, 'socketId' | 'userId' | 'joined'>, chatIds: number[]): Promise<void> {
+      const running = await Promise.all(
+        chatIds.map((id) =>
+          runningAt(id).then(
+            () => id,
+            () => null,
+          ),
+        ),
+      );
+      const live = running.filter((id): id is number => id !== null).map(rooms.chat);
+      if (live.length === 0) return;
+      for (const room of await chats.roomsStillAllowed(caller.userId, live)) {
+        const chatId = rooms.chatIdOf(room);
+        if (chatId !== null && caller.joined(chatId))
+          realtime.emitTo(caller.socketId, 'room:started', {
+            chat_id: chatId,
+            credentials: credentialsFor(chatId, caller.userId),
+          });
+      }
     },
 
     /** A socket left a chat's room (leave, kick, ban, disconnect): its stream ends at once. */
