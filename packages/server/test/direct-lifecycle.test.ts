@@ -85,6 +85,30 @@ describeApp('the direct-chat lifecycle sweep', () => {
     expect((await sweep()).purged).toBeGreaterThanOrEqual(1);
   });
 
+  it('announces each chat it archives (chat:updated) with its members as they are: one after a moderator kicked the other', async () => {
+    const [a, b, c, d] = [await member(app), await member(app), await member(app), await member(app)];
+    const [kicked, whole] = [await matched(a, b), await matched(c, d)];
+    const mod = await member(app, { level: 1 });
+    expect((await mod.client.post(`/v1/portal/chats/${kicked}/kick`, { user_id: a.user.id })).status).toBe(200);
+    expect((await b.client.get(`/v1/portal/chats/${kicked}`)).body.chat.member_count).toBe(1);
+    clock.advance(Limits.DIRECT_CHAT_TTL_MS);
+    expect((await sweep({ batch: 1000, maxBatches: 100 })).archived).toBeGreaterThanOrEqual(2);
+    // The members' sockets entered each chat's room when it was made.
+    for (const [m, chatId, members] of [
+      [b, kicked, 1],
+      [c, whole, 2],
+    ] as const) {
+      const updated = await m.socket.next('chat:updated', (u: any) => u.chat.id === chatId && u.chat.archived);
+      expect(updated.chat.member_count).toBe(members);
+      expect((await m.client.get(`/v1/portal/chats/${chatId}`)).body.chat.member_count).toBe(members);
+    }
+    // Removed and purged, so the counts of the tests after this one are theirs alone.
+    clock.advance(Limits.DIRECT_ARCHIVE_TTL_MS);
+    expect((await sweep({ batch: 1000, maxBatches: 100 })).removed).toBeGreaterThanOrEqual(2);
+    clock.advance(CHAT_PURGE_AFTER_MS);
+    expect((await sweep({ batch: 1000, maxBatches: 100 })).purged).toBeGreaterThanOrEqual(2);
+  });
+
   it('handles more than one batch a tick while batches come back full, up to maxBatches', async () => {
     // Whatever earlier tests left due is handled first.
     await sweep({ batch: 1000, maxBatches: 100 });
@@ -109,7 +133,16 @@ describeApp('a direct chat at its expiry, before the sweep archives it', () => {
     clock.advance(Limits.DIRECT_CHAT_TTL_MS - 1);
     expect((await a.client.get(`/v1/portal/chats/${chatId}`)).body.chat.archived).toBe(false);
     const full = await app.services.chats.createDirect([a.user.id, b.user.id], ['lifecycle']);
-    expect(full).toEqual({ refused: { missing: [], inactive: [], full: [a.user.id, b.user.id], blocked: false } });
+    expect(full).toEqual({
+      refused: {
+        missing: [],
+        inactive: [],
+        full: [a.user.id, b.user.id],
+        matchBlocked: [],
+        cancelled: [],
+        blocked: false,
+      },
+    });
     clock.advance(1);
     expect((await a.client.get(`/v1/portal/chats/${chatId}`)).body.chat.archived).toBe(true);
     expect((await b.client.get('/v1/portal/chats')).body.chats.find((c: any) => c.id === chatId).archived).toBe(true);

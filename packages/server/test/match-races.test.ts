@@ -9,7 +9,7 @@ import { type Member, member } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
 import { countRows, failInserts } from './support/faults.js';
 import { type LoggedIn, login, operator } from './support/flows.js';
-import { hold, lockWaiters } from './support/pg-locks.js';
+import { hold, lockWaiters, lockWaitersOr } from './support/pg-locks.js';
 import { closeAllSockets, connectSocket } from './support/sockets.js';
 
 let app: TestApp;
@@ -40,6 +40,14 @@ const activeDirect = (app: TestApp, userId: number) =>
     app,
     `select count(*) as n from chat_members m join chats c on c.id = m.chat_id
      where m.user_id = ${userId} and m.left_at is null and c.deleted_at is null and c.type = 'direct' and c.archived_at is null`,
+  );
+
+/** Chats that both users are members of. */
+const chatsOfPair = (app: TestApp, a: number, b: number) =>
+  countRows(
+    app,
+    `select count(*) as n from chat_members m join chat_members n on n.chat_id = m.chat_id
+     where m.user_id = ${a} and n.user_id = ${b}`,
   );
 
 /** A matched direct chat of `a` and `b`, made as the pairing makes it. */
@@ -231,8 +239,91 @@ describeApp('a search ended while a pairing has it out of the queue', () => {
     expect((await a.socket.next('match:found', () => true, 5_000)).peer.id).toBe(c.user.id);
   });
 
+  // Both stores: the pairing is held before it takes the users' locks, so the dequeue does not
+  // wait for it and answers idle; the pairing then reads the dequeue's mark.
+  it('a dequeue answered idle while the pair was being made is not followed by the match: no chat, no match:found; the caller searches on', async () => {
+    const t = tag();
+    const [a, b] = [await member(app), await member(app)];
+    expect((await match(a, [t])).body.state).toBe('searching');
+    const paused = pauseNext(app.services.chats, 'createDirect');
+    let res: Awaited<ReturnType<typeof match>>;
+    try {
+      const pairing = match(b, [t]);
+      await paused.entered;
+      expect((await a.client.post('/v1/portal/match/dequeue', {})).body).toEqual({ state: 'idle' });
+      paused.release();
+      res = await pairing;
+    } finally {
+      paused.restore();
+    }
+    expect(res.body.state).toBe('searching');
+    expect((await a.client.get('/v1/portal/match/status')).body).toEqual({ state: 'idle' });
+    expect(await chatsOfPair(app, a.user.id, b.user.id)).toBe(0);
+    // The caller queued instead; an ack on each socket comes after anything sent to it before.
+    expect((await b.client.get('/v1/portal/match/status')).body).toEqual(res.body);
+    for (const m of [a, b]) await m.socket.emitWithAck('vm:credentials', { chat_id: 0 } as never);
+    expect(matchEvents(a)).toEqual([]);
+    expect(matchEvents(b)).toEqual([]);
+    await b.client.post('/v1/portal/match/dequeue', {});
+  });
+
+  it("a dequeue of the caller's own search while its pairing runs: idle and no chat; the enqueue answers its search, then match:timeout; the peer searches on", async () => {
+    const t = tag();
+    const [a, b] = [await member(app), await member(app)];
+    const waiting = (await match(a, [t])).body;
+    const paused = pauseNext(app.services.chats, 'createDirect');
+    let res: Awaited<ReturnType<typeof match>>;
+    try {
+      const pairing = match(b, [t]);
+      await paused.entered;
+      // Another tab of the caller stops its search.
+      expect((await b.client.post('/v1/portal/match/dequeue', {})).body).toEqual({ state: 'idle' });
+      paused.release();
+      res = await pairing;
+    } finally {
+      paused.restore();
+    }
+    expect(res.body).toEqual({ state: 'searching', interests: [t], expires_at: expect.any(String) });
+    expect((await b.socket.next('match:timeout')).interests).toEqual([t]);
+    expect((await b.client.get('/v1/portal/match/status')).body).toEqual({ state: 'idle' });
+    expect(await chatsOfPair(app, a.user.id, b.user.id)).toBe(0);
+    expect((await a.client.get('/v1/portal/match/status')).body).toEqual(waiting);
+    expect(matchEvents(a)).toEqual([]);
+    await a.client.post('/v1/portal/match/dequeue', {});
+  });
+
+  // The pairing holds the users' locks and its statement waits on the caller's row, held by the
+  // test: the dequeue waits for the pairing, whose chat commits, and answers it.
+  it.skipIf(MODE === 'embedded')(
+    "on PostgreSQL: a dequeue while the pairing holds the users' locks waits for it and answers matched, the chat the pair got",
+    async () => {
+      const t = tag();
+      const [a, b] = [await member(app), await member(app)];
+      expect((await match(a, [t])).body.state).toBe('searching');
+      const row = hold(db, (tx) => tx`select id from users where id = ${b.user.id} for update`);
+      await row.ready;
+      const pairing = match(b, [t]);
+      await lockWaiters(db, 1);
+      const dequeued = a.client.post('/v1/portal/match/dequeue', {});
+      await lockWaitersOr(db, 2, dequeued);
+      await row.end();
+      const answer = (await dequeued).body;
+      expect((await pairing).body.state).toBe('searching');
+      const found = await a.socket.next('match:found');
+      expect(answer).toEqual({
+        state: 'matched',
+        token: found.token,
+        chat_id: found.chat_id,
+        expires_at: found.expires_at,
+      });
+      expect((await a.client.get('/v1/portal/match/status')).body).toEqual(answer);
+      expect((await b.socket.next('match:found')).chat_id).toBe(found.chat_id);
+    },
+  );
+
   // The pairing's statement waits on the caller's row, held by the test as a ban holds it; the
-  // waiting user dequeues meanwhile; the ban commits and refuses the pair because of the caller.
+  // waiting user dequeues meanwhile and waits for the pairing (it holds the users' locks); the ban
+  // commits and refuses the pair because of the caller, and the dequeue answers idle.
   it.skipIf(MODE === 'embedded')(
     'on PostgreSQL: a dequeue while the pairing waits on the caller row, then the caller banned: the dequeued user stays idle',
     async () => {
@@ -246,8 +337,10 @@ describeApp('a search ended while a pairing has it out of the queue', () => {
       await ban.ready;
       const pairing = match(b, [t]);
       await lockWaiters(db, 1);
-      expect((await a.client.post('/v1/portal/match/dequeue', {})).body).toEqual({ state: 'idle' });
+      const dequeued = a.client.post('/v1/portal/match/dequeue', {});
+      await lockWaitersOr(db, 2, dequeued);
       await ban.end();
+      expect((await dequeued).body).toEqual({ state: 'idle' });
       expect((await pairing).body.code).toBe('ERR_BANNED');
       expect((await a.client.get('/v1/portal/match/status')).body).toEqual({ state: 'idle' });
       expect((await match(c, [t])).body.state).toBe('searching');
@@ -378,6 +471,69 @@ describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('the direct-
   });
 });
 
+// Two nodes over one PostgreSQL and Redis: the pairing runs on node A, the dequeue on node B.
+describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))(
+  'a dequeue on another node than the pairing',
+  () => {
+    let nodes: Nodes;
+    let shared: postgres.Sql;
+    beforeAll(async () => {
+      nodes = await startNodes();
+      shared = postgres(nodes.a.config.databaseUrl ?? '', { max: 3, onnotice: () => {} });
+    });
+    afterAll(async () => {
+      closeAllSockets();
+      await shared?.end({ timeout: 1 });
+      await nodes?.close();
+    });
+
+    it('answered idle before the pairing took its locks: no chat follows; the caller searches on', async () => {
+      const { a: nodeA, b: nodeB } = nodes;
+      const t = tag();
+      const [a, b] = [await member(nodeA), await member(nodeA)];
+      expect((await match(a, [t])).body.state).toBe('searching');
+      const paused = pauseNext(nodeA.services.chats, 'createDirect');
+      let res: Awaited<ReturnType<typeof match>>;
+      try {
+        const pairing = match(b, [t]);
+        await paused.entered;
+        expect((await a.client.on(nodeB).post('/v1/portal/match/dequeue', {})).body).toEqual({ state: 'idle' });
+        paused.release();
+        res = await pairing;
+      } finally {
+        paused.restore();
+      }
+      expect(res.body.state).toBe('searching');
+      expect((await a.client.on(nodeB).get('/v1/portal/match/status')).body).toEqual({ state: 'idle' });
+      expect(await chatsOfPair(nodeA, a.user.id, b.user.id)).toBe(0);
+      await b.client.post('/v1/portal/match/dequeue', {});
+    });
+
+    it("waiting while the pairing holds the users' locks: answers matched, the chat the pair got", async () => {
+      const { a: nodeA, b: nodeB } = nodes;
+      const t = tag();
+      const [a, b] = [await member(nodeA), await member(nodeA)];
+      expect((await match(a, [t])).body.state).toBe('searching');
+      const row = hold(shared, (tx) => tx`select id from users where id = ${b.user.id} for update`);
+      await row.ready;
+      const pairing = match(b, [t]);
+      await lockWaiters(shared, 1);
+      const dequeued = a.client.on(nodeB).post('/v1/portal/match/dequeue', {});
+      await lockWaitersOr(shared, 2, dequeued);
+      await row.end();
+      const answer = (await dequeued).body;
+      expect((await pairing).body.state).toBe('searching');
+      const found = await a.socket.next('match:found');
+      expect(answer).toEqual({
+        state: 'matched',
+        token: found.token,
+        chat_id: found.chat_id,
+        expires_at: found.expires_at,
+      });
+    });
+  },
+);
+
 describeApp('a stranger block racing an enqueue in flight', () => {
   // The enqueue's pre-check (one statement reading the account, its blocks and session) waits on
   // the test's lock on user_blocks while the block commits: it read the session before the block.
@@ -456,6 +612,70 @@ describeApp('a stranger block racing an enqueue in flight', () => {
       expect((await match(peer, [t])).body.state).toBe('searching');
     },
   );
+});
+
+describeApp('a stranger block committed while a pairing has the stranger', () => {
+  async function connectedStranger() {
+    const client = new Client(app.url, nextIp(), app.publicApiKey);
+    const id: number = (await client.post('/v1/portal/stranger', {})).body.user.id;
+    const socket = await connectSocket(app.url, client);
+    return { client, id, socket };
+  }
+  const block = async (mod: Member, id: number) =>
+    expect((await mod.client.post('/v1/portal/strangers/block', { user_id: id })).body).toEqual({ ok: true });
+
+  // Both stores: the pairing is held before its chat statement while a moderator blocks the
+  // waiting stranger (the queue's bar finds no entry: the pairing has it out).
+  it('out of the queue as the waiting peer: no chat, it leaves silently; the caller searches on', async () => {
+    const t = tag();
+    const s = await connectedStranger();
+    const [mod, b] = [await member(app, { level: 1 }), await member(app)];
+    expect((await s.client.post('/v1/portal/match', { interests: [t] })).body.state).toBe('searching');
+    const paused = pauseNext(app.services.chats, 'createDirect');
+    let res: Awaited<ReturnType<typeof match>>;
+    try {
+      const pairing = match(b, [t]);
+      await paused.entered;
+      await block(mod, s.id);
+      paused.release();
+      res = await pairing;
+    } finally {
+      paused.restore();
+    }
+    expect(res.body.state).toBe('searching');
+    expect(await chatsOfPair(app, s.id, b.user.id)).toBe(0);
+    expect((await s.client.get('/v1/portal/match/status')).body).toEqual({ state: 'idle' });
+    expect((await b.client.get('/v1/portal/match/status')).body).toEqual(res.body);
+    for (const socket of [s.socket, b.socket]) await socket.emitWithAck('vm:credentials', { chat_id: 0 } as never);
+    expect(s.socket.received.filter((r) => r.event.startsWith('match:'))).toEqual([]);
+    expect(matchEvents(b)).toEqual([]);
+    expect((await s.client.post('/v1/portal/match', { interests: [t] })).body.code).toBe('ERR_STRANGER_BLOCKED');
+    await b.client.post('/v1/portal/match/dequeue', {});
+  });
+
+  it('pairing as the caller: 403 ERR_STRANGER_BLOCKED, no chat; the waiting user goes back as it was', async () => {
+    const t = tag();
+    const s = await connectedStranger();
+    const [mod, a] = [await member(app, { level: 1 }), await member(app)];
+    const waiting = (await match(a, [t])).body;
+    const paused = pauseNext(app.services.chats, 'createDirect');
+    let res: Awaited<ReturnType<typeof match>>;
+    try {
+      const pairing = s.client.post('/v1/portal/match', { interests: [t] });
+      await paused.entered;
+      await block(mod, s.id);
+      paused.release();
+      res = await pairing;
+    } finally {
+      paused.restore();
+    }
+    expect([res.status, res.body.code]).toEqual([403, 'ERR_STRANGER_BLOCKED']);
+    expect(await chatsOfPair(app, s.id, a.user.id)).toBe(0);
+    expect((await s.client.get('/v1/portal/match/status')).body).toEqual({ state: 'idle' });
+    expect((await a.client.get('/v1/portal/match/status')).body).toEqual(waiting);
+    expect(matchEvents(a)).toEqual([]);
+    await a.client.post('/v1/portal/match/dequeue', {});
+  });
 });
 
 describeApp('a ban committing while a pairing reads the waiting user', () => {

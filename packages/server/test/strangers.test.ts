@@ -130,6 +130,50 @@ describeApp('a search when a session ends', () => {
     await next.client.post('/v1/portal/match/dequeue', {});
   });
 
+  // Both stores: the pairing's chat creation is held, then fails as a database failure would (a
+  // dropped connection, a lock or statement timeout while it waits on the users' slot locks).
+  it("ends a stranger's search at its logout while a pairing has it out of the queue: the pairing failing does not put it back", async () => {
+    const s = await stranger();
+    const socket = await connectSocket(app.url, s.client);
+    const [caller, next] = [await member(app), await member(app)];
+    const t = tag();
+    expect((await s.client.post('/v1/portal/match', { interests: [t] })).body.state).toBe('searching');
+    const chats = app.services.chats;
+    const createDirect = chats.createDirect;
+    let entered!: () => void;
+    const held = new Promise<void>((r) => {
+      entered = r;
+    });
+    let fail!: () => void;
+    const failing = new Promise<void>((r) => {
+      fail = r;
+    });
+    chats.createDirect = async () => {
+      entered();
+      await failing;
+      throw new Error('connection terminated');
+    };
+    let pairing: Awaited<ReturnType<typeof caller.client.post>>;
+    try {
+      const answer = caller.client.post('/v1/portal/match', { interests: [t] });
+      await held;
+      expect((await s.client.post('/v1/authentication/logout', {})).status).toBe(200);
+      fail();
+      pairing = await answer;
+    } finally {
+      chats.createDirect = createDirect;
+    }
+    expect(pairing.status).toBe(500);
+    expect((await app.services.matchmaking.status(s.id)).state).toBe('idle');
+    // Nobody meets it: the next searcher on its tag waits, and nothing counts it.
+    expect((await next.client.post('/v1/portal/match', { interests: [t] })).body.state).toBe('searching');
+    expect((await next.client.get('/v1/portal/match/status')).body.state).toBe('searching');
+    const searching = (await next.client.get('/v1/portal/match/statistics')).body.top_tags;
+    expect(searching.find((x: { tag: string }) => x.tag === t)).toEqual({ tag: t, searching: 1 });
+    expect(socket.received.filter((r) => r.event.startsWith('match:'))).toEqual([]);
+    await next.client.post('/v1/portal/match/dequeue', {});
+  });
+
   it("keeps a registered user's search when it logs out (it may sign in again before the deadline)", async () => {
     const who = await member(app);
     await member(app);

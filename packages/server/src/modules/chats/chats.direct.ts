@@ -61,14 +61,28 @@ export function makeDirectChats(deps: DirectChatsDeps) {
      * Answers the users as stored too (name and kind, read in the same statement). Made only if
      * both users exist and have a free direct-chat slot (spec 8), checked atomically with the
      * write on every node; otherwise nothing is written and the answer says who refused it.
+     * `searchesEnded` (the pairing's: users of the pair whose search a dequeue ended) is asked once
+     * the users' locks are held (ChatsStore.insertDirect); none by default.
      */
-    async createDirect(userIds: number[], tags: string[]): Promise<DirectMade | { refused: DirectRefusal }> {
+    async createDirect(
+      userIds: number[],
+      tags: string[],
+      searchesEnded: () => Promise<number[]> = async () => [],
+    ): Promise<DirectMade | { refused: DirectRefusal }> {
       const now = clock.now();
       const token = randomBytes(18).toString('base64url');
       const expiresAt = new Date(now.getTime() + Limits.DIRECT_CHAT_TTL_MS);
       const opening = { kind: 'match', tags, user_ids: userIds };
       const slots = { free: Limits.DIRECT_SLOTS_FREE, premium: Limits.DIRECT_SLOTS_PREMIUM };
-      const created = await store.insertDirect({ userIds, matchToken: token, expiresAt, at: now, opening, slots });
+      const created = await store.insertDirect({
+        userIds,
+        matchToken: token,
+        expiresAt,
+        at: now,
+        opening,
+        slots,
+        searchesEnded,
+      });
       if ('refused' in created) return created;
       const system = messages.opening(created.id, opening, now);
       // Both users' sockets enter the room (one call) so the opening message and keys reach them.
@@ -92,6 +106,11 @@ export function makeDirectChats(deps: DirectChatsDeps) {
         memberCount: userIds.length,
       });
       return { chat, token, users: created.users, filled: created.filled };
+    },
+
+    /** Waits until no pairing of the user is making its chat (ChatsStore.waitForPairings). */
+    async waitForPairings(userId: number): Promise<void> {
+      await store.waitForPairings(userId);
     },
 
     /**
@@ -167,8 +186,13 @@ export function makeDirectChats(deps: DirectChatsDeps) {
       const now = clock.now();
       const archived = await drain(size, maxBatches, async () => {
         const rows = await store.archiveDue(now, size);
+        // Read after the archive, as a leave does: a direct chat need not have both members still
+        // (a moderator's kick).
+        const counts = await store.memberCounts(rows.map((c) => c.id));
         for (const c of rows)
-          realtime.emitTo(rooms.chat(c.id), 'chat:updated', { chat: toChat({ ...c, memberCount: 2 }) });
+          realtime.emitTo(rooms.chat(c.id), 'chat:updated', {
+            chat: toChat({ ...c, memberCount: counts.get(c.id) ?? 0 }),
+          });
         archivedChats(rows.map((c) => c.id));
         return rows.length;
       });

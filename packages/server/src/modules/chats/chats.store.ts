@@ -25,13 +25,18 @@ const DIRECT_SLOTS_LOCK = 7244;
 /**
  * Why a direct chat was not made: users that do not exist; users that may not use the platform now
  * (`state` as effectiveStateOf gives it: 1 timed out, 2 banned; 0: a stranger whose session is
- * over, who never signs in again); users whose direct-chat slots are full; and whether one of the
- * users blocked another (a block committed after the pairing read the blocks).
+ * over, who never signs in again); users whose direct-chat slots are full; strangers a moderator
+ * blocked from matchmaking (`matchBlocked`, a block committed after the pairing's pre-check); users
+ * whose search ended while the pair was being made (`cancelled`: a dequeue, as the caller's
+ * `searchesEnded` found it); and whether one of the users blocked another (a block committed
+ * after the pairing read the blocks).
  */
 export interface DirectRefusal {
   missing: number[];
   inactive: { id: number; state: number }[];
   full: number[];
+  matchBlocked: number[];
+  cancelled: number[];
   blocked: boolean;
 }
 
@@ -77,10 +82,13 @@ export function makeChatsStore(db: Db) {
      * a lock per user (pg_advisory_xact_lock, ascending ids, so pairings sharing a user wait for
      * each other on every node and never deadlock), then one statement that counts each user's
      * active direct chats (not archived, not past their expiry at `at`) and writes only if every user exists, may use the platform (its
-     * effective state is Active; a stranger still has a live session) and has a free slot. It
-     * holds the users' rows (FOR SHARE) as it reads them, so a ban or timeout committing meanwhile
-     * is either seen or comes after the chat. Answers the new chat's id and epoch, the users as
-     * stored and those whose slots it filled, or what refused it (nothing written).
+     * effective state is Active; a stranger still has a live session), is not blocked from
+     * matchmaking and has a free slot. It holds the users' rows (FOR SHARE) as it reads them, so a
+     * ban, timeout or stranger block committing meanwhile is either seen or comes after the chat.
+     * Once the locks are held, `searchesEnded` names the users of the pair whose search has ended
+     * meanwhile (a dequeue, which waits for these locks: waitForPairings); the statement then
+     * writes nothing but still reads every other reason. Answers the new chat's id and epoch, the
+     * users as stored and those whose slots it filled, or what refused it (nothing written).
      */
     async insertDirect(v: {
       userIds: number[];
@@ -89,6 +97,7 @@ export function makeChatsStore(db: Db) {
       at: Date;
       opening: Record<string, unknown>;
       slots: { free: number; premium: number };
+      searchesEnded: () => Promise<number[]>;
     }): Promise<
       | {
           id: number;
@@ -105,11 +114,12 @@ export function makeChatsStore(db: Db) {
       )}]`;
       const at = sql`${v.at.toISOString()}::timestamptz`;
       const atMs = sql`${v.at.getTime()}::bigint`;
-      const rows = await db.transaction(async (tx) => {
+      const { ended, rows } = await db.transaction(async (tx) => {
         // The locks are taken after the sort (PostgreSQL evaluates volatile output columns after ORDER BY).
         await tx.execute(
           sql`select pg_advisory_xact_lock(${DIRECT_SLOTS_LOCK}, id) from unnest(${ids}) as l(id) order by id`,
         );
+        const ended = await v.searchesEnded();
         // A statement of its own after the locks: its snapshot sees every pairing that held them.
         const result = await tx.execute(sql`
           with b as (
@@ -124,6 +134,7 @@ export function makeChatsStore(db: Db) {
                    case when not is_stranger and ${premiumAtSql(at)}
                         then ${v.slots.premium}::integer else ${v.slots.free}::integer end as slots,
                    ${stateAtSql(at)}::integer as state_now,
+                   match_blocked_at is not null as match_blocked,
                    -- A stranger never signs in again once its session is over.
                    (not is_stranger or exists (select 1 from sessions s where s.user_id = users.id
                      and s.ended_at is null and s.expires_at > ${at})) as signed_in
@@ -135,7 +146,9 @@ export function makeChatsStore(db: Db) {
                    ${v.expiresAt.toISOString()}::timestamptz, ${atMs}, 0, ${at}, ${at}
             from u
             having count(*) = ${v.userIds.length}::integer
-               and bool_and(active < slots and state_now = 0 and signed_in)
+               and bool_and(active < slots and state_now = 0 and signed_in and not match_blocked)
+               -- Nor when a user's search has ended (read after the locks, before this statement).
+               and ${ended.length}::integer = 0
                -- Nor two users one of whom blocked the other (after the pairing read the blocks).
                and not (select blocked from b)
             returning id, epoch
@@ -150,20 +163,24 @@ export function makeChatsStore(db: Db) {
           )
           select c.id::integer as chat_id, c.epoch::integer as epoch, u.id::integer as user_id, u.username,
                  u.is_stranger, u.active >= u.slots as full, u.active + 1 >= u.slots as fills,
-                 u.state_now, u.signed_in, (select blocked from b) as blocked
+                 u.state_now, u.signed_in, u.match_blocked, (select blocked from b) as blocked
           from u left join c on true order by u.pos`);
-        return rowsOf<{
-          chat_id: number | null;
-          epoch: number | null;
-          user_id: number;
-          username: string;
-          is_stranger: boolean;
-          full: boolean;
-          fills: boolean;
-          state_now: number;
-          signed_in: boolean;
-          blocked: boolean;
-        }>(result);
+        return {
+          ended,
+          rows: rowsOf<{
+            chat_id: number | null;
+            epoch: number | null;
+            user_id: number;
+            username: string;
+            is_stranger: boolean;
+            full: boolean;
+            fills: boolean;
+            state_now: number;
+            signed_in: boolean;
+            match_blocked: boolean;
+            blocked: boolean;
+          }>(result),
+        };
       });
       const first = rows[0];
       if (first?.chat_id == null || first.epoch == null) {
@@ -175,6 +192,8 @@ export function makeChatsStore(db: Db) {
               .filter((r) => Number(r.state_now) !== 0 || r.signed_in !== true)
               .map((r) => ({ id: Number(r.user_id), state: Number(r.state_now) })),
             full: rows.filter((r) => r.full === true).map((r) => Number(r.user_id)),
+            matchBlocked: rows.filter((r) => r.match_blocked === true).map((r) => Number(r.user_id)),
+            cancelled: ended,
             blocked: first?.blocked === true,
           },
         };
@@ -185,6 +204,15 @@ export function makeChatsStore(db: Db) {
         users: rows.map((r) => ({ id: Number(r.user_id), username: r.username, stranger: r.is_stranger === true })),
         filled: rows.filter((r) => r.fills === true).map((r) => Number(r.user_id)),
       };
+    },
+    /**
+     * Waits until no pairing holds the user's direct-chat slot lock (insertDirect): a pairing that
+     * held it has committed or rolled back when this returns, and one that takes it later asks for
+     * the user's search after this (a dequeue's mark) and refuses it. The lock is held for this
+     * one statement only.
+     */
+    async waitForPairings(userId: number): Promise<void> {
+      await db.execute(sql`select pg_advisory_xact_lock(${DIRECT_SLOTS_LOCK}::integer, ${userId}::integer)`);
     },
     async byId(id: number, tx: Tx = db): Promise<ChatWithCount | undefined> {
       const [row] = await tx
@@ -243,6 +271,16 @@ export function makeChatsStore(db: Db) {
         .from(chatMembers)
         .where(and(eq(chatMembers.chatId, chatId), isNull(chatMembers.leftAt)));
       return row?.n ?? 0;
+    },
+    /** The current members of each of the chats, one statement; a chat with none is left out. */
+    async memberCounts(chatIds: number[]): Promise<Map<number, number>> {
+      if (chatIds.length === 0) return new Map();
+      const rows = await db
+        .select({ chatId: chatMembers.chatId, n: count() })
+        .from(chatMembers)
+        .where(and(anyOf(chatMembers.chatId, chatIds), isNull(chatMembers.leftAt)))
+        .groupBy(chatMembers.chatId);
+      return new Map(rows.map((r) => [r.chatId, r.n]));
     },
     /** A user's permission level as stored (undefined: the account is gone); read, not locked. */
     async levelOf(userId: number, tx: Tx = db): Promise<number | undefined> {

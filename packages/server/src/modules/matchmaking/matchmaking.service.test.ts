@@ -44,10 +44,15 @@ function setup() {
   /** Holds the next facts read until released (an enqueue in flight), when set. */
   const gate: { next?: Promise<void> } = {};
   const chats = {
-    createDirect: async (userIds: number[]) => {
+    createDirect: async (userIds: number[], _tags: string[], searchesEnded: () => Promise<number[]>) => {
       await hooks.beforeCreate?.();
+      // As the chat store: asked once the users' locks are held; an ended search refuses the pair.
+      const cancelled = await searchesEnded();
       const refused = hooks.refuse?.(userIds);
-      if (refused) return { refused };
+      if (refused || cancelled.length > 0) {
+        const none = { missing: [], inactive: [], full: [], matchBlocked: [], blocked: false };
+        return { refused: { ...none, ...refused, cancelled } };
+      }
       calls.created.push(userIds);
       return {
         chat: { id: 7, expires_at: new Date(clock.now().getTime() + Limits.DIRECT_CHAT_TTL_MS).toISOString() },
@@ -57,6 +62,7 @@ function setup() {
         filled: userIds,
       };
     },
+    waitForPairings: async () => {},
   } as unknown as ChatsService;
   const deps: MatchmakingDeps = {
     clock,
@@ -207,7 +213,7 @@ describe('matchmaking: a pair the chat store refuses (slots full by now, or a us
     await online(state, clock);
     await svc.enqueue(searcher(1), ['abc']);
     const before = await queue.get(1, clock.now().getTime());
-    hooks.refuse = () => ({ missing: [], inactive: [], full: [2], blocked: false });
+    hooks.refuse = () => ({ missing: [], inactive: [], full: [2], matchBlocked: [], cancelled: [], blocked: false });
     await expect(svc.enqueue(searcher(2), ['abc'])).rejects.toMatchObject({ code: 'ERR_MATCH_SLOT_LIMIT' });
     expect(await queue.get(1, clock.now().getTime())).toEqual(before);
     expect(await queue.get(2, clock.now().getTime())).toBeNull();
@@ -220,7 +226,9 @@ describe('matchmaking: a pair the chat store refuses (slots full by now, or a us
     await svc.enqueue(searcher(1), ['abc']);
     const before = await queue.get(1, clock.now().getTime());
     hooks.refuse = (ids) =>
-      ids.includes(1) && ids.includes(2) ? { missing: [], inactive: [], full: [], blocked: true } : undefined;
+      ids.includes(1) && ids.includes(2)
+        ? { missing: [], inactive: [], full: [], matchBlocked: [], cancelled: [], blocked: true }
+        : undefined;
     const res = await svc.enqueue(searcher(2), ['abc']);
     expect(res.answer.state).toBe('searching');
     expect(res.tellCaller).toBeUndefined();
@@ -245,9 +253,9 @@ describe('matchmaking: a pair the chat store refuses (slots full by now, or a us
       await svc.enqueue(searcher(id), [t]);
     hooks.refuse = (ids) =>
       ids[0] === 1
-        ? { missing: [], inactive: [], full: [1], blocked: false }
+        ? { missing: [], inactive: [], full: [1], matchBlocked: [], cancelled: [], blocked: false }
         : ids[0] === 3
-          ? { missing: [3], inactive: [], full: [], blocked: false }
+          ? { missing: [3], inactive: [], full: [], matchBlocked: [], cancelled: [], blocked: false }
           : undefined;
     const paired = await svc.enqueue(searcher(2), ['aaa', 'ccc', 'ddd']);
     expect(paired.answer.state).toBe('searching');
@@ -270,7 +278,14 @@ describe('matchmaking: a pair the chat store refuses (slots full by now, or a us
     };
     hooks.refuse = (ids) =>
       ids.includes(2) || (refuseRestored && ids.includes(3))
-        ? { missing: [], inactive: [], full: [ids.includes(2) ? 2 : 1], blocked: false }
+        ? {
+            missing: [],
+            inactive: [],
+            full: [ids.includes(2) ? 2 : 1],
+            matchBlocked: [],
+            cancelled: [],
+            blocked: false,
+          }
         : undefined;
     await expect(svc.enqueue(searcher(2), ['abc'])).rejects.toMatchObject({ code: 'ERR_MATCH_SLOT_LIMIT' });
   };
@@ -303,11 +318,109 @@ describe('matchmaking: a pair the chat store refuses (slots full by now, or a us
     const { clock, state, queue, svc, searcher, hooks } = setup();
     await online(state, clock);
     await svc.enqueue(searcher(1), ['abc']);
-    hooks.refuse = () => ({ missing: [], inactive: [], full: [1], blocked: false });
+    hooks.refuse = () => ({ missing: [], inactive: [], full: [1], matchBlocked: [], cancelled: [], blocked: false });
     const queued = await svc.enqueue(searcher(2), ['abc']);
     expect(queued.tellCaller).toBeUndefined();
     expect(await queue.get(2, clock.now().getTime())).toMatchObject({ userId: 2, tags: ['abc'] });
     expect(await queue.get(1, clock.now().getTime())).toBeNull();
+  });
+});
+
+describe('matchmaking: a search ended or blocked while its pair is being made', () => {
+  const online = async (state: MemoryState, clock: FakeClock) => {
+    for (const id of ['1', '2']) await state.addExpiring('online-users', [id], clock.now().getTime() + 60_000);
+  };
+  /** Runs `fn` at the next chat creation only, before it (the pairing holds the peer out of the queue). */
+  const once = (fn: () => Promise<unknown>) => {
+    let first = true;
+    return async () => {
+      if (!first) return;
+      first = false;
+      await fn();
+    };
+  };
+
+  it('makes no chat when the peer dequeued meanwhile: the peer stays out, told nothing; the caller queues', async () => {
+    const { clock, state, queue, svc, calls, searcher, hooks } = setup();
+    await online(state, clock);
+    await svc.enqueue(searcher(1), ['abc']);
+    hooks.beforeCreate = once(() => queue.dequeue(1, clock.now().getTime()));
+    const res = await svc.enqueue(searcher(2), ['abc']);
+    expect(res.answer.state).toBe('searching');
+    expect(res.tellCaller).toBeUndefined();
+    expect(calls.created).toEqual([]);
+    expect(await queue.get(1, clock.now().getTime())).toBeNull();
+    expect(await queue.get(2, clock.now().getTime())).toMatchObject({ userId: 2 });
+    expect(calls.other).toEqual([]);
+  });
+
+  it("makes no chat when the caller's own search was dequeued meanwhile: the peer goes back, the caller hears match:timeout after its answer", async () => {
+    const { clock, state, queue, svc, calls, searcher, hooks } = setup();
+    await online(state, clock);
+    await svc.enqueue(searcher(1), ['abc']);
+    const before = await queue.get(1, clock.now().getTime());
+    hooks.beforeCreate = once(() => queue.dequeue(2, clock.now().getTime()));
+    const res = await svc.enqueue(searcher(2), ['abc']);
+    expect(res.answer.state).toBe('searching');
+    expect(calls.created).toEqual([]);
+    expect(await queue.get(1, clock.now().getTime())).toEqual(before);
+    expect(await queue.get(2, clock.now().getTime())).toBeNull();
+    expect(calls.other).toEqual([]);
+    res.tellCaller?.();
+    expect(calls.other).toEqual([['user:2', 'match:timeout', { interests: ['abc'] }]]);
+  });
+
+  it('does not queue a caller dequeued after a pairing refused because of the peer: it searches on only as the same search', async () => {
+    const { clock, state, queue, svc, calls, searcher, hooks } = setup();
+    await online(state, clock);
+    await svc.enqueue(searcher(1), ['abc']);
+    hooks.refuse = (ids) => {
+      // The caller's dequeue lands once the pairing has read the marks (it waited for the locks).
+      void queue.dequeue(2, clock.now().getTime());
+      return ids.includes(1)
+        ? { missing: [], inactive: [], full: [1], matchBlocked: [], cancelled: [], blocked: false }
+        : undefined;
+    };
+    const res = await svc.enqueue(searcher(2), ['abc']);
+    expect(res.answer.state).toBe('searching');
+    expect(await queue.get(2, clock.now().getTime())).toBeNull();
+    res.tellCaller?.();
+    expect(calls.other).toEqual([
+      ['user:1', 'match:timeout', { interests: ['abc'] }],
+      ['user:2', 'match:timeout', { interests: ['abc'] }],
+    ]);
+  });
+
+  it('drops a peer a moderator blocked meanwhile silently; a blocked caller gets 403 ERR_STRANGER_BLOCKED and the peer goes back', async () => {
+    const { clock, state, queue, svc, calls, searcher, hooks } = setup();
+    await online(state, clock);
+    await svc.enqueue(searcher(1), ['abc']);
+    const none = { missing: [], inactive: [], full: [], cancelled: [], blocked: false };
+    hooks.refuse = (ids) => (ids.includes(1) ? { ...none, matchBlocked: [1] } : undefined);
+    expect((await svc.enqueue(searcher(2), ['abc'])).tellCaller).toBeUndefined();
+    expect(await queue.get(1, clock.now().getTime())).toBeNull();
+    const waiting = await queue.get(2, clock.now().getTime());
+    expect(waiting).toMatchObject({ userId: 2 });
+    hooks.refuse = () => ({ ...none, matchBlocked: [3] });
+    await expect(svc.enqueue(searcher(3), ['abc'])).rejects.toMatchObject({ code: 'ERR_STRANGER_BLOCKED' });
+    expect(await queue.get(2, clock.now().getTime())).toEqual(waiting);
+    expect(calls.created).toEqual([]);
+    expect(calls.other).toEqual([]);
+  });
+
+  it("ends a stranger's search at the end of its session while a pairing has it out: the pairing failing does not put it back", async () => {
+    const { clock, state, queue, svc, calls, searcher, hooks, strangers } = setup();
+    await online(state, clock);
+    strangers.add(1);
+    await svc.enqueue(searcher(1), ['abc']);
+    hooks.beforeCreate = once(async () => {
+      await svc.sessionsEnded(1);
+      throw new Error('connection terminated');
+    });
+    await expect(svc.enqueue(searcher(2), ['abc'])).rejects.toThrow('connection terminated');
+    expect(await queue.get(1, clock.now().getTime())).toBeNull();
+    expect(await queue.topTags(5)).toEqual([]);
+    expect(calls.other).toEqual([]);
   });
 });
 
@@ -431,7 +544,9 @@ describe('matchmaking: searches that end without a pair are told (match:timeout)
     await svc.enqueue(searcher(1), ['abc']);
     await svc.enqueue(searcher(3), ['def']);
     hooks.refuse = (ids) =>
-      ids.includes(1) ? { missing: [], inactive: [{ id: 1, state: 2 }], full: [1], blocked: false } : undefined;
+      ids.includes(1)
+        ? { missing: [], inactive: [{ id: 1, state: 2 }], full: [1], matchBlocked: [], cancelled: [], blocked: false }
+        : undefined;
     const paired = await svc.enqueue(searcher(2), ['abc', 'def']);
     expect(paired.tellCaller).toBeDefined();
     expect(calls.created).toEqual([[3, 2]]);
@@ -449,7 +564,14 @@ describe('matchmaking: searches that end without a pair are told (match:timeout)
       [1, 'ERR_TIMED_OUT'],
       [0, 'ERR_UNAUTHENTICATED'],
     ] as const) {
-      hooks.refuse = () => ({ missing: [], inactive: [{ id: 2, state }], full: [], blocked: false });
+      hooks.refuse = () => ({
+        missing: [],
+        inactive: [{ id: 2, state }],
+        full: [],
+        matchBlocked: [],
+        cancelled: [],
+        blocked: false,
+      });
       await expect(svc.enqueue(searcher(2), ['abc'])).rejects.toMatchObject({ code });
       expect(await queue.get(1, clock.now().getTime())).toEqual(before);
       expect(await queue.get(2, clock.now().getTime())).toBeNull();

@@ -41,6 +41,13 @@ export interface Searcher {
 
 type Found = { id: number; username: string; stranger: boolean };
 
+/**
+ * What a pairing came to for its caller: `found`, the chat is made (`tell` sends the caller's
+ * `match:found`); `refused` because of the peer only, the caller searches on; `ended`, the caller's
+ * own search was ended meanwhile (a dequeue), nothing made.
+ */
+type Completed = { kind: 'found'; tell: () => void } | { kind: 'refused' } | { kind: 'ended' };
+
 /** An enqueue's answer, and when it paired, the caller's `match:found` to send after the answer. */
 export interface Enqueued {
   answer: MatchStatus;
@@ -111,7 +118,8 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
    * peer's. When it cannot go back (its deadline passed meanwhile, or the queue failed, logged) its
    * search has ended and it is told so, as at its deadline (`match:timeout`). A peer searching again
    * on a newer entry is left to that search; one whose search was ended meanwhile (a dequeue, a ban
-   * or timeout: the queue's cancelled mark) stays out, told nothing (it was answered, or is gone).
+   * or timeout, a stranger's session ending: the queue's cancelled mark) stays out, told nothing
+   * (it was answered, or is gone).
    */
   const putBack = async (peer: QueueEntry): Promise<void> => {
     try {
@@ -139,9 +147,10 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
    */
   const pairRestored = async (mine: QueueEntry, other: QueueEntry, tag: string): Promise<void> => {
     try {
-      const tell = await complete(mine, mine, other, tag);
-      if (tell) tell();
-      else await putBack(mine);
+      const done = await complete(mine, mine, other, tag);
+      if (done.kind === 'found') done.tell();
+      // Ended by a dequeue, which answered it: told nothing.
+      else if (done.kind === 'refused') await putBack(mine);
     } catch (err) {
       if (!(err instanceof AppError))
         deps.log.warn({ err, userId: mine.userId }, 'restored match search ended by a failure');
@@ -151,51 +160,63 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
 
   /**
    * A pair the chat store refused (a user gone; banned or timed out, or a stranger whose session
-   * ended, since it queued; or its direct-chat slots full by now: parallel enqueues of one user, on
-   * any node, pass the pre-check together; or a block between the two committed after the
-   * caller's pre-check read the blocks). A peer that is
-   * not the reason goes back to the queue, after a block excluding the caller, so that neither the
-   * caller searching on nor a later placing pairs the two again; one whose slots are full leaves
-   * it (its search ended, it is told); one gone or inactive leaves it silently (it has no socket
-   * left to tell). The caller, if it is a reason, gets the refusal; else it searches on (answers
-   * normally).
+   * ended, since it queued; a stranger a moderator blocked from matchmaking meanwhile; a search a
+   * dequeue ended meanwhile; or its direct-chat slots full by now: parallel enqueues of one user,
+   * on any node, pass the pre-check together; or a block between the two committed after the
+   * caller's pre-check read the blocks). A peer that is not a reason goes back to the queue, after
+   * a block excluding the caller, so that neither the caller searching on nor a later placing
+   * pairs the two again. One that is leaves it: told when only its slots are full (its search
+   * ended); silently when gone, inactive or blocked (it has no socket left to tell, or it may not
+   * search) or dequeued (its dequeue answered it). The caller, if it is a reason, gets the
+   * refusal, or `ended` when its own search was ended by a dequeue; else it searches on.
    */
-  const refused = async (me: Pick<Searcher, 'userId'>, peer: QueueEntry, why: DirectRefusal): Promise<void> => {
+  const refused = async (
+    me: Pick<Searcher, 'userId'>,
+    peer: QueueEntry,
+    why: DirectRefusal,
+  ): Promise<'refused' | 'ended'> => {
     const inactive = (id: number) => why.inactive.find((u) => u.id === id);
-    const out = (id: number) => why.missing.includes(id) || why.full.includes(id) || inactive(id) !== undefined;
-    if (why.blocked) await putBack({ ...peer, exclude: [...peer.exclude, me.userId] });
-    else if (!out(peer.userId)) await putBack(peer);
-    else if (why.full.includes(peer.userId) && !inactive(peer.userId)) tellEnded([peer]);
+    const gone = (id: number) =>
+      why.missing.includes(id) ||
+      inactive(id) !== undefined ||
+      why.matchBlocked.includes(id) ||
+      why.cancelled.includes(id);
+    if (!gone(peer.userId)) {
+      if (why.full.includes(peer.userId)) tellEnded([peer]);
+      else await putBack(why.blocked ? { ...peer, exclude: [...peer.exclude, me.userId] } : peer);
+    }
     if (why.missing.includes(me.userId)) throw appError('ERR_USER_NOT_FOUND');
     const mine = inactive(me.userId);
     if (mine)
       throw appError(mine.state === 2 ? 'ERR_BANNED' : mine.state === 1 ? 'ERR_TIMED_OUT' : 'ERR_UNAUTHENTICATED');
+    if (why.matchBlocked.includes(me.userId)) throw appError('ERR_STRANGER_BLOCKED');
     if (why.full.includes(me.userId)) throw appError('ERR_MATCH_SLOT_LIMIT');
+    return why.cancelled.includes(me.userId) ? 'ended' : 'refused';
   };
 
   /**
    * Creates the direct chat of a pair and tells every session of the waiting peer at once; the
-   * pairing caller is told by the returned function, which the route runs once its answer is out
+   * pairing caller is told by the returned `tell`, which the route runs once its answer is out
    * (spec 4.5: the enqueue answers `searching`, `match:found` follows). If the chat cannot be made,
-   * the peer goes back to the queue and the caller gets the error; undefined when only the peer
-   * could not take the chat (it has left the queue) and the caller should search on.
+   * the peer goes back to the queue and the caller gets the error; `refused` when only the peer
+   * could not take the chat (it has left the queue) and the caller should search on. Once the
+   * chat store holds both users' locks it asks the queue whether a dequeue ended either search
+   * (dequeue waits for those locks), so a dequeue answered `idle` is never followed by this chat.
    */
   const complete = async (
     me: Pick<Searcher, 'userId'>,
     mine: QueueEntry,
     peer: QueueEntry,
     tag: string,
-  ): Promise<(() => void) | undefined> => {
+  ): Promise<Completed> => {
     const shared = [tag, ...mine.tags.filter((t) => t !== tag && peer.tags.includes(t))];
+    const searchesEnded = () => queue.cancelledOf([peer, mine]);
     // Names and kinds as stored, read by the statement that creates the chat (the peer may have renamed).
-    const made = await chats.createDirect([peer.userId, me.userId], shared).catch(async (err) => {
+    const made = await chats.createDirect([peer.userId, me.userId], shared, searchesEnded).catch(async (err) => {
       await putBack(peer);
       throw err;
     });
-    if ('refused' in made) {
-      await refused(me, peer, made.refused);
-      return undefined;
-    }
+    if ('refused' in made) return { kind: await refused(me, peer, made.refused) };
     const { chat, token, users, filled } = made;
     if (filled.length > 0) endSearchesOfFull(filled);
     const [theirs, ours] = users as [Found, Found];
@@ -208,7 +229,7 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
       peer: { ...other, country_code: otherEntry.country },
     });
     realtime.emitTo(rooms.user(peer.userId), 'match:found', found(ours, mine));
-    return () => realtime.emitTo(rooms.user(me.userId), 'match:found', found(theirs, peer));
+    return { kind: 'found', tell: () => realtime.emitTo(rooms.user(me.userId), 'match:found', found(theirs, peer)) };
   };
 
   /**
@@ -280,30 +301,46 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
         country: mine.country,
       };
       const answer: MatchStatus = { state: 'searching', interests, expires_at: new Date(entry.deadline).toISOString() };
+      // The caller's own dequeue ended the search while it was being paired: the answer is still
+      // the search (spec 4.5), and `match:timeout` after it says that it has ended.
+      const ended = (): Enqueued => ({
+        answer,
+        tellCaller: () => realtime.emitTo(rooms.user(searcher.userId), 'match:timeout', { interests }),
+      });
       // Each round that pairs with a peer unable to take the chat has taken that peer out of the
-      // queue for good, so the rounds end: queued, or paired.
-      for (let at = now; ; at = clock.now().getTime()) {
-        if (clock.now().getTime() - now > MATCH_PRECHECK_MAX_MS)
+      // queue for good, so the rounds end: queued, or paired. The first round begins the search;
+      // a later one goes on with it, as a restore: a dequeue that ended it meanwhile holds there
+      // (`cancelled`), where an enqueue would take it for a new search.
+      for (let round = 0; ; round++) {
+        const at = clock.now().getTime();
+        if (at - now > MATCH_PRECHECK_MAX_MS)
           throw appError('ERR_SERVICE_UNAVAILABLE', 'Matchmaking is slow right now; try again.');
-        const result = await queue.enqueue(entry, at);
+        const result = round === 0 ? await queue.enqueue(entry, at) : await queue.restore(entry, at);
         // Users whose deadline passed, met on the way (before the deadline sweep came to them).
         tellEnded(result.dropped);
         if (result.kind === 'already') throw appError('ERR_MATCH_ALREADY_SEARCHING');
         if (result.kind === 'barred') throw appError('ERR_STRANGER_BLOCKED');
         // Its slots filled (a parallel search paired) after this pre-check read them.
         if (result.kind === 'full') throw appError('ERR_MATCH_SLOT_LIMIT');
+        if (result.kind === 'cancelled' || result.kind === 'expired') return ended();
         if (result.kind !== 'paired') return { answer };
-        const tellCaller = await complete(searcher, entry, result.peer, result.tag);
-        if (tellCaller) return { answer, tellCaller };
+        const done = await complete(searcher, entry, result.peer, result.tag);
+        if (done.kind === 'found') return { answer, tellCaller: done.tell };
+        if (done.kind === 'ended') return ended();
       }
     },
 
     /**
-     * Ends the user's search, also one a pairing has out of the queue right now: if that pairing
-     * fails, the queue does not put the search back (its cancelled mark; putBack).
+     * Ends the user's search, also one a pairing has out of the queue right now (the queue's
+     * cancelled mark: if that pairing fails, the search is not put back, putBack), and answers
+     * the status after it. A pairing holding the user's slot lock is waited for first: it asked
+     * for the mark before it was set, so its chat stands and the answer is `matched`, or it read
+     * the mark and made none; a pairing that takes the lock later reads the mark and makes none
+     * (complete). So an `idle` answer is never followed by a match of that search.
      */
     async dequeue(userId: number): Promise<MatchStatus> {
       await queue.dequeue(userId, clock.now().getTime());
+      await chats.waitForPairings(userId);
       return status(userId);
     },
 
@@ -319,11 +356,12 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
 
     /**
      * Sessions of a user ended (logout, destroy, eviction, expiry), committed. A stranger never signs in
-     * again, so its search ends with its session (it is told nothing: its sockets are gone). A
-     * registered user's search stays: it may sign in again before the deadline.
+     * again, so its search ends with its session (it is told nothing: its sockets are gone), also
+     * one a pairing has out of the queue right now (as endSearch: the queue holds no entry then,
+     * so it is not asked first). A registered user's search stays: it may sign in again before the
+     * deadline.
      */
     async sessionsEnded(userId: number): Promise<void> {
-      if (!(await queue.get(userId, clock.now().getTime()))) return;
       if (await deps.store.isStranger(userId)) await queue.dequeue(userId, clock.now().getTime());
     },
 

@@ -236,8 +236,8 @@ return out`;
  * The cluster-mode queue: every operation is one Lua script, so pairing is atomic across nodes.
  * `client` runs the scripts and must have no command timeout (RedisState.matchQueueConnection): a
  * script that a timeout cut still runs in Redis, and its outcome (a waiting user taken as a peer,
- * entries dropped or barred) would be lost. `reads` (default `client`) answers `get` and `topTags`,
- * which change nothing and may time out.
+ * entries dropped or barred) would be lost. `reads` (default `client`) answers `get`, `topTags` and
+ * `cancelledOf`, which change nothing and may time out.
  */
 export class RedisMatchQueue implements MatchQueue {
   constructor(
@@ -272,6 +272,12 @@ export class RedisMatchQueue implements MatchQueue {
 
   async dequeue(userId: number, now: number): Promise<boolean> {
     return (await this.client.eval(DEQUEUE, 0, this.prefix, String(userId), String(now), String(CANCEL_MARK_MS))) === 1;
+  }
+
+  async cancelledOf(entries: readonly Pick<QueueEntry, 'userId' | 'enqueuedAt'>[]): Promise<number[]> {
+    if (entries.length === 0) return [];
+    const marks = await this.reads.zmscore(`${this.prefix}mq:cancelled`, ...entries.map((e) => String(e.userId)));
+    return entries.filter((e, i) => marks[i] != null && e.enqueuedAt <= Number(marks[i])).map((e) => e.userId);
   }
 
   async bar(userId: number, until: number, now: number): Promise<QueueEntry | null> {

@@ -343,13 +343,17 @@ describe.each(implementations)('the %s match queue', (_name, makeNodes) => {
     expect(await q.topTags(0)).toEqual([]);
   });
 
-  it('does not put back an entry whose search a dequeue ended while a pairing had it out; a later search goes back', async () => {
+  it('does not put back an entry whose search a dequeue ended while a pairing had it out, and names its user to cancelledOf; a later search goes back', async () => {
     const q = make();
     expect(await q.enqueue(entry(1, ['aaa']), NOW)).toEqual(QUEUED);
     const first = await q.enqueue(entry(2, ['aaa']), NOW);
     if (first.kind !== 'paired') throw new Error(`not paired: ${first.kind}`);
     // 1 stops searching while the pair is being made: nothing to remove, but the search has ended.
+    expect(await q.cancelledOf([first.peer, entry(2, ['aaa'])])).toEqual([]);
     expect(await q.dequeue(1, NOW + 5)).toBe(false);
+    // The pairing asks before it makes the chat: 1's search has ended, 2's has not.
+    expect(await q.cancelledOf([entry(2, ['aaa']), first.peer])).toEqual([1]);
+    expect(await q.cancelledOf([entry(1, ['aaa'], { enqueuedAt: NOW + 6 })])).toEqual([]);
     expect(await q.restore(first.peer, NOW + 10)).toEqual(placed('cancelled'));
     expect(await q.get(1, NOW + 10)).toBeNull();
     expect(await q.enqueue(entry(3, ['aaa']), NOW + 10)).toEqual(QUEUED);

@@ -80,6 +80,13 @@ export interface MatchQueue {
    */
   dequeue(userId: number, now: number): Promise<boolean>;
   /**
+   * Of these searches (the two of a pair being made), the users whose search `dequeue` ended: the
+   * user's cancelled mark is at or after the entry's `enqueuedAt`, as `restore` reads it. A
+   * pairing asks once it holds its users' locks, so that a dequeue either comes after the chat or
+   * stops it (matchmaking.service `dequeue`). Changes nothing.
+   */
+  cancelledOf(entries: readonly Pick<QueueEntry, 'userId' | 'enqueuedAt'>[]): Promise<number[]>;
+  /**
    * Removes a user from the queue and, in the same atomic step, refuses its enqueues (and
    * restores) until `until` (ms): a block being written elsewhere holds from here, whatever an
    * enqueue already in flight read before it. Bars past their time at `now` are forgotten. Bars
@@ -277,6 +284,12 @@ export class MemoryMatchQueue implements MatchQueue {
     for (const [id, at] of this.cancelled) if (at <= now - CANCEL_MARK_MS) this.cancelled.delete(id);
     this.cancelled.set(userId, Math.max(now, this.cancelled.get(userId) ?? now));
     return this.remove(userId) !== undefined;
+  }
+
+  async cancelledOf(entries: readonly Pick<QueueEntry, 'userId' | 'enqueuedAt'>[]): Promise<number[]> {
+    return entries
+      .filter((e) => e.enqueuedAt <= (this.cancelled.get(e.userId) ?? Number.NEGATIVE_INFINITY))
+      .map((e) => e.userId);
   }
 
   async bar(userId: number, until: number, now: number): Promise<QueueEntry | null> {
