@@ -10,7 +10,7 @@ import { bundle, join, keyEpoch, type Member, member, receiveKey } from './suppo
 import { Client, nextIp } from './support/client.js';
 import { failInserts } from './support/faults.js';
 import { login } from './support/flows.js';
-import { closeAllSockets, connectSocket } from './support/sockets.js';
+import { closeAllSockets, connectSocket, disconnected } from './support/sockets.js';
 
 let app: TestApp;
 const clock = new FakeClock(Date.now());
@@ -89,8 +89,11 @@ describeApp('POST /v1/portal/match', () => {
     expect((await match(a, [t2, t1])).body.state).toBe('searching');
     const renamed = `ren${a.user.id}x${tagCounter}`.slice(0, 32);
     expect((await a.client.post('/v1/users/me/update', { username: renamed })).status).toBe(200);
+    // A rename drops the user's sockets (they carry the name their handshake read): A comes back.
+    await disconnected(a.socket);
+    const aSocket = await connectSocket(app.url, a.client);
     const foundB = await matchAndFind(b, [t1, 'other2', t2]);
-    const foundA = await a.socket.next('match:found');
+    const foundA = await aSocket.next('match:found');
     expect(foundB.peer).toMatchObject({ id: a.user.id, username: renamed, stranger: false });
     expect(foundA.peer).toMatchObject({ id: b.user.id, username: b.user.username });
     expect(foundA.interests).toEqual([t1, t2]);

@@ -1,7 +1,10 @@
+import { connect, HttpClient, joinRoom, type ParlorSocket } from '@parlor/sdk';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { describeApp, type Nodes, startNodes, type TestApp } from './support/app.js';
 import { join, keyedChat, type Member, member } from './support/chat-flows.js';
-import { closeAllSockets, connectSocket } from './support/sockets.js';
+import type { Answer } from './support/client.js';
+import { createBot, operator } from './support/flows.js';
+import { closeAllSockets, connectSocket, disconnected } from './support/sockets.js';
 
 // Two nodes over one store in the cluster project (one node, both A and B, embedded).
 let nodes: Nodes;
@@ -206,5 +209,85 @@ describeApp('presence in a chat', () => {
     expect(presenceDeltas(owner, chatId, g.sessionId)).toEqual([]);
     // The join itself was real: g is a member.
     expect((await g.client.get('/v1/portal/chats')).body.chats.map((c: any) => c.id)).toContain(chatId);
+  });
+});
+
+/** The ways a user is renamed, each asked of node B (the user's sockets are on node A). */
+const renames: [string, (who: Member, username: string) => Promise<Answer>][] = [
+  ['the user itself', (who, username) => who.client.on(nodes.b).post('/v1/users/me/update', { username })],
+  [
+    'a bot',
+    async (who, username) =>
+      (await createBot(nodes.b)).client.post(`/v1/bot/users/${who.user.id}/update`, { username }),
+  ],
+  ['an admin', (who, username) => operator(nodes.b).post(`/v1/admin/users/${who.user.id}/update`, { username })],
+];
+
+/** Resolves once `socket` is connected again, or rejects after `ms`. */
+const reconnected = (socket: ParlorSocket, ms = 10_000) =>
+  new Promise<void>((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error('not connected again')), ms);
+    socket.once('connect', () => {
+      clearTimeout(t);
+      resolve();
+    });
+  });
+
+describeApp('presence after a rename', () => {
+  it.each(renames)(
+    'drops the sockets of a user renamed by %s; the SDK client comes back, and a later joiner gets the new name',
+    async (_, rename) => {
+      const { chatId } = await keyedChat(app);
+      const g = await member(app);
+      // The client as an app runs it: the SDK's socket, which reconnects by itself.
+      const sdk = await connect(new HttpClient({ baseUrl: app.url, session: g.client.cookie }));
+      try {
+        await joinRoom(sdk, { chat_id: chatId });
+        const dropped = disconnected(sdk, 5_000);
+        const username = `renamed_${g.user.id}`;
+        const res = await rename(g, username);
+        expect(res.status, JSON.stringify(res.body)).toBe(200);
+        // The server dropped it (as after a level change): the new handshake reads the new name.
+        expect(await dropped).toBe('io server disconnect');
+        // Not a Socket.IO reconnection (it gives up after a server drop): the SDK's own, 0.5-1 s on.
+        await reconnected(sdk);
+        await joinRoom(sdk, { chat_id: chatId });
+        const later = await member(nodes.b);
+        const ack = await join(later, { chat_id: chatId });
+        expect(ack.ok).toBe(true);
+        const entries = ack.members.filter((m: any) => m.user_id === g.user.id);
+        expect(entries).toEqual([{ user_id: g.user.id, session_id: g.sessionId, username }]);
+      } finally {
+        sdk.disconnect();
+      }
+    },
+  );
+
+  it('keeps the sockets of a user whose own rename changes nothing', async () => {
+    const g = await member(app);
+    const res = await g.client.post('/v1/users/me/update', { username: g.user.username });
+    expect([res.status, res.body.errors]).toEqual([200, null]);
+    // Node A holds the socket: a drop would have reached it before this event's answer.
+    const ack = await g.socket.timeout(5_000).emitWithAck('room:leave', { chat_id: 999_999 });
+    expect([ack.ok, g.socket.connected]).toEqual([false, true]);
+  });
+
+  it('gives a socket recovered after a rename made while it was away the new name', async () => {
+    const { owner, chatId } = await keyedChat(app);
+    const g = await member(app);
+    expect((await join(g, { chat_id: chatId })).ok).toBe(true);
+    // Its transport is cut (not a clean disconnect): the server keeps its session for recovery.
+    g.socket.io.engine.close();
+    await owner.socket.next('portal:presence', (e) => e.session_id === g.sessionId && e.online === false);
+    const username = `away_${g.user.id}`;
+    expect((await g.client.on(nodes.b).post('/v1/users/me/update', { username })).status).toBe(200);
+    const back = new Promise<void>((resolve) => g.socket.once('connect', () => resolve()));
+    g.socket.connect();
+    await back;
+    expect(g.socket.recovered).toBe(true);
+    // Back in the chat's room without a join, with the data of its new handshake.
+    const later = await member(nodes.b);
+    const ack = await join(later, { chat_id: chatId });
+    expect(ack.members).toContainEqual({ user_id: g.user.id, session_id: g.sessionId, username });
   });
 });

@@ -60,6 +60,15 @@ export function makeAdminService(deps: AdminDeps) {
   const { db, clock, usersStore, users, sessions, notifications, audit } = deps;
 
   /**
+   * Drops every socket of a user, on every node, once a change of what its handshake read has
+   * committed: the level (room:join, VM moderation) or the name (presence, VM control requests).
+   * The client reconnects, and the new handshake reads the user as it is now (docs/security.md).
+   */
+  const dropSockets = (userId: number) => deps.realtime.io.in(rooms.user(userId)).disconnectSockets(true);
+  // Renames by the user itself and by bots (UsersService) drop them too; an admin's, below.
+  users.onRenamed(dropSockets);
+
+  /**
    * Changes a locked user's level inside the caller's transaction: the rules of spec 2.11, staff
    * session expiry, the audit entry (100) and the notification, which the caller publishes once the
    * transaction has committed. Null when the level is unchanged.
@@ -141,10 +150,10 @@ export function makeAdminService(deps: AdminDeps) {
       // One transaction for every field: a taken username after a level change leaves nothing changed.
       // The checks above used the levels read when the request began: a fast refusal. What decides
       // is the caller's and the target's levels as read under their row locks (lockCallerAndTarget).
-      let note: Awaited<ReturnType<typeof changePermission>> = null;
+      let done: { note: Awaited<ReturnType<typeof changePermission>>; renamed: boolean };
       let viewerLevel = actorLevel;
       try {
-        note = await db.transaction(async (tx) => {
+        done = await db.transaction(async (tx) => {
           const { level, target: locked } = await lockCallerAndTarget(tx, actor, actorLevel, targetId);
           viewerLevel = level;
           if (!locked) throw appError('ERR_USER_NOT_FOUND');
@@ -159,26 +168,25 @@ export function makeAdminService(deps: AdminDeps) {
             const entry = { actor, code: AuditCodes.USER_UPDATE, action, targetUserId: targetId, data: { from, to } };
             await audit.record(entry, tx);
           };
-          if (body.username !== undefined && body.username !== locked.username) {
-            const holder = await usersStore.byUsername(body.username, tx);
+          const username = body.username !== locked.username ? body.username : undefined;
+          if (username !== undefined) {
+            const holder = await usersStore.byUsername(username, tx);
             if (holder && holder.id !== targetId) throw appError('ERR_USERNAME_TAKEN');
-            await apply('rename', { username: body.username }, locked.username, body.username);
+            await apply('rename', { username }, locked.username, username);
           }
           if (body.avatar_source !== undefined && body.avatar_source !== locked.avatarSource)
             await apply('avatar', { avatarSource: body.avatar_source }, locked.avatarSource, body.avatar_source);
-          return changed;
+          return { note: changed, renamed: username !== undefined };
         });
       } catch (e) {
         // Two renames racing for one name: the unique index decides, and the loser changes nothing.
         if (isUniqueViolation(e)) throw appError('ERR_USERNAME_TAKEN');
         throw e;
       }
-      if (note) {
-        notifications.publish(note);
-        // Sockets carry the level they signed in with (room:join, VM moderation): they drop on
-        // every node, as for a ban or timeout, and reconnect with the new level.
-        deps.realtime.io.in(rooms.user(targetId)).disconnectSockets(true);
-      }
+      if (done.note) notifications.publish(done.note);
+      // Sockets carry the level and name they signed in with: after a change of either they drop
+      // on every node, as for a ban or timeout (after the notification, so that it reaches them).
+      if (done.note || done.renamed) dropSockets(targetId);
       return users.profile(targetId, viewerLevel === 'operator' ? 3 : viewerLevel);
     },
 

@@ -204,6 +204,8 @@ export function makeBotsService({ db, store, audit, state, clock, users }: BotsD
      * first without locks (404, 403, 400); then the rename and its audit entry (101 `rename`, data
      * `{from, to}`, actor the bot, as docs/api.md's audit log names it) commit together, decided
      * on the target's locked row. A refusal writes nothing; renaming to the current name neither.
+     * Once a rename commits, the user's sockets drop on every node (UsersService.onRenamed): they
+     * carry the name their handshake read, and reconnect with the new one.
      */
     async renameUser(bot: NonNullable<Principal['bot']>, userId: number, username: string | undefined) {
       await users.botRenameCheck(bot, userId, username);

@@ -28,9 +28,10 @@ const handshakeHolds = (data: AppSocket['data'], owner: LiveOwner) =>
  * - Once a socket is in its session's room, the session and its user are read again from SQL,
  *   past any cache, and the socket is dropped if the session is no longer live, its user may no
  *   longer connect, or its user's level or name is no longer what the handshake read. A session
- *   end or a level change (admin.service.ts) that committed between the handshake's look-up and
- *   that join found no socket to drop; one after the join does. Dropped, not updated in place, as
- *   a level change drops the sockets it finds: the client reconnects with the new level.
+ *   end, a level change or a rename (admin.service.ts) that committed between the handshake's
+ *   look-up and that join found no socket to drop; one after the join does. Dropped, not updated
+ *   in place, as a level change or a rename drops the sockets it finds: the client reconnects
+ *   with the new level and name.
  *   The expiry read replaces the handshake's.
  * - No client event is served to a socket whose session's expiry passed (`gateEvents`).
  * - `check`, run every SOCKET_EXPIRY_CHECK_MS, drops the sockets whose session expired and ends

@@ -12,6 +12,7 @@ import {
   type User,
 } from '@parlor/protocol';
 import type { Clock } from '../../platform/clock.js';
+import { afterCommit } from '../../platform/db/after-commit.js';
 import { appError } from '../../platform/errors.js';
 import { type CachedProfile, frozenProfile, type ProfileCache } from './users.cache.js';
 import {
@@ -65,7 +66,15 @@ export interface UsersDeps {
   profiles?: ProfileCache;
 }
 
+/** Told of a user whose rename has committed (UsersService.onRenamed). */
+export type RenamedListener = (userId: number) => void;
+
 export function makeUsersService({ store, clock, publicUrl, profiles }: UsersDeps) {
+  const renameListeners: RenamedListener[] = [];
+  const renamed = (userId: number) => {
+    for (const listener of renameListeners) listener(userId);
+  };
+
   const present = async (u: UserRow): Promise<User> => toUser(u, await store.platformsOf(u.id), publicUrl, clock.now());
 
   const presentFor = async (u: UserRow, viewerLevel: number | null): Promise<FullUser | PublicUser> => {
@@ -82,13 +91,18 @@ export function makeUsersService({ store, clock, publicUrl, profiles }: UsersDep
     return u;
   };
 
-  /** Tries to rename; returns the error message for the `errors` object, or null on success. */
+  /**
+   * Tries to rename; returns the error message for the `errors` object, or null on success. The
+   * write commits on its own, so a change of name is told to the `onRenamed` listeners at once.
+   */
   const rename = async (id: number, username: string): Promise<string | null> => {
     if (!isValidUsername(username)) return USERNAME_RULE;
     const holder = await store.byUsername(username);
     if (holder && holder.id !== id) return 'is taken';
     try {
       await store.update(id, { username, updatedAt: clock.now() });
+      // A holder is the user itself here: its name changed only if the case differs.
+      if (holder?.username !== username) renamed(id);
       return null;
     } catch (e) {
       if (isUniqueViolation(e)) return 'is taken';
@@ -108,6 +122,15 @@ export function makeUsersService({ store, clock, publicUrl, profiles }: UsersDep
     mustGet,
     rename,
     avatarSourceProblem,
+
+    /**
+     * Called once a rename made here (the user's own, a bot's) has committed, e.g. to drop the
+     * user's sockets, which carry the name their handshake read. An admin's rename is
+     * AdminService.updateUser's, which drops them itself (after a level change's notification).
+     */
+    onRenamed(listener: RenamedListener) {
+      renameListeners.push(listener);
+    },
 
     /**
      * The own profile: from the profile cache when it holds it (no SQL), else read and cached. An
@@ -202,7 +225,8 @@ export function makeUsersService({ store, clock, publicUrl, profiles }: UsersDep
      * decided on the target's row locked here, so a user promoted to Admin or deleted since the
      * early check is refused (403, 404) and nothing is written. A name taken by someone else is
      * 409 (two renames racing for one name: the unique index decides, and the caller maps it).
-     * Answers the change, or null when the user has that name already (nothing written).
+     * Answers the change, or null when the user has that name already (nothing written). The
+     * `onRenamed` listeners are told once the transaction commits.
      */
     async botRenameIn(
       bot: { type: number },
@@ -217,6 +241,7 @@ export function makeUsersService({ store, clock, publicUrl, profiles }: UsersDep
       const holder = await store.byUsername(username, tx);
       if (holder && holder.id !== id) throw appError('ERR_USERNAME_TAKEN');
       await store.update(id, { username, updatedAt: clock.now() }, tx);
+      await afterCommit(tx, async () => renamed(id));
       return { from: locked.username, to: username };
     },
 
