@@ -251,6 +251,113 @@ clusterOnly('a node that shuts down (a rolling deploy), seen from the other node
   }, 60_000);
 });
 
+clusterOnly('connection state recovery on a node whose stream reader is behind', () => {
+  let backing: Backing;
+  let a: TestApp;
+  let b: TestApp;
+  const opened: Socket[] = [];
+  beforeAll(async () => {
+    backing = await createBacking();
+    a = await startApp({ backing });
+    b = await startApp({ backing });
+  });
+  afterAll(async () => {
+    for (const s of opened) s.close();
+    closeAllSockets();
+    await a?.close();
+    await b?.close();
+    await backing?.release();
+  });
+
+  /**
+   * Holds a node's stream reader, as when it lags behind a burst: the entries it reads wait, in
+   * order, until `release` delivers them.
+   */
+  function holdReader(node: TestApp) {
+    type Read = (message: { data?: string }, offset: string) => void;
+    const adapter = node.services.realtime.io.of('/').adapter as unknown as { onRawMessage: Read };
+    const read = adapter.onRawMessage;
+    const held: [{ data?: string }, string][] = [];
+    adapter.onRawMessage = (message, offset) => {
+      held.push([message, offset]);
+    };
+    return {
+      holds: (text: string) => held.some(([message]) => message.data?.includes(text) === true),
+      release() {
+        adapter.onRawMessage = read;
+        for (const [message, offset] of held.splice(0)) read.call(adapter, message, offset);
+      },
+    };
+  }
+
+  for (const when of ['once connected', 'during the handshake'] as const) {
+    it(`replays each missed event once and in order, its node delivering them late (${when})`, async () => {
+      const who = await login(a);
+      const notify = async (title: string) => {
+        const res = await operator(a).post('/v1/admin/notifications', {
+          title,
+          body: title,
+          type: 'info',
+          user_id: who.user.id,
+        });
+        expect(res.status, JSON.stringify(res.body)).toBe(200);
+        return res.body.id as number;
+      };
+      const socket = io(b.url, {
+        transports: ['websocket'],
+        extraHeaders: { cookie: `psession=${who.client.cookie}` },
+        reconnection: false,
+        forceNew: true,
+      });
+      opened.push(socket);
+      const ids: number[] = [];
+      socket.io.on('packet', (p: { type: number; data?: any[] }) => {
+        if (p.type === 2 && p.data?.[0] === 'notification:new') ids.push(p.data[1].id);
+      });
+      const connected = () =>
+        new Promise<string | null>((resolve) => {
+          socket.once('connect', () => resolve(null));
+          socket.once('connect_error', (err) => resolve(err.message));
+        });
+      expect(await connected()).toBeNull();
+      // A first event gives the client its recovery offset.
+      const one = await notify('one');
+      await expect.poll(() => ids.includes(one)).toBe(true);
+
+      // The client drops; meanwhile node A notifies it twice, and node B's reader has read neither.
+      const sid = socket.id ?? '';
+      socket.io.engine.close();
+      await expect.poll(() => b.services.realtime.io.of('/').sockets.has(sid)).toBe(false);
+      const reader = holdReader(b);
+      try {
+        const missed = [await notify(`missed ${who.user.id} 1`), await notify(`missed ${who.user.id} 2`)];
+        await expect.poll(() => reader.holds(`missed ${who.user.id} 2`)).toBe(true);
+        // Back on node B, whose reader delivers them once the socket is connected, or while its
+        // handshake runs (a middleware after the app's own).
+        let armed = when === 'during the handshake';
+        b.services.realtime.io.use((s, next) => {
+          if (armed && s.recovered) {
+            armed = false;
+            reader.release();
+          }
+          next();
+        });
+        const back = connected();
+        socket.connect();
+        expect(await back).toBeNull();
+        expect(socket.recovered).toBe(true);
+        expect(armed).toBe(false);
+        reader.release();
+        const last = await notify('last');
+        await expect.poll(() => ids.includes(last)).toBe(true);
+        expect(ids).toEqual([one, ...missed, last]);
+      } finally {
+        reader.release();
+      }
+    });
+  }
+});
+
 clusterOnly('a node that shuts down with a client that does not answer', () => {
   let backing: Backing | null = null;
   let a: TestApp | null = null;

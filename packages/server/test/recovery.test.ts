@@ -1,7 +1,8 @@
 import { io, type Socket } from 'socket.io-client';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { describeApp, startApp, type TestApp } from './support/app.js';
-import { bundle, keyEpoch, keyedChat, type Member, member } from './support/chat-flows.js';
+import { bundle, keyEpoch, keyedChat, member, sessionIdOf } from './support/chat-flows.js';
+import { type LoggedIn, login, operator } from './support/flows.js';
 import { closeAllSockets } from './support/sockets.js';
 
 let app: TestApp;
@@ -19,9 +20,10 @@ afterAll(async () => {
  * A socket of `m`'s session that can come back with connection state recovery: it reconnects
  * only when told (`connect()`), after `drop()` cut its transport (not a clean disconnect, so the
  * server keeps its session for the recovery window). `packets` records every event packet that
- * reaches the client, before or without a successful connect too (the manager's decoded packets).
+ * reaches the client, before or without a successful connect too (the manager's decoded packets);
+ * `disconnects` the reason of each disconnect.
  */
-async function recoverable(m: Member) {
+async function recoverable(m: LoggedIn) {
   const socket = io(app.url, {
     transports: ['websocket'],
     extraHeaders: { cookie: `psession=${m.client.cookie}` },
@@ -33,6 +35,8 @@ async function recoverable(m: Member) {
   socket.io.on('packet', (p: { type: number; data?: unknown[] }) => {
     if (p.type === 2 && Array.isArray(p.data)) packets.push({ event: String(p.data[0]), payload: p.data[1] });
   });
+  const disconnects: string[] = [];
+  socket.on('disconnect', (reason) => disconnects.push(reason));
   await new Promise<void>((resolve, reject) => {
     socket.once('connect', () => resolve());
     socket.once('connect_error', reject);
@@ -40,6 +44,11 @@ async function recoverable(m: Member) {
   return {
     socket,
     packets,
+    disconnects,
+    /** The cookie its next handshakes send (the browser's, after another login in it). */
+    useCookieOf(other: LoggedIn) {
+      (socket.io.opts.extraHeaders as Record<string, string>).cookie = `psession=${other.client.cookie}`;
+    },
     /** The ids of the user messages received (system messages aside). */
     messages: () =>
       packets.filter((p) => p.event === 'message:new' && p.payload.type === 'user').map((p) => p.payload.id as string),
@@ -192,6 +201,75 @@ describeApp('connection state recovery after the session ended', () => {
     await send(chat, 'two');
     expect(await gone.r.reconnect()).toBe('ERR_UNAUTHENTICATED');
     expect(gone.r.messages()).toEqual([one]);
+  });
+});
+
+describeApp('connection state recovery with the cookie of another session', () => {
+  it("connects a socket that comes back with another user's cookie afresh, as that user: nothing the old session was sent is replayed", async () => {
+    const { chat, member: a, one } = await awayAfterOne();
+    // While away: a notification for A, and a message in A's chat. A's session stays live.
+    const notified = await operator(app).post('/v1/admin/notifications', {
+      title: 'for A only',
+      body: 'for A only',
+      type: 'info',
+      user_id: a.m.user.id,
+    });
+    expect(notified.status, JSON.stringify(notified.body)).toBe(200);
+    const missed = await send(chat, 'two');
+
+    // The browser now sends B's cookie (B signed in in another tab of it).
+    const b = await login(app);
+    a.r.useCookieOf(b);
+    expect(await a.r.reconnect()).toBeNull();
+    expect(a.r.socket.recovered).toBe(false);
+    const bSession = await sessionIdOf(app, b.client);
+    await expect
+      .poll(() => a.r.packets.some((p) => p.event === 'chat:list' && p.payload.session_id === bSession))
+      .toBe(true);
+    // In none of A's rooms: what they are sent now does not reach it either.
+    const socketId = a.r.socket.id ?? '';
+    const adapterRooms = app.services.realtime.io.of('/').adapter.rooms;
+    for (const room of [`chat:${chat.chatId}`, `user:${a.m.user.id}`, `session:${a.m.sessionId}`])
+      expect(adapterRooms.get(room)?.has(socketId) ?? false).toBe(false);
+    const live = await send(chat, 'three');
+    await chat.owner.socket.next('message:new', (p) => p.id === live);
+    // An ack on the connection comes after anything replayed or sent to it before.
+    await a.r.socket.emitWithAck('vm:credentials', { chat_id: chat.chatId });
+    expect(a.r.messages()).toEqual([one]);
+    expect(a.r.messages()).not.toContain(missed);
+    expect(a.r.packets.filter((p) => p.event === 'notification:new').map((p) => p.payload.id)).not.toContain(
+      notified.body.id,
+    );
+  });
+});
+
+describeApp('chat:list on a (re)connection', () => {
+  it('closes a connection whose chat:list cannot be read, as a dropped transport: the client comes back and gets it', async () => {
+    const who = await login(app);
+    const chats = app.services.chats;
+    const original = chats.list;
+    let failed = 0;
+    chats.list = async (...args: Parameters<typeof original>) => {
+      if (args[0] === who.user.id && failed === 0) {
+        failed += 1;
+        throw new Error('database briefly unreachable');
+      }
+      return original.apply(chats, args);
+    };
+    let r: Awaited<ReturnType<typeof recoverable>>;
+    try {
+      r = await recoverable(who);
+      await expect.poll(() => r.disconnects).toEqual(['transport close']);
+    } finally {
+      chats.list = original;
+    }
+    expect(failed).toBe(1);
+    expect(r.packets.some((p) => p.event === 'chat:list')).toBe(false);
+    expect(await r.reconnect()).toBeNull();
+    const session = await sessionIdOf(app, who.client);
+    await expect
+      .poll(() => r.packets.some((p) => p.event === 'chat:list' && p.payload.session_id === session))
+      .toBe(true);
   });
 });
 

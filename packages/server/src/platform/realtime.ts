@@ -5,7 +5,7 @@ import type { FastifyBaseLogger } from 'fastify';
 import type { Redis } from 'ioredis';
 import { Server, type Socket } from 'socket.io';
 import { logFailure, toErrorBody } from './errors.js';
-import { guardRecovery, type RecoveryCheck, reachRecoveringSockets } from './recovery.js';
+import { guardRecovery, type RecoveryCheck, reachRecoveringSockets, trackReplays } from './recovery.js';
 import { CROSS_NODE_READ_TIMEOUT_MS, crossNodeReads } from './socket-reads.js';
 import { coalesceSocketWrites } from './socket-writes.js';
 import { compilePayload } from './validation.js';
@@ -49,7 +49,8 @@ export interface RealtimeOptions {
   allowedOrigins: string[];
   /**
    * Authenticates the handshake from its Cookie header; a refusal (null: no session,
-   * `ERR_UNAUTHENTICATED`) refuses the connection with its code.
+   * `ERR_UNAUTHENTICATED`) refuses the connection with its code. A connection that would be
+   * recovered is checked with it first (recovery.ts), so its look-up should be cached.
    */
   authenticate(cookieHeader: string | undefined): Promise<SocketData | HandshakeRefusal | null>;
   /** Cluster mode: a Redis connection of its own for the streams adapter, and the key prefix. */
@@ -120,9 +121,19 @@ export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
 
   /** Set by the chats wiring: which restored rooms a recovered connection keeps (recovery.ts). */
   let recoveryCheck: RecoveryCheck | null = null;
-  guardRecovery(io.of('/').adapter, () => recoveryCheck);
+  /** What was replayed to recovered sockets that this node has yet to deliver (recovery.ts). */
+  const replays = trackReplays(io.of('/').adapter);
+  guardRecovery(io.of('/'), {
+    // The handshake's own session look-up, which is cached: the middleware's, right after, finds it there.
+    sessionOf: async (cookie) => {
+      const data = await opts.authenticate(cookie);
+      return data && !('refused' in data) ? data.sessionId : null;
+    },
+    check: () => recoveryCheck,
+    replays,
+  });
   /** Recovered sockets in their handshake: what their rooms are sent meanwhile reaches them (recovery.ts). */
-  const recovering = reachRecoveringSockets(io.of('/').adapter);
+  const recovering = reachRecoveringSockets(io.of('/').adapter, replays);
 
   io.use((socket, next) => {
     if (socket.recovered) recovering.connecting(socket);
@@ -138,12 +149,9 @@ export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
           if (data?.retryAfter !== undefined) refusal.data = { retry_after: data.retryAfter };
           return next(refusal);
         }
-        // A recovered socket carries the rooms of the session it had; another session (the
-        // cookie changed meanwhile) starts from none of them. The data is always the fresh one
-        // (a level changed while away is the current level).
-        if (socket.recovered && socket.data.sessionId !== data.sessionId) {
-          for (const room of [...socket.rooms]) if (room !== socket.id) void socket.leave(room);
-        }
+        // A recovered socket is of the session its cookie signs in as (recovery.ts: another one
+        // connects afresh). The data is always the fresh one (a level changed while away is the
+        // current level).
         socket.data = data;
         next();
       })

@@ -186,10 +186,15 @@ export function registerChatSockets(realtime: Realtime, chats: ChatsService, log
   });
 
   realtime.io.on('connection', (socket: AppSocket) => {
+    // Every (re)connection gets its chat:list. One whose list cannot be read is closed, as a
+    // transport that dropped (recoverable): the client comes back, and the list is read again.
     chats
       .list(socket.data.userId)
       .then((list) => emitSnapshot(socket, 'chat:list', { chats: list, session_id: socket.data.sessionId }))
-      .catch(() => {});
+      .catch((err: unknown) => {
+        log.warn({ err, session_id: socket.data.sessionId }, 'chat list on connect failed');
+        socket.conn.close();
+      });
     // A recovered connection is back in the chat rooms it may still be in (the others were taken
     // from it before it was restored, platform/recovery.ts). A kick, ban or leave that committed
     // after that check's read did not reach it (it was no socket of the namespace yet): now that it
