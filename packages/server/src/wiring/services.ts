@@ -21,6 +21,7 @@ import {
   createRealtime,
   type HandshakeRefusal,
   type Realtime,
+  rooms,
   type SocketData,
   STREAM_BLOCK_MS,
 } from '../platform/realtime.js';
@@ -82,6 +83,10 @@ export async function wireServices(ctx: WiringContext) {
   // (their chats move to a new epoch with it), and their sockets on every node once it commits.
   sessions.onEnding(({ userId, sessionIds }, tx) => keys.removeSessionsIn(tx, userId, sessionIds));
   sessions.onEnded(({ sessionIds }) => realtime.disconnectSessions(sessionIds));
+  // A socket carries the name its handshake read (room:members, VM control requests): a rename,
+  // the user's own or a bot's, drops the user's sockets on every node once it commits, as a level
+  // change does (an admin's rename: admin.service), and the client reconnects with the new name.
+  accounts.users.onRenamed((userId) => realtime.io.in(rooms.user(userId)).disconnectSockets(true));
   // Searches end with the user's access: once a ban or timeout commits, and once a stranger's
   // session ends (logout, destroy, expiry; it never signs in again). Committed either way, so a
   // failure here is logged, not the answer (a pairing refuses such a user anyway: chats.store).

@@ -65,8 +65,6 @@ export function makeAdminService(deps: AdminDeps) {
    * The client reconnects, and the new handshake reads the user as it is now (docs/security.md).
    */
   const dropSockets = (userId: number) => deps.realtime.io.in(rooms.user(userId)).disconnectSockets(true);
-  // Renames by the user itself and by bots (UsersService) drop them too; an admin's, below.
-  users.onRenamed(dropSockets);
 
   /**
    * Changes a locked user's level inside the caller's transaction: the rules of spec 2.11, staff
