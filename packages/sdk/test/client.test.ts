@@ -1,7 +1,9 @@
-import { expect, it } from 'vitest';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { describe, expect, it } from 'vitest';
 import { describeApp, type TestApp } from '../../server/test/support/app.js';
 import {
-  type BotClient,
+  BotClient,
   connect,
   encryptMessage,
   generateChatKey,
@@ -156,6 +158,43 @@ describeApp('connect, joinRoom and leaveRoom', () => {
       expect(await apiError(() => leaveRoom(socket, chat.id))).toMatchObject({ code: 'ERR_NOT_CHAT_MEMBER' });
     } finally {
       socket.disconnect();
+    }
+  });
+});
+
+describe('redirects', () => {
+  /** Listens on 127.0.0.1, port 0; answers the server and its port. */
+  const listen = async (handler: http.RequestListener) => {
+    const server = http.createServer(handler);
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    return { server, port: (server.address() as AddressInfo).port };
+  };
+
+  it('refuses a redirect with an error naming its target, so no bot key reaches another origin', async () => {
+    const keys: (string | string[] | undefined)[] = [];
+    const elsewhere = await listen((req, res) => {
+      keys.push(req.headers['x-api-key']);
+      res.setHeader('content-type', 'application/json');
+      res.end('{}');
+    });
+    // A front (a proxy, a moved service) that sends every request to another origin.
+    const target = `http://localhost:${elsewhere.port}`;
+    const front = await listen((req, res) => res.writeHead(307, { location: `${target}${req.url}` }).end());
+    try {
+      const bot = new BotClient({
+        baseUrl: `http://127.0.0.1:${front.port}`,
+        apiKey: 'pbk_redirected_0123456789abcdef',
+      });
+      expect(await apiError(() => bot.me())).toMatchObject({
+        status: 307,
+        code: 'ERR_HTTP_307',
+        source: 'http',
+        message: `GET /v1/bot/me was redirected to ${target}/v1/bot/me; redirects are not followed: set baseUrl to the final address.`,
+      });
+      expect(keys).toEqual([]);
+    } finally {
+      front.server.close();
+      elsewhere.server.close();
     }
   });
 });

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
 import { type Backing, createBacking, MODE, startApp, type TestApp } from './support/app.js';
 import { join, type Member, member } from './support/chat-flows.js';
 import { Client } from './support/client.js';
+import { captureLog, LEVEL } from './support/logs.js';
 import { closeAllSockets } from './support/sockets.js';
 import {
   autoAck,
@@ -23,6 +24,8 @@ const run = MODE === 'cluster' && browserAvailable;
 let backing: Backing;
 let a: TestApp;
 let b: TestApp;
+/** What A logs (a failure serving B's requests is logged there). */
+const aLogs = captureLog('info');
 let site: Awaited<ReturnType<typeof startTestSite>>;
 let owner: Member;
 let alice: Member;
@@ -46,7 +49,7 @@ beforeAll(async () => {
   site = await startTestSite();
   backing = await createBacking();
   const config = { vmAllowPrivateNetworks: true, vmMaxPerNode: 2, vmIdleTimeoutSeconds: 60 };
-  a = await startApp({ backing, config });
+  a = await startApp({ backing, config, logger: aLogs.log });
   b = await startApp({ backing, config });
   for (const node of [a, b]) node.services.vm.useSettings(async () => ({ start_url: site.url('/button') }));
   const publish = a.state.publish.bind(a.state);
@@ -117,6 +120,37 @@ describe.skipIf(!browserAvailable || MODE !== 'cluster' || !inject('servicesAvai
       expect(await ack(bob, 'vm:input', { chat_id: chatId, kind: 'text', text: 'x' })).toMatchObject({
         code: 'ERR_FORBIDDEN',
       });
+    });
+
+    it('a failure on A serving input from B is logged on A with its stack; a store outage there answers B 503', async () => {
+      const input = a.vmProvider.input;
+      const send = () => ack(alice, 'vm:input', { chat_id: chatId, kind: 'mouse', type: 'move', x: 10, y: 10 });
+      try {
+        a.vmProvider.input = async () => {
+          throw new TypeError('a bug in the room browser');
+        };
+        expect(await send()).toMatchObject({ ok: false, code: 'ERR_INTERNAL' });
+        const bug = aLogs.lines().find((l) => l.msg === 'unexpected error serving another node');
+        expect(bug).toMatchObject({
+          level: LEVEL.error,
+          op: 'input',
+          from: b.services.vm.nodeId,
+          err: { type: 'TypeError', message: 'a bug in the room browser', stack: expect.stringMatching(/^TypeError/) },
+        });
+        // What ioredis rejects a command with when Redis cannot be reached (errors.ts, connectionFailure).
+        a.vmProvider.input = async () => {
+          throw new Error('Connection is closed.');
+        };
+        expect(await send()).toMatchObject({ ok: false, code: 'ERR_SERVICE_UNAVAILABLE', retry_after: 5 });
+        expect(aLogs.lines().find((l) => l.msg === 'backing store unavailable')).toMatchObject({
+          level: LEVEL.warn,
+          op: 'input',
+          store_error: { message: 'Connection is closed.' },
+        });
+      } finally {
+        a.vmProvider.input = input;
+      }
+      expect((await send()).ok).toBe(true);
     });
 
     it('a kick on A ends the stream on B at once and drops control', async () => {

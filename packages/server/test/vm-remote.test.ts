@@ -11,8 +11,9 @@ import { type BrowserHost, createBrowserHost } from '../src/platform/vm/browser-
 import { LocalChromiumProvider } from '../src/platform/vm/local-provider.js';
 import type { VmFrame, VmProvider } from '../src/platform/vm/provider.js';
 import { RemoteBrowserProvider } from '../src/platform/vm/remote-provider.js';
-import { startApp, type TestApp } from './support/app.js';
+import { describeApp, startApp, type TestApp } from './support/app.js';
 import { join, member } from './support/chat-flows.js';
+import { captureLog } from './support/logs.js';
 import {
   BROWSER_TEST_TIMEOUT_MS,
   CHROMIUM,
@@ -29,7 +30,8 @@ vi.setConfig({ testTimeout: BROWSER_TEST_TIMEOUT_MS });
 /**
  * Room VMs on browser hosts (VM_HOSTS): the remote provider passes the provider contract against
  * a real host process's code on a real port, and a node configured with VM_HOSTS serves rooms with
- * the chat code unchanged. Storage does not matter here: embedded project only.
+ * the chat code unchanged. Storage does not matter to the browser suites: embedded project only.
+ * What users and the log see of a failing host needs no browser and runs on both projects.
  */
 const TOKEN = 'vht_test_token_0123456789abcdef0123456789';
 
@@ -274,6 +276,57 @@ describeProvider('a node whose rooms run on a browser host (VM_HOSTS)', () => {
     expect(stopped.status).toBe(200);
     await eventually(() => hostProvider.list().length === 0, WAIT_MS, 'the host’s browser stopped');
   });
+});
+
+describeApp('a node whose browser hosts fail (VM_HOSTS)', () => {
+  const PASSWORD = 'hunter2-browser-host';
+  let hanging: BrowserHost | undefined;
+  let app: TestApp | undefined;
+  afterAll(async () => {
+    await app?.close();
+    await hanging?.close();
+  });
+
+  it('answers a start its host leaves unanswered 503 naming no host, and logs hosts by origin, without credentials', async () => {
+    // A host whose browsers never finish starting, and one that refuses connections (port 1).
+    const never: VmProvider = {
+      start: () => new Promise(() => {}),
+      stop: async () => {},
+      status: () => null,
+      list: () => [],
+      subscribe: () => () => {},
+      input: async () => {},
+      navigate: async () => {},
+      onStopped: () => () => {},
+      close: async () => {},
+    };
+    const server = createServer();
+    hanging = createBrowserHost(server, { provider: never, token: TOKEN });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const port = (server.address() as AddressInfo).port;
+    // Config refuses a user name or password in VM_HOSTS; whatever the provider is given, it names
+    // hosts by their origin alone.
+    const logs = captureLog('info');
+    app = await startApp({
+      logger: logs.log,
+      config: {
+        vmHosts: [`http://parlor:${PASSWORD}@127.0.0.1:${port}`, `http://parlor:${PASSWORD}@127.0.0.1:1`],
+        vmHostToken: TOKEN,
+      },
+    });
+    const owner = await member(app, { level: 2 });
+    const created = await owner.client.post('/v1/portal/chats/create', { name: 'Hanging host', type: 'public' });
+    const chatId = created.body.chat.id as number;
+    expect((await join(owner, { chat_id: chatId })).ok).toBe(true);
+    const started = await owner.client.post(`/v1/portal/chats/${chatId}/start`, {});
+    expect({ status: started.status, body: started.body }).toEqual({
+      status: 503,
+      body: { code: 'ERR_ROOM_START_FAILED', message: 'A browser host did not answer in time.' },
+    });
+    const refused = logs.lines().filter((l) => l.msg.startsWith('browser host http://127.0.0.1:1: '));
+    expect(refused.length).toBeGreaterThan(0);
+    expect(logs.text()).not.toContain(PASSWORD);
+  }, 60_000);
 });
 
 const HOST_MAIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../dist/browser-host-main.js');

@@ -62,9 +62,12 @@ export class HttpClient {
   }
 
   /**
-   * Sends one request and returns the parsed JSON body of a 2xx answer.
-   * @throws ParlorApiError on any non-2xx answer; with status 0 and `ERR_HTTP_TIMEOUT` when no
-   *   complete answer came within `timeoutMs`, `ERR_NETWORK` when the request failed (`cause`).
+   * Sends one request and returns the parsed JSON body of a 2xx answer. A redirect is not
+   * followed: fetch would send `X-API-Key` (a bot's key) on to another origin, as it drops only
+   * `Authorization` and `Cookie` there. It is an error naming where it led, as in the CLI.
+   * @throws ParlorApiError on any non-2xx answer (a 3xx: `ERR_HTTP_<status>`, the message naming
+   *   the `Location`); with status 0 and `ERR_HTTP_TIMEOUT` when no complete answer came within
+   *   `timeoutMs`, `ERR_NETWORK` when the request failed (`cause`).
    *   `base` replaces `baseUrl` for this request (the guild interface's own base, {guild_api_url}).
    */
   async request<T>(
@@ -89,6 +92,7 @@ export class HttpClient {
         headers,
         body,
         credentials: 'include',
+        redirect: 'manual',
         signal: AbortSignal.timeout(this.timeoutMs),
       });
       this.#keepCookie(res.headers);
@@ -96,6 +100,7 @@ export class HttpClient {
     } catch (error) {
       throw transportError(method, path, this.timeoutMs, error);
     }
+    if (isRedirect(res)) throw redirectError(method, path, res);
     const parsed = parseJson(text);
     if (!res.ok) throw ParlorApiError.fromResponse(res.status, parsed);
     return parsed as T;
@@ -137,6 +142,24 @@ export function parseSetCookie(line: string): { name: string; value: string | nu
   }
   // The value is kept as sent (already cookie-encoded) and sent back the same way.
   return { name, value: expired ? null : raw };
+}
+
+/** A 3xx, or what a browser's fetch makes of one with `redirect: 'manual'` (status 0, no headers). */
+function isRedirect(res: Response): boolean {
+  return res.type === 'opaqueredirect' || (res.status >= 300 && res.status < 400);
+}
+
+/** A redirect as a ParlorApiError naming its target (a browser hides it). */
+function redirectError(method: string, path: string, res: Response): ParlorApiError {
+  const location = res.headers.get('location');
+  const to = location === null ? '' : ` to ${location}`;
+  return new ParlorApiError(
+    res.status,
+    `ERR_HTTP_${res.status}`,
+    `${method} ${path} was redirected${to}; redirects are not followed: set baseUrl to the final address.`,
+    {},
+    'http',
+  );
 }
 
 /** A failure of fetch itself (no HTTP answer) as a ParlorApiError with status 0. */

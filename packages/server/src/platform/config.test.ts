@@ -214,6 +214,34 @@ describe('loadConfig', () => {
     expect(load({ VM_HOST_TOKEN: 'a'.repeat(32) }).vmHostToken).toBe('a'.repeat(32));
   });
 
+  it.each([
+    ['http://parlor:hunter2@browsers-1:8090', 'hunter2'],
+    ['https://hunter2@browsers-1:8090', 'hunter2'],
+    ['http://parlor:@browsers-1:8090', 'parlor'],
+  ])(
+    'refuses a user name or password in VM_HOSTS (%s), naming the entry by position, never echoing it',
+    (entry, secret) => {
+      const problems = problemsOf({
+        VM_HOSTS: `http://browsers-0:8090, ${entry}`,
+        VM_HOST_TOKEN: 'vht_0123456789abcdef0123456789abcdef',
+      });
+      expect(problems).toEqual([
+        'VM_HOSTS entry 2 must not carry a user name or password: nodes authenticate with VM_HOST_TOKEN',
+      ]);
+      expect(problems[0]).not.toContain(secret);
+    },
+  );
+
+  it.each(['ftp://parlor:hunter2@browsers-1:8090', 'browsers-1:8090', 'not a url hunter2'])(
+    'refuses a VM_HOSTS entry that is no http(s) URL (%s) by position, never echoing it',
+    (entry) => {
+      const problems = problemsOf({ VM_HOSTS: entry, VM_HOST_TOKEN: 'vht_0123456789abcdef0123456789abcdef' });
+      expect(problems).toEqual(['VM_HOSTS entry 1 is not an http(s) URL of a browser host']);
+      expect(problems[0]).not.toContain('hunter2');
+      expect(problems[0]).not.toContain('browsers-1');
+    },
+  );
+
   it('puts every problem in the error message, so start-up prints one clear line', () => {
     try {
       load({ PORT: '70000', LOG_LEVEL: 'LOUD' });

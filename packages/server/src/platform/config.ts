@@ -78,7 +78,7 @@ export interface Config {
   vmSandbox: boolean;
   /** When the server runs as root: a uid per room from this range (`first-last`), instead of vmBrowserUser. */
   vmBrowserUids: { first: number; last: number } | null;
-  /** Browser hosts (http/https base URLs) that run this node's room VMs; empty: browsers run here. */
+  /** Browser hosts (http/https base URLs, no user or password) that run this node's room VMs; empty: browsers run here. */
   vmHosts: string[];
   /** The token browser hosts and nodes share (VM_HOST_TOKEN, at least 32 characters). */
   vmHostToken: string | null;
@@ -205,6 +205,29 @@ export function parseProxyUrl(value: string, protocols: readonly string[]): { ur
   if (!['', '/'].includes(u.pathname) || u.search !== '' || u.hash !== '')
     return { problem: `must be only ${form}: no path, query or fragment` };
   return { url: `${u.protocol}//${u.host}` };
+}
+
+/**
+ * VM_HOSTS: the browser hosts' http(s) base URLs, comma-separated. A refused entry is named by its
+ * position, never echoed, since it may hold a password. A user name or password is refused rather
+ * than dropped: the Socket.IO client connects by host and port and never sends them (a node
+ * authenticates with VM_HOST_TOKEN alone), so they could only leak, in errors and log lines.
+ */
+function browserHostUrls(value: string, problems: string[]): string[] {
+  const hosts: string[] = [];
+  for (const [i, entry] of value.split(',').entries()) {
+    const h = entry.trim().replace(/\/$/, '');
+    if (h === '') continue;
+    const u = URL.canParse(h) ? new URL(h) : null;
+    if (u === null || !['http:', 'https:'].includes(u.protocol))
+      problems.push(`VM_HOSTS entry ${i + 1} is not an http(s) URL of a browser host`);
+    else if (u.username !== '' || u.password !== '')
+      problems.push(
+        `VM_HOSTS entry ${i + 1} must not carry a user name or password: nodes authenticate with VM_HOST_TOKEN`,
+      );
+    else hosts.push(h);
+  }
+  return hosts;
 }
 
 /** Reads and validates the environment; every invalid variable is listed in one ConfigError. */
@@ -346,12 +369,7 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
   if (!/^([a-z_][a-z0-9_.-]{0,31}\$?|\d+(:\d+)?)$/i.test(vmBrowserUser))
     problems.push(`VM_BROWSER_USER must be a user name or uid[:gid] (got "${vmBrowserUser}")`);
   const vmBrowserUids = uidRange('VM_BROWSER_UIDS', vmMaxPerNode);
-  const vmHosts: string[] = [];
-  for (const h of (str('VM_HOSTS') ?? '').split(',').map((x) => x.trim().replace(/\/$/, ''))) {
-    if (h === '') continue;
-    if (URL.canParse(h) && ['http:', 'https:'].includes(new URL(h).protocol)) vmHosts.push(h);
-    else problems.push(`VM_HOSTS has "${h}", which is not an http(s) URL of a browser host`);
-  }
+  const vmHosts = browserHostUrls(str('VM_HOSTS') ?? '', problems);
   const vmHostToken = str('VM_HOST_TOKEN');
   if (vmHostToken !== null && vmHostToken.length < SECRET_MIN_LENGTH.VM_HOST_TOKEN)
     problems.push(`VM_HOST_TOKEN must be at least ${SECRET_MIN_LENGTH.VM_HOST_TOKEN} characters`);

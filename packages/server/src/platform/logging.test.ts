@@ -4,7 +4,7 @@ import { drizzle } from 'drizzle-orm/pglite';
 import { ReplyError } from 'ioredis';
 import postgres from 'postgres';
 import { afterAll, describe, expect, it } from 'vitest';
-import { createLogger, serializeError } from './logging.js';
+import { createLogger, serializeError, serializeRequest } from './logging.js';
 
 const SECRET = 'ct-SECRET-9f8e7d';
 
@@ -172,5 +172,39 @@ describe('createLogger', () => {
     expect(parsed()[0]?.req).toEqual({
       headers: { cookie: '[redacted]', authorization: '[redacted]', 'x-api-key': '[redacted]' },
     });
+  });
+});
+
+describe('serializeRequest', () => {
+  it('logs a request line as Fastify does, with an invite code cut from the url', () => {
+    const { log, parsed } = capture();
+    const req = {
+      method: 'POST',
+      url: '/v1/portal/chats/12/invites/Ab_9-xYz0123/delete',
+      headers: { 'accept-version': '1', cookie: 'psession=abc' },
+      host: 'api.example.org',
+      ip: '10.0.0.1',
+      socket: { remotePort: 50_000 },
+    };
+    log.info({ req }, 'incoming request');
+    expect(parsed()[0]?.req).toEqual({
+      method: 'POST',
+      url: '/v1/portal/chats/12/invites/[redacted]/delete',
+      version: '1',
+      host: 'api.example.org',
+      remoteAddress: '10.0.0.1',
+      remotePort: 50_000,
+    });
+  });
+
+  it.each([
+    ['/v1/portal/chats/12/invites/Ab_9-xYz0123', '/v1/portal/chats/12/invites/[redacted]'],
+    ['/v1/portal/chats/12/invites/Ab_9-xYz0123/delete?x=1', '/v1/portal/chats/12/invites/[redacted]/delete?x=1'],
+    ['/v1/portal/chats/12/invites/create', '/v1/portal/chats/12/invites/create'],
+    ['/v1/portal/chats/12/invites?offset=0', '/v1/portal/chats/12/invites?offset=0'],
+    ['/v1/users/me/sessions/x7Yz_9/destroy', '/v1/users/me/sessions/x7Yz_9/destroy'],
+    ['/v1/admin/users/7/update', '/v1/admin/users/7/update'],
+  ])('logs %s as %s', (url, logged) => {
+    expect(serializeRequest({ method: 'POST', url })).toMatchObject({ url: logged });
   });
 });

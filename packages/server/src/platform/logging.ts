@@ -142,15 +142,52 @@ const REDACTED = [
 ];
 
 /**
- * The process's logger: JSON lines at `level`, credentials redacted, errors through
- * `serializeError`. The app and the process handlers of main.ts share it.
+ * Path segments that hold a secret: the invite code of `POST …/invites/{code}/delete` (a refused
+ * delete leaves it live, and a private chat's code lets anyone in). The other path parameters are
+ * ids, public names, or a session's `token_suffix`, 6 of its token's 43 characters, which the user
+ * is shown anyway and which name the session an operator may be asked about: they stay.
+ */
+const SECRET_SEGMENTS = /(\/invites\/)(?!create(?:[/?#]|$))[^/?#]+/g;
+
+/** What a request line names of a request (Fastify's own fields); `url` with its secrets cut. */
+interface RequestLike {
+  method?: unknown;
+  url: string;
+  headers?: Record<string, unknown>;
+  host?: unknown;
+  ip?: unknown;
+  socket?: { remotePort?: unknown };
+}
+
+/**
+ * Pino's `req` serializer: Fastify's default (method, url, version, host, remote address and port),
+ * with the secret path segments of the url (SECRET_SEGMENTS) replaced by `[redacted]`. Runs for
+ * every request line, so only a replace on the url; anything that is no request passes as it is.
+ */
+export function serializeRequest(req: unknown): unknown {
+  if (typeof req !== 'object' || req === null || typeof (req as { url?: unknown }).url !== 'string') return req;
+  const r = req as RequestLike;
+  return {
+    method: r.method,
+    url: r.url.replace(SECRET_SEGMENTS, '$1[redacted]'),
+    version: r.headers?.['accept-version'],
+    host: r.host,
+    remoteAddress: r.ip,
+    remotePort: r.socket?.remotePort,
+  };
+}
+
+/**
+ * The process's logger: JSON lines at `level`, credentials redacted, secret path segments cut
+ * from request urls (`serializeRequest`), errors through `serializeError`. The app and the
+ * process handlers of main.ts share it.
  */
 export function createLogger(level: string, destination?: DestinationStream): Logger {
   return pino(
     {
       level,
       redact: { paths: REDACTED, censor: '[redacted]' },
-      serializers: { err: serializeError },
+      serializers: { err: serializeError, req: serializeRequest },
     },
     destination,
   );

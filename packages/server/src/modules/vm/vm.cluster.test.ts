@@ -1,5 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { FakeClock } from '../../platform/clock.js';
+import { AppError, appError } from '../../platform/errors.js';
 import { MemoryState } from '../../platform/state/memory.js';
 import { makeVmCluster, PLACE_TTL_MS } from './vm.cluster.js';
 
@@ -31,7 +32,7 @@ describe('vm cluster plumbing when the state store fails to publish', () => {
   });
 
   it('logs a reply that cannot be sent to the calling node instead of rejecting unhandled', async () => {
-    const log = { warn: vi.fn() };
+    const log = { warn: vi.fn(), error: vi.fn() };
     const owner = makeVmCluster(state, { log, nodeId: 'owner' });
     await owner.ready;
     owner.serve(async (op) => ({ done: op }));
@@ -49,7 +50,7 @@ describe('vm cluster plumbing when the state store fails to publish', () => {
 
   it('rejects a call whose request cannot be sent, and leaves no timeout to reject later', async () => {
     vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
-    const caller = makeVmCluster(state, { log: { warn: vi.fn() }, nodeId: 'caller' });
+    const caller = makeVmCluster(state, { log: { warn: vi.fn(), error: vi.fn() }, nodeId: 'caller' });
     await caller.ready;
     state.failing = /^vm:rpc:/;
     await expect(caller.call('elsewhere', 'stop', {})).rejects.toThrow('publish to vm:rpc:elsewhere failed');
@@ -60,7 +61,7 @@ describe('vm cluster plumbing when the state store fails to publish', () => {
   });
 
   it('still answers a call across nodes when publishing works', async () => {
-    const log = { warn: vi.fn() };
+    const log = { warn: vi.fn(), error: vi.fn() };
     const owner = makeVmCluster(state, { log, nodeId: 'owner' });
     const caller = makeVmCluster(state, { log, nodeId: 'caller' });
     await Promise.all([owner.ready, caller.ready]);
@@ -71,11 +72,69 @@ describe('vm cluster plumbing when the state store fails to publish', () => {
   });
 });
 
+describe('a request the owning node fails to serve', () => {
+  it('relays a refusal as it is, an outage as 503 with Retry-After and a bug as ERR_INTERNAL, logging the last two there', async () => {
+    const state = new MemoryState();
+    const ownerLog = { warn: vi.fn(), error: vi.fn() };
+    const callerLog = { warn: vi.fn(), error: vi.fn() };
+    const owner = makeVmCluster(state, { log: ownerLog, nodeId: 'owner' });
+    const caller = makeVmCluster(state, { log: callerLog, nodeId: 'caller' });
+    await Promise.all([owner.ready, caller.ready]);
+    const bug = new TypeError("Cannot read properties of undefined (reading 'controller')");
+    owner.serve(async (op) => {
+      if (op === 'refused') throw appError('ERR_FORBIDDEN', 'Only the member in control sends input.');
+      // What ioredis rejects a command with when Redis cannot be reached (errors.ts, connectionFailure).
+      if (op === 'outage') throw new Error('Connection is closed.');
+      throw bug;
+    });
+    const answer = (op: string) =>
+      caller.call('owner', op, {}).then(
+        () => expect.unreachable(`${op} answered`),
+        (e: unknown) => (e instanceof AppError ? { status: e.status, body: e.body() } : e),
+      );
+    try {
+      expect(await answer('refused')).toEqual({
+        status: 403,
+        body: { code: 'ERR_FORBIDDEN', message: 'Only the member in control sends input.' },
+      });
+      expect(ownerLog.warn).not.toHaveBeenCalled();
+      expect(ownerLog.error).not.toHaveBeenCalled();
+      expect(await answer('outage')).toEqual({
+        status: 503,
+        body: { code: 'ERR_SERVICE_UNAVAILABLE', message: 'The service is not available right now.', retry_after: 5 },
+      });
+      expect(ownerLog.warn).toHaveBeenLastCalledWith(
+        {
+          store_error: { type: 'Error', code: undefined, message: 'Connection is closed.' },
+          op: 'outage',
+          from: 'caller',
+        },
+        'backing store unavailable',
+      );
+      expect(await answer('bug')).toEqual({
+        status: 500,
+        body: { code: 'ERR_INTERNAL', message: 'Something went wrong on our side.' },
+      });
+      expect(ownerLog.error).toHaveBeenCalledWith(
+        { err: bug, op: 'bug', from: 'caller' },
+        'unexpected error serving another node',
+      );
+      expect(ownerLog.warn).toHaveBeenCalledTimes(1);
+      expect(ownerLog.error).toHaveBeenCalledTimes(1);
+      expect(callerLog.warn).not.toHaveBeenCalled();
+      expect(callerLog.error).not.toHaveBeenCalled();
+    } finally {
+      await Promise.all([owner.close(), caller.close()]);
+      await state.close();
+    }
+  });
+});
+
 describe('the room map after a node stalled past its entry’s lifetime', () => {
   it('the stalled node neither overwrites nor releases the entry of the node that took the room', async () => {
     const clock = new FakeClock(Date.UTC(2026, 10, 25));
     const state = new MemoryState(clock);
-    const log = { warn: vi.fn() };
+    const log = { warn: vi.fn(), error: vi.fn() };
     const a = makeVmCluster(state, { log, nodeId: 'node-a' });
     const b = makeVmCluster(state, { log, nodeId: 'node-b' });
     await Promise.all([a.ready, b.ready]);

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { AppError, appError } from '../../platform/errors.js';
+import { appError, connectionFailure, toErrorBody, UNAVAILABLE_RETRY_AFTER_SECONDS } from '../../platform/errors.js';
 import type { StateStore, Unsubscribe } from '../../platform/state/index.js';
 import type { VmFrame } from '../../platform/vm/provider.js';
 
@@ -35,8 +35,11 @@ type Handler = (op: string, args: unknown) => Promise<unknown>;
 export function makeVmCluster(
   state: StateStore,
   opts: {
-    /** A failure nobody awaits (a reply that could not be sent): logged, never thrown out. */
-    log: { warn(obj: object, msg: string): void };
+    /**
+     * A failure nobody awaits (a reply that could not be sent), and one this node met serving
+     * another node's request: logged, never thrown out.
+     */
+    log: { warn(obj: object, msg: string): void; error(obj: object, msg: string): void };
     nodeId?: string;
   },
 ) {
@@ -68,8 +71,7 @@ export function makeVmCluster(
         .then(
           (result) => state.publish(`vm:rpc-reply:${msg.from}`, JSON.stringify({ id: msg.id, result })),
           (err: unknown) => {
-            const e = err instanceof AppError ? err : appError('ERR_INTERNAL');
-            const error = { code: e.code, message: e.message, extra: e.extra };
+            const error = replyError(err, log, { op: msg.op, from: msg.from });
             return state.publish(`vm:rpc-reply:${msg.from}`, JSON.stringify({ id: msg.id, error }));
           },
         )
@@ -189,6 +191,32 @@ export function makeVmCluster(
       await Promise.all(subscriptions.map((s) => s.then((u) => u()).catch(() => {})));
     },
   };
+}
+
+/**
+ * What the caller of a failed request is told: a refusal (AppError) as it is; a store this node
+ * cannot reach as 503 ERR_SERVICE_UNAVAILABLE with Retry-After, as every outage is answered; anything
+ * else as a bare ERR_INTERNAL. Only this node has the error, so it logs the last two as the error
+ * handler does (errors.ts): the outage at warn without a stack, the unexpected failure at error
+ * with its stack. `request` names the request in the log line.
+ */
+function replyError(
+  err: unknown,
+  log: { warn(obj: object, msg: string): void; error(obj: object, msg: string): void },
+  request: { op: string; from: string },
+) {
+  const { body, unexpected, unavailable } = toErrorBody(err);
+  const { code, message, ...extra } = body;
+  if (unexpected) log.error({ err, ...request }, 'unexpected error serving another node');
+  if (unavailable) {
+    const cause = connectionFailure(err);
+    log.warn(
+      { store_error: { type: cause?.name, code: cause?.code, message: cause?.message }, ...request },
+      'backing store unavailable',
+    );
+    return { code, message, extra: { retry_after: UNAVAILABLE_RETRY_AFTER_SECONDS } };
+  }
+  return { code, message, extra };
 }
 
 export function encodeFrame(f: VmFrame): string {

@@ -51,7 +51,7 @@ describe('the room host', () => {
 
   beforeEach(async () => {
     state = new MemoryState();
-    cluster = makeVmCluster(state, { log: { warn() {} }, nodeId: 'self' });
+    cluster = makeVmCluster(state, { log: { warn() {}, error() {} }, nodeId: 'self' });
     await cluster.ready;
     clock = new FakeClock(Date.now());
     fake = fakeProvider();

@@ -42,7 +42,7 @@ export interface VmDeps {
   allowPrivateNetworks: boolean;
   /** A room nobody watched for this long is stopped. */
   idleMs: number;
-  log: { warn(obj: object, msg: string): void };
+  log: { warn(obj: object, msg: string): void; error(obj: object, msg: string): void };
 }
 
 /** How long a start waits for another node that is starting the same room. */

@@ -22,7 +22,7 @@ import type { VmFrame, VmInfo, VmInput, VmNavigation, VmProvider, VmProviderStop
  * unreachable ends its rooms (reported through `onStopped` as crashed); the host stops them too.
  */
 export interface RemoteProviderOptions {
-  /** Browser host base URLs (http or https). */
+  /** Browser host base URLs (http or https), as config checked them. */
   hosts: string[];
   /** VM_HOST_TOKEN, as the hosts have it. */
   token: string;
@@ -37,7 +37,11 @@ export interface RemoteProviderOptions {
 type HostSocket = Socket<HostToNodeEvents, NodeToHostEvents>;
 
 interface Link {
-  url: string;
+  /**
+   * The host's origin, for log lines: never its whole URL, which may name a user and password
+   * (config refuses them; a URL given here directly may still hold them).
+   */
+  name: string;
   socket: HostSocket;
 }
 
@@ -70,7 +74,7 @@ export class RemoteBrowserProvider implements VmProvider {
       auth: { token: this.opts.token },
       reconnectionDelayMax: 5_000,
     });
-    const link = { url, socket };
+    const link = { name: new URL(url).origin, socket };
     socket.on('host:frame', (f) => {
       if (!isHostFrame(f)) return;
       const room = this.rooms.get(f.roomId);
@@ -93,7 +97,7 @@ export class RemoteBrowserProvider implements VmProvider {
       if (reason === 'io server disconnect' && !this.closed)
         setTimeout(() => this.closed || socket.connect(), 1_000).unref();
     });
-    socket.on('connect_error', (err) => this.opts.log?.(`browser host ${url}: ${err.message}`));
+    socket.on('connect_error', (err) => this.opts.log?.(`browser host ${link.name}: ${err.message}`));
     return link;
   }
 
@@ -115,7 +119,7 @@ export class RemoteBrowserProvider implements VmProvider {
       };
       ack = await emitter.emitWithAck(event, payload);
     } catch {
-      throw new HostUnanswered(event === 'host:start' ? 'ERR_ROOM_START_FAILED' : 'ERR_ROOM_NOT_RUNNING', link.url);
+      throw new HostUnanswered(event === 'host:start' ? 'ERR_ROOM_START_FAILED' : 'ERR_ROOM_NOT_RUNNING');
     }
     if (!ack.ok) throw ackError(ack);
     return ack as T;
@@ -183,7 +187,7 @@ export class RemoteBrowserProvider implements VmProvider {
     room.subscribers.add(onFrame);
     if (first) {
       this.call(room.link, 'host:subscribe', { roomId }).catch((err: unknown) =>
-        this.opts.log?.(`browser host ${room.link.url}: subscribing to ${roomId}: ${err}`),
+        this.opts.log?.(`browser host ${room.link.name}: subscribing to ${roomId}: ${err}`),
       );
     } else if (room.latest) {
       onFrame(room.latest);
@@ -223,9 +227,12 @@ export class RemoteBrowserProvider implements VmProvider {
   }
 }
 
-/** A call the host did not answer in time (it may still carry it out). */
+/**
+ * A call the host did not answer in time (it may still carry it out). Users get this message (a
+ * start's 503, an input's ack): it names no host, whose address is the private network's.
+ */
 class HostUnanswered extends AppError {
-  constructor(code: 'ERR_ROOM_START_FAILED' | 'ERR_ROOM_NOT_RUNNING', url: string) {
-    super(code, `The browser host ${url} did not answer in time.`);
+  constructor(code: 'ERR_ROOM_START_FAILED' | 'ERR_ROOM_NOT_RUNNING') {
+    super(code, 'A browser host did not answer in time.');
   }
 }
