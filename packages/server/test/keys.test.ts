@@ -1,6 +1,6 @@
 import { INT32_MAX, KEY_SHARE_BODY_MAX_BYTES, Limits } from '@parlor/protocol';
 import { generateKeyPair, publicKeyToBase64 } from '@parlor/sdk';
-import { and, count, eq } from 'drizzle-orm';
+import { and, count, eq, sql } from 'drizzle-orm';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { schema } from '../src/platform/db/index.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
@@ -63,6 +63,31 @@ describeApp('POST /v1/portal/chats/{chat_id}/keys/share: integers the integer co
     expect(await storedAt(chatId, epoch)).toBe(before);
   });
 
+  it('answers two envelopes for one session 400 ERR_VALIDATION before anything else is looked at', async () => {
+    const { owner, chatId, epoch } = await keyedChat(app);
+    const keyless = await login(app, { platformUserId: owner.platformUserId });
+    const outsider = await member(app);
+    const twice = envelopesFor([owner.sessionId, owner.sessionId]);
+    // Each of these is refused otherwise with one envelope per session: a later epoch (403
+    // ERR_EPOCH_MISMATCH), a caller without a key (409 ERR_NO_SESSION_KEY), a non-member (403
+    // ERR_NOT_CHAT_MEMBER), no such chat (404 ERR_CHAT_NOT_FOUND).
+    const cases: [{ client: Member['client'] }, number, number][] = [
+      [owner, chatId, epoch + 1],
+      [keyless, chatId, epoch],
+      [outsider, chatId, epoch],
+      [owner, INT32_MAX, epoch],
+    ];
+    for (const [who, id, at] of cases) {
+      const res = await who.client.post(`/v1/portal/chats/${id}/keys/share`, { epoch: at, envelopes: twice });
+      expect([res.status, res.body.code, res.body.errors?.[0]?.path]).toEqual([
+        400,
+        'ERR_VALIDATION',
+        'body/envelopes',
+      ]);
+    }
+    expect(await storedAt(chatId, epoch)).toBe(1);
+  });
+
   it('GET …/keys takes no query: an epoch there is refused 400 ERR_VALIDATION (unknown parameter), never out of range', async () => {
     const { owner, chatId, epoch } = await keyedChat(app);
     const res = await owner.client.get(`/v1/portal/chats/${chatId}/keys?epoch=3000000000`);
@@ -77,8 +102,9 @@ describeApp('POST /v1/portal/chats/{chat_id}/keys/share: body size', () => {
     const { owner, chatId } = await keyedChat(app);
     const largest = JSON.stringify({
       epoch: INT32_MAX,
-      envelopes: Array.from({ length: MAX }, () => ({
-        session_id: INT32_MAX,
+      // One envelope per session: ids of as many digits as the largest.
+      envelopes: Array.from({ length: MAX }, (_, i) => ({
+        session_id: INT32_MAX - i,
         wrapped: 'A'.repeat(Limits.ENVELOPE_MAX_CHARS),
       })),
     });
@@ -217,6 +243,43 @@ describeApp('POST /v1/portal/keys: one session per public key', () => {
     expect(listed).toEqual([[String(victim.sessionId), victimKey]]);
   });
 
+  it('refuses a key not written as X25519 writes it (400 ERR_VALIDATION): another session cannot register a key under another text', async () => {
+    const { owner, chatId } = await keyedChat(app);
+    const victim = await member(app);
+    const attacker = await member(app);
+    for (const m of [victim, attacker]) expect((await join(m, { chat_id: chatId })).ok).toBe(true);
+    const victimKey = publicKeyToBase64(victim.keys.publicKey);
+    // RFC 7748 section 5 ignores the top bit of the last byte: this is the victim's key.
+    const raw = Buffer.from(victimKey, 'base64');
+    raw[31] = (raw[31] ?? 0) | 0x80;
+    const alias = raw.toString('base64');
+    // u = 2^255 - 10 is u = 9 reduced modulo 2^255 - 19: a usable key, but no X25519 output.
+    const unreduced = Buffer.concat([Buffer.from([0xf6]), Buffer.alloc(30, 0xff), Buffer.from([0x7f])]).toString(
+      'base64',
+    );
+    const cases: [Member, string][] = [
+      [attacker, alias],
+      [victim, alias],
+      [attacker, unreduced],
+    ];
+    for (const [who, key] of cases) {
+      const res = await register(who, key);
+      expect([res.status, res.body.code, res.body.errors?.[0]?.path]).toEqual([
+        400,
+        'ERR_VALIDATION',
+        'body/public_key',
+      ]);
+    }
+    expect(await holdersOf(alias)).toEqual([]);
+    expect(await holdersOf(unreduced)).toEqual([]);
+    expect(await holdersOf(victimKey)).toEqual([victim.sessionId]);
+    const ring = (await owner.client.get(`/v1/portal/chats/${chatId}/keys`)).body.key_ring;
+    expect(ring[String(attacker.user.id)]).toEqual({
+      [String(attacker.sessionId)]: publicKeyToBase64(attacker.keys.publicKey),
+    });
+    expect(ring[String(victim.user.id)]).toEqual({ [String(victim.sessionId)]: victimKey });
+  });
+
   it('of two sessions registering one key at once, one gets it and the other 409', async () => {
     const [one, two] = [await login(app), await login(app)];
     const key = freshKey();
@@ -291,5 +354,103 @@ describeApp('envelopes of past epochs', () => {
     await keyEpoch(owner, chatId);
     expect(await storedAt(chatId, epoch)).toBe(0);
     expect(await storedAt(chatId, epoch + 1)).toBe(1);
+  });
+});
+
+describeApp('refused key writes spend nothing (docs/api.md, Write limit)', () => {
+  it(`a key and a share refused 400 ERR_VALIDATION by their checks give their write back: all ${Limits.WRITES_PER_USER} are left`, async () => {
+    const who = await login(app);
+    // A low-order point passes the schema; so does a share naming one session twice (to no chat:
+    // the body is refused before the chat is looked for).
+    const lowOrder = Buffer.alloc(32).toString('base64');
+    const twice = { epoch: 1, envelopes: envelopesFor([1, 1]) };
+    for (let i = 0; i < Limits.WRITES_PER_USER; i += 1) {
+      const res =
+        i % 2
+          ? await register(who, lowOrder)
+          : await who.client.post(`/v1/portal/chats/${INT32_MAX}/keys/share`, twice);
+      expect([res.status, res.body.code], `refusal ${i + 1}`).toEqual([400, 'ERR_VALIDATION']);
+    }
+    for (let i = 1; i < Limits.WRITES_PER_USER; i += 1) {
+      expect((await who.client.post('/v1/notifications/read-all', {})).status, `write ${i}`).toBe(200);
+    }
+    // The last write of the window is still there, and then none is.
+    expect((await register(who, freshKey())).body.status).toBe('registered');
+    expect(answer(await register(who, freshKey()))).toEqual([429, 'ERR_RATE_LIMITED']);
+  });
+});
+
+/** The session ids a chat's key ring lists, as `m` reads it, in order. */
+async function ringSessions(m: Member, chatId: number): Promise<number[]> {
+  const ring = (await m.client.get(`/v1/portal/chats/${chatId}/keys`)).body.key_ring as Record<
+    string,
+    Record<string, string>
+  >;
+  return Object.values(ring)
+    .flatMap((sessions) => Object.keys(sessions).map(Number))
+    .sort((x, y) => x - y);
+}
+
+describeApp('key rings, envelopes and their events', () => {
+  it("lists members' live keyed sessions only: not those of left, kicked or banned members, nor an expired one", async () => {
+    const { owner, chatId } = await keyedChat(app);
+    const [left, kicked, banned, kept] = [await member(app), await member(app), await member(app), await member(app)];
+    for (const m of [left, kicked, banned, kept]) expect((await join(m, { chat_id: chatId })).ok).toBe(true);
+    // A second keyed session of `kept`, without a socket, whose expiry passes before any sweep.
+    const late = await login(app, { platformUserId: kept.platformUserId });
+    expect((await register(late, freshKey())).status).toBe(200);
+    const lateId = await sessionIdOf(app, late.client);
+    expect(await ringSessions(owner, chatId)).toContain(lateId);
+    expect(await left.socket.emitWithAck('room:leave', { chat_id: chatId })).toEqual({ ok: true });
+    expect((await owner.client.post(`/v1/portal/chats/${chatId}/kick`, { user_id: kicked.user.id })).status).toBe(200);
+    expect((await owner.client.post(`/v1/portal/chats/${chatId}/ban`, { user_id: banned.user.id })).status).toBe(200);
+    await app.database.db.execute(
+      sql.raw(`update sessions set expires_at = now() - interval '1 second' where id = ${lateId}`),
+    );
+    expect(await ringSessions(owner, chatId)).toEqual([owner.sessionId, kept.sessionId].sort((x, y) => x - y));
+    // A former member reads no ring any more.
+    expect(answer(await left.client.get(`/v1/portal/chats/${chatId}/keys`))).toEqual([403, 'ERR_NOT_CHAT_MEMBER']);
+  });
+
+  it(`takes envelopes of up to ${Limits.ENVELOPE_MAX_CHARS} characters; one more is 400 ERR_VALIDATION`, async () => {
+    const { owner, chatId, epoch } = await keyedChat(app);
+    const guest = await member(app);
+    expect((await join(guest, { chat_id: chatId })).ok).toBe(true);
+    const to = (text: string) =>
+      share(owner, chatId, { epoch, envelopes: [{ session_id: guest.sessionId, wrapped: text }] });
+    expect(answer(await to('A'.repeat(Limits.ENVELOPE_MAX_CHARS + 1)))).toEqual([400, 'ERR_VALIDATION']);
+    expect((await to('A'.repeat(Limits.ENVELOPE_MAX_CHARS))).body).toEqual({ epoch, stored: 1 });
+  });
+
+  it('sends room:key to the recipient session only, not to other sessions of its user', async () => {
+    const { owner, chatId, chatKey, epoch } = await keyedChat(app);
+    const guest = await member(app);
+    const device = await member(app, { platformUserId: guest.platformUserId });
+    expect((await join(guest, { chat_id: chatId })).ok).toBe(true);
+    await shareKey(owner, { chatId, chatKey, epoch }, [guest]);
+    expect(await guest.socket.next('room:key', (e) => e.chat_id === chatId)).toMatchObject({
+      epoch,
+      sender_session_id: owner.sessionId,
+    });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(device.socket.received.filter((r) => r.event === 'room:key')).toEqual([]);
+  });
+
+  it('announces a first key without a new epoch, and the identical key again not at all', async () => {
+    const { owner, chatId, epoch } = await keyedChat(app);
+    const guest = await member(app);
+    expect((await join(guest, { chat_id: chatId })).ok).toBe(true);
+    const device = await login(app, { platformUserId: guest.platformUserId });
+    const key = freshKey();
+    expect((await register(device, key)).body.status).toBe('registered');
+    const deviceId = await sessionIdOf(app, device.client);
+    await owner.socket.next('portal:key_added', (e) => e.session_id === deviceId);
+    expect((await register(device, key)).body.status).toBe('unchanged');
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const heard = owner.socket.received.filter(
+      (r) => (r.event === 'portal:key_added' && r.payload.session_id === deviceId) || r.event === 'room:rekey',
+    );
+    expect(heard.map((r) => r.event)).toEqual(['portal:key_added']);
+    expect(await epochOf(owner, chatId)).toBe(epoch);
   });
 });

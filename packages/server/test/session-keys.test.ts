@@ -96,6 +96,58 @@ describeApp('ending a session rekeys its chats before the answer', () => {
   });
 });
 
+/** The `portal:key_removed` events of the chat about `userId` that `m` received (after a short wait for strays). */
+async function removalsHeard(m: Member, chatId: number, userId: number): Promise<(number | null)[]> {
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  return m.socket.received
+    .filter((r) => r.event === 'portal:key_removed' && r.payload.chat_id === chatId && r.payload.user_id === userId)
+    .map((r) => r.payload.session_id);
+}
+
+// Spec 6: `portal:key_removed` carries the session id; null means every session of that user
+// ("ban or full disconnect"). A user whose last live session ends is fully disconnected.
+describeApp('portal:key_removed when a user has no live session left', () => {
+  it('names a session that ends while another (keyed or not) is live; says null when the last one ends', async () => {
+    const a = await member(app);
+    const b = await member(app, { platformUserId: a.platformUserId });
+    const chat = await chatWith(a);
+    // A session without a key: in no ring, but the user is still signed in with it.
+    const keyless = await login(app, { platformUserId: a.platformUserId });
+    expect((await a.client.post('/v1/authentication/logout', {})).status).toBe(200);
+    expect((await b.client.post('/v1/authentication/logout', {})).status).toBe(200);
+    const c = await member(app, { platformUserId: a.platformUserId });
+    // The end of a session without a key removes no key: no announcement.
+    expect((await keyless.client.post('/v1/authentication/logout', {})).status).toBe(200);
+    expect((await c.client.post('/v1/authentication/logout', {})).status).toBe(200);
+    await chat.owner.socket.next('portal:key_removed', (p) => p.chat_id === chat.chatId && p.session_id === null);
+    expect(await removalsHeard(chat.owner, chat.chatId, a.user.id)).toEqual([a.sessionId, b.sessionId, null]);
+    expect((await chat.owner.client.get(`/v1/portal/chats/${chat.chatId}/keys`)).body.epoch).toBe(chat.epoch + 3);
+  });
+
+  it('says null when the last session expires', async () => {
+    const guest = await member(app);
+    const chat = await chatWith(guest);
+    await app.database.db.execute(
+      sql.raw(`update sessions set expires_at = now() - interval '1 second' where id = ${guest.sessionId}`),
+    );
+    guest.socket.close();
+    await app.services.sessions.sweepExpired();
+    await chat.owner.socket.next('portal:key_removed', (p) => p.chat_id === chat.chatId && p.user_id === guest.user.id);
+    expect(await removalsHeard(chat.owner, chat.chatId, guest.user.id)).toEqual([null]);
+  });
+
+  it(`never for the eviction at login ${Limits.MAX_SESSIONS_PER_USER + 1}: the new session is live`, async () => {
+    const oldest = await member(app);
+    const chat = await chatWith(oldest);
+    for (let i = 0; i < Limits.MAX_SESSIONS_PER_USER; i++) await login(app, { platformUserId: oldest.platformUserId });
+    await chat.owner.socket.next(
+      'portal:key_removed',
+      (p) => p.chat_id === chat.chatId && p.user_id === oldest.user.id,
+    );
+    expect(await removalsHeard(chat.owner, chat.chatId, oldest.user.id)).toEqual([oldest.sessionId]);
+  });
+});
+
 describeApp('ending a session and removing its key are one transaction', () => {
   it('a logout whose key removal fails ends nothing: 500, the session stays live, the epoch stays', async () => {
     const guest = await member(app);

@@ -5,7 +5,7 @@ import { chatMembers } from '../src/platform/db/schema.js';
 import { describeApp, type Nodes, startNodes, type TestApp } from './support/app.js';
 import { join, keyedChat, member } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
-import { createLoginBot, type LoggedIn, login, operator } from './support/flows.js';
+import { createLoginBot, type LoggedIn, login, operator, setLevel } from './support/flows.js';
 import { closeAllSockets } from './support/sockets.js';
 
 /**
@@ -75,6 +75,40 @@ describeApp('the per-user write limit', () => {
     }
     await spend(who, Limits.WRITES_PER_USER);
     expect((await readAll(who.client)).status).toBe(429);
+  });
+
+  it('gives back the write of a request its handler refuses 400 ERR_VALIDATION: the whole window is left after many', async () => {
+    const who = await login(a, { bot });
+    await setLevel(a, who.user.id, 2);
+    const other = await login(a, { bot });
+    const clients = [who.client, who.client.on(b)];
+    // Bodies the schema takes and a rule of the route refuses: a self-block, a username the admin
+    // update refuses, a low-order public key, a share naming one session twice.
+    const refused: [string, unknown][] = [
+      ['/v1/users/me/blocks/create', { user_id: who.user.id }],
+      [`/v1/admin/users/${other.user.id}/update`, { username: 'not a name' }],
+      ['/v1/portal/keys', { public_key: Buffer.alloc(32).toString('base64') }],
+      [
+        '/v1/portal/chats/2147483000/keys/share',
+        { epoch: 1, envelopes: [1, 1].map((session_id) => ({ session_id, wrapped: 'A'.repeat(140) })) },
+      ],
+    ];
+    for (let i = 0; i <= Limits.WRITES_PER_USER; i += 1) {
+      const [path, body] = refused[i % refused.length] as [string, unknown];
+      const res = await (clients[i % 2] as Client).post(path, body);
+      expect([res.status, res.body.code], `${path} #${i + 1}`).toEqual([400, 'ERR_VALIDATION']);
+    }
+    await spend(who, Limits.WRITES_PER_USER);
+    expect((await readAll(who.client.on(b))).status).toBe(429);
+    // Refusals of the rules themselves (here 404: no such chat) spend their write as before.
+    const fresh = await login(a, { bot });
+    const missing = await fresh.client.post('/v1/portal/chats/2147483000/keys/share', {
+      epoch: 1,
+      envelopes: [{ session_id: 1, wrapped: 'A'.repeat(140) }],
+    });
+    expect([missing.status, missing.body.code]).toEqual([404, 'ERR_CHAT_NOT_FOUND']);
+    await spend(fresh, Limits.WRITES_PER_USER - 1);
+    expect((await readAll(fresh.client)).status).toBe(429);
   });
 
   it('leaves message sends (limited on their own), ending sessions and logout out of it', async () => {

@@ -34,6 +34,27 @@ describe('session keypairs', () => {
     expect(() => publicKeyFromBase64(text)).toThrowError(expect.objectContaining({ code: 'PUBLIC_KEY_INVALID' }));
   });
 
+  it('generates public keys as X25519 writes them: the top bit of the last byte clear', () => {
+    // Half of 64 random 32-byte strings would have it set: a key that kept it would show.
+    for (let i = 0; i < 64; i += 1) expect((generateKeyPair().publicKey[31] ?? 0) & 0x80).toBe(0);
+  });
+
+  it('refuses, as the server does, another text of a key: the top bit of the last byte set, or u of 2^255 - 19 or more', () => {
+    const { publicKey } = generateKeyPair();
+    const flipped = Uint8Array.from(publicKey);
+    flipped[31] = (flipped[31] ?? 0) | 0x80;
+    const fieldPrime = Buffer.concat([Buffer.from([0xed]), Buffer.alloc(30, 0xff), Buffer.from([0x7f])]);
+    const largest = Buffer.from(fieldPrime);
+    largest[0] = 0xec;
+    for (const bytes of [flipped, fieldPrime]) {
+      expect(() => publicKeyFromBase64(Buffer.from(bytes).toString('base64'))).toThrowError(
+        expect.objectContaining({ code: 'PUBLIC_KEY_INVALID' }),
+      );
+    }
+    // 2^255 - 20, the largest u below the prime, is read (whether it is usable is the wrap's check).
+    expect(publicKeyFromBase64(largest.toString('base64'))).toEqual(Uint8Array.from(largest));
+  });
+
   it('refuses to encode a key of the wrong length', () => {
     expect(() => publicKeyToBase64(new Uint8Array(31))).toThrowError(
       expect.objectContaining({ code: 'INVALID_INPUT' }),

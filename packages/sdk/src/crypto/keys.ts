@@ -30,14 +30,33 @@ export function publicKeyToBase64(publicKey: Uint8Array): string {
   return bytesToBase64(publicKey);
 }
 
+/** X25519's field prime, 2^255 - 19. */
+const FIELD_PRIME = 2n ** 255n - 19n;
+
+/**
+ * Whether 32 bytes are an X25519 public key as X25519 writes it: the little-endian u below the
+ * field prime, so the top bit of the last byte is clear. RFC 7748 section 5 ignores that bit and
+ * reduces u, so any other text of the same u is the same key; the server refuses such texts at
+ * registration (docs/e2e.md, "Keys per session"), and this agrees with it.
+ */
+function isCanonicalPublicKey(bytes: Uint8Array): boolean {
+  let u = 0n;
+  for (let i = bytes.length - 1; i >= 0; i--) u = (u << 8n) | BigInt(bytes[i] ?? 0);
+  return u < FIELD_PRIME;
+}
+
 /**
  * Parses a public key from the key ring.
- * @throws E2EError PUBLIC_KEY_INVALID unless the text is canonical base64 of exactly 32 bytes.
+ * @throws E2EError PUBLIC_KEY_INVALID unless the text is canonical base64 of exactly 32 bytes that
+ * write a key in its canonical form (the top bit of the last byte clear, u below 2^255 - 19).
  */
 export function publicKeyFromBase64(text: string): Uint8Array {
   const bytes = tryBase64ToBytes(text);
   if (bytes === null || bytes.length !== KEY_BYTES) {
     throw new E2EError('PUBLIC_KEY_INVALID', 'public key must be base64 of exactly 32 bytes');
+  }
+  if (!isCanonicalPublicKey(bytes)) {
+    throw new E2EError('PUBLIC_KEY_INVALID', 'public key must be in its canonical form (u below 2^255 - 19)');
   }
   return bytes;
 }

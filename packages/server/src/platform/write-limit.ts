@@ -1,4 +1,6 @@
 import { Limits } from '@parlor/protocol';
+import type { FastifyRequest } from 'fastify';
+import { toErrorBody } from './errors.js';
 import { rateLimited } from './http.js';
 import type { App } from './routing.js';
 import type { StateStore } from './state/index.js';
@@ -17,6 +19,12 @@ declare module 'fastify' {
 export interface UserLimit {
   /** Spends one of the user's points; beyond the limit throws 429 ERR_RATE_LIMITED with retry_after. */
   spend(userId: number): Promise<void>;
+  /**
+   * Gives back a point `spend` took just before, for a request that did nothing after all. Should
+   * the window end in between, the in-process store has nothing to give back and Redis credits the
+   * next window: one point, at most once per such request.
+   */
+  giveBack(userId: number): Promise<void>;
 }
 
 export function makeUserLimit(
@@ -28,6 +36,9 @@ export function makeUserLimit(
     async spend(userId) {
       const spent = await limiter.consume(String(userId));
       if (!spent.allowed) throw rateLimited(spent.retryAfterMs, opts.message);
+    },
+    async giveBack(userId) {
+      await limiter.refund(String(userId));
     },
   };
 }
@@ -68,12 +79,32 @@ export function makeEnterLimit(state: Pick<StateStore, 'limiter'>): UserLimit {
  * `assertStrangerReach`), so it comes before this. The operator token and bots (limited per key)
  * are not counted, nor routes marked `ownWriteLimit`.
  * A refused request does nothing.
+ *
+ * Some rules of a body no schema states (a usable public key, one envelope per session, a field
+ * checked against the stored row) are checked by the route's own hooks and handlers, after the
+ * write was spent: a request they answer 400 ERR_VALIDATION gives its write back before the answer
+ * goes out, so it spends nothing either, as docs/api.md (General, Write limit) promises, and the
+ * next request already counts without it. Other refusals (403, 404, 409…) keep theirs: they got as
+ * far as the rules, which is the work the limit bounds.
  */
 export function installWriteLimit(app: App, writes: UserLimit): void {
+  /** The user whose write each request spent (those that spent one). */
+  const spentBy = new WeakMap<FastifyRequest, number>();
   app.addHook('preHandler', async (request) => {
     if (request.method === 'GET' || request.method === 'HEAD') return;
     const user = request.principal.user;
     if (!user || request.principal.operator || request.routeOptions.config.ownWriteLimit) return;
     await writes.spend(user.id);
+    spentBy.set(request, user.id);
+  });
+  // onError hooks run before the error handler answers (Fastify's reply.send), so the write is back
+  // by the time the client reads its 400.
+  app.addHook('onError', async (request, _reply, error) => {
+    const userId = spentBy.get(request);
+    if (userId === undefined || toErrorBody(error).body.code !== 'ERR_VALIDATION') return;
+    spentBy.delete(request);
+    // The answer is the 400 whatever happens here; a store that cannot take the point back costs
+    // the user that one write.
+    await writes.giveBack(userId).catch((err: unknown) => request.log.warn({ err }, 'write not given back'));
   });
 }

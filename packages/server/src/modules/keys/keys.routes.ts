@@ -11,7 +11,7 @@ import { type Guards, viewerOf } from '../../platform/auth.js';
 import { type App, errorResponses, security } from '../../platform/routing.js';
 import { strangerReachHook } from '../chats/chats.routes.js';
 import type { ChatsService } from '../chats/chats.service.js';
-import type { KeysService } from './keys.service.js';
+import { assertOneEnvelopePerSession, type KeysService } from './keys.service.js';
 
 const tags = ['keys'];
 
@@ -66,6 +66,8 @@ export function registerKeysRoutes(app: App, deps: { keys: KeysService; chats: C
       response: { 200: ShareKeysResponse, ...errorResponses },
     },
     onRequest: [guards.anySession, strangerReach],
+    // After the schema and before anything is read (the membership, the chat, the ring).
+    preHandler: async (req) => assertOneEnvelopePerSession(req.body),
     handler: async (req) => {
       const v = viewerOf(req);
       await chats.assertMember(v.userId, req.params.chat_id, v.stranger);

@@ -31,15 +31,24 @@ const PROBE = createPrivateKey({
   format: 'jwk',
 });
 
+/** X25519's field prime, 2^255 - 19. */
+const P = 2n ** 255n - 19n;
+
 /**
- * True when the text is standard base64 of exactly 32 bytes that is a usable X25519 public key:
- * a low-order point would make every envelope to it readable by anyone (the shared secret is
- * all zeros), so it is refused — node:crypto's X25519 fails on exactly those.
+ * True when the text is standard base64 of exactly 32 bytes that is a usable X25519 public key in
+ * its one canonical encoding. RFC 7748 section 5 ignores the top bit of the last byte and reduces
+ * u modulo p, so a key with that bit set (or a u of p or more) is the same key as the one written
+ * without it: registered under another session, it would pass the unique index on the text while
+ * rings list one key twice (docs/e2e.md, "A malicious member"). Honest clients never write one
+ * (X25519 outputs u below p). A low-order point would make every envelope to it readable by anyone
+ * (the shared secret is all zeros), so it is refused too: node:crypto's X25519 fails on exactly those.
  */
 export function isUsableX25519Key(b64: string): boolean {
   if (!/^[A-Za-z0-9+/]{43}=$/.test(b64)) return false;
   const raw = Buffer.from(b64, 'base64');
   if (raw.length !== 32) return false;
+  // Little-endian: the last byte is the most significant; one with its top bit set is 2^255 or more.
+  if (BigInt(`0x${Buffer.from(raw).reverse().toString('hex')}`) >= P) return false;
   try {
     const publicKey = createPublicKey({
       key: { kty: 'OKP', crv: 'X25519', x: raw.toString('base64url') },
@@ -49,6 +58,18 @@ export function isUsableX25519Key(b64: string): boolean {
   } catch {
     return false;
   }
+}
+
+/**
+ * The rule of a share's body that its schema cannot state: one envelope per session. Its route
+ * checks it before anything is read, so such a body is 400 ERR_VALIDATION whatever else is wrong
+ * with the request (the epoch, the caller's key, the ring), and spends no write (write-limit.ts).
+ */
+export function assertOneEnvelopePerSession(body: ShareKeysBody): void {
+  if (new Set(body.envelopes.map((e) => e.session_id)).size === body.envelopes.length) return;
+  throw appError('ERR_VALIDATION', 'One envelope per session.', {
+    errors: [{ path: 'body/envelopes', message: 'must hold one envelope per session_id' }],
+  });
 }
 
 export interface KeysDeps {
@@ -88,9 +109,13 @@ export function makeKeysService({ db, store, clock, realtime, membership }: Keys
      */
     async register(userId: number, sessionId: number, publicKey: string): Promise<'registered' | 'unchanged'> {
       if (!isUsableX25519Key(publicKey)) {
-        throw appError('ERR_VALIDATION', 'public_key must be base64 of exactly 32 bytes of a usable X25519 key.', {
-          errors: [{ path: 'body/public_key', message: 'is not a usable X25519 public key' }],
-        });
+        throw appError(
+          'ERR_VALIDATION',
+          'public_key must be base64 of the 32 bytes of a usable X25519 key, as X25519 writes it.',
+          {
+            errors: [{ path: 'body/public_key', message: 'is not a usable X25519 public key in its canonical form' }],
+          },
+        );
       }
       const result = await db.transaction(async (tx) => {
         // Lock order (docs/api.md Moderation): the user's chats (only for a replacement: their
@@ -153,8 +178,10 @@ export function makeKeysService({ db, store, clock, realtime, membership }: Keys
      * the sessions end, lose their keys and leave the chats' current epoch together or not at all
      * (DESIGN.md 9). `portal:key_removed` and `room:rekey`
      * go out once it commits (before the transaction's promise resolves, see after-commit.ts).
-     * `wholeUser` (ban, full disconnect) announces `session_id: null`, meaning every session of
-     * that user.
+     * `portal:key_removed` names each removed session, or says `session_id: null` (every session
+     * of that user, spec 6: "ban or full disconnect") once, for `wholeUser` (a ban) and for the
+     * end of the user's last live session (a full disconnect: a logout, destroy or expiry that
+     * leaves the user no live session; a login's eviction never does, its new session stays).
      */
     async removeSessionsIn(tx: Tx, userId: number, sessionIds: number[], wholeUser = false): Promise<void> {
       const removed = await store.deleteKeys(sessionIds, tx);
@@ -167,10 +194,17 @@ export function makeKeysService({ db, store, clock, realtime, membership }: Keys
       // next run reads that key and locks the chats first.
       if (removed.length > 0 && !store.holdsChatsOf(userId, tx)) throw new RunAgain('an ended session was keyed');
       await store.lockUser(userId, tx);
+      // Whether any session is left, read under the user's row: a login holds that row while it
+      // opens a session, a key registration while it writes a key, and the end of a keyed session
+      // while it ends it, so none of those comes between this read and the commit. (The sessions
+      // ended here read as ended: this transaction wrote them.) The end of a session without a key
+      // at the same time takes no such lock and may still read as live: then the removed sessions
+      // are named, which drops the same keys from the rings as null would.
+      const everySession = wholeUser || !(await store.hasLiveSession(userId, clock.now(), tx));
       const chatIds = await membership.chatIdsOf(userId, tx);
       const bumped = removed.length > 0 ? await store.bumpEpochs(chatIds, clock.now(), tx) : [];
       await afterCommit(tx, async () => {
-        const ids: (number | null)[] = wholeUser ? [null] : removed;
+        const ids: (number | null)[] = everySession ? [null] : removed;
         for (const chatId of chatIds) {
           for (const sessionId of ids) {
             realtime.emitTo(rooms.chat(chatId), 'portal:key_removed', {
@@ -200,7 +234,8 @@ export function makeKeysService({ db, store, clock, realtime, membership }: Keys
      * carries (KEY_SHARE_ENVELOPES_MAX), that many of them; the chat's envelopes of earlier epochs
      * go then (nothing reads them: clients keep the keys they held). Later shares come from
      * sessions that hold the key and only add envelopes for sessions still lacking one. An archived
-     * chat is read-only: ERR_CHAT_READ_ONLY, nothing stored.
+     * chat is read-only: ERR_CHAT_READ_ONLY, nothing stored. The body holds one envelope per
+     * session: its route checked that first (assertOneEnvelopePerSession).
      */
     async share(chatId: number, sessionId: number, body: ShareKeysBody): Promise<{ epoch: number; stored: number }> {
       const now = clock.now();
@@ -214,10 +249,6 @@ export function makeKeysService({ db, store, clock, realtime, membership }: Keys
         const ring = await store.ring(chatId, now, tx);
         const inRing = new Set(ring.map((e) => e.sessionId));
         const targets = new Set(body.envelopes.map((e) => e.session_id));
-        if (targets.size !== body.envelopes.length)
-          throw appError('ERR_VALIDATION', 'One envelope per session.', {
-            errors: [{ path: 'body/envelopes', message: 'must hold one envelope per session_id' }],
-          });
         if ([...targets].some((id) => !inRing.has(id))) throw appError('ERR_KEY_RING_CHANGED');
         if ((await store.envelopeCount(chatId, epoch, tx)) === 0) {
           // The keying share: the whole ring, or as much of it as one request carries when the

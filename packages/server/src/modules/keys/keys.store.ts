@@ -81,6 +81,15 @@ export function makeKeysStore(db: Db) {
         .for('no key update');
       return row !== undefined;
     },
+    /** Whether the user has a live session at `now` (one this transaction ended has not). */
+    async hasLiveSession(userId: number, now: Date, tx: Tx): Promise<boolean> {
+      const [row] = await tx
+        .select({ id: sessions.id })
+        .from(sessions)
+        .where(and(eq(sessions.userId, userId), isNull(sessions.endedAt), gt(sessions.expiresAt, now)))
+        .limit(1);
+      return row !== undefined;
+    },
     /** lockChatsOfUser: before the user's row, when the user's chats' epochs will rise. */
     lockChatsOf: (userId: number, tx: Tx) => lockChatsOfUser(userId, tx),
     holdsChatsOf: (userId: number, tx: Tx) => holdsChatsOf(userId, tx),
