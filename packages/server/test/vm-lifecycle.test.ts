@@ -6,13 +6,14 @@ import { fileURLToPath } from 'node:url';
 import { eq } from 'drizzle-orm';
 import { io } from 'socket.io-client';
 import { afterAll, beforeAll, expect, it, vi } from 'vitest';
+import { CONTROL_REQUEST_REPEAT_MS } from '../src/modules/vm/vm.host.js';
 import { schema } from '../src/platform/db/index.js';
 import { removeStaleProfiles } from '../src/platform/vm/chromium-process.js';
 import { describeApp, type Nodes, startApp, startNodes, type TestApp } from './support/app.js';
 import { join, type Member, member } from './support/chat-flows.js';
 import { Client } from './support/client.js';
 import { createBot, operator } from './support/flows.js';
-import { closeAllSockets } from './support/sockets.js';
+import { closeAllSockets, connectSocket } from './support/sockets.js';
 import { stalledBrowser } from './support/stalled-browser.js';
 import {
   alive,
@@ -386,6 +387,94 @@ describeApp('room VMs on two nodes (one in embedded mode), without browsers', ()
       for (const chatId of [runs, keptAway, kickedDuring])
         await owner.client.post(`/v1/portal/chats/${chatId}/stop`, {});
       owner.socket.close();
+    }
+  });
+});
+
+describeApp('control requests of a room VM on two nodes (one in embedded mode), without browsers', () => {
+  /** The nodes' clock: real time, or while set, this instant (moved by hand to a request window's end). */
+  let frozenAt: number | null = null;
+  let nodes: Nodes;
+
+  beforeAll(async () => {
+    nodes = await startNodes({ clock: { now: () => new Date(frozenAt ?? Date.now()) } });
+    withoutBrowsers(nodes.a);
+    withoutBrowsers(nodes.b);
+  });
+  afterAll(async () => {
+    await nodes?.close();
+  });
+
+  it('announces a member’s request to the chat once while it is pending: repeats from any node answer alike and reach nobody; at the window’s end or after a hand-over it goes out again', async () => {
+    const { a, b } = nodes;
+    const [owner, holder, asker, bystander] = await Promise.all([
+      member(a, { level: 2 }),
+      member(a),
+      member(b),
+      member(b),
+    ]);
+    const second = await connectSocket(a.url, asker.client);
+    try {
+      const chatId = await createChat(owner, 'Raised hands');
+      for (const m of [owner, holder, asker, bystander]) expect((await join(m, { chat_id: chatId })).ok).toBe(true);
+      expect(((await second.emitWithAck('room:join', { chat_id: chatId } as never)) as { ok: boolean }).ok).toBe(true);
+      expect((await owner.client.post(`/v1/portal/chats/${chatId}/start`, {})).status).toBe(200);
+      expect(await ack(holder, 'vm:control:request', { chat_id: chatId })).toMatchObject({ granted: true });
+
+      const ask = () => ack(asker, 'vm:control:request', { chat_id: chatId });
+      const askOnA = () => second.emitWithAck('vm:control:request', { chat_id: chatId } as never) as Promise<any>;
+      const pending = (controller: number) => ({ ok: true, granted: false, controller_user_id: controller });
+      const audience = [owner, holder, bystander];
+      const count = (m: Member, event: string, match: (p: any) => boolean) =>
+        m.socket.received.filter((r) => r.event === event && match(r.payload)).length;
+      /** How many of the asker's requests reached each member of the chat (on both nodes). */
+      const heard = () => audience.map((m) => count(m, 'vm:control:request', (p) => p.user_id === asker.user.id));
+      const heardBy = (n: number) => eventually(() => heard().every((c) => c >= n), WAIT_MS, `${n} announcements`);
+      /**
+       * Runs a hand-over and waits until every member has heard its vm:control: each socket hears
+       * the chat's events in the order the room's node emits them, so every announcement made
+       * before the hand-over has arrived by then.
+       */
+      const handOver = async (act: () => Promise<any>) => {
+        const changes = (m: Member) => count(m, 'vm:control', (p) => p.chat_id === chatId);
+        const before = audience.map(changes);
+        expect((await act()).ok).toBe(true);
+        await eventually(() => audience.every((m, i) => changes(m) > (before[i] ?? 0)), WAIT_MS, 'vm:control');
+      };
+
+      frozenAt = Date.now();
+      expect(await ask()).toEqual(pending(holder.user.id));
+      await heardBy(1);
+      // Repeats on both nodes, at once and up to the window's last millisecond: each is answered.
+      const repeats = await Promise.all([...Array.from({ length: 20 }, ask), ...Array.from({ length: 20 }, askOnA)]);
+      for (const r of repeats) expect(r).toEqual(pending(holder.user.id));
+      frozenAt += CONTROL_REQUEST_REPEAT_MS - 1;
+      expect(await askOnA()).toEqual(pending(holder.user.id));
+      // At the window's end the request goes out again.
+      frozenAt += 1;
+      expect(await ask()).toEqual(pending(holder.user.id));
+      await heardBy(2);
+      await handOver(() => ack(owner, 'vm:control:grant', { chat_id: chatId, user_id: bystander.user.id }));
+      expect(heard()).toEqual([2, 2, 2]);
+
+      // The grant answered the pending request: the next one is announced at once, once.
+      expect(await askOnA()).toEqual(pending(bystander.user.id));
+      expect(await ask()).toEqual(pending(bystander.user.id));
+      await handOver(() => ack(bystander, 'vm:control:release', { chat_id: chatId }));
+      expect(heard()).toEqual([3, 3, 3]);
+
+      // So does a release: nobody holds control, and the request takes it.
+      expect(await ask()).toEqual({ ok: true, granted: true, controller_user_id: asker.user.id });
+      await handOver(() => ack(asker, 'vm:control:release', { chat_id: chatId }));
+      await handOver(() => ack(holder, 'vm:control:request', { chat_id: chatId }));
+      expect(await ask()).toEqual(pending(holder.user.id));
+      await handOver(() => ack(owner, 'vm:control:grant', { chat_id: chatId, user_id: owner.user.id }));
+      expect(heard()).toEqual([4, 4, 4]);
+      await owner.client.post(`/v1/portal/chats/${chatId}/stop`, {});
+    } finally {
+      frozenAt = null;
+      second.close();
+      for (const m of [owner, holder, asker, bystander]) m.socket.close();
     }
   });
 });

@@ -56,6 +56,18 @@ interface HostedRoom {
   last: VmFrame | null;
   /** Input events sent to the browser and not yet answered (a flood is refused, not queued). */
   inputsInFlight: number;
+  /**
+   * The control requests announced to the chat, by requester: when, and the answer the requester
+   * got. Dropped when control changes hands (the request was answered, or is asked anew of the
+   * new controller) and once CONTROL_REQUEST_REPEAT_MS have passed.
+   */
+  requests: Map<number, { at: number; answer: Promise<ControlAnswer> }>;
+}
+
+/** What a control request answers: whether the caller got control, and who holds it. */
+export interface ControlAnswer {
+  granted: boolean;
+  controller_user_id: number | null;
 }
 
 /** A start in progress on this node; a stop asked meanwhile calls it off. */
@@ -69,6 +81,13 @@ const CLOSE_WAIT_MS = 2_000;
 
 /** A controller may have this many input events waiting for the browser; more are refused. */
 const MAX_INPUTS_IN_FLIGHT = 64;
+
+/**
+ * A member's control request reaches the chat once per this long, as a raised hand does: repeats
+ * (any socket of theirs, on any node: the room's node decides) answer as the first did and reach
+ * nobody, so one member cannot make every socket of the chat receive a flood of requests.
+ */
+export const CONTROL_REQUEST_REPEAT_MS = 10_000;
 
 /**
  * The rooms this node runs (their browsers are this node's provider's): settings, controller, who
@@ -135,6 +154,7 @@ export function makeRoomHost(deps: HostDeps) {
 
   const setController = (room: HostedRoom, userId: number | null) => {
     room.controller = userId;
+    room.requests.clear();
     realtime.emitTo(rooms.chat(room.chatId), 'vm:control', { chat_id: room.chatId, controller_user_id: userId });
   };
 
@@ -196,6 +216,7 @@ export function makeRoomHost(deps: HostDeps) {
         unsubscribe: null,
         last: null,
         inputsInFlight: 0,
+        requests: new Map(),
       });
       if (!(await cluster.hold(chatId, 'running'))) {
         // The claim lapsed while the browser started (this node stalled) and another node took the
@@ -309,28 +330,41 @@ export function makeRoomHost(deps: HostDeps) {
 
     lastFrame: (chatId: number): VmFrame | null => hosted.get(chatId)?.last ?? null,
 
-    async requestControl(
-      chatId: number,
-      who: RemoteActor,
-    ): Promise<{ granted: boolean; controller_user_id: number | null }> {
-      if (!mustHost(chatId).settings.allow_control_requests)
+    /**
+     * Takes control when nobody holds it, or announces the request to the chat. A repeat while the
+     * user's request is pending (CONTROL_REQUEST_REPEAT_MS, control unchanged) gets the first
+     * one's answer, even while that one is still being checked: no second announcement, and no
+     * second read of the chat's sockets on every node.
+     */
+    async requestControl(chatId: number, who: RemoteActor): Promise<ControlAnswer> {
+      const room = mustHost(chatId);
+      if (!room.settings.allow_control_requests)
         throw appError(
           'ERR_FORBIDDEN',
           'Control requests are off in this room; the chat owner or a moderator grants control.',
         );
+      const pending = room.requests.get(who.userId);
+      if (pending && now() - pending.at < CONTROL_REQUEST_REPEAT_MS) return pending.answer;
       // The sender's socket was in the chat's room on its node; a kick, ban or disconnect since
       // then neither hands it control nor reaches the chat with its request.
-      return whileInChat(chatId, who.userId, 'Join this chat (room:join) first.', () => {
-        const room = mustHost(chatId);
-        if (room.controller === null) setController(room, who.userId);
-        if (room.controller === who.userId) return { granted: true, controller_user_id: who.userId };
+      const answer = whileInChat(chatId, who.userId, 'Join this chat (room:join) first.', (): ControlAnswer => {
+        const current = mustHost(chatId);
+        if (current.controller === null) setController(current, who.userId);
+        if (current.controller === who.userId) return { granted: true, controller_user_id: who.userId };
         realtime.emitTo(rooms.chat(chatId), 'vm:control:request', {
           chat_id: chatId,
           user_id: who.userId,
           username: who.username,
         });
-        return { granted: false, controller_user_id: room.controller };
+        return { granted: false, controller_user_id: current.controller };
       });
+      const asked = { at: now(), answer };
+      room.requests.set(who.userId, asked);
+      // A refused request announced nothing: the next one is checked afresh.
+      answer.catch(() => {
+        if (room.requests.get(who.userId) === asked) room.requests.delete(who.userId);
+      });
+      return answer;
     },
 
     /** Control goes to a member in the chat's room only: one with no socket there could not use it, nor lose it by leaving. */
@@ -405,6 +439,8 @@ export function makeRoomHost(deps: HostDeps) {
         // Nodes report their viewers every few seconds; one silent for the map's TTL is gone.
         for (const [node, a] of room.audiences)
           if (node !== self && now() - a.seenAt > PLACE_TTL_MS) room.audiences.delete(node);
+        for (const [userId, r] of room.requests)
+          if (at - r.at >= CONTROL_REQUEST_REPEAT_MS) room.requests.delete(userId);
         updateWatching(room);
         if (room.idleSince !== null && at - room.idleSince >= deps.idleMs) await stop(room.chatId, 'idle');
       }

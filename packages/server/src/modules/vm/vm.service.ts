@@ -8,7 +8,7 @@ import type { VmProvider } from '../../platform/vm/provider.js';
 import type { ChatsService } from '../chats/chats.service.js';
 import { makeAudiences } from './vm.audience.js';
 import { decodeFrame, makeVmCluster, type RoomPlace } from './vm.cluster.js';
-import { makeRoomHost, type RemoteActor, serveHost } from './vm.host.js';
+import { type ControlAnswer, makeRoomHost, type RemoteActor, serveHost } from './vm.host.js';
 import { type Actor, canRunRoom, canStart, canStop, type RoomChat } from './vm.rules.js';
 import { defaultSettingsSource, type SettingsSource } from './vm.settings.js';
 import type { ViewerTokens } from './vm.tokens.js';
@@ -319,10 +319,13 @@ export function makeVmService(deps: VmDeps) {
       throw appError('ERR_FORBIDDEN', 'Watch this room first (vm:watch).');
     },
 
-    /** Takes control when nobody holds it; otherwise the request goes to the chat (owner, moderators). */
+    /**
+     * Takes control when nobody holds it; otherwise the request goes to the chat (owner,
+     * moderators), once while it is pending (the room's node keeps it: vm.host.ts).
+     */
     async requestControl(caller: Caller, chatId: number) {
       mustBeIn(caller, chatId);
-      return onOwner<{ granted: boolean; controller_user_id: number | null }>(chatId, 'requestControl', {
+      return onOwner<ControlAnswer>(chatId, 'requestControl', {
         actor: remoteActor(caller),
       });
     },
