@@ -435,9 +435,10 @@ describeApp("a search running beside a pairing that fills the user's slots", () 
   });
 });
 
-// Two nodes over one PostgreSQL and Redis: the test holds the two waiting peers' user rows, so
-// both pairings of the same user (one per node) reach the chat insert before either commits.
-describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('the direct-chat slot limit on two nodes', () => {
+// Two nodes over one PostgreSQL and Redis: the direct-chat slot limit (the test holds the two
+// waiting peers' user rows, so both pairings of the same user, one per node, reach the chat insert
+// before either commits), and a dequeue on another node than the pairing.
+describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('matchmaking on two nodes', () => {
   let nodes: Nodes;
   let shared: postgres.Sql;
   beforeAll(async () => {
@@ -469,70 +470,53 @@ describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('the direct-
     expect((await refused.client.get('/v1/portal/match/status')).body).toEqual(waiting[refused.user.id]);
     expect(await activeDirect(nodeA, refused.user.id)).toBe(0);
   });
-});
 
-// Two nodes over one PostgreSQL and Redis: the pairing runs on node A, the dequeue on node B.
-describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))(
-  'a dequeue on another node than the pairing',
-  () => {
-    let nodes: Nodes;
-    let shared: postgres.Sql;
-    beforeAll(async () => {
-      nodes = await startNodes();
-      shared = postgres(nodes.a.config.databaseUrl ?? '', { max: 3, onnotice: () => {} });
-    });
-    afterAll(async () => {
-      closeAllSockets();
-      await shared?.end({ timeout: 1 });
-      await nodes?.close();
-    });
-
-    it('answered idle before the pairing took its locks: no chat follows; the caller searches on', async () => {
-      const { a: nodeA, b: nodeB } = nodes;
-      const t = tag();
-      const [a, b] = [await member(nodeA), await member(nodeA)];
-      expect((await match(a, [t])).body.state).toBe('searching');
-      const paused = pauseNext(nodeA.services.chats, 'createDirect');
-      let res: Awaited<ReturnType<typeof match>>;
-      try {
-        const pairing = match(b, [t]);
-        await paused.entered;
-        expect((await a.client.on(nodeB).post('/v1/portal/match/dequeue', {})).body).toEqual({ state: 'idle' });
-        paused.release();
-        res = await pairing;
-      } finally {
-        paused.restore();
-      }
-      expect(res.body.state).toBe('searching');
-      expect((await a.client.on(nodeB).get('/v1/portal/match/status')).body).toEqual({ state: 'idle' });
-      expect(await chatsOfPair(nodeA, a.user.id, b.user.id)).toBe(0);
-      await b.client.post('/v1/portal/match/dequeue', {});
-    });
-
-    it("waiting while the pairing holds the users' locks: answers matched, the chat the pair got", async () => {
-      const { a: nodeA, b: nodeB } = nodes;
-      const t = tag();
-      const [a, b] = [await member(nodeA), await member(nodeA)];
-      expect((await match(a, [t])).body.state).toBe('searching');
-      const row = hold(shared, (tx) => tx`select id from users where id = ${b.user.id} for update`);
-      await row.ready;
+  // A dequeue on node B of a search node A is pairing.
+  it('answered idle before the pairing took its locks: no chat follows; the caller searches on', async () => {
+    const { a: nodeA, b: nodeB } = nodes;
+    const t = tag();
+    const [a, b] = [await member(nodeA), await member(nodeA)];
+    expect((await match(a, [t])).body.state).toBe('searching');
+    const paused = pauseNext(nodeA.services.chats, 'createDirect');
+    let res: Awaited<ReturnType<typeof match>>;
+    try {
       const pairing = match(b, [t]);
-      await lockWaiters(shared, 1);
-      const dequeued = a.client.on(nodeB).post('/v1/portal/match/dequeue', {});
-      await lockWaitersOr(shared, 2, dequeued);
-      await row.end();
-      const answer = (await dequeued).body;
-      expect((await pairing).body.state).toBe('searching');
-      const found = await a.socket.next('match:found');
-      expect(answer).toEqual({
-        state: 'matched',
-        token: found.token,
-        chat_id: found.chat_id,
-        expires_at: found.expires_at,
-      });
+      await paused.entered;
+      expect((await a.client.on(nodeB).post('/v1/portal/match/dequeue', {})).body).toEqual({ state: 'idle' });
+      paused.release();
+      res = await pairing;
+    } finally {
+      paused.restore();
+    }
+    expect(res.body.state).toBe('searching');
+    expect((await a.client.on(nodeB).get('/v1/portal/match/status')).body).toEqual({ state: 'idle' });
+    expect(await chatsOfPair(nodeA, a.user.id, b.user.id)).toBe(0);
+    await b.client.post('/v1/portal/match/dequeue', {});
+  });
+
+  it("waiting while the pairing holds the users' locks: answers matched, the chat the pair got", async () => {
+    const { a: nodeA, b: nodeB } = nodes;
+    const t = tag();
+    const [a, b] = [await member(nodeA), await member(nodeA)];
+    expect((await match(a, [t])).body.state).toBe('searching');
+    const row = hold(shared, (tx) => tx`select id from users where id = ${b.user.id} for update`);
+    await row.ready;
+    const pairing = match(b, [t]);
+    await lockWaiters(shared, 1);
+    const dequeued = a.client.on(nodeB).post('/v1/portal/match/dequeue', {});
+    await lockWaitersOr(shared, 2, dequeued);
+    await row.end();
+    const answer = (await dequeued).body;
+    expect((await pairing).body.state).toBe('searching');
+    const found = await a.socket.next('match:found');
+    expect(answer).toEqual({
+      state: 'matched',
+      token: found.token,
+      chat_id: found.chat_id,
+      expires_at: found.expires_at,
     });
-  },
-);
+  });
+});
 
 describeApp('a stranger block racing an enqueue in flight', () => {
   // The enqueue's pre-check (one statement reading the account, its blocks and session) waits on
