@@ -35,6 +35,21 @@ vi.setConfig({ testTimeout: BROWSER_TEST_TIMEOUT_MS });
  */
 const TOKEN = 'vht_test_token_0123456789abcdef0123456789';
 
+/** A provider that runs no browser: `start` as given, the rest does nothing. */
+function browserless(over: Pick<VmProvider, 'start'> & Partial<VmProvider>): VmProvider {
+  return {
+    stop: async () => {},
+    status: () => null,
+    list: () => [],
+    subscribe: () => () => {},
+    input: async () => {},
+    navigate: async () => {},
+    onStopped: () => () => {},
+    close: async () => {},
+    ...over,
+  };
+}
+
 let site: Awaited<ReturnType<typeof startTestSite>>;
 const hosts: { host: BrowserHost; provider: LocalChromiumProvider }[] = [];
 const remotes: RemoteBrowserProvider[] = [];
@@ -173,7 +188,7 @@ describeProvider('remote provider over browser hosts', () => {
   it('asks a host that answered a start too late to stop that room', async () => {
     // A provider whose starts take 300 ms, and a node that waits 100 ms for them.
     const stops: string[] = [];
-    const slow: VmProvider = {
+    const slow = browserless({
       start: async (roomId, s) => {
         await new Promise((r) => setTimeout(r, 300));
         return { roomId, state: 'running', width: s.width, height: s.height, startedAt: new Date(), restarts: 0 };
@@ -181,14 +196,7 @@ describeProvider('remote provider over browser hosts', () => {
       stop: async (roomId) => {
         stops.push(roomId);
       },
-      status: () => null,
-      list: () => [],
-      subscribe: () => () => {},
-      input: async () => {},
-      navigate: async () => {},
-      onStopped: () => () => {},
-      close: async () => {},
-    };
+    });
     const server = createServer();
     const host = createBrowserHost(server, { provider: slow, token: TOKEN });
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -289,17 +297,7 @@ describeApp('a node whose browser hosts fail (VM_HOSTS)', () => {
 
   it('answers a start its host leaves unanswered 503 naming no host, and logs hosts by origin, without credentials', async () => {
     // A host whose browsers never finish starting, and one that refuses connections (port 1).
-    const never: VmProvider = {
-      start: () => new Promise(() => {}),
-      stop: async () => {},
-      status: () => null,
-      list: () => [],
-      subscribe: () => () => {},
-      input: async () => {},
-      navigate: async () => {},
-      onStopped: () => () => {},
-      close: async () => {},
-    };
+    const never = browserless({ start: () => new Promise(() => {}) });
     const server = createServer();
     hanging = createBrowserHost(server, { provider: never, token: TOKEN });
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
