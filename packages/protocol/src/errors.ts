@@ -87,6 +87,7 @@ export const ErrorCodes = {
   ERR_RANGE_NOT_SATISFIABLE: { status: 416, message: 'The requested range is not satisfiable.' },
   ERR_INVALID_BUNDLE: { status: 422, message: 'The content is not a valid ciphertext bundle.' },
   ERR_RATE_LIMITED: { status: 429, message: 'Too many requests; try again later.' },
+  ERR_TOO_MANY_CONNECTIONS: { status: 429, message: 'This session has too many sockets open.' },
   ERR_HEADERS_TOO_LARGE: { status: 431, message: 'The request headers are too large.' },
   ERR_INTERNAL: { status: 500, message: 'Something went wrong on our side.' },
   ERR_SERVICE_UNAVAILABLE: { status: 503, message: 'The service is not available right now.' },

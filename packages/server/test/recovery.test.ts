@@ -1,3 +1,4 @@
+import { Limits } from '@parlor/protocol';
 import { io, type Socket } from 'socket.io-client';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { describeApp, startApp, type TestApp } from './support/app.js';
@@ -408,4 +409,69 @@ describeApp('connection state recovery and a removal that commits while the sock
       expect(gone.r.messages()).toEqual([one]);
     });
   }
+});
+
+describeApp('connection state recovery and the room enter limit', () => {
+  it(`spends one of the user's ${Limits.ROOM_ENTERS_PER_USER} room enters per chat room it puts back; one the allowance cannot pay for connects afresh and spends nothing`, async () => {
+    const c0 = await keyedChat(app);
+    const c1 = await keyedChat(app);
+    const chats = [c0, c1];
+    const m = await member(app);
+    m.socket.close();
+    const r = await recoverable(m);
+    const enter = async (chatId: number) =>
+      (await r.socket.emitWithAck('room:join', { chat_id: chatId, rejoin: true })) as {
+        ok: boolean;
+        code?: string;
+        retry_after?: number;
+      };
+    // Two joins that make a member, then room enters until 3 of the window's are left.
+    for (const c of chats)
+      expect((await r.socket.emitWithAck('room:join', { chat_id: c.chatId })) as { ok: boolean }).toMatchObject({
+        ok: true,
+      });
+    for (let i = 0; i < Limits.ROOM_ENTERS_PER_USER - 5; i += 1)
+      expect((await enter(c0.chatId)).ok, `enter ${i}`).toBe(true);
+    // A message gives the socket its recovery offset.
+    const one = await send(c0, 'one');
+    await received(r, one);
+    /** Drops the transport and waits until the chat has heard this session go offline once more. */
+    const away = async () => {
+      const offline = () =>
+        c0.owner.socket.received.filter(
+          (p) =>
+            p.event === 'portal:presence' &&
+            p.payload.chat_id === c0.chatId &&
+            p.payload.session_id === m.sessionId &&
+            p.payload.online === false,
+        ).length;
+      const before = offline();
+      await r.drop();
+      await expect.poll(offline).toBe(before + 1);
+    };
+    const chatRooms = () =>
+      chats.filter((c) =>
+        app.services.realtime.io
+          .of('/')
+          .adapter.rooms.get(`chat:${c.chatId}`)
+          ?.has(r.socket.id ?? ''),
+      ).length;
+
+    // Back in both rooms: two enters spent, one left.
+    await away();
+    expect(await r.reconnect()).toBeNull();
+    expect(r.socket.recovered).toBe(true);
+    expect(chatRooms()).toBe(2);
+
+    // Two rooms, one enter left: not recovered, in no chat room.
+    await away();
+    expect(await r.reconnect()).toBeNull();
+    expect(r.socket.recovered).toBe(false);
+    expect(chatRooms()).toBe(0);
+    // The refused recovery spent nothing: the enter left is room:join's, and the next is refused.
+    expect((await enter(c0.chatId)).ok).toBe(true);
+    const refused = await enter(c1.chatId);
+    expect([refused.ok, refused.code]).toEqual([false, 'ERR_RATE_LIMITED']);
+    expect(refused.retry_after).toBeGreaterThanOrEqual(1);
+  }, 60_000);
 });

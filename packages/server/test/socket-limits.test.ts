@@ -1,7 +1,7 @@
 import { INT32_MAX, Limits } from '@parlor/protocol';
 import { io, type Socket } from 'socket.io-client';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { SOCKET_MESSAGE_MAX_BYTES } from '../src/platform/realtime.js';
+import { rooms, SOCKET_MESSAGE_MAX_BYTES, SOCKETS_PER_SESSION_MAX } from '../src/platform/realtime.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
 import { login } from './support/flows.js';
 
@@ -114,5 +114,59 @@ describeApp('unstorable text in socket payloads', () => {
         code: 'ERR_NOT_CHAT_MEMBER',
       });
     expect(socket.connected).toBe(true);
+  });
+});
+
+describeApp('sockets of one session', () => {
+  /** Opens a socket with this session cookie; resolves with it and the connect error's code (null: connected). */
+  function handshake(sessionCookie: string): Promise<{ socket: Socket; refused: string | null }> {
+    const socket = io(app.url, {
+      transports: ['websocket'],
+      extraHeaders: { cookie: `psession=${sessionCookie}` },
+      reconnection: false,
+      forceNew: true,
+    });
+    opened.push(socket);
+    return new Promise((resolve) => {
+      socket.once('connect', () => resolve({ socket, refused: null }));
+      socket.once('connect_error', (err) => resolve({ socket, refused: err.message }));
+    });
+  }
+
+  it(`holds ${SOCKETS_PER_SESSION_MAX} sockets of one session on a node, refuses the next with ERR_TOO_MANY_CONNECTIONS, and takes one again once one closed`, async () => {
+    const who = await login(app);
+    const sessionCookie = who.client.cookie ?? '';
+    const sessionSockets = () => app.services.realtime.io.of('/').adapter.rooms.get(rooms.user(who.user.id))?.size ?? 0;
+    // All at once, and each held after the app's middleware (where it is decided) until all of them
+    // were decided there: every one races for the last place, and one only gets it.
+    const waiting: (() => void)[] = [];
+    let holding = true;
+    app.services.realtime.io.use((socket, next) => {
+      if (holding && socket.data.userId === who.user.id) waiting.push(() => next());
+      else next();
+    });
+    const attempts = Array.from({ length: SOCKETS_PER_SESSION_MAX + 1 }, () => handshake(sessionCookie));
+    let refusedNow = 0;
+    for (const attempt of attempts) void attempt.then((h) => (refusedNow += h.refused === null ? 0 : 1));
+    await expect.poll(() => waiting.length + refusedNow).toBe(SOCKETS_PER_SESSION_MAX + 1);
+    holding = false;
+    for (const go of waiting) go();
+    const first = await Promise.all(attempts);
+    expect(first.filter((h) => h.refused === null)).toHaveLength(SOCKETS_PER_SESSION_MAX);
+    expect(first.filter((h) => h.refused !== null).map((h) => h.refused)).toEqual(['ERR_TOO_MANY_CONNECTIONS']);
+    expect(sessionSockets()).toBe(SOCKETS_PER_SESSION_MAX);
+    // One at a time: still full.
+    expect((await handshake(sessionCookie)).refused).toBe('ERR_TOO_MANY_CONNECTIONS');
+    // Another session is not this one's: it connects.
+    expect((await handshake(cookie)).refused).toBeNull();
+
+    first.find((h) => h.refused === null)?.socket.close();
+    await expect.poll(sessionSockets).toBe(SOCKETS_PER_SESSION_MAX - 1);
+    const again = await handshake(sessionCookie);
+    expect(again.refused).toBeNull();
+    expect(again.socket.connected).toBe(true);
+    expect(sessionSockets()).toBe(SOCKETS_PER_SESSION_MAX);
+    for (const h of first) h.socket.close();
+    again.socket.close();
   });
 });

@@ -89,6 +89,17 @@ const CONNECTION_CLOSE_WAIT_MS = 1_000;
  */
 export const SOCKET_MESSAGE_MAX_BYTES = 32 * 1024;
 
+/**
+ * The most sockets one login session may hold open on one node; the next handshake is refused
+ * with `ERR_TOO_MANY_CONNECTIONS`. The tabs of one browser share its session (one cookie) and the
+ * web app holds one socket per tab, so 32 is more tabs of the app than a person keeps open, while
+ * each socket costs the server memory, a `chat:list` read and a session read when it connects,
+ * presence work when it goes, and may watch a room VM's frames. Counted on this node only (its
+ * room of the session: no cross-node read on the connect path), so behind a load balancer a
+ * session may hold this many on each node.
+ */
+export const SOCKETS_PER_SESSION_MAX = 32;
+
 export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
   let closing = false;
   /** Work of sockets that disconnected (afterDisconnect), still running: close() lets it finish. */
@@ -153,6 +164,12 @@ export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
         // connects afresh). The data is always the fresh one (a level changed while away is the
         // current level).
         socket.data = data;
+        if (!admitToSession(socket)) {
+          // The session is live: its client tries again later, and is let in once one of the
+          // session's sockets on this node has closed.
+          recovering.done(socket);
+          return next(new Error('ERR_TOO_MANY_CONNECTIONS'));
+        }
         next();
       })
       .catch((err: unknown) => {
@@ -171,7 +188,8 @@ export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
 
   io.on('connection', (socket) => {
     recovering.done(socket);
-    void socket.join([rooms.user(socket.data.userId), rooms.session(socket.data.sessionId)]);
+    // Its session's room it joined in the handshake, where it was counted (admitToSession).
+    void socket.join(rooms.user(socket.data.userId));
     // One function per socket serves every client event: a listener per event and socket cost
     // about 2 KiB per connection (measured with the connect bench), for events most never send.
     socket.use((packet, next) => {
@@ -312,6 +330,23 @@ export function emitSnapshot<E extends keyof ServerToClientEvents>(
   ...args: Parameters<ServerToClientEvents[E]>
 ): void {
   socket.nsp.local.to(socket.id).emit(event, ...args);
+}
+
+/**
+ * Counts a handshake's socket among its session's sockets on this node if the session has a place
+ * left (SOCKETS_PER_SESSION_MAX): the socket joins its session's room in the same turn as that
+ * room's size is read, so two handshakes of one session racing for the last place cannot both
+ * take it (the adapter's rooms are this node's, and a join updates them at once). A socket whose
+ * handshake fails after this leaves the room with its other rooms (Socket.IO's cleanup). A
+ * recovered socket is in the room already (its rooms were restored): it is not counted twice.
+ */
+function admitToSession(socket: AppSocket): boolean {
+  const room = rooms.session(socket.data.sessionId);
+  const held = socket.nsp.adapter.rooms.get(room);
+  const others = (held?.size ?? 0) - (held?.has(socket.id) ? 1 : 0);
+  if (others >= SOCKETS_PER_SESSION_MAX) return false;
+  void socket.join(room);
+  return true;
 }
 
 /** A client event of a socket that may no longer act: refused (to its ack, if any), the socket dropped. */

@@ -4,7 +4,8 @@ import type { AppSocket, Io, SocketData } from './realtime.js';
 /**
  * What a connection that comes back within the recovery window may keep of the rooms it was in:
  * the rooms still allowed, or null when it may not come back at all (its session ended, its user
- * is banned or timed out), in which case it connects afresh and the handshake decides.
+ * is banned or timed out, or its user's room enters cannot pay for the chat rooms it would be put
+ * back into), in which case it connects afresh and the handshake decides.
  */
 export type RecoveryCheck = (data: SocketData, rooms: string[]) => Promise<string[] | null>;
 

@@ -1,3 +1,4 @@
+import { Limits } from '@parlor/protocol';
 import { makeAdminService } from '../modules/admin/admin.service.js';
 import type { ChatsService } from '../modules/chats/chats.service.js';
 import type { KeysService } from '../modules/keys/keys.service.js';
@@ -28,7 +29,7 @@ import {
 import type { App } from '../platform/routing.js';
 import { RedisState, type StateStore, watchConnection } from '../platform/state/index.js';
 import { vmProviderFor } from '../platform/vm/from-config.js';
-import { makeWriteLimit } from '../platform/write-limit.js';
+import { makeEnterLimit, makeWriteLimit, type UserLimit } from '../platform/write-limit.js';
 import { type Accounts, wireAccounts } from './accounts.js';
 import { wireChats, wireMatchmaking } from './chats.js';
 import { wireRetention } from './retention.js';
@@ -104,9 +105,16 @@ export async function wireServices(ctx: WiringContext) {
   ctx.tasks.every(EXPIRY_SWEEP_INTERVAL_MS, 'session-expiry', () => sessions.sweepExpired());
   // A socket recovered after a drop comes back only with a live session of a user who may connect,
   // and only to the chat rooms it is still allowed in, before anything missed is replayed to it.
-  realtime.checkRecovery(async (data, restored) =>
-    (await sessions.mayConnect(data.userId, data.sessionId)) ? chats.roomsStillAllowed(data.userId, restored) : null,
-  );
+  // Each chat room it is put back into is an entry, as a room:join is: it spends one of the
+  // user's room enters, from room:join's own allowance (limiters of one name share their count),
+  // and a recovery the allowance cannot pay for connects afresh, its room:joins then limited.
+  const recoveryEnters = makeEnterLimit(ctx.state);
+  realtime.checkRecovery(async (data, restored) => {
+    if (!(await sessions.mayConnect(data.userId, data.sessionId))) return null;
+    const allowed = await chats.roomsStillAllowed(data.userId, restored);
+    const entries = allowed.filter((room) => rooms.chatIdOf(room) !== null).length;
+    return (await spendEnters(recoveryEnters, data.userId, entries)) ? allowed : null;
+  });
   // A guild chat's room VM starts with its guild's room settings (other chats: the vm defaults).
   vm.useSettings(guilds.roomSettingsOfChat);
   // The public chat of a guild has no owner row: the guild's owner runs its room.
@@ -141,6 +149,21 @@ export async function wireServices(ctx: WiringContext) {
 }
 
 export type Services = Awaited<ReturnType<typeof wireServices>>;
+
+/**
+ * Spends `count` of the user's room enters for the chat rooms a recovered connection is put back
+ * into: true when the allowance pays for all of them. Otherwise every point taken is given back
+ * (the refused ones too, which the limiter counts), so a recovery refused by the limit spends
+ * nothing and the fresh connection's room:joins count as any others. More rooms than a whole
+ * window's allowance are refused without asking the store.
+ */
+async function spendEnters(enters: UserLimit, userId: number, count: number): Promise<boolean> {
+  if (count > Limits.ROOM_ENTERS_PER_USER) return false;
+  const spent = await Promise.allSettled(Array.from({ length: count }, () => enters.spend(userId)));
+  if (spent.every((s) => s.status === 'fulfilled')) return true;
+  await Promise.all(spent.map(() => enters.giveBack(userId)));
+  return false;
+}
 
 /** The statistics service; `rooms` reads the room VMs, built after it. */
 function wireStats(ctx: WiringContext, accounts: Accounts, rooms: StatsDeps['rooms']) {
