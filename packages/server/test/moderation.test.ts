@@ -6,11 +6,11 @@ import { makeMessagesStore } from '../src/modules/messages/messages.store.js';
 import { FakeClock } from '../src/platform/clock.js';
 import { deadlockVictimRuns } from '../src/platform/db/after-commit.js';
 import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
-import { bundle, join, keyedChat, type Member, member, sessionIdOf } from './support/chat-flows.js';
+import { bundle, join, keyEpoch, keyedChat, type Member, member, sessionIdOf } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
 import { countRows, failInserts } from './support/faults.js';
 import { createBot, login, operator, setLevel } from './support/flows.js';
-import { gateInserts, hold, lockWaiters, loginUpToVerify, racingUserRow } from './support/pg-locks.js';
+import { gateInserts, hold, lockWaiters, lockWaitersOr, loginUpToVerify, racingUserRow } from './support/pg-locks.js';
 import { closeAllSockets, connectSocket, disconnected } from './support/sockets.js';
 
 let app: TestApp;
@@ -471,9 +471,12 @@ describeApp('chat moderation (spec 4.6 rules 2-3)', () => {
   });
 });
 
-/** A Premium user's chat of the given type, the owner joined (Premium users own one chat, spec 2.11). */
-async function premiumChat(type: 'public' | 'private') {
-  const owner = await member(app);
+/**
+ * A Premium user's chat of the given type, the owner (of `level`) joined (Premium users own one
+ * chat, spec 2.11); `add` makes a new member of a level (by an invite in a private chat).
+ */
+async function premiumChat(type: 'public' | 'private', level = 0) {
+  const owner = await member(app, { level });
   await app.database.db.execute(
     `update users set subscription_tier = 2, subscription_expires_at = now() + interval '30 days' where id = ${owner.user.id}` as never,
   );
@@ -481,8 +484,160 @@ async function premiumChat(type: 'public' | 'private') {
   expect(created.status, JSON.stringify(created.body)).toBe(200);
   const chatId: number = created.body.chat.id;
   expect((await join(owner, { chat_id: chatId })).ok).toBe(true);
-  return { owner, chatId };
+  let invite: string | undefined;
+  const add = async (memberLevel = 0) => {
+    if (type === 'private' && !invite)
+      invite = (await owner.client.post(`/v1/portal/chats/${chatId}/invites/create`, { max_uses: 1000 })).body.invite
+        .code as string;
+    const m = await member(app, { level: memberLevel });
+    const ack = await join(m, invite ? { invite } : { chat_id: chatId });
+    expect(ack.ok, JSON.stringify(ack)).toBe(true);
+    return m;
+  };
+  return { owner, chatId, add };
 }
+
+type ChatAction = 'kick' | 'ban' | 'unban' | 'mute' | 'unmute' | 'warn' | 'timeout';
+const CHAT_ACTIONS: ChatAction[] = ['kick', 'ban', 'unban', 'mute', 'unmute', 'warn', 'timeout'];
+
+/** `by`'s chat action on the user, with the body it needs (a timeout's duration) and `extra`. */
+const chatAct = (by: Member, chatId: number, action: ChatAction, userId: number, extra: object = {}) =>
+  by.client.post(`/v1/portal/chats/${chatId}/${action}`, {
+    user_id: userId,
+    ...(action === 'timeout' ? { duration: 60 } : {}),
+    ...extra,
+  });
+
+/** A matrix cell whose target is its actor. */
+const SELF = -1;
+
+/**
+ * Every chat action by each kind of actor, each on a new member (a kick or ban leaves none to act
+ * on twice): the table of docs/api.md Moderation, spec 4.6 rules 2-3. `cells` names each actor and
+ * its target's level (0 when omitted; SELF: the chat owner acting on itself), `expected` what each
+ * answers.
+ */
+async function matrix(
+  c: Awaited<ReturnType<typeof premiumChat>>,
+  cells: Record<string, [Member, number?]>,
+  expected: (cell: string, action: ChatAction) => number,
+) {
+  const answers: Record<string, number> = {};
+  const wanted: Record<string, number> = {};
+  for (const action of CHAT_ACTIONS)
+    for (const [cell, [by, level]] of Object.entries(cells)) {
+      const target = level === SELF ? c.owner : await c.add(level ?? 0);
+      answers[`${cell}:${action}`] = (await chatAct(by, c.chatId, action, target.user.id)).status;
+      wanted[`${cell}:${action}`] = expected(cell, action);
+    }
+  expect(answers).toEqual(wanted);
+}
+
+const muting = (action: ChatAction) => action === 'mute' || action === 'unmute';
+
+describeApp('who may take each chat action (spec 4.6 rules 2-3, docs/api.md Moderation)', () => {
+  it('in a public chat of a User: its owner, Moderators (not to mute) and Admins, on users below them; nobody on themselves', async () => {
+    const c = await premiumChat('public');
+    const [mod, admin] = [await member(app, { level: 1 }), await member(app, { level: 2 })];
+    const plain = await c.add();
+    await matrix(
+      c,
+      {
+        owner: [c.owner],
+        mod: [mod],
+        admin: [admin],
+        plain: [plain],
+        'owner-on-self': [c.owner, SELF],
+        'owner-on-mod': [c.owner, 1],
+        'owner-on-admin': [c.owner, 2],
+        'mod-on-mod': [mod, 1],
+      },
+      (cell, action) => {
+        if (cell === 'owner' || cell === 'admin') return 200;
+        if (cell === 'mod') return muting(action) ? 403 : 200;
+        return 403;
+      },
+    );
+  }, 240_000);
+
+  it('in a private chat of a User: its owner and Admins, never a Moderator', async () => {
+    const c = await premiumChat('private');
+    const [mod, admin] = [await member(app, { level: 1 }), await member(app, { level: 2 })];
+    await matrix(c, { owner: [c.owner], mod: [mod], admin: [admin] }, (cell) => (cell === 'mod' ? 403 : 200));
+  }, 240_000);
+
+  it('in a public chat of an Admin: a Moderator and another Admin do not outrank it (the Admin still mutes); an Owner does', async () => {
+    const c = await premiumChat('public', 2);
+    const [mod, admin, top] = [
+      await member(app, { level: 1 }),
+      await member(app, { level: 2 }),
+      await member(app, { level: 3 }),
+    ];
+    await matrix(c, { mod: [mod], admin: [admin], top: [top] }, (cell, action) => {
+      if (cell === 'top') return 200;
+      return cell === 'admin' && muting(action) ? 200 : 403;
+    });
+  }, 240_000);
+
+  it('answers 404 for a deleted account, an unknown user and an unknown chat, never a 5xx', async () => {
+    const c = await premiumChat('public');
+    const gone = await c.add();
+    expect((await operator(app).post(`/v1/admin/users/${gone.user.id}/delete`, {})).status).toBe(200);
+    const answers: Record<string, string> = {};
+    const wanted: Record<string, string> = {};
+    for (const action of CHAT_ACTIONS) {
+      for (const [what, chatId, userId, code] of [
+        ['deleted', c.chatId, gone.user.id, 'ERR_USER_NOT_FOUND'],
+        ['unknown', c.chatId, 2147483647, 'ERR_USER_NOT_FOUND'],
+        ['no-chat', 2147483647, gone.user.id, 'ERR_CHAT_NOT_FOUND'],
+      ] as const) {
+        const res = await chatAct(c.owner, chatId, action, userId);
+        answers[`${what}:${action}`] = `${res.status} ${res.body.code}`;
+        wanted[`${what}:${action}`] = `404 ${code}`;
+      }
+    }
+    expect(answers).toEqual(wanted);
+  }, 120_000);
+
+  it(`validates chat action bodies: durations ${Limits.PUNISH_DURATION_MIN_S} to ${Limits.PUNISH_DURATION_MAX_S} s, reasons up to ${Limits.PUNISH_REASON_MAX} code points, user ids`, async () => {
+    const c = await premiumChat('public');
+    const max = Limits.PUNISH_DURATION_MAX_S;
+    const reason = (n: number, unit = 'r') => ({ reason: unit.repeat(n) });
+    const cases: [string, ChatAction, object, number][] = [
+      ['ban 59 s', 'ban', { duration: 59 }, 400],
+      ['ban 60 s', 'ban', { duration: 60 }, 200],
+      ['ban max', 'ban', { duration: max }, 200],
+      ['ban max + 1', 'ban', { duration: max + 1 }, 400],
+      ['ban 60.5 s', 'ban', { duration: 60.5 }, 400],
+      ['ban "60"', 'ban', { duration: '60' }, 400],
+      ['ban null', 'ban', { duration: null }, 400],
+      ['mute 0 s', 'mute', { duration: 0 }, 400],
+      ['mute 60 s', 'mute', { duration: 60 }, 200],
+      ['mute max + 1', 'mute', { duration: max + 1 }, 400],
+      ['timeout without duration', 'timeout', { duration: undefined }, 400],
+      ['kick reason 500', 'kick', reason(500), 200],
+      ['kick reason 501', 'kick', reason(501), 400],
+      ['warn reason 500 emoji', 'warn', reason(500, '😀'), 200],
+      ['warn reason 501 emoji', 'warn', reason(501, '😀'), 400],
+      ['unban reason 500', 'unban', reason(500, 'é'), 200],
+      ['unban reason 501', 'unban', reason(501, 'é'), 400],
+      ['mute reason 501', 'mute', reason(501), 400],
+      ['unmute with a reason', 'unmute', reason(1), 400],
+      ['kick user 0', 'kick', { user_id: 0 }, 400],
+      ['kick user 2^31', 'kick', { user_id: 2147483648 }, 400],
+      ['kick user "1"', 'kick', { user_id: '1' }, 400],
+      ['kick without user', 'kick', { user_id: undefined }, 400],
+    ];
+    const answers: Record<string, number> = {};
+    const wanted: Record<string, number> = {};
+    for (const [name, action, body, status] of cases) {
+      const target = await c.add();
+      answers[name] = (await chatAct(c.owner, c.chatId, action, target.user.id, body)).status;
+      wanted[name] = status;
+    }
+    expect(answers).toEqual(wanted);
+  }, 240_000);
+});
 
 describeApp('POST /v1/portal/chats/{chat_id}/timeout and /warn: the target is in the chat', () => {
   it('answers 403 ERR_NOT_CHAT_MEMBER for a user who was never in the chat, and changes nothing', async () => {
@@ -545,6 +700,123 @@ describeApp('POST /v1/portal/chats/{chat_id}/timeout and /warn: the target is in
       Limits.PUNISH_DURATION_MIN_S,
     ]);
   });
+});
+
+describeApp('chat actions: events, history, mutes and bans', () => {
+  it('user:unmuted reaches the chat only; room:left reaches every socket of the kicked user, which then hears the chat no more', async () => {
+    const c = await premiumChat('public');
+    const [target, other, outsider] = [await c.add(), await c.add(), await member(app)];
+    // A second tab of the target that never entered the chat's room.
+    const tab = await connectSocket(app.url, target.client);
+    const unmuted = { chat_id: c.chatId, user_id: other.user.id };
+    const muteAndUnmute = async () => {
+      expect((await chatAct(c.owner, c.chatId, 'mute', other.user.id)).status).toBe(200);
+      expect((await chatAct(c.owner, c.chatId, 'unmute', other.user.id)).status).toBe(200);
+      expect(await c.owner.socket.next('user:unmuted')).toEqual(unmuted);
+    };
+    await muteAndUnmute();
+    expect(await target.socket.next('user:unmuted')).toEqual(unmuted);
+    expect((await chatAct(c.owner, c.chatId, 'kick', target.user.id)).status).toBe(200);
+    expect(await target.socket.next('room:left')).toEqual({ chat_id: c.chatId, reason: 'kicked' });
+    expect(await tab.next('room:left')).toEqual({ chat_id: c.chatId, reason: 'kicked' });
+    await muteAndUnmute();
+    // Acks on each socket's connection come after anything it was sent before them.
+    for (const s of [target.socket, tab, outsider.socket])
+      await s.emitWithAck('vm:credentials', { chat_id: c.chatId } as never);
+    expect(target.socket.received.filter((r) => r.event === 'user:unmuted')).toHaveLength(1);
+    expect(tab.received.filter((r) => r.event === 'user:unmuted')).toHaveLength(0);
+    expect(outsider.socket.received.filter((r) => r.event === 'user:unmuted')).toHaveLength(0);
+  }, 120_000);
+
+  it('a member who joins later reads the kick, ban, mute and warn system messages in the history', async () => {
+    const c = await premiumChat('public');
+    for (const action of ['kick', 'ban', 'mute', 'warn'] as const)
+      expect((await chatAct(c.owner, c.chatId, action, (await c.add()).user.id, { reason: action })).status).toBe(200);
+    const history = await (await c.add()).client.get(`/v1/portal/chats/${c.chatId}/messages`);
+    expect(history.status).toBe(200);
+    const system = history.body.messages.filter((m: any) => m.type === 'system').map((m: any) => m.system);
+    for (const kind of ['kick', 'ban', 'mute', 'warn'])
+      expect(system).toContainEqual(expect.objectContaining({ kind, actor_id: c.owner.user.id, reason: kind }));
+  }, 120_000);
+
+  it('ttl is the longest of the chat mutes and a hard mute: a shorter re-mute shortens nothing, an unmute leaves the hard mute', async () => {
+    const c = await premiumChat('public');
+    const guest = await c.add();
+    const key = await keyEpoch(c.owner, c.chatId);
+    const sent = () => send(guest, c.chatId, key.chatKey, key.epoch);
+    expect((await sent()).status).toBe(200);
+    expect((await chatAct(c.owner, c.chatId, 'mute', guest.user.id, { duration: 600 })).status).toBe(200);
+    expect((await chatAct(c.owner, c.chatId, 'mute', guest.user.id, { duration: 60 })).status).toBe(200);
+    expect((await sent()).body).toMatchObject({ code: 'ERR_MUTED', ttl: 600 });
+    const mod = await member(app, { level: 1 });
+    expect((await mod.client.post('/v1/portal/hard-mute', { user_id: guest.user.id, duration: 1200 })).status).toBe(
+      200,
+    );
+    expect((await sent()).body).toMatchObject({ code: 'ERR_MUTED', ttl: 1200 });
+    expect((await chatAct(c.owner, c.chatId, 'unmute', guest.user.id)).status).toBe(200);
+    clock.advance(10_000);
+    expect((await sent()).body).toMatchObject({ code: 'ERR_MUTED', ttl: 1190 });
+    expect((await mod.client.post('/v1/portal/hard-unmute', { user_id: guest.user.id })).status).toBe(200);
+    expect((await sent()).status).toBe(200);
+  }, 120_000);
+
+  it('a timed chat ban refuses a rejoin by invite until its end', async () => {
+    const c = await premiumChat('private');
+    const guest = await c.add();
+    const invite = (await c.owner.client.post(`/v1/portal/chats/${c.chatId}/invites/create`, {})).body.invite.code;
+    expect((await chatAct(c.owner, c.chatId, 'ban', guest.user.id, { duration: 60 })).status).toBe(200);
+    expect(await join(guest, { invite })).toMatchObject({ ok: false, code: 'ERR_CHAT_BANNED' });
+    clock.advance(60_000);
+    expect((await join(guest, { invite })).ok).toBe(true);
+  }, 60_000);
+});
+
+/** A direct chat of two new members, as a match makes it. */
+async function directChat() {
+  const [a, b] = [await member(app), await member(app)];
+  const made = await app.services.chats.createDirect([a.user.id, b.user.id], ['moderation']);
+  if ('refused' in made) throw new Error(`direct chat refused: ${JSON.stringify(made.refused)}`);
+  return { a, b, chatId: made.chat.id };
+}
+
+describeApp('chat actions in an archived direct chat (spec 3: read-only)', () => {
+  it('answers kick, ban, mute and warn 403 ERR_CHAT_READ_ONLY and writes nothing; unmute, unban and timeout, which write nothing there, are served', async () => {
+    const { a, b, chatId } = await directChat();
+    const early = await member(app, { level: 2 });
+    // A mute from while the chat was active, for an unmute to lift once it is archived.
+    expect((await chatAct(early, chatId, 'mute', b.user.id)).status).toBe(200);
+    clock.advance(Limits.DIRECT_CHAT_TTL_MS);
+    // Staff sessions made after the advance (a staff session lives one day).
+    const [mod, admin] = [await member(app, { level: 1 }), await member(app, { level: 2 })];
+    expect((await a.client.get(`/v1/portal/chats/${chatId}`)).body.chat.archived).toBe(true);
+    const messagesIn = () => countRows(app, `select count(*) as n from messages where chat_id = ${chatId}`);
+    const recordsIn = () => countRows(app, `select count(*) as n from moderation_actions where chat_id = ${chatId}`);
+    const [messagesBefore, recordsBefore] = [await messagesIn(), await recordsIn()];
+    const answers: Record<string, [number, string]> = {};
+    for (const [by, action] of [
+      [admin, 'mute'],
+      [mod, 'warn'],
+      [mod, 'ban'],
+      [mod, 'kick'],
+    ] as const) {
+      const res = await chatAct(by, chatId, action, b.user.id);
+      answers[action] = [res.status, res.body.code];
+    }
+    const readOnly: [number, string] = [403, 'ERR_CHAT_READ_ONLY'];
+    expect(answers).toEqual({ mute: readOnly, warn: readOnly, ban: readOnly, kick: readOnly });
+    expect([await messagesIn(), await recordsIn()]).toEqual([messagesBefore, recordsBefore]);
+    // The peer is still a member: the archive stays in its list, at its epoch.
+    expect((await b.client.get('/v1/portal/chats')).body.chats.map((c: any) => c.id)).toContain(chatId);
+    expect((await a.client.get(`/v1/portal/chats/${chatId}`)).body.chat.epoch).toBe(1);
+
+    expect((await chatAct(admin, chatId, 'unmute', b.user.id)).status).toBe(200);
+    const lifted = `select count(*) as n from moderation_actions where chat_id = ${chatId} and action_type = 'CHAT_MUTE' and is_lifted`;
+    expect(await countRows(app, lifted)).toBe(1);
+    expect((await chatAct(mod, chatId, 'unban', b.user.id)).status).toBe(200);
+    expect((await chatAct(mod, chatId, 'timeout', b.user.id)).status).toBe(200);
+    expect((await b.client.get('/v1/users/me')).body.code).toBe('ERR_TIMED_OUT');
+    expect(await messagesIn()).toBe(messagesBefore);
+  }, 60_000);
 });
 
 /** Audit entries about a user (the admin audit route). */
@@ -688,9 +960,56 @@ describeApp('moderation decides the level rule on the target row it locks (Postg
 });
 
 /**
+ * A chat action decides spec 4.6 rule 2 again on the chat row its transaction locks (kick, ban,
+ * mute and warn as for a write in the chat, timeout, unban and unmute FOR SHARE): the test holds
+ * the row, changed to private by a transaction not yet committed (the owner's settings on another
+ * node), and the Moderator's action, whose checks read the chat still public, waits for it.
+ */
+describeApp('moderation decides the chat rule on the chat row it locks (PostgreSQL)', () => {
+  for (const kind of ['kick', 'ban', 'warn', 'timeout', 'unban'] as const) {
+    onPostgres(
+      `a Moderator's ${kind} racing the chat's change to private answers 403 ERR_FORBIDDEN and changes nothing (spec 4.6 rule 2)`,
+      async () => {
+        const pg = sql as postgres.Sql;
+        const c = await premiumChat('public');
+        const guest = await c.add();
+        if (kind === 'unban') expect((await chatAct(c.owner, c.chatId, 'ban', guest.user.id)).status).toBe(200);
+        const mod = await member(app, { level: 1 });
+        const state = async () => ({
+          records: await recordsOf(guest.user.id),
+          lifted: await countRows(
+            app,
+            `select count(*) as n from moderation_actions where user_id = ${guest.user.id} and is_lifted`,
+          ),
+          audit: await auditOf(guest.user.id),
+          member: await countRows(
+            app,
+            `select count(*) as n from chat_members where chat_id = ${c.chatId} and user_id = ${guest.user.id} and left_at is null`,
+          ),
+          userState: await countRows(app, `select state as n from users where id = ${guest.user.id}`),
+        });
+        const before = await state();
+        const holder = hold(pg, async (tx) => {
+          await tx`select id from chats where id = ${c.chatId} for update`;
+          await tx`update chats set type = 'private' where id = ${c.chatId}`;
+        });
+        await holder.ready;
+        const res = chatAct(mod, c.chatId, kind, guest.user.id);
+        await lockWaitersOr(pg, 1, res);
+        await holder.end();
+        const answer = await res;
+        expect([answer.status, answer.body.code]).toEqual([403, 'ERR_FORBIDDEN']);
+        expect(await state()).toEqual(before);
+      },
+    );
+  }
+});
+
+/**
  * A kick takes the chat row's lock, then the target's users row; a chat mute, a chat warning and a
- * platform ban write the chat row too (a system message's id, the epochs a ban raises), so they
- * take it before the user's, in the same order: two moderators acting on one member at once wait
+ * platform ban write the chat row too (a system message's id, the epochs a ban raises), and a chat
+ * timeout holds it FOR SHARE (its chat rule is decided on it), so they take it before the user's,
+ * in the same order: two moderators acting on one member at once wait
  * for each other instead of deadlocking (one of them answered 500, its action lost). The test fixes
  * the interleaving that deadlocked: the kick holds the chat row and waits (at its membership
  * update, for a row the test holds) while the other action starts. PGlite runs one transaction at a
@@ -704,8 +1023,15 @@ describeApp('moderators acting on one member at once wait for each other (Postgr
       owner.client.post(`/v1/portal/chats/${chatId}/warn`, { user_id: target.user.id, reason: 'x' }),
     'platform ban': (_chatId: number, _owner: Member, target: Member) =>
       operator(app).post('/v1/admin/punishments/ban', { user_id: target.user.id }),
+    timeout: (chatId: number, owner: Member, target: Member) =>
+      owner.client.post(`/v1/portal/chats/${chatId}/timeout`, { user_id: target.user.id, duration: 60 }),
   };
-  const recorded = { mute: 'CHAT_MUTE', warn: 'PLATFORM_WARNING', 'platform ban': 'PLATFORM_BAN' };
+  const recorded = {
+    mute: 'CHAT_MUTE',
+    warn: 'PLATFORM_WARNING',
+    'platform ban': 'PLATFORM_BAN',
+    timeout: 'PLATFORM_TIMEOUT',
+  };
   for (const [other, act] of Object.entries(others) as [keyof typeof others, (typeof others)['mute']][]) {
     onPostgres(`a kick and a ${other} of the same member at once both answer 200 and both take effect`, async () => {
       const pg = sql as postgres.Sql;

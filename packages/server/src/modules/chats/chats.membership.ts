@@ -34,6 +34,14 @@ export interface MembershipDeps {
 
 type JoinMethod = 'direct' | 'invite' | 'vanity';
 
+/** What the caller of a removal decides and writes in its transaction (a kick's, a ban's). */
+interface RemovalHooks {
+  /** Runs first, on the chat row as locked, before anything is written; throws to refuse. */
+  decide?: (chat: ChatRow, tx: Tx) => Promise<void>;
+  /** Runs once the membership is ended (the moderation records). */
+  extra?: (tx: Tx) => Promise<void>;
+}
+
 /**
  * Whether a join may make this viewer, not a member, a member of the chat as read under its lock:
  * strangers only join direct chats, direct chats have their two members only, and a private chat
@@ -98,7 +106,7 @@ export function makeChatMembership(deps: MembershipDeps) {
   /**
    * Ends a membership with its history entry, system message and rekey; announces after commit.
    * Answers whether there was a membership to end (a ban of a non-member persists only its system
-   * message).
+   * message). An archived chat answers ERR_CHAT_READ_ONLY, after the caller's `decide`.
    */
   const removeFromChat = async (
     chatId: number,
@@ -107,15 +115,19 @@ export function makeChatMembership(deps: MembershipDeps) {
       action: 'leave' | 'kick' | 'ban';
       actorId: number | null;
       system: Record<string, unknown>;
-      extra?: (tx: Tx) => Promise<void>;
       tolerateNonMember?: boolean;
-    },
+    } & RemovalHooks,
   ): Promise<boolean> => {
     const now = clock.now();
     const result = await db.transaction(async (tx) => {
       // First the chat row's lock: a join that would make this user a member waits for it, so it
       // sees the ban this transaction records, or comes before and its membership is removed here.
-      if (!(await store.lockById(chatId, tx))) throw appError('ERR_CHAT_NOT_FOUND');
+      const chat = await store.lockById(chatId, tx);
+      if (!chat) throw appError('ERR_CHAT_NOT_FOUND');
+      if (opts.decide) await opts.decide(chat, tx);
+      // An archived chat is read-only (spec 3), as for sends and deletes: its members stay (the
+      // archive stays in their lists) and no system message lands in it.
+      if (archivedAtOf(chat, now) !== null) throw appError('ERR_CHAT_READ_ONLY');
       const removed = await store.removeMember(chatId, userId, now, tx);
       if (!removed && !opts.tolerateNonMember) throw appError('ERR_NOT_CHAT_MEMBER');
       if (opts.extra) await opts.extra(tx);
@@ -281,7 +293,9 @@ export function makeChatMembership(deps: MembershipDeps) {
 
     /**
      * Kick or ban: the member leaves the chat at once (sockets leave its room), the chat moves to a
-     * new epoch, and a system message says so. `extra` runs inside the same transaction (records).
+     * new epoch, and a system message says so, in one transaction with the `hooks` (the
+     * moderator's right to act in the chat, decided on its locked row; the records). An archived
+     * chat answers ERR_CHAT_READ_ONLY.
      */
     async expel(
       chatId: number,
@@ -289,14 +303,14 @@ export function makeChatMembership(deps: MembershipDeps) {
       action: 'kick' | 'ban',
       actorId: number,
       reason: string | null,
-      extra?: (tx: Tx) => Promise<void>,
+      hooks: RemovalHooks = {},
     ): Promise<boolean> {
       await mustGet(chatId);
       return removeFromChat(chatId, userId, {
         action,
         actorId,
         system: { kind: action, user_id: userId, actor_id: actorId, reason },
-        extra,
+        ...hooks,
         tolerateNonMember: action === 'ban',
       });
     },

@@ -40,6 +40,21 @@ export interface PlatformModerationDeps {
  */
 export type Reach = ActorLevel | ((target: UserRow) => boolean);
 
+/**
+ * A punishment given through a chat's route (a warning, a timeout): the chat it is tied to, and
+ * what the route does in the punishment's transaction.
+ */
+export interface InChat {
+  chatId: number;
+  /**
+   * Runs first: takes the chat row's lock and decides the route's rules on the row read under it,
+   * before the target's lock (the order chats, users, sessions: docs/api.md Moderation).
+   */
+  hold: (tx: Tx) => Promise<void>;
+  /** Runs last (a warning's system message in the chat). */
+  write?: (tx: Tx) => Promise<void>;
+}
+
 /** When a punishment of `seconds` ends (none: it does not). */
 export const until = (now: Date, seconds: number | undefined) =>
   seconds ? new Date(now.getTime() + seconds * 1000) : null;
@@ -217,53 +232,39 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
      * A banned user is timed out too (recorded, 200) but stays Banned: the timeout applies only if
      * the ban ends (unban, expiry) before it does.
      */
-    async timeout(
-      actor: Actor,
-      reach: Reach,
-      targetId: number,
-      body: Body & { duration: number },
-      chatId: number | null = null,
-    ) {
+    async timeout(actor: Actor, reach: Reach, targetId: number, body: Body & { duration: number }, chat?: InChat) {
       await assertPlatformTarget(actor, reach, targetId);
-      const { record, note } = await db.transaction((tx) =>
-        punish(tx, {
+      const { record, note } = await db.transaction(async (tx) => {
+        if (chat) await chat.hold(tx);
+        return punish(tx, {
           actor,
           reach,
           targetId,
-          chatId,
+          chatId: chat?.chatId ?? null,
           actionType: 'PLATFORM_TIMEOUT',
           code: AuditCodes.PUNISH_TIMEOUT,
           action: 'timeout',
           body,
           notice: 'timed_out',
           settlesState: true,
-        }),
-      );
+        });
+      });
       notifications.publish(note);
       dropSockets(targetId);
       await tellRestricted(targetId);
       return toPunishment(record);
     },
 
-    /** Warns; `extra` runs in the same transaction (the chat route's system message). */
-    async warn(
-      actor: Actor,
-      reach: Reach,
-      targetId: number,
-      body: { reason?: string },
-      chatId: number | null = null,
-      extra?: (tx: Tx) => Promise<void>,
-    ) {
+    /** Warns; given in a chat, `chat` decides and writes there in the same transaction. */
+    async warn(actor: Actor, reach: Reach, targetId: number, body: { reason?: string }, chat?: InChat) {
       await assertPlatformTarget(actor, reach, targetId);
       const { record, note } = await db.transaction(async (tx) => {
-        // A warning given in a chat writes there (`extra`, its system message): the chat row's lock
-        // comes before the target's, as on every chat path (ModerationStore.lockChat).
-        if (chatId !== null && !(await store.lockChat(chatId, tx))) throw appError('ERR_CHAT_NOT_FOUND');
+        if (chat) await chat.hold(tx);
         const done = await punish(tx, {
           actor,
           reach,
           targetId,
-          chatId,
+          chatId: chat?.chatId ?? null,
           actionType: 'PLATFORM_WARNING',
           code: AuditCodes.PUNISH_WARN,
           action: 'warn',
@@ -271,7 +272,7 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
           notice: 'warned',
           settlesState: false,
         });
-        if (extra) await extra(tx);
+        if (chat?.write) await chat.write(tx);
         return done;
       });
       notifications.publish(note);

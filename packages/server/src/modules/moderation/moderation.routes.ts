@@ -48,17 +48,23 @@ export function registerModerationRoutes(
       },
     });
   };
-  chatRoute('kick', ReasonBody, 'Removes a member now; a system message records it.', (a, c, b) =>
-    moderation.chat.kick(a, c, b),
+  chatRoute(
+    'kick',
+    ReasonBody,
+    'Removes a member now; a system message records it. An archived chat: 403 ERR_CHAT_READ_ONLY.',
+    (a, c, b) => moderation.chat.kick(a, c, b),
   );
-  chatRoute('ban', PunishBody, 'Removes a member and refuses rejoining (permanent unless duration).', (a, c, b) =>
-    moderation.chat.ban(a, c, b),
+  chatRoute(
+    'ban',
+    PunishBody,
+    'Removes a member and refuses rejoining (permanent unless duration). An archived chat: 403 ERR_CHAT_READ_ONLY.',
+    (a, c, b) => moderation.chat.ban(a, c, b),
   );
   chatRoute('unban', ReasonBody, 'Lifts a chat ban.', (a, c, b) => moderation.chat.unban(a, c, b));
   chatRoute(
     'mute',
     PunishBody,
-    'Mutes in this chat (permanent unless duration): the chat owner or Admin and above.',
+    'Mutes in this chat (permanent unless duration): the chat owner or Admin and above. An archived chat: 403 ERR_CHAT_READ_ONLY.',
     (a, c, b) => moderation.chat.mute(a, c, b),
   );
   chatRoute(
@@ -70,7 +76,7 @@ export function registerModerationRoutes(
   chatRoute(
     'warn',
     ReasonBody,
-    'Warns the user; a system message records it. The user is a member or left within 24 hours.',
+    'Warns the user; a system message records it. The user is a member or left within 24 hours. An archived chat: 403 ERR_CHAT_READ_ONLY.',
     (a, c, b) => moderation.chat.warn(a, c, b),
   );
   chatRoute(

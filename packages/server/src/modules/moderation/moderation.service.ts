@@ -87,11 +87,54 @@ export function makeModerationService(deps: ModerationDeps) {
     return target;
   };
 
+  /** Spec 4.6 rules 2-3 (`mute`: the rule of mute and unmute) on a chat and its owner's level. */
+  const assertMayModerate = (
+    actor: ChatActor,
+    chat: { type: string; ownerUserId: number | null },
+    ownerLevel: number,
+    mute = false,
+  ) => {
+    const rules = { type: chat.type, ownerId: chat.ownerUserId, ownerLevel };
+    if (!(mute ? canMute : canModerateChat)({ userId: actor.userId, level: actor.level }, rules))
+      throw appError('ERR_FORBIDDEN');
+  };
+
+  /**
+   * Decides the chat rules again in the action's transaction, on the chat row it has locked and its
+   * owner's level read there (after the lock): a chat made private, or given another owner, while
+   * the action ran counts (ERR_FORBIDDEN, nothing written). Before the target's lock, in the
+   * order chats, users, sessions (docs/api.md Moderation). The owner's row is read, not locked: a
+   * second users row locked before the target's could take two users' rows in opposite orders.
+   */
+  const decideOnLocked = async (
+    tx: Tx,
+    actor: ChatActor,
+    chat: { type: string; ownerUserId: number | null },
+    mute = false,
+  ) => {
+    const owner = chat.ownerUserId === null ? undefined : await usersStore.byId(chat.ownerUserId, tx);
+    assertMayModerate(actor, chat, owner?.permissionLevel ?? 0, mute);
+  };
+
+  /**
+   * Locks the chat row for an action's transaction (ModerationStore.lockChat: `write` for one that
+   * writes in the chat, else FOR SHARE) and decides the chat rules on it (decideOnLocked). An
+   * action that writes in the chat (a system message) answers ERR_CHAT_READ_ONLY in an archived one
+   * (spec 3), as sends and deletes do.
+   */
+  const holdChat = async (tx: Tx, actor: ChatActor, chatId: number, opts: { mute?: boolean; write?: boolean } = {}) => {
+    const chat = await store.lockChat(chatId, clock.now(), tx, opts.write ? 'write' : 'share');
+    if (!chat) throw appError('ERR_CHAT_NOT_FOUND');
+    await decideOnLocked(tx, actor, chat, opts.mute);
+    if (opts.write && chat.archived) throw appError('ERR_CHAT_READ_ONLY');
+  };
+
   /**
    * The chat a moderation names, once the actor may moderate it (spec 4.6 rules 2-3: `mute` for
    * mute and unmute) and reaches the target. `member`: the action reaches beyond the chat (a
    * platform timeout or warning), so the target must be a member, or have been one within
-   * CHAT_FORMER_MEMBER_REACH_MS.
+   * CHAT_FORMER_MEMBER_REACH_MS. Refused early without a lock; the decisions that count are made
+   * again under the locks (holdChat, decideOnLocked, lockReachable).
    */
   const chatContext = async (
     actor: ChatActor,
@@ -101,10 +144,7 @@ export function makeModerationService(deps: ModerationDeps) {
   ) => {
     const chat = await chats.find(chatId);
     const ownerLevel = chat.ownerUserId ? (await users.mustGet(chat.ownerUserId)).permissionLevel : 0;
-    const rules = { type: chat.type, ownerId: chat.ownerUserId, ownerLevel };
-    if (!(opts.mute ? canMute : canModerateChat)({ userId: actor.userId, level: actor.level }, rules))
-      throw appError('ERR_FORBIDDEN');
-    // Refused early without a lock; the decision that counts is made again under it (lockReachable).
+    assertMayModerate(actor, chat, ownerLevel, opts.mute);
     if (!reachOf(actor)(await users.mustGet(targetId)))
       throw appError('ERR_FORBIDDEN', 'That user is out of your reach.');
     const since = new Date(clock.now().getTime() - Limits.CHAT_FORMER_MEMBER_REACH_MS);
@@ -117,6 +157,8 @@ export function makeModerationService(deps: ModerationDeps) {
    * Lifts a chat restriction (`chatId` null: a hard one) and writes its audit entry in one
    * transaction, under the target's row lock: an unban or unmute is never recorded without taking
    * effect, nor the reverse. Nothing to lift: nothing is recorded; answers how many were lifted.
+   * A chat's is decided on its row held FOR SHARE (holdChat); it writes nothing in the chat, so an
+   * archived chat's restrictions may be lifted.
    */
   const liftChat = (
     actor: ChatActor,
@@ -126,6 +168,7 @@ export function makeModerationService(deps: ModerationDeps) {
     entry: { code: number; action: string; reason?: string; withCount?: boolean },
   ): Promise<number> =>
     db.transaction(async (tx) => {
+      if (chatId !== null) await holdChat(tx, actor, chatId, { mute: type === 'CHAT_MUTE' });
       await lockReachable(tx, actor, targetId, chatId === null);
       const lifted = await store.lift(targetId, [type], chatId, clock.now(), tx);
       if (lifted === 0) return 0;
@@ -192,10 +235,13 @@ export function makeModerationService(deps: ModerationDeps) {
     async kick(actor: ChatActor, chatId: number, body: { user_id: number; reason?: string }) {
       await chatContext(actor, chatId, body.user_id);
       let note: Awaited<ReturnType<typeof notify>> | undefined;
-      const removed = await chats.expel(chatId, body.user_id, 'kick', actor.userId, body.reason ?? null, async (tx) => {
-        await lockReachable(tx, actor, body.user_id);
-        await recordChat(actor, chatId, body.user_id, 'CHAT_KICK', AuditCodes.CHAT_KICK, body, tx);
-        note = await notify(body.user_id, 'kicked', { reason: body.reason ?? '' }, tx);
+      const removed = await chats.expel(chatId, body.user_id, 'kick', actor.userId, body.reason ?? null, {
+        decide: (locked, tx) => decideOnLocked(tx, actor, locked),
+        extra: async (tx) => {
+          await lockReachable(tx, actor, body.user_id);
+          await recordChat(actor, chatId, body.user_id, 'CHAT_KICK', AuditCodes.CHAT_KICK, body, tx);
+          note = await notify(body.user_id, 'kicked', { reason: body.reason ?? '' }, tx);
+        },
       });
       if (!removed) throw appError('ERR_NOT_CHAT_MEMBER', 'That user is not in this chat.');
       if (note) notifications.publish(note);
@@ -204,9 +250,12 @@ export function makeModerationService(deps: ModerationDeps) {
     /** Bans from the chat: removed now (if a member) and refused when joining again. */
     async ban(actor: ChatActor, chatId: number, body: { user_id: number; duration?: number; reason?: string }) {
       await chatContext(actor, chatId, body.user_id);
-      await chats.expel(chatId, body.user_id, 'ban', actor.userId, body.reason ?? null, async (tx) => {
-        await lockReachable(tx, actor, body.user_id);
-        await recordChat(actor, chatId, body.user_id, 'CHAT_BAN', AuditCodes.CHAT_BAN, body, tx);
+      await chats.expel(chatId, body.user_id, 'ban', actor.userId, body.reason ?? null, {
+        decide: (locked, tx) => decideOnLocked(tx, actor, locked),
+        extra: async (tx) => {
+          await lockReachable(tx, actor, body.user_id);
+          await recordChat(actor, chatId, body.user_id, 'CHAT_BAN', AuditCodes.CHAT_BAN, body, tx);
+        },
       });
     },
 
@@ -227,7 +276,7 @@ export function makeModerationService(deps: ModerationDeps) {
       // The mute also marks the chat row (messages.restrict): a send by the target waiting for that
       // row read its checks before the mute, and must not land after the system message.
       const system = await db.transaction(async (tx) => {
-        if (!(await store.lockChat(chatId, tx))) throw appError('ERR_CHAT_NOT_FOUND');
+        await holdChat(tx, actor, chatId, { mute: true, write: true });
         await lockReachable(tx, actor, body.user_id);
         await recordChat(actor, chatId, body.user_id, 'CHAT_MUTE', AuditCodes.CHAT_MUTE, body, tx);
         await messages.restrict(chatId, tx);
@@ -261,26 +310,30 @@ export function makeModerationService(deps: ModerationDeps) {
 
     async warn(actor: ChatActor, chatId: number, body: { user_id: number; reason?: string }) {
       await chatContext(actor, chatId, body.user_id, { member: true });
-      // The warning and the system message (spec 2.9) commit together.
+      // The warning and the system message (spec 2.9) commit together, the chat row locked first
+      // as for a write in the chat.
       let system: Awaited<ReturnType<typeof messages.appendSystem>> | undefined;
-      await platform.warn(
-        { kind: 'user', id: actor.userId },
-        reachOf(actor),
-        body.user_id,
-        body,
+      await platform.warn({ kind: 'user', id: actor.userId }, reachOf(actor), body.user_id, body, {
         chatId,
-        async (tx) => {
+        hold: (tx) => holdChat(tx, actor, chatId, { write: true }),
+        write: async (tx) => {
           const details = { kind: 'warn', user_id: body.user_id, actor_id: actor.userId, reason: body.reason ?? null };
           system = await messages.appendSystem(chatId, details, tx);
         },
-      );
+      });
       if (system) messages.publish(system);
     },
 
-    /** Spec 4.6: a timeout from a chat applies platform-wide. */
+    /**
+     * Spec 4.6: a timeout from a chat applies platform-wide. It writes nothing in the chat, so an
+     * archived one does not refuse it; spec 4.6 rule 2 is decided on the chat row held FOR SHARE.
+     */
     async timeout(actor: ChatActor, chatId: number, body: { user_id: number; duration: number; reason?: string }) {
       await chatContext(actor, chatId, body.user_id, { member: true });
-      await platform.timeout({ kind: 'user', id: actor.userId }, reachOf(actor), body.user_id, body, chatId);
+      await platform.timeout({ kind: 'user', id: actor.userId }, reachOf(actor), body.user_id, body, {
+        chatId,
+        hold: (tx) => holdChat(tx, actor, chatId),
+      });
     },
   };
 

@@ -1,6 +1,7 @@
 import { and, type Column, eq, gt, inArray, isNull, lte, or, type SQL, sql } from 'drizzle-orm';
 import type { Db } from '../../platform/db/index.js';
 import { chats, moderationActions, users } from '../../platform/db/schema.js';
+import { directActive } from '../chats/chats.direct.store.js';
 import { lockChatsOfUser } from '../keys/keys.store.js';
 import { noUsersChanged, type UsersChanged } from '../users/users.changes.js';
 import type { Tx } from '../users/users.store.js';
@@ -108,18 +109,33 @@ export function makeModerationStore(db: Db, onChanged: UsersChanged = noUsersCha
       return rows.length;
     },
     /**
-     * Takes the row lock of a chat not deleted (false: none) for the rest of the transaction, as
-     * strong as the write of its next message id: before the target's users row, in the order of
-     * the chat paths (a kick, a chat ban, a new member's join: the chat row, then the user's), so a
-     * moderation that writes in the chat never holds the user's row while it waits for the chat's.
+     * Takes the row lock of a chat not deleted (undefined: none) for the rest of the transaction and
+     * answers the chat as read under it: what the chat rules of a moderation are decided on (its
+     * type and owner; `archived`, read-only, as chats.rules archivedAtOf reads it at `now`).
+     * `write`: as strong as the write of its next message id, for an action that writes in the chat;
+     * `share`: FOR SHARE, for one that writes nothing there: enough to be ordered with a change of
+     * the chat's type or owner (an UPDATE of the row), and such actions do not wait for each other.
+     * Taken before the
+     * target's users row, in the order of the chat paths (a kick, a chat ban, a new member's join:
+     * the chat row, then the user's), so a moderation never holds the user's row while it waits for
+     * the chat's.
      */
-    async lockChat(chatId: number, tx: Tx): Promise<boolean> {
-      const rows = await tx
-        .select({ id: chats.id })
+    async lockChat(
+      chatId: number,
+      now: Date,
+      tx: Tx,
+      strength: 'write' | 'share' = 'write',
+    ): Promise<{ type: string; ownerUserId: number | null; archived: boolean } | undefined> {
+      const [row] = await tx
+        .select({
+          type: chats.type,
+          ownerUserId: chats.ownerUserId,
+          archived: sql<boolean>`not ${directActive('chats', sql`${now.toISOString()}::timestamptz`)}`,
+        })
         .from(chats)
         .where(and(eq(chats.id, chatId), isNull(chats.deletedAt)))
-        .for('no key update');
-      return rows.length > 0;
+        .for(strength === 'write' ? 'no key update' : 'share');
+      return row;
     },
     /** Every chat the user is a member of, in id order, before the user's row (a ban raises their epochs). */
     lockChatsOf: (userId: number, tx: Tx) => lockChatsOfUser(userId, tx),
