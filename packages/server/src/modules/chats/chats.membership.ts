@@ -35,7 +35,7 @@ export interface MembershipDeps {
 type JoinMethod = 'direct' | 'invite' | 'vanity';
 
 /** What the caller of a removal decides and writes in its transaction (a kick's, a ban's). */
-interface RemovalHooks {
+export interface RemovalHooks {
   /** Runs first, on the chat row as locked, before anything is written; throws to refuse. */
   decide?: (chat: ChatRow, tx: Tx) => Promise<void>;
   /** Runs once the membership is ended (the moderation records). */
