@@ -208,6 +208,23 @@ function pauseNext<T extends object, K extends keyof T>(obj: T, name: K) {
   return { entered: entered.opened, release: release.open, restore, original };
 }
 
+/**
+ * Runs `pairing` (an enqueue that pairs with a waiting user) with its chat creation on `node` held
+ * at its start (as a slow transaction would hold it) while `meanwhile` runs; answers the enqueue.
+ */
+async function pairingHeldWhile<R>(node: TestApp, pairing: () => Promise<R>, meanwhile: () => Promise<unknown>) {
+  const paused = pauseNext(node.services.chats, 'createDirect');
+  try {
+    const answer = pairing();
+    await paused.entered;
+    await meanwhile();
+    paused.release();
+    return await answer;
+  } finally {
+    paused.restore();
+  }
+}
+
 describeApp('a search ended while a pairing has it out of the queue', () => {
   // Both stores: the pairing's chat creation is held at its start (as a slow transaction or the
   // per-user slot lock holds it); meanwhile the waiting user stops searching, and the pairing is
@@ -245,17 +262,11 @@ describeApp('a search ended while a pairing has it out of the queue', () => {
     const t = tag();
     const [a, b] = [await member(app), await member(app)];
     expect((await match(a, [t])).body.state).toBe('searching');
-    const paused = pauseNext(app.services.chats, 'createDirect');
-    let res: Awaited<ReturnType<typeof match>>;
-    try {
-      const pairing = match(b, [t]);
-      await paused.entered;
-      expect((await a.client.post('/v1/portal/match/dequeue', {})).body).toEqual({ state: 'idle' });
-      paused.release();
-      res = await pairing;
-    } finally {
-      paused.restore();
-    }
+    const res = await pairingHeldWhile(
+      app,
+      () => match(b, [t]),
+      async () => expect((await a.client.post('/v1/portal/match/dequeue', {})).body).toEqual({ state: 'idle' }),
+    );
     expect(res.body.state).toBe('searching');
     expect((await a.client.get('/v1/portal/match/status')).body).toEqual({ state: 'idle' });
     expect(await chatsOfPair(app, a.user.id, b.user.id)).toBe(0);
@@ -271,18 +282,14 @@ describeApp('a search ended while a pairing has it out of the queue', () => {
     const t = tag();
     const [a, b] = [await member(app), await member(app)];
     const waiting = (await match(a, [t])).body;
-    const paused = pauseNext(app.services.chats, 'createDirect');
-    let res: Awaited<ReturnType<typeof match>>;
-    try {
-      const pairing = match(b, [t]);
-      await paused.entered;
-      // Another tab of the caller stops its search.
-      expect((await b.client.post('/v1/portal/match/dequeue', {})).body).toEqual({ state: 'idle' });
-      paused.release();
-      res = await pairing;
-    } finally {
-      paused.restore();
-    }
+    const res = await pairingHeldWhile(
+      app,
+      () => match(b, [t]),
+      async () => {
+        // Another tab of the caller stops its search.
+        expect((await b.client.post('/v1/portal/match/dequeue', {})).body).toEqual({ state: 'idle' });
+      },
+    );
     expect(res.body).toEqual({ state: 'searching', interests: [t], expires_at: expect.any(String) });
     expect((await b.socket.next('match:timeout')).interests).toEqual([t]);
     expect((await b.client.get('/v1/portal/match/status')).body).toEqual({ state: 'idle' });
@@ -477,17 +484,12 @@ describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('matchmaking
     const t = tag();
     const [a, b] = [await member(nodeA), await member(nodeA)];
     expect((await match(a, [t])).body.state).toBe('searching');
-    const paused = pauseNext(nodeA.services.chats, 'createDirect');
-    let res: Awaited<ReturnType<typeof match>>;
-    try {
-      const pairing = match(b, [t]);
-      await paused.entered;
-      expect((await a.client.on(nodeB).post('/v1/portal/match/dequeue', {})).body).toEqual({ state: 'idle' });
-      paused.release();
-      res = await pairing;
-    } finally {
-      paused.restore();
-    }
+    const res = await pairingHeldWhile(
+      nodeA,
+      () => match(b, [t]),
+      async () =>
+        expect((await a.client.on(nodeB).post('/v1/portal/match/dequeue', {})).body).toEqual({ state: 'idle' }),
+    );
     expect(res.body.state).toBe('searching');
     expect((await a.client.on(nodeB).get('/v1/portal/match/status')).body).toEqual({ state: 'idle' });
     expect(await chatsOfPair(nodeA, a.user.id, b.user.id)).toBe(0);
@@ -615,17 +617,11 @@ describeApp('a stranger block committed while a pairing has the stranger', () =>
     const s = await connectedStranger();
     const [mod, b] = [await member(app, { level: 1 }), await member(app)];
     expect((await s.client.post('/v1/portal/match', { interests: [t] })).body.state).toBe('searching');
-    const paused = pauseNext(app.services.chats, 'createDirect');
-    let res: Awaited<ReturnType<typeof match>>;
-    try {
-      const pairing = match(b, [t]);
-      await paused.entered;
-      await block(mod, s.id);
-      paused.release();
-      res = await pairing;
-    } finally {
-      paused.restore();
-    }
+    const res = await pairingHeldWhile(
+      app,
+      () => match(b, [t]),
+      () => block(mod, s.id),
+    );
     expect(res.body.state).toBe('searching');
     expect(await chatsOfPair(app, s.id, b.user.id)).toBe(0);
     expect((await s.client.get('/v1/portal/match/status')).body).toEqual({ state: 'idle' });
@@ -642,17 +638,11 @@ describeApp('a stranger block committed while a pairing has the stranger', () =>
     const s = await connectedStranger();
     const [mod, a] = [await member(app, { level: 1 }), await member(app)];
     const waiting = (await match(a, [t])).body;
-    const paused = pauseNext(app.services.chats, 'createDirect');
-    let res: Awaited<ReturnType<typeof match>>;
-    try {
-      const pairing = s.client.post('/v1/portal/match', { interests: [t] });
-      await paused.entered;
-      await block(mod, s.id);
-      paused.release();
-      res = await pairing;
-    } finally {
-      paused.restore();
-    }
+    const res = await pairingHeldWhile(
+      app,
+      () => s.client.post('/v1/portal/match', { interests: [t] }),
+      () => block(mod, s.id),
+    );
     expect([res.status, res.body.code]).toEqual([403, 'ERR_STRANGER_BLOCKED']);
     expect(await chatsOfPair(app, s.id, a.user.id)).toBe(0);
     expect((await s.client.get('/v1/portal/match/status')).body).toEqual({ state: 'idle' });
