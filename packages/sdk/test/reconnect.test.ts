@@ -4,6 +4,7 @@ import { describeApp, startApp, type TestApp } from '../../server/test/support/a
 import { operator, setLevel } from '../../server/test/support/flows.js';
 import {
   connect,
+  joinRoom,
   TERMINAL_CONNECT_CODES,
   TIMED_OUT_RETRY_MAX_MS,
   TIMED_OUT_RETRY_SPREAD_MS,
@@ -73,6 +74,34 @@ describeApp('E2EChatSession: reconnection', () => {
     expect(plaintexts(await inbox.waitFor(1, (e) => e.kind === 'user'))).toEqual(['after the drop']);
     expect(errors).toEqual([]);
   });
+
+  for (const who of ['the user', 'a bot'] as const) {
+    it(`reconnects after a rename by ${who} (the server drops the user's sockets), and both sides read on`, async () => {
+      const alice = await loginUser(app, bot, { level: 2 });
+      const bob = await loginUser(app, bot);
+      const [a, b] = [await openSession(alice.client), await openSession(bob.client)];
+      const errors = errorsOf(a, b);
+      const { chat } = await alice.client.createChat({ name: 'Renames', type: 'public' });
+      await a.join({ chat_id: chat.id });
+      await b.join({ chat_id: chat.id });
+
+      const disconnected = next(b, 'disconnected');
+      const reconnected = next(b, 'reconnected');
+      const username = `rn${bob.user.id}${who === 'a bot' ? 'b' : 'u'}`;
+      if (who === 'the user') await bob.client.updateMe({ username });
+      else await bot.updateUser(bob.user.id, { username });
+      expect(await disconnected).toEqual({ reason: 'io server disconnect' });
+      expect(await reconnected).toEqual({ recovered: false, chats: [chat.id] });
+
+      const inbox = collector(b, chat.id);
+      await a.send(chat.id, 'after the rename');
+      expect(plaintexts(await inbox.waitFor(1, (e) => e.kind === 'user'))).toEqual(['after the rename']);
+      const inboxA = collector(a, chat.id);
+      await b.send(chat.id, 'renamed speaks');
+      expect(plaintexts(await inboxA.waitFor(1, (e) => e.kind === 'user'))).toEqual(['renamed speaks']);
+      expect(errors).toEqual([]);
+    });
+  }
 
   it('reports a session refused for good on reconnection as closed, and ends its iterators', async () => {
     const carol = await loginUser(app, bot);
@@ -390,4 +419,50 @@ describeApp('E2EChatSession: resync after a reconnection that was not recovered'
     expect(plaintexts(await inbox.waitFor(1, (e) => e.kind === 'user'))).toEqual(['thanks for the key']);
     expect(errors).toEqual([]);
   });
+});
+
+describeApp('the socket: a reconnection refused after its recovery', () => {
+  it("delivers nothing the refused handshake was sent on the next connection, which is another user's", async () => {
+    const alice = await loginUser(app, bot, { level: 2 });
+    const bob = await loginUser(app, bot);
+    const carol = await loginUser(app, bot);
+    const b = await openSession(bob.client);
+    const { chat } = await alice.client.createChat({ name: 'Shared browser', type: 'public' });
+    await b.join({ chat_id: chat.id });
+    const r = await connect(alice.client);
+    await joinRoom(r, { chat_id: chat.id });
+    const sent = new Map<string, string>();
+    const seen: { text: string; socketId: string | undefined }[] = [];
+    r.on('message:new', (m) => seen.push({ text: sent.get(m.id) ?? m.id, socketId: r.id }));
+    sent.set((await b.send(chat.id, 'before')).id, 'before');
+    await expect.poll(() => seen.length).toBe(1);
+
+    // The server restores alice's socket (and replays what it missed) and then refuses the
+    // handshake: a store that stops answering during its middleware (ERR_SERVICE_UNAVAILABLE, which
+    // the SDK retries).
+    let refuse = true;
+    app.services.realtime.io.use((socket, next) => {
+      if (!refuse || !socket.recovered || socket.data.userId !== alice.user.id) return next();
+      refuse = false;
+      next(new Error('ERR_SERVICE_UNAVAILABLE'));
+    });
+    const refusals: string[] = [];
+    r.on('connect_error', (err) => refusals.push(err.message));
+    // A network blip: the Manager comes back after 1.5-4.5 s, with its recovery offset.
+    r.io.reconnectionDelay(3000);
+    r.io.engine.close();
+    await expect.poll(() => r.connected).toBe(false);
+    sent.set((await b.send(chat.id, 'for alice only')).id, 'for alice only');
+    await expect.poll(() => refusals, { timeout: 15_000 }).toEqual(['ERR_SERVICE_UNAVAILABLE']);
+
+    // Carol logs in in the same browser meanwhile: the retry carries her cookie, and connects afresh.
+    (r.io.opts.extraHeaders as Record<string, string>).cookie = carol.client.cookieHeader() as string;
+    await expect.poll(() => r.connected, { timeout: 15_000 }).toBe(true);
+    expect(r.recovered).toBe(false);
+    const carolSocket = r.id;
+    await b.send(chat.id, 'after');
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    expect(seen.filter((e) => e.socketId === carolSocket)).toEqual([]);
+    r.disconnect();
+  }, 30_000);
 });

@@ -1,9 +1,11 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
+import { generateKeyPair } from '@parlor/sdk';
 import { sql } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/postgres-js';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { isUsableX25519Key } from '../src/modules/keys/keys.service.js';
 import { platformState } from '../src/modules/moderation/moderation.store.js';
 import { schema } from '../src/platform/db/index.js';
 import { MODE } from './support/app.js';
@@ -145,5 +147,81 @@ describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('migration 0
       [1, 0],
       [0, 0],
     ]);
+  });
+});
+
+/**
+ * Migration 0016 deletes the session keys an earlier version took that are not written as X25519
+ * writes them (the rule of the key registration since): their sessions are out of every key ring
+ * from then on, and the keys written canonically stay, up to the last one below 2^255 - 19.
+ */
+describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('migration 0016 (canonical session keys)', () => {
+  let scratch: Awaited<ReturnType<typeof createScratchDatabase>>;
+  let client: postgres.Sql;
+
+  beforeAll(async () => {
+    scratch = await createScratchDatabase();
+    client = postgres(scratch.url, { max: 1, onnotice: () => {} });
+  });
+  afterAll(async () => {
+    await client?.end({ timeout: 1 });
+    await scratch?.drop();
+  });
+
+  it('deletes the rows of keys with the top bit set, u of 2^255 - 19 or more, or non-canonical base64, and keeps the rest', async () => {
+    const files = readdirSync(MIGRATIONS)
+      .filter((f) => f.endsWith('.sql'))
+      .sort();
+    expect(files).toContain('0016_session_key_canonical.sql');
+    for (const f of files.filter((f) => f < '0016')) await apply(client, f);
+    const real = Buffer.from(generateKeyPair().publicKey);
+    /** 32 bytes, little-endian: `low` first, then 30 bytes of `middle`, then `high`. */
+    const u = (low: number, middle: number, high: number) => Buffer.from([low, ...Array(30).fill(middle), high]);
+    const topBit = Buffer.from(real);
+    topBit[31] = (topBit[31] ?? 0) | 0x80;
+    const realText = real.toString('base64');
+    // The last character before the padding carries two unused bits: set one.
+    const last = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/';
+    const trailing = `${realText.slice(0, 42)}${last[last.indexOf(realText[42] as string) + 1]}=`;
+    const cases: [string, string, boolean][] = [
+      // name, stored text, kept
+      ['canonical', realText, true],
+      ['top bit set', topBit.toString('base64'), false],
+      ['2^255 - 20 (below p)', u(0xec, 0xff, 0x7f).toString('base64'), true],
+      ['2^255 - 19 (p)', u(0xed, 0xff, 0x7f).toString('base64'), false],
+      ['p + 1', u(0xee, 0xff, 0x7f).toString('base64'), false],
+      ['2^255 - 1', u(0xff, 0xff, 0x7f).toString('base64'), false],
+      [
+        'below p, its low byte above',
+        Buffer.from([0xff, 0xfe, ...Array(29).fill(0xff), 0x7f]).toString('base64'),
+        true,
+      ],
+      ['unused bits set', trailing, false],
+    ];
+    const [user] = await client<{ id: number }[]>`
+      insert into users (username, last_activity_at, created_at, updated_at)
+      values ('keys', now(), now(), now()) returning id`;
+    const sessions: number[] = [];
+    for (const [name, text] of cases) {
+      const [session] = await client<{ id: number }[]>`
+        insert into sessions (user_id, token_hash, token_suffix, created_at, expires_at, client_ip, user_agent, geo, last_seen_at)
+        values (${user?.id as number}, ${name}, ${name.slice(0, 6)}, now(), now() + interval '1 day', '127.0.0.1', 'test', '{}'::jsonb, now())
+        returning id`;
+      sessions.push(session?.id as number);
+      await client`insert into session_keys (session_id, user_id, public_key, updated_at)
+        values (${session?.id as number}, ${user?.id as number}, ${text}, now())`;
+    }
+    await apply(client, '0016_session_key_canonical.sql');
+
+    const kept = await client<{ session_id: number; public_key: string }[]>`
+      select session_id, public_key from session_keys order by session_id`;
+    expect(kept).toEqual(
+      cases.flatMap(([, text, keep], i) => (keep ? [{ session_id: sessions[i] as number, public_key: text }] : [])),
+    );
+    // The same line as the key registration's check of the bytes (the low-order key aside, which it
+    // refuses for another reason; the text's unused bits are its body schema's to refuse).
+    for (const [name, text, keep] of cases)
+      if (name !== '2^255 - 20 (below p)' && name !== 'unused bits set')
+        expect(isUsableX25519Key(text), name).toBe(keep);
   });
 });

@@ -1,6 +1,7 @@
 import { Limits } from '@parlor/protocol';
 import { io, type Socket } from 'socket.io-client';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { rooms, SOCKETS_PER_SESSION_MAX } from '../src/platform/realtime.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
 import { bundle, keyEpoch, keyedChat, member, sessionIdOf } from './support/chat-flows.js';
 import { type LoggedIn, login, operator } from './support/flows.js';
@@ -473,5 +474,61 @@ describeApp('connection state recovery and the room enter limit', () => {
     const refused = await enter(c1.chatId);
     expect([refused.ok, refused.code]).toEqual([false, 'ERR_RATE_LIMITED']);
     expect(refused.retry_after).toBeGreaterThanOrEqual(1);
+  }, 60_000);
+});
+
+describeApp('connection state recovery of a session that holds every place on the node', () => {
+  it('refuses it before anything is replayed or spent, each time, and recovers it once a place is free', async () => {
+    const { chat, member } = await awayAfterOne();
+    const { m, r } = member;
+    const two = await send(chat, 'two');
+    // Other tabs of the session take every place while the socket is away.
+    const tabs: Socket[] = [];
+    for (let i = 0; i < SOCKETS_PER_SESSION_MAX; i += 1) {
+      const tab = io(app.url, {
+        transports: ['websocket'],
+        extraHeaders: { cookie: `psession=${m.client.cookie}` },
+        reconnection: false,
+        forceNew: true,
+      });
+      opened.push(tab);
+      await new Promise<void>((resolve, reject) => {
+        tab.once('connect', () => resolve());
+        tab.once('connect_error', reject);
+      });
+      tabs.push(tab);
+    }
+    const packets = r.packets.length;
+    for (let i = 0; i < 2; i += 1) {
+      expect(await r.reconnect()).toBe('ERR_TOO_MANY_CONNECTIONS');
+      // Nothing reached the client during the refused handshake (it would hold it for its next connection).
+      expect(r.packets.length).toBe(packets);
+      expect(r.socket.receiveBuffer).toEqual([]);
+    }
+
+    tabs.pop()?.close();
+    await expect
+      .poll(() => app.services.realtime.io.of('/').adapter.rooms.get(rooms.session(m.sessionId))?.size)
+      .toBe(SOCKETS_PER_SESSION_MAX - 1);
+    expect(await r.reconnect()).toBeNull();
+    expect(r.socket.recovered).toBe(true);
+    await received(r, two);
+    expect(r.messages().filter((id) => id === two)).toEqual([two]);
+    // The refused recoveries spent none of the user's room enters: the window's enters less the
+    // join and the one recovery let in are left.
+    let left = 0;
+    for (;;) {
+      const ack = (await r.socket.emitWithAck('room:join', { chat_id: chat.chatId, rejoin: true })) as {
+        ok: boolean;
+        code?: string;
+      };
+      if (!ack.ok) {
+        expect(ack.code).toBe('ERR_RATE_LIMITED');
+        break;
+      }
+      left += 1;
+    }
+    expect(left).toBe(Limits.ROOM_ENTERS_PER_USER - 2);
+    for (const tab of tabs) tab.close();
   }, 60_000);
 });

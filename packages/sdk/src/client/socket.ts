@@ -188,6 +188,12 @@ export function connect(client: HttpClient, opts: ConnectOptions = {}): Promise<
     autoConnect: false,
     forceNew: true,
   });
+  // Socket.IO keeps what arrives during a handshake until the handshake is accepted, also across
+  // a refused one: what a refused handshake was sent (a recovery's missed events) belongs to no
+  // connection, and would be delivered on the next one, which may be another session's.
+  socket.on('connect_error', () => {
+    socket.receiveBuffer = [];
+  });
   return new Promise((resolve, reject) => {
     const cleanup = () => {
       clearTimeout(timer);

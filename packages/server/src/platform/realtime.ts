@@ -141,6 +141,7 @@ export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
       return data && !('refused' in data) ? data.sessionId : null;
     },
     check: () => recoveryCheck,
+    sessionFull: (sessionId) => sessionFull(io.of('/').adapter, sessionId),
     replays,
   });
   /** Recovered sockets in their handshake: what their rooms are sent meanwhile reaches them (recovery.ts). */
@@ -341,12 +342,20 @@ export function emitSnapshot<E extends keyof ServerToClientEvents>(
  * recovered socket is in the room already (its rooms were restored): it is not counted twice.
  */
 function admitToSession(socket: AppSocket): boolean {
-  const room = rooms.session(socket.data.sessionId);
-  const held = socket.nsp.adapter.rooms.get(room);
-  const others = (held?.size ?? 0) - (held?.has(socket.id) ? 1 : 0);
-  if (others >= SOCKETS_PER_SESSION_MAX) return false;
-  void socket.join(room);
+  if (sessionFull(socket.nsp.adapter, socket.data.sessionId, socket.id)) return false;
+  void socket.join(rooms.session(socket.data.sessionId));
   return true;
+}
+
+/**
+ * Whether a session's sockets on this node, not counting the socket `except`, take every place
+ * (SOCKETS_PER_SESSION_MAX): the one rule of the handshake (admitToSession) and of a recovery,
+ * which is refused before anything is restored when its handshake would be (recovery.ts).
+ */
+function sessionFull(adapter: AppSocket['nsp']['adapter'], sessionId: number, except?: string): boolean {
+  const held = adapter.rooms.get(rooms.session(sessionId));
+  const others = (held?.size ?? 0) - (except !== undefined && held?.has(except) ? 1 : 0);
+  return others >= SOCKETS_PER_SESSION_MAX;
 }
 
 /** A client event of a socket that may no longer act: refused (to its ack, if any), the socket dropped. */

@@ -28,7 +28,7 @@ interface NamespaceInternals {
  * client was away must not give it back the chat's room nor replay what the chat was sent since.
  *
  * The session comes back only to the session it was: the handshake's cookie is resolved (by the
- * handshake's own cached session look-up) while the stored session is read, and a cookie that is
+ * handshake's own cached session look-up) before the stored session is read, and a cookie that is
  * not that session's (another login in the same browser meanwhile, or none) fails the recovery,
  * so nothing the old session was sent is replayed to it nor delivered during its handshake
  * (reachRecoveringSockets starts at its first middleware, after this). Socket.IO hands
@@ -46,11 +46,21 @@ interface NamespaceInternals {
  * (reachRecoveringSockets), then live once it is connected; what this node has yet to deliver of
  * the replayed packets is not delivered again (trackReplays). Both adapters (in-memory, Redis
  * streams) serve this through their public `persistSession` / `restoreSession`. A failed check
- * fails the recovery: the client then connects as a new socket.
+ * fails the recovery: the client then connects as a new socket. So does a session whose sockets
+ * on this node take every place, before anything is checked or spent (and again as the socket is
+ * built): its handshake is refused, and what a refused handshake was sent stays in the client's
+ * buffer, for whatever connection the client makes next. Its stored session is left as it is,
+ * for a retry once a place is free.
  */
 export function guardRecovery(
   nsp: Namespace,
-  opts: { sessionOf: SessionOfCookie; check: () => RecoveryCheck | null; replays: Replays },
+  opts: {
+    sessionOf: SessionOfCookie;
+    check: () => RecoveryCheck | null;
+    /** Whether the session's sockets on this node take every place (the handshake would refuse it). */
+    sessionFull: (sessionId: number) => boolean;
+    replays: Replays;
+  },
 ): void {
   const { adapter } = nsp;
   const restore = adapter.restoreSession.bind(adapter);
@@ -75,7 +85,14 @@ export function guardRecovery(
     const from = handshake;
     handshake = null;
     if (!from) return notRecovered;
-    const [session, cookieSession] = await Promise.all([restore(pid, offset), opts.sessionOf(from.cookie)]);
+    // A session whose sockets on this node take every place has its handshake refused
+    // (ERR_TOO_MANY_CONNECTIONS) once the socket is built: restored, its missed packets would be
+    // sent to a client that never connects and its rooms' enters spent, on every refused retry.
+    // That is known before the stored session is read (the Redis streams adapter deletes it as it
+    // reads it), so a retry once a place is free still recovers it.
+    const cookieSession = await opts.sessionOf(from.cookie);
+    if (cookieSession === null || opts.sessionFull(cookieSession)) return notRecovered;
+    const session = await restore(pid, offset);
     if (!session || cookieSession !== (session.data as SocketData).sessionId) return notRecovered;
     const allowedOf = opts.check();
     const allowed = allowedOf ? await allowedOf(session.data as SocketData, session.rooms) : session.rooms;
@@ -83,7 +100,10 @@ export function guardRecovery(
     const { missedPackets: _missed, ...kept } = session;
     persist({ ...kept, rooms: allowed });
     const restored = await restore(pid, offset);
-    if (restored) opts.replays.replayed(restored.sid, restored.missedPackets);
+    // A handshake of the session may have taken the last place while the check ran: the socket
+    // is built in the same turn as this answers, so the place it would be refused is checked here.
+    if (!restored || opts.sessionFull(cookieSession)) return notRecovered;
+    opts.replays.replayed(restored.sid, restored.missedPackets);
     return restored;
   };
 }
