@@ -159,7 +159,7 @@ describeApp('a direct chat at its expiry, before the sweep archives it', () => {
     expect(await countRows(app, `select count(*) as n from chats where id = ${next} and archived_at is null`)).toBe(1);
   });
 
-  it('answers 403 ERR_CHAT_READ_ONLY to sends, deletes and key shares from its expiry (a send 1 ms before goes through)', async () => {
+  it('answers 403 ERR_CHAT_READ_ONLY to sends, deletes, key shares and a room VM start from its expiry (a send 1 ms before goes through)', async () => {
     const [a, b] = [await member(app), await member(app)];
     const chatId = await matched(a, b);
     for (const m of [a, b]) expect((await join(m, { chat_id: chatId })).ok).toBe(true);
@@ -171,6 +171,8 @@ describeApp('a direct chat at its expiry, before the sweep archives it', () => {
     clock.advance(1);
     const refused = (res: { status: number; body: any }) => [res.status, res.body.code];
     expect(refused(await send())).toEqual([403, 'ERR_CHAT_READ_ONLY']);
+    // Its room VM does not start either (the sweep has not written the archive yet).
+    expect(refused(await a.client.post(`/v1/portal/chats/${chatId}/start`, {}))).toEqual([403, 'ERR_CHAT_READ_ONLY']);
     expect(refused(await a.client.post(`/v1/portal/chats/${chatId}/messages/delete-mine`, {}))).toEqual([
       403,
       'ERR_CHAT_READ_ONLY',

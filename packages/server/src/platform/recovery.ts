@@ -47,10 +47,13 @@ interface NamespaceInternals {
  * the replayed packets is not delivered again (trackReplays). Both adapters (in-memory, Redis
  * streams) serve this through their public `persistSession` / `restoreSession`. A failed check
  * fails the recovery: the client then connects as a new socket. So does a session whose sockets
- * on this node take every place, before anything is checked or spent (and again as the socket is
- * built): its handshake is refused, and what a refused handshake was sent stays in the client's
- * buffer, for whatever connection the client makes next. Its stored session is left as it is,
- * for a retry once a place is free.
+ * on this node take every place, before anything is checked or spent: its handshake is refused,
+ * and what a refused handshake was sent would stay in the client's buffer, for whatever connection
+ * the client makes next. Its stored session is left as it is, for a retry once a place is free.
+ * The places are counted again as the socket is built, for a handshake of the same session that
+ * took the last one while the check ran: such a recovery is refused too, but by then the check has
+ * spent its room enters and the Redis streams adapter has deleted the stored session as it read it
+ * (the retry connects afresh). Two handshakes of one session racing for its last place cost that.
  */
 export function guardRecovery(
   nsp: Namespace,

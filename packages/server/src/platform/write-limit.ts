@@ -84,8 +84,9 @@ export function makeEnterLimit(state: Pick<StateStore, 'limiter'>): UserLimit {
  * checked against the stored row) are checked by the route's own hooks and handlers, after the
  * write was spent: a request they answer 400 ERR_VALIDATION gives its write back before the answer
  * goes out, so it spends nothing either, as docs/api.md (General, Write limit) promises, and the
- * next request already counts without it. Other refusals (403, 404, 409…) keep theirs: they got as
- * far as the rules, which is the work the limit bounds.
+ * next request already counts without it. So a handler answers ERR_VALIDATION only when it has
+ * committed nothing (a refusal after a commit would get its write back). Other refusals (403, 404,
+ * 409…) keep theirs: they got as far as the rules, which is the work the limit bounds.
  */
 export function installWriteLimit(app: App, writes: UserLimit): void {
   /** The user whose write each request spent (those that spent one). */
