@@ -421,7 +421,13 @@ export function makeRoomHost(deps: HostDeps) {
 
     /** Keeps this node's rooms in the room map, forgets silent nodes' viewers, stops rooms idle at `at`. */
     async sweep(at: number): Promise<void> {
-      for (const chatId of starting.keys()) if (!hosted.has(chatId)) await cluster.hold(chatId, 'starting');
+      for (const chatId of [...starting.keys()]) {
+        if (hosted.has(chatId)) continue;
+        await cluster.hold(chatId, 'starting');
+        // The launch failed while this refresh ran: it released the entry, which this wrote again.
+        // An entry of no launch would make the room look starting here until it expired.
+        if (!starting.has(chatId) && !hosted.has(chatId)) await cluster.release(chatId);
+      }
       for (const room of [...hosted.values()]) {
         if (hosted.get(room.chatId) !== room) continue;
         const held = await cluster.hold(room.chatId, 'running');

@@ -180,9 +180,10 @@ export function makeVmService(deps: VmDeps) {
       await host.stopped(chatId);
       if (host.has(chatId)) return host.start(chatId);
       // A start that would launch a browser spends one of the user's starts (shared by every node);
-      // so does one that follows a stop on another node.
+      // so does one that follows a stop on another node, and one that finds an entry of this node
+      // that no launch here holds any more (a failed start's, written again by a refresh).
       const seen = await cluster.placeOf(chatId);
-      if (!seen || seen.state === 'stopping') {
+      if (!seen || seen.state === 'stopping' || seen.node === self) {
         const spent = await launches.consume(String(actor.userId));
         if (!spent.allowed) throw rateLimited(spent.retryAfterMs, 'Too many room starts; try again later.');
       }
