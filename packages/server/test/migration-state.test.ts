@@ -22,30 +22,46 @@ async function apply(client: postgres.Sql, file: string): Promise<void> {
 }
 
 /**
+ * A scratch database of the describe block's own (dropped after it) and its one connection, for a
+ * migration's test: `client()` answers the connection once the block has started.
+ */
+function scratchClient(): () => postgres.Sql {
+  let scratch: Awaited<ReturnType<typeof createScratchDatabase>> | undefined;
+  let sql: postgres.Sql | undefined;
+  beforeAll(async () => {
+    scratch = await createScratchDatabase();
+    sql = postgres(scratch.url, { max: 1, onnotice: () => {} });
+  });
+  afterAll(async () => {
+    await sql?.end({ timeout: 1 });
+    await scratch?.drop();
+  });
+  return () => {
+    if (!sql) throw new Error('the scratch database is not open yet');
+    return sql;
+  };
+}
+
+/** Applies, in order, every migration before `file`, which must be one of them. */
+async function applyBefore(client: postgres.Sql, file: string): Promise<void> {
+  const files = readdirSync(MIGRATIONS)
+    .filter((f) => f.endsWith('.sql'))
+    .sort();
+  expect(files).toContain(file);
+  for (const f of files.filter((f) => f < file)) await apply(client, f);
+}
+
+/**
  * Migration 0010 derives every punished user's state again in SQL of its own: it must give what
  * the server's platformState gives, for a database an earlier version left behind (a ban that a
  * later timeout overwrote, a timeout outlasting a temporary ban, a stale state).
  */
 describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('migration 0010 (users state)', () => {
-  let scratch: Awaited<ReturnType<typeof createScratchDatabase>>;
-  let client: postgres.Sql;
-
-  beforeAll(async () => {
-    scratch = await createScratchDatabase();
-    client = postgres(scratch.url, { max: 1, onnotice: () => {} });
-  });
-  afterAll(async () => {
-    await client?.end({ timeout: 1 });
-    await scratch?.drop();
-  });
+  const scratch = scratchClient();
 
   it('writes the state, its end and what follows it as platformState derives them', async () => {
-    const files = readdirSync(MIGRATIONS)
-      .filter((f) => f.endsWith('.sql'))
-      .sort();
-    const before = files.filter((f) => f < '0010');
-    expect(files).toContain('0010_follow_on_state.sql');
-    for (const f of before) await apply(client, f);
+    const client = scratch();
+    await applyBefore(client, '0010_follow_on_state.sql');
     // Users as an earlier version could leave them, with their records (minutes from now).
     const cases: [string, number, number | null, [string, number | null][]][] = [
       // name, stored state, stored end, records: type, end
@@ -156,24 +172,11 @@ describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('migration 0
  * from then on, and the keys written canonically stay, up to the last one below 2^255 - 19.
  */
 describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('migration 0016 (canonical session keys)', () => {
-  let scratch: Awaited<ReturnType<typeof createScratchDatabase>>;
-  let client: postgres.Sql;
-
-  beforeAll(async () => {
-    scratch = await createScratchDatabase();
-    client = postgres(scratch.url, { max: 1, onnotice: () => {} });
-  });
-  afterAll(async () => {
-    await client?.end({ timeout: 1 });
-    await scratch?.drop();
-  });
+  const scratch = scratchClient();
 
   it('deletes the rows of keys with the top bit set, u of 2^255 - 19 or more, or non-canonical base64, and keeps the rest', async () => {
-    const files = readdirSync(MIGRATIONS)
-      .filter((f) => f.endsWith('.sql'))
-      .sort();
-    expect(files).toContain('0016_session_key_canonical.sql');
-    for (const f of files.filter((f) => f < '0016')) await apply(client, f);
+    const client = scratch();
+    await applyBefore(client, '0016_session_key_canonical.sql');
     const real = Buffer.from(generateKeyPair().publicKey);
     /** 32 bytes, little-endian: `low` first, then 30 bytes of `middle`, then `high`. */
     const u = (low: number, middle: number, high: number) => Buffer.from([low, ...Array(30).fill(middle), high]);
