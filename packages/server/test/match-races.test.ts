@@ -225,6 +225,24 @@ async function pairingHeldWhile<R>(node: TestApp, pairing: () => Promise<R>, mea
   }
 }
 
+/**
+ * On PostgreSQL: `b` enqueues on `t` and pairs with the waiting `a`, its pairing held at the users'
+ * locks (the test holds `b`'s row, as a slow transaction would); meanwhile `a` dequeues through
+ * `via`, which waits for that pairing. Answers the dequeue's answer and `a`'s match:found.
+ */
+async function dequeueWhilePairingWaits(sql: postgres.Sql, a: Member, b: Member, t: string, via: Client) {
+  const row = hold(sql, (tx) => tx`select id from users where id = ${b.user.id} for update`);
+  await row.ready;
+  const pairing = match(b, [t]);
+  await lockWaiters(sql, 1);
+  const dequeued = via.post('/v1/portal/match/dequeue', {});
+  await lockWaitersOr(sql, 2, dequeued);
+  await row.end();
+  const answer = (await dequeued).body;
+  expect((await pairing).body.state).toBe('searching');
+  return { answer, found: await a.socket.next('match:found') };
+}
+
 describeApp('a search ended while a pairing has it out of the queue', () => {
   // Both stores: the pairing's chat creation is held at its start (as a slow transaction or the
   // per-user slot lock holds it); meanwhile the waiting user stops searching, and the pairing is
@@ -307,16 +325,7 @@ describeApp('a search ended while a pairing has it out of the queue', () => {
       const t = tag();
       const [a, b] = [await member(app), await member(app)];
       expect((await match(a, [t])).body.state).toBe('searching');
-      const row = hold(db, (tx) => tx`select id from users where id = ${b.user.id} for update`);
-      await row.ready;
-      const pairing = match(b, [t]);
-      await lockWaiters(db, 1);
-      const dequeued = a.client.post('/v1/portal/match/dequeue', {});
-      await lockWaitersOr(db, 2, dequeued);
-      await row.end();
-      const answer = (await dequeued).body;
-      expect((await pairing).body.state).toBe('searching');
-      const found = await a.socket.next('match:found');
+      const { answer, found } = await dequeueWhilePairingWaits(db, a, b, t, a.client);
       expect(answer).toEqual({
         state: 'matched',
         token: found.token,
@@ -501,16 +510,7 @@ describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('matchmaking
     const t = tag();
     const [a, b] = [await member(nodeA), await member(nodeA)];
     expect((await match(a, [t])).body.state).toBe('searching');
-    const row = hold(shared, (tx) => tx`select id from users where id = ${b.user.id} for update`);
-    await row.ready;
-    const pairing = match(b, [t]);
-    await lockWaiters(shared, 1);
-    const dequeued = a.client.on(nodeB).post('/v1/portal/match/dequeue', {});
-    await lockWaitersOr(shared, 2, dequeued);
-    await row.end();
-    const answer = (await dequeued).body;
-    expect((await pairing).body.state).toBe('searching');
-    const found = await a.socket.next('match:found');
+    const { answer, found } = await dequeueWhilePairingWaits(shared, a, b, t, a.client.on(nodeB));
     expect(answer).toEqual({
       state: 'matched',
       token: found.token,
