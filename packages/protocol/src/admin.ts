@@ -1,4 +1,5 @@
 import { type Static, Type } from '@sinclair/typebox';
+import { BotName } from './bots.js';
 import { type ChatConfigBody, ChatName } from './chats.js';
 import { IdParam, Nullable, Timestamp } from './common.js';
 import { Limits } from './constants.js';
@@ -28,7 +29,7 @@ export type AdminUserUpdateBody = Static<typeof AdminUserUpdateBody>;
 /** POST /v1/admin/bots/{bot_id}/update: any subset; null clears the owner or the avatar. */
 export const AdminBotUpdateBody = Type.Object(
   {
-    name: Type.Optional(Type.String({ minLength: 1, maxLength: Limits.BOT_NAME_MAX })),
+    name: Type.Optional(BotName),
     type: Type.Optional(Type.Union([Type.Literal('official'), Type.Literal('verified'), Type.Literal('community')])),
     rate_limit_per_hour: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_000_000 })),
     owner_user_id: Type.Optional(Nullable(IdParam)),

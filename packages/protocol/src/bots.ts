@@ -3,6 +3,9 @@ import { Nullable, Timestamp } from './common.js';
 import { Limits } from './constants.js';
 import { AvatarUrl } from './guilds.js';
 
+/** A bot's name: 1-64 characters, not blank (shown to everyone by `GET /bots`). */
+export const BotName = Type.String({ minLength: 1, maxLength: Limits.BOT_NAME_MAX, pattern: '\\S' });
+
 const strict = { additionalProperties: false } as const;
 
 export const BotStatsSchema = Type.Object({
@@ -42,7 +45,7 @@ export const PublicBotSchema = Type.Object(
 
 export const BotUpdateBody = Type.Object(
   {
-    name: Type.Optional(Type.String({ minLength: 1, maxLength: Limits.BOT_NAME_MAX })),
+    name: Type.Optional(BotName),
     avatar_url: Type.Optional(Nullable(AvatarUrl)),
     stats: Type.Optional(
       Type.Object(
@@ -96,7 +99,7 @@ export const BotUserUpdateBody = Type.Object({ username: Type.Optional(Type.Stri
 
 export const BotCreateBody = Type.Object(
   {
-    name: Type.String({ minLength: 1, maxLength: Limits.BOT_NAME_MAX }),
+    name: BotName,
     type: Type.Optional(Type.Union([Type.Literal('official'), Type.Literal('verified'), Type.Literal('community')])),
     rate_limit_per_hour: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_000_000 })),
     owner_user_id: Type.Optional(Type.Integer({ minimum: 1, maximum: 2147483647 })),

@@ -191,6 +191,32 @@ describeApp('POST /v1/admin/bots/create and …/{id}/update: the owner must be a
   });
 });
 
+describeApp('bot names', () => {
+  it(`takes 1-${Limits.BOT_NAME_MAX} characters, not blank: 400 ERR_VALIDATION from the admin create, the admin update and the bot's own update, changing nothing`, async () => {
+    const op = operator(app);
+    const total = async () => (await publicClient().get('/v1/statistics/bots')).body.total;
+    const before = await total();
+    for (const name of ['   ', '\n\t', '', 'b'.repeat(Limits.BOT_NAME_MAX + 1)]) {
+      const created = await op.post('/v1/admin/bots/create', { name });
+      expect(created.status, JSON.stringify(created.body)).toBe(400);
+      expect(created.body.code).toBe('ERR_VALIDATION');
+    }
+    expect(await total()).toBe(before);
+
+    const bot = await createBot(app, { name: 'b'.repeat(Limits.BOT_NAME_MAX) });
+    for (const name of [' ', '\n\t']) {
+      const own = await bot.client.post('/v1/bot/me/update', { name });
+      expect(own.status, JSON.stringify(own.body)).toBe(400);
+      expect(own.body.code).toBe('ERR_VALIDATION');
+      const admin = await op.post(`/v1/admin/bots/${bot.id}/update`, { name });
+      expect(admin.status, JSON.stringify(admin.body)).toBe(400);
+      expect(admin.body.code).toBe('ERR_VALIDATION');
+    }
+    expect((await bot.client.get('/v1/bot/me')).body.name).toBe('b'.repeat(Limits.BOT_NAME_MAX));
+    expect((await bot.client.post('/v1/bot/me/update', { name: ' Padded name ' })).status).toBe(200);
+  });
+});
+
 describeApp('POST /v1/bot/me/update and /v1/bot/batch', () => {
   it('updates info and stats in one call', async () => {
     const { client } = await createBot(app);
