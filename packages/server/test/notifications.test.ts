@@ -362,6 +362,29 @@ describeApp('POST /v1/admin/notifications (targeted) racing a change of the reci
   );
 });
 
+describeApp('POST /v1/admin/notifications/{id}/delete racing the recipient’s deletion (PostgreSQL)', () => {
+  it.skipIf(MODE !== 'cluster')(
+    'answers 404 ERR_NOTIFICATION_NOT_FOUND (the notification went with the account), not ERR_USER_NOT_FOUND',
+    async () => {
+      const db = pg as postgres.Sql;
+      const target = await login(app, { bot });
+      const id = await send(target.user.id);
+      // Another node deletes the account: its transaction holds the users table before the route
+      // starts, so the route reads the notification (still there), then waits to read the
+      // recipient; the deletion then commits and takes the notification with it.
+      let answer: ReturnType<Client['post']> | undefined;
+      await db.begin(async (tx) => {
+        await tx`lock table users in access exclusive mode`;
+        answer = op.post(`/v1/admin/notifications/${id}/delete`);
+        await lockWaiters(db, 1);
+        await tx`delete from users where id = ${target.user.id}`;
+      });
+      expectError(await (answer as ReturnType<Client['post']>), 404, 'ERR_NOTIFICATION_NOT_FOUND');
+      expect(await app.database.db.select().from(notifications).where(eq(notifications.id, id))).toEqual([]);
+    },
+  );
+});
+
 describeApp('POST /v1/admin/notifications (broadcast) and deletion', () => {
   it('reaches every registered user with one copy each, and each connected user gets its own copy live', async () => {
     const a = await login(app, { bot });

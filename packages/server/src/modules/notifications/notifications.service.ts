@@ -297,7 +297,10 @@ export function makeNotificationsService(deps: NotificationsDeps) {
       const row = await store.byId(id);
       if (!row) throw appError('ERR_NOTIFICATION_NOT_FOUND');
       if (row.broadcastId !== null) return removeBroadcast(actor, row, row.broadcastId);
-      assertMayTarget(actorLevel, await users.byId(row.userId));
+      const recipient = await users.byId(row.userId);
+      // A recipient deleted since the notification was read took it with it (ON DELETE CASCADE).
+      if (!recipient) throw appError('ERR_NOTIFICATION_NOT_FOUND');
+      assertMayTarget(actorLevel, recipient);
       await db.transaction(async (tx) => {
         // Decided again under the recipient's row lock; a recipient deleted meanwhile took the
         // notification with it.
