@@ -198,3 +198,28 @@ describe('redirects', () => {
     }
   });
 });
+
+describe('Retry-After', () => {
+  it('surfaces the Retry-After header of a 503 ERR_SERVICE_UNAVAILABLE (no retry_after in its body) as retryAfter', async () => {
+    // What the server answers when its database or Redis cannot be reached (docs/api.md, Errors).
+    let retryAfter = '5';
+    const server = http.createServer((_req, res) => {
+      res.writeHead(503, { 'content-type': 'application/json', 'retry-after': retryAfter });
+      res.end(JSON.stringify({ code: 'ERR_SERVICE_UNAVAILABLE', message: 'The service is temporarily unavailable.' }));
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const client = new ParlorClient({ baseUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}` });
+      expect(await apiError(() => client.me())).toMatchObject({
+        status: 503,
+        code: 'ERR_SERVICE_UNAVAILABLE',
+        retryAfter: 5,
+      });
+      // Only whole seconds are read; an HTTP date is not.
+      retryAfter = 'Wed, 21 Oct 2026 07:28:00 GMT';
+      expect((await apiError(() => client.me())).retryAfter).toBeUndefined();
+    } finally {
+      server.close();
+    }
+  });
+});

@@ -49,17 +49,30 @@ export class ParlorApiError extends Error {
     this.source = source;
   }
 
-  /** Seconds the server asks to wait (429 `retry_after`), if any. */
+  /**
+   * Seconds the server asks to wait, if any: the body's `retry_after` (429, a timed-out socket
+   * handshake), else the answer's `Retry-After` header in whole seconds (503
+   * `ERR_SERVICE_UNAVAILABLE` carries it there only).
+   */
   get retryAfter(): number | undefined {
-    return typeof this.body.retry_after === 'number' ? this.body.retry_after : undefined;
+    return typeof this.body.retry_after === 'number' ? this.body.retry_after : this.#retryAfterHeader;
   }
 
-  /** Builds the error of an HTTP answer from its status and parsed body (JSON or not). */
-  static fromResponse(status: number, body: unknown): ParlorApiError {
+  #retryAfterHeader: number | undefined;
+
+  /**
+   * Builds the error of an HTTP answer from its status, parsed body (JSON or not) and its
+   * `Retry-After` header, if any.
+   */
+  static fromResponse(status: number, body: unknown, retryAfterHeader?: string | null): ParlorApiError {
     const record = isRecord(body) ? body : {};
     const code = typeof record.code === 'string' ? record.code : `ERR_HTTP_${status}`;
     const message = typeof record.message === 'string' ? record.message : `HTTP ${status}`;
-    return new ParlorApiError(status, code, message, record, 'http');
+    const error = new ParlorApiError(status, code, message, record, 'http');
+    // Whole seconds only (what Parlor sends); an HTTP date is left unread.
+    const seconds = retryAfterHeader?.trim();
+    if (seconds && /^[0-9]{1,9}$/.test(seconds)) error.#retryAfterHeader = Number(seconds);
+    return error;
   }
 
   /** Builds the error of an `{ok: false, code, message}` socket acknowledgement. */

@@ -102,7 +102,7 @@ export class HttpClient {
     }
     if (isRedirect(res)) throw redirectError(method, path, res);
     const parsed = parseJson(text);
-    if (!res.ok) throw ParlorApiError.fromResponse(res.status, parsed);
+    if (!res.ok) throw ParlorApiError.fromResponse(res.status, parsed, res.headers.get('retry-after'));
     return parsed as T;
   }
 
