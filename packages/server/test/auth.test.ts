@@ -6,7 +6,7 @@ import { rowsOf } from '../src/platform/db/index.js';
 import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { type Answer, Client, nextIp } from './support/client.js';
 import { createBot, createLoginBot, login, nextIdentity, operator } from './support/flows.js';
-import { hold, lockWaiters } from './support/pg-locks.js';
+import { hold, lockWaiters, racingUserRow } from './support/pg-locks.js';
 
 let app: TestApp;
 let bot: Client;
@@ -712,6 +712,46 @@ describeApp(`bot logins in a row (${Limits.BOT_LOGIN_WEB_REQUIRED_EVERY}, then t
       );
       const [row] = await rows<{ n: number }>(sql`select bot_logins_since_web as n from users where id = ${user.id}`);
       expect(row?.n).toBe(N);
+    },
+  );
+});
+
+describeApp('verify racing an account deletion (PostgreSQL)', () => {
+  // The verify has read the identity's account and waits for its row, which a deletion on
+  // another node holds; the deletion commits, and the verify decides as for an identity it does
+  // not know (docs/api.md Login): never the 404 ERR_USER_NOT_FOUND verify does not answer.
+  const deletedWhileVerifying = async (pool: 'web' | 'bot') => {
+    const { user, platformUserId } = await login(app, { bot });
+    const { code, client } = await pendingCode(pool, platformUserId);
+    const res = await racingUserRow(pg as postgres.Sql, user.id, `delete from users where id = ${user.id}`, () =>
+      client.post('/v1/authentication/verify', { code }),
+    );
+    const accounts = await rows<{ user_id: number }>(
+      sql`select user_id from linked_platforms where platform_user_id = ${platformUserId}`,
+    );
+    return { user, res, client, accounts, code };
+  };
+
+  it.skipIf(MODE === 'embedded')('a web code makes the account anew: a new id, its welcome, one session', async () => {
+    const { user, res, client, accounts } = await deletedWhileVerifying('web');
+    expect([res.status, res.body.code], JSON.stringify(res.body)).toEqual([200, undefined]);
+    expect(res.body.new_account).toBe(true);
+    expect(res.body.user.id).not.toBe(user.id);
+    expect(accounts).toEqual([{ user_id: res.body.user.id }]);
+    const traces = await loginTraces(res.body.user.id);
+    expect(traces).toMatchObject({ sessions: 1, live: 1, notifications: 1 });
+    expect((await client.get('/v1/users/me')).body.user.id).toBe(res.body.user.id);
+  });
+
+  it.skipIf(MODE === 'embedded')(
+    'a bot code answers 404 ERR_PLATFORM_IDENTITY_NOT_FOUND: no account, no cookie, the code used up',
+    async () => {
+      const { res, client, accounts, code } = await deletedWhileVerifying('bot');
+      expect([res.status, res.body.code], JSON.stringify(res.body)).toEqual([404, 'ERR_PLATFORM_IDENTITY_NOT_FOUND']);
+      expect(res.headers.getSetCookie()).toEqual([]);
+      expect(client.cookie).toBeNull();
+      expect(accounts).toEqual([]);
+      expect((await client.post('/v1/authentication/verify', { code })).body.code).toBe('ERR_INVALID_CODE');
     },
   );
 });

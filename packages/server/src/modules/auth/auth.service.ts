@@ -136,20 +136,34 @@ export function makeAuthService(deps: AuthDeps) {
     }
   };
 
+  /**
+   * Finds or creates the code's account inside the login's transaction and locks its row. The
+   * identity is read without a lock: an account deletion that commits while this waits for the
+   * row leaves the locked read empty, and the identity is then looked up again, as a login that
+   * came after the deletion would (a bot code: 404 ERR_PLATFORM_IDENTITY_NOT_FOUND; a web code:
+   * the account is made anew, or is the one another verify made meanwhile). Each further round
+   * needs another deletion of the identity's account to commit in between.
+   */
+  const lockAccount = async (rec: TakenCode, tx: LoginTx): Promise<{ locked: UserRow; newAccount: boolean }> => {
+    for (;;) {
+      const found = await users.byIdentity(rec.platform, rec.platformUserId, tx);
+      if (!found && rec.pool === 'bot') throw appError('ERR_PLATFORM_IDENTITY_NOT_FOUND');
+      const { user, created } = found ? { user: found, created: false } : await createAccount(rec, tx);
+      // Lock order (docs/api.md Moderation): a login that will evict a keyed session takes the
+      // user's chats before the user's row, as a ban does (a new account has no session to evict).
+      if (!created) await sessions.lockForLogin(user.id, tx);
+      const locked = await users.byIdForUpdate(user.id, tx);
+      if (locked) return { locked, newAccount: created };
+    }
+  };
+
   /** Finds or creates the account, opens a session and writes the notifications, in one transaction. */
   const login = async (rec: TakenCode, ip: string, userAgent: string): Promise<LoginResult> => {
     const now = clock.now();
     const result = await db.transaction(async (tx) => {
-      const found = await users.byIdentity(rec.platform, rec.platformUserId, tx);
-      if (!found && rec.pool === 'bot') throw appError('ERR_PLATFORM_IDENTITY_NOT_FOUND');
-      const { user, created: newAccount } = found ? { user: found, created: false } : await createAccount(rec, tx);
-      // Lock order (docs/api.md Moderation): a login that will evict a keyed session takes the
-      // user's chats before the user's row, as a ban does (a new account has no session to evict).
-      if (!newAccount) await sessions.lockForLogin(user.id, tx);
       // Everything below is decided on the locked row: a ban, a timeout or another login may have
-      // been written since the code was made or the row above was read.
-      const locked = await users.byIdForUpdate(user.id, tx);
-      if (!locked) throw appError('ERR_USER_NOT_FOUND');
+      // been written since the code was made or the identity was read.
+      const { locked, newAccount } = await lockAccount(rec, tx);
       assertMayLogIn(locked);
       // bot/send-code checked the count unlocked: a send-code that overlapped the 5th bot login in
       // a row made a code this refuses. The code is used up; nothing is written.
