@@ -412,6 +412,66 @@ describeApp('GET /v1/admin/audit', () => {
     expect(warns.body.entries.map((e: any) => e.reason)).toEqual(['first']);
   });
 
+  it('shows an Admin only the entries about users below its level, deleted users and no user, in full pages', async () => {
+    const ok = (res: Answer) => expect(res.status, JSON.stringify(res.body)).toBe(200);
+    const start = (await op.get('/v1/admin/audit?limit=1')).body.entries[0].id as number;
+    const peer = await login(app, { bot: loginBot });
+    const someone = await login(app, { bot: loginBot });
+    const gone = await login(app, { bot: loginBot });
+    await setLevel(app, peer.user.id, 2);
+    await setLevel(app, gone.user.id, 3);
+    ok(
+      await op.post('/v1/admin/subscriptions/grant', {
+        user_id: owner.user.id,
+        tier: 'PREMIUM',
+        duration_days: 30,
+        reason: 'private arrangement',
+      }),
+    );
+    ok(await admin.client.post('/v1/admin/punishments/warn', { user_id: someone.user.id, reason: 'spam' }));
+    ok(await owner.client.post('/v1/admin/chats/create', { name: 'Audited official' }));
+    ok(await op.post(`/v1/admin/users/${gone.user.id}/delete`, {}));
+
+    // Newest first: the deleted Owner's deletion, the official chat (no target user), the warning
+    // of a User, the Owner's subscription, the promotion of the since deleted Owner, the promotion
+    // of another Admin. The operator and Owners read all of them.
+    const summary = (entries: any[]) => entries.filter((e) => e.id > start).map((e) => [e.code, e.target_user_id]);
+    const everything = [
+      [AuditCodes.USER_DELETE, gone.user.id],
+      [AuditCodes.CHAT_CREATE_OFFICIAL, null],
+      [AuditCodes.PUNISH_WARN, someone.user.id],
+      [AuditCodes.SUBSCRIPTION_GRANT, owner.user.id],
+      [AuditCodes.USER_PERMISSION_CHANGE, gone.user.id],
+      [AuditCodes.USER_PERMISSION_CHANGE, peer.user.id],
+    ];
+    expect(summary((await op.get('/v1/admin/audit?limit=10')).body.entries)).toEqual(everything);
+    expect(summary((await owner.client.get('/v1/admin/audit?limit=10')).body.entries)).toEqual(everything);
+
+    // An Admin pages one entry at a time: every page is full and names the next, the entries
+    // about an Owner and an Admin that exist are left out.
+    const seen: any[] = [];
+    let before: number | null = null;
+    for (;;) {
+      const page: Answer = await admin.client.get(`/v1/admin/audit?limit=1${before ? `&before=${before}` : ''}`);
+      ok(page);
+      expect(page.body.entries).toHaveLength(1);
+      const [entry] = page.body.entries;
+      expect(page.body.next_before).toBe(entry.id);
+      if (entry.id <= start) break;
+      seen.push(entry);
+      before = page.body.next_before;
+    }
+    expect(summary(seen)).toEqual([
+      [AuditCodes.USER_DELETE, gone.user.id],
+      [AuditCodes.CHAT_CREATE_OFFICIAL, null],
+      [AuditCodes.PUNISH_WARN, someone.user.id],
+      [AuditCodes.USER_PERMISSION_CHANGE, gone.user.id],
+    ]);
+    // Asked about the Owner by name: an empty last page, as for a user with no entries.
+    const owners = await admin.client.get(`/v1/admin/audit?target_user_id=${owner.user.id}`);
+    expect(owners.body).toEqual({ entries: [], next_before: null });
+  });
+
   it('is for Admins and above and the operator; checks its query', async () => {
     const moderator = await login(app, { bot: loginBot });
     await setLevel(app, moderator.user.id, 1);
@@ -508,6 +568,31 @@ describeApp('admin actions on users decide on the caller’s level as read under
           expect.objectContaining({ actor_kind: 'operator', action: 'set-permission' }),
         ]);
       });
+
+  onPostgres(
+    'an Admin’s delete of an Owner is refused before anything is locked: 403 while the Owner’s chat is held',
+    async () => {
+      if (!sql) throw new Error('cluster only');
+      const { owner: target, chatId } = await keyedChat(app);
+      await setLevel(app, target.user.id, 3);
+      // Another node holds a chat row of the Owner's, which a deletion locks first of all.
+      const holder = hold(sql, (tx) => tx`select id from chats where id = ${chatId} for update`);
+      await holder.ready;
+      let answered = false;
+      const refused = admin.client.post(`/v1/admin/users/${target.user.id}/delete`).finally(() => {
+        answered = true;
+      });
+      try {
+        await lockWaitersOr(sql, 1, refused);
+        expect(answered, 'the refusal waited for the chat row').toBe(true);
+      } finally {
+        await holder.end();
+      }
+      expectError(await refused, 403, 'ERR_FORBIDDEN');
+      expect(await levelOf(target.user.id)).toBe(3);
+      expect(await auditOf(`target_user_id=${target.user.id}&code=${AuditCodes.USER_DELETE}`)).toEqual([]);
+    },
+  );
 
   onPostgres('an Admin promoted to Owner meanwhile acts as an Owner: it may demote another Admin', async () => {
     const caller = await login(app, { bot: loginBot });

@@ -173,11 +173,12 @@ export function registerAdminRoutes(app: App, deps: { admin: AdminService; bots:
   app.get('/v1/admin/audit', {
     schema: {
       ...admins,
-      description: 'The audit log, newest first. `before` is an entry id: pass `next_before` to get the next page.',
+      description:
+        'The audit log, newest first. `before` is an entry id: pass `next_before` to get the next page. An Admin reads only the entries about users below its level, deleted users and no user.',
       querystring: AuditQuery,
       response: { 200: AuditPage, ...errorResponses },
     },
     onRequest,
-    handler: async (req) => admin.auditLog(req.query),
+    handler: async (req) => admin.auditLog(adminActor(req).level, req.query),
   });
 }

@@ -6,6 +6,7 @@ import {
   type AuditQuery,
   type Chat,
   Limits,
+  PermissionLevel,
 } from '@parlor/protocol';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Clock } from '../../platform/clock.js';
@@ -200,6 +201,11 @@ export function makeAdminService(deps: AdminDeps) {
      */
     async deleteUser(actor: Actor, actorLevel: ActorLevel, targetId: number): Promise<void> {
       if (actor.kind === 'user' && actor.id === targetId) throw selfError('delete');
+      // A quick refusal on the levels as read now, before the transaction locks anything: an
+      // Admin's delete of an Owner would otherwise hold the Owner's chat rows before its 403.
+      // The levels read under the row locks below decide.
+      const current = await users.mustGet(targetId);
+      if (!canActOn(actorLevel, current.permissionLevel)) throw appError('ERR_FORBIDDEN');
       const done = await db.transaction(async (tx) => {
         // Lock order (docs/api.md Moderation): the target's chat rows first (their epochs rise
         // below), in id order, as a ban of the target and the target's own key changes and
@@ -287,10 +293,17 @@ export function makeAdminService(deps: AdminDeps) {
       );
     },
 
-    /** GET /v1/admin/audit: newest first, `next_before` while more remain. */
-    async auditLog(query: AuditQuery): Promise<AuditPage> {
+    /**
+     * GET /v1/admin/audit: newest first, `next_before` while more remain. An Admin reads only the
+     * entries about users below its level (and those about deleted users or no user), as it sees
+     * the full detail of those users only (GET /v1/users/{id}): the log holds the same subscription
+     * history, and the level changes and punishments of Admins and Owners. Owners and the operator
+     * read everything.
+     */
+    async auditLog(level: ActorLevel, query: AuditQuery): Promise<AuditPage> {
+      const targetsBelow = level === 'operator' || canActOn(level, PermissionLevel.OWNER) ? undefined : level;
       const rows = await audit.page(
-        { before: query.before, code: query.code, targetUserId: query.target_user_id },
+        { before: query.before, code: query.code, targetUserId: query.target_user_id, targetsBelow },
         query.limit + 1,
       );
       const page = rows.slice(0, query.limit);

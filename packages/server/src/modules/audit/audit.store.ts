@@ -1,7 +1,7 @@
-import { and, desc, eq, lt, type SQL } from 'drizzle-orm';
+import { and, desc, eq, gte, lt, notExists, type SQL } from 'drizzle-orm';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
-import { auditLog } from '../../platform/db/schema.js';
+import { auditLog, users } from '../../platform/db/schema.js';
 import type { Tx } from '../users/users.store.js';
 
 /** Who did it: a signed-in user, the operator (CLI), the system (sweeps) or a bot. */
@@ -46,6 +46,17 @@ export function makeAuditStore(db: Db, clock: Clock) {
       if (filter.before !== undefined) where.push(lt(auditLog.id, filter.before));
       if (filter.code !== undefined) where.push(eq(auditLog.code, filter.code));
       if (filter.targetUserId !== undefined) where.push(eq(auditLog.targetUserId, filter.targetUserId));
+      // Left out in the query itself, so a page is `limit` entries the caller may read whenever
+      // more remain, and the cursor after it skips none.
+      if (filter.targetsBelow !== undefined)
+        where.push(
+          notExists(
+            db
+              .select({ id: users.id })
+              .from(users)
+              .where(and(eq(users.id, auditLog.targetUserId), gte(users.permissionLevel, filter.targetsBelow))),
+          ),
+        );
       return db
         .select()
         .from(auditLog)
@@ -64,4 +75,9 @@ export interface AuditFilter {
   before?: number;
   code?: number;
   targetUserId?: number;
+  /**
+   * Leaves out the entries about a user who exists with this permission level or above, as read
+   * now (an Admin's view); entries about deleted users and those with no target user stay.
+   */
+  targetsBelow?: number;
 }
