@@ -134,4 +134,18 @@ describeApp('the log holds no secrets, at any level', () => {
     expect(urls).toContain(`/v1/portal/chats/${chatId}/invites/[redacted]/delete`);
     expect(urls).toContain(`/v1/portal/chats/${chatId}/invites/create`);
   });
+
+  it('cuts the code also from a path that spells "invites" with a %-escape, which the router takes for the same route', async () => {
+    const owner = await member(app, { level: 2 });
+    const created = await owner.client.post('/v1/portal/chats/create', { name: 'Escaped', type: 'private' });
+    const chatId = created.body.chat.id as number;
+    const code = (await owner.client.post(`/v1/portal/chats/${chatId}/invites/create`, {})).body.invite.code as string;
+    const stranger = await member(app);
+    // The router decodes `%69` to `i` before matching: the delete handler is reached, and refuses.
+    const refused = await stranger.client.post(`/v1/portal/chats/${chatId}/%69nvites/${code}/delete`, {});
+    expect([refused.status, refused.body.code]).toEqual([403, 'ERR_FORBIDDEN']);
+    expect(lineWith(code)).toBeUndefined();
+    const urls = logs.lines().map((l) => (l.req as { url?: string } | undefined)?.url);
+    expect(urls).toContain(`/v1/portal/chats/${chatId}/%69nvites/[redacted]/delete`);
+  });
 });

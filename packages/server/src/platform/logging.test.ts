@@ -202,6 +202,14 @@ describe('serializeRequest', () => {
     ['/v1/portal/chats/12/invites/Ab_9-xYz0123/delete?x=1', '/v1/portal/chats/12/invites/[redacted]/delete?x=1'],
     ['/v1/portal/chats/12/invites/create', '/v1/portal/chats/12/invites/create'],
     ['/v1/portal/chats/12/invites?offset=0', '/v1/portal/chats/12/invites?offset=0'],
+    // The router decodes %-escapes before matching: these reach the same routes.
+    ['/v1/portal/chats/12/%69nvites/Ab_9-xYz0123/delete', '/v1/portal/chats/12/%69nvites/[redacted]/delete'],
+    ['/v1/portal/chats/12/inv%69tes/%41b_9-xYz0123', '/v1/portal/chats/12/inv%69tes/[redacted]'],
+    ['/v1/portal/chats/12/%69nvites/%63reate', '/v1/portal/chats/12/%69nvites/%63reate'],
+    // A malformed escape (which the router refuses) throws nothing and hides no code.
+    ['/v1/portal/chats/12/invites/Ab_9%zz/delete%', '/v1/portal/chats/12/invites/[redacted]/delete%'],
+    ['/v1/portal/chats/12/invites%2FAb_9-xYz0123/delete', '/v1/portal/chats/12/invites%2FAb_9-xYz0123/delete'],
+    ['/v1/portal/chats/12/invites#Ab_9-xYz0123', '/v1/portal/chats/12/invites#Ab_9-xYz0123'],
     ['/v1/users/me/sessions/x7Yz_9/destroy', '/v1/users/me/sessions/x7Yz_9/destroy'],
     ['/v1/admin/users/7/update', '/v1/admin/users/7/update'],
   ])('logs %s as %s', (url, logged) => {

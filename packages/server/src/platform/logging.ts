@@ -143,11 +143,43 @@ const REDACTED = [
 
 /**
  * Path segments that hold a secret: the invite code of `POST …/invites/{code}/delete` (a refused
- * delete leaves it live, and a private chat's code lets anyone in). The other path parameters are
- * ids, public names, or a session's `token_suffix`, 6 of its token's 43 characters, which the user
- * is shown anyway and which name the session an operator may be asked about: they stay.
+ * delete leaves it live, and a private chat's code lets anyone in), the segment after one the
+ * router reads as `invites`, but for `create`. The other path parameters are ids, public names,
+ * or a session's `token_suffix`, 6 of its token's 43 characters, which the user is shown anyway
+ * and which name the session an operator may be asked about: they stay.
+ *
+ * Judged on the segments as the router sees them: it splits the path (before `?` or `#`) on `/`
+ * and decodes the %-escapes of each segment before matching, so `%69nvites/{code}` reaches the
+ * same route as `invites/{code}` and its code is cut as well.
  */
-const SECRET_SEGMENTS = /(\/invites\/)(?!create(?:[/?#]|$))[^/?#]+/g;
+function withoutSecrets(url: string): string {
+  // Most request lines name no invite and hold no escape: they pass untouched.
+  if (!url.includes('invites') && !url.includes('%')) return url;
+  const end = url.search(/[?#]/);
+  const path = end < 0 ? url : url.slice(0, end);
+  const segments = path.split('/');
+  let afterInvites = false;
+  let cut = false;
+  for (const [i, segment] of segments.entries()) {
+    const name = decodedSegment(segment);
+    if (afterInvites && segment !== '' && name !== 'create') {
+      segments[i] = '[redacted]';
+      cut = true;
+    }
+    afterInvites = name === 'invites';
+  }
+  return cut ? segments.join('/') + url.slice(path.length) : url;
+}
+
+/** A path segment with its %-escapes decoded; as it is when one is malformed (the router refuses those). */
+function decodedSegment(segment: string): string {
+  if (!segment.includes('%')) return segment;
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return segment;
+  }
+}
 
 /** What a request line names of a request (Fastify's own fields); `url` with its secrets cut. */
 interface RequestLike {
@@ -161,15 +193,15 @@ interface RequestLike {
 
 /**
  * Pino's `req` serializer: Fastify's default (method, url, version, host, remote address and port),
- * with the secret path segments of the url (SECRET_SEGMENTS) replaced by `[redacted]`. Runs for
- * every request line, so only a replace on the url; anything that is no request passes as it is.
+ * with the secret path segments of the url (`withoutSecrets`) replaced by `[redacted]`. Runs for
+ * every request line, so only that pass over the url; anything that is no request passes as it is.
  */
 export function serializeRequest(req: unknown): unknown {
   if (typeof req !== 'object' || req === null || typeof (req as { url?: unknown }).url !== 'string') return req;
   const r = req as RequestLike;
   return {
     method: r.method,
-    url: r.url.replace(SECRET_SEGMENTS, '$1[redacted]'),
+    url: withoutSecrets(r.url),
     version: r.headers?.['accept-version'],
     host: r.host,
     remoteAddress: r.ip,
