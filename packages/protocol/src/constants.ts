@@ -67,6 +67,12 @@ export const Limits = {
    * bounded; a thousand is far beyond what a person blocks by hand.
    */
   BLOCKS_PER_USER: 1000,
+  /**
+   * Live invites one chat holds at most (Parlor's choice; the spec names no limit). Any member of
+   * a public chat may invite, without an expiry, and `GET …/invites` lists them all unpaged, so the
+   * list is bounded; a thousand is far beyond what a chat hands out by hand.
+   */
+  INVITES_PER_CHAT: 1000,
   INVITE_MAX_USES: 1000,
   INVITE_MAX_TTL_S: 30 * 24 * 3600,
   /** Chat slots by tier/level (spec 2.11). Owners: unlimited. */

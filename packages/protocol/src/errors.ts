@@ -63,6 +63,10 @@ export const ErrorCodes = {
   ERR_MATCH_NO_PEERS_ONLINE: { status: 409, message: 'Nobody else is online right now.' },
   ERR_CHAT_SLOT_LIMIT: { status: 409, message: 'All your chat slots are in use.' },
   ERR_BLOCK_LIMIT: { status: 409, message: 'You have blocked as many users as you can; unblock someone first.' },
+  ERR_INVITE_LIMIT: {
+    status: 409,
+    message: 'This chat has as many live invites as it can hold; delete one first.',
+  },
   ERR_EPOCH_ALREADY_KEYED: { status: 409, message: 'This epoch already has a chat key.' },
   ERR_KEY_RING_CHANGED: {
     status: 409,

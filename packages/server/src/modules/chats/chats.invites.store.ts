@@ -1,5 +1,5 @@
 import { PermissionLevel } from '@parlor/protocol';
-import { and, desc, eq, gt, isNull, not, or, type SQL, sql } from 'drizzle-orm';
+import { and, count, desc, eq, gt, isNull, not, or, type SQL, sql } from 'drizzle-orm';
 import { type Db, deleteBatch } from '../../platform/db/index.js';
 import { chatInvites, users } from '../../platform/db/schema.js';
 import type { Tx } from '../users/users.store.js';
@@ -36,9 +36,32 @@ export function creatorMayInvite(chat: PrivateChatOwner): SQL {
   return sql`(${isOwner} or exists (select 1 from ${users} where ${users.id} = ${chatInvites.createdBy} and ${users.permissionLevel} >= ${PermissionLevel.ADMIN}))`;
 }
 
+/** The advisory-lock class of a chat's invite creations (the key is the chat id). */
+const INVITE_CREATION_LOCK = 7246;
+
+/** A chat's live invites, of a private chat (`privateChat` given) only those its join honours. */
+const liveOf = (chatId: number, now: Date, privateChat?: PrivateChatOwner) =>
+  and(eq(chatInvites.chatId, chatId), inviteIsLive(now), privateChat ? creatorMayInvite(privateChat) : undefined);
+
 /** Invites of one chat: issue, list, spend, revoke. */
 export function makeInviteStore(db: Db) {
   return {
+    /**
+     * Serialises the invite creations of one chat until the transaction ends (an advisory lock
+     * on its id), so that a count of its live invites holds until the insert: the chat's row is
+     * held only FOR SHARE, which concurrent creations share. Take it after the chat's row.
+     */
+    async holdInviteCreation(chatId: number, tx: Tx): Promise<void> {
+      await tx.execute(sql`select pg_advisory_xact_lock(${INVITE_CREATION_LOCK}::integer, ${chatId}::integer)`);
+    },
+    /** How many invites of the chat `invitesOf` lists now (what Limits.INVITES_PER_CHAT bounds). */
+    async liveInviteCount(chatId: number, now: Date, tx: Tx, privateChat?: PrivateChatOwner): Promise<number> {
+      const [row] = await tx
+        .select({ n: count() })
+        .from(chatInvites)
+        .where(liveOf(chatId, now, privateChat));
+      return row?.n ?? 0;
+    },
     async insertInvite(values: typeof chatInvites.$inferInsert, tx: Tx = db): Promise<InviteRow> {
       const [row] = await tx.insert(chatInvites).values(values).returning();
       if (!row) throw new Error('insert returned no row');
@@ -52,13 +75,7 @@ export function makeInviteStore(db: Db) {
       return db
         .select()
         .from(chatInvites)
-        .where(
-          and(
-            eq(chatInvites.chatId, chatId),
-            inviteIsLive(now),
-            privateChat ? creatorMayInvite(privateChat) : undefined,
-          ),
-        )
+        .where(liveOf(chatId, now, privateChat))
         .orderBy(desc(chatInvites.createdAt));
     },
     /** The live invite with this code (unknown, expired, used up or revoked: none). */

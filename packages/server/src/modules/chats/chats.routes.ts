@@ -94,6 +94,7 @@ export function registerChatsRoutes(app: App, { chats, guards }: { chats: ChatsS
     schema: {
       tags,
       ...auth,
+      description: 'At most 1,000 live invites per chat: past it, 409 ERR_INVITE_LIMIT.',
       params: ChatIdParams,
       body: CreateInviteBody,
       response: { 200: Type.Object({ invite: InviteSchema }), ...errorResponses },

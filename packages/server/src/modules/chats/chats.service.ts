@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { type Chat, INT32_MAX } from '@parlor/protocol';
+import { type Chat, INT32_MAX, Limits } from '@parlor/protocol';
 import { sql } from 'drizzle-orm';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
@@ -291,6 +291,9 @@ export function makeChatsService(deps: ChatsDeps) {
      * deletion or a change of type committed before is read here (404, or a private chat's rule),
      * one that comes later waits for the invite (and making the chat private then revokes a
      * member's). The creator's level is the stored one, as the join that spends the invite reads it.
+     * A chat holds up to Limits.INVITES_PER_CHAT live invites (409 ERR_INVITE_LIMIT past it),
+     * counted as its list counts them, under a lock that serialises the chat's creations: two
+     * creations racing for the last place, on any nodes, cannot both pass the count.
      */
     async createInvite(viewer: Viewer, chatId: number, body: { max_uses?: number; expires_in_seconds?: number }) {
       const now = clock.now();
@@ -304,6 +307,10 @@ export function makeChatsService(deps: ChatsDeps) {
         const member = chat.type === 'public' && (await store.isMember(chatId, viewer.userId, tx));
         if (!member && !canManage(creator, chat.ownerUserId)) throw appError('ERR_FORBIDDEN');
         if (chat.type === 'direct') throw appError('ERR_FORBIDDEN', 'Direct chats take no invites.');
+        // After the chat's row, as every creation takes them; the count holds until the insert.
+        await store.holdInviteCreation(chatId, tx);
+        const live = await store.liveInviteCount(chatId, now, tx, chat.type === 'private' ? chat : undefined);
+        if (live >= Limits.INVITES_PER_CHAT) throw appError('ERR_INVITE_LIMIT');
         return store.insertInvite(
           {
             code: randomBytes(9).toString('base64url'),
