@@ -548,6 +548,11 @@ describeApp('admin actions on users decide on the caller’s level as read under
   const meanwhile = {
     'demoted to User': (id: number) => `update users set permission_level = 0 where id = ${id}`,
     deleted: (id: number) => `delete from users where id = ${id}`,
+    // Banned or timed out by another Admin (the state only: the ban's sessions end is not needed
+    // to show that the caller's state is read under its lock).
+    banned: (id: number) => `update users set state = 2, state_expires_at = null where id = ${id}`,
+    'timed out': (id: number) =>
+      `update users set state = 1, state_expires_at = now() + interval '1 hour' where id = ${id}`,
   };
   for (const [action, send] of Object.entries(actions))
     for (const [change, work] of Object.entries(meanwhile))

@@ -960,6 +960,155 @@ describeApp('moderation decides the level rule on the target row it locks (Postg
 });
 
 /**
+ * What a punishment or chat action may have left on its target: records (and lifted ones), audit
+ * entries, notifications, live sessions and state, and in the chat its membership and messages.
+ */
+async function footprint(userId: number, chatId?: number) {
+  const n = (query: string) => countRows(app, query);
+  return {
+    records: await recordsOf(userId),
+    lifted: await n(`select count(*) as n from moderation_actions where user_id = ${userId} and is_lifted`),
+    audit: await auditOf(userId),
+    notifications: await n(`select count(*) as n from notifications where user_id = ${userId}`),
+    sessions: await n(`select count(*) as n from sessions where user_id = ${userId} and ended_at is null`),
+    state: await n(`select state as n from users where id = ${userId}`),
+    ...(chatId === undefined
+      ? {}
+      : {
+          member: await n(
+            `select count(*) as n from chat_members where chat_id = ${chatId} and user_id = ${userId} and left_at is null`,
+          ),
+          messages: await n(`select count(*) as n from messages where chat_id = ${chatId}`),
+        }),
+  };
+}
+
+/**
+ * The caller's level and state are read under its users row lock, taken with the target's in one
+ * statement (id order), not taken from its session as read when the request began: the test holds
+ * the target's row while its transaction demotes, bans or deletes the caller (another node's
+ * change, not committed yet), and the action waits for it.
+ */
+describeApp('moderation decides on the caller’s level and state as read under its row lock (PostgreSQL)', () => {
+  const platform = {
+    ban: { duration: 3600 },
+    unban: {},
+    timeout: { duration: 60 },
+    warn: { reason: 'race' },
+  } as const;
+  for (const [kind, body] of Object.entries(platform)) {
+    onPostgres(
+      `an Admin demoted to User while its ${kind} runs answers 403 ERR_FORBIDDEN and writes nothing`,
+      async () => {
+        const admin = await member(app, { level: 2 });
+        const target = await member(app);
+        if (kind === 'unban')
+          expect((await operator(app).post('/v1/admin/punishments/ban', { user_id: target.user.id })).status).toBe(200);
+        const before = await footprint(target.user.id);
+        const res = await racing(
+          target.user.id,
+          `update users set permission_level = 0 where id = ${admin.user.id}`,
+          () => admin.client.post(`/v1/admin/punishments/${kind}`, { user_id: target.user.id, ...body }),
+        );
+        expect([res.status, res.body.code]).toEqual([403, 'ERR_FORBIDDEN']);
+        expect(await footprint(target.user.id)).toEqual(before);
+      },
+    );
+  }
+
+  onPostgres('an Admin deleted while its warn runs answers 403 ERR_FORBIDDEN and writes nothing', async () => {
+    const admin = await member(app, { level: 2 });
+    const target = await member(app);
+    const before = await footprint(target.user.id);
+    const res = await racing(target.user.id, `delete from users where id = ${admin.user.id}`, () =>
+      admin.client.post('/v1/admin/punishments/warn', { user_id: target.user.id, reason: 'x' }),
+    );
+    expect([res.status, res.body.code]).toEqual([403, 'ERR_FORBIDDEN']);
+    expect(await footprint(target.user.id)).toEqual(before);
+  });
+
+  for (const kind of ['ban', 'timeout'] as const) {
+    onPostgres(
+      `two Owners ${kind === 'ban' ? 'banning' : 'timing out'} each other at once: one is refused (403) and one Owner remains free`,
+      async () => {
+        const pg = sql as postgres.Sql;
+        const a = await member(app, { level: 3 });
+        const b = await member(app, { level: 3 });
+        const body = (userId: number) => (kind === 'ban' ? { user_id: userId } : { user_id: userId, duration: 3600 });
+        // Both rows held until both requests have passed their guards and wait for them.
+        const holder = hold(pg, (tx) => tx`select id from users where id in (${a.user.id}, ${b.user.id}) for update`);
+        await holder.ready;
+        const aActsOnB = a.client.post(`/v1/admin/punishments/${kind}`, body(b.user.id));
+        const bActsOnA = b.client.post(`/v1/admin/punishments/${kind}`, body(a.user.id));
+        await lockWaiters(pg, 2);
+        await holder.end();
+        const answers = [await aActsOnB, await bActsOnA].map((r) => [r.status, r.body.code]);
+        expect(answers.sort()).toEqual([
+          [200, undefined],
+          [403, 'ERR_FORBIDDEN'],
+        ]);
+        const ids = `${a.user.id}, ${b.user.id}`;
+        const state = kind === 'ban' ? 2 : 1;
+        expect(await countRows(app, `select count(*) as n from users where id in (${ids}) and state = ${state}`)).toBe(
+          1,
+        );
+        expect(await countRows(app, `select count(*) as n from moderation_actions where user_id in (${ids})`)).toBe(1);
+        expect(
+          await countRows(
+            app,
+            `select count(*) as n from audit_log where target_user_id in (${ids}) and action = '${kind}'`,
+          ),
+        ).toBe(1);
+      },
+    );
+  }
+
+  for (const kind of CHAT_ACTIONS) {
+    onPostgres(`a chat ${kind} by an Admin demoted to User while it runs answers 403 and changes nothing`, async () => {
+      const c = await premiumChat('public');
+      const guest = await c.add();
+      if (kind === 'unban' || kind === 'unmute') {
+        const lifted = kind === 'unban' ? 'ban' : 'mute';
+        expect((await chatAct(c.owner, c.chatId, lifted, guest.user.id)).status).toBe(200);
+      }
+      const admin = await member(app, { level: 2 });
+      const before = await footprint(guest.user.id, c.chatId);
+      const res = await racing(guest.user.id, `update users set permission_level = 0 where id = ${admin.user.id}`, () =>
+        chatAct(admin, c.chatId, kind, guest.user.id),
+      );
+      expect([res.status, res.body.code]).toEqual([403, 'ERR_FORBIDDEN']);
+      expect(await footprint(guest.user.id, c.chatId)).toEqual(before);
+    });
+  }
+
+  onPostgres('a chat kick by its owner banned while it runs answers 403 and changes nothing', async () => {
+    const c = await premiumChat('public');
+    const guest = await c.add();
+    const before = await footprint(guest.user.id, c.chatId);
+    const res = await racing(guest.user.id, `update users set state = 2 where id = ${c.owner.user.id}`, () =>
+      chatAct(c.owner, c.chatId, 'kick', guest.user.id),
+    );
+    expect([res.status, res.body.code]).toEqual([403, 'ERR_FORBIDDEN']);
+    expect(await footprint(guest.user.id, c.chatId)).toEqual(before);
+  });
+
+  for (const path of ['hard-mute', 'hard-unmute'] as const) {
+    onPostgres(`a ${path} by a Moderator demoted to User while it runs answers 403 and changes nothing`, async () => {
+      const mod = await member(app, { level: 1 });
+      const target = await member(app);
+      if (path === 'hard-unmute')
+        expect((await mod.client.post('/v1/portal/hard-mute', { user_id: target.user.id })).status).toBe(200);
+      const before = await footprint(target.user.id);
+      const res = await racing(target.user.id, `update users set permission_level = 0 where id = ${mod.user.id}`, () =>
+        mod.client.post(`/v1/portal/${path}`, { user_id: target.user.id }),
+      );
+      expect([res.status, res.body.code]).toEqual([403, 'ERR_FORBIDDEN']);
+      expect(await footprint(target.user.id)).toEqual(before);
+    });
+  }
+});
+
+/**
  * A chat action decides spec 4.6 rule 2 again on the chat row its transaction locks (kick, ban,
  * mute and warn as for a write in the chat, timeout, unban and unmute FOR SHARE): the test holds
  * the row, changed to private by a transaction not yet committed (the owner's settings on another

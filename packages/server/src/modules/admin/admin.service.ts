@@ -23,8 +23,8 @@ import type { NotificationsService } from '../notifications/notifications.servic
 import type { SessionsService } from '../sessions/sessions.service.js';
 import { isValidUsername, USERNAME_RULE, type UsersService } from '../users/users.service.js';
 import { isUniqueViolation, type Tx, type UserRow, type UsersStore } from '../users/users.store.js';
+import { lockCallerAndTarget } from './admin.locks.js';
 import { type ActorLevel, canActOn, canManageOfficial, canSetLevel, mayAdminister } from './admin.rules.js';
-import { lockUsersInIdOrder } from './admin.store.js';
 
 const LEVEL_NAMES = ['User', 'Moderator', 'Admin', 'Owner'];
 
@@ -97,20 +97,18 @@ export function makeAdminService(deps: AdminDeps) {
 
   /**
    * Locks the target's users row and, for a user caller, the caller's own with it (one statement,
-   * id order: admin.store.ts), and answers the target as read under its lock (undefined when gone)
+   * id order: lockCallerAndTarget), and answers the target as read under its lock (undefined when gone)
    * and the caller's level as read under its lock. The level the route read when the request began
    * may be stale by then: two Owners demoting each other at once both passed that check, and both
    * demotions committed, leaving no Owner. Under the caller's lock the second of them sees its
-   * caller demoted and is refused. A caller deleted meanwhile, or no longer Admin or above, gets
-   * 403 ERR_FORBIDDEN. The operator (and any other non-user actor) has no row: its level stands.
+   * caller demoted and is refused. A caller deleted, banned or timed out meanwhile, or no longer
+   * Admin or above, gets 403 ERR_FORBIDDEN. The operator (and any other non-user actor) has no row: its level stands.
    */
-  const lockCallerAndTarget = async (tx: Tx, actor: Actor, actorLevel: ActorLevel, targetId: number) => {
+  const lockParties = async (tx: Tx, actor: Actor, actorLevel: ActorLevel, targetId: number) => {
     if (actor.kind !== 'user') return { level: actorLevel, target: await usersStore.byIdForUpdate(targetId, tx) };
-    const rows = await lockUsersInIdOrder([actor.id, targetId], tx);
-    const caller = rows.find((r) => r.id === actor.id);
-    if (!caller || !mayAdminister(caller.permissionLevel)) throw appError('ERR_FORBIDDEN');
-    const level: ActorLevel = caller.permissionLevel;
-    return { level, target: rows.find((r) => r.id === targetId) };
+    const { level, target } = await lockCallerAndTarget(tx, actor.id, targetId, clock.now());
+    if (!mayAdminister(level)) throw appError('ERR_FORBIDDEN');
+    return { level: level as ActorLevel, target };
   };
 
   /** 400 ERR_VALIDATION naming one body field, as the schema validator would. */
@@ -148,12 +146,12 @@ export function makeAdminService(deps: AdminDeps) {
 
       // One transaction for every field: a taken username after a level change leaves nothing changed.
       // The checks above used the levels read when the request began: a fast refusal. What decides
-      // is the caller's and the target's levels as read under their row locks (lockCallerAndTarget).
+      // is the caller's and the target's levels as read under their row locks (lockParties).
       let done: { note: Awaited<ReturnType<typeof changePermission>>; renamed: boolean };
       let viewerLevel = actorLevel;
       try {
         done = await db.transaction(async (tx) => {
-          const { level, target: locked } = await lockCallerAndTarget(tx, actor, actorLevel, targetId);
+          const { level, target: locked } = await lockParties(tx, actor, actorLevel, targetId);
           viewerLevel = level;
           if (!locked) throw appError('ERR_USER_NOT_FOUND');
           if (!canActOn(level, locked.permissionLevel)) throw appError('ERR_FORBIDDEN');
@@ -212,8 +210,8 @@ export function makeAdminService(deps: AdminDeps) {
         // logouts take them, then the users rows.
         await deps.keys.lockChatsOf(targetId, tx);
         // The caller's level as read under its row lock decides, not the one the request began
-        // with: an Admin demoted while this ran deletes nobody (lockCallerAndTarget).
-        const { level, target } = await lockCallerAndTarget(tx, actor, actorLevel, targetId);
+        // with: an Admin demoted while this ran deletes nobody (lockParties).
+        const { level, target } = await lockParties(tx, actor, actorLevel, targetId);
         if (!target) throw appError('ERR_USER_NOT_FOUND');
         if (!canActOn(level, target.permissionLevel)) throw appError('ERR_FORBIDDEN');
         const ended = await sessions.endAll(targetId, 'deleted', tx);

@@ -4,6 +4,7 @@ import { afterCommit } from '../../platform/db/after-commit.js';
 import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
+import { lockCallerAndTarget } from '../admin/admin.locks.js';
 import { type ActorLevel, canActOn } from '../admin/admin.rules.js';
 import type { Actor, AuditStore } from '../audit/audit.store.js';
 import type { KeysService } from '../keys/keys.service.js';
@@ -35,12 +36,6 @@ export interface PlatformModerationDeps {
 }
 
 /**
- * Whom a punishment may reach: an admin level (spec 2.11, canActOn), or the rule of the chat route
- * that asks for it (moderation.rules canTarget), decided on the target's users row.
- */
-export type Reach = ActorLevel | ((target: UserRow) => boolean);
-
-/**
  * A punishment given through a chat's route (a warning, a timeout): the chat it is tied to, and
  * what the route does in the punishment's transaction.
  */
@@ -48,9 +43,15 @@ export interface InChat {
   chatId: number;
   /**
    * Runs first: takes the chat row's lock and decides the route's rules on the row read under it,
-   * before the target's lock (the order chats, users, sessions: docs/api.md Moderation).
+   * before the users rows' locks (the order chats, users, sessions: docs/api.md Moderation).
    */
   hold: (tx: Tx) => Promise<void>;
+  /**
+   * The route's rules in place of the admin level rule (spec 2.11): whom the caller reaches, on the
+   * target's users row and the caller's level (the session's for the early refusal, then the one
+   * read under the caller's row lock, with the chat as `hold` read it). Throws to refuse.
+   */
+  decide: (target: UserRow, callerLevel: number) => void;
   /** Runs last (a warning's system message in the chat). */
   write?: (tx: Tx) => Promise<void>;
 }
@@ -64,28 +65,46 @@ const human = (seconds: number | undefined) => (seconds ? `${Math.ceil(seconds /
 export function makePlatformModeration(deps: PlatformModerationDeps) {
   const { db, clock, store, usersStore, users, notifications, audit, realtime, notify } = deps;
 
-  const assertReach = (actor: Actor, reach: Reach, target: UserRow) => {
+  /**
+   * Whom the caller reaches at `level`: the level rule of spec 2.11 (canActOn: an Admin acts only
+   * on users below its level, and a caller below Admin on nobody), or, given through a chat's
+   * route (always a user's session), that route's rules (InChat.decide).
+   */
+  const assertReach = (actor: Actor, level: ActorLevel, target: UserRow, chat?: InChat) => {
     if (actor.kind === 'user' && actor.id === target.id) throw appError('ERR_FORBIDDEN', 'You cannot act on yourself.');
-    const allowed = typeof reach === 'function' ? reach(target) : canActOn(reach, target.permissionLevel);
-    if (!allowed) throw appError('ERR_FORBIDDEN');
+    if (chat && level !== 'operator') chat.decide(target, level);
+    else if (!canActOn(level, target.permissionLevel)) throw appError('ERR_FORBIDDEN');
   };
 
-  /** Refuses early, before any transaction; the decision that counts is lockTarget's. */
-  const assertPlatformTarget = async (actor: Actor, reach: Reach, targetId: number) => {
-    assertReach(actor, reach, await users.mustGet(targetId));
+  /**
+   * Refuses early, before any transaction, on the level the caller's session read; the decision
+   * that counts is lockParties'.
+   */
+  const assertPlatformTarget = async (actor: Actor, level: ActorLevel, targetId: number, chat?: InChat) => {
+    assertReach(actor, level, await users.mustGet(targetId), chat);
   };
 
   /**
    * Takes the target's row lock for the rest of the transaction, before its records are read or
-   * written: punishments of one user on any node then run one after the other, each seeing the
-   * records of those before it (UsersStore.byIdForUpdate). The level rule is decided again on the
-   * row read under the lock, so a promotion committed meanwhile counts (spec 2.11: an Admin acts
-   * only on users below its level). A user deleted meanwhile: 404, never a foreign-key error.
+   * written, and a user caller's with it (lockCallerAndTarget: id order, one statement):
+   * punishments of one user on any node then run one after the other, each seeing the records of
+   * those before it. The level rule is decided again on the rows read under the locks, with the
+   * caller's level as read there, not the one its session read when the request began: a
+   * promotion of the target committed meanwhile counts, and so does a demotion of the caller (an
+   * Admin demoted to User while its ban runs bans nobody: 403). The operator has no row: only the
+   * target's is locked, and its level stands.
    */
-  const lockTarget = async (tx: Tx, actor: Actor, reach: Reach, targetId: number) => {
+  const lockParties = async (tx: Tx, actor: Actor, level: ActorLevel, targetId: number, chat?: InChat) => {
+    if (actor.kind === 'user') {
+      const locked = await lockCallerAndTarget(tx, actor.id, targetId, clock.now());
+      // A target deleted meanwhile: 404, never a foreign-key error.
+      if (!locked.target) throw appError('ERR_USER_NOT_FOUND');
+      assertReach(actor, locked.level, locked.target, chat);
+      return;
+    }
     const target = await usersStore.byIdForUpdate(targetId, tx);
     if (!target) throw appError('ERR_USER_NOT_FOUND');
-    assertReach(actor, reach, target);
+    assertReach(actor, level, target, chat);
   };
 
   /** Told once a ban or timeout has committed (onRestricted). */
@@ -101,15 +120,17 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
    * One platform punishment inside a transaction: the record of spec 2.6, the user's state (for
    * bans and timeouts: the one all their active records give, ModerationStore.platformState, so a
    * timeout never lowers a ban and a shorter punishment never shortens a longer one), the audit
-   * entry and the automated notification, all under the target's row lock (a warning too, so a
-   * deletion racing it answers 404). Publish `note` after commit.
+   * entry and the automated notification, all under the target's and the caller's row locks (a
+   * warning too, so a deletion racing it answers 404), decided there (lockParties). Publish `note`
+   * after commit.
    */
   const punish = async (
     tx: Tx,
     p: {
       actor: Actor;
-      reach: Reach;
+      level: ActorLevel;
       targetId: number;
+      chat?: InChat;
       chatId: number | null;
       actionType: 'PLATFORM_BAN' | 'PLATFORM_TIMEOUT' | 'PLATFORM_WARNING';
       code: number;
@@ -121,7 +142,7 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
   ) => {
     const now = clock.now();
     const expiresAt = until(now, p.body.duration);
-    await lockTarget(tx, p.actor, p.reach, p.targetId);
+    await lockParties(tx, p.actor, p.level, p.targetId, p.chat);
     const record = await store.record(
       {
         userId: p.targetId,
@@ -168,11 +189,11 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
     },
 
     /** Bans platform-wide: every session ends (sockets drop, keys go), login is refused until lifted. */
-    async ban(actor: Actor, reach: Reach, targetId: number, body: Body, chatId: number | null = null) {
-      await assertPlatformTarget(actor, reach, targetId);
+    async ban(actor: Actor, level: ActorLevel, targetId: number, body: Body, chatId: number | null = null) {
+      await assertPlatformTarget(actor, level, targetId);
       const record = await db.transaction(async (tx) => {
         // The ban raises the epochs of the user's chats (removeSessionsIn below), so it takes their
-        // rows first, in id order, then the user's (punish): the order of a kick, a chat ban, a
+        // rows first, in id order, then the users rows (punish): the order of a kick, a chat ban, a
         // mute or warning in a chat and a join, which hold the chat row when they lock the user's.
         // Taken the other way round, a kick and a ban of one member at once would deadlock each
         // time, and wait for PostgreSQL's deadlock check (1 s) before one of them runs again. The
@@ -182,7 +203,7 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
         await store.lockChatsOf(targetId, tx);
         const done = await punish(tx, {
           actor,
-          reach,
+          level,
           targetId,
           chatId,
           actionType: 'PLATFORM_BAN',
@@ -211,11 +232,11 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
      * Lifts every platform ban; the state is then what the other records give (a running timeout
      * stays). A user with no ban to lift is left as is: no audit entry, no notification (idempotent).
      */
-    async unban(actor: Actor, reach: Reach, targetId: number, body: { reason?: string }) {
-      await assertPlatformTarget(actor, reach, targetId);
+    async unban(actor: Actor, level: ActorLevel, targetId: number, body: { reason?: string }) {
+      await assertPlatformTarget(actor, level, targetId);
       const now = clock.now();
       const note = await db.transaction(async (tx) => {
-        await lockTarget(tx, actor, reach, targetId);
+        await lockParties(tx, actor, level, targetId);
         if ((await store.lift(targetId, ['PLATFORM_BAN'], null, now, tx)) === 0) return null;
         await store.settleState(targetId, now, tx);
         await audit.record(
@@ -232,14 +253,15 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
      * A banned user is timed out too (recorded, 200) but stays Banned: the timeout applies only if
      * the ban ends (unban, expiry) before it does.
      */
-    async timeout(actor: Actor, reach: Reach, targetId: number, body: Body & { duration: number }, chat?: InChat) {
-      await assertPlatformTarget(actor, reach, targetId);
+    async timeout(actor: Actor, level: ActorLevel, targetId: number, body: Body & { duration: number }, chat?: InChat) {
+      await assertPlatformTarget(actor, level, targetId, chat);
       const { record, note } = await db.transaction(async (tx) => {
         if (chat) await chat.hold(tx);
         return punish(tx, {
           actor,
-          reach,
+          level,
           targetId,
+          chat,
           chatId: chat?.chatId ?? null,
           actionType: 'PLATFORM_TIMEOUT',
           code: AuditCodes.PUNISH_TIMEOUT,
@@ -256,14 +278,15 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
     },
 
     /** Warns; given in a chat, `chat` decides and writes there in the same transaction. */
-    async warn(actor: Actor, reach: Reach, targetId: number, body: { reason?: string }, chat?: InChat) {
-      await assertPlatformTarget(actor, reach, targetId);
+    async warn(actor: Actor, level: ActorLevel, targetId: number, body: { reason?: string }, chat?: InChat) {
+      await assertPlatformTarget(actor, level, targetId, chat);
       const { record, note } = await db.transaction(async (tx) => {
         if (chat) await chat.hold(tx);
         const done = await punish(tx, {
           actor,
-          reach,
+          level,
           targetId,
+          chat,
           chatId: chat?.chatId ?? null,
           actionType: 'PLATFORM_WARNING',
           code: AuditCodes.PUNISH_WARN,

@@ -4,6 +4,7 @@ import type { Db } from '../../platform/db/index.js';
 import { drain } from '../../platform/drain.js';
 import { appError } from '../../platform/errors.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
+import { lockCallerAndTarget } from '../admin/admin.locks.js';
 import type { AuditStore } from '../audit/audit.store.js';
 import type { ChatsService } from '../chats/chats.service.js';
 import type { KeysService } from '../keys/keys.service.js';
@@ -12,7 +13,7 @@ import type { AutomatedKind, NotificationsService } from '../notifications/notif
 import type { SessionsService } from '../sessions/sessions.service.js';
 import type { UsersService } from '../users/users.service.js';
 import type { Tx, UserRow, UsersStore } from '../users/users.store.js';
-import { makePlatformModeration, until } from './moderation.platform.js';
+import { type InChat, makePlatformModeration, until } from './moderation.platform.js';
 import { canModerateChat, canMute, canTarget } from './moderation.rules.js';
 import type { ModerationStore } from './moderation.store.js';
 
@@ -45,6 +46,14 @@ export interface ChatActor {
   level: number;
 }
 
+/** A chat as an action read it under the chat row's lock (holdChat), and the rule it asks for. */
+interface HeldChat {
+  chat: { type: string; ownerUserId: number | null };
+  ownerLevel: number;
+  /** The rule of mute and unmute (spec 4.6 rule 3), else that of the other actions. */
+  mute: boolean;
+}
+
 export function makeModerationService(deps: ModerationDeps) {
   const { db, clock, store, usersStore, users, chats, messages, notifications, audit, realtime } = deps;
 
@@ -74,16 +83,35 @@ export function makeModerationService(deps: ModerationDeps) {
       canTarget({ userId: actor.userId, level: actor.level }, { userId: target.id, level: target.permissionLevel });
 
   /**
-   * Takes the target's row lock for the rest of the transaction and decides the reach again on the
-   * row read under it: a promotion committed since chatContext read the row counts, and a user
-   * deleted meanwhile answers 404 (never a foreign-key error). `hard`: the hard-mute rule
-   * (Moderators and above).
+   * Whether `actor` may take the action on `target`: the chat's rule on the chat as held (`held`,
+   * when the action names a chat and its row is locked), the hard-mute rule (`hard`: Moderators
+   * and above), and the reach. Throws to refuse.
    */
-  const lockReachable = async (tx: Tx, actor: ChatActor, targetId: number, hard = false) => {
-    const target = await usersStore.byIdForUpdate(targetId, tx);
-    if (!target) throw appError('ERR_USER_NOT_FOUND');
-    if (hard && actor.level < 1) throw appError('ERR_FORBIDDEN');
+  const assertMayAct = (actor: ChatActor, target: UserRow, opts: { held?: HeldChat | undefined; hard?: boolean }) => {
+    const { held } = opts;
+    if (held) assertMayModerate(actor, held.chat, held.ownerLevel, held.mute);
+    if (opts.hard && actor.level < 1) throw appError('ERR_FORBIDDEN');
     if (!reachOf(actor)(target)) throw appError('ERR_FORBIDDEN', 'That user is out of your reach.');
+  };
+
+  /**
+   * Takes the caller's and the target's row locks for the rest of the transaction (one statement,
+   * id order, after the chat row's: lockCallerAndTarget) and decides the action again on the rows
+   * read under them, with the caller's level as read there (assertMayAct): a promotion of the
+   * target committed since chatContext read the row counts, and so does a demotion of the caller
+   * (a Moderator demoted to User while its kick runs in a public chat kicks nobody); a caller
+   * deleted, banned or timed out meanwhile is refused (403), a target deleted meanwhile answers 404 (never a
+   * foreign-key error).
+   */
+  const lockReachable = async (
+    tx: Tx,
+    actor: ChatActor,
+    targetId: number,
+    opts: { held?: HeldChat | undefined; hard?: boolean } = {},
+  ) => {
+    const { level, target } = await lockCallerAndTarget(tx, actor.userId, targetId, clock.now());
+    if (!target) throw appError('ERR_USER_NOT_FOUND');
+    assertMayAct({ userId: actor.userId, level }, target, opts);
     return target;
   };
 
@@ -102,31 +130,57 @@ export function makeModerationService(deps: ModerationDeps) {
   /**
    * Decides the chat rules again in the action's transaction, on the chat row it has locked and its
    * owner's level read there (after the lock): a chat made private, or given another owner, while
-   * the action ran counts (ERR_FORBIDDEN, nothing written). Before the target's lock, in the
-   * order chats, users, sessions (docs/api.md Moderation). The owner's row is read, not locked: a
-   * second users row locked before the target's could take two users' rows in opposite orders.
+   * the action ran counts (ERR_FORBIDDEN, nothing written). Before the users rows' locks, in the
+   * order chats, users, sessions (docs/api.md Moderation); answers the chat as held, for the
+   * decision on the caller's level read under its row lock (lockReachable). The owner's row is
+   * read, not locked: a third users row locked besides the caller's and the target's could take
+   * users' rows in opposite orders.
    */
   const decideOnLocked = async (
     tx: Tx,
     actor: ChatActor,
     chat: { type: string; ownerUserId: number | null },
     mute = false,
-  ) => {
+  ): Promise<HeldChat> => {
     const owner = chat.ownerUserId === null ? undefined : await usersStore.byId(chat.ownerUserId, tx);
-    assertMayModerate(actor, chat, owner?.permissionLevel ?? 0, mute);
+    const held = {
+      chat: { type: chat.type, ownerUserId: chat.ownerUserId },
+      ownerLevel: owner?.permissionLevel ?? 0,
+      mute,
+    };
+    assertMayModerate(actor, held.chat, held.ownerLevel, mute);
+    return held;
   };
 
   /**
    * Locks the chat row for an action's transaction (ModerationStore.lockChat: `write` for one that
    * writes in the chat, else FOR SHARE) and decides the chat rules on it (decideOnLocked). An
    * action that writes in the chat (a system message) answers ERR_CHAT_READ_ONLY in an archived one
-   * (spec 3), as sends and deletes do.
+   * (spec 3), as sends and deletes do. Answers the chat as held (decideOnLocked).
    */
   const holdChat = async (tx: Tx, actor: ChatActor, chatId: number, opts: { mute?: boolean; write?: boolean } = {}) => {
     const chat = await store.lockChat(chatId, clock.now(), tx, opts.write ? 'write' : 'share');
     if (!chat) throw appError('ERR_CHAT_NOT_FOUND');
-    await decideOnLocked(tx, actor, chat, opts.mute);
+    const held = await decideOnLocked(tx, actor, chat, opts.mute);
     if (opts.write && chat.archived) throw appError('ERR_CHAT_READ_ONLY');
+    return held;
+  };
+
+  /**
+   * A chat's warning or timeout, given as a platform punishment: the chat row held and its rule
+   * decided first (holdChat), then the platform punishment's lock of the caller's and the target's
+   * rows, under which the chat's rule and the reach are decided again on the caller's level read
+   * there (assertMayAct; before the hold, on the session's: only the reach).
+   */
+  const inChat = (actor: ChatActor, chatId: number, opts: { write?: boolean } = {}): InChat => {
+    let held: HeldChat | undefined;
+    return {
+      chatId,
+      hold: async (tx) => {
+        held = await holdChat(tx, actor, chatId, opts);
+      },
+      decide: (target, level) => assertMayAct({ userId: actor.userId, level }, target, { held }),
+    };
   };
 
   /**
@@ -168,8 +222,8 @@ export function makeModerationService(deps: ModerationDeps) {
     entry: { code: number; action: string; reason?: string; withCount?: boolean },
   ): Promise<number> =>
     db.transaction(async (tx) => {
-      if (chatId !== null) await holdChat(tx, actor, chatId, { mute: type === 'CHAT_MUTE' });
-      await lockReachable(tx, actor, targetId, chatId === null);
+      const held = chatId === null ? undefined : await holdChat(tx, actor, chatId, { mute: type === 'CHAT_MUTE' });
+      await lockReachable(tx, actor, targetId, { held, hard: chatId === null });
       const lifted = await store.lift(targetId, [type], chatId, clock.now(), tx);
       if (lifted === 0) return 0;
       await audit.record(
@@ -224,7 +278,7 @@ export function makeModerationService(deps: ModerationDeps) {
     return record;
   };
 
-  /** Hard mutes: Moderators and above, on users they reach (decided again under the lock: lockReachable). */
+  /** Hard mutes: Moderators and above, on users they reach (decided again under the locks: lockReachable). */
   const hardMuteTarget = async (actor: ChatActor, userId: number) => {
     const target = await users.mustGet(userId);
     if (actor.level < 1 || !reachOf(actor)(target)) throw appError('ERR_FORBIDDEN');
@@ -235,10 +289,13 @@ export function makeModerationService(deps: ModerationDeps) {
     async kick(actor: ChatActor, chatId: number, body: { user_id: number; reason?: string }) {
       await chatContext(actor, chatId, body.user_id);
       let note: Awaited<ReturnType<typeof notify>> | undefined;
+      let held: HeldChat | undefined;
       const removed = await chats.expel(chatId, body.user_id, 'kick', actor.userId, body.reason ?? null, {
-        decide: (locked, tx) => decideOnLocked(tx, actor, locked),
+        decide: async (locked, tx) => {
+          held = await decideOnLocked(tx, actor, locked);
+        },
         extra: async (tx) => {
-          await lockReachable(tx, actor, body.user_id);
+          await lockReachable(tx, actor, body.user_id, { held });
           await recordChat(actor, chatId, body.user_id, 'CHAT_KICK', AuditCodes.CHAT_KICK, body, tx);
           note = await notify(body.user_id, 'kicked', { reason: body.reason ?? '' }, tx);
         },
@@ -250,10 +307,13 @@ export function makeModerationService(deps: ModerationDeps) {
     /** Bans from the chat: removed now (if a member) and refused when joining again. */
     async ban(actor: ChatActor, chatId: number, body: { user_id: number; duration?: number; reason?: string }) {
       await chatContext(actor, chatId, body.user_id);
+      let held: HeldChat | undefined;
       await chats.expel(chatId, body.user_id, 'ban', actor.userId, body.reason ?? null, {
-        decide: (locked, tx) => decideOnLocked(tx, actor, locked),
+        decide: async (locked, tx) => {
+          held = await decideOnLocked(tx, actor, locked);
+        },
         extra: async (tx) => {
-          await lockReachable(tx, actor, body.user_id);
+          await lockReachable(tx, actor, body.user_id, { held });
           await recordChat(actor, chatId, body.user_id, 'CHAT_BAN', AuditCodes.CHAT_BAN, body, tx);
         },
       });
@@ -276,8 +336,8 @@ export function makeModerationService(deps: ModerationDeps) {
       // The mute also marks the chat row (messages.restrict): a send by the target waiting for that
       // row read its checks before the mute, and must not land after the system message.
       const system = await db.transaction(async (tx) => {
-        await holdChat(tx, actor, chatId, { mute: true, write: true });
-        await lockReachable(tx, actor, body.user_id);
+        const held = await holdChat(tx, actor, chatId, { mute: true, write: true });
+        await lockReachable(tx, actor, body.user_id, { held });
         await recordChat(actor, chatId, body.user_id, 'CHAT_MUTE', AuditCodes.CHAT_MUTE, body, tx);
         await messages.restrict(chatId, tx);
         return messages.appendSystem(
@@ -313,9 +373,8 @@ export function makeModerationService(deps: ModerationDeps) {
       // The warning and the system message (spec 2.9) commit together, the chat row locked first
       // as for a write in the chat.
       let system: Awaited<ReturnType<typeof messages.appendSystem>> | undefined;
-      await platform.warn({ kind: 'user', id: actor.userId }, reachOf(actor), body.user_id, body, {
-        chatId,
-        hold: (tx) => holdChat(tx, actor, chatId, { write: true }),
+      await platform.warn({ kind: 'user', id: actor.userId }, actor.level, body.user_id, body, {
+        ...inChat(actor, chatId, { write: true }),
         write: async (tx) => {
           const details = { kind: 'warn', user_id: body.user_id, actor_id: actor.userId, reason: body.reason ?? null };
           system = await messages.appendSystem(chatId, details, tx);
@@ -330,10 +389,13 @@ export function makeModerationService(deps: ModerationDeps) {
      */
     async timeout(actor: ChatActor, chatId: number, body: { user_id: number; duration: number; reason?: string }) {
       await chatContext(actor, chatId, body.user_id, { member: true });
-      await platform.timeout({ kind: 'user', id: actor.userId }, reachOf(actor), body.user_id, body, {
-        chatId,
-        hold: (tx) => holdChat(tx, actor, chatId),
-      });
+      await platform.timeout(
+        { kind: 'user', id: actor.userId },
+        actor.level,
+        body.user_id,
+        body,
+        inChat(actor, chatId),
+      );
     },
   };
 
@@ -345,7 +407,7 @@ export function makeModerationService(deps: ModerationDeps) {
     async hardMute(actor: ChatActor, body: { user_id: number; duration?: number; reason?: string }) {
       const target = await hardMuteTarget(actor, body.user_id);
       await db.transaction(async (tx) => {
-        await lockReachable(tx, actor, target.id, true);
+        await lockReachable(tx, actor, target.id, { hard: true });
         await recordChat(actor, null, target.id, 'CHAT_MUTE', AuditCodes.HARD_MUTE, body, tx, 'hard-mute');
       });
     },

@@ -1,0 +1,29 @@
+import { stateRefusal } from '../../platform/auth.js';
+import { appError } from '../../platform/errors.js';
+import { effectiveState } from '../users/users.presenter.js';
+import type { Tx, UserRow } from '../users/users.store.js';
+import { lockUsersInIdOrder } from './admin.store.js';
+
+/**
+ * Locks a user caller's users row and its target's together (one statement, id order:
+ * lockUsersInIdOrder) and answers the caller's level and the target (undefined when gone) as read
+ * under those locks, which the admin actions on a user, the platform punishments and the chat
+ * actions then decide on: the request's session read the caller's level and state when it began,
+ * and either may have changed since. A caller deleted meanwhile, or Banned or timed out (its
+ * effective state, as the session guard reads it: stateRefusal, and the guard refuses either from
+ * these routes), is refused 403 ERR_FORBIDDEN: so two Owners demoting, deleting, banning or timing
+ * out each other at once wait for each other, and the second, its caller changed by the first,
+ * does nothing. Take it after the chat rows the transaction locks and before session rows (the
+ * lock order of docs/api.md Moderation).
+ */
+export async function lockCallerAndTarget(
+  tx: Tx,
+  callerId: number,
+  targetId: number,
+  now: Date,
+): Promise<{ level: number; target: UserRow | undefined }> {
+  const rows = await lockUsersInIdOrder([callerId, targetId], tx);
+  const caller = rows.find((r) => r.id === callerId);
+  if (!caller || stateRefusal(effectiveState(caller, now)) !== null) throw appError('ERR_FORBIDDEN');
+  return { level: caller.permissionLevel, target: rows.find((r) => r.id === targetId) };
+}
