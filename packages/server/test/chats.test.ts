@@ -633,6 +633,34 @@ describeApp(`POST /v1/portal/chats/{chat_id}/invites/create: ${Limits.INVITES_PE
     );
   });
 
+  it('counts a private chat’s invites its list leaves out (their creator demoted), which come back when the chat is made public', async () => {
+    const owner = await member(app);
+    await premium(owner.user.id);
+    const chatId: number = (await owner.client.post('/v1/portal/chats/create', { name: 'Capped', type: 'private' }))
+      .body.chat.id;
+    const admin = await member(app, { level: 2 });
+    const byAdmin = await createInvite(admin, chatId);
+    expect(byAdmin.status, JSON.stringify(byAdmin.body)).toBe(200);
+    await app.database.db.execute(
+      `insert into chat_invites (code, chat_id, created_by, created_at)
+       select 'seed_' || ${chatId} || '_' || g, ${chatId}, ${owner.user.id}, now()
+       from generate_series(1, ${Limits.INVITES_PER_CHAT - 1}) g` as never,
+    );
+    const listed = async () => (await owner.client.get(`/v1/portal/chats/${chatId}/invites`)).body.invites.length;
+    // Demoted, the Admin's invite is neither listed nor honoured while the chat is private, but
+    // still counts: it is not revoked.
+    await setLevel(app, admin.user.id, 0);
+    expect(await listed()).toBe(Limits.INVITES_PER_CHAT - 1);
+    const refused = await createInvite(owner, chatId);
+    expect([refused.status, refused.body.code]).toEqual([409, 'ERR_INVITE_LIMIT']);
+    expect(await storedOf(chatId)).toBe(Limits.INVITES_PER_CHAT);
+    // Made public, it is listed and honoured again: still no more than the cap.
+    const opened = await owner.client.post(`/v1/portal/chats/${chatId}/config/update`, { type: 'public' });
+    expect(opened.status, JSON.stringify(opened.body)).toBe(200);
+    expect(await listed()).toBe(Limits.INVITES_PER_CHAT);
+    expect((await join(await member(app), { invite: byAdmin.body.invite.code })).ok).toBe(true);
+  });
+
   // PostgreSQL: the first creation is stopped at its insert, its count taken; the second, asked
   // for meanwhile (on this node or another: they meet in the database), must wait for it and count
   // its invite. PGlite runs one transaction at a time.

@@ -54,12 +54,13 @@ export function makeInviteStore(db: Db) {
     async holdInviteCreation(chatId: number, tx: Tx): Promise<void> {
       await tx.execute(sql`select pg_advisory_xact_lock(${INVITE_CREATION_LOCK}::integer, ${chatId}::integer)`);
     },
-    /** How many invites of the chat `invitesOf` lists now (what Limits.INVITES_PER_CHAT bounds). */
-    async liveInviteCount(chatId: number, now: Date, tx: Tx, privateChat?: PrivateChatOwner): Promise<number> {
-      const [row] = await tx
-        .select({ n: count() })
-        .from(chatInvites)
-        .where(liveOf(chatId, now, privateChat));
+    /**
+     * How many live invites the chat stores now (what Limits.INVITES_PER_CHAT bounds), a private
+     * chat's whose creator may no longer issue them included: the list leaves those out, but a
+     * creator promoted again or the chat made public brings them back, listed and honoured.
+     */
+    async liveInviteCount(chatId: number, now: Date, tx: Tx): Promise<number> {
+      const [row] = await tx.select({ n: count() }).from(chatInvites).where(liveOf(chatId, now));
       return row?.n ?? 0;
     },
     async insertInvite(values: typeof chatInvites.$inferInsert, tx: Tx = db): Promise<InviteRow> {

@@ -292,7 +292,7 @@ export function makeChatsService(deps: ChatsDeps) {
      * one that comes later waits for the invite (and making the chat private then revokes a
      * member's). The creator's level is the stored one, as the join that spends the invite reads it.
      * A chat holds up to Limits.INVITES_PER_CHAT live invites (409 ERR_INVITE_LIMIT past it),
-     * counted as its list counts them, under a lock that serialises the chat's creations: two
+     * every stored live one counted (liveInviteCount), under a lock that serialises the chat's creations: two
      * creations racing for the last place, on any nodes, cannot both pass the count.
      */
     async createInvite(viewer: Viewer, chatId: number, body: { max_uses?: number; expires_in_seconds?: number }) {
@@ -309,7 +309,7 @@ export function makeChatsService(deps: ChatsDeps) {
         if (chat.type === 'direct') throw appError('ERR_FORBIDDEN', 'Direct chats take no invites.');
         // After the chat's row, as every creation takes them; the count holds until the insert.
         await store.holdInviteCreation(chatId, tx);
-        const live = await store.liveInviteCount(chatId, now, tx, chat.type === 'private' ? chat : undefined);
+        const live = await store.liveInviteCount(chatId, now, tx);
         if (live >= Limits.INVITES_PER_CHAT) throw appError('ERR_INVITE_LIMIT');
         return store.insertInvite(
           {
