@@ -408,6 +408,17 @@ describe('loadConfig', () => {
     expect(load({ DATABASE_URL: 'postgres://db/p' }).publicApiKey).toBeNull();
   });
 
+  it.each(['https://admin:hunter2@app.example', 'admin:hunter2@app.example', 'https://hunter2@app.example'])(
+    'refuses ALLOWED_ORIGINS entry %j by its place, never repeating what may be a password',
+    (value) => {
+      const problems = problemsOf({ ALLOWED_ORIGINS: `https://ok.example,${value}` });
+      expect(problems).toEqual([
+        'ALLOWED_ORIGINS entry 2 is not an origin like https://example.org: no user name or password',
+      ]);
+      expect(problems.join(' ')).not.toContain('hunter2');
+    },
+  );
+
   it.each(['https://chat.example.org/', 'https://chat.example.org/path', '*', 'chat.example.org'])(
     'refuses ALLOWED_ORIGINS entry %j: only a bare origin is allowed',
     (value) => {

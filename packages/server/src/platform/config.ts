@@ -350,11 +350,16 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
     .split(',')
     .map((o) => o.trim())
     .filter(Boolean);
-  for (const o of origins) {
+  for (const [i, o] of origins.entries()) {
     try {
       if (new URL(o).origin !== o) throw new Error();
     } catch {
-      problems.push(`ALLOWED_ORIGINS has "${o}", which is not an origin like https://example.org`);
+      // An entry with an `@` may carry a user name and password: named by its place, not repeated.
+      problems.push(
+        o.includes('@')
+          ? `ALLOWED_ORIGINS entry ${i + 1} is not an origin like https://example.org: no user name or password`
+          : `ALLOWED_ORIGINS has "${o}", which is not an origin like https://example.org`,
+      );
     }
   }
   const proxy = (name: string, protocols: readonly string[]) => {
