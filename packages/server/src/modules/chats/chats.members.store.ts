@@ -1,0 +1,106 @@
+import { and, count, eq, gte, isNull, ne, or, sql } from 'drizzle-orm';
+import { anyOf, type Db } from '../../platform/db/index.js';
+import { chatMembers } from '../../platform/db/schema.js';
+import type { Tx } from '../users/users.store.js';
+
+/** A chat's memberships: who is a member now, joins and leaves. */
+export function makeMemberStore(db: Db) {
+  return {
+    /** The chat's current members, counted as of `tx` (an answer built in the transaction that wrote the chat). */
+    async memberCount(chatId: number, tx: Tx = db): Promise<number> {
+      const [row] = await tx
+        .select({ n: count() })
+        .from(chatMembers)
+        .where(and(eq(chatMembers.chatId, chatId), isNull(chatMembers.leftAt)));
+      return row?.n ?? 0;
+    },
+    /** The current members of each of the chats, one statement; a chat with none is left out. */
+    async memberCounts(chatIds: number[]): Promise<Map<number, number>> {
+      if (chatIds.length === 0) return new Map();
+      const rows = await db
+        .select({ chatId: chatMembers.chatId, n: count() })
+        .from(chatMembers)
+        .where(and(anyOf(chatMembers.chatId, chatIds), isNull(chatMembers.leftAt)))
+        .groupBy(chatMembers.chatId);
+      return new Map(rows.map((r) => [r.chatId, r.n]));
+    },
+    async isMember(chatId: number, userId: number, tx: Tx = db): Promise<boolean> {
+      const [row] = await tx
+        .select({ n: count() })
+        .from(chatMembers)
+        .where(and(eq(chatMembers.chatId, chatId), eq(chatMembers.userId, userId), isNull(chatMembers.leftAt)));
+      return (row?.n ?? 0) > 0;
+    },
+    /**
+     * A member now: locks the membership row (FOR SHARE) for the transaction, so a kick, ban,
+     * leave or deletion, which all end it with an UPDATE, waits for this transaction to end.
+     */
+    async holdMembership(chatId: number, userId: number, tx: Tx): Promise<boolean> {
+      const rows = await tx
+        .select({ userId: chatMembers.userId })
+        .from(chatMembers)
+        .where(and(eq(chatMembers.chatId, chatId), eq(chatMembers.userId, userId), isNull(chatMembers.leftAt)))
+        .for('share');
+      return rows.length > 0;
+    },
+    /** A member now, or one whose membership ended at or after `since`. */
+    async memberSince(chatId: number, userId: number, since: Date): Promise<boolean> {
+      const [row] = await db
+        .select({ n: count() })
+        .from(chatMembers)
+        .where(
+          and(
+            eq(chatMembers.chatId, chatId),
+            eq(chatMembers.userId, userId),
+            or(isNull(chatMembers.leftAt), gte(chatMembers.leftAt, since)),
+          ),
+        );
+      return (row?.n ?? 0) > 0;
+    },
+    /** Adds or re-adds a member; returns false when already a member. */
+    async addMember(chatId: number, userId: number, at: Date, tx: Tx): Promise<boolean> {
+      const rows = await tx
+        .insert(chatMembers)
+        .values({ chatId, userId, joinedAt: at, leftAt: null })
+        .onConflictDoUpdate({
+          target: [chatMembers.chatId, chatMembers.userId],
+          set: { joinedAt: at, leftAt: null },
+          setWhere: sql`${chatMembers.leftAt} is not null`,
+        })
+        .returning({ userId: chatMembers.userId });
+      return rows.length > 0;
+    },
+    async removeMember(chatId: number, userId: number, at: Date, tx: Tx): Promise<boolean> {
+      const rows = await tx
+        .update(chatMembers)
+        .set({ leftAt: at })
+        .where(and(eq(chatMembers.chatId, chatId), eq(chatMembers.userId, userId), isNull(chatMembers.leftAt)))
+        .returning({ userId: chatMembers.userId });
+      return rows.length > 0;
+    },
+    async memberIds(chatId: number, tx: Tx = db): Promise<number[]> {
+      const rows = await tx
+        .select({ userId: chatMembers.userId })
+        .from(chatMembers)
+        .where(and(eq(chatMembers.chatId, chatId), isNull(chatMembers.leftAt)));
+      return rows.map((r) => r.userId);
+    },
+    async endAllMemberships(chatId: number, at: Date, tx: Tx): Promise<number[]> {
+      const rows = await tx
+        .update(chatMembers)
+        .set({ leftAt: at })
+        .where(and(eq(chatMembers.chatId, chatId), isNull(chatMembers.leftAt)))
+        .returning({ userId: chatMembers.userId });
+      return rows.map((r) => r.userId);
+    },
+    async otherMembers(chatId: number, userId: number): Promise<number[]> {
+      const rows = await db
+        .select({ userId: chatMembers.userId })
+        .from(chatMembers)
+        .where(and(eq(chatMembers.chatId, chatId), isNull(chatMembers.leftAt), ne(chatMembers.userId, userId)));
+      return rows.map((r) => r.userId);
+    },
+  };
+}
+
+export type MemberStore = ReturnType<typeof makeMemberStore>;
