@@ -1,19 +1,19 @@
 import { VM_VIEWPORT, type VmInputPayload, type VmStopReason } from '@parlor/protocol';
 import type { Clock } from '../../platform/clock.js';
 import { appError } from '../../platform/errors.js';
-import { type Realtime, rooms } from '../../platform/realtime.js';
+import type { Realtime } from '../../platform/realtime.js';
 import { withinTime } from '../../platform/timeout.js';
 import { calledOff } from '../../platform/vm/chromium-process.js';
 import type { VmFrame, VmProvider } from '../../platform/vm/provider.js';
 import type { ChatsService } from '../chats/chats.service.js';
-import { encodeFrame, PLACE_TTL_MS, type VmCluster } from './vm.cluster.js';
-import { type Actor, canGrant, type RoomChat } from './vm.rules.js';
-import { type RoomVmSettings, resolveSettings, type SettingsSource } from './vm.settings.js';
+import type { VmCluster } from './vm.cluster.js';
+import { type ControlledRoom, makeRoomControl, type RemoteActor } from './vm.control.js';
+import type { Actor, RoomChat } from './vm.rules.js';
+import { type AudienceAnswer, makeScreencast, type WatchedRoom } from './vm.screencast.js';
+import { resolveSettings, type SettingsSource } from './vm.settings.js';
 
-/** Who acts on a room, as it travels to the node that runs it. */
-export interface RemoteActor extends Actor {
-  username: string;
-}
+export { CONTROL_REQUEST_REPEAT_MS, type ControlAnswer, type RemoteActor } from './vm.control.js';
+export type { AudienceAnswer } from './vm.screencast.js';
 
 export interface HostDeps {
   provider: VmProvider;
@@ -34,41 +34,8 @@ export interface HostDeps {
   log: { warn(obj: object, msg: string): void };
 }
 
-/** What a node watching a room learns when it reports its viewers: the size, the controller, the latest frame. */
-export interface AudienceAnswer {
-  width: number;
-  height: number;
-  controller_user_id: number | null;
-  last: string | null;
-}
-
-interface HostedRoom {
-  chatId: number;
-  settings: RoomVmSettings;
-  width: number;
-  height: number;
-  controller: number | null;
-  /** Users watching, per node (this node included), and when that node last reported. */
-  audiences: Map<string, { users: number[]; seenAt: number }>;
-  /** Since when nobody watches (ms), or null while someone does. */
-  idleSince: number | null;
-  unsubscribe: (() => void) | null;
-  last: VmFrame | null;
-  /** Input events sent to the browser and not yet answered (a flood is refused, not queued). */
-  inputsInFlight: number;
-  /**
-   * The control requests announced to the chat, by requester: when, and the answer the requester
-   * got. Dropped when control changes hands (the request was answered, or is asked anew of the
-   * new controller) and once CONTROL_REQUEST_REPEAT_MS have passed.
-   */
-  requests: Map<number, { at: number; answer: Promise<ControlAnswer> }>;
-}
-
-/** What a control request answers: whether the caller got control, and who holds it. */
-export interface ControlAnswer {
-  granted: boolean;
-  controller_user_id: number | null;
-}
+/** A room this node runs: what its screencast keeps (vm.screencast.ts) and what control does (vm.control.ts). */
+type HostedRoom = WatchedRoom & ControlledRoom;
 
 /** A start in progress on this node; a stop asked meanwhile calls it off. */
 interface Launch {
@@ -79,16 +46,6 @@ interface Launch {
 /** How long close waits for the starts it called off to settle. */
 const CLOSE_WAIT_MS = 2_000;
 
-/** A controller may have this many input events waiting for the browser; more are refused. */
-const MAX_INPUTS_IN_FLIGHT = 64;
-
-/**
- * A member's control request reaches the chat once per this long, as a raised hand does: repeats
- * (any socket of theirs, on any node: the room's node decides) answer as the first did and reach
- * nobody, so one member cannot make every socket of the chat receive a flood of requests.
- */
-export const CONTROL_REQUEST_REPEAT_MS = 10_000;
-
 /**
  * The rooms this node runs (their browsers are this node's provider's): settings, controller, who
  * watches on which node, the screencast subscription, idle and stop. Every operation here runs on
@@ -96,7 +53,6 @@ export const CONTROL_REQUEST_REPEAT_MS = 10_000;
  */
 export function makeRoomHost(deps: HostDeps) {
   const { provider, realtime, clock, cluster } = deps;
-  const self = cluster.nodeId;
   const hosted = new Map<number, HostedRoom>();
   const starting = new Map<number, Launch>();
   /**
@@ -113,72 +69,8 @@ export function makeRoomHost(deps: HostDeps) {
     return room;
   };
 
-  /**
-   * Control requests being checked (the membership, the requester's sockets): a leave of the
-   * requester reported meanwhile marks them, so the request looks again before it grants.
-   */
-  const asking = new Set<{ chatId: number; userId: number; left: boolean }>();
-
-  /**
-   * Whether the user has a socket in the chat's socket room, on any node; when another node does
-   * not answer in time, on this one (`Realtime.socketsIn`): control is still decided, not failed.
-   */
-  const inChat = async (chatId: number, userId: number): Promise<boolean> => {
-    const { sockets } = await realtime.socketsIn(rooms.chat(chatId));
-    return sockets.some((s) => s.data.userId === userId);
-  };
-
-  /**
-   * Runs `act` (control handed to `userId`) only if the user is a member with a socket in the
-   * chat's room now; ERR_NOT_CHAT_MEMBER (`why`) otherwise. A kick or ban committed since the
-   * caller's socket was checked must not hand them control; nor may a disconnect: their leave has
-   * been handled already (userLeft), so control granted now would stay with nobody there. A leave
-   * reported while the sockets were looked up may postdate the answer: look again.
-   */
-  const whileInChat = async <T>(chatId: number, userId: number, why: string, act: () => T): Promise<T> => {
-    const ask = { chatId, userId, left: false };
-    asking.add(ask);
-    try {
-      await deps.chats.assertMember(userId, chatId);
-      let present = await inChat(chatId, userId);
-      while (present && ask.left) {
-        ask.left = false;
-        present = await inChat(chatId, userId);
-      }
-      if (!present) throw appError('ERR_NOT_CHAT_MEMBER', why);
-      return act();
-    } finally {
-      asking.delete(ask);
-    }
-  };
-
-  const setController = (room: HostedRoom, userId: number | null) => {
-    room.controller = userId;
-    room.requests.clear();
-    realtime.emitTo(rooms.chat(room.chatId), 'vm:control', { chat_id: room.chatId, controller_user_id: userId });
-  };
-
-  const onFrame = (room: HostedRoom) => (f: VmFrame) => {
-    room.last = f;
-    if (room.audiences.has(self)) deps.localFrame(room.chatId, f);
-    if ([...room.audiences.keys()].some((n) => n !== self))
-      cluster
-        .publishFrame(room.chatId, f)
-        .catch((err: unknown) => deps.log.warn({ err }, 'room VM frame relay failed'));
-  };
-
-  /** The screencast runs while anyone, on any node, watches; the idle clock while nobody does. */
-  const updateWatching = (room: HostedRoom) => {
-    const watched = [...room.audiences.values()].some((a) => a.users.length > 0);
-    if (watched && !room.unsubscribe) {
-      room.idleSince = null;
-      room.unsubscribe = provider.subscribe(String(room.chatId), onFrame(room));
-    } else if (!watched) {
-      room.unsubscribe?.();
-      room.unsubscribe = null;
-      room.idleSince ??= now();
-    }
-  };
+  const control = makeRoomControl({ provider, chats: deps.chats, realtime, roomChat: deps.roomChat, hosted, now });
+  const screencast = makeScreencast({ provider, cluster, localFrame: deps.localFrame, now, log: deps.log });
 
   const launch = async (chatId: number, run: Launch, after: Promise<void> | undefined) => {
     if (after) {
@@ -316,108 +208,16 @@ export function makeRoomHost(deps: HostDeps) {
 
     /** A node reports who watches there (no users: nobody any more). */
     audience(chatId: number, node: string, users: number[]): AudienceAnswer {
-      const room = mustHost(chatId);
-      if (users.length > 0) room.audiences.set(node, { users, seenAt: now() });
-      else room.audiences.delete(node);
-      updateWatching(room);
-      return {
-        width: room.width,
-        height: room.height,
-        controller_user_id: room.controller,
-        last: room.last && node !== self ? encodeFrame(room.last) : null,
-      };
+      return screencast.audience(mustHost(chatId), node, users);
     },
 
     lastFrame: (chatId: number): VmFrame | null => hosted.get(chatId)?.last ?? null,
 
-    /**
-     * Takes control when nobody holds it, or announces the request to the chat. A repeat while the
-     * user's request is pending (CONTROL_REQUEST_REPEAT_MS, control unchanged) gets the first
-     * one's answer, even while that one is still being checked: no second announcement, and no
-     * second read of the chat's sockets on every node.
-     */
-    async requestControl(chatId: number, who: RemoteActor): Promise<ControlAnswer> {
-      const room = mustHost(chatId);
-      if (!room.settings.allow_control_requests)
-        throw appError(
-          'ERR_FORBIDDEN',
-          'Control requests are off in this room; the chat owner or a moderator grants control.',
-        );
-      const pending = room.requests.get(who.userId);
-      if (pending && now() - pending.at < CONTROL_REQUEST_REPEAT_MS) return pending.answer;
-      // The sender's socket was in the chat's room on its node; a kick, ban or disconnect since
-      // then neither hands it control nor reaches the chat with its request.
-      const answer = whileInChat(chatId, who.userId, 'Join this chat (room:join) first.', (): ControlAnswer => {
-        const current = mustHost(chatId);
-        if (current.controller === null) setController(current, who.userId);
-        if (current.controller === who.userId) return { granted: true, controller_user_id: who.userId };
-        realtime.emitTo(rooms.chat(chatId), 'vm:control:request', {
-          chat_id: chatId,
-          user_id: who.userId,
-          username: who.username,
-        });
-        return { granted: false, controller_user_id: current.controller };
-      });
-      const asked = { at: now(), answer };
-      room.requests.set(who.userId, asked);
-      // A refused request announced nothing: the next one is checked afresh.
-      answer.catch(() => {
-        if (room.requests.get(who.userId) === asked) room.requests.delete(who.userId);
-      });
-      return answer;
-    },
-
-    /** Control goes to a member in the chat's room only: one with no socket there could not use it, nor lose it by leaving. */
-    async grant(chatId: number, actor: RemoteActor, userId: number): Promise<void> {
-      mustHost(chatId);
-      if (!canGrant(actor, await deps.roomChat(actor, chatId)))
-        throw appError('ERR_FORBIDDEN', 'Only the chat owner or a moderator hands control over.');
-      await whileInChat(
-        chatId,
-        userId,
-        'This member is not in the chat (room:join): control goes to members who are.',
-        () => setController(mustHost(chatId), userId),
-      );
-    },
-
-    /** The controller gives control back; the chat owner or a moderator takes it from anyone. */
-    async release(chatId: number, actor: RemoteActor): Promise<void> {
-      const room = mustHost(chatId);
-      if (room.controller === null) return;
-      if (room.controller !== actor.userId && !canGrant(actor, await deps.roomChat(actor, chatId)))
-        throw appError('ERR_FORBIDDEN', 'Only the member in control, the chat owner or a moderator releases control.');
-      setController(room, null);
-    },
-
-    async input(chatId: number, userId: number, payload: VmInputPayload): Promise<void> {
-      const room = mustHost(chatId);
-      if (room.controller !== userId)
-        throw appError('ERR_FORBIDDEN', 'Only the member in control sends input (vm:control:request).');
-      if (payload.kind === 'navigate' && room.settings.kiosk)
-        throw appError('ERR_FORBIDDEN', 'This room is in kiosk mode: it does not navigate.');
-      if (room.inputsInFlight >= MAX_INPUTS_IN_FLIGHT)
-        throw appError('ERR_RATE_LIMITED', 'Too many input events at once; wait for their acks.', { retry_after: 1 });
-      room.inputsInFlight += 1;
-      try {
-        if (payload.kind === 'navigate')
-          await provider.navigate(String(chatId), 'url' in payload ? { url: payload.url } : { action: payload.action });
-        else {
-          const { chat_id: _, ...input } = payload;
-          await provider.input(String(chatId), input);
-        }
-      } finally {
-        room.inputsInFlight -= 1;
-      }
-    },
-
-    /** A user's last socket left the chat somewhere: they lose control unless still in it on some node. */
-    async userLeft(chatId: number, userId: number): Promise<void> {
-      for (const ask of asking) if (ask.chatId === chatId && ask.userId === userId) ask.left = true;
-      const room = hosted.get(chatId);
-      if (room?.controller !== userId) return;
-      const present = await inChat(chatId, userId);
-      if (room.controller === userId && !present && hosted.get(chatId) === room) setController(room, null);
-    },
+    requestControl: control.requestControl,
+    grant: control.grant,
+    release: control.release,
+    input: control.input,
+    userLeft: control.userLeft,
 
     /** Keeps this node's rooms in the room map, forgets silent nodes' viewers, stops rooms idle at `at`. */
     async sweep(at: number): Promise<void> {
@@ -442,12 +242,9 @@ export function makeRoomHost(deps: HostDeps) {
           await provider.stop(String(room.chatId)).catch(() => {});
           continue;
         }
-        // Nodes report their viewers every few seconds; one silent for the map's TTL is gone.
-        for (const [node, a] of room.audiences)
-          if (node !== self && now() - a.seenAt > PLACE_TTL_MS) room.audiences.delete(node);
-        for (const [userId, r] of room.requests)
-          if (at - r.at >= CONTROL_REQUEST_REPEAT_MS) room.requests.delete(userId);
-        updateWatching(room);
+        screencast.forgetSilent(room);
+        control.expireRequests(room, at);
+        screencast.updateWatching(room);
         if (room.idleSince !== null && at - room.idleSince >= deps.idleMs) await stop(room.chatId, 'idle');
       }
     },

@@ -322,7 +322,7 @@ export function makeVmService(deps: VmDeps) {
 
     /**
      * Takes control when nobody holds it; otherwise the request goes to the chat (owner,
-     * moderators), once while it is pending (the room's node keeps it: vm.host.ts).
+     * moderators), once while it is pending (the room's node keeps it: vm.control.ts).
      */
     async requestControl(caller: Caller, chatId: number) {
       mustBeIn(caller, chatId);

@@ -1,0 +1,210 @@
+import type { VmInputPayload } from '@parlor/protocol';
+import { appError } from '../../platform/errors.js';
+import { type Realtime, rooms } from '../../platform/realtime.js';
+import type { VmProvider } from '../../platform/vm/provider.js';
+import type { ChatsService } from '../chats/chats.service.js';
+import { type Actor, canGrant, type RoomChat } from './vm.rules.js';
+import type { RoomVmSettings } from './vm.settings.js';
+
+/** Who acts on a room, as it travels to the node that runs it. */
+export interface RemoteActor extends Actor {
+  username: string;
+}
+
+/** What a control request answers: whether the caller got control, and who holds it. */
+export interface ControlAnswer {
+  granted: boolean;
+  controller_user_id: number | null;
+}
+
+/** What control keeps of a room this node runs (part of vm.host.ts's hosted room). */
+export interface ControlledRoom {
+  chatId: number;
+  settings: RoomVmSettings;
+  controller: number | null;
+  /** Input events sent to the browser and not yet answered (a flood is refused, not queued). */
+  inputsInFlight: number;
+  /**
+   * The control requests announced to the chat, by requester: when, and the answer the requester
+   * got. Dropped when control changes hands (the request was answered, or is asked anew of the
+   * new controller) and once CONTROL_REQUEST_REPEAT_MS have passed.
+   */
+  requests: Map<number, { at: number; answer: Promise<ControlAnswer> }>;
+}
+
+export interface ControlDeps {
+  provider: Pick<VmProvider, 'navigate' | 'input'>;
+  chats: Pick<ChatsService, 'assertMember'>;
+  realtime: Pick<Realtime, 'socketsIn' | 'emitTo'>;
+  roomChat: (actor: Actor, chatId: number) => Promise<RoomChat>;
+  /** The rooms running on this node (the host's map: read, never written here). */
+  hosted: ReadonlyMap<number, ControlledRoom>;
+  now: () => number;
+}
+
+/** A controller may have this many input events waiting for the browser; more are refused. */
+const MAX_INPUTS_IN_FLIGHT = 64;
+
+/**
+ * A member's control request reaches the chat once per this long, as a raised hand does: repeats
+ * (any socket of theirs, on any node: the room's node decides) answer as the first did and reach
+ * nobody, so one member cannot make every socket of the chat receive a flood of requests.
+ */
+export const CONTROL_REQUEST_REPEAT_MS = 10_000;
+
+/**
+ * Control of the rooms this node runs (vm.host.ts composes it): who holds it, the requests
+ * announced to the chat, grants and releases, and the controller's input to the browser.
+ */
+export function makeRoomControl(deps: ControlDeps) {
+  const { provider, realtime, hosted, now } = deps;
+
+  const mustHost = (chatId: number): ControlledRoom => {
+    const room = hosted.get(chatId);
+    if (!room) throw appError('ERR_ROOM_NOT_RUNNING');
+    return room;
+  };
+
+  /**
+   * Control requests being checked (the membership, the requester's sockets): a leave of the
+   * requester reported meanwhile marks them, so the request looks again before it grants.
+   */
+  const asking = new Set<{ chatId: number; userId: number; left: boolean }>();
+
+  /**
+   * Whether the user has a socket in the chat's socket room, on any node; when another node does
+   * not answer in time, on this one (`Realtime.socketsIn`): control is still decided, not failed.
+   */
+  const inChat = async (chatId: number, userId: number): Promise<boolean> => {
+    const { sockets } = await realtime.socketsIn(rooms.chat(chatId));
+    return sockets.some((s) => s.data.userId === userId);
+  };
+
+  /**
+   * Runs `act` (control handed to `userId`) only if the user is a member with a socket in the
+   * chat's room now; ERR_NOT_CHAT_MEMBER (`why`) otherwise. A kick or ban committed since the
+   * caller's socket was checked must not hand them control; nor may a disconnect: their leave has
+   * been handled already (userLeft), so control granted now would stay with nobody there. A leave
+   * reported while the sockets were looked up may postdate the answer: look again.
+   */
+  const whileInChat = async <T>(chatId: number, userId: number, why: string, act: () => T): Promise<T> => {
+    const ask = { chatId, userId, left: false };
+    asking.add(ask);
+    try {
+      await deps.chats.assertMember(userId, chatId);
+      let present = await inChat(chatId, userId);
+      while (present && ask.left) {
+        ask.left = false;
+        present = await inChat(chatId, userId);
+      }
+      if (!present) throw appError('ERR_NOT_CHAT_MEMBER', why);
+      return act();
+    } finally {
+      asking.delete(ask);
+    }
+  };
+
+  const setController = (room: ControlledRoom, userId: number | null) => {
+    room.controller = userId;
+    room.requests.clear();
+    realtime.emitTo(rooms.chat(room.chatId), 'vm:control', { chat_id: room.chatId, controller_user_id: userId });
+  };
+
+  return {
+    /**
+     * Takes control when nobody holds it, or announces the request to the chat. A repeat while the
+     * user's request is pending (CONTROL_REQUEST_REPEAT_MS, control unchanged) gets the first
+     * one's answer, even while that one is still being checked: no second announcement, and no
+     * second read of the chat's sockets on every node.
+     */
+    async requestControl(chatId: number, who: RemoteActor): Promise<ControlAnswer> {
+      const room = mustHost(chatId);
+      if (!room.settings.allow_control_requests)
+        throw appError(
+          'ERR_FORBIDDEN',
+          'Control requests are off in this room; the chat owner or a moderator grants control.',
+        );
+      const pending = room.requests.get(who.userId);
+      if (pending && now() - pending.at < CONTROL_REQUEST_REPEAT_MS) return pending.answer;
+      // The sender's socket was in the chat's room on its node; a kick, ban or disconnect since
+      // then neither hands it control nor reaches the chat with its request.
+      const answer = whileInChat(chatId, who.userId, 'Join this chat (room:join) first.', (): ControlAnswer => {
+        const current = mustHost(chatId);
+        if (current.controller === null) setController(current, who.userId);
+        if (current.controller === who.userId) return { granted: true, controller_user_id: who.userId };
+        realtime.emitTo(rooms.chat(chatId), 'vm:control:request', {
+          chat_id: chatId,
+          user_id: who.userId,
+          username: who.username,
+        });
+        return { granted: false, controller_user_id: current.controller };
+      });
+      const asked = { at: now(), answer };
+      room.requests.set(who.userId, asked);
+      // A refused request announced nothing: the next one is checked afresh.
+      answer.catch(() => {
+        if (room.requests.get(who.userId) === asked) room.requests.delete(who.userId);
+      });
+      return answer;
+    },
+
+    /** Control goes to a member in the chat's room only: one with no socket there could not use it, nor lose it by leaving. */
+    async grant(chatId: number, actor: RemoteActor, userId: number): Promise<void> {
+      mustHost(chatId);
+      if (!canGrant(actor, await deps.roomChat(actor, chatId)))
+        throw appError('ERR_FORBIDDEN', 'Only the chat owner or a moderator hands control over.');
+      await whileInChat(
+        chatId,
+        userId,
+        'This member is not in the chat (room:join): control goes to members who are.',
+        () => setController(mustHost(chatId), userId),
+      );
+    },
+
+    /** The controller gives control back; the chat owner or a moderator takes it from anyone. */
+    async release(chatId: number, actor: RemoteActor): Promise<void> {
+      const room = mustHost(chatId);
+      if (room.controller === null) return;
+      if (room.controller !== actor.userId && !canGrant(actor, await deps.roomChat(actor, chatId)))
+        throw appError('ERR_FORBIDDEN', 'Only the member in control, the chat owner or a moderator releases control.');
+      setController(room, null);
+    },
+
+    async input(chatId: number, userId: number, payload: VmInputPayload): Promise<void> {
+      const room = mustHost(chatId);
+      if (room.controller !== userId)
+        throw appError('ERR_FORBIDDEN', 'Only the member in control sends input (vm:control:request).');
+      if (payload.kind === 'navigate' && room.settings.kiosk)
+        throw appError('ERR_FORBIDDEN', 'This room is in kiosk mode: it does not navigate.');
+      if (room.inputsInFlight >= MAX_INPUTS_IN_FLIGHT)
+        throw appError('ERR_RATE_LIMITED', 'Too many input events at once; wait for their acks.', { retry_after: 1 });
+      room.inputsInFlight += 1;
+      try {
+        if (payload.kind === 'navigate')
+          await provider.navigate(String(chatId), 'url' in payload ? { url: payload.url } : { action: payload.action });
+        else {
+          const { chat_id: _, ...input } = payload;
+          await provider.input(String(chatId), input);
+        }
+      } finally {
+        room.inputsInFlight -= 1;
+      }
+    },
+
+    /** A user's last socket left the chat somewhere: they lose control unless still in it on some node. */
+    async userLeft(chatId: number, userId: number): Promise<void> {
+      for (const ask of asking) if (ask.chatId === chatId && ask.userId === userId) ask.left = true;
+      const room = hosted.get(chatId);
+      if (room?.controller !== userId) return;
+      const present = await inChat(chatId, userId);
+      if (room.controller === userId && !present && hosted.get(chatId) === room) setController(room, null);
+    },
+
+    /** Forgets the room's control requests announced CONTROL_REQUEST_REPEAT_MS or more before `at` (the sweep). */
+    expireRequests(room: ControlledRoom, at: number): void {
+      for (const [userId, r] of room.requests) if (at - r.at >= CONTROL_REQUEST_REPEAT_MS) room.requests.delete(userId);
+    },
+  };
+}
+
+export type RoomControl = ReturnType<typeof makeRoomControl>;
