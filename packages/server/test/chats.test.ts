@@ -1139,6 +1139,59 @@ describeApp('leaving', () => {
     });
   });
 
+  it("refuses its owner's leave with ERR_FORBIDDEN and writes nothing; its members and Admins still leave", async () => {
+    for (const type of ['public', 'private'] as const) {
+      // A Premium owner: its one slot is this chat, which it would no longer list if it had left.
+      const owner = await member(app);
+      await app.database.db.execute(
+        `update users set subscription_tier = 2, subscription_expires_at = now() + interval '7 days' where id = ${owner.user.id}` as never,
+      );
+      const chatId: number = (await create(owner.client, type, 'Owned')).body.chat.id;
+      expect((await join(owner, { chat_id: chatId })).ok).toBe(true);
+      const guest = await member(app);
+      const admin = await member(app, { level: 2 });
+      if (type === 'private') {
+        const invite = await owner.client.post(`/v1/portal/chats/${chatId}/invites/create`, {});
+        expect((await join(guest, { invite: invite.body.invite.code })).ok).toBe(true);
+      } else expect((await join(guest, { chat_id: chatId })).ok).toBe(true);
+      expect((await join(admin, { chat_id: chatId })).ok).toBe(true);
+      const state = async () => ({
+        chat: (await owner.client.get(`/v1/portal/chats/${chatId}`)).body.chat,
+        listed: (await owner.client.get('/v1/portal/chats')).body.chats.map((c: any) => c.id),
+        activity: (await owner.client.get(`/v1/portal/chats/${chatId}/activity`)).body.activity,
+        messages: (await owner.client.get(`/v1/portal/chats/${chatId}/messages`)).body.messages,
+      });
+      const before = await state();
+      expect(before.chat).toMatchObject({ owner_id: owner.user.id, epoch: 1, member_count: 3 });
+      expect(before.listed).toContain(chatId);
+
+      expect(await owner.socket.emitWithAck('room:leave', { chat_id: chatId })).toEqual({
+        ok: false,
+        code: 'ERR_FORBIDDEN',
+        message: 'You own this chat: delete it to leave it.',
+      });
+      // Still listed and a member (a rejoin enters only a chat one is in), same epoch, no
+      // membership history, no system message.
+      expect(await state()).toEqual(before);
+      expect(await join(owner, { chat_id: chatId, rejoin: true } as never)).toMatchObject({ ok: true, epoch: 1 });
+      expect(owner.socket.received.filter((r) => r.event === 'room:left' || r.event === 'room:rekey')).toEqual([]);
+
+      // A member and an Admin who joined leave as ever.
+      expect(await guest.socket.emitWithAck('room:leave', { chat_id: chatId })).toEqual({ ok: true });
+      expect(await admin.socket.emitWithAck('room:leave', { chat_id: chatId })).toEqual({ ok: true });
+      const after = await state();
+      expect(after.chat).toMatchObject({ epoch: 3, member_count: 1 });
+      expect(after.activity.slice(0, 2).map((a: any) => [a.user_id, a.action])).toEqual([
+        [admin.user.id, 'leave'],
+        [guest.user.id, 'leave'],
+      ]);
+      // Its slot is freed by deleting it, as ever.
+      expect((await create(owner.client)).status).toBe(409);
+      expect((await owner.client.post(`/v1/portal/chats/${chatId}/delete`, {})).status).toBe(200);
+      expect((await create(owner.client)).status).toBe(200);
+    }
+  });
+
   it('a rejoin ({chat_id, rejoin: true}) enters a chat one is a member of, and never makes a former member one again', async () => {
     const { owner, chatId } = await keyedChat(app);
     const guest = await member(app);

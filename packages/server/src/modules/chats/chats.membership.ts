@@ -269,7 +269,8 @@ export function makeChatMembership(deps: MembershipDeps) {
     },
 
     /**
-     * room:leave: ends the membership; the chat moves to a new epoch without this user. A stranger
+     * room:leave: ends the membership; the chat moves to a new epoch without this user. The chat's
+     * owner is refused (ERR_FORBIDDEN, nothing written): it deletes the chat instead. A stranger
      * (`stranger` set) is a member of direct chats only, which this never leaves: it is told so of
      * its own (ERR_FORBIDDEN, as anyone is) and ERR_STRANGER_NOT_ALLOWED of any other id, whether
      * it names a chat or not (see `strangerTarget`), and spends no write on either refusal.
@@ -288,6 +289,13 @@ export function makeChatMembership(deps: MembershipDeps) {
         action: 'leave',
         actorId: null,
         system: { kind: 'leave', user_id: userId },
+        // Its owner does not leave a chat, it deletes it: left, the chat would drop out of its
+        // lists and still take its creation slot (spec 2.11). Decided on the row as locked: an
+        // owner change or deletion committed before is read here, a later one waits for the leave.
+        decide: async (locked) => {
+          if (locked.ownerUserId === userId)
+            throw appError('ERR_FORBIDDEN', 'You own this chat: delete it to leave it.');
+        },
       });
     },
 
