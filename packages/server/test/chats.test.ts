@@ -1139,6 +1139,24 @@ describeApp('leaving', () => {
     });
   });
 
+  it('lets the members of a chat without an owner leave: its owner deleted, or an official chat (Admins included)', async () => {
+    const { owner: chatOwner, chatId } = await keyedChat(app);
+    const peer = await member(app);
+    expect((await join(peer, { chat_id: chatId })).ok).toBe(true);
+    expect((await operator(app).post(`/v1/admin/users/${chatOwner.user.id}/delete`)).status).toBe(200);
+    expect((await peer.client.get(`/v1/portal/chats/${chatId}`)).body.chat.owner_id).toBeNull();
+    expect(await peer.socket.emitWithAck('room:leave', { chat_id: chatId })).toEqual({ ok: true });
+
+    const made = await operator(app).post('/v1/admin/chats/create', { name: 'Official' });
+    expect(made.status, JSON.stringify(made.body)).toBe(200);
+    const official = made.body.chat.id;
+    const user = await member(app);
+    const admin = await member(app, { level: 2 });
+    for (const who of [user, admin]) expect((await join(who, { chat_id: official })).ok).toBe(true);
+    for (const who of [user, admin])
+      expect(await who.socket.emitWithAck('room:leave', { chat_id: official })).toEqual({ ok: true });
+  });
+
   it("refuses its owner's leave with ERR_FORBIDDEN and writes nothing; its members and Admins still leave", async () => {
     for (const type of ['public', 'private'] as const) {
       // A Premium owner: its one slot is this chat, which it would no longer list if it had left.
