@@ -1,7 +1,9 @@
 import { stateRefusal } from '../../platform/auth.js';
 import { appError } from '../../platform/errors.js';
+import type { Actor } from '../audit/audit.store.js';
 import { effectiveState } from '../users/users.presenter.js';
 import type { Tx, UserRow } from '../users/users.store.js';
+import type { ActorLevel } from './admin.rules.js';
 import { lockUsersInIdOrder } from './admin.store.js';
 
 /**
@@ -26,4 +28,21 @@ export async function lockCallerAndTarget(
   const caller = rows.find((r) => r.id === callerId);
   if (!caller || stateRefusal(effectiveState(caller, now)) !== null) throw appError('ERR_FORBIDDEN');
   return { level: caller.permissionLevel, target: rows.find((r) => r.id === targetId) };
+}
+
+/**
+ * lockCallerAndTarget for any actor: a user caller's row is locked with the target's and its level
+ * is the one read there; the operator (and any other non-user actor) has no row, so only the
+ * target's is locked and `actorLevel` stands. The target is undefined when gone.
+ */
+export async function lockActorAndTarget(
+  tx: Tx,
+  actor: Actor,
+  actorLevel: ActorLevel,
+  targetId: number,
+  now: Date,
+): Promise<{ level: ActorLevel; target: UserRow | undefined }> {
+  if (actor.kind === 'user') return lockCallerAndTarget(tx, actor.id, targetId, now);
+  const [target] = await lockUsersInIdOrder([targetId], tx);
+  return { level: actorLevel, target };
 }

@@ -23,7 +23,7 @@ import type { NotificationsService } from '../notifications/notifications.servic
 import type { SessionsService } from '../sessions/sessions.service.js';
 import { isValidUsername, USERNAME_RULE, type UsersService } from '../users/users.service.js';
 import { isUniqueViolation, type Tx, type UserRow, type UsersStore } from '../users/users.store.js';
-import { lockCallerAndTarget } from './admin.locks.js';
+import { lockActorAndTarget } from './admin.locks.js';
 import { type ActorLevel, canActOn, canManageOfficial, canSetLevel, mayAdminister } from './admin.rules.js';
 
 const LEVEL_NAMES = ['User', 'Moderator', 'Admin', 'Owner'];
@@ -97,7 +97,7 @@ export function makeAdminService(deps: AdminDeps) {
 
   /**
    * Locks the target's users row and, for a user caller, the caller's own with it (one statement,
-   * id order: lockCallerAndTarget), and answers the target as read under its lock (undefined when gone)
+   * id order: lockActorAndTarget), and answers the target as read under its lock (undefined when gone)
    * and the caller's level as read under its lock. The level the route read when the request began
    * may be stale by then: two Owners demoting each other at once both passed that check, and both
    * demotions committed, leaving no Owner. Under the caller's lock the second of them sees its
@@ -105,10 +105,9 @@ export function makeAdminService(deps: AdminDeps) {
    * Admin or above, gets 403 ERR_FORBIDDEN. The operator (and any other non-user actor) has no row: its level stands.
    */
   const lockParties = async (tx: Tx, actor: Actor, actorLevel: ActorLevel, targetId: number) => {
-    if (actor.kind !== 'user') return { level: actorLevel, target: await usersStore.byIdForUpdate(targetId, tx) };
-    const { level, target } = await lockCallerAndTarget(tx, actor.id, targetId, clock.now());
-    if (!mayAdminister(level)) throw appError('ERR_FORBIDDEN');
-    return { level: level as ActorLevel, target };
+    const locked = await lockActorAndTarget(tx, actor, actorLevel, targetId, clock.now());
+    if (!mayAdminister(locked.level)) throw appError('ERR_FORBIDDEN');
+    return locked;
   };
 
   /** 400 ERR_VALIDATION naming one body field, as the schema validator would. */

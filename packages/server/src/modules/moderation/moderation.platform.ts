@@ -4,7 +4,7 @@ import { afterCommit } from '../../platform/db/after-commit.js';
 import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
-import { lockCallerAndTarget } from '../admin/admin.locks.js';
+import { lockActorAndTarget } from '../admin/admin.locks.js';
 import { type ActorLevel, canActOn } from '../admin/admin.rules.js';
 import type { Actor, AuditStore } from '../audit/audit.store.js';
 import type { KeysService } from '../keys/keys.service.js';
@@ -12,14 +12,13 @@ import type { AutomatedKind, NotificationsService } from '../notifications/notif
 import type { SessionsService } from '../sessions/sessions.service.js';
 import { toPunishment } from '../users/users.presenter.js';
 import type { UsersService } from '../users/users.service.js';
-import type { Tx, UserRow, UsersStore } from '../users/users.store.js';
+import type { Tx, UserRow } from '../users/users.store.js';
 import type { ModerationStore } from './moderation.store.js';
 
 export interface PlatformModerationDeps {
   db: Db;
   clock: Clock;
   store: ModerationStore;
-  usersStore: UsersStore;
   users: Pick<UsersService, 'mustGet'>;
   sessions: SessionsService;
   keys: KeysService;
@@ -63,7 +62,7 @@ const human = (seconds: number | undefined) => (seconds ? `${Math.ceil(seconds /
 
 /** Platform punishments (bans, timeouts, warnings): the user's state, records, audit, notifications. */
 export function makePlatformModeration(deps: PlatformModerationDeps) {
-  const { db, clock, store, usersStore, users, notifications, audit, realtime, notify } = deps;
+  const { db, clock, store, users, notifications, audit, realtime, notify } = deps;
 
   /**
    * Whom the caller reaches at `level`: the level rule of spec 2.11 (canActOn: an Admin acts only
@@ -86,7 +85,7 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
 
   /**
    * Takes the target's row lock for the rest of the transaction, before its records are read or
-   * written, and a user caller's with it (lockCallerAndTarget: id order, one statement):
+   * written, and a user caller's with it (lockActorAndTarget: id order, one statement):
    * punishments of one user on any node then run one after the other, each seeing the records of
    * those before it. The level rule is decided again on the rows read under the locks, with the
    * caller's level as read there, not the one its session read when the request began: a
@@ -95,16 +94,10 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
    * target's is locked, and its level stands.
    */
   const lockParties = async (tx: Tx, actor: Actor, level: ActorLevel, targetId: number, chat?: InChat) => {
-    if (actor.kind === 'user') {
-      const locked = await lockCallerAndTarget(tx, actor.id, targetId, clock.now());
-      // A target deleted meanwhile: 404, never a foreign-key error.
-      if (!locked.target) throw appError('ERR_USER_NOT_FOUND');
-      assertReach(actor, locked.level, locked.target, chat);
-      return;
-    }
-    const target = await usersStore.byIdForUpdate(targetId, tx);
-    if (!target) throw appError('ERR_USER_NOT_FOUND');
-    assertReach(actor, level, target, chat);
+    const locked = await lockActorAndTarget(tx, actor, level, targetId, clock.now());
+    // A target deleted meanwhile: 404, never a foreign-key error.
+    if (!locked.target) throw appError('ERR_USER_NOT_FOUND');
+    assertReach(actor, locked.level, locked.target, chat);
   };
 
   /** Told once a ban or timeout has committed (onRestricted). */

@@ -53,7 +53,6 @@ export function makeModerationService(deps: ModerationDeps) {
     db,
     clock,
     store,
-    usersStore,
     users,
     sessions: deps.sessions,
     keys: deps.keys,
