@@ -110,6 +110,16 @@ export function makeAdminService(deps: AdminDeps) {
     return locked;
   };
 
+  /**
+   * The quick refusal before a transaction, on the levels as read now (no lock): 404 for no
+   * such user, 403 for one the caller cannot act on. The levels read under the row locks
+   * (lockParties) decide.
+   */
+  const reachable = async (actorLevel: ActorLevel, targetId: number): Promise<void> => {
+    const target = await users.mustGet(targetId);
+    if (!canActOn(actorLevel, target.permissionLevel)) throw appError('ERR_FORBIDDEN');
+  };
+
   /** 400 ERR_VALIDATION naming one body field, as the schema validator would. */
   const invalid = (field: string, message: string) =>
     appError('ERR_VALIDATION', undefined, { errors: [{ path: `body/${field}`, message }] });
@@ -136,8 +146,7 @@ export function makeAdminService(deps: AdminDeps) {
      * rules are decided on the caller's and the target's rows as read under their locks.
      */
     async updateUser(actor: Actor, actorLevel: ActorLevel, targetId: number, body: AdminUserUpdateBody) {
-      const target = await users.mustGet(targetId);
-      if (!canActOn(actorLevel, target.permissionLevel)) throw appError('ERR_FORBIDDEN');
+      await reachable(actorLevel, targetId);
       if (body.username !== undefined && !isValidUsername(body.username)) throw invalid('username', USERNAME_RULE);
       const avatarProblem =
         body.avatar_source === undefined ? null : await users.avatarSourceProblem(targetId, body.avatar_source);
@@ -201,8 +210,7 @@ export function makeAdminService(deps: AdminDeps) {
       // A quick refusal on the levels as read now, before the transaction locks anything: an
       // Admin's delete of an Owner would otherwise hold the Owner's chat rows before its 403.
       // The levels read under the row locks below decide.
-      const current = await users.mustGet(targetId);
-      if (!canActOn(actorLevel, current.permissionLevel)) throw appError('ERR_FORBIDDEN');
+      await reachable(actorLevel, targetId);
       const done = await db.transaction(async (tx) => {
         // Lock order (docs/api.md Moderation): the target's chat rows first (their epochs rise
         // below), in id order, as a ban of the target and the target's own key changes and

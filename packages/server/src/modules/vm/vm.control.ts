@@ -52,6 +52,13 @@ const MAX_INPUTS_IN_FLIGHT = 64;
  */
 export const CONTROL_REQUEST_REPEAT_MS = 10_000;
 
+/** The room this node runs for the chat, of `hosted`; 409 ERR_ROOM_NOT_RUNNING when none. */
+export function runningRoom<R>(hosted: ReadonlyMap<number, R>, chatId: number): R {
+  const room = hosted.get(chatId);
+  if (!room) throw appError('ERR_ROOM_NOT_RUNNING');
+  return room;
+}
+
 /**
  * Control of the rooms this node runs (vm.host.ts composes it): who holds it, the requests
  * announced to the chat, grants and releases, and the controller's input to the browser.
@@ -59,11 +66,7 @@ export const CONTROL_REQUEST_REPEAT_MS = 10_000;
 export function makeRoomControl(deps: ControlDeps) {
   const { provider, realtime, hosted, now } = deps;
 
-  const mustHost = (chatId: number): ControlledRoom => {
-    const room = hosted.get(chatId);
-    if (!room) throw appError('ERR_ROOM_NOT_RUNNING');
-    return room;
-  };
+  const mustHost = (chatId: number): ControlledRoom => runningRoom(hosted, chatId);
 
   /**
    * Control requests being checked (the membership, the requester's sockets): a leave of the

@@ -7,7 +7,7 @@ import { calledOff } from '../../platform/vm/chromium-process.js';
 import type { VmFrame, VmProvider } from '../../platform/vm/provider.js';
 import type { ChatsService } from '../chats/chats.service.js';
 import type { VmCluster } from './vm.cluster.js';
-import { type ControlledRoom, makeRoomControl, type RemoteActor } from './vm.control.js';
+import { type ControlledRoom, makeRoomControl, type RemoteActor, runningRoom } from './vm.control.js';
 import type { Actor, RoomChat } from './vm.rules.js';
 import { type AudienceAnswer, makeScreencast, type WatchedRoom } from './vm.screencast.js';
 import { resolveSettings, type SettingsSource } from './vm.settings.js';
@@ -62,12 +62,6 @@ export function makeRoomHost(deps: HostDeps) {
    */
   const stopping = new Map<number, Promise<void>>();
   const now = () => clock.now().getTime();
-
-  const mustHost = (chatId: number): HostedRoom => {
-    const room = hosted.get(chatId);
-    if (!room) throw appError('ERR_ROOM_NOT_RUNNING');
-    return room;
-  };
 
   const control = makeRoomControl({ provider, chats: deps.chats, realtime, roomChat: deps.roomChat, hosted, now });
   const screencast = makeScreencast({ provider, cluster, localFrame: deps.localFrame, now, log: deps.log });
@@ -208,7 +202,7 @@ export function makeRoomHost(deps: HostDeps) {
 
     /** A node reports who watches there (no users: nobody any more). */
     audience(chatId: number, node: string, users: number[]): AudienceAnswer {
-      return screencast.audience(mustHost(chatId), node, users);
+      return screencast.audience(runningRoom(hosted, chatId), node, users);
     },
 
     lastFrame: (chatId: number): VmFrame | null => hosted.get(chatId)?.last ?? null,
