@@ -241,12 +241,25 @@ describeApp('GET /v1/users/{id} and /v1/users/search', () => {
     expect((await peer.client.get('/v1/users/0')).status).toBe(400);
   });
 
-  it('lets an Admin see full detail only of users below their level', async () => {
-    const [admin, otherAdmin] = [await login(app, { bot }), await login(app, { bot })];
+  it("shows an Admin the full detail of users at and above its level too (spec 5: no redaction), a User only another's public profile", async () => {
+    const [admin, otherAdmin, owner, user] = [
+      await login(app, { bot }),
+      await login(app, { bot }),
+      await login(app, { bot }),
+      await login(app, { bot }),
+    ];
     await setLevel(app, admin.user.id, 2);
     await setLevel(app, otherAdmin.user.id, 2);
-    const peerView = await admin.client.get(`/v1/users/${otherAdmin.user.id}`);
-    expect(peerView.body).not.toHaveProperty('linked_platforms');
+    await setLevel(app, owner.user.id, 3);
+    for (const target of [otherAdmin, owner]) {
+      const view = await admin.client.get(`/v1/users/${target.user.id}`);
+      expect(view.status).toBe(200);
+      expect(view.body).toMatchObject({ id: target.user.id, subscription_history: [] });
+      expect(view.body).toHaveProperty('linked_platforms');
+    }
+    const asUser = await user.client.get(`/v1/users/${owner.user.id}`);
+    expect(asUser.body).not.toHaveProperty('linked_platforms');
+    expect(asUser.body).not.toHaveProperty('subscription_history');
   });
 
   it('searches usernames by substring; Admin search sees only users below the Admin', async () => {

@@ -40,10 +40,13 @@ export function isValidUsername(name: string): boolean {
   return usernameRe.test(name);
 }
 
-/** Whether a viewer sees another user's full detail: Admins for users below them, Owners for all. */
-export function seesFullDetail(viewerLevel: number | null, targetLevel: number): boolean {
-  if (viewerLevel === null || viewerLevel < 2) return false;
-  return viewerLevel === 3 || targetLevel < viewerLevel;
+/**
+ * Whether a viewer sees another user's full detail: Admin and above, of every user (spec 2.1 and
+ * 5: "full detail (no redaction …) for Admin and above"). Which users an Admin's search lists is
+ * another rule (below the Admin's level, users.store.ts).
+ */
+export function seesFullDetail(viewerLevel: number | null): boolean {
+  return viewerLevel !== null && viewerLevel >= PermissionLevel.ADMIN;
 }
 
 /**
@@ -79,7 +82,7 @@ export function makeUsersService({ store, clock, publicUrl, profiles }: UsersDep
 
   const presentFor = async (u: UserRow, viewerLevel: number | null): Promise<FullUser | PublicUser> => {
     const platforms = await store.platformsOf(u.id);
-    if (seesFullDetail(viewerLevel, u.permissionLevel)) {
+    if (seesFullDetail(viewerLevel)) {
       return toFullUser(u, platforms, await store.auditFor(u.id, SUBSCRIPTION_CODES), publicUrl, clock.now());
     }
     return toPublicUser(u, platforms, publicUrl, clock.now());
