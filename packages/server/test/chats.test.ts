@@ -799,6 +799,19 @@ describeApp('the socket', () => {
     expect(m.socket.connected).toBe(true);
   });
 
+  it('answers an event no module serves, when the client waits for its ack, with ERR_NOT_FOUND', async () => {
+    const m = await member(app);
+    const ask = (...args: unknown[]) => (m.socket.timeout(10_000) as any).emitWithAck(...args);
+    const unknown = { ok: false, code: 'ERR_NOT_FOUND', message: expect.any(String) };
+    expect(await ask('room:joinx', { chat_id: 1 })).toEqual(unknown);
+    expect(await ask('message:new', { content: 'x' })).toEqual(unknown);
+    expect(await ask('nothing')).toEqual(unknown);
+    // Without an ack it is dropped, and the socket serves the next event.
+    (m.socket as any).emit('room:joinx', { chat_id: 1 });
+    expect(await ask('room:join', { chat_id: 999999 })).toMatchObject({ ok: false, code: 'ERR_CHAT_NOT_FOUND' });
+    expect(m.socket.connected).toBe(true);
+  });
+
   it('drops the socket of a session that logs out, or is destroyed from another session', async () => {
     const a = await member(app);
     const b = await member(app, { platformUserId: a.platformUserId });

@@ -197,7 +197,7 @@ export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
       if (eventGate && !eventGate(socket)) return refuseAndDrop(socket, packet);
       const handler = handlers.get(packet[0] as string);
       if (handler) serveEvent(socket, handler, packet.slice(1), opts.log);
-      else next();
+      else refuseUnknown(packet, next);
     });
   });
 
@@ -364,6 +364,16 @@ function refuseAndDrop(socket: AppSocket, packet: unknown[]): void {
   if (typeof ack === 'function')
     ack({ ok: false, code: 'ERR_UNAUTHENTICATED', message: ErrorCodes.ERR_UNAUTHENTICATED.message });
   socket.disconnect(true);
+}
+
+/**
+ * An event no module serves: a client waiting for its ack is answered (ERR_NOT_FOUND) rather than
+ * left to its timeout; without an ack it is dropped, as Socket.IO does for an event nobody listens to.
+ */
+function refuseUnknown(packet: unknown[], next: () => void): void {
+  const ack = packet.at(-1);
+  if (typeof ack === 'function') ack({ ok: false, code: 'ERR_NOT_FOUND', message: 'No such event.' });
+  else next();
 }
 
 interface ClientEvent {
