@@ -153,7 +153,11 @@ export const SessionsResponse = Type.Object({
   sessions: Type.Array(ActiveSessionSchema),
   history: Type.Array(SessionHistorySchema),
 });
-export const TokenSuffixParam = Type.Object({ token_suffix: Type.String({ minLength: 1, maxLength: 16 }) }, strict);
+/**
+ * Any text: a suffix of no live session of the caller, whatever its length, is unknown (404, spec
+ * 4.2 rule 2). The request line's limit bounds it (platform/method-not-allowed.ts).
+ */
+export const TokenSuffixParam = Type.Object({ token_suffix: Type.String({ minLength: 1 }) }, strict);
 
 export type User = Static<typeof UserSchema>;
 export type PublicUser = Static<typeof PublicUserSchema>;
