@@ -1,5 +1,4 @@
-import { randomBytes } from 'node:crypto';
-import { type Chat, INT32_MAX, Limits } from '@parlor/protocol';
+import { type Chat, INT32_MAX } from '@parlor/protocol';
 import { sql } from 'drizzle-orm';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
@@ -13,9 +12,10 @@ import type { MessagesService } from '../messages/messages.service.js';
 import { hasPremium } from '../users/users.presenter.js';
 import type { Tx } from '../users/users.store.js';
 import { makeDirectChats } from './chats.direct.js';
+import { assertChatManager, makeChatInvites } from './chats.invites.js';
 import { makeChatMembership } from './chats.membership.js';
 import { makeChatPresence } from './chats.presence.js';
-import { toActivity, toChat, toInvite } from './chats.presenter.js';
+import { toActivity, toChat } from './chats.presenter.js';
 import { archivedAtOf, canManage, canReadActivity, chatSlots, type Viewer } from './chats.rules.js';
 import type { ChatRow, ChatsStore, ChatWithCount } from './chats.store.js';
 
@@ -85,13 +85,9 @@ export function makeChatsService(deps: ChatsDeps) {
   const reachable = (viewer: Viewer, chatId: number): Promise<ChatWithCount> =>
     viewer.stranger ? strangerChat(viewer.userId, chatId) : mustGet(chatId);
 
-  const assertManager = (viewer: Viewer, chat: ChatWithCount) => {
-    if (!canManage(viewer, chat.ownerUserId)) throw appError('ERR_FORBIDDEN');
-  };
-
   /** Official chats are the platform's own: only Owners (and the operator) change or delete them. */
   const assertSettingsManager = (viewer: Viewer, chat: ChatWithCount) => {
-    assertManager(viewer, chat);
+    assertChatManager(viewer, chat);
     if (chat.type === 'official' && !canManageOfficial(viewer.permissionLevel))
       throw appError('ERR_FORBIDDEN', 'Only Owners and the operator manage official chats.');
   };
@@ -124,6 +120,7 @@ export function makeChatsService(deps: ChatsDeps) {
     for (const id of chatIds) for (const l of archivedListeners) l(id);
   };
   const direct = makeDirectChats({ db, store, clock, messages, realtime, mustGet, removedChats, archivedChats });
+  const invites = makeChatInvites({ db, store, clock, mustGet });
 
   return {
     /** Listens for chat deletions (owner, admin, direct-chat sweep); returns the unsubscribe. */
@@ -285,61 +282,7 @@ export function makeChatsService(deps: ChatsDeps) {
       for (const userId of members) realtime.leaveChat(userId, chatId);
     },
 
-    /**
-     * Public chats: any member may invite; private chats: their owner and Admins and above. One
-     * transaction that holds the chat's row (FOR SHARE) from its read to the invite's insert: a
-     * deletion or a change of type committed before is read here (404, or a private chat's rule),
-     * one that comes later waits for the invite (and making the chat private then revokes a
-     * member's). The creator's level is the stored one, as the join that spends the invite reads it.
-     * A chat holds up to Limits.INVITES_PER_CHAT live invites (409 ERR_INVITE_LIMIT past it),
-     * every stored live one counted (liveInviteCount), under a lock that serialises the chat's creations: two
-     * creations racing for the last place, on any nodes, cannot both pass the count.
-     */
-    async createInvite(viewer: Viewer, chatId: number, body: { max_uses?: number; expires_in_seconds?: number }) {
-      const now = clock.now();
-      const invite = await db.transaction(async (tx) => {
-        const chat = await store.shareById(chatId, tx);
-        if (!chat) throw appError('ERR_CHAT_NOT_FOUND');
-        // Users rows after chat rows (docs/api.md, Moderation). An account deleted meanwhile took its session with it.
-        const level = await store.levelOf(viewer.userId, tx);
-        if (level === undefined) throw appError('ERR_UNAUTHENTICATED');
-        const creator: Viewer = { userId: viewer.userId, permissionLevel: level };
-        const member = chat.type === 'public' && (await store.isMember(chatId, viewer.userId, tx));
-        if (!member && !canManage(creator, chat.ownerUserId)) throw appError('ERR_FORBIDDEN');
-        if (chat.type === 'direct') throw appError('ERR_FORBIDDEN', 'Direct chats take no invites.');
-        // After the chat's row, as every creation takes them; the count holds until the insert.
-        await store.holdInviteCreation(chatId, tx);
-        const live = await store.liveInviteCount(chatId, now, tx);
-        if (live >= Limits.INVITES_PER_CHAT) throw appError('ERR_INVITE_LIMIT');
-        return store.insertInvite(
-          {
-            code: randomBytes(9).toString('base64url'),
-            chatId,
-            createdBy: viewer.userId,
-            maxUses: body.max_uses ?? null,
-            expiresAt: body.expires_in_seconds ? new Date(now.getTime() + body.expires_in_seconds * 1000) : null,
-            createdAt: now,
-          },
-          tx,
-        );
-      });
-      return toInvite(invite);
-    },
-
-    /** The invites a join accepts now: of a private chat, only those whose creator may still issue them. */
-    async invites(viewer: Viewer, chatId: number) {
-      const chat = await mustGet(chatId);
-      assertManager(viewer, chat);
-      return (await store.invitesOf(chatId, clock.now(), chat.type === 'private' ? chat : undefined)).map(toInvite);
-    },
-
-    async deleteInvite(viewer: Viewer, chatId: number, code: string): Promise<void> {
-      const chat = await mustGet(chatId);
-      const invite = (await store.invitesOfCode(code, clock.now())).find((i) => i.chatId === chatId);
-      if (!invite) throw appError('ERR_INVITE_NOT_FOUND');
-      if (invite.createdBy !== viewer.userId && !canManage(viewer, chat.ownerUserId)) throw appError('ERR_FORBIDDEN');
-      await store.revokeInvite(chatId, code, clock.now());
-    },
+    ...invites,
 
     async activity(viewer: Viewer, chatId: number, offset: number, limit: number) {
       const chat = await mustGet(chatId);
