@@ -22,6 +22,7 @@ function keyingOf(
     isJoined: () => true,
     onKey: () => {},
     onError: (e) => errors.push(e),
+    onReplaced: () => {},
     ...opts,
   });
   return { keying, errors };
@@ -169,7 +170,9 @@ describe('ChatKeying: sessions announced while the key was lacking, and later ep
   const settle = () => new Promise((r) => setTimeout(r, 40));
 
   it('portal:key_removed drops a session (or every session of its user) it was waiting to give the key to', async () => {
-    const { keying, errors, shares, receive } = lacking(1);
+    // The server's ring still lists them all: the drop is the client's own.
+    const ring = { '9': { '20': key(), '21': key() }, '8': { '30': key(), '31': key() } };
+    const { keying, errors, shares, receive } = lacking(1, () => ({ epoch: 1, envelope: null, key_ring: ring }));
     keying.keyAdded(1, 9, 20, key());
     keying.keyAdded(1, 9, 21, key());
     keying.keyAdded(1, 8, 30, key());
@@ -244,6 +247,133 @@ describe('ChatKeying: sessions announced while the key was lacking, and later ep
     state = { epoch: 3, envelope: null, key_ring: { '1': { [String(own)]: publicKey } } };
     await keying.shareWith(1, joinRing, 1, true);
     expect(shares).toHaveLength(1);
+    await keying.close();
+    expect(errors).toEqual([]);
+  });
+});
+
+describe('ChatKeying: announcements are checked against the ring of the key’s epoch', () => {
+  const own = 10;
+  type Share = { epoch: number; envelopes: { session_id: number }[] };
+  const key = () => publicKeyToBase64(generateKeyPair().publicKey);
+  const settle = () => new Promise((r) => setTimeout(r, 40));
+
+  /** A keying of chat 7 holding the key of `epoch`, over a client whose ring is `ring()`. */
+  function holding(epoch: number, ring: (publicKey: string) => Record<string, Record<string, string>>) {
+    const pair = generateKeyPair();
+    const publicKey = publicKeyToBase64(pair.publicKey);
+    const shares: Share[] = [];
+    let reads = 0;
+    const client = {
+      chatKey: async () => {
+        reads++;
+        return { epoch, envelope: null, key_ring: ring(publicKey) };
+      },
+      shareKeys: async (_chatId: number, body: Share) => {
+        shares.push(body);
+        return { epoch: body.epoch, stored: body.envelopes.length };
+      },
+    } as unknown as ParlorClient;
+    const replaced: E2ESessionError[] = [];
+    const { keying, errors } = keyingOf(client, pair, { onReplaced: (e) => replaced.push(e) });
+    keying.setSessionId(own);
+    keying.keys.raiseEpoch(7, epoch);
+    keying.keys.store(7, epoch, generateChatKey());
+    const sessions = () => shares.flatMap((s) => s.envelopes.map((e) => [s.epoch, e.session_id]));
+    return { keying, errors, replaced, sessions, reads: () => reads, publicKey };
+  }
+
+  it('does not wrap the key of the epoch after a kick for a session announced after the kick’s rekey', async () => {
+    // The server's ring at epoch 2: our session only (the kicked user is gone).
+    const { keying, errors, sessions, reads } = holding(2, (mine) => ({ '1': { [String(own)]: mine } }));
+    // The kick's events, then an announcement of the kicked user's new session sent before the kick committed.
+    keying.keyRemoved(7, 99, null);
+    keying.rekey(7, 2);
+    keying.keyAdded(7, 99, 500, key());
+    await settle();
+    await keying.close();
+    expect(reads()).toBe(1);
+    expect(sessions()).toEqual([]);
+    expect(errors).toEqual([]);
+  });
+
+  it('reads the ring once per batch of announcements and wraps for the listed sessions under the listed keys', async () => {
+    const listed = generateKeyPair();
+    const { keying, errors, sessions, reads } = holding(3, (mine) => ({
+      '1': { [String(own)]: mine },
+      '8': { '30': publicKeyToBase64(listed.publicKey), '31': key() },
+    }));
+    keying.keyAdded(7, 8, 30, key());
+    keying.keyAdded(7, 8, 31, key());
+    keying.keyAdded(7, 9, 40, key()); // not in the ring at epoch 3
+    await settle();
+    expect(reads()).toBe(1);
+    expect(sessions()).toEqual([
+      [3, 30],
+      [3, 31],
+    ]);
+    await keying.close();
+    expect(errors).toEqual([]);
+  });
+});
+
+describe('ChatKeying: another key registered for its own session (a second tab)', () => {
+  const own = 10;
+  const settle = () => new Promise((r) => setTimeout(r, 40));
+
+  function keyingWithRing(ring: (publicKey: string) => Record<string, Record<string, string>>) {
+    const pair = generateKeyPair();
+    const publicKey = publicKeyToBase64(pair.publicKey);
+    let reads = 0;
+    const shares: unknown[] = [];
+    const client = {
+      chatKey: async () => {
+        reads++;
+        return { epoch: 1, envelope: null, key_ring: ring(publicKey) };
+      },
+      shareKeys: async (_chatId: number, body: { epoch: number }) => {
+        shares.push(body);
+        return { epoch: body.epoch, stored: 0 };
+      },
+    } as unknown as ParlorClient;
+    const replaced: E2ESessionError[] = [];
+    const { keying, errors } = keyingOf(client, pair, { onReplaced: (e) => replaced.push(e) });
+    keying.setSessionId(own);
+    return { keying, errors, replaced, shares, reads: () => reads, publicKey };
+  }
+
+  it('stops for good and reports KEY_REPLACED when the ring confirms the announced key', async () => {
+    const other = publicKeyToBase64(generateKeyPair().publicKey);
+    const { keying, errors, replaced, reads } = keyingWithRing(() => ({ '1': { [String(own)]: other } }));
+    keying.keyAdded(1, 1, own, other);
+    keying.keyAdded(2, 1, own, other); // the same registration, announced in another chat
+    await settle();
+    expect(reads()).toBe(1);
+    expect(replaced.map((e) => [e.code, e.details])).toEqual([['KEY_REPLACED', { sessionId: own, publicKey: other }]]);
+    // Its work has stopped: a keying now fails at once.
+    await expect(keying.current(1, 0)).rejects.toMatchObject({ code: 'CLOSED' });
+    await keying.close();
+    expect(errors).toEqual([]);
+  });
+
+  it('a ring read that lists another key for this session ends a keying with KEY_REPLACED', async () => {
+    const other = publicKeyToBase64(generateKeyPair().publicKey);
+    const { keying, replaced, shares } = keyingWithRing(() => ({ '1': { [String(own)]: other } }));
+    await expect(keying.ensure(1)).rejects.toMatchObject({ code: 'KEY_REPLACED' });
+    expect(replaced).toHaveLength(1);
+    expect(shares).toEqual([]);
+    await keying.close();
+  });
+
+  it('stays open when the announcement is of its own key, or the ring still lists its key', async () => {
+    const { keying, errors, replaced, reads, publicKey } = keyingWithRing((mine) => ({ '1': { [String(own)]: mine } }));
+    keying.keyAdded(1, 1, own, publicKey);
+    await settle();
+    expect(reads()).toBe(0);
+    keying.keyAdded(1, 1, own, publicKeyToBase64(generateKeyPair().publicKey)); // stale: read before our registration
+    await settle();
+    expect(reads()).toBe(1);
+    expect(replaced).toEqual([]);
     await keying.close();
     expect(errors).toEqual([]);
   });

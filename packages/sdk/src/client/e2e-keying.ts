@@ -34,6 +34,12 @@ export interface ChatKeyingOptions {
   isJoined: (chatId: number) => boolean;
   onKey: (e: KeyEvent) => void;
   onError: (error: E2ESessionError) => void;
+  /**
+   * The server lists this session with another public key: another client (a second tab sharing
+   * the login session's cookie) registered a key for it, so no envelope opens here any more.
+   * Called once; the keying has stopped by then.
+   */
+  onReplaced: (error: E2ESessionError) => void;
 }
 
 /**
@@ -55,6 +61,8 @@ export class ChatKeying {
   readonly #wakers = new Set<() => void>();
   #sessionId: number | null = null;
   #closed = false;
+  /** A ring read is checking an announcement of this session with another key. */
+  #confirming = false;
 
   constructor(opts: ChatKeyingOptions) {
     this.#o = opts;
@@ -129,12 +137,22 @@ export class ChatKeying {
   }
 
   /**
-   * `portal:key_added`: give the key of the current epoch to that session (as soon as we hold it).
-   * The announcement is kept with the epoch known now: only that epoch's key is given to it as
-   * announced; a later epoch's key only when the server lists the session in that epoch's ring.
+   * `portal:key_added`: give the key of the current epoch to that session (as soon as we hold it,
+   * and only if the server lists it in that epoch's ring: see {@link #flushShares}). The
+   * announcement is kept with the epoch known now, so that a `room:rekey` drops it. One that names
+   * this session with another public key is checked against the ring ({@link checkOwnKey}).
    */
   keyAdded(chatId: number, userId: number, sessionId: number, publicKey: string): void {
-    if (sessionId === this.#sessionId || !this.#o.isJoined(chatId)) return;
+    if (sessionId === this.#sessionId) {
+      // Another key registered for this session (another tab on the same cookie). The ring says
+      // whether it is the current one (an announcement read before our registration is not).
+      if (publicKey !== this.#o.publicKey && !this.#closed && !this.#confirming) {
+        this.#confirming = true;
+        this.#track(chatId, this.#confirmOwnKey(chatId));
+      }
+      return;
+    }
+    if (!this.#o.isJoined(chatId)) return;
     const pending = this.#pendingShares.get(chatId) ?? new Map<number, PendingShare>();
     pending.set(sessionId, { userId: String(userId), publicKey, epoch: this.keys.epochOf(chatId) ?? 0 });
     this.#pendingShares.set(chatId, pending);
@@ -158,6 +176,45 @@ export class ChatKeying {
     if (!pending) return;
     for (const [id, entry] of pending) {
       if (sessionId === null ? entry.userId === String(userId) : id === sessionId) pending.delete(id);
+    }
+  }
+
+  /**
+   * Checks that `ring` lists this session (when it does) with this session's public key. When it
+   * lists another, the server holds that key for this session: the keying stops for good, and
+   * `onReplaced` is told.
+   * @throws E2ESessionError KEY_REPLACED in that case.
+   */
+  checkOwnKey(ring: KeyRing): void {
+    const own = this.#sessionId === null ? undefined : String(this.#sessionId);
+    if (own === undefined) return;
+    for (const sessions of Object.values(ring)) {
+      const listed = sessions[own];
+      if (listed !== undefined && listed !== this.#o.publicKey) throw this.#replaced(listed);
+    }
+  }
+
+  #replaced(listed: string): E2ESessionError {
+    const error = new E2ESessionError(
+      'KEY_REPLACED',
+      `Another client registered a new key for session ${this.#sessionId}: envelopes for it no longer open here.`,
+      { details: { sessionId: this.#sessionId, publicKey: listed } },
+    );
+    if (!this.#closed) {
+      void this.close();
+      this.#o.onReplaced(error);
+    }
+    return error;
+  }
+
+  /** Reads the ring (its check ends the keying when another key is listed for this session). */
+  async #confirmOwnKey(chatId: number): Promise<void> {
+    try {
+      await this.#readKeys(chatId);
+    } catch (error) {
+      if (!isApiError(error, 'ERR_NOT_CHAT_MEMBER', 'ERR_CHAT_NOT_FOUND')) throw error;
+    } finally {
+      this.#confirming = false;
     }
   }
 
@@ -267,6 +324,11 @@ export class ChatKeying {
       if (now === null || this.#closed) return;
       target = withinRing(ring, now);
     }
+    await this.#shareListed(chatId, current, target, skipSelf);
+  }
+
+  /** Wraps `current` for the sessions of `target` (as the server lists them at its epoch) that lack it. */
+  async #shareListed(chatId: number, current: EpochKey, target: KeyRing, skipSelf: boolean): Promise<void> {
     const skip = skipSelf && this.#sessionId !== null ? [this.#sessionId] : [];
     const share = buildKeyShare({
       keyRing: target,
@@ -379,8 +441,9 @@ export class ChatKeying {
 
   /**
    * `GET …/keys`, its answer checked: an epoch that is not a non-negative integer or a missing key
-   * ring would be stored as the chat's epoch, or fail later where no caller can be told.
-   * @throws E2ESessionError BAD_SERVER_ANSWER (nothing of the answer kept); the server's errors.
+   * ring would be stored as the chat's epoch, or fail later where no caller can be told. A ring
+   * listing this session with another public key ends the keying ({@link checkOwnKey}).
+   * @throws E2ESessionError BAD_SERVER_ANSWER (nothing of the answer kept), KEY_REPLACED; the server's errors.
    */
   async #readKeys(chatId: number): Promise<KeysAnswer> {
     const state: unknown = await this.#o.client.chatKey(chatId);
@@ -391,7 +454,9 @@ export class ChatKeying {
         details: { answer: 'GET /v1/portal/chats/{chat_id}/keys', path: problem.path, problem: problem.message },
       });
     }
-    return state as KeysAnswer;
+    const answer = state as KeysAnswer;
+    this.checkOwnKey(answer.key_ring);
+    return answer;
   }
 
   /** Ends timers and waits; resolves when running keyings have stopped. */
@@ -502,22 +567,27 @@ export class ChatKeying {
   }
 
   /**
-   * Gives the current key to the sessions announced while it was not held. Each announcement
-   * counts as a ring of the epoch known when it came: announced at the current epoch, the session
-   * gets its key as announced; announced earlier, only if the server lists it at the current
-   * epoch (see {@link shareWith}).
+   * Gives the current key to the sessions announced (`portal:key_added`) that lack it. An
+   * announcement is only the server's word of some moment: one sent before a kick may arrive after
+   * the kick's rekey, at the epoch that removed the member. So the ring is read once for the whole
+   * batch, and only the sessions the server lists at the key's epoch get it, under the keys listed
+   * there (none when the chat has moved on: its next keying covers them).
    */
   async #flushShares(chatId: number): Promise<void> {
     const pending = this.#pendingShares.get(chatId);
-    if (!pending || pending.size === 0 || !this.hasKey(chatId)) return;
+    const current = this.keys.current(chatId);
+    if (!pending || pending.size === 0 || !current) return;
     this.#pendingShares.delete(chatId);
-    const rings = new Map<number, Record<string, Record<string, string>>>();
-    for (const [sessionId, { userId, publicKey, epoch }] of pending) {
-      const ring = rings.get(epoch) ?? {};
-      ring[userId] = { ...ring[userId], [String(sessionId)]: publicKey };
-      rings.set(epoch, ring);
+    const known = this.#holders.get(chatId);
+    const announced: Record<string, Record<string, string>> = {};
+    for (const [sessionId, { userId, publicKey }] of pending) {
+      if (known?.epoch === current.epoch && known.sessions.has(sessionId)) continue;
+      announced[userId] = { ...announced[userId], [String(sessionId)]: publicKey };
     }
-    for (const [epoch, ring] of rings) await this.shareWith(chatId, ring, epoch, false);
+    if (Object.keys(announced).length === 0 || this.#closed) return;
+    const now = await this.#ringAt(chatId, current.epoch);
+    if (now === null || this.#closed) return;
+    await this.#shareListed(chatId, current, withinRing(announced, now), false);
   }
 
   #reportSkipped(chatId: number, skipped: SkippedSession[]): void {

@@ -100,6 +100,7 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
       isJoined: (chatId) => this.#joined.has(chatId),
       onKey: (e) => this.emit('key', e),
       onError: (e) => this.emit('error', e),
+      onReplaced: (error) => void this.#end({ reason: 'key_replaced', code: error.code, error }),
     });
     this.#listen();
   }
@@ -166,6 +167,7 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
   async join(payload: RoomJoinPayload, opts: JoinOptions = {}): Promise<JoinedChat> {
     this.#assertOpen();
     const joined = checkJoined(await joinRoom(this.socket, payload));
+    this.#keying.checkOwnKey(joined.key_ring);
     const chatId = joined.chat.id;
     this.#joined.add(chatId);
     this.#entered.add(chatId);
@@ -221,21 +223,32 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
   }
 
   /**
-   * The plaintext of a user message (from `message:new` or history).
+   * The plaintext of a user message (from `message:new` or history). Pass `expectedChatId` when
+   * the message came as part of a chat's answer: its `chat_id` is the server's word, and a
+   * message of another chat decrypts under that chat's keys.
    * @throws E2EError NO_KEY_FOR_EPOCH for an epoch this session never held, DECRYPT_FAILED or
-   *   BUNDLE_INVALID for bad content; E2ESessionError SYSTEM_MESSAGE for a system message.
+   *   BUNDLE_INVALID for bad content, DECRYPT_FAILED for a message of another chat than
+   *   `expectedChatId`; E2ESessionError SYSTEM_MESSAGE for a system message.
    */
-  decrypt(message: Message): string {
+  decrypt(message: Message, expectedChatId?: number): string {
     const chatId = message.chat_id;
+    if (expectedChatId !== undefined && chatId !== expectedChatId) throw otherChat(chatId, expectedChatId);
     if (message.type === 'system') {
       throw new E2ESessionError('SYSTEM_MESSAGE', 'System messages carry no ciphertext.', { chatId });
     }
     return decryptMessage({ chatKey: this.#keying.keys.lookup(chatId), chatId, content: message.content }).plaintext;
   }
 
-  /** Reads a message without throwing: decrypted, system, or undecryptable with its E2EError. */
-  open(message: Message): ChatEntry {
+  /**
+   * Reads a message without throwing: decrypted, system, or undecryptable with its E2EError. With
+   * `expectedChatId`, a message (system ones too) whose `chat_id` is another chat is undecryptable
+   * (`DECRYPT_FAILED`): see {@link decrypt}.
+   */
+  open(message: Message, expectedChatId?: number): ChatEntry {
     const chatId = message.chat_id;
+    if (expectedChatId !== undefined && chatId !== expectedChatId) {
+      return { kind: 'undecryptable', chatId, message, error: otherChat(chatId, expectedChatId) };
+    }
     if (message.type === 'system') return { kind: 'system', chatId, message };
     try {
       const lookup = this.#keying.keys.lookup(chatId);
@@ -247,10 +260,14 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
     }
   }
 
-  /** A page of history (newest first), each message read with {@link open}. */
+  /**
+   * A page of history (newest first), each message read with {@link open}. A message the server
+   * put in the page whose `chat_id` is another chat is `undecryptable` (`DECRYPT_FAILED`), never
+   * shown as this chat's.
+   */
   async history(chatId: number, input: HistoryInput = {}): Promise<ChatEntry[]> {
     const { messages } = await this.client.history(chatId, input);
-    return messages.map((m) => this.open(m));
+    return messages.map((m) => this.open(m, chatId));
   }
 
   /** Incoming entries as an async iterator (of one chat, or all); it ends at `close()` or `return()`. */
@@ -445,6 +462,7 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
         const entered = await this.#enter(connection, chatId);
         if (entered === null || this.#stale(connection)) return;
         const joined = checkJoined(entered);
+        this.#keying.checkOwnKey(joined.key_ring);
         this.#entered.add(chatId);
         this.#keying.keys.raiseEpoch(chatId, joined.epoch);
         // Sessions announced (portal:key_added) while this one was away get the key now; a room:key
@@ -572,6 +590,11 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
   #assertOpen(): void {
     if (this.#closed) throw new E2ESessionError('CLOSED', 'This E2E session is closed.');
   }
+}
+
+/** The error of a message that came in the answer for `expected` but names another chat. */
+function otherChat(chatId: number, expected: number): E2EError {
+  return new E2EError('DECRYPT_FAILED', `A message of chat ${chatId} came in the answer for chat ${expected}.`);
 }
 
 /**

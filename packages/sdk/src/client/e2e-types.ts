@@ -12,6 +12,13 @@ export const E2ESessionErrorCode = {
   SESSION_UNKNOWN: 'SESSION_UNKNOWN',
   /** The session was closed. */
   CLOSED: 'CLOSED',
+  /**
+   * The server lists this session with another public key: another client on the same login
+   * session (a second browser tab sharing its cookie) registered a new key for it, so envelopes
+   * for it no longer open here. The session has closed (`closed {reason: 'key_replaced'}`).
+   * `details`: `{sessionId, publicKey}` (the key the server lists now).
+   */
+  KEY_REPLACED: 'KEY_REPLACED',
   /** `decrypt` was given a system message (it has no ciphertext). */
   SYSTEM_MESSAGE: 'SYSTEM_MESSAGE',
   /** An envelope addressed to this session did not open (tampered, or wrapped for another key). */
@@ -100,9 +107,17 @@ export interface E2EChatSessionEvents {
    * or a ban), or the socket came back as another login session (`reason: 'session_changed'`: the
    * cookie it sends changed while it was away, as a second login in another tab of the same browser
    * does; the server gave it none of this session's rooms, and this session's key and envelopes
-   * belong to the old one). Message iterators end; open a new session (it registers a new key).
+   * belong to the old one), or another client on the same login session (a second tab sharing its
+   * cookie) registered a new key for it (`reason: 'key_replaced'`, `code` `KEY_REPLACED`: the
+   * server lists that key for this session now, so no envelope opens here any more; tabs that
+   * share a login session must share one keypair, `keyPair`). Message iterators end; open a new
+   * session (it registers a new key).
    */
-  closed: (e: { reason: 'closed' | 'refused' | 'session_changed'; code?: string; error?: ParlorApiError }) => void;
+  closed: (e: {
+    reason: 'closed' | 'refused' | 'session_changed' | 'key_replaced';
+    code?: string;
+    error?: ParlorApiError | E2ESessionError;
+  }) => void;
   /** A background failure; never thrown, since no caller is waiting for it. */
   error: (error: E2ESessionError) => void;
 }
@@ -112,7 +127,12 @@ export interface E2EChatSessionOptions {
   client: ParlorClient;
   /** An open socket of the same session; by default one is opened, and `close()` closes it. */
   socket?: ParlorSocket;
-  /** This session's X25519 keypair (default: a fresh one). The private key never leaves this object. */
+  /**
+   * This session's X25519 keypair (default: a fresh one). The private key never leaves this object.
+   * Every E2E session on one login session (browser tabs sharing its cookie) must use the same
+   * keypair: a session with another one replaces the key of the first, which then closes
+   * (`closed {reason: 'key_replaced'}`).
+   */
   keyPair?: KeyPair;
   /** Longest wait for a chat key: in `join`, `send`, and before giving up on an incoming message (ms, default 5000). */
   keyWaitMs?: number;
