@@ -36,7 +36,13 @@ async function main() {
     const server = createServer((_req, res) => {
       res.writeHead(404).end();
     });
-    host = createBrowserHost(server, { provider: localProvider(config, warn), token: token.value, log: warn });
+    host = createBrowserHost(server, {
+      provider: localProvider(config, warn),
+      token: token.value,
+      log: warn,
+      // A room reaches private networks only when this host allows it too (browser-host.ts).
+      allowPrivateNetworks: config.vmAllowPrivateNetworks,
+    });
     if (events.stopping) return null;
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);

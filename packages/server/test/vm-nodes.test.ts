@@ -1,13 +1,16 @@
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
+import { buildApp } from '../src/app.js';
+import type { Caller } from '../src/modules/vm/vm.service.js';
 import { type Backing, createBacking, MODE, startApp, type TestApp } from './support/app.js';
 import { join, type Member, member } from './support/chat-flows.js';
 import { Client } from './support/client.js';
 import { captureLog, LEVEL } from './support/logs.js';
-import { closeAllSockets } from './support/sockets.js';
+import { closeAllSockets, connectSocket } from './support/sockets.js';
 import {
   autoAck,
   BROWSER_TEST_TIMEOUT_MS,
   browserAvailable,
+  describeBrowser,
   eventually,
   startTestSite,
   WAIT_MS,
@@ -324,3 +327,101 @@ describe.skipIf(!browserAvailable || MODE !== 'cluster' || !inject('servicesAvai
     });
   },
 );
+
+describeBrowser('two watchers on one node opening its audience of a room elsewhere at once', () => {
+  let runs: TestApp;
+  let watches: Awaited<ReturnType<typeof buildApp>>;
+  let watchesUrl: string;
+  let site2: Awaited<ReturnType<typeof startTestSite>>;
+
+  beforeAll(async () => {
+    site2 = await startTestSite();
+    runs = await startApp({ config: { vmAllowPrivateNetworks: true, vmMaxPerNode: 1, vmIdleTimeoutSeconds: 600 } });
+    runs.services.vm.useSettings(async () => ({ start_url: site2.url('/button') }));
+    // A second node over the same stores, with no browsers: it watches the room over the frame channel.
+    watches = await buildApp({
+      config: { ...runs.config, vmMaxPerNode: 0 },
+      database: runs.database,
+      state: runs.state,
+      ownsStores: false,
+      logger: false,
+    });
+    watchesUrl = await watches.app.listen({ port: 0, host: '127.0.0.1' });
+  });
+  afterAll(async () => {
+    await watches?.app.close();
+    await runs?.close();
+    await site2?.close();
+  });
+
+  it('keeps the viewer whose audience the other ended while it subscribed: its acks count, a kick ends its stream', async () => {
+    const host = await member(runs, { level: 2 });
+    const created = await host.client.post('/v1/portal/chats/create', { name: 'Two watchers', type: 'public' });
+    const roomChat = created.body.chat.id as number;
+    expect((await join(host, { chat_id: roomChat })).ok).toBe(true);
+    expect((await host.client.post(`/v1/portal/chats/${roomChat}/start`, {})).status).toBe(200);
+    const [stays, leaves] = [await member(runs), await member(runs)];
+    for (const m of [stays, leaves]) {
+      m.socket.close();
+      m.socket = await connectSocket(watchesUrl, m.client);
+      expect((await join(m, { chat_id: roomChat })).ok).toBe(true);
+    }
+    const tokenOf = async (m: Member) => (await ack(m, 'vm:credentials', { chat_id: roomChat })).credentials.token;
+    const [token1, token2] = [await tokenOf(stays), await tokenOf(leaves)];
+
+    // The second node's subscription to the room's frames takes a while (a Redis SUBSCRIBE round trip).
+    let release = () => {};
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const subscribe = runs.state.subscribe.bind(runs.state);
+    runs.state.subscribe = async (channel: string, handler: (m: string) => void) => {
+      if (channel.startsWith('vm:frames:')) await gate;
+      return subscribe(channel, handler);
+    };
+    try {
+      const socket = watches.services.realtime.io.of('/').sockets.get(stays.socket.id as string);
+      const staying: Caller = {
+        socketId: stays.socket.id as string,
+        userId: stays.user.id,
+        permissionLevel: 0,
+        username: stays.user.username,
+        joined: (id) => socket?.rooms.has(`chat:${id}`) ?? false,
+      };
+      // The other watcher's socket leaves the chat while its watch is checked: it finds the audience empty.
+      let asked = 0;
+      const leaving: Caller = {
+        socketId: 'a-socket-leaving',
+        userId: leaves.user.id,
+        permissionLevel: 0,
+        username: leaves.user.username,
+        joined: () => ++asked === 1,
+      };
+      const first = watches.services.vm.watch(staying, roomChat, token1);
+      await new Promise((r) => setTimeout(r, 50));
+      const second = watches.services.vm.watch(leaving, roomChat, token2);
+      await new Promise((r) => setTimeout(r, 50));
+      release();
+      await expect(second).rejects.toMatchObject({ code: 'ERR_NOT_CHAT_MEMBER' });
+      await expect(first).resolves.toMatchObject({ width: 1280 });
+    } finally {
+      runs.state.subscribe = subscribe;
+    }
+
+    const frames = () => stays.socket.received.filter((r) => r.event === 'vm:frame' && r.payload.chat_id === roomChat);
+    await eventually(() => frames().length > 0, WAIT_MS, 'a first frame');
+    const seq = frames()[0]?.payload.seq;
+    expect(await ack(stays, 'vm:frame:ack', { chat_id: roomChat, seq })).toEqual({ ok: true });
+
+    // A kick (on the node where the socket is) ends its stream at once, whatever the page does next.
+    const hostThere = Object.assign(new Client(watchesUrl, host.client.ip), { cookie: host.client.cookie });
+    expect((await hostThere.post(`/v1/portal/chats/${roomChat}/kick`, { user_id: stays.user.id })).status).toBe(200);
+    await stays.socket.next('room:left', (p) => p.chat_id === roomChat);
+    const before = frames().length;
+    expect((await ack(host, 'vm:control:request', { chat_id: roomChat })).granted).toBe(true);
+    const navigate = { chat_id: roomChat, kind: 'navigate', url: site2.url('/page2') };
+    expect((await ack(host, 'vm:input', navigate)).ok).toBe(true);
+    await new Promise((r) => setTimeout(r, 1500));
+    expect(frames().length - before).toBe(0);
+  });
+});

@@ -49,6 +49,24 @@ describeLocal('local Chromium provider', () => {
     expect(missing.list()).toEqual([]);
   });
 
+  it('calls off a start stopped before its browser launched (getting its account or network proxy): no browser runs', async () => {
+    const provider = new LocalChromiumProvider({ chromiumPath: CHROMIUM, maxRooms: 1 });
+    try {
+      // Direct and with private networks off: the start waits for the account and the egress proxy.
+      const starting = provider.start('early', spec({ startUrl: site.url('/button'), allowPrivateNetworks: false }));
+      const failed = rejectsWith(starting, 'ERR_ROOM_START_FAILED', /called off/);
+      await provider.stop('early');
+      await failed;
+      expect(provider.list()).toEqual([]);
+      expect(provider.pidOf('early')).toBeUndefined();
+      // The room starts again afterwards.
+      await provider.start('early', spec({ startUrl: site.url('/button') }));
+      expect(provider.status('early')?.state).toBe('running');
+    } finally {
+      await provider.close();
+    }
+  });
+
   it('runs a server-as-root’s browsers as VM_BROWSER_USER (else as the server’s own user) inside the sandbox', async () => {
     const root = process.getuid?.() === 0;
     const provider = new LocalChromiumProvider({ chromiumPath: CHROMIUM, maxRooms: 1 });

@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { io as ioClient } from 'socket.io-client';
-import { afterAll, beforeAll, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { type BrowserHost, createBrowserHost } from '../src/platform/vm/browser-host.js';
 import { LocalChromiumProvider } from '../src/platform/vm/local-provider.js';
 import type { VmFrame, VmProvider } from '../src/platform/vm/provider.js';
@@ -54,10 +54,11 @@ let site: Awaited<ReturnType<typeof startTestSite>>;
 const hosts: { host: BrowserHost; provider: LocalChromiumProvider }[] = [];
 const remotes: RemoteBrowserProvider[] = [];
 
+/** A browser host on a free port; the test site is on loopback, so it allows private networks. */
 async function startHost(maxRooms: number) {
   const provider = new LocalChromiumProvider({ chromiumPath: CHROMIUM, maxRooms });
   const server = createServer();
-  const host = createBrowserHost(server, { provider, token: TOKEN });
+  const host = createBrowserHost(server, { provider, token: TOKEN, allowPrivateNetworks: true });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   hosts.push({ host, provider });
   return { host, provider, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}` };
@@ -210,7 +211,70 @@ describeProvider('remote provider over browser hosts', () => {
       await rejectsWith(node.start('late', spec()), 'ERR_ROOM_START_FAILED', /did not answer in time/);
       expect(node.status('late')).toBeNull();
       await eventually(() => stops.includes('late'), WAIT_MS, 'the late room stopped on the host');
-      expect(host.rooms()).toBe(0);
+      // The host forgets it once its start has settled (the stop killed the browser being launched).
+      await eventually(() => host.rooms() === 0, WAIT_MS, 'the host forgetting the room');
+    } finally {
+      await host.close();
+    }
+  });
+
+  it('calls off a start stopped while its host launches the browser: the host kills it at once, the start fails', async () => {
+    const { host, provider, url } = await startHost(1);
+    const node = remote([url]);
+    const starting = node.start('early', spec({ startUrl: site.url('/button') }));
+    await eventually(() => provider.status('early')?.state === 'starting', WAIT_MS, 'the host launching the browser');
+    await node.stop('early');
+    await rejectsWith(starting, 'ERR_ROOM_START_FAILED', /called off/);
+    expect(node.status('early')).toBeNull();
+    expect(provider.list()).toEqual([]);
+    expect(host.rooms()).toBe(0);
+    // The room starts again afterwards.
+    await node.start('early', spec({ startUrl: site.url('/button') }));
+    expect(host.rooms()).toBe(1);
+    await node.stop('early');
+  });
+
+  it('calls off on close a start its host answers meanwhile: the node keeps no room, the host stops it', async () => {
+    // A host whose start of `late` answers only once the stop of `first` (close stopping it) is under way.
+    let answer = () => {};
+    const answered = new Promise<void>((resolve) => {
+      answer = resolve;
+    });
+    const stops: string[] = [];
+    const info = (roomId: string, s: { width: number; height: number }) => ({
+      roomId,
+      state: 'running' as const,
+      width: s.width,
+      height: s.height,
+      startedAt: new Date(),
+      restarts: 0,
+    });
+    const hostProvider = browserless({
+      start: async (roomId, s) => {
+        if (roomId === 'late') await answered;
+        return info(roomId, s);
+      },
+      stop: async (roomId) => {
+        stops.push(roomId);
+        if (roomId !== 'first') return;
+        answer();
+        await new Promise((r) => setTimeout(r, 200));
+      },
+    });
+    const server = createServer();
+    const host = createBrowserHost(server, { provider: hostProvider, token: TOKEN });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const node = remote([`http://127.0.0.1:${(server.address() as AddressInfo).port}`]);
+      await node.start('first', spec());
+      const late = node.start('late', spec());
+      await eventually(() => host.rooms() === 2, WAIT_MS, 'the host starting the second room');
+      const lateFails = rejectsWith(late, 'ERR_ROOM_START_FAILED', /called off/);
+      await node.close();
+      await lateFails;
+      expect(node.list()).toEqual([]);
+      expect(stops).toContain('late');
+      await eventually(() => host.rooms() === 0, WAIT_MS, 'the host forgetting the node’s rooms');
     } finally {
       await host.close();
     }
@@ -244,6 +308,35 @@ describeProvider('remote provider over browser hosts', () => {
     await node.start('again', spec({ startUrl: site.url('/button') }));
     expect(host.rooms()).toBe(1);
     await node.stop('again');
+  });
+});
+
+describe('a browser host’s network policy', () => {
+  it('lets a room reach private networks only when both the host and the node allow it', async () => {
+    const seen: boolean[] = [];
+    const recording = browserless({
+      start: async (roomId, s) => {
+        seen.push(s.allowPrivateNetworks);
+        return { roomId, state: 'running', width: s.width, height: s.height, startedAt: new Date(), restarts: 0 };
+      },
+    });
+    const served: BrowserHost[] = [];
+    const hostWith = async (allowPrivateNetworks: boolean | undefined) => {
+      const server = createServer();
+      served.push(createBrowserHost(server, { provider: recording, token: TOKEN, allowPrivateNetworks }));
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+      return remote([`http://127.0.0.1:${(server.address() as AddressInfo).port}`]);
+    };
+    try {
+      const [unset, off, on] = [await hostWith(undefined), await hostWith(false), await hostWith(true)];
+      await unset.start('a', spec({ allowPrivateNetworks: true }));
+      await off.start('b', spec({ allowPrivateNetworks: true }));
+      await on.start('c', spec({ allowPrivateNetworks: false }));
+      await on.start('d', spec({ allowPrivateNetworks: true }));
+      expect(seen).toEqual([false, false, false, true]);
+    } finally {
+      for (const h of served) await h.close();
+    }
   });
 });
 
@@ -283,6 +376,23 @@ describeProvider('a node whose rooms run on a browser host (VM_HOSTS)', () => {
     const stopped = await owner.client.post(`/v1/portal/chats/${chatId}/stop`, {});
     expect(stopped.status).toBe(200);
     await eventually(() => hostProvider.list().length === 0, WAIT_MS, 'the host’s browser stopped');
+  });
+
+  it('calls off a start stopped while the host launches its browser: the start answers 503, nobody hears room:started', async () => {
+    const owner = await member(app, { level: 2 });
+    const created = await owner.client.post('/v1/portal/chats/create', { name: 'Stopped early', type: 'public' });
+    const chatId = created.body.chat.id as number;
+    expect((await join(owner, { chat_id: chatId })).ok).toBe(true);
+    const starting = owner.client.post(`/v1/portal/chats/${chatId}/start`, {});
+    await eventually(() => hostProvider.status(String(chatId))?.state === 'starting', WAIT_MS, 'the host launching');
+    expect((await owner.client.post(`/v1/portal/chats/${chatId}/stop`, {})).status).toBe(200);
+    const started = await starting;
+    expect({ status: started.status, code: started.body.code }).toEqual({ status: 503, code: 'ERR_ROOM_START_FAILED' });
+    expect(started.body.message).toMatch(/called off/);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(owner.socket.received.map((r) => r.event)).not.toContain('room:started');
+    expect(hostProvider.list()).toEqual([]);
+    expect(app.services.vm.isRunning(chatId)).toBe(false);
   });
 });
 

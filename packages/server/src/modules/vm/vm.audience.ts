@@ -1,4 +1,5 @@
 import type { VmStopReason } from '@parlor/protocol';
+import { appError } from '../../platform/errors.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
 import { withinTime } from '../../platform/timeout.js';
 import type { VmFrame } from '../../platform/vm/provider.js';
@@ -28,6 +29,8 @@ export const ACK_TIMEOUT_MS = 3000;
 const REPORT_EVERY_MS = 5000;
 /** How long a closing node waits for the owners of the rooms it watches to hear it has no viewers. */
 const CLOSE_NOTICE_MS = 1000;
+/** How many times `open` makes an audience again that was ended while its subscription was made. */
+const OPEN_ATTEMPTS = 3;
 
 /**
  * This node's audiences of rooms (one per room its sockets watch, whether the room runs here or on
@@ -81,30 +84,56 @@ export function makeAudiences(deps: AudienceDeps) {
   };
   const reportQuietly = (a: Audience) => void report(a).catch(() => {});
 
+  /** Frame subscriptions of audiences of rooms elsewhere still being made. */
+  const subscribing = new Map<Audience, Promise<void>>();
+  /**
+   * Subscribes the audience to its room's frames. One ended meanwhile (endAudience found no
+   * subscription to end) has its subscription ended here; one that fails goes from the map.
+   */
+  const subscribe = async (a: Audience): Promise<void> => {
+    try {
+      const unsubscribe = await cluster.subscribeFrames(a.chatId, (f) => a.viewers.frame(f));
+      if (audiences.get(a.chatId) === a) a.unsubscribe = unsubscribe;
+      else await unsubscribe().catch(() => {});
+    } catch (err) {
+      if (audiences.get(a.chatId) === a) endAudience(a.chatId, null);
+      throw err;
+    }
+  };
+
   return {
     get: (chatId: number) => audiences.get(chatId),
     end: endAudience,
     report,
     reportQuietly,
 
-    /** This node's audience of the room running on `node` (one of another node is ended first). */
+    /**
+     * This node's audience of the room running on `node` (one of another node is ended first),
+     * once its frame subscription is made. An audience ended while it was made (another watcher
+     * found it empty, the room stopped) is not handed out: a viewer added to it would be out of
+     * every leave's and kick's reach, its acks refused, and the room's node would not count it.
+     */
     async open(chatId: number, node: string): Promise<Audience> {
-      let a = audiences.get(chatId);
-      if (a && a.node !== node) endAudience(chatId, null);
-      a = audiences.get(chatId);
-      if (!a) {
-        const created: Audience = {
-          chatId,
-          node,
-          viewers: new RoomViewers(sendFrame(chatId), now),
-          unsubscribe: null,
-          reportedAt: 0,
-        };
-        audiences.set(chatId, created);
-        if (node !== self) created.unsubscribe = await cluster.subscribeFrames(chatId, (f) => created.viewers.frame(f));
-        a = created;
+      for (let attempt = 0; attempt < OPEN_ATTEMPTS; attempt++) {
+        const found = audiences.get(chatId);
+        if (found && found.node !== node) endAudience(chatId, null);
+        let a = audiences.get(chatId);
+        if (!a) {
+          a = { chatId, node, viewers: new RoomViewers(sendFrame(chatId), now), unsubscribe: null, reportedAt: 0 };
+          audiences.set(chatId, a);
+          if (node !== self) subscribing.set(a, subscribe(a));
+        }
+        const pending = subscribing.get(a);
+        if (pending) {
+          try {
+            await pending;
+          } finally {
+            if (subscribing.get(a) === pending) subscribing.delete(a);
+          }
+        }
+        if (audiences.get(chatId) === a) return a;
       }
-      return a;
+      throw appError('ERR_ROOM_NOT_RUNNING');
     },
 
     /**

@@ -126,6 +126,37 @@ describe('the room host', () => {
     expect(emitted.filter((e) => e.event === 'room:started')).toHaveLength(1);
   });
 
+  it('calls off a start stopped while its browser started, though the provider could not kill it: 503, no room:started', async () => {
+    let launched = () => {};
+    const launching = new Promise<void>((resolve) => {
+      launched = resolve;
+    });
+    const browser: string[] = [];
+    const start = fake.provider.start.bind(fake.provider);
+    // A browser that starts whatever a stop says meanwhile (a host whose answer was already on its way).
+    fake.provider.start = async (roomId, spec) => {
+      await launching;
+      browser.push('started');
+      return start(roomId, spec);
+    };
+    fake.provider.stop = async () => {
+      browser.push('stopped');
+    };
+    const starting = host.start(chatId);
+    await settle();
+    const stopping = host.stop(chatId, 'stopped');
+    launched();
+
+    await expect(starting).rejects.toMatchObject({ code: 'ERR_ROOM_START_FAILED', message: /called off/ });
+    await stopping;
+    expect(emitted.filter((e) => e.event === 'room:started')).toEqual([]);
+    expect(host.runs(chatId)).toBe(false);
+    expect(host.has(chatId)).toBe(false);
+    // The browser that started anyway is stopped.
+    expect(browser.lastIndexOf('stopped')).toBeGreaterThan(browser.indexOf('started'));
+    expect(await cluster.placeOf(chatId)).toBeNull();
+  });
+
   it('refuses control to a requester whose last socket left while the request was checked', async () => {
     await host.start(chatId);
     lookUp = async () => [{ data: { userId: 1 } }];

@@ -91,6 +91,12 @@ export function makeRoomHost(deps: HostDeps) {
         width: VM_VIEWPORT.width,
         height: VM_VIEWPORT.height,
       });
+      // A stop asked while the browser started (a provider that could not kill it meanwhile): the
+      // browser goes, and the start fails; nobody hears room:started.
+      if (run.calledOff) {
+        await provider.stop(String(chatId)).catch(() => {});
+        throw calledOff();
+      }
       hosted.set(chatId, {
         chatId,
         settings,
@@ -104,11 +110,13 @@ export function makeRoomHost(deps: HostDeps) {
         inputsInFlight: 0,
         requests: new Map(),
       });
-      if (!(await cluster.hold(chatId, 'running'))) {
+      const held = await cluster.hold(chatId, 'running');
+      if (!held || run.calledOff) {
         // The claim lapsed while the browser started (this node stalled) and another node took the
-        // room: this copy goes, the other one serves the chat.
+        // room: this copy goes, the other one serves the chat. So does one stopped meanwhile.
         hosted.delete(chatId);
         await provider.stop(String(chatId)).catch(() => {});
+        if (held) throw calledOff();
         throw appError('ERR_ROOM_START_FAILED', 'Another node took this room over while it was starting.');
       }
     } catch (err) {

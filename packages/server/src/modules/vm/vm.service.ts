@@ -290,12 +290,19 @@ export function makeVmService(deps: VmDeps) {
         throw appError('ERR_VM_TOKEN_INVALID');
       await chats.assertMember(caller.userId, chatId);
       const node = await runningAt(chatId);
-      const a = await audiences.open(chatId, node);
-      // The socket may have left the chat's room (disconnect, leave, kick) while the checks above
-      // ran: its leave has been handled already (leftChat), so a viewer added now would never go.
-      if (!caller.joined(chatId)) {
-        if (a.viewers.size === 0) audiences.reportQuietly(a);
-        throw appError('ERR_NOT_CHAT_MEMBER', 'Join this chat (room:join) first.');
+      let a = await audiences.open(chatId, node);
+      for (let attempt = 1; ; attempt++) {
+        // The socket may have left the chat's room (disconnect, leave, kick) while the checks above
+        // ran: its leave has been handled already (leftChat), so a viewer added now would never go.
+        if (!caller.joined(chatId)) {
+          if (a.viewers.size === 0 && audiences.get(chatId) === a) audiences.reportQuietly(a);
+          throw appError('ERR_NOT_CHAT_MEMBER', 'Join this chat (room:join) first.');
+        }
+        // Nor would one added to an audience ended since it was opened (another watcher found it
+        // empty): only the map's audience is reached by leaves, kicks, acks and the owner's count.
+        if (audiences.get(chatId) === a) break;
+        if (attempt === 3) throw appError('ERR_ROOM_NOT_RUNNING');
+        a = await audiences.open(chatId, node);
       }
       a.viewers.add(caller.socketId, caller.userId);
       try {

@@ -1,5 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { VmFrame } from '../../platform/vm/provider.js';
+import { type Audience, makeAudiences } from './vm.audience.js';
+import type { VmCluster } from './vm.cluster.js';
 import { FRAME_WINDOW, RoomViewers } from './vm.viewers.js';
 
 const frame = (seq: number): VmFrame => ({ seq, mime: 'image/jpeg', data: Buffer.from([seq]), width: 4, height: 3 });
@@ -162,5 +164,40 @@ describe('RoomViewers', () => {
     viewers.ack('b', 2);
     viewers.frame(frame(3));
     expect(sent.at(-1)).toEqual(['b', 3]);
+  });
+});
+
+describe('audiences of a room on another node', () => {
+  it('opens again an audience ended while its frame subscription was made, and ends that subscription', async () => {
+    let release = () => {};
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const subscriptions = { made: 0, ended: 0 };
+    const cluster = {
+      nodeId: 'here',
+      // The first subscription takes a while (a Redis SUBSCRIBE round trip).
+      async subscribeFrames() {
+        subscriptions.made += 1;
+        if (subscriptions.made === 1) await gate;
+        return async () => {
+          subscriptions.ended += 1;
+        };
+      },
+      call: async () => ({ width: 4, height: 3, controller_user_id: null, last: null }),
+    } as unknown as VmCluster;
+    const audiences = makeAudiences({ realtime: { io: {} } as never, cluster, now: () => 0 });
+
+    const opening = audiences.open(7, 'there');
+    // Meanwhile another watcher of the room finds the audience empty (its socket left): it ends.
+    const ended = audiences.get(7) as Audience;
+    await audiences.report(ended);
+    expect(audiences.get(7)).toBeUndefined();
+    release();
+
+    const a = await opening;
+    expect(a).not.toBe(ended);
+    expect(audiences.get(7)).toBe(a);
+    expect(subscriptions).toEqual({ made: 2, ended: 1 });
   });
 });

@@ -28,6 +28,12 @@ export interface BrowserHostOptions {
   provider: VmProvider;
   /** VM_HOST_TOKEN: what a node must present (`auth.token`). */
   token: string;
+  /**
+   * The host's own VM_ALLOW_PRIVATE_NETWORKS (unset: false). A room's browser reaches private
+   * networks only when both the host and the node that starts it allow that: a node cannot turn
+   * the host's network guard off.
+   */
+  allowPrivateNetworks?: boolean;
   log?: (message: string) => void;
 }
 
@@ -112,7 +118,8 @@ export function createBrowserHost(server: HttpServer, opts: BrowserHostOptions) 
       if (owner && owner !== socket) throw appError('ERR_ROOM_START_FAILED', 'Another node runs this room.');
       // Claimed while it starts, so another node's start of the same room is refused meanwhile.
       owners.set(roomId, socket);
-      const launch = provider.start(roomId, spec);
+      const allowPrivateNetworks = spec.allowPrivateNetworks && opts.allowPrivateNetworks === true;
+      const launch = provider.start(roomId, { ...spec, allowPrivateNetworks });
       const settled = launch.then(
         () => {},
         () => {},
@@ -136,9 +143,16 @@ export function createBrowserHost(server: HttpServer, opts: BrowserHostOptions) 
       return { info: toWire(info) };
     });
     serve('host:stop', async ({ roomId }) => {
-      // A stop that overtakes its start (the node gave up waiting) waits for it, then stops.
-      await starting.get(roomId);
       if (owners.get(roomId) !== socket) return {};
+      const launching = starting.get(roomId);
+      if (launching) {
+        // A stop of a room still starting (stopped meanwhile, or the node gave up waiting) kills the
+        // browser being launched at once, rather than after its launch: that start answers it failed.
+        // The room stays the node's until then, so no other node's start of it comes between.
+        await provider.stop(roomId);
+        await launching;
+        if (owners.get(roomId) !== socket) return {};
+      }
       release(roomId);
       await provider.stop(roomId);
       return {};

@@ -17,7 +17,8 @@ import type { VmInfo, VmInput, VmNavigation, VmProviderStop, VmStartSpec } from 
  *   host:stopped {roomId, reason}                         (a room the host ended by itself)
  *
  * Rooms belong to the connection that started them: when it drops, the host stops them, as a
- * node's own browsers end when the node exits.
+ * node's own browsers end when the node exits. A start spec's `allowPrivateNetworks` is the node's
+ * wish: the host grants it only when its own VM_ALLOW_PRIVATE_NETWORKS is on too.
  */
 
 /** VmInfo on the wire (a date as ISO text). */

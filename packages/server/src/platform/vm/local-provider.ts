@@ -1,6 +1,6 @@
 import { appError } from '../errors.js';
 import { type BrowserIdentity, resolveBrowserIdentity, type UidRange } from './browser-account.js';
-import { type RoomUpstream, removeStaleProfiles } from './chromium-process.js';
+import { calledOff, type RoomUpstream, removeStaleProfiles } from './chromium-process.js';
 import { type Dial, EgressProxy } from './egress-proxy.js';
 import { LocalRoom } from './local-room.js';
 import { type Lookup, makeNetworkGuard, type NetworkGuard } from './network-guard.js';
@@ -69,6 +69,8 @@ export class LocalChromiumProvider implements VmProvider {
   private egress: Promise<EgressProxy> | null = null;
   private identity: Promise<BrowserIdentity> | null = null;
   private uidTurn = 0;
+  /** Starts getting what their browser needs, not yet in `rooms`, by room: a stop calls them off. */
+  private readonly preparing = new Map<string, Set<{ calledOff: boolean }>>();
 
   constructor(private readonly opts: LocalProviderOptions) {
     this.guard = opts.guard ?? makeNetworkGuard();
@@ -87,8 +89,7 @@ export class LocalChromiumProvider implements VmProvider {
     // Awaited first: from the checks below to `rooms.set` nothing waits, so two starts of one
     // room cannot both launch a browser.
     const launching = !this.closed && !this.rooms.has(roomId);
-    const identity = launching ? await this.browserIdentity() : undefined;
-    const egress = launching && needsEgress(spec) ? await this.egressProxy() : null;
+    const { identity, egress } = launching ? await this.prepare(roomId, spec) : { identity: undefined, egress: null };
     const existing = this.rooms.get(roomId);
     if (existing) {
       await existing.ready;
@@ -131,6 +132,25 @@ export class LocalChromiumProvider implements VmProvider {
     room.onCrash = () => this.crashed(roomId, entry);
     info.state = 'running';
     return { ...info };
+  }
+
+  /**
+   * What a new browser needs before its room is in `rooms`: its account and the egress proxy. A
+   * stop asked meanwhile finds no browser to kill, so it calls this start off instead.
+   */
+  private async prepare(roomId: string, spec: VmStartSpec) {
+    const ticket = { calledOff: false };
+    const tickets = this.preparing.get(roomId) ?? new Set();
+    this.preparing.set(roomId, tickets.add(ticket));
+    try {
+      const identity = await this.browserIdentity();
+      const egress = needsEgress(spec) ? await this.egressProxy() : null;
+      if (ticket.calledOff) throw calledOff();
+      return { identity, egress };
+    } finally {
+      tickets.delete(ticket);
+      if (tickets.size === 0 && this.preparing.get(roomId) === tickets) this.preparing.delete(roomId);
+    }
   }
 
   /**
@@ -218,6 +238,7 @@ export class LocalChromiumProvider implements VmProvider {
   }
 
   async stop(roomId: string): Promise<void> {
+    for (const ticket of this.preparing.get(roomId) ?? []) ticket.calledOff = true;
     const entry = this.rooms.get(roomId);
     if (!entry) return;
     this.rooms.delete(roomId);

@@ -1,5 +1,6 @@
 import { io, type Socket } from 'socket.io-client';
 import { AppError, appError } from '../errors.js';
+import { calledOff } from './chromium-process.js';
 import {
   ackError,
   fromWire,
@@ -45,6 +46,15 @@ interface Link {
   socket: HostSocket;
 }
 
+/** A start under way: the host it was last sent to, and whether a stop (or close) called it off. */
+interface StartRun {
+  link: Link | null;
+  calledOff: boolean;
+}
+interface Pending extends StartRun {
+  done: Promise<VmInfo>;
+}
+
 interface Room {
   link: Link;
   info: VmInfo;
@@ -55,7 +65,7 @@ interface Room {
 export class RemoteBrowserProvider implements VmProvider {
   private readonly links: Link[];
   private readonly rooms = new Map<string, Room>();
-  private readonly starting = new Map<string, Promise<VmInfo>>();
+  private readonly starting = new Map<string, Pending>();
   private readonly stopListeners = new Set<(roomId: string, reason: VmProviderStop) => void>();
   private readonly startTimeoutMs: number;
   private readonly callTimeoutMs: number;
@@ -135,29 +145,44 @@ export class RemoteBrowserProvider implements VmProvider {
   }
 
   start(roomId: string, spec: VmStartSpec): Promise<VmInfo> {
+    if (this.closed) return Promise.reject(appError('ERR_ROOM_START_FAILED', 'This node is shutting down.'));
     const running = this.rooms.get(roomId);
     if (running) return Promise.resolve(running.info);
     const pending = this.starting.get(roomId);
-    if (pending) return pending;
-    const started = this.place(roomId, spec).finally(() => this.starting.delete(roomId));
-    this.starting.set(roomId, started);
-    return started;
+    // A start called off is not joined: this one starts anew once that one has failed.
+    if (pending?.calledOff) return pending.done.catch(() => {}).then(() => this.start(roomId, spec));
+    if (pending) return pending.done;
+    const run: StartRun = { link: null, calledOff: false };
+    const done = this.place(roomId, spec, run).finally(() => {
+      if (this.starting.get(roomId) === run) this.starting.delete(roomId);
+    });
+    this.starting.set(roomId, Object.assign(run, { done }));
+    return done;
   }
 
-  private async place(roomId: string, spec: VmStartSpec): Promise<VmInfo> {
+  private async place(roomId: string, spec: VmStartSpec, run: StartRun): Promise<VmInfo> {
     const links = await this.candidates();
     if (links.length === 0) {
       throw appError('ERR_ROOM_START_FAILED', 'No browser host is reachable (VM_HOSTS, VM_HOST_TOKEN).');
     }
     for (const link of links) {
+      if (run.calledOff) throw calledOff();
+      run.link = link;
       try {
         const { info } = await this.call<{ info: WireInfo }>(link, 'host:start', { roomId, spec }, this.startTimeoutMs);
         const vm = fromWire(info);
+        // Stopped while the host launched it (the host's answer was on its way): it goes again.
+        if (run.calledOff) {
+          await this.stopOn(link, roomId);
+          throw calledOff();
+        }
         this.rooms.set(roomId, { link, info: vm, subscribers: new Set(), latest: null });
         return vm;
       } catch (err) {
         // A host that did not answer in time may still start the browser: ask it to stop it.
-        if (err instanceof HostUnanswered) this.call(link, 'host:stop', { roomId }).catch(() => {});
+        if (err instanceof HostUnanswered) void this.stopOn(link, roomId);
+        // A start called off fails as such, whatever the host answered (it killed the browser).
+        if (run.calledOff) throw calledOff();
         // A full host says so in its refusal (the local provider's "No capacity: …").
         const full = err instanceof AppError && /capacity/i.test(err.message);
         if (!full) throw err;
@@ -166,11 +191,26 @@ export class RemoteBrowserProvider implements VmProvider {
     throw appError('ERR_ROOM_START_FAILED', 'Every browser host is at capacity; try again later.');
   }
 
+  /**
+   * Stops the room on its host. One still starting is called off: its host is told at once (it
+   * kills a browser it is launching), and the start fails once the host has answered it.
+   */
   async stop(roomId: string): Promise<void> {
+    const pending = this.starting.get(roomId);
+    if (pending) {
+      pending.calledOff = true;
+      if (pending.link) void this.stopOn(pending.link, roomId);
+      await pending.done.catch(() => {});
+    }
     const room = this.rooms.get(roomId);
     if (!room) return;
     this.rooms.delete(roomId);
-    if (room.link.socket.connected) await this.call(room.link, 'host:stop', { roomId }).catch(() => {});
+    await this.stopOn(room.link, roomId);
+  }
+
+  /** Asks a host to stop a room; a link that is down needs nothing (the host stops its rooms). */
+  private async stopOn(link: Link, roomId: string): Promise<void> {
+    if (link.socket.connected) await this.call(link, 'host:stop', { roomId }).catch(() => {});
   }
 
   status(roomId: string): VmInfo | null {
@@ -220,8 +260,17 @@ export class RemoteBrowserProvider implements VmProvider {
     return () => this.stopListeners.delete(listener);
   }
 
+  /**
+   * Stops every room; the starts still under way are called off (their hosts kill the browsers
+   * they are launching) and not waited for: the disconnect ends their calls, and the hosts stop
+   * whatever this node still had there.
+   */
   async close(): Promise<void> {
     this.closed = true;
+    for (const [roomId, pending] of this.starting) {
+      pending.calledOff = true;
+      if (pending.link) void this.stopOn(pending.link, roomId);
+    }
     await Promise.all([...this.rooms.keys()].map((roomId) => this.stop(roomId)));
     for (const link of this.links) link.socket.disconnect();
   }
