@@ -2,7 +2,7 @@ import { AuditCodes } from '@parlor/protocol';
 import postgres from 'postgres';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
-import { join, keyedChat, member } from './support/chat-flows.js';
+import { bundle, join, keyEpoch, keyedChat, member } from './support/chat-flows.js';
 import { type Answer, Client, nextIp } from './support/client.js';
 import { countRows } from './support/faults.js';
 import { createBot, createLoginBot, type LoggedIn, login, operator, setLevel } from './support/flows.js';
@@ -192,6 +192,45 @@ describeApp('POST /v1/admin/users/{user_id}/update', () => {
     expect(ok.body).toMatchObject({ permission_level: 1, username: `renamed_${target.user.id}` });
     const actions = (await auditOf(`target_user_id=${target.user.id}`)).map((e) => e.action).sort();
     expect(actions).toEqual(['rename', 'set-permission']);
+  });
+});
+
+describeApp('an anonymous stranger as the target of an admin user action', () => {
+  it('answers 404 ERR_USER_NOT_FOUND to a level change, rename, avatar change and deletion of a stranger; nothing changes', async () => {
+    const peer = await member(app);
+    const client = new Client(app.url, nextIp(), app.publicApiKey);
+    const made = await client.post('/v1/portal/stranger', {});
+    expect(made.status, JSON.stringify(made.body)).toBe(200);
+    const sid: number = made.body.user.id;
+    client.apiKey = null;
+    const direct = await app.services.chats.createDirect([sid, peer.user.id], ['strangeradmin']);
+    if ('refused' in direct) throw new Error(`direct chat refused: ${JSON.stringify(direct.refused)}`);
+    const chatId = direct.chat.id;
+    expect((await join(peer, { chat_id: chatId })).ok).toBe(true);
+    const { chatKey, epoch } = await keyEpoch(peer, chatId);
+    const content = bundle(chatKey, chatId, epoch, 'peer message');
+    const sent = await peer.client.post(`/v1/portal/chats/${chatId}/messages`, { content });
+    expect(sent.status, JSON.stringify(sent.body)).toBe(200);
+
+    // A Moderator level would let the stranger delete its peer's messages in their direct chat.
+    for (const body of [
+      { permission_level: 1 },
+      { permission_level: 3 },
+      { username: `renamed_${sid}` },
+      { avatar_source: '' },
+    ])
+      for (const caller of [op, owner.client, admin.client])
+        expectError(await caller.post(`/v1/admin/users/${sid}/update`, body), 404, 'ERR_USER_NOT_FOUND');
+    for (const caller of [op, owner.client])
+      expectError(await caller.post(`/v1/admin/users/${sid}/delete`), 404, 'ERR_USER_NOT_FOUND');
+
+    expect(await auditOf(`target_user_id=${sid}`)).toEqual([]);
+    expect(await countRows(app, `select count(*) as n from notifications where user_id = ${sid}`)).toBe(0);
+    const unchanged = `select count(*) as n from users where id = ${sid} and permission_level = 0 and username = '${made.body.user.username}'`;
+    expect(await countRows(app, unchanged)).toBe(1);
+    const refused = await client.post(`/v1/portal/chats/${chatId}/messages/delete`, { ids: [sent.body.id] });
+    expect(refused.status, JSON.stringify(refused.body)).toBe(403);
+    expect((await client.get(`/v1/portal/chats/${chatId}`)).status).toBe(200);
   });
 });
 

@@ -5,6 +5,7 @@ import { CHAT_PURGE_AFTER_MS } from '../src/modules/chats/chats.direct.js';
 import { FakeClock } from '../src/platform/clock.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
 import { bundle, join, keyEpoch, member } from './support/chat-flows.js';
+import { Client, nextIp } from './support/client.js';
 import { countRows } from './support/faults.js';
 import { type LoggedIn, login } from './support/flows.js';
 import { closeAllSockets, connectSocket } from './support/sockets.js';
@@ -241,5 +242,60 @@ describeApp('a direct chat past its expiry: its epoch and its archive time', () 
     clock.advance(1);
     await sweep({ batch: 1000, maxBatches: 100 });
     expect((await a.client.get(`/v1/portal/chats/${chatId}`)).status).toBe(404);
+  });
+});
+
+/** A stranger session (POST /v1/portal/stranger), its client holding the cookie only. */
+async function stranger(): Promise<{ client: Client; id: number }> {
+  const client = new Client(app.url, nextIp(), app.publicApiKey);
+  const made = await client.post('/v1/portal/stranger', {});
+  expect(made.status, JSON.stringify(made.body)).toBe(200);
+  client.apiKey = null;
+  return { client, id: made.body.user.id };
+}
+
+async function matchedWith(userIds: number[]): Promise<number> {
+  const made = await app.services.chats.createDirect(userIds, ['lifecycle']);
+  if ('refused' in made) throw new Error(`direct chat refused: ${JSON.stringify(made.refused)}`);
+  return made.chat.id;
+}
+
+describeApp("a stranger's direct chats when its session ends (it never signs in again)", () => {
+  it('ends them as a leave does at its logout: archived, the peer told, its only slot free and its status idle', async () => {
+    const [peer, next] = [await member(app), await member(app)];
+    const s = await stranger();
+    const chatId = await matchedWith([s.id, peer.user.id]);
+    expect((await join(peer, { chat_id: chatId })).ok).toBe(true);
+    const { epoch } = (await peer.client.get(`/v1/portal/chats/${chatId}`)).body.chat;
+    const system = peer.socket.next('message:new', (m) => m.chat_id === chatId && m.system?.kind === 'leave');
+    const updated = peer.socket.next('chat:updated', (p) => p.chat.id === chatId);
+
+    expect((await s.client.post('/v1/authentication/logout', {})).status).toBe(200);
+    expect((await system).system).toEqual({ kind: 'leave', user_id: s.id });
+    expect((await updated).chat).toMatchObject({ archived: true, epoch });
+    expect((await peer.client.get(`/v1/portal/chats/${chatId}`)).body.chat).toMatchObject({ archived: true, epoch });
+    expect((await peer.client.get('/v1/portal/match/status')).body.state).toBe('idle');
+    // Its one free direct-chat slot is free again at once, not when the chat would have expired.
+    await matchedWith([peer.user.id, next.user.id]);
+  });
+
+  it('ends them when its session expires (the expiry sweep), and keeps a registered user’s at its logout', async () => {
+    const [peer, registered, other] = [await member(app), await member(app), await member(app)];
+    const s = await stranger();
+    const strangers = await matchedWith([s.id, peer.user.id]);
+    const kept = await matchedWith([registered.user.id, other.user.id]);
+    expect((await registered.client.post('/v1/authentication/logout', {})).status).toBe(200);
+    // The stranger's session expires now (long before its chat would).
+    await app.database.db.execute(
+      `update sessions set expires_at = '${clock.now().toISOString()}' where user_id = ${s.id}` as never,
+    );
+    expect(await app.services.sessions.sweepExpired()).toBeGreaterThan(0);
+    const history = (await peer.client.get(`/v1/portal/chats/${strangers}/messages`)).body.messages as any[];
+    expect(history.filter((m) => m.system?.kind === 'leave').map((m) => m.system)).toEqual([
+      { kind: 'leave', user_id: s.id },
+    ]);
+    expect((await peer.client.get(`/v1/portal/chats/${strangers}`)).body.chat).toMatchObject({ archived: true });
+    expect((await other.client.get(`/v1/portal/chats/${kept}`)).body.chat).toMatchObject({ archived: false });
+    expect((await other.client.get('/v1/portal/match/status')).body.state).toBe('matched');
   });
 });

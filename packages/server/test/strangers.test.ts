@@ -1,12 +1,13 @@
 import { Limits } from '@parlor/protocol';
 import { eq, inArray } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { STRANGER_GRACE_MS } from '../src/modules/auth/auth.service.js';
+import { STRANGER_ADDRESS_BAR_MS, STRANGER_GRACE_MS } from '../src/modules/auth/auth.service.js';
 import { FakeClock } from '../src/platform/clock.js';
 import { chatMembers, sessions, users } from '../src/platform/db/schema.js';
-import { describeApp, startApp, type TestApp } from './support/app.js';
-import { keyedChat, member } from './support/chat-flows.js';
+import { describeApp, MODE, type Nodes, startApp, startNodes, type TestApp } from './support/app.js';
+import { join, keyedChat, member } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
+import { login } from './support/flows.js';
 import { closeAllSockets, connectSocket } from './support/sockets.js';
 
 let app: TestApp;
@@ -22,8 +23,8 @@ afterAll(async () => {
   await app?.close();
 });
 
-async function stranger() {
-  const client = new Client(app.url, nextIp(), app.publicApiKey);
+async function stranger(ip = nextIp()) {
+  const client = new Client(app.url, ip, app.publicApiKey);
   const res = await client.post('/v1/portal/stranger', {});
   expect(res.status).toBe(200);
   return { client, id: res.body.user.id as number, cookie: client.cookie };
@@ -181,6 +182,150 @@ describeApp('a search when a session ends', () => {
     expect((await who.client.post('/v1/authentication/logout', {})).status).toBe(200);
     expect((await app.services.matchmaking.status(who.user.id)).state).toBe('searching');
     await app.services.matchmaking.dequeue(who.user.id);
+  });
+});
+
+describeApp('a stranger a moderator blocked (POST /v1/portal/strangers/block)', () => {
+  const create = (ip: string) => new Client(app.url, ip, app.publicApiKey).post('/v1/portal/stranger', {});
+
+  it('bars the address that made it (an IPv6 client: its /64) from new strangers for 24 hours: a logout and a new stranger do not lift the block', async () => {
+    const ip = '2001:db8:5a:1::1';
+    const s = await stranger(ip);
+    s.client.apiKey = null;
+    await connectSocket(app.url, s.client);
+    await member(app); // someone online
+    const mod = await member(app, { level: 1 });
+    expect((await mod.client.post('/v1/portal/strangers/block', { user_id: s.id })).body).toEqual({ ok: true });
+    const enqueue = await s.client.post('/v1/portal/match', { interests: [tag()] });
+    expect([enqueue.status, enqueue.body.code]).toEqual([403, 'ERR_STRANGER_BLOCKED']);
+    expect((await s.client.post('/v1/authentication/logout', {})).status).toBe(200);
+
+    // The same client, and any other address of its /64, makes no new stranger (nothing is spent).
+    for (const from of [ip, '2001:db8:5a:1:ffff:eeee:dddd:cccc', ip]) {
+      const res = await create(from);
+      expect([res.status, res.body.code], from).toEqual([403, 'ERR_STRANGER_BLOCKED']);
+    }
+    // Another /64 does; a registered user signs in from the barred address and matches as ever.
+    expect((await create('2001:db8:5a:2::1')).status).toBe(200);
+    const registered = await login(app, { client: new Client(app.url, ip, app.publicApiKey) });
+    await connectSocket(app.url, registered.client);
+    const search = await registered.client.post('/v1/portal/match', { interests: [tag()] });
+    expect(search.body.state, JSON.stringify(search.body)).toBe('searching');
+    await registered.client.post('/v1/portal/match/dequeue', {});
+
+    // The coordination store keeps time with the app's clock in embedded mode only (Redis keeps its own).
+    if (MODE === 'embedded') {
+      clock.advance(STRANGER_ADDRESS_BAR_MS - 1);
+      expect((await create(ip)).body.code).toBe('ERR_STRANGER_BLOCKED');
+      clock.advance(1);
+      expect((await create(ip)).status).toBe(200);
+    }
+  });
+});
+
+describeApp('a stranger block and the end of a stranger, across the nodes of a cluster', () => {
+  let nodes: Nodes;
+  beforeAll(async () => {
+    nodes = await startNodes();
+  });
+  afterAll(async () => {
+    await nodes?.close();
+  });
+
+  it('bars an IPv4 address by itself, on every node', async () => {
+    const { a, b } = nodes;
+    const ip = nextIp();
+    const made = await new Client(a.url, ip, a.publicApiKey).post('/v1/portal/stranger', {});
+    expect(made.status).toBe(200);
+    const mod = await member(a, { level: 1 });
+    expect((await mod.client.post('/v1/portal/strangers/block', { user_id: made.body.user.id })).status).toBe(200);
+    const res = await new Client(b.url, ip, b.publicApiKey).post('/v1/portal/stranger', {});
+    expect([res.status, res.body.code]).toEqual([403, 'ERR_STRANGER_BLOCKED']);
+    expect((await new Client(b.url, nextIp(), b.publicApiKey).post('/v1/portal/stranger', {})).status).toBe(200);
+  });
+
+  it("ends a stranger's direct chats when it logs out on another node than its peer's: the peer is told there", async () => {
+    const { a, b } = nodes;
+    const peer = await member(a);
+    const client = new Client(b.url, nextIp(), b.publicApiKey);
+    const made = await client.post('/v1/portal/stranger', {});
+    client.apiKey = null;
+    const sid: number = made.body.user.id;
+    const direct = await a.services.chats.createDirect([sid, peer.user.id], ['nodes']);
+    if ('refused' in direct) throw new Error(`direct chat refused: ${JSON.stringify(direct.refused)}`);
+    const chatId = direct.chat.id;
+    expect((await join(peer, { chat_id: chatId })).ok).toBe(true);
+    const told = peer.socket.next('message:new', (m) => m.chat_id === chatId && m.system?.kind === 'leave');
+    expect((await client.post('/v1/authentication/logout', {})).status).toBe(200);
+    expect((await told).system).toEqual({ kind: 'leave', user_id: sid });
+    expect((await peer.client.get('/v1/portal/match/status')).body.state).toBe('idle');
+  });
+});
+
+describeApp('every HTTP route to a stranger session (docs/api.md, Strangers)', () => {
+  /** What a stranger may use, keyed by "METHOD path-template": matchmaking, its keys and direct chats, its blocks. */
+  const allowed = new Set([
+    'POST /v1/portal/match',
+    'GET /v1/portal/match/status',
+    'POST /v1/portal/match/dequeue',
+    'POST /v1/portal/match/leave',
+    'POST /v1/portal/keys',
+    'GET /v1/portal/chats',
+    'GET /v1/portal/chats/{chat_id}',
+    'GET /v1/portal/chats/{chat_id}/messages',
+    'POST /v1/portal/chats/{chat_id}/messages',
+    'POST /v1/portal/chats/{chat_id}/messages/delete',
+    'POST /v1/portal/chats/{chat_id}/messages/delete-mine',
+    'GET /v1/portal/chats/{chat_id}/keys',
+    'POST /v1/portal/chats/{chat_id}/keys/share',
+    'GET /v1/users/me/blocks',
+    'POST /v1/users/me/blocks/create',
+    'POST /v1/users/me/blocks/delete',
+    'GET /v1/health',
+  ]);
+  /** A refusal of the caller's credentials, before the route does anything. */
+  const refused = (res: { status: number; body: any }) =>
+    res.status === 401 ||
+    res.status === 405 ||
+    (res.status === 403 &&
+      ['ERR_STRANGER_NOT_ALLOWED', 'ERR_FORBIDDEN', 'ERR_INVALID_API_KEY'].includes(res.body?.code));
+
+  it('refuses it every route of the OpenAPI document but those, in its own direct chat as in a public one', async () => {
+    const spec = (await new Client(app.url).get('/openapi.json')).body as {
+      paths: Record<string, Record<string, unknown>>;
+    };
+    const peer = await member(app);
+    const s = await stranger();
+    s.client.apiKey = null;
+    const own = await directChat([s.id, peer.user.id]);
+    const pub = await keyedChat(app);
+    // The session is live (the refusals below are not of a missing cookie).
+    expect((await s.client.get(`/v1/portal/chats/${own}`)).status).toBe(200);
+    const passed: string[] = [];
+    for (const [path, methods] of Object.entries(spec.paths)) {
+      for (const method of Object.keys(methods).map((m) => m.toUpperCase())) {
+        const key = `${method} ${path}`;
+        if (allowed.has(key) || method === 'HEAD' || method === 'OPTIONS') continue;
+        if (key === 'POST /v1/authentication/logout' || key === 'POST /v1/portal/stranger') continue;
+        for (const chat of [own, pub.chatId]) {
+          const url = path
+            .replace('{chat_id}', String(chat))
+            .replace('{room_id}', String(chat))
+            .replace('{user_id}', String(peer.user.id))
+            .replace('{id}', String(peer.user.id))
+            .replace('{guild_id}', '123456789012345678')
+            .replace('{bot_id}', '1')
+            .replace('{token_suffix}', 'abcdef')
+            .replace('{notification_id}', '1')
+            .replace('{code}', 'abcdefgh')
+            .replace('{key}', 'platform_a_0');
+          const res = await s.client.request(method, url, method === 'GET' ? {} : { body: {} });
+          if (!refused(res))
+            passed.push(`${key} (${chat === own ? 'own' : 'public'} chat) -> ${res.status} ${res.body?.code ?? ''}`);
+        }
+      }
+    }
+    expect(passed).toEqual([]);
   });
 });
 

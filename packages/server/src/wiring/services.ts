@@ -89,14 +89,20 @@ export async function wireServices(ctx: WiringContext) {
   // change does (an admin's rename: admin.service), and the client reconnects with the new name.
   accounts.users.onRenamed((userId) => realtime.io.in(rooms.user(userId)).disconnectSockets(true));
   // Searches end with the user's access: once a ban or timeout commits, and once a stranger's
-  // session ends (logout, destroy, expiry; it never signs in again). Committed either way, so a
+  // session ends (logout, destroy, expiry; it never signs in again), and then its active direct
+  // chats end too, as at a leave (its peers' slots free again). Committed either way, so a
   // failure here is logged, not the answer (a pairing refuses such a user anyway: chats.store).
   const searchEnded = (userId: number) => (err: unknown) =>
     app.log.error({ err, userId }, 'match queue cleanup failed');
+  const endCleanupFailed = (userId: number) => (err: unknown) =>
+    app.log.error({ err, userId }, 'clean-up after the end of a session failed (match queue, stranger direct chats)');
   sessions.onEnding(({ userId }, tx) =>
-    afterCommit(tx, () => matchmaking.sessionsEnded(userId).catch(searchEnded(userId))),
+    afterCommit(tx, () => matchmaking.sessionsEnded(userId).catch(endCleanupFailed(userId))),
   );
   moderation.platform.onRestricted((userId) => matchmaking.endSearch(userId).catch(searchEnded(userId)));
+  // A stranger block bars the address that made the stranger from making new ones (spec v1.12:
+  // the block is of the stranger session; a new stranger from the same client would lift it).
+  blocks.onStrangerBlocked(({ address }) => accounts.auth.barStrangerAddress(address));
   // Sessions end at their expiry too, the same way: the sockets of this node when it comes (and
   // no event of theirs is served after it), every session in the sweep, and on its first use after.
   // A socket whose session ended while its handshake ran is dropped once it is in its session's room.

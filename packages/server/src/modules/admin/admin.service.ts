@@ -113,10 +113,15 @@ export function makeAdminService(deps: AdminDeps) {
   /**
    * The quick refusal before a transaction, on the levels as read now (no lock): 404 for no
    * such user, 403 for one the caller cannot act on. The levels read under the row locks
-   * (lockParties) decide.
+   * (lockParties) decide. An anonymous stranger is no user here either (404, as for
+   * subscriptions, notifications, bot owners and guild sponsors): it may match and use its
+   * direct chats, nothing else, so no level, name or deletion of an admin's applies to it (a level
+   * would let it moderate its peer's messages; moderators block it from matchmaking instead). An
+   * account never becomes or stops being a stranger, so this check holds under the locks too.
    */
   const reachable = async (actorLevel: ActorLevel, targetId: number): Promise<void> => {
     const target = await users.mustGet(targetId);
+    if (target.isStranger) throw appError('ERR_USER_NOT_FOUND');
     if (!canActOn(actorLevel, target.permissionLevel)) throw appError('ERR_FORBIDDEN');
   };
 

@@ -29,6 +29,14 @@ export const STRANGER_SWEEP_INTERVAL_MS = 10 * 60 * 1000;
  * was in flight when it logged out (or expired) never races the deletion.
  */
 export const STRANGER_GRACE_MS = 60 * 60 * 1000;
+/**
+ * How long the address that made a stranger a moderator blocked makes no new stranger (spec
+ * v1.12: the block is of the stranger session, and a new stranger would be a new session). 24 h:
+ * as long as a direct chat lasts, and short, since an address may be shared (a NAT, a carrier's).
+ */
+export const STRANGER_ADDRESS_BAR_MS = 24 * 3600_000;
+/** The state key of an address barred from making strangers (addressKey: an IPv6 client by its /64). */
+const strangerBarKey = (ip: string) => `stranger-barred:${addressKey(ip)}`;
 /** Accounts per statement; a sweep runs batches until one comes back short (at most 20). */
 const STRANGER_SWEEP_BATCH = 500;
 const STRANGER_SWEEP_MAX_BATCHES = 20;
@@ -288,11 +296,16 @@ export function makeAuthService(deps: AuthDeps) {
       }
     },
 
-    /** An anonymous account and session for matchmaking (DESIGN.md 6, strangers). */
+    /**
+     * An anonymous account and session for matchmaking (DESIGN.md 6, strangers). An address a
+     * stranger block barred (barStrangerAddress) gets 403 ERR_STRANGER_BLOCKED, spending nothing.
+     */
     async stranger(
       ip: string,
       userAgent: string,
     ): Promise<{ id: number; username: string; token: string; expiresAt: Date }> {
+      if ((await state.get(strangerBarKey(ip))) !== null)
+        throw appError('ERR_STRANGER_BLOCKED', 'Anonymous sessions from this address are blocked for now.');
       const allowance = await strangersPerIp.consume(addressKey(ip));
       if (!allowance.allowed)
         throw rateLimited(allowance.retryAfterMs, 'Too many anonymous sessions from this address; try again later.');
@@ -316,6 +329,15 @@ export function makeAuthService(deps: AuthDeps) {
         token: created.session.token,
         expiresAt: created.session.session.expiresAt,
       };
+    },
+
+    /**
+     * Bars the address (addressKey) that made a stranger a moderator blocked from making new
+     * strangers for STRANGER_ADDRESS_BAR_MS, in the coordination store, so on every node. Users
+     * sharing the address are barred from anonymous sessions meanwhile; sign-ins are not.
+     */
+    async barStrangerAddress(ip: string): Promise<void> {
+      await state.set(strangerBarKey(ip), '1', STRANGER_ADDRESS_BAR_MS);
     },
 
     /**

@@ -55,6 +55,46 @@ export interface DirectLeft {
 export function makeDirectChats(deps: DirectChatsDeps) {
   const { db, store, clock, messages, realtime, mustGet, removedChats, archivedChats } = deps;
 
+  /**
+   * A leave's writes, in the caller's transaction: the chat archived if it is still active
+   * (archiveActive), the leave activity and the `leave` system message, which it answers for the
+   * caller to publish once the transaction has committed (announceLeft); null, nothing written,
+   * when the chat was no longer active.
+   */
+  const leaveIn = async (userId: number, chatId: number, now: Date, tx: Tx): Promise<Message | null> => {
+    if (!(await store.archiveActive(chatId, now, tx))) return null;
+    await store.logActivity({ chatId, userId, action: 'leave', createdAt: now }, tx);
+    return messages.appendSystem(chatId, { kind: 'leave', user_id: userId }, tx);
+  };
+
+  /**
+   * Leaves every active direct chat of a user whose account is being deleted, in the deletion's
+   * transaction, as an explicit leave does: archived (read-only, the peer's direct-chat slot free
+   * again) with the leave system message, before the deletion raises epochs (an archived chat's
+   * epoch stays, so the peer keeps reading its history). Answers what to announce once the
+   * deletion has committed (announceLeft); a rollback leaves nothing. Also the leave of a stranger
+   * whose last session ended (leaveAllDirectOfGone).
+   */
+  const leaveAllDirect = async (userId: number, tx: Tx): Promise<DirectLeft> => {
+    const now = clock.now();
+    const left: DirectLeft = { chatIds: [], systems: [] };
+    for (const chat of await store.activeDirectOf(userId, now, tx)) {
+      const system = await leaveIn(userId, chat.id, now, tx);
+      if (!system) continue;
+      left.chatIds.push(chat.id);
+      left.systems.push(system);
+    }
+    return left;
+  };
+
+  /** After leaveAllDirect's transaction committed: the system messages, the archive listeners, `chat:updated`. */
+  const announceLeft = async (left: DirectLeft): Promise<void> => {
+    for (const system of left.systems) messages.publish(system);
+    archivedChats(left.chatIds);
+    for (const chatId of left.chatIds)
+      realtime.emitTo(rooms.chat(chatId), 'chat:updated', { chat: toChat(await mustGet(chatId)) });
+  };
+
   return {
     /**
      * A matched direct chat for two users: 24 h expiry, both members, the opening system message.
@@ -134,41 +174,32 @@ export function makeDirectChats(deps: DirectChatsDeps) {
       const chat = chatId === undefined ? active[0] : active.find((c) => c.id === chatId);
       if (!chat) throw appError('ERR_NO_DIRECT_CHAT');
       const system = await db.transaction(async (tx) => {
-        if (!(await store.archiveActive(chat.id, now, tx))) throw appError('ERR_NO_DIRECT_CHAT');
-        await store.logActivity({ chatId: chat.id, userId, action: 'leave', createdAt: now }, tx);
-        return messages.appendSystem(chat.id, { kind: 'leave', user_id: userId }, tx);
+        const written = await leaveIn(userId, chat.id, now, tx);
+        if (!written) throw appError('ERR_NO_DIRECT_CHAT');
+        return written;
       });
-      messages.publish(system);
-      archivedChats([chat.id]);
-      realtime.emitTo(rooms.chat(chat.id), 'chat:updated', { chat: toChat(await mustGet(chat.id)) });
+      await announceLeft({ chatIds: [chat.id], systems: [system] });
       return chat.id;
     },
 
-    /**
-     * Leaves every active direct chat of a user whose account is being deleted, in the deletion's
-     * transaction, as an explicit leave does: archived (read-only, the peer's direct-chat slot free
-     * again) with the leave system message, before the deletion raises epochs (an archived chat's
-     * epoch stays, so the peer keeps reading its history). Answers what to announce once the
-     * deletion has committed (announceLeft); a rollback leaves nothing.
-     */
-    async leaveAllDirect(userId: number, tx: Tx): Promise<DirectLeft> {
-      const now = clock.now();
-      const left: DirectLeft = { chatIds: [], systems: [] };
-      for (const chat of await store.activeDirectOf(userId, now, tx)) {
-        if (!(await store.archiveActive(chat.id, now, tx))) continue;
-        await store.logActivity({ chatId: chat.id, userId, action: 'leave', createdAt: now }, tx);
-        left.chatIds.push(chat.id);
-        left.systems.push(await messages.appendSystem(chat.id, { kind: 'leave', user_id: userId }, tx));
-      }
-      return left;
-    },
+    leaveAllDirect,
+    announceLeft,
 
-    /** After leaveAllDirect's transaction committed: the system messages, the archive listeners, `chat:updated`. */
-    async announceLeft(left: DirectLeft): Promise<void> {
-      for (const system of left.systems) messages.publish(system);
-      archivedChats(left.chatIds);
-      for (const chatId of left.chatIds)
-        realtime.emitTo(rooms.chat(chatId), 'chat:updated', { chat: toChat(await mustGet(chatId)) });
+    /**
+     * Ends the active direct chats of a user who can never come back (a stranger whose last
+     * session ended: it never signs in again), once that end has committed: as leaveAllDirect
+     * does, in a transaction of its own, then announced (announceLeft), so the peer is told, its
+     * direct-chat slot is free again and its match status idle. A pairing of the user making a
+     * chat right now is waited for first (its chat is then read here); one that comes later makes
+     * none (a stranger without a live session is refused: ChatsStore.insertDirect). Safe on any
+     * node, and beside a leave of the same chat: each chat is archived once (archiveActive), and
+     * only the run that archived it writes and announces. Answers the chats it archived.
+     */
+    async leaveAllDirectOfGone(userId: number): Promise<number[]> {
+      await store.waitForPairings(userId);
+      const left = await db.transaction((tx) => leaveAllDirect(userId, tx));
+      await announceLeft(left);
+      return left.chatIds;
     },
 
     /**

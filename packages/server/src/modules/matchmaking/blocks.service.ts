@@ -25,6 +25,13 @@ export const STRANGER_BLOCK_CODE = 410;
  */
 export const STRANGER_BAR_MS = 10 * 60_000;
 
+/**
+ * Told once a stranger block has committed, with the client address that made the stranger's
+ * session: it bars that address from making new strangers (wiring/services.ts, AuthService
+ * barStrangerAddress), so the block does not end at the stranger's next logout.
+ */
+export type StrangerBlockedHook = (e: { userId: number; address: string }) => Promise<void>;
+
 export function makeBlocksService(deps: {
   db: Db;
   store: BlocksStore;
@@ -37,11 +44,16 @@ export function makeBlocksService(deps: {
   log: Pick<FastifyBaseLogger, 'error'>;
 }) {
   const { store, clock } = deps;
+  const blockedHooks: StrangerBlockedHook[] = [];
   /** A search the block's bar took out of the queue has ended: its user hears `match:timeout`, as at its deadline. */
   const tellEnded = (e: QueueEntry | null) => {
     if (e) deps.realtime.emitTo(rooms.user(e.userId), 'match:timeout', { interests: e.tags });
   };
   return {
+    /** Runs each time a stranger block commits (blockStranger): what it throws is the block's answer. */
+    onStrangerBlocked(hook: StrangerBlockedHook) {
+      blockedHooks.push(hook);
+    },
     async list(userId: number) {
       return (await store.listBy(userId)).map((b) => ({ user_id: b.blockedId, created_at: b.createdAt.toISOString() }));
     },
@@ -81,6 +93,10 @@ export function makeBlocksService(deps: {
      * its audit entry in one transaction; enqueues read the stored block from then on. If that
      * fails its bar is lifted (logged if that fails too), so nothing of the block stands but the
      * queue left; a concurrent block of the same stranger keeps its own bar (the queue counts them).
+     * Once it has committed, the address that made the stranger's session is told to the
+     * `onStrangerBlocked` hooks (read in the block's transaction), which bar it from making new
+     * strangers: logging out and asking for a new stranger does not lift the block. A failure
+     * there is the request's answer (the block stands; repeating it bars the address).
      */
     async blockStranger(actor: Actor, targetId: number) {
       const target = await deps.users.mustGet(targetId);
@@ -89,13 +105,15 @@ export function makeBlocksService(deps: {
       const now = clock.now();
       const barredAt = now.getTime();
       tellEnded(await deps.queue.bar(targetId, barredAt + STRANGER_BAR_MS, barredAt));
+      let address: string | null;
       try {
-        await deps.db.transaction(async (tx) => {
+        address = await deps.db.transaction(async (tx) => {
           await deps.usersStore.update(targetId, { matchBlockedAt: now }, tx);
           await deps.audit.record(
             { actor, code: STRANGER_BLOCK_CODE, action: 'block-stranger', targetUserId: targetId },
             tx,
           );
+          return store.firstSessionAddress(targetId, tx);
         });
       } catch (err) {
         await deps.queue
@@ -111,6 +129,7 @@ export function makeBlocksService(deps: {
         await deps.queue.bar(targetId, committedAt + STRANGER_BAR_MS, committedAt).then(tellEnded, (e: unknown) => {
           deps.log.error({ err: e, userId: targetId }, 'match queue bar not renewed');
         });
+      if (address !== null) for (const hook of blockedHooks) await hook({ userId: targetId, address });
     },
   };
 }

@@ -1,6 +1,6 @@
-import { and, count, desc, eq } from 'drizzle-orm';
+import { and, asc, count, desc, eq } from 'drizzle-orm';
 import type { Db } from '../../platform/db/index.js';
-import { userBlocks, users } from '../../platform/db/schema.js';
+import { sessions, userBlocks, users } from '../../platform/db/schema.js';
 import type { Tx } from '../users/users.store.js';
 
 /** User-to-user blocks (a block keeps two users from being matched, both ways). */
@@ -45,6 +45,20 @@ export function makeBlocksStore(db: Db) {
         .where(and(eq(userBlocks.blockerId, blockerId), eq(userBlocks.blockedId, blockedId)))
         .returning({ id: userBlocks.blockedId });
       return rows.length > 0;
+    },
+    /**
+     * The client address that opened the user's first session, ended or not (a stranger's only
+     * session is the one its account was made with: POST /v1/portal/stranger); null when no
+     * session row is left.
+     */
+    async firstSessionAddress(userId: number, tx: Tx = db): Promise<string | null> {
+      const [row] = await tx
+        .select({ ip: sessions.clientIp })
+        .from(sessions)
+        .where(eq(sessions.userId, userId))
+        .orderBy(asc(sessions.createdAt), asc(sessions.id))
+        .limit(1);
+      return row?.ip ?? null;
     },
     async listBy(blockerId: number) {
       return db

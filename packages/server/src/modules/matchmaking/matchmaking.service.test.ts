@@ -25,6 +25,8 @@ function setup() {
     found: [] as [string, number][],
     other: [] as [string, string, unknown][],
     warned: [] as unknown[],
+    /** Users whose direct chats ended because they can never come back (leaveAllDirectOfGone). */
+    leftAll: [] as number[],
   };
   /** Replaces the chat creation (to make it fail); the default answers a chat. */
   const hooks: { beforeCreate?: () => Promise<void>; refuse?: (userIds: number[]) => DirectRefusal | undefined } = {};
@@ -40,6 +42,8 @@ function setup() {
   };
   /** Users the fake store says are strangers. */
   const strangers = new Set<number>();
+  /** Users the fake store says still have a live session. */
+  const live = new Set<number>();
   const facts: SearcherFacts = { premium: false, activeDirect: 0, exclude: [], country: null, matchBlocked: false };
   /** Holds the next facts read until released (an enqueue in flight), when set. */
   const gate: { next?: Promise<void> } = {};
@@ -63,6 +67,10 @@ function setup() {
       };
     },
     waitForPairings: async () => {},
+    leaveAllDirectOfGone: async (userId: number) => {
+      calls.leftAll.push(userId);
+      return [];
+    },
   } as unknown as ChatsService;
   const deps: MatchmakingDeps = {
     clock,
@@ -78,6 +86,7 @@ function setup() {
         return read;
       },
       isStranger: async (userId) => strangers.has(userId),
+      hasLiveSession: async (userId) => live.has(userId),
     },
     realtime: {
       emitTo: (room: string, event: string, e: unknown) => {
@@ -97,7 +106,7 @@ function setup() {
     });
     return release;
   };
-  return { clock, state, queue, svc, calls, facts, searcher, hooks, holdNextRead, strangers };
+  return { clock, state, queue, svc, calls, facts, searcher, hooks, holdNextRead, strangers, live };
 }
 
 describe('matchmaking enqueue pre-checks', () => {
@@ -592,5 +601,26 @@ describe('matchmaking: searches that end without a pair are told (match:timeout)
     await svc.endSearch(2);
     expect(await queue.get(2, clock.now().getTime())).toBeNull();
     expect(calls.other).toEqual([]);
+  });
+
+  it("ends a stranger's direct chats once its last session has ended, not while one is live, never a registered user's", async () => {
+    const { svc, calls, strangers, live } = setup();
+    strangers.add(1);
+    strangers.add(3);
+    live.add(3);
+    await svc.sessionsEnded(1);
+    await svc.sessionsEnded(2);
+    await svc.sessionsEnded(3);
+    expect(calls.leftAll).toEqual([1]);
+  });
+
+  it("ends a stranger's direct chats even when its search could not be ended, and reports that failure", async () => {
+    const { queue, svc, calls, strangers } = setup();
+    strangers.add(1);
+    queue.dequeue = async () => {
+      throw new Error('state store down');
+    };
+    await expect(svc.sessionsEnded(1)).rejects.toThrow('state store down');
+    expect(calls.leftAll).toEqual([1]);
   });
 });

@@ -212,11 +212,21 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
      * Sessions of a user ended (logout, destroy, eviction, expiry), committed. A stranger never signs in
      * again, so its search ends with its session (it is told nothing: its sockets are gone), also
      * one a pairing has out of the queue right now (as endSearch: the queue holds no entry then,
-     * so it is not asked first). A registered user's search stays: it may sign in again before the
-     * deadline.
+     * so it is not asked first). Once its last session has ended its active direct chats end too,
+     * as at a leave (chats `leaveAllDirectOfGone`): its peers' slots are free again, not taken
+     * until the chats expire. Each step is tried whatever the other did; the first failure is
+     * thrown. A registered user's search and chats stay: it may sign in again.
      */
     async sessionsEnded(userId: number): Promise<void> {
-      if (await deps.store.isStranger(userId)) await queue.dequeue(userId, clock.now().getTime());
+      if (!(await deps.store.isStranger(userId))) return;
+      const steps = await Promise.allSettled([
+        queue.dequeue(userId, clock.now().getTime()),
+        deps.store
+          .hasLiveSession(userId, clock.now())
+          .then((live) => (live ? undefined : chats.leaveAllDirectOfGone(userId))),
+      ]);
+      const failed = steps.find((s) => s.status === 'rejected');
+      if (failed) throw failed.reason;
     },
 
     async leave(userId: number, chatId: number | undefined) {

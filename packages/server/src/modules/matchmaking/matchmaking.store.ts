@@ -1,6 +1,6 @@
-import { eq, sql } from 'drizzle-orm';
+import { and, eq, gt, isNull, sql } from 'drizzle-orm';
 import { type Db, rowsOf } from '../../platform/db/index.js';
-import { users } from '../../platform/db/schema.js';
+import { sessions, users } from '../../platform/db/schema.js';
 import { directActive } from '../chats/chats.direct.store.js';
 import { hasPremium } from '../users/users.presenter.js';
 
@@ -77,6 +77,16 @@ export function makeMatchmakingStore(db: Db) {
         };
       }
       return out;
+    },
+
+    /** Whether the user has a session that has neither ended nor expired at `now`. */
+    async hasLiveSession(userId: number, now: Date): Promise<boolean> {
+      const rows = await db
+        .select({ id: sessions.id })
+        .from(sessions)
+        .where(and(eq(sessions.userId, userId), isNull(sessions.endedAt), gt(sessions.expiresAt, now)))
+        .limit(1);
+      return rows.length > 0;
     },
 
     /** Whether the user is an anonymous stranger (false when it does not exist). */
