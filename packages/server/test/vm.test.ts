@@ -375,6 +375,50 @@ describeBrowser('room VM (real Chromium)', () => {
     expect((await ack(owner, 'vm:control:grant', { chat_id: chat1, user_id: alice.user.id })).ok).toBe(true);
   });
 
+  it('lets an anonymous stranger watch the room of its direct chat, never control it (ERR_STRANGER_NOT_ALLOWED)', async () => {
+    const strangerClient = new Client(app.url, undefined, app.publicApiKey);
+    const made = await strangerClient.post('/v1/portal/stranger', {});
+    expect(made.status).toBe(200);
+    strangerClient.apiKey = null;
+    const strangerId = made.body.user.id as number;
+    const s = {
+      client: strangerClient,
+      socket: await connectSocket(app.url, strangerClient),
+      user: made.body.user,
+    } as Member;
+    const peer = await member(app);
+    const direct = await app.services.chats.createDirect([strangerId, peer.user.id], ['vmwatch']);
+    if ('refused' in direct) throw new Error('the direct chat was refused');
+    const chatId = direct.chat.id;
+    for (const m of [s, peer]) expect((await join(m, { chat_id: chatId })).ok).toBe(true);
+    expect((await peer.client.post(`/v1/portal/chats/${chatId}/start`, {})).status).toBe(200);
+    try {
+      const { credentials } = await s.socket.next('room:started', (p) => p.chat_id === chatId);
+      const watch = autoAck(s.socket, chatId);
+      expect(await ack(s, 'vm:watch', { chat_id: chatId, token: credentials.token })).toMatchObject({ ok: true });
+      await s.socket.next('vm:frame', (p) => p.chat_id === chatId);
+      watch.stop();
+      const refused = { ok: false, code: 'ERR_STRANGER_NOT_ALLOWED', message: expect.any(String) };
+      expect(await ack(s, 'vm:control:request', { chat_id: chatId })).toEqual(refused);
+      expect(await ack(s, 'vm:input', { chat_id: chatId, kind: 'navigate', url: site.url('/page2') })).toEqual(refused);
+      expect(
+        await ack(s, 'vm:input', { chat_id: chatId, kind: 'mouse', type: 'down', x: 1, y: 1, button: 'left' }),
+      ).toEqual(refused);
+      // Nor does a moderator hand it control: a grant to a stranger is refused on the room's node.
+      const staff = { ...callerOf(admin, admin.socket.id as string), permissionLevel: 2, joined: () => true };
+      await expect(app.services.vm.grant(staff, chatId, strangerId)).rejects.toMatchObject({
+        code: 'ERR_STRANGER_NOT_ALLOWED',
+      });
+      expect(await ack(peer, 'vm:control:request', { chat_id: chatId })).toMatchObject({
+        ok: true,
+        granted: true,
+        controller_user_id: peer.user.id,
+      });
+    } finally {
+      expect((await owner.client.post(`/v1/portal/chats/${chatId}/stop`, {})).status).toBe(200);
+    }
+  });
+
   it('answers ERR_FORBIDDEN to browser shortcuts in vm:input; the room stays as it was', async () => {
     const key = (type: 'down' | 'up', k: string, code: string) =>
       ack(alice, 'vm:input', { chat_id: chat1, kind: 'key', type, key: k, code });

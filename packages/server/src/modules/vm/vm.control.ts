@@ -63,6 +63,10 @@ export function runningRoom<R>(hosted: ReadonlyMap<number, R>, chatId: number): 
  * Control of the rooms this node runs (vm.host.ts composes it): who holds it, the requests
  * announced to the chat, grants and releases, and the controller's input to the browser.
  */
+/** Anonymous strangers watch a room; they neither take, get nor use its control (docs/api.md, Strangers). */
+export const strangerRefused = () =>
+  appError('ERR_STRANGER_NOT_ALLOWED', 'Anonymous sessions watch the room; they do not control it.');
+
 export function makeRoomControl(deps: ControlDeps) {
   const { provider, realtime, hosted, now } = deps;
 
@@ -75,12 +79,12 @@ export function makeRoomControl(deps: ControlDeps) {
   const asking = new Set<{ chatId: number; userId: number; left: boolean }>();
 
   /**
-   * Whether the user has a socket in the chat's socket room, on any node; when another node does
+   * The user's sockets in the chat's socket room, on any node; when another node does
    * not answer in time, on this one (`Realtime.socketsIn`): control is still decided, not failed.
    */
-  const inChat = async (chatId: number, userId: number): Promise<boolean> => {
+  const socketsInChat = async (chatId: number, userId: number) => {
     const { sockets } = await realtime.socketsIn(rooms.chat(chatId));
-    return sockets.some((s) => s.data.userId === userId);
+    return sockets.filter((s) => s.data.userId === userId);
   };
 
   /**
@@ -88,19 +92,21 @@ export function makeRoomControl(deps: ControlDeps) {
    * chat's room now; ERR_NOT_CHAT_MEMBER (`why`) otherwise. A kick or ban committed since the
    * caller's socket was checked must not hand them control; nor may a disconnect: their leave has
    * been handled already (userLeft), so control granted now would stay with nobody there. A leave
-   * reported while the sockets were looked up may postdate the answer: look again.
+   * reported while the sockets were looked up may postdate the answer: look again. An anonymous
+   * stranger (its sockets say so) is never handed control: it watches (docs/api.md, Strangers).
    */
   const whileInChat = async <T>(chatId: number, userId: number, why: string, act: () => T): Promise<T> => {
     const ask = { chatId, userId, left: false };
     asking.add(ask);
     try {
       await deps.chats.assertMember(userId, chatId);
-      let present = await inChat(chatId, userId);
-      while (present && ask.left) {
+      let present = await socketsInChat(chatId, userId);
+      while (present.length > 0 && ask.left) {
         ask.left = false;
-        present = await inChat(chatId, userId);
+        present = await socketsInChat(chatId, userId);
       }
-      if (!present) throw appError('ERR_NOT_CHAT_MEMBER', why);
+      if (present.length === 0) throw appError('ERR_NOT_CHAT_MEMBER', why);
+      if (present.some((s) => s.data.stranger)) throw strangerRefused();
       return act();
     } finally {
       asking.delete(ask);
@@ -199,7 +205,7 @@ export function makeRoomControl(deps: ControlDeps) {
       for (const ask of asking) if (ask.chatId === chatId && ask.userId === userId) ask.left = true;
       const room = hosted.get(chatId);
       if (room?.controller !== userId) return;
-      const present = await inChat(chatId, userId);
+      const present = (await socketsInChat(chatId, userId)).length > 0;
       if (room.controller === userId && !present && hosted.get(chatId) === room) setController(room, null);
     },
 

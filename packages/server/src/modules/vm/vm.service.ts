@@ -8,6 +8,7 @@ import type { VmProvider } from '../../platform/vm/provider.js';
 import type { ChatsService } from '../chats/chats.service.js';
 import { makeAudiences } from './vm.audience.js';
 import { decodeFrame, makeVmCluster, type RoomPlace } from './vm.cluster.js';
+import { strangerRefused } from './vm.control.js';
 import { type ControlAnswer, makeRoomHost, type RemoteActor, serveHost } from './vm.host.js';
 import { type Actor, canRunRoom, canStart, canStop, type RoomChat } from './vm.rules.js';
 import { defaultSettingsSource, type SettingsSource } from './vm.settings.js';
@@ -333,6 +334,7 @@ export function makeVmService(deps: VmDeps) {
      */
     async requestControl(caller: Caller, chatId: number) {
       mustBeIn(caller, chatId);
+      if (caller.stranger) throw strangerRefused();
       return onOwner<ControlAnswer>(chatId, 'requestControl', {
         actor: remoteActor(caller),
       });
@@ -351,6 +353,7 @@ export function makeVmService(deps: VmDeps) {
 
     async input(caller: Caller, payload: VmInputPayload): Promise<void> {
       mustBeIn(caller, payload.chat_id);
+      if (caller.stranger) throw strangerRefused();
       await onOwner(payload.chat_id, 'input', { actor: remoteActor(caller), payload });
     },
 
