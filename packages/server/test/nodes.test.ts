@@ -5,8 +5,9 @@ import { fileURLToPath } from 'node:url';
 import { Limits } from '@parlor/protocol';
 import { io, type Socket } from 'socket.io-client';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
+import { NODE_ALIVE_TTL_MS, NODE_HEARTBEAT_MS } from '../src/platform/node-presence.js';
 import { type Backing, createBacking, describeApp, MODE, startApp, type TestApp } from './support/app.js';
-import { bundle, join, keyedChat, member } from './support/chat-flows.js';
+import { bundle, join, keyEpoch, keyedChat, member, shareKey } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
 import { countRows } from './support/faults.js';
 import { createBot, createLoginBot, login, operator } from './support/flows.js';
@@ -15,6 +16,36 @@ import { closeAllSockets, connectSocket, disconnected } from './support/sockets.
 
 const MAIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../dist/main.js');
 const clusterOnly = describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'));
+
+/**
+ * Holds a node's stream reader, as when it lags behind a burst: the entries it reads wait, in
+ * order, until `release` delivers them. What other nodes send over pub/sub (the cross-node reads
+ * of presence) is still answered at once.
+ */
+function holdReader(node: TestApp) {
+  type Read = (message: { data?: string }, offset: string) => void;
+  const adapter = node.services.realtime.io.of('/').adapter as unknown as { onRawMessage: Read };
+  const read = adapter.onRawMessage;
+  const held: [{ data?: string }, string][] = [];
+  adapter.onRawMessage = (message, offset) => {
+    held.push([message, offset]);
+  };
+  return {
+    count: () => held.length,
+    holds: (text: string) => held.some(([message]) => message.data?.includes(text) === true),
+    release() {
+      adapter.onRawMessage = read;
+      for (const [message, offset] of held.splice(0)) read.call(adapter, message, offset);
+    },
+  };
+}
+
+/** Whether `p` resolves (true) or rejects (false). */
+const settles = (p: Promise<unknown>) =>
+  p.then(
+    () => true,
+    () => false,
+  );
 
 /** Two nodes over one PostgreSQL database and one Redis: the cluster mode of DESIGN.md section 1. */
 clusterOnly('two nodes on one PostgreSQL + Redis', () => {
@@ -269,27 +300,6 @@ clusterOnly('connection state recovery on a node whose stream reader is behind',
     await backing?.release();
   });
 
-  /**
-   * Holds a node's stream reader, as when it lags behind a burst: the entries it reads wait, in
-   * order, until `release` delivers them.
-   */
-  function holdReader(node: TestApp) {
-    type Read = (message: { data?: string }, offset: string) => void;
-    const adapter = node.services.realtime.io.of('/').adapter as unknown as { onRawMessage: Read };
-    const read = adapter.onRawMessage;
-    const held: [{ data?: string }, string][] = [];
-    adapter.onRawMessage = (message, offset) => {
-      held.push([message, offset]);
-    };
-    return {
-      holds: (text: string) => held.some(([message]) => message.data?.includes(text) === true),
-      release() {
-        adapter.onRawMessage = read;
-        for (const [message, offset] of held.splice(0)) read.call(adapter, message, offset);
-      },
-    };
-  }
-
   for (const when of ['once connected', 'during the handshake'] as const) {
     it(`replays each missed event once and in order, its node delivering them late (${when})`, async () => {
       const who = await login(a);
@@ -463,6 +473,221 @@ clusterOnly('a node that is alive for Redis but does not answer (a stopped proce
     const leave = (await guest.socket.emitWithAck('room:leave', { chat_id: chatId })) as { ok: boolean };
     expect(leave.ok).toBe(true);
     await owner.socket.next('portal:presence', (p) => p.session_id === guest.sessionId && p.online === false);
+  }, 120_000);
+});
+
+clusterOnly('room changes of another node while this node reads the stream late', () => {
+  let backing: Backing;
+  let a: TestApp;
+  let b: TestApp;
+  beforeAll(async () => {
+    backing = await createBacking();
+    a = await startApp({ backing });
+    b = await startApp({ backing });
+  });
+  afterAll(async () => {
+    closeAllSockets();
+    await a?.close();
+    await b?.close();
+    await backing?.release();
+  });
+
+  for (const action of ['kick', 'ban', 'leave'] as const) {
+    it(`a ${action} on A of a member whose socket is on B, whose reader is behind: the chat hears its session go offline`, async () => {
+      const { owner, chatId } = await keyedChat(a);
+      const guest = await member(b);
+      expect((await join(guest, { chat_id: chatId })).ok).toBe(true);
+      await owner.socket.next('portal:presence', (p) => p.session_id === guest.sessionId && p.online === true);
+      // B's reader holds the removal's socketsLeave, while B answers the cross-node reads at once.
+      const reader = holdReader(b);
+      try {
+        if (action === 'leave') {
+          // Left through a socket of the same session on A (one in no chat room).
+          const onA = await connectSocket(a.url, guest.client);
+          const left = (await onA.emitWithAck('room:leave', { chat_id: chatId })) as { ok: boolean };
+          expect(left.ok).toBe(true);
+        } else {
+          const res = await owner.client.post(`/v1/portal/chats/${chatId}/${action}`, { user_id: guest.user.id });
+          expect(res.status, JSON.stringify(res.body)).toBe(200);
+        }
+        await expect.poll(() => reader.count() > 0).toBe(true);
+      } finally {
+        reader.release();
+      }
+      await owner.socket.next('portal:presence', (p) => p.session_id === guest.sessionId && p.online === false, 5_000);
+      const again = await join(owner, { chat_id: chatId });
+      expect((again.members as { session_id: number }[]).map((m) => m.session_id)).not.toContain(guest.sessionId);
+    });
+  }
+
+  it('a kick on A of members on B (reader not held, five in a row): each session is said offline once, after its online', async () => {
+    const { owner, chatId } = await keyedChat(a);
+    for (let i = 0; i < 5; i++) {
+      const guest = await member(b);
+      expect((await join(guest, { chat_id: chatId })).ok).toBe(true);
+      await owner.socket.next('portal:presence', (p) => p.session_id === guest.sessionId && p.online === true);
+      const res = await owner.client.post(`/v1/portal/chats/${chatId}/kick`, { user_id: guest.user.id, reason: 'x' });
+      expect(res.status).toBe(200);
+      await owner.socket.next('portal:presence', (p) => p.session_id === guest.sessionId && p.online === false, 3_000);
+      guest.socket.close();
+    }
+  });
+
+  it('kicked on A, joining again at once through B, whose reader is behind: the socket stays in the room and hears the chat', async () => {
+    const { owner, chatId } = await keyedChat(a);
+    const guest = await member(b);
+    expect((await join(guest, { chat_id: chatId })).ok).toBe(true);
+    const reader = holdReader(b);
+    let late: NodeJS.Timeout | undefined;
+    try {
+      const kick = await owner.client.post(`/v1/portal/chats/${chatId}/kick`, { user_id: guest.user.id, reason: 'x' });
+      expect(kick.status).toBe(200);
+      await expect.poll(() => reader.count() > 0).toBe(true);
+      // The reader catches up half a second later, while the join below runs.
+      late = setTimeout(() => reader.release(), 500);
+      // A kick is no ban: the guest joins again at once, on B, which has not applied the kick's leave.
+      const again = await join(guest, { chat_id: chatId });
+      expect(again.ok, JSON.stringify(again)).toBe(true);
+    } finally {
+      clearTimeout(late);
+      reader.release();
+    }
+    const { chatKey, epoch } = await keyEpoch(owner, chatId);
+    const sent = await owner.client.post(`/v1/portal/chats/${chatId}/messages`, {
+      content: bundle(chatKey, chatId, epoch, 'welcome back'),
+    });
+    expect(sent.status).toBe(200);
+    const heard = await settles(guest.socket.next('message:new', (m) => m.id === sent.body.id, 3_000));
+    const inRoom = b.services.realtime.io
+      .of('/')
+      .adapter.rooms.get(`chat:${chatId}`)
+      ?.has(guest.socket.id ?? '');
+    expect({ heard, inRoom }).toEqual({ heard: true, inRoom: true });
+  });
+
+  it('keys reach a member whose socket is on the other node (key_added, room:key)', async () => {
+    const chat = await keyedChat(a);
+    const onB = await member(b);
+    expect((await join(onB, { chat_id: chat.chatId })).ok).toBe(true);
+    await chat.owner.socket.next('portal:key_added', (e) => e.session_id === onB.sessionId);
+    await shareKey({ ...chat.owner, client: chat.owner.client.on(b) }, chat, [onB]);
+    await onB.socket.next('room:key', (e) => e.chat_id === chat.chatId && e.epoch === chat.epoch);
+  });
+
+  it('gives unique ids and consistent history pages while both nodes send', async () => {
+    const chat = await keyedChat(a);
+    const { owner, chatId, chatKey, epoch } = chat;
+    const others = [await member(b), await member(a)];
+    for (const o of others) expect((await join(o, { chat_id: chatId })).ok).toBe(true);
+    await shareKey(owner, chat, others);
+    const senders = [owner.client, owner.client.on(b), ...others.flatMap((o) => [o.client.on(a), o.client.on(b)])];
+    const ids: string[] = [];
+    const walks: string[][] = [];
+    let sending = true;
+    const sendAll = (async () => {
+      try {
+        for (let round = 0; round < 6; round++) {
+          const res = await Promise.all(
+            senders.map((c, i) =>
+              c.post(`/v1/portal/chats/${chatId}/messages`, {
+                content: bundle(chatKey, chatId, epoch, `${round}.${i}`),
+              }),
+            ),
+          );
+          for (const r of res) ids.push(r.body.id);
+        }
+      } finally {
+        sending = false;
+      }
+    })();
+    // History read from the newest down, page by page, alternating nodes, while the sends go on.
+    while (sending) {
+      const walk: string[] = [];
+      let before: string | undefined;
+      for (;;) {
+        const q = before ? `?limit=5&before=${before}` : '?limit=5';
+        const page = await (before ? owner.client.on(b) : owner.client).get(`/v1/portal/chats/${chatId}/messages${q}`);
+        const got = (page.body.messages as { id: string }[]).map((m) => m.id);
+        if (got.length === 0) break;
+        walk.push(...got);
+        before = got.at(-1);
+      }
+      walks.push(walk);
+    }
+    await sendAll;
+    expect(new Set(ids).size).toBe(senders.length * 6);
+    const all = (
+      (await owner.client.get(`/v1/portal/chats/${chatId}/messages?limit=100`)).body.messages as { id: string }[]
+    ).map((m) => m.id);
+    for (const walk of walks) {
+      // Each page walk is a suffix of the final history: ordered, no gap, no duplicate.
+      const top = walk[0];
+      if (top !== undefined) expect(walk).toEqual(all.slice(all.indexOf(top)));
+    }
+  }, 60_000);
+});
+
+clusterOnly('a node killed outright (SIGKILL), seen from the other node', () => {
+  let backing: Backing | null = null;
+  let a: TestApp | null = null;
+  let child: ReturnType<typeof runNode> | null = null;
+  const dataDir = mkdtempSync(path.join(tmpdir(), 'parlor-killed-node-'));
+  afterAll(async () => {
+    closeAllSockets();
+    if (child) {
+      child.child.kill('SIGKILL');
+      await child.exited;
+    }
+    await a?.close();
+    await backing?.release();
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  it(`tells the chats' members its sessions went offline within ${(NODE_ALIVE_TTL_MS + NODE_HEARTBEAT_MS) / 1000} s, and not those also present on a live node`, async () => {
+    backing = await createBacking();
+    const node = await startApp({ backing });
+    a = node;
+    child = runNode([MAIN], {
+      DATA_DIR: dataDir,
+      PORT: '0',
+      DATABASE_URL: backing.databaseUrl ?? '',
+      REDIS_URL: backing.redisUrl ?? '',
+      REDIS_PREFIX: backing.redisPrefix,
+      PUBLIC_API_KEY: node.publicApiKey,
+      OPERATOR_TOKEN: node.operatorToken,
+    });
+    await waitFor(() => /serving http/.test(child?.out() ?? ''), 60_000);
+    const url = /serving (http:\/\/\S+)/.exec(child.out())?.[1] ?? '';
+    const adapter = node.services.realtime.io.of('/').adapter as unknown as { serverCount(): Promise<number> };
+    await expect.poll(() => adapter.serverCount(), { timeout: 20_000 }).toBe(2);
+
+    const { owner, chatId } = await keyedChat(node);
+    // One member only on the node to be killed; one with a socket on each node.
+    const gone = await member(node);
+    gone.socket.close();
+    gone.socket = await connectSocket(url, gone.client);
+    expect((await join(gone, { chat_id: chatId })).ok).toBe(true);
+    const both = await member(node);
+    expect((await join(both, { chat_id: chatId })).ok).toBe(true);
+    const second = await connectSocket(url, both.client);
+    expect(((await second.emitWithAck('room:join', { chat_id: chatId })) as { ok: boolean }).ok).toBe(true);
+    await owner.socket.next('portal:presence', (p) => p.session_id === gone.sessionId && p.online === true);
+
+    const killedAt = Date.now();
+    child.child.kill('SIGKILL');
+    await child.exited;
+    await owner.socket.next(
+      'portal:presence',
+      (p) => p.session_id === gone.sessionId && p.online === false,
+      NODE_ALIVE_TTL_MS + NODE_HEARTBEAT_MS + 3_000,
+    );
+    expect(Date.now() - killedAt).toBeLessThan(NODE_ALIVE_TTL_MS + NODE_HEARTBEAT_MS + 2_000);
+    // The sweep is done: the session still present on the live node was not said offline.
+    await node.services.realtime.nodePresence?.beat();
+    const wrongly = owner.socket.received.filter(
+      (r) => r.event === 'portal:presence' && r.payload.session_id === both.sessionId && r.payload.online === false,
+    );
+    expect(wrongly).toEqual([]);
   }, 120_000);
 });
 

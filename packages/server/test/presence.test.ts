@@ -1,7 +1,7 @@
 import { connect, HttpClient, joinRoom, type ParlorSocket } from '@parlor/sdk';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { describeApp, type Nodes, startNodes, type TestApp } from './support/app.js';
-import { join, keyedChat, type Member, member } from './support/chat-flows.js';
+import { bundle, join, keyEpoch, keyedChat, type Member, member } from './support/chat-flows.js';
 import type { Answer } from './support/client.js';
 import { createBot, operator } from './support/flows.js';
 import { closeAllSockets, connectSocket, disconnected } from './support/sockets.js';
@@ -209,6 +209,59 @@ describeApp('presence in a chat', () => {
     expect(presenceDeltas(owner, chatId, g.sessionId)).toEqual([]);
     // The join itself was real: g is a member.
     expect((await g.client.get('/v1/portal/chats')).body.chats.map((c: any) => c.id)).toContain(chatId);
+  });
+
+  it('a kick reads who was present before its sockets-leave: a join making a member again waits for it, and ends present', async () => {
+    const { owner, chatId } = await keyedChat(app);
+    const target = await member(app);
+    expect((await join(target, { chat_id: chatId })).ok).toBe(true);
+    await owner.socket.next('portal:presence', (e) => e.session_id === target.sessionId && e.online);
+    // The kick's read of the target's sockets (a slow node) holds until the target tries to join again.
+    const realtime = app.services.realtime;
+    const original = realtime.socketsIn;
+    let reached!: () => void;
+    const reading = new Promise<void>((r) => {
+      reached = r;
+    });
+    let release!: () => void;
+    const released = new Promise<void>((r) => {
+      release = r;
+    });
+    realtime.socketsIn = async (room) => {
+      if (room === `user:${target.user.id}`) {
+        reached();
+        await released;
+      }
+      return original(room);
+    };
+    let rejoin: Promise<any> | undefined;
+    try {
+      const kicking = owner.client.post(`/v1/portal/chats/${chatId}/kick`, { user_id: target.user.id });
+      await reading;
+      // The session is still in the room: the kick has not committed, and holds the membership.
+      rejoin = join(target, { chat_id: chatId });
+      await new Promise((r) => setTimeout(r, 200));
+      release();
+      expect((await kicking).status).toBe(200);
+    } finally {
+      release();
+      realtime.socketsIn = original;
+    }
+    // The join came after the kick (a new membership): ok, in the room, said online after the offline.
+    expect(await rejoin).toMatchObject({ ok: true });
+    await owner.socket.next('portal:presence', (e) => e.session_id === target.sessionId && !e.online);
+    const late = await member(app);
+    const ack = await join(late, { chat_id: chatId });
+    expect(ack.members.map((m: any) => m.session_id)).toContain(target.sessionId);
+    await owner.socket.next('portal:presence', (e) => e.chat_id === chatId && e.session_id === late.sessionId);
+    expect(presenceDeltas(owner, chatId, target.sessionId)).toEqual([true, false, true]);
+    // In the room: the owner's message of the new epoch reaches it.
+    const { chatKey, epoch } = await keyEpoch(owner, chatId);
+    const sent = await owner.client.post(`/v1/portal/chats/${chatId}/messages`, {
+      content: bundle(chatKey, chatId, epoch, 'after the rejoin'),
+    });
+    expect(sent.status, JSON.stringify(sent.body)).toBe(200);
+    await target.socket.next('message:new', (m) => m.id === sent.body.id);
   });
 });
 

@@ -5,9 +5,11 @@ import type { FastifyBaseLogger } from 'fastify';
 import type { Redis } from 'ioredis';
 import { Server, type Socket } from 'socket.io';
 import { logFailure, toErrorBody } from './errors.js';
+import { type HeldPresence, trackNodePresence } from './node-presence.js';
 import { guardRecovery, type RecoveryCheck, reachRecoveringSockets, trackReplays } from './recovery.js';
 import { CROSS_NODE_READ_TIMEOUT_MS, crossNodeReads } from './socket-reads.js';
 import { coalesceSocketWrites } from './socket-writes.js';
+import { type StreamReader, trackStreamOrder } from './stream-order.js';
 import { compilePayload } from './validation.js';
 
 /** Socket room names; every emit goes through these, never a hand-built string. */
@@ -58,6 +60,9 @@ export interface RealtimeOptions {
   /** The app's logger: failed handshakes and events (query values kept out by its serializer). */
   log: FastifyBaseLogger;
 }
+
+/** The cluster's Redis stream of room changes and broadcasts (the streams adapter's). */
+const streamNameOf = (prefix: string) => `${prefix}socket.io`;
 
 /** How long a dropped client may come back and receive what it missed. */
 const RECOVERY_WINDOW_MS = 2 * 60 * 1000;
@@ -118,7 +123,7 @@ export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
     ...(opts.redis
       ? {
           adapter: createAdapter(opts.redis.client, {
-            streamName: `${opts.redis.prefix}socket.io`,
+            streamName: streamNameOf(opts.redis.prefix),
             blockTimeInMs: STREAM_BLOCK_MS,
             channelPrefix: `${opts.redis.prefix}socket.io`,
             sessionKeyPrefix: `${opts.redis.prefix}sio:session:`,
@@ -202,9 +207,43 @@ export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
   });
 
   const reads = crossNodeReads(io, opts.log);
+  // Cluster mode: how far this node's stream reader has applied the other nodes' room changes.
+  const redis = opts.redis;
+  const streamOrder = redis
+    ? trackStreamOrder(io.of('/').adapter as unknown as StreamReader, {
+        tail: async () => {
+          const last = await redis.client.xrevrange(streamNameOf(redis.prefix), '+', '-', 'COUNT', 1);
+          return last[0]?.[0] ?? null;
+        },
+        log: opts.log,
+      })
+    : null;
+  /** Set by the chats wiring: announces presences of a node that died (offline) or came back (online). */
+  let nodePresenceListener: ((held: HeldPresence[], online: boolean) => void) | null = null;
+  // Cluster mode: the presence this node holds, kept in Redis for the others to announce offline
+  // if it is killed outright (node-presence.ts).
+  const nodePresence = redis
+    ? trackNodePresence(io, {
+        redis: redis.client,
+        prefix: redis.prefix,
+        log: opts.log,
+        lost: (gone) => nodePresenceListener?.(gone, false),
+        back: (held) => nodePresenceListener?.(held, true),
+      })
+    : null;
 
   return {
     io,
+    /**
+     * Cluster mode: tells `listener` the presences held by a node that stopped without shutting
+     * down (killed: `online` false, once its heartbeat expired and no live node holds them), and
+     * those of this node once it finds it was taken for dead (`online` true). Never in embedded mode.
+     */
+    onNodePresence(listener: (held: HeldPresence[], online: boolean) => void): void {
+      nodePresenceListener = listener;
+    },
+    /** This node's heartbeat and sweep of dead nodes, run now (tests); null in embedded mode. */
+    nodePresence,
     /**
      * The sockets in a room (null: every socket) on every node, or this node's when another does
      * not answer in time (socket-reads.ts): for reads that follow a committed change.
@@ -260,6 +299,16 @@ export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
     disconnectSessions(sessionIds: number[]) {
       if (sessionIds.length > 0) io.in(sessionIds.map(rooms.session)).disconnectSockets(true);
     },
+    /**
+     * Resolves once this node has applied the room changes the other nodes had sent when it was
+     * called (cluster mode: its stream reader reached the stream's tail, or STREAM_CATCH_UP_MAX_MS
+     * passed; stream-order.ts); at once in embedded mode, where every change applies at once. A
+     * socket entering a room for a new membership waits for it, so a leave of an ended membership
+     * of the same user, sent by another node before, cannot take it out afterwards.
+     */
+    catchUpRooms(): Promise<void> {
+      return streamOrder ? streamOrder.catchUp() : Promise.resolve();
+    },
     /** Makes every socket of a user leave a chat room (kick, ban, leave), on every node. */
     leaveChat(userId: number, chatId: number) {
       io.in(rooms.user(userId)).socketsLeave(rooms.chat(chatId));
@@ -294,6 +343,7 @@ export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
      */
     async closeAdapter() {
       await waitFor([...disconnectWork], DISCONNECT_WORK_WAIT_MS);
+      await nodePresence?.close();
       // io.close closes the HTTP server too: Fastify has closed it, so that part ends at once.
       await io.close();
       await opts.redis?.client.quit().catch(() => opts.redis?.client.disconnect());

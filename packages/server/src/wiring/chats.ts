@@ -75,6 +75,11 @@ export function wireChats(ctx: WiringContext, accounts: Accounts, realtime: Real
     writes,
     enters: makeEnterLimit(state),
   });
+  // Cluster mode: the sessions of a node killed outright go offline in their chats (and come back
+  // online if that node was only stalled): platform/node-presence.ts.
+  realtime.onNodePresence((held, online) => {
+    for (const h of held) chats.announcePresence(h.chatId, h, online);
+  });
   return { chatsStore, keys, messages, guilds, chats };
 }
 

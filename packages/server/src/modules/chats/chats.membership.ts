@@ -19,7 +19,7 @@ export interface MembershipDeps {
   keys: KeysService;
   messages: MessagesService;
   realtime: Pick<Realtime, 'emitTo' | 'leaveChat'>;
-  presence: Pick<ChatPresence, 'announcePresence' | 'sessionsOutOf'>;
+  presence: Pick<ChatPresence, 'announcePresence' | 'sessionsIn'>;
   /** The chat row (deleted chats: ERR_CHAT_NOT_FOUND). */
   mustGet: (chatId: number) => Promise<ChatWithCount>;
   /** Private and direct chats are for their members (and owner, and Admins for private ones). */
@@ -134,10 +134,13 @@ export function makeChatMembership(deps: MembershipDeps) {
       // A ban of a non-member (one who left already) is still recorded (by `extra`): its system
       // message is persisted with it (spec 2.9), with no membership, history entry or rekey to end.
       if (!removed) return { system: await messages.appendSystem(chatId, opts.system, tx), removed: null };
+      // The user's sessions present in the chat, read now that the membership row is locked by this
+      // transaction and before its sockets leave the room: each goes offline there (sessionsIn).
+      const present = await presence.sessionsIn(userId, chatId).catch(() => []);
       await store.logActivity({ chatId, userId, action: opts.action, actorUserId: opts.actorId, createdAt: now }, tx);
       const system = await messages.appendSystem(chatId, opts.system, tx);
       const bumped = await keys.bumpEpochs([chatId], tx);
-      return { system, removed: { bumped } };
+      return { system, removed: { bumped, present } };
     });
     if (!result.removed) {
       messages.publish(result.system);
@@ -151,8 +154,9 @@ export function makeChatMembership(deps: MembershipDeps) {
     keys.announceRekey(result.removed.bumped);
     const reason = opts.action === 'leave' ? 'left' : opts.action === 'kick' ? 'kicked' : 'banned';
     realtime.emitTo(rooms.user(userId), 'room:left', { chat_id: chatId, reason });
-    const gone = await presence.sessionsOutOf(userId, chatId).catch(() => []);
-    for (const sessionId of gone) presence.announcePresence(chatId, { userId, sessionId }, false);
+    // After the leave, in the same turn: a join that makes the user a member again announces its
+    // session online after it has entered (later), so its delta follows this one.
+    for (const sessionId of result.removed.present) presence.announcePresence(chatId, { userId, sessionId }, false);
     return true;
   };
 

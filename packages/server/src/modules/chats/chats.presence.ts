@@ -2,9 +2,8 @@ import { type Realtime, rooms, type SocketData } from '../../platform/realtime.j
 
 /**
  * Who is in a chat's room, read from the sockets on every node, and the deltas the chat hears.
- * Every read here follows a change that has committed (a join, a leave, a disconnect): when
- * another node does not answer in time, it uses what this node holds (`Realtime.socketsIn`)
- * rather than fail the change.
+ * Every read here is part of a change (a join, a leave, a disconnect): when another node does not
+ * answer in time, it uses what this node holds (`Realtime.socketsIn`) rather than fail the change.
  */
 export function makeChatPresence(realtime: Pick<Realtime, 'emitTo' | 'socketsIn'>) {
   /**
@@ -35,19 +34,20 @@ export function makeChatPresence(realtime: Pick<Realtime, 'emitTo' | 'socketsIn'
   };
 
   /**
-   * The connected sessions of a user none of whose sockets is in a chat's room, on any node (or on
-   * this one, above): read after the user's sockets were taken out of the room (`leaveChat`), the
-   * sessions to announce offline there. Every node answers this read after it has applied that
-   * leave (both go through the adapter's stream, in order), so a session whose join announced it
-   * online just before is read as out and said offline after it; one still in the room has entered
-   * it again since (a new membership), and stays present. A session that was never in the room is
-   * said offline too: that changes no list, and reading who was in the room before the leave would
-   * miss a socket whose join entered while the leave ran.
+   * The sessions of a user present in a chat (a socket in its room), on any node (or on this one,
+   * above): read by a removal of the user's membership before its sockets are taken out of the
+   * room, under the membership row's lock, then announced offline once they are (every one: the
+   * whole user lost the membership). The read does not have to be ordered with the leave: a
+   * node's answer (over pub/sub) may overtake the leave (over the adapter's stream) that another
+   * node sent, so a read after the leave could still find the sockets of a node whose reader is
+   * behind, and say nothing. Under that lock no join of the membership is entering (one that holds
+   * it has entered, its node applied the entry, before the lock is granted), and a later join
+   * finds no membership: the read holds every session the membership left present.
    */
-  const sessionsOutOf = async (userId: number, chatId: number): Promise<number[]> => {
+  const sessionsIn = async (userId: number, chatId: number): Promise<number[]> => {
     const { sockets } = await realtime.socketsIn(rooms.user(userId));
-    const inRoom = new Set(sockets.filter((s) => s.rooms.has(rooms.chat(chatId))).map((s) => s.data.sessionId));
-    return [...new Set(sockets.map((s) => s.data.sessionId))].filter((id) => !inRoom.has(id));
+    const inRoom = sockets.filter((s) => s.rooms.has(rooms.chat(chatId))).map((s) => s.data.sessionId);
+    return [...new Set(inRoom)];
   };
 
   /**
@@ -69,7 +69,7 @@ export function makeChatPresence(realtime: Pick<Realtime, 'emitTo' | 'socketsIn'
     return still;
   };
 
-  return { presence, announcePresence, sessionsOutOf, sessionStillIn };
+  return { presence, announcePresence, sessionsIn, sessionStillIn };
 }
 
 export type ChatPresence = ReturnType<typeof makeChatPresence>;

@@ -146,16 +146,25 @@ export function registerChatSockets(realtime: Realtime, chats: ChatsService, log
     // The join puts the socket into the chat's room while it holds the membership (see join).
     // Entering a room this socket is already in changes nobody's presence: no delta.
     const entered: { room: string | null } = { room: null };
-    const enter = (chatId: number, fresh: boolean) => {
+    const enter = async (chatId: number, fresh: boolean) => {
       const room = rooms.chat(chatId);
       // A socket that disconnected while its join ran enters nothing (a closed socket's join is a
       // no-op): it is in no room to be announced in, nor taken out of later.
       if (!socket.connected || (socket.rooms.has(room) && !fresh)) return;
+      if (!fresh) {
+        entered.room = room;
+        return socket.join(room);
+      }
+      // A new membership enters once this node has applied the room changes sent before it (a
+      // kick's leave of `user:<id>` sent by another node, which this node's stream reader may not
+      // have read yet: applied after the entry, it would take the new member's socket out). At
+      // once when the reader is not behind, and in embedded mode (Realtime.catchUpRooms).
+      await realtime.catchUpRooms();
+      if (!socket.connected) return;
       entered.room = room;
-      if (!fresh) return socket.join(room);
-      // A new membership enters through the adapter, as a leave takes sockets out (`leaveChat`):
-      // in the cluster both go through this node's Redis connection in order, so a leave of the
-      // ended membership sent from here before is applied first and cannot evict this one.
+      // Through the adapter, as a leave takes sockets out (`leaveChat`): in the cluster both go
+      // through this node's Redis connection in order, so a leave of the ended membership sent
+      // from here before is applied first and cannot evict this one.
       return socket.nsp.adapter.addSockets({ rooms: new Set([socket.id]), except: new Set(), flags: {} }, [room]);
     };
     let joined: Awaited<ReturnType<ChatsService['join']>>;

@@ -1,0 +1,131 @@
+import { EventEmitter } from 'node:events';
+import type { FastifyBaseLogger } from 'fastify';
+import { Redis } from 'ioredis';
+import { afterAll, describe, expect, it, vi } from 'vitest';
+import { clearRedisPrefix, redisReachable, SERVICE_URLS } from '../../test/support/services.js';
+import { type HeldPresence, trackNodePresence } from './node-presence.js';
+import type { Io } from './realtime.js';
+
+const redisProblem = await redisReachable();
+if (redisProblem && process.env.REQUIRE_SERVICES === '1') throw new Error(`REQUIRE_SERVICES=1: ${redisProblem}`);
+
+const clients: Redis[] = [];
+const prefixes: string[] = [];
+afterAll(async () => {
+  for (const p of prefixes) await clearRedisPrefix(p);
+  for (const c of clients) c.disconnect();
+});
+
+const log = { warn: vi.fn(), info: vi.fn() } as unknown as FastifyBaseLogger;
+
+/** A node: a namespace whose room events the test drives, and its presence in Redis. */
+function node(prefix: string) {
+  const adapter = new EventEmitter();
+  const sockets = new Map<string, { data: { userId: number; sessionId: number } }>();
+  const io = { of: () => ({ adapter, sockets }), on: () => {} } as unknown as Io;
+  const redis = new Redis(SERVICE_URLS.redis, { maxRetriesPerRequest: 0 });
+  clients.push(redis);
+  const lost: HeldPresence[][] = [];
+  const back: HeldPresence[][] = [];
+  const presence = trackNodePresence(io, {
+    redis,
+    prefix,
+    log,
+    lost: (g) => lost.push(g),
+    back: (h) => back.push(h),
+  });
+  let n = 0;
+  return {
+    presence,
+    redis,
+    lost,
+    back,
+    /** A socket of the session entering a chat's room. */
+    enter(chatId: number, userId: number, sessionId: number) {
+      const id = `s${++n}`;
+      sockets.set(id, { data: { userId, sessionId } });
+      adapter.emit('join-room', `chat:${chatId}`, id);
+      return id;
+    },
+    leave(chatId: number, socketId: string) {
+      adapter.emit('leave-room', `chat:${chatId}`, socketId);
+    },
+  };
+}
+
+const freshPrefix = () => {
+  const prefix = `parlor-test:np:${Math.random().toString(36).slice(2)}:`;
+  prefixes.push(prefix);
+  return prefix;
+};
+
+describe.skipIf(redisProblem !== null)('trackNodePresence (Redis)', () => {
+  it('tells one of many sweepers, once, the presences of a node whose heartbeat expired that no live node holds', async () => {
+    const prefix = freshPrefix();
+    const [dead, x, y] = [node(prefix), node(prefix), node(prefix)];
+    await Promise.all([dead.presence.beat(), x.presence.beat(), y.presence.beat()]);
+    dead.enter(1, 7, 70);
+    dead.enter(2, 7, 70);
+    dead.enter(1, 8, 80);
+    // Session 80 is in chat 1 on x too: still present there.
+    x.enter(1, 8, 80);
+    await dead.presence.beat();
+    await x.presence.beat();
+    // Killed: no more heartbeats, and its heartbeat key expires.
+    dead.redis.disconnect();
+    await x.redis.del(`${prefix}presence:alive:${dead.presence.nodeId}`);
+    await Promise.all([x.presence.beat(), y.presence.beat(), x.presence.beat(), y.presence.beat()]);
+    const told = [...x.lost, ...y.lost];
+    expect(told).toHaveLength(1);
+    expect(told[0]?.sort((p, q) => p.chatId - q.chatId)).toEqual([
+      { chatId: 1, userId: 7, sessionId: 70 },
+      { chatId: 2, userId: 7, sessionId: 70 },
+    ]);
+    expect(await x.redis.exists(`${prefix}presence:held:${dead.presence.nodeId}`)).toBe(0);
+    await Promise.all([x.presence.close(), y.presence.close()]);
+  });
+
+  it('holds a session while any of its sockets on the node is in the room', async () => {
+    const prefix = freshPrefix();
+    const n = node(prefix);
+    await n.presence.beat();
+    const one = n.enter(3, 9, 90);
+    const two = n.enter(3, 9, 90);
+    const held = () => n.redis.smembers(`${prefix}presence:held:${n.presence.nodeId}`);
+    await expect.poll(held).toEqual(['3:9:90']);
+    n.leave(3, one);
+    await n.presence.beat();
+    expect(await held()).toEqual(['3:9:90']);
+    n.leave(3, two);
+    await expect.poll(held).toEqual([]);
+    await n.presence.close();
+  });
+
+  it('a node swept as dead (it stalled) writes its set again and says its presences are back', async () => {
+    const prefix = freshPrefix();
+    const [stalled, x] = [node(prefix), node(prefix)];
+    await Promise.all([stalled.presence.beat(), x.presence.beat()]);
+    stalled.enter(4, 5, 50);
+    await stalled.presence.beat();
+    await x.redis.del(`${prefix}presence:alive:${stalled.presence.nodeId}`);
+    await x.presence.beat();
+    expect(x.lost).toEqual([[{ chatId: 4, userId: 5, sessionId: 50 }]]);
+    await stalled.presence.beat();
+    expect(stalled.back).toEqual([[{ chatId: 4, userId: 5, sessionId: 50 }]]);
+    expect(await x.redis.smembers(`${prefix}presence:held:${stalled.presence.nodeId}`)).toEqual(['4:5:50']);
+    await Promise.all([stalled.presence.close(), x.presence.close()]);
+  });
+
+  it('leaves nothing to sweep when it closes (a shutdown announces its own sessions)', async () => {
+    const prefix = freshPrefix();
+    const [leaving, x] = [node(prefix), node(prefix)];
+    await Promise.all([leaving.presence.beat(), x.presence.beat()]);
+    leaving.enter(6, 1, 10);
+    await leaving.presence.beat();
+    await leaving.presence.close();
+    await x.presence.beat();
+    expect(x.lost).toEqual([]);
+    expect(await x.redis.smembers(`${prefix}presence:nodes`)).toEqual([x.presence.nodeId]);
+    await x.presence.close();
+  });
+});
