@@ -167,7 +167,12 @@ describeApp('POST /v1/users/me/sessions/{token_suffix}/destroy', () => {
     const a = await login(app, { bot });
     const other = await login(app, { bot });
     // Spec 4.2 rule 2: any suffix of no live session of the caller, whatever its length, is unknown.
-    for (const suffix of ['zzzzzz', other.client.cookie?.slice(-6), 'z'.repeat(17), `${a.client.cookie?.slice(-6)}${'z'.repeat(200)}`]) {
+    for (const suffix of [
+      'zzzzzz',
+      other.client.cookie?.slice(-6),
+      'z'.repeat(17),
+      `${a.client.cookie?.slice(-6)}${'z'.repeat(200)}`,
+    ]) {
       const res = await a.client.post(`/v1/users/me/sessions/${suffix}/destroy`);
       expect(res.status).toBe(404);
       expect(res.body.code).toBe('ERR_SESSION_NOT_FOUND');
