@@ -3,11 +3,11 @@ import { eq, inArray } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { STRANGER_ADDRESS_BAR_MS, STRANGER_GRACE_MS } from '../src/modules/auth/auth.service.js';
 import { FakeClock } from '../src/platform/clock.js';
-import { chatMembers, sessions, users } from '../src/platform/db/schema.js';
+import { chatMembers, moderationActions, notifications, sessions, users } from '../src/platform/db/schema.js';
 import { describeApp, MODE, type Nodes, startApp, startNodes, type TestApp } from './support/app.js';
 import { join, keyedChat, member } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
-import { login } from './support/flows.js';
+import { login, operator } from './support/flows.js';
 import { closeAllSockets, connectSocket } from './support/sockets.js';
 
 let app: TestApp;
@@ -220,6 +220,78 @@ describeApp('a stranger a moderator blocked (POST /v1/portal/strangers/block)', 
       clock.advance(1);
       expect((await create(ip)).status).toBe(200);
     }
+  });
+});
+
+describeApp('platform punishments of a stranger (docs/api.md, Strangers)', () => {
+  /** A stranger (its own address) in an active direct chat with a connected registered peer. */
+  async function strangerInDirect() {
+    const ip = nextIp();
+    const s = await stranger(ip);
+    s.client.apiKey = null;
+    const peer = await member(app);
+    const direct = await app.services.chats.createDirect([s.id, peer.user.id], [tag()]);
+    if ('refused' in direct) throw new Error(`direct chat refused: ${JSON.stringify(direct.refused)}`);
+    const chatId = direct.chat.id;
+    expect((await join(peer, { chat_id: chatId })).ok).toBe(true);
+    expect((await peer.client.get('/v1/portal/match/status')).body.state).toBe('matched');
+    return { ip, s, peer, chatId };
+  }
+  const rowsOf = async (userId: number) => ({
+    records: await app.database.db.select().from(moderationActions).where(eq(moderationActions.userId, userId)),
+    notes: await app.database.db.select().from(notifications).where(eq(notifications.userId, userId)),
+  });
+  const create = (ip: string) => new Client(app.url, ip, app.publicApiKey).post('/v1/portal/stranger', {});
+
+  it('answers a warning 404 ERR_USER_NOT_FOUND, from the admin route and the chat route alike, and stores nothing', async () => {
+    const { s, chatId } = await strangerInDirect();
+    const byOperator = await operator(app).post('/v1/admin/punishments/warn', { user_id: s.id, reason: 'x' });
+    expect([byOperator.status, byOperator.body.code]).toEqual([404, 'ERR_USER_NOT_FOUND']);
+    const mod = await member(app, { level: 1 });
+    const inChat = await mod.client.post(`/v1/portal/chats/${chatId}/warn`, { user_id: s.id, reason: 'x' });
+    expect([inChat.status, inChat.body.code]).toEqual([404, 'ERR_USER_NOT_FOUND']);
+    expect(await rowsOf(s.id)).toEqual({ records: [], notes: [] });
+    const audit = (await operator(app).get(`/v1/admin/audit?target_user_id=${s.id}`)).body.entries;
+    expect(audit).toEqual([]);
+  });
+
+  it("ends its direct chats on a ban as at its session's end (the peer told, its slot free) and bars its address for 24 hours, with no notification", async () => {
+    const { ip, s, peer, chatId } = await strangerInDirect();
+    const told = peer.socket.next('message:new', (m) => m.chat_id === chatId && m.system?.kind === 'leave');
+    const res = await operator(app).post('/v1/admin/punishments/ban', { user_id: s.id, reason: 'abuse' });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(res.body.punishment).toMatchObject({ action_type: 'PLATFORM_BAN' });
+    // Done before the ban answers: the chat is archived and the peer's slot free.
+    expect((await peer.client.get(`/v1/portal/chats/${chatId}`)).body.chat).toMatchObject({ archived: true });
+    expect((await peer.client.get('/v1/portal/match/status')).body.state).toBe('idle');
+    expect((await told).system).toEqual({ kind: 'leave', user_id: s.id });
+    expect((await s.client.get('/v1/portal/chats')).status).toBe(401);
+    const created = await create(ip);
+    expect([created.status, created.body.code]).toEqual([403, 'ERR_STRANGER_BLOCKED']);
+    // An unban lifts the record, and still notifies nothing.
+    expect((await operator(app).post('/v1/admin/punishments/unban', { user_id: s.id })).status).toBe(200);
+    const { records, notes } = await rowsOf(s.id);
+    expect(records.map((r) => [r.actionType, r.isLifted])).toEqual([['PLATFORM_BAN', true]]);
+    expect(notes).toEqual([]);
+    if (MODE === 'embedded') {
+      clock.advance(STRANGER_ADDRESS_BAR_MS);
+      expect((await create(ip)).status).toBe(200);
+    }
+  });
+
+  it('times it out as a user (403 ERR_TIMED_OUT, its search ended) with no notification; its session and direct chat stay', async () => {
+    const { s, peer, chatId } = await strangerInDirect();
+    const res = await operator(app).post('/v1/admin/punishments/timeout', { user_id: s.id, duration: 600 });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    const refused = await s.client.get('/v1/portal/chats');
+    expect([refused.status, refused.body.code]).toEqual([403, 'ERR_TIMED_OUT']);
+    expect((await peer.client.get(`/v1/portal/chats/${chatId}`)).body.chat).toMatchObject({ archived: false });
+    const { records, notes } = await rowsOf(s.id);
+    expect(records.map((r) => r.actionType)).toEqual(['PLATFORM_TIMEOUT']);
+    expect(notes).toEqual([]);
+    // Its logout (served during a timeout) ends its direct chats as any stranger's session end does.
+    expect((await s.client.post('/v1/authentication/logout', {})).status).toBe(200);
+    expect((await peer.client.get(`/v1/portal/chats/${chatId}`)).body.chat).toMatchObject({ archived: true });
   });
 });
 

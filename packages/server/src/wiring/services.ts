@@ -2,6 +2,7 @@ import { Limits } from '@parlor/protocol';
 import { makeAdminService } from '../modules/admin/admin.service.js';
 import type { ChatsService } from '../modules/chats/chats.service.js';
 import type { KeysService } from '../modules/keys/keys.service.js';
+import { makeBlocksStore } from '../modules/matchmaking/blocks.store.js';
 import type { MatchmakingService } from '../modules/matchmaking/matchmaking.service.js';
 import type { MessagesService } from '../modules/messages/messages.service.js';
 import { makeModerationService } from '../modules/moderation/moderation.service.js';
@@ -100,6 +101,13 @@ export async function wireServices(ctx: WiringContext) {
     afterCommit(tx, () => matchmaking.sessionsEnded(userId).catch(endCleanupFailed(userId))),
   );
   moderation.platform.onRestricted((userId) => matchmaking.endSearch(userId).catch(searchEnded(userId)));
+  // A ban of a stranger ends its session for good, without the session-ending hooks: its direct
+  // chats end as at any stranger's session end (logged on failure, as there), and the address that
+  // made it is barred from new strangers as a stranger block bars it (a failure is the answer).
+  moderation.platform.onStrangerBanned(async ({ userId, address }) => {
+    await matchmaking.sessionsEnded(userId).catch(endCleanupFailed(userId));
+    if (address !== null) await accounts.auth.barStrangerAddress(address);
+  });
   // A stranger block bars the address that made the stranger from making new ones (spec v1.12:
   // the block is of the stranger session; a new stranger from the same client would lift it).
   blocks.onStrangerBlocked(({ address }) => accounts.auth.barStrangerAddress(address));
@@ -268,6 +276,8 @@ function wireGovernance(
     realtime,
     log: app.log,
   });
+  // The address that made a stranger (its first session), which a ban of it bars as a block does.
+  const blocksStore = makeBlocksStore(db);
   const moderation = makeModerationService({
     db,
     clock,
@@ -281,6 +291,7 @@ function wireGovernance(
     notifications,
     audit,
     realtime,
+    strangerAddress: (userId, tx) => blocksStore.firstSessionAddress(userId, tx),
   });
   return { admin, moderation };
 }

@@ -32,7 +32,19 @@ export interface PlatformModerationDeps {
     vars: Record<string, string>,
     tx: Tx,
   ) => ReturnType<NotificationsService['automated']>;
+  /**
+   * The client address that made an anonymous stranger's account (its first session), read in a
+   * ban's transaction for the onStrangerBanned hooks; null when no session row is left.
+   */
+  strangerAddress: (userId: number, tx: Tx) => Promise<string | null>;
 }
+
+/**
+ * Told once a ban of an anonymous stranger has committed, after the onRestricted listeners: the
+ * ban ended its session, which it never gets back (wiring/services.ts ends its direct chats as at
+ * a session's end and bars `address` as a stranger block does). What it throws is the ban's answer.
+ */
+export type StrangerBannedHook = (e: { userId: number; address: string | null }) => Promise<void>;
 
 /**
  * A punishment given through a chat's route (a warning, a timeout): the chat it is tied to, and
@@ -98,6 +110,7 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
     // A target deleted meanwhile: 404, never a foreign-key error.
     if (!locked.target) throw appError('ERR_USER_NOT_FOUND');
     assertReach(actor, locked.level, locked.target, chat);
+    return locked.target;
   };
 
   /** Told once a ban or timeout has committed (onRestricted). */
@@ -105,6 +118,7 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
   const tellRestricted = async (userId: number) => {
     for (const listener of restricted) await listener(userId);
   };
+  const strangerBanned: StrangerBannedHook[] = [];
 
   /** Drops every socket of a user, on every node (timeouts, bans). */
   const dropSockets = (userId: number) => realtime.io.in(rooms.user(userId)).disconnectSockets(true);
@@ -115,7 +129,7 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
    * timeout never lowers a ban and a shorter punishment never shortens a longer one), the audit
    * entry and the automated notification, all under the target's and the caller's row locks (a
    * warning too, so a deletion racing it answers 404), decided there (lockParties). Publish `note`
-   * after commit.
+   * after commit; an anonymous stranger gets none (null: it never reads notifications).
    */
   const punish = async (
     tx: Tx,
@@ -135,7 +149,7 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
   ) => {
     const now = clock.now();
     const expiresAt = until(now, p.body.duration);
-    await lockParties(tx, p.actor, p.level, p.targetId, p.chat);
+    const target = await lockParties(tx, p.actor, p.level, p.targetId, p.chat);
     const record = await store.record(
       {
         userId: p.targetId,
@@ -160,13 +174,9 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
       },
       tx,
     );
-    const note = await notify(
-      p.targetId,
-      p.notice,
-      { duration: human(p.body.duration), reason: p.body.reason ?? '' },
-      tx,
-    );
-    return { record, note };
+    const vars = { duration: human(p.body.duration), reason: p.body.reason ?? '' };
+    const note = target.isStranger ? null : await notify(p.targetId, p.notice, vars, tx);
+    return { record, note, stranger: target.isStranger };
   };
 
   type Body = { duration?: number; reason?: string };
@@ -181,10 +191,18 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
       restricted.push(listener);
     },
 
-    /** Bans platform-wide: every session ends (sockets drop, keys go), login is refused until lifted. */
+    /** Runs `hook` once a ban of an anonymous stranger has committed (StrangerBannedHook). */
+    onStrangerBanned(hook: StrangerBannedHook) {
+      strangerBanned.push(hook);
+    },
+
+    /**
+     * Bans platform-wide: every session ends (sockets drop, keys go), login is refused until lifted.
+     * A stranger's session so ended is its last: the onStrangerBanned hooks run after commit.
+     */
     async ban(actor: Actor, level: ActorLevel, targetId: number, body: Body, chatId: number | null = null) {
       await assertPlatformTarget(actor, level, targetId);
-      const record = await db.transaction(async (tx) => {
+      const { record, stranger } = await db.transaction(async (tx) => {
         // The ban raises the epochs of the user's chats (removeSessionsIn below), so it takes their
         // rows first, in id order, then the users rows (punish): the order of a kick, a chat ban, a
         // mute or warning in a chat and a join, which hold the chat row when they lock the user's.
@@ -206,18 +224,20 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
           notice: 'banned',
           settlesState: true,
         });
+        const stranger = done.stranger ? { address: await deps.strangerAddress(targetId, tx) } : null;
         const ended = await deps.sessions.endAll(targetId, 'banned', tx);
         // Once committed, in this order: the notice, the sockets drop, then the chats hear that
         // the keys are gone and move to new epochs (removed and raised in this transaction).
         await afterCommit(tx, async () => {
-          notifications.publish(done.note);
+          if (done.note) notifications.publish(done.note);
           realtime.disconnectSessions(ended);
           dropSockets(targetId);
         });
         await deps.keys.removeSessionsIn(tx, targetId, ended, true);
-        return done.record;
+        return { record: done.record, stranger };
       });
       await tellRestricted(targetId);
+      if (stranger) for (const hook of strangerBanned) await hook({ userId: targetId, ...stranger });
       return toPunishment(record);
     },
 
@@ -229,14 +249,14 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
       await assertPlatformTarget(actor, level, targetId);
       const now = clock.now();
       const note = await db.transaction(async (tx) => {
-        await lockParties(tx, actor, level, targetId);
+        const target = await lockParties(tx, actor, level, targetId);
         if ((await store.lift(targetId, ['PLATFORM_BAN'], null, now, tx)) === 0) return null;
         await store.settleState(targetId, now, tx);
         await audit.record(
           { actor, code: AuditCodes.PUNISH_UNBAN, action: 'unban', targetUserId: targetId, reason: body.reason },
           tx,
         );
-        return notify(targetId, 'unbanned', {}, tx);
+        return target.isStranger ? null : notify(targetId, 'unbanned', {}, tx);
       });
       if (note) notifications.publish(note);
     },
@@ -244,7 +264,8 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
     /**
      * Times out platform-wide: sockets drop and every request answers 403 ERR_TIMED_OUT until expiry.
      * A banned user is timed out too (recorded, 200) but stays Banned: the timeout applies only if
-     * the ban ends (unban, expiry) before it does.
+     * the ban ends (unban, expiry) before it does. A stranger is timed out as a user is, with no
+     * notification: its session stays (its end still ends its direct chats, sessionsEnded).
      */
     async timeout(actor: Actor, level: ActorLevel, targetId: number, body: Body & { duration: number }, chat?: InChat) {
       await assertPlatformTarget(actor, level, targetId, chat);
@@ -264,15 +285,21 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
           settlesState: true,
         });
       });
-      notifications.publish(note);
+      if (note) notifications.publish(note);
       dropSockets(targetId);
       await tellRestricted(targetId);
       return toPunishment(record);
     },
 
-    /** Warns; given in a chat, `chat` decides and writes there in the same transaction. */
+    /**
+     * Warns; given in a chat, `chat` decides and writes there in the same transaction. An anonymous
+     * stranger is no user here (404, nothing written): a warning is a notice, and it gets none.
+     * (An account never becomes or stops being a stranger: no need to decide again under the locks.)
+     */
     async warn(actor: Actor, level: ActorLevel, targetId: number, body: { reason?: string }, chat?: InChat) {
-      await assertPlatformTarget(actor, level, targetId, chat);
+      const target = await users.mustGet(targetId);
+      if (target.isStranger) throw appError('ERR_USER_NOT_FOUND');
+      assertReach(actor, level, target, chat);
       const { record, note } = await db.transaction(async (tx) => {
         if (chat) await chat.hold(tx);
         const done = await punish(tx, {
@@ -291,7 +318,7 @@ export function makePlatformModeration(deps: PlatformModerationDeps) {
         if (chat?.write) await chat.write(tx);
         return done;
       });
-      notifications.publish(note);
+      if (note) notifications.publish(note);
       return toPunishment(record);
     },
   };

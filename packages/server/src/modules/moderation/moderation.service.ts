@@ -13,7 +13,7 @@ import type { SessionsService } from '../sessions/sessions.service.js';
 import type { UsersService } from '../users/users.service.js';
 import type { Tx, UsersStore } from '../users/users.store.js';
 import { type ChatActor, type HeldChat, makeChatDecisions } from './moderation.decisions.js';
-import { makePlatformModeration, until } from './moderation.platform.js';
+import { makePlatformModeration, type PlatformModerationDeps, until } from './moderation.platform.js';
 import type { ModerationStore } from './moderation.store.js';
 
 /** A chat moderator (moderation.decisions.ts), for the chat routes. */
@@ -39,6 +39,8 @@ export interface ModerationDeps {
   notifications: NotificationsService;
   audit: AuditStore;
   realtime: Pick<Realtime, 'emitTo' | 'io' | 'disconnectSessions'>;
+  /** The address that made a stranger's account, for a ban's hooks (moderation.platform.ts). */
+  strangerAddress: PlatformModerationDeps['strangerAddress'];
 }
 
 export function makeModerationService(deps: ModerationDeps) {
@@ -60,6 +62,7 @@ export function makeModerationService(deps: ModerationDeps) {
     audit,
     realtime,
     notify,
+    strangerAddress: deps.strangerAddress,
   });
 
   /** The chat actions' decisions and locks (moderation.decisions.ts). */
