@@ -211,50 +211,59 @@ describeApp('presence in a chat', () => {
     expect((await g.client.get('/v1/portal/chats')).body.chats.map((c: any) => c.id)).toContain(chatId);
   });
 
-  it('a kick reads who was present before its sockets-leave: a join making a member again waits for it, and ends present', async () => {
-    const { owner, chatId } = await keyedChat(app);
+  it('a kick asks no node for sockets while it holds the chat: with every socket read stalled, it and a send in the chat go through', async () => {
+    const { owner, chatId, chatKey, epoch } = await keyedChat(app);
     const target = await member(app);
     expect((await join(target, { chat_id: chatId })).ok).toBe(true);
-    await owner.socket.next('portal:presence', (e) => e.session_id === target.sessionId && e.online);
-    // The kick's read of the target's sockets (a slow node) holds until the target tries to join again.
     const realtime = app.services.realtime;
     const original = realtime.socketsIn;
-    let reached!: () => void;
-    const reading = new Promise<void>((r) => {
-      reached = r;
-    });
     let release!: () => void;
     const released = new Promise<void>((r) => {
       release = r;
     });
+    // A node that does not answer: every read of sockets waits until the end of the test.
     realtime.socketsIn = async (room) => {
-      if (room === `user:${target.user.id}`) {
-        reached();
-        await released;
-      }
+      await released;
       return original(room);
     };
-    let rejoin: Promise<any> | undefined;
     try {
-      const kicking = owner.client.post(`/v1/portal/chats/${chatId}/kick`, { user_id: target.user.id });
-      await reading;
-      // The session is still in the room: the kick has not committed, and holds the membership.
-      rejoin = join(target, { chat_id: chatId });
-      await new Promise((r) => setTimeout(r, 200));
-      release();
-      expect((await kicking).status).toBe(200);
+      const kicked = await owner.client.post(`/v1/portal/chats/${chatId}/kick`, { user_id: target.user.id });
+      expect(kicked.status).toBe(200);
+      await owner.socket.next('portal:presence', (e) => e.session_id === target.sessionId && !e.online);
+      const { chatKey: next, epoch: nextEpoch } = await keyEpoch(owner, chatId);
+      expect(nextEpoch).toBe(epoch + 1);
+      const sent = await owner.client.post(`/v1/portal/chats/${chatId}/messages`, {
+        content: bundle(next, chatId, nextEpoch, 'after the kick'),
+      });
+      expect(sent.status, JSON.stringify(sent.body)).toBe(200);
+      expect(chatKey).not.toEqual(next);
     } finally {
       release();
       realtime.socketsIn = original;
     }
+  });
+
+  it('a kick says the session offline after its sockets-leave; a join making a member again right after it ends present', async () => {
+    const { owner, chatId } = await keyedChat(app);
+    const target = await member(app);
+    // Another live session of the user, never in the chat: its offline changes no list.
+    const elsewhere = await member(app, { platformUserId: target.platformUserId });
+    expect((await join(target, { chat_id: chatId })).ok).toBe(true);
+    await owner.socket.next('portal:presence', (e) => e.session_id === target.sessionId && e.online);
+    const kicking = owner.client.post(`/v1/portal/chats/${chatId}/kick`, { user_id: target.user.id });
+    await target.socket.next('room:left', (e) => e.chat_id === chatId);
+    const rejoin = join(target, { chat_id: chatId });
+    expect((await kicking).status).toBe(200);
     // The join came after the kick (a new membership): ok, in the room, said online after the offline.
     expect(await rejoin).toMatchObject({ ok: true });
     await owner.socket.next('portal:presence', (e) => e.session_id === target.sessionId && !e.online);
     const late = await member(app);
     const ack = await join(late, { chat_id: chatId });
     expect(ack.members.map((m: any) => m.session_id)).toContain(target.sessionId);
+    expect(ack.members.map((m: any) => m.session_id)).not.toContain(elsewhere.sessionId);
     await owner.socket.next('portal:presence', (e) => e.chat_id === chatId && e.session_id === late.sessionId);
     expect(presenceDeltas(owner, chatId, target.sessionId)).toEqual([true, false, true]);
+    expect(presenceDeltas(owner, chatId, elsewhere.sessionId).filter(Boolean)).toEqual([]);
     // In the room: the owner's message of the new epoch reaches it.
     const { chatKey, epoch } = await keyEpoch(owner, chatId);
     const sent = await owner.client.post(`/v1/portal/chats/${chatId}/messages`, {

@@ -22,7 +22,7 @@ const log = { warn: vi.fn(), info: vi.fn() } as unknown as FastifyBaseLogger;
 function node(prefix: string) {
   const adapter = new EventEmitter();
   const sockets = new Map<string, { data: { userId: number; sessionId: number } }>();
-  const io = { of: () => ({ adapter, sockets }), on: () => {} } as unknown as Io;
+  const io = { of: () => ({ adapter, sockets }), on: () => {}, off: () => {} } as unknown as Io;
   const redis = new Redis(SERVICE_URLS.redis, { maxRetriesPerRequest: 0 });
   clients.push(redis);
   const lost: HeldPresence[][] = [];
@@ -127,5 +127,63 @@ describe.skipIf(redisProblem !== null)('trackNodePresence (Redis)', () => {
     expect(x.lost).toEqual([]);
     expect(await x.redis.smembers(`${prefix}presence:nodes`)).toEqual([x.presence.nodeId]);
     await x.presence.close();
+  });
+
+  it('a swept node whose rewrite fails once writes its set again at a later heartbeat', async () => {
+    const prefix = freshPrefix();
+    const [stalled, x] = [node(prefix), node(prefix)];
+    await Promise.all([stalled.presence.beat(), x.presence.beat()]);
+    stalled.enter(4, 5, 50);
+    await stalled.presence.beat();
+    // Stalled past its TTL: swept by x (its held set deleted, its presence said offline).
+    await x.redis.del(`${prefix}presence:alive:${stalled.presence.nodeId}`);
+    await x.presence.beat();
+    expect(x.lost).toEqual([[{ chatId: 4, userId: 5, sessionId: 50 }]]);
+    // Its next beat registers it again, but the rewrite of its set fails (a Redis blip).
+    const multi = stalled.redis.multi.bind(stalled.redis);
+    let calls = 0;
+    (stalled.redis as any).multi = (...args: unknown[]) => {
+      const m = (multi as any)(...args);
+      if (++calls === 2) m.exec = async () => Promise.reject(new Error('blip'));
+      return m;
+    };
+    await stalled.presence.beat();
+    (stalled.redis as any).multi = multi;
+    // Later heartbeats: the set should be back in Redis and the chats told it is online again.
+    await stalled.presence.beat();
+    await stalled.presence.beat();
+    expect(await x.redis.smembers(`${prefix}presence:held:${stalled.presence.nodeId}`)).toEqual(['4:5:50']);
+    expect(stalled.back).toEqual([[{ chatId: 4, userId: 5, sessionId: 50 }]]);
+    await Promise.all([stalled.presence.close(), x.presence.close()]);
+  });
+
+  it('a room entered after close() leaves no key without a TTL', async () => {
+    const prefix = freshPrefix();
+    const n = node(prefix);
+    await n.presence.beat();
+    await n.presence.close();
+    n.enter(9, 1, 10); // a join served while the node shuts down, before io.close(): no listener left
+    const key = `${prefix}presence:held:${n.presence.nodeId}`;
+    await new Promise((r) => setTimeout(r, 100));
+    // -2: no key; -1: a key that never expires (and no node would ever sweep it: it left `nodes`).
+    expect(await n.redis.pttl(key)).not.toBe(-1);
+  });
+
+  it('a node restarted with a new id: the sessions its new self holds again are not said offline', async () => {
+    const prefix = freshPrefix();
+    const [old, x] = [node(prefix), node(prefix)];
+    await Promise.all([old.presence.beat(), x.presence.beat()]);
+    old.enter(1, 7, 70);
+    old.enter(1, 8, 80);
+    await old.presence.beat();
+    old.redis.disconnect(); // killed
+    const fresh = node(prefix); // restarted: a new id; session 70 came back to it
+    await fresh.presence.beat();
+    fresh.enter(1, 7, 70);
+    await fresh.presence.beat();
+    await x.redis.del(`${prefix}presence:alive:${old.presence.nodeId}`);
+    await Promise.all([x.presence.beat(), fresh.presence.beat()]);
+    expect([...x.lost, ...fresh.lost]).toEqual([[{ chatId: 1, userId: 8, sessionId: 80 }]]);
+    await Promise.all([x.presence.close(), fresh.presence.close()]);
   });
 });

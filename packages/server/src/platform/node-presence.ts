@@ -89,6 +89,10 @@ export function trackNodePresence(
   const ofSocket = new Map<string, Map<number, string>>();
   /** A write failed: the whole set is written again at the next heartbeat. */
   let dirty = false;
+  /** Registered afresh after a sweep took this node for dead: `back` is told once a rewrite succeeds. */
+  let backPending = false;
+  /** Closed (a shutdown): room events write nothing more. */
+  let closed = false;
   const failed = (err: unknown) => {
     dirty = true;
     log.warn({ err }, 'node presence write failed; rewritten at the next heartbeat');
@@ -104,7 +108,9 @@ export function trackNodePresence(
     const sockets = holders.get(key) ?? new Set<string>();
     holders.set(key, sockets);
     sockets.add(socketId);
-    if (sockets.size === 1) redis.sadd(heldKey, key).catch(failed);
+    // With its expiry: a set this node makes again after a sweep deleted it never outlives it.
+    if (sockets.size === 1 && !closed)
+      redis.multi().sadd(heldKey, key).expire(heldKey, HELD_TTL_S).exec().catch(failed);
   };
   const remove = (socketId: string, chatId: number) => {
     const byChat = ofSocket.get(socketId);
@@ -116,7 +122,7 @@ export function trackNodePresence(
     sockets?.delete(socketId);
     if (sockets && sockets.size === 0) {
       holders.delete(key);
-      redis.srem(heldKey, key).catch(failed);
+      if (!closed) redis.srem(heldKey, key).catch(failed);
     }
   };
   const chatOf = (room: string) => {
@@ -125,28 +131,32 @@ export function trackNodePresence(
   };
   const nsp = io.of('/');
   // A recovered socket enters its rooms before it is a socket of the namespace: counted at its connect.
-  nsp.adapter.on('join-room', (room: string, id: string) => {
+  const onJoin = (room: string, id: string) => {
     const chatId = chatOf(room);
     if (chatId !== null) add(id, chatId, nsp.sockets.get(id)?.data);
-  });
-  nsp.adapter.on('leave-room', (room: string, id: string) => {
+  };
+  const onLeave = (room: string, id: string) => {
     const chatId = chatOf(room);
     if (chatId !== null) remove(id, chatId);
-  });
-  io.on('connection', (socket) => {
+  };
+  const onConnection = (socket: { id: string; rooms: Set<string>; data: { userId?: number; sessionId?: number } }) => {
     for (const room of socket.rooms) {
       const chatId = chatOf(room);
       if (chatId !== null) add(socket.id, chatId, socket.data);
     }
-  });
+  };
+  nsp.adapter.on('join-room', onJoin);
+  nsp.adapter.on('leave-room', onLeave);
+  io.on('connection', onConnection);
 
   /** Writes this node's whole set again (after a failed write, or once it was swept as dead). */
   const rewrite = async () => {
-    dirty = false;
     const keys = [...holders.keys()];
     const tx = redis.multi().del(heldKey);
     if (keys.length > 0) tx.sadd(heldKey, ...keys);
     await tx.expire(heldKey, HELD_TTL_S).exec();
+    // Only once it is written: a failed rewrite is tried again at the next heartbeat.
+    dirty = false;
     return keys;
   };
 
@@ -158,15 +168,23 @@ export function trackNodePresence(
       .sadd(`${p}nodes`, nodeId)
       .expire(heldKey, HELD_TTL_S)
       .exec()) ?? []) as [unknown, [Error | null, number] | undefined];
-    // Registered afresh: the first beat, or after another node swept this one (it stalled).
-    if (added?.[1] === 1 || dirty) {
-      const keys = await rewrite();
-      if (added?.[1] === 1 && keys.length > 0 && started) {
-        log.warn({ node: nodeId, presences: keys.length }, 'this node was swept as dead; its presence is back');
-        opts.back(keys.flatMap((k) => decode(k) ?? []));
-      }
+    // Registered afresh: the first beat, or after another node swept this one (it stalled). Its set
+    // is written again, and `back` told, at this beat or, when the rewrite fails, at a later one.
+    if (added?.[1] === 1) {
+      dirty = true;
+      if (started) backPending = true;
     }
     started = true;
+    if (dirty) {
+      const keys = await rewrite();
+      if (backPending) {
+        backPending = false;
+        if (keys.length > 0) {
+          log.warn({ node: nodeId, presences: keys.length }, 'this node was swept as dead; its presence is back');
+          opts.back(keys.flatMap((k) => decode(k) ?? []));
+        }
+      }
+    }
     const gone = (await redis.eval(SWEEP, 0, p)) as string[];
     if (gone.length > 0) {
       log.info({ presences: gone.length }, 'sessions of a node that stopped are announced offline');
@@ -200,7 +218,11 @@ export function trackNodePresence(
      * the others, as its sockets were announced offline as they closed.
      */
     async close(): Promise<void> {
+      closed = true;
       clearInterval(timer);
+      nsp.adapter.off('join-room', onJoin);
+      nsp.adapter.off('leave-room', onLeave);
+      io.off('connection', onConnection);
       await running;
       await redis
         .multi()

@@ -1,6 +1,6 @@
-import { and, count, eq, gte, isNull, ne, or, sql } from 'drizzle-orm';
+import { and, count, eq, gt, gte, isNull, ne, or, sql } from 'drizzle-orm';
 import { anyOf, type Db } from '../../platform/db/index.js';
-import { chatMembers } from '../../platform/db/schema.js';
+import { chatMembers, sessions } from '../../platform/db/schema.js';
 import type { Tx } from '../users/users.store.js';
 
 /** A chat's memberships: who is a member now, joins and leaves. */
@@ -77,6 +77,17 @@ export function makeMemberStore(db: Db) {
         .where(and(eq(chatMembers.chatId, chatId), eq(chatMembers.userId, userId), isNull(chatMembers.leftAt)))
         .returning({ userId: chatMembers.userId });
       return rows.length > 0;
+    },
+    /**
+     * The user's sessions live at `now` (not ended, not expired): those a removal of its membership
+     * says offline in the chat (chats.membership.ts), one database read in its transaction.
+     */
+    async liveSessionIds(userId: number, now: Date, tx: Tx): Promise<number[]> {
+      const rows = await tx
+        .select({ id: sessions.id })
+        .from(sessions)
+        .where(and(eq(sessions.userId, userId), isNull(sessions.endedAt), gt(sessions.expiresAt, now)));
+      return rows.map((r) => r.id);
     },
     async memberIds(chatId: number, tx: Tx = db): Promise<number[]> {
       const rows = await tx

@@ -19,7 +19,7 @@ export interface MembershipDeps {
   keys: KeysService;
   messages: MessagesService;
   realtime: Pick<Realtime, 'emitTo' | 'leaveChat'>;
-  presence: Pick<ChatPresence, 'announcePresence' | 'sessionsIn'>;
+  presence: Pick<ChatPresence, 'announcePresence'>;
   /** The chat row (deleted chats: ERR_CHAT_NOT_FOUND). */
   mustGet: (chatId: number) => Promise<ChatWithCount>;
   /** Private and direct chats are for their members (and owner, and Admins for private ones). */
@@ -134,9 +134,12 @@ export function makeChatMembership(deps: MembershipDeps) {
       // A ban of a non-member (one who left already) is still recorded (by `extra`): its system
       // message is persisted with it (spec 2.9), with no membership, history entry or rekey to end.
       if (!removed) return { system: await messages.appendSystem(chatId, opts.system, tx), removed: null };
-      // The user's sessions present in the chat, read now that the membership row is locked by this
-      // transaction and before its sockets leave the room: each goes offline there (sessionsIn).
-      const present = await presence.sessionsIn(userId, chatId).catch(() => []);
+      // Every live session of the user goes offline in the chat once its sockets have left the room
+      // (a session that was not present there changes no list). Read from the database in this
+      // transaction, not from the sockets: a node whose stream reader lags would still show the
+      // sockets in the room after the leave, and a read across the nodes here would hold the chat
+      // row (every send and join of the chat) for as long as a slow node takes to answer.
+      const present = await store.liveSessionIds(userId, now, tx);
       await store.logActivity({ chatId, userId, action: opts.action, actorUserId: opts.actorId, createdAt: now }, tx);
       const system = await messages.appendSystem(chatId, opts.system, tx);
       const bumped = await keys.bumpEpochs([chatId], tx);

@@ -34,23 +34,6 @@ export function makeChatPresence(realtime: Pick<Realtime, 'emitTo' | 'socketsIn'
   };
 
   /**
-   * The sessions of a user present in a chat (a socket in its room), on any node (or on this one,
-   * above): read by a removal of the user's membership before its sockets are taken out of the
-   * room, under the membership row's lock, then announced offline once they are (every one: the
-   * whole user lost the membership). The read does not have to be ordered with the leave: a
-   * node's answer (over pub/sub) may overtake the leave (over the adapter's stream) that another
-   * node sent, so a read after the leave could still find the sockets of a node whose reader is
-   * behind, and say nothing. Under that lock no join of the membership is entering (one that holds
-   * it has entered, its node applied the entry, before the lock is granted), and a later join
-   * finds no membership: the read holds every session the membership left present.
-   */
-  const sessionsIn = async (userId: number, chatId: number): Promise<number[]> => {
-    const { sockets } = await realtime.socketsIn(rooms.user(userId));
-    const inRoom = sockets.filter((s) => s.rooms.has(rooms.chat(chatId))).map((s) => s.data.sessionId);
-    return [...new Set(inRoom)];
-  };
-
-  /**
    * Of some chats, those whose room still has a socket of this session, on any node: the session
    * is still present there (as `presence` counts it) and is not to be announced offline. When the
    * other nodes cannot be read, this node's sockets decide: a session announced online whose last
@@ -69,7 +52,7 @@ export function makeChatPresence(realtime: Pick<Realtime, 'emitTo' | 'socketsIn'
     return still;
   };
 
-  return { presence, announcePresence, sessionsIn, sessionStillIn };
+  return { presence, announcePresence, sessionStillIn };
 }
 
 export type ChatPresence = ReturnType<typeof makeChatPresence>;
