@@ -74,6 +74,15 @@ describe('trustProxyOption and clientIp', () => {
     expect(await ipWith(1, null)).toBe('10.0.0.2');
   });
 
+  it('drops the port a proxy wrote with the address (each connection has another one)', async () => {
+    expect(await ipWith(1, '203.0.113.9:40001')).toBe('203.0.113.9');
+    expect(await ipWith(1, '198.51.100.66, 203.0.113.9:40002')).toBe('203.0.113.9');
+    expect(await ipWith(1, '[2001:db8:7:7::1]:40003')).toBe('2001:db8:7:7::1');
+    expect(await ipWith(1, '[2001:db8:7:7::1]')).toBe('2001:db8:7:7::1');
+    expect(await ipWith(1, '[::ffff:203.0.113.9]:40004')).toBe('203.0.113.9');
+    expect(addressKey(await ipWith(1, '[2001:db8:7:7::1]:40005'))).toBe('2001:db8:7:7::/64');
+  });
+
   it('takes the Nth entry from the right behind N proxies', async () => {
     expect(await ipWith(2, '198.51.100.66, 203.0.113.9, 10.0.0.1')).toBe('203.0.113.9');
   });

@@ -11,8 +11,20 @@ import type { FastifyRequest } from 'fastify';
  * X-Forwarded-For (configured at app creation, trustProxyOption). Always a plain string.
  */
 export function clientIp(request: FastifyRequest): string {
-  const ip = request.ip ?? '';
+  const ip = withoutPort(request.ip ?? '');
   return ip.startsWith('::ffff:') ? ip.slice(7) : ip;
+}
+
+/**
+ * An address without the port some proxies write into X-Forwarded-For (`203.0.113.9:41234`,
+ * `[2001:db8::1]:41234`): each new connection of a client has another port, so counted with it,
+ * one client would get a fresh per-address limit on every connection.
+ */
+function withoutPort(ip: string): string {
+  const v4 = /^(\d{1,3}(?:\.\d{1,3}){3}):\d{1,5}$/.exec(ip);
+  if (v4?.[1]) return v4[1];
+  const v6 = /^\[([0-9a-fA-F:.%]+)\](?::\d{1,5})?$/.exec(ip);
+  return v6?.[1] ?? ip;
 }
 
 /** What TRUST_PROXY says (Config.trustProxy): off, a hop count, or the proxies' addresses. */
