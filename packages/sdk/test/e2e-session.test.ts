@@ -337,6 +337,29 @@ describeApp('E2EChatSession', () => {
   });
 });
 
+describeApp('E2EChatSession: deletions', () => {
+  it('emits deleted {chatId, ids, deletedBy} for the server’s message:bulk_deleted', async () => {
+    const alice = await loginUser(app, bot, { level: 2 });
+    const bobLogin = await loginUser(app, bot);
+    const { chat } = await alice.client.createChat({ name: 'Deleting', type: 'public' });
+    const [a, b] = [await openSession(alice.client), await openSession(bobLogin.client)];
+    const errors = noErrors(a, b);
+    await a.join({ chat_id: chat.id });
+    await b.join({ chat_id: chat.id });
+    const inbox = collector(b, chat.id);
+    const deleted: unknown[] = [];
+    b.on('deleted', (e) => deleted.push(e));
+    const sent = await a.send(chat.id, 'soon gone');
+    await inbox.waitFor(1, (e) => e.kind === 'user');
+
+    expect((await alice.client.deleteMine(chat.id)).deleted_ids).toEqual([sent.id]);
+    const end = Date.now() + 10_000;
+    while (deleted.length === 0 && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
+    expect(deleted).toEqual([{ chatId: chat.id, ids: [sent.id], deletedBy: alice.user.id }]);
+    expect(errors).toEqual([]);
+  });
+});
+
 describeApp('E2EChatSession: its own session id', () => {
   it('takes it from the key registration: known before any chat is joined, the one the server holds', async () => {
     const alice = await loginUser(app, bot, { level: 2 });

@@ -12,10 +12,12 @@ import {
   connect,
   E2EChatSession,
   E2ESessionError,
+  onChecked,
   ParlorClient,
   type ParlorSocket,
   RoomVm,
   type RoomVmError,
+  ServerEventSchemas,
 } from '../src/index.js';
 
 const SESSION_ID = 7;
@@ -103,6 +105,102 @@ async function uncaughtDuring(fn: () => Promise<void>): Promise<unknown[]> {
   return caught;
 }
 
+describe('ServerEventSchemas and onChecked', () => {
+  /** What the server emits (packages/server/src; the protocol's ServerToClientEvents). */
+  const SERVER_EVENTS = [
+    'message:new',
+    'message:bulk_deleted',
+    'portal:key_added',
+    'portal:key_removed',
+    'room:rekey',
+    'room:key',
+    'room:members',
+    'portal:presence',
+    'room:left',
+    'chat:list',
+    'chat:updated',
+    'notification:new',
+    'match:found',
+    'match:timeout',
+    'user:unmuted',
+    'room:started',
+    'room:stopped',
+    'vm:frame',
+    'vm:control',
+    'vm:control:request',
+  ];
+
+  it('has a schema for every event the server emits', () => {
+    expect(SERVER_EVENTS.filter((e) => !Object.hasOwn(ServerEventSchemas, e))).toEqual([]);
+  });
+
+  it('refuses, when it is called, an event without a schema (a payload of it would throw inside Socket.IO)', () => {
+    const added: string[] = [];
+    const socket = { on: (e: string) => added.push(e), off: () => {} } as unknown as ParlorSocket;
+    const register = () =>
+      onChecked(
+        socket,
+        'no:such' as 'room:left',
+        () => {},
+        () => {},
+        () => {},
+      );
+    expect(register).toThrow(TypeError);
+    expect(register).toThrow(/no:such/);
+    expect(added).toEqual([]);
+  });
+
+  it('drops a malformed payload of each newly covered event instead of throwing', () => {
+    const listeners = new Map<string, (p: unknown) => void>();
+    const socket = {
+      on: (e: string, l: (p: unknown) => void) => listeners.set(e, l),
+      off: () => {},
+    } as unknown as ParlorSocket;
+    const events = [
+      'message:bulk_deleted',
+      'room:members',
+      'portal:presence',
+      'chat:updated',
+      'notification:new',
+      'match:found',
+      'match:timeout',
+      'user:unmuted',
+    ] as const;
+    const bad: string[] = [];
+    const seen: string[] = [];
+    for (const e of events)
+      onChecked(
+        socket,
+        e,
+        () => seen.push(e),
+        (d) => bad.push(d.event),
+        () => {},
+      );
+    for (const e of events) expect(() => listeners.get(e)?.(null)).not.toThrow();
+    expect(bad).toEqual([...events]);
+    listeners.get('message:bulk_deleted')?.({ room_id: 5, deleted_ids: ['1-1'], deleted_by: 3 });
+    listeners.get('notification:new')?.({
+      id: 1,
+      title: 'Hi',
+      body: 'x',
+      type: 'info',
+      read_at: null,
+      created_at: '2026-01-01T00:00:00.000Z',
+      created_by: null,
+    });
+    listeners.get('match:found')?.({
+      chat_id: 9,
+      token: 'abcdefgh',
+      interests: ['go'],
+      expires_at: '2026-01-01T00:00:00.000Z',
+      peer: { id: 2, username: 'ann', stranger: false, country_code: null },
+    });
+    listeners.get('message:bulk_deleted')?.({ room_id: 5, deleted_ids: ['nope'], deleted_by: 3 });
+    expect(seen).toEqual(['message:bulk_deleted', 'notification:new', 'match:found']);
+    expect(bad.at(-1)).toBe('message:bulk_deleted');
+  });
+});
+
 const badEvent = (event: string) => ({ code: 'BAD_SERVER_EVENT', details: expect.objectContaining({ event }) });
 
 describe('E2EChatSession: server events of the wrong shape', () => {
@@ -117,6 +215,8 @@ describe('E2EChatSession: server events of the wrong shape', () => {
     ['portal:key_added', null],
     ['portal:key_removed', null],
     ['chat:list', null],
+    ['message:bulk_deleted', null],
+    ['message:bulk_deleted', { room_id: CHAT_ID, deleted_ids: '1-1', deleted_by: 3 }],
   ];
   for (const [event, payload] of cases) {
     it(`drops ${event} ${JSON.stringify(payload)} and reports it as an error event BAD_SERVER_EVENT (nothing thrown)`, async () => {
@@ -166,6 +266,54 @@ describe('E2EChatSession: server events of the wrong shape', () => {
     expect(errors).toEqual([expect.objectContaining(badEvent('chat:list'))]);
     expect(requests).toContain('GET /v1/portal/chats');
     expect(reconnected).toMatchObject([{ chats: [] }]);
+  });
+});
+
+describe('E2EChatSession: message:bulk_deleted', () => {
+  const systemMessage = (id: string) => ({
+    id,
+    chat_id: CHAT_ID,
+    type: 'system',
+    sender_id: null,
+    content: '',
+    system: { event: 'join' },
+    created_at: '2026-01-01T00:00:00.000Z',
+  });
+
+  it('emits deleted, and drops a message:new of a deleted id that arrives after its deletion (another node sent it)', async () => {
+    const { session, server, errors } = await openSession();
+    const deleted: unknown[] = [];
+    const ids: string[] = [];
+    session.on('deleted', (e) => deleted.push(e));
+    session.on('message', (e) => ids.push(e.message.id));
+    server.emit('message:bulk_deleted', { room_id: CHAT_ID, deleted_ids: ['100-1', '100-2'], deleted_by: 3 });
+    server.emit('message:new', systemMessage('100-1'));
+    server.emit('message:new', systemMessage('100-3'));
+    server.emit('message:new', { ...systemMessage('100-2'), chat_id: CHAT_ID + 1 }); // Another chat's.
+    await until(() => ids.length === 2);
+    expect(deleted).toEqual([{ chatId: CHAT_ID, ids: ['100-1', '100-2'], deletedBy: 3 }]);
+    expect(ids).toEqual(['100-3', '100-2']);
+    expect(errors).toEqual([]);
+  });
+
+  it('drops a message still waiting for its epoch’s key when its deletion arrives meanwhile', async () => {
+    const { session, server, errors } = await openSession();
+    const entries: string[] = [];
+    session.on('message', (e) => entries.push(`${e.kind} ${e.message.id}`));
+    // A user message of an epoch this session has no key of yet: it waits (keyWaitMs 200 ms).
+    const bundle = JSON.stringify({ v: 2, epoch: 1, ct: Buffer.alloc(60).toString('base64') });
+    server.emit('message:new', {
+      ...systemMessage('200-1'),
+      type: 'user',
+      sender_id: 3,
+      system: null,
+      content: bundle,
+    });
+    server.emit('message:bulk_deleted', { room_id: CHAT_ID, deleted_ids: ['200-1'], deleted_by: 3 });
+    server.emit('message:new', systemMessage('200-2'));
+    await until(() => entries.length === 1);
+    expect(entries).toEqual(['system 200-2']);
+    expect(errors).toEqual([]);
   });
 });
 

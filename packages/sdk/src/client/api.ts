@@ -2,46 +2,71 @@ import { isApiError } from './errors.js';
 import { HttpClient, type HttpClientOptions } from './http.js';
 import type {
   ActivityAnswer,
+  AnyBot,
+  AppStatisticsAnswer,
+  BlocksAnswer,
   BotBatchAnswer,
   BotBatchBody,
   BotGuild,
+  BotListAnswer,
   BotLoginCodeAnswer,
   BotLoginCodeBody,
   BotProfile,
+  BotSearchAnswer,
+  BotStatisticsAnswer,
   BotUpdateBody,
   BotUser,
   BotUserUpdated,
   ChatAnswer,
   ChatConfigInput,
   ChatKeyAnswer,
+  ChatStatisticsAnswer,
   ChatsAnswer,
   CreateChatInput,
   CreateInviteInput,
   DeletedAnswer,
   Guild,
   GuildUpsertBody,
+  HealthAnswer,
   HistoryInput,
   InviteAnswer,
   InvitesAnswer,
   LookupAnswer,
+  MarkedAnswer,
+  MatchLeaveAnswer,
+  MatchStatistics,
+  MatchStatus,
   MessagesAnswer,
+  Notification,
+  NotificationsInput,
+  NotificationsPage,
   OkAnswer,
   PageInput,
   PlatformIdentity,
+  PunishBody,
   Punishment,
+  ReasonBody,
   RegisterKeyAnswer,
   RequestCodeAnswer,
   RoomSettings,
   RoomSettingsBody,
+  SearchInput,
   SendCodeAnswer,
   SendMessageAnswer,
   SessionsAnswer,
   ShareKeysAnswer,
   ShareKeysBody,
+  StrangerAnswer,
   SubscriptionStatus,
+  TargetInput,
+  TimeoutBody,
+  UnreadCountAnswer,
   UpdateMeAnswer,
   UpdateMeBody,
   UserAnswer,
+  UserProfile,
+  UserSearchAnswer,
+  UserStatisticsAnswer,
   VanityGuild,
   VerifyAnswer,
 } from './types.js';
@@ -87,6 +112,14 @@ export class ParlorClient extends HttpClient {
   /** `POST /v1/authentication/verify`: logs in with a code; the session cookie is kept (K). */
   verify(code: string): Promise<VerifyAnswer> {
     return this.post('/v1/authentication/verify', { code });
+  }
+
+  /**
+   * `POST /v1/portal/stranger`: an anonymous session that may match, use its direct chats and keys,
+   * nothing else; its session cookie is kept (K) → `{user: {id, username, stranger: true}}`.
+   */
+  stranger(): Promise<StrangerAnswer> {
+    return this.post('/v1/portal/stranger');
   }
 
   /**
@@ -139,6 +172,127 @@ export class ParlorClient extends HttpClient {
   /** `POST /v1/users/me/sessions/destroy`: ends every other session → `{destroyed}`. */
   destroyOtherSessions(): Promise<{ destroyed: number }> {
     return this.post('/v1/users/me/sessions/destroy');
+  }
+
+  /** `GET /v1/users/search?q=` → `{users}` (full detail of users below an Admin caller's level). */
+  searchUsers(input: SearchInput): Promise<UserSearchAnswer> {
+    return this.get('/v1/users/search', { ...input });
+  }
+
+  /** `GET /v1/users/{id}`: the public profile, or the full one for an Admin above the user (K or session). */
+  user(userId: number): Promise<UserProfile> {
+    return this.get(`/v1/users/${userId}`);
+  }
+
+  // Blocks and matchmaking (spec 2.8)
+
+  /** `GET /v1/users/me/blocks` → `{blocks}`. */
+  blocks(): Promise<BlocksAnswer> {
+    return this.get('/v1/users/me/blocks');
+  }
+
+  /** `POST /v1/users/me/blocks/create {user_id}` → `{ok}`: never matched with that user (409 `ERR_BLOCK_LIMIT` past 1,000). */
+  block(userId: number): Promise<OkAnswer> {
+    return this.post('/v1/users/me/blocks/create', { user_id: userId });
+  }
+
+  /** `POST /v1/users/me/blocks/delete {user_id}` → `{ok}` (false: there was no such block). */
+  unblock(userId: number): Promise<OkAnswer> {
+    return this.post('/v1/users/me/blocks/delete', { user_id: userId });
+  }
+
+  /** `POST /v1/portal/match {interests}` → the search (`searching`); `match:found` follows a pairing. */
+  match(interests: string[]): Promise<MatchStatus> {
+    return this.post('/v1/portal/match', { interests });
+  }
+
+  /** `GET /v1/portal/match/status` → `{state: idle|searching|matched, …}`. */
+  matchStatus(): Promise<MatchStatus> {
+    return this.get('/v1/portal/match/status');
+  }
+
+  /** `POST /v1/portal/match/dequeue`: ends the search → the status. */
+  dequeue(): Promise<MatchStatus> {
+    return this.post('/v1/portal/match/dequeue');
+  }
+
+  /** `POST /v1/portal/match/leave {chat_id?}`: leaves the newest active direct chat, or the one named. */
+  leaveMatch(chatId?: number): Promise<MatchLeaveAnswer> {
+    return this.post('/v1/portal/match/leave', chatId === undefined ? {} : { chat_id: chatId });
+  }
+
+  /** `GET /v1/portal/match/statistics` → `{online, top_tags}` (registered sessions only). */
+  matchStatistics(): Promise<MatchStatistics> {
+    return this.get('/v1/portal/match/statistics');
+  }
+
+  /** `POST /v1/portal/strangers/block {user_id}` → `{ok}`: bars a stranger from matchmaking (Moderators and above). */
+  blockStranger(userId: number): Promise<OkAnswer> {
+    return this.post('/v1/portal/strangers/block', { user_id: userId });
+  }
+
+  // Notifications (spec 2.7, 4.7)
+
+  /** `GET /v1/notifications` → `{notifications, next_before}`, newest first. */
+  notifications(input: NotificationsInput = {}): Promise<NotificationsPage> {
+    return this.get('/v1/notifications', { ...input });
+  }
+
+  /** `GET /v1/notifications/unread` → `{unread}`. */
+  unreadNotifications(): Promise<UnreadCountAnswer> {
+    return this.get('/v1/notifications/unread');
+  }
+
+  /** `POST /v1/notifications/read-all` → `{marked}`. */
+  readAllNotifications(): Promise<MarkedAnswer> {
+    return this.post('/v1/notifications/read-all');
+  }
+
+  /** `POST /v1/notifications/{notification_id}/read` → the notification, read. */
+  readNotification(notificationId: number): Promise<Notification> {
+    return this.post(`/v1/notifications/${notificationId}/read`);
+  }
+
+  // Bots and statistics (K: the public key; an Admin session sees full bot profiles)
+
+  /** `GET /v1/bots` → `{bots}`. */
+  bots(page: PageInput = {}): Promise<BotListAnswer> {
+    return this.get('/v1/bots', { ...page });
+  }
+
+  /** `GET /v1/bots/search?q=` → `{bots}`. */
+  searchBots(input: SearchInput): Promise<BotSearchAnswer> {
+    return this.get('/v1/bots/search', { ...input });
+  }
+
+  /** `GET /v1/bots/{id}` → the bot. */
+  bot(botId: number): Promise<AnyBot> {
+    return this.get(`/v1/bots/${botId}`);
+  }
+
+  /** `GET /v1/statistics/users`. */
+  userStatistics(): Promise<UserStatisticsAnswer> {
+    return this.get('/v1/statistics/users');
+  }
+
+  /** `GET /v1/statistics/bots`. */
+  botStatistics(): Promise<BotStatisticsAnswer> {
+    return this.get('/v1/statistics/bots');
+  }
+
+  /** `GET /v1/statistics/chats`: running room browsers, their viewers and controllers. */
+  chatStatistics(): Promise<ChatStatisticsAnswer> {
+    return this.get('/v1/statistics/chats');
+  }
+
+  /** `GET /v1/statistics/app`. */
+  appStatistics(): Promise<AppStatisticsAnswer> {
+    return this.get('/v1/statistics/app');
+  }
+
+  /** `GET /v1/health` (no key needed). */
+  health(): Promise<HealthAnswer> {
+    return this.get('/v1/health');
   }
 
   // Guilds (spec 4.4, on {guild_api_url}; docs/api.md "Guilds")
@@ -211,6 +365,53 @@ export class ParlorClient extends HttpClient {
   /** `GET /v1/portal/chats/{chat_id}/activity` → `{activity}`, newest first. */
   activity(chatId: number, page: PageInput = {}): Promise<ActivityAnswer> {
     return this.get(`${chatPath(chatId)}/activity`, { ...page });
+  }
+
+  // Chat moderation (spec 4.6, 4.8: the chat owner, or staff who outrank it)
+
+  /** `POST /v1/portal/chats/{chat_id}/kick {user_id, reason?}` → `{ok}`. */
+  kick(chatId: number, body: ReasonBody): Promise<OkAnswer> {
+    return this.post(`${chatPath(chatId)}/kick`, body);
+  }
+
+  /** `POST /v1/portal/chats/{chat_id}/ban {user_id, duration?, reason?}` → `{ok}` (permanent without `duration`). */
+  ban(chatId: number, body: PunishBody): Promise<OkAnswer> {
+    return this.post(`${chatPath(chatId)}/ban`, body);
+  }
+
+  /** `POST /v1/portal/chats/{chat_id}/unban {user_id, reason?}` → `{ok}`. */
+  unban(chatId: number, body: ReasonBody): Promise<OkAnswer> {
+    return this.post(`${chatPath(chatId)}/unban`, body);
+  }
+
+  /** `POST /v1/portal/chats/{chat_id}/mute {user_id, duration?, reason?}` → `{ok}` (the owner or Admin and above). */
+  mute(chatId: number, body: PunishBody): Promise<OkAnswer> {
+    return this.post(`${chatPath(chatId)}/mute`, body);
+  }
+
+  /** `POST /v1/portal/chats/{chat_id}/unmute {user_id}` → `{ok}`; `user:unmuted` to the chat. */
+  unmute(chatId: number, body: TargetInput): Promise<OkAnswer> {
+    return this.post(`${chatPath(chatId)}/unmute`, body);
+  }
+
+  /** `POST /v1/portal/chats/{chat_id}/timeout {user_id, duration, reason?}` → `{ok}`: platform-wide, 60 s to 30 days. */
+  timeout(chatId: number, body: TimeoutBody): Promise<OkAnswer> {
+    return this.post(`${chatPath(chatId)}/timeout`, body);
+  }
+
+  /** `POST /v1/portal/chats/{chat_id}/warn {user_id, reason?}` → `{ok}`. */
+  warn(chatId: number, body: ReasonBody): Promise<OkAnswer> {
+    return this.post(`${chatPath(chatId)}/warn`, body);
+  }
+
+  /** `POST /v1/portal/hard-mute {user_id, duration?, reason?}` → `{ok}`: mutes in every chat (Moderators and above). */
+  hardMute(body: PunishBody): Promise<OkAnswer> {
+    return this.post('/v1/portal/hard-mute', body);
+  }
+
+  /** `POST /v1/portal/hard-unmute {user_id}` → `{ok}`. */
+  hardUnmute(body: TargetInput): Promise<OkAnswer> {
+    return this.post('/v1/portal/hard-unmute', body);
   }
 
   // Room VM (docs/api.md "Room VM"; the socket side is RoomVm in vm.ts)

@@ -29,6 +29,7 @@ import {
   shapeProblem,
 } from './server-events.js';
 import { connect, joinRoom, keepConnected, leaveRoom, type ParlorSocket, type RoomJoined } from './socket.js';
+import { Tombstones } from './tombstones.js';
 import type { HistoryInput } from './types.js';
 
 /** How long a resync waits for the server's `chat:list` before asking `GET /v1/portal/chats`. */
@@ -58,6 +59,8 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
   readonly #joined = new Set<number>();
   readonly #deliveries = new Map<number, Promise<void>>();
   readonly #gaveUp = new Set<string>();
+  /** Deleted message ids (`message:bulk_deleted`): a late `message:new` of one is dropped. */
+  readonly #tombstones = new Tombstones();
   readonly #iterators = new Set<AsyncQueue<ChatEntry>>();
   readonly #unsubscribe: (() => void)[] = [];
   readonly #ownsSocket: boolean;
@@ -331,7 +334,15 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
     on('room:rekey', (e) => this.#keying.rekey(e.chat_id, e.epoch));
     on('portal:key_added', (e) => this.#keying.keyAdded(e.chat_id, e.user_id, e.session_id, e.public_key));
     on('portal:key_removed', (e) => this.#keying.keyRemoved(e.chat_id, e.user_id, e.session_id));
-    on('message:new', (m) => this.#enqueue(m));
+    on('message:new', (m) => {
+      if (!this.#tombstones.has(m.chat_id, m.id)) this.#enqueue(m);
+    });
+    // Nothing orders the events of different server nodes: a deletion may arrive before the
+    // message:new it deletes (docs/api.md, Cluster mode), so its ids are kept as tombstones.
+    on('message:bulk_deleted', (e) => {
+      this.#tombstones.add(e.room_id, e.deleted_ids);
+      this.emit('deleted', { chatId: e.room_id, ids: e.deleted_ids, deletedBy: e.deleted_by });
+    });
     on('room:left', (e) => {
       this.#forget(e.chat_id);
       this.emit('left', { chatId: e.chat_id, reason: e.reason });
@@ -562,7 +573,8 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
 
   async #deliver(message: Message): Promise<void> {
     if (message.type === 'user') await this.#awaitEpochOf(message);
-    if (this.#closed) return;
+    // Deleted while it waited for its key, or behind other deliveries of its chat.
+    if (this.#closed || this.#tombstones.has(message.chat_id, message.id)) return;
     const entry = this.open(message);
     for (const it of this.#iterators) it.push(entry);
     this.emit('message', entry);

@@ -77,6 +77,13 @@ export type ChatEntry =
 export interface E2EChatSessionEvents {
   /** A `message:new`, decrypted (in arrival order per chat). */
   message: (entry: ChatEntry) => void;
+  /**
+   * Messages were deleted (`message:bulk_deleted`; `deletedBy`: the user who deleted them): remove
+   * them from what is shown. Their ids stay tombstones for 2 minutes: a `message:new` of one that
+   * arrives later (another server node sent it, docs/api.md Cluster mode) is dropped, as is one
+   * still waiting for its key.
+   */
+  deleted: (e: { chatId: number; ids: string[]; deletedBy: number }) => void;
   /** A chat key was obtained: from an envelope (`senderSessionId` when known) or made here. */
   key: (e: { chatId: number; epoch: number; source: 'envelope' | 'keyed'; senderSessionId: number | null }) => void;
   /**

@@ -5,36 +5,57 @@
 import type {
   ActiveSession,
   Activity,
+  AppStatistics,
+  BlockSchema,
   BotBatchBody,
   BotBatchResponse,
   BotGuild,
   BotLoginCodeBody,
   BotLoginCodeResponse,
   BotProfile,
+  BotStatistics,
   BotUpdateBody,
   BotUserSchema,
   BotUserUpdatedSchema,
   Chat,
   ChatKeyResponse,
+  ChatStatistics,
   DeletedResponse,
+  FullUser,
   Guild,
   GuildUpsertBody,
+  HealthResponse,
   Invite,
   LookupResponse,
+  MarkedResponse,
+  MatchLeaveResponse,
+  MatchStatisticsSchema,
+  MatchStatus,
   Message,
+  Notification,
+  NotificationsPage,
+  PublicBot,
+  PublicUser,
+  PunishBody,
   Punishment,
+  ReasonBody,
   RegisterKeyResponse,
   RequestCodeResponse,
   RoomSettings,
   RoomSettingsBody,
+  SearchResponse,
   SendCodeResponse,
   SessionHistoryEntry,
   ShareKeysBody,
   ShareKeysResponse,
+  StrangerResponse,
   SubscriptionStatus,
+  TimeoutBody,
+  UnreadCountResponse,
   UpdateMeBody,
   UpdateMeResponse,
   User,
+  UserStatistics,
   VanityGuild,
 } from '@parlor/protocol';
 import type { Static } from '@sinclair/typebox';
@@ -48,16 +69,25 @@ export type {
   BotProfile,
   BotUpdateBody,
   Chat,
+  FullUser,
   Guild,
   GuildUpsertBody,
   Invite,
+  MatchStatus,
   Message,
+  Notification,
+  NotificationsPage,
+  PublicBot,
+  PublicUser,
+  PunishBody,
   Punishment,
+  ReasonBody,
   RoomSettings,
   RoomSettingsBody,
   SessionHistoryEntry,
   ShareKeysBody,
   SubscriptionStatus,
+  TimeoutBody,
   UpdateMeBody,
   User,
   VanityGuild,
@@ -86,6 +116,26 @@ export type BotLoginCodeAnswer = Static<typeof BotLoginCodeResponse>;
 export type BotBatchAnswer = Static<typeof BotBatchResponse>;
 export type BotUser = Static<typeof BotUserSchema>;
 export type BotUserUpdated = Static<typeof BotUserUpdatedSchema>;
+export type StrangerAnswer = Static<typeof StrangerResponse>;
+export type MatchLeaveAnswer = Static<typeof MatchLeaveResponse>;
+export type MatchStatistics = Static<typeof MatchStatisticsSchema>;
+export type Block = Static<typeof BlockSchema>;
+export type BlocksAnswer = { blocks: Block[] };
+export type UnreadCountAnswer = Static<typeof UnreadCountResponse>;
+export type MarkedAnswer = Static<typeof MarkedResponse>;
+/** `GET /v1/users/search`: full detail of users below an Admin caller's level, the public view otherwise. */
+export type UserSearchAnswer = Static<typeof SearchResponse>;
+/** `GET /v1/users/{id}`: the full profile (Admins, of users below their level) or the public one. */
+export type UserProfile = FullUser | PublicUser;
+/** A bot as `GET /v1/bots/{id}` and `/search` answer it: the full profile for an Admin session, else public. */
+export type AnyBot = BotProfile | PublicBot;
+export type BotListAnswer = { bots: PublicBot[] };
+export type BotSearchAnswer = { bots: AnyBot[] };
+export type HealthAnswer = Static<typeof HealthResponse>;
+export type UserStatisticsAnswer = Static<typeof UserStatistics>;
+export type BotStatisticsAnswer = Static<typeof BotStatistics>;
+export type ChatStatisticsAnswer = Static<typeof ChatStatistics>;
+export type AppStatisticsAnswer = Static<typeof AppStatistics>;
 
 /** The login identity of spec 5: a chat platform and the user's id there. */
 export interface PlatformIdentity {
@@ -118,4 +168,21 @@ export interface HistoryInput {
   before?: string;
   /** 1-100 (server default 50). */
   limit?: number;
+}
+
+export interface NotificationsInput {
+  /** A notification id: answer older ones (the previous page's `next_before`). */
+  before?: number;
+  /** 1-100 (server default 20). */
+  limit?: number;
+}
+
+export interface SearchInput extends PageInput {
+  /** The text to look for (users: 1-32 characters of the username; bots: 1-64 of the name). */
+  q: string;
+}
+
+/** `POST /v1/portal/chats/{chat_id}/unmute` and `/v1/portal/hard-unmute`. */
+export interface TargetInput {
+  user_id: number;
 }
