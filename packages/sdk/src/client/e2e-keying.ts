@@ -1,27 +1,18 @@
 import type { KeyRing } from '@parlor/protocol';
-import {
-  buildKeyShare,
-  generateChatKey,
-  type KeyShareEnvelope,
-  type SkippedSession,
-  unwrapChatKey,
-} from '../crypto/index.js';
+import { unwrapChatKey } from '../crypto/index.js';
 import type { ParlorClient } from './api.js';
 import { ChatKeyStore, type EpochKey } from './e2e-keys.js';
-import { splitShare, withinRing } from './e2e-share.js';
+import { KeyObtaining } from './e2e-obtain.js';
+import { RingReader } from './e2e-ring.js';
+import { withinRing } from './e2e-share.js';
+import { KeySharing } from './e2e-sharing.js';
 import { type E2EChatSessionEvents, E2ESessionError } from './e2e-types.js';
-import { isApiError } from './errors.js';
-import { type KeysAnswer, KeysAnswerSchema, shapeProblem } from './server-events.js';
 
 /** How long `portal:key_added` events are gathered into one share. */
 const KEY_ADDED_COALESCE_MS = 15;
-/** Tries of one share request refused with ERR_RATE_LIMITED (each after its `retry_after`). */
-const TOP_UP_ATTEMPTS = 5;
 
 type KeyEvent = Parameters<E2EChatSessionEvents['key']>[0];
-type Envelope = { chatId: number; epoch: number; envelope: string; sender: number | null };
-/** A session announced by `portal:key_added`, at the epoch this session knew of then. */
-type PendingShare = { userId: string; publicKey: string; epoch: number };
+export type Envelope = { chatId: number; epoch: number; envelope: string; sender: number | null };
 
 export interface ChatKeyingOptions {
   client: ParlorClient;
@@ -46,26 +37,57 @@ export interface ChatKeyingOptions {
  * The key management of one session (DESIGN.md 7): takes its session id from the server's answer
  * to the key registration (never from key rings: anyone can list a public key they saw), opens
  * envelopes, keys new epochs (first complete share wins; losers wait for `room:key`), and gives
- * the current key to sessions that lack it. Every wait is bounded by `keyWaitMs`.
+ * the current key to sessions that lack it. Every wait is bounded by `keyWaitMs`. Reading key rings
+ * is RingReader's part (e2e-ring.ts), keying epochs and sharing keys KeySharing's (e2e-sharing.ts).
  */
 export class ChatKeying {
   readonly keys = new ChatKeyStore();
   readonly #o: ChatKeyingOptions;
   readonly #pendingEnvelopes: Envelope[] = [];
-  readonly #pendingShares = new Map<number, Map<number, PendingShare>>();
-  readonly #running = new Map<number, Promise<boolean>>();
   readonly #timers = new Set<ReturnType<typeof setTimeout>>();
   readonly #tasks = new Set<Promise<unknown>>();
-  /** Sessions known to hold an envelope at a chat's newest epoch we shared at (so shares skip them). */
-  readonly #holders = new Map<number, { epoch: number; sessions: Set<number> }>();
-  readonly #wakers = new Set<() => void>();
+  readonly #ring: RingReader;
+  readonly #sharing: KeySharing;
+  readonly #obtaining: KeyObtaining;
   #sessionId: number | null = null;
   #closed = false;
-  /** A ring read is checking an announcement of this session with another key. */
-  #confirming = false;
 
   constructor(opts: ChatKeyingOptions) {
     this.#o = opts;
+    const report = (error: E2ESessionError) => this.#emitError(error);
+    this.#ring = new RingReader({
+      client: opts.client,
+      keys: this.keys,
+      publicKey: opts.publicKey,
+      sessionId: () => this.#sessionId,
+      isClosed: () => this.#closed,
+      onReplaced: (error) => {
+        void this.close();
+        opts.onReplaced(error);
+      },
+      report,
+    });
+    this.#sharing = new KeySharing({
+      client: opts.client,
+      keys: this.keys,
+      ring: this.#ring,
+      sessionId: () => this.#sessionId,
+      isClosed: () => this.#closed,
+      storeKeyed: (chatId, epoch, key) => this.#store(chatId, epoch, key, 'keyed', this.#sessionId),
+      report,
+    });
+    this.#obtaining = new KeyObtaining({
+      keys: this.keys,
+      ring: this.#ring,
+      sharing: this.#sharing,
+      keyWaitMs: opts.keyWaitMs,
+      attempts: opts.attempts,
+      isJoined: opts.isJoined,
+      sessionId: () => this.#sessionId,
+      isClosed: () => this.#closed,
+      accept: (e) => this.accept(e),
+      schedule: (chatId) => this.schedule(chatId),
+    });
   }
 
   get sessionId(): number | null {
@@ -115,8 +137,7 @@ export class ChatKeying {
     // Sessions announced before this epoch are not owed its key by us: whoever keys it wraps it
     // for every session the server lists in its ring, and a session removed meanwhile (a kick
     // raised the epoch) must not get it (docs/e2e.md, "Removal and key compromise").
-    const pending = this.#pendingShares.get(chatId);
-    for (const [sessionId, entry] of pending ?? []) if (entry.epoch < epoch) pending?.delete(sessionId);
+    this.#sharing.dropBefore(chatId, epoch);
     if (this.#o.isJoined(chatId) && !this.keys.get(chatId, epoch)) this.schedule(chatId);
   }
 
@@ -127,7 +148,7 @@ export class ChatKeying {
         this.#timers.delete(timer);
         // A run in progress already has its owner (a caller or a background task) to report a
         // failure, and schedules again itself when the epoch moved meanwhile.
-        if (!this.#closed && !this.hasKey(chatId) && !this.#running.has(chatId)) {
+        if (!this.#closed && !this.hasKey(chatId) && !this.#obtaining.isRunning(chatId)) {
           this.background(chatId, this.ensure(chatId));
         }
       },
@@ -138,7 +159,7 @@ export class ChatKeying {
 
   /**
    * `portal:key_added`: give the key of the current epoch to that session (as soon as we hold it,
-   * and only if the server lists it in that epoch's ring: see {@link #flushShares}). The
+   * and only if the server lists it in that epoch's ring: see KeySharing.flush). The
    * announcement is kept with the epoch known now, so that a `room:rekey` drops it. One that names
    * this session with another public key is checked against the ring ({@link checkOwnKey}).
    */
@@ -146,22 +167,20 @@ export class ChatKeying {
     if (sessionId === this.#sessionId) {
       // Another key registered for this session (another tab on the same cookie). The ring says
       // whether it is the current one (an announcement read before our registration is not).
-      if (publicKey !== this.#o.publicKey && !this.#closed && !this.#confirming) {
-        this.#confirming = true;
-        this.#track(chatId, this.#confirmOwnKey(chatId));
+      if (publicKey !== this.#o.publicKey && !this.#closed) {
+        const check = this.#ring.confirmOwnKey(chatId);
+        if (check) this.#track(chatId, check);
       }
       return;
     }
     if (!this.#o.isJoined(chatId)) return;
-    const pending = this.#pendingShares.get(chatId) ?? new Map<number, PendingShare>();
-    pending.set(sessionId, { userId: String(userId), publicKey, epoch: this.keys.epochOf(chatId) ?? 0 });
-    this.#pendingShares.set(chatId, pending);
-    if (pending.size > 1 || this.#closed) return; // A flush is already scheduled.
+    const share = { userId: String(userId), publicKey, epoch: this.keys.epochOf(chatId) ?? 0 };
+    if (!this.#sharing.announce(chatId, sessionId, share) || this.#closed) return; // A flush is already scheduled.
     // The server announces all sessions of a user together: serve them in one share, so that no
     // session of theirs holds the key while another still lacks it.
     const timer = setTimeout(() => {
       this.#timers.delete(timer);
-      this.#track(chatId, this.#flushShares(chatId));
+      this.#track(chatId, this.#sharing.flush(chatId));
     }, KEY_ADDED_COALESCE_MS);
     this.#timers.add(timer);
   }
@@ -172,55 +191,19 @@ export class ChatKeying {
    * dropped, so no key of a later epoch is wrapped for it.
    */
   keyRemoved(chatId: number, userId: number, sessionId: number | null): void {
-    const pending = this.#pendingShares.get(chatId);
-    if (!pending) return;
-    for (const [id, entry] of pending) {
-      if (sessionId === null ? entry.userId === String(userId) : id === sessionId) pending.delete(id);
-    }
+    this.#sharing.withdraw(chatId, userId, sessionId);
   }
 
   /**
-   * Checks that `ring` lists this session (when it does) with this session's public key. When it
-   * lists another, the server holds that key for this session: the keying stops for good, and
-   * `onReplaced` is told.
-   * @throws E2ESessionError KEY_REPLACED in that case.
+   * Checks that `ring` lists this session with this session's public key (RingReader.checkOwnKey).
+   * @throws E2ESessionError KEY_REPLACED when it lists another: the keying has stopped for good.
    */
   checkOwnKey(ring: KeyRing): void {
-    const own = this.#sessionId === null ? undefined : String(this.#sessionId);
-    if (own === undefined) return;
-    for (const sessions of Object.values(ring)) {
-      const listed = sessions[own];
-      if (listed !== undefined && listed !== this.#o.publicKey) throw this.#replaced(listed);
-    }
-  }
-
-  #replaced(listed: string): E2ESessionError {
-    const error = new E2ESessionError(
-      'KEY_REPLACED',
-      `Another client registered a new key for session ${this.#sessionId}: envelopes for it no longer open here.`,
-      { details: { sessionId: this.#sessionId, publicKey: listed } },
-    );
-    if (!this.#closed) {
-      void this.close();
-      this.#o.onReplaced(error);
-    }
-    return error;
-  }
-
-  /** Reads the ring (its check ends the keying when another key is listed for this session). */
-  async #confirmOwnKey(chatId: number): Promise<void> {
-    try {
-      await this.#readKeys(chatId);
-    } catch (error) {
-      if (!isApiError(error, 'ERR_NOT_CHAT_MEMBER', 'ERR_CHAT_NOT_FOUND')) throw error;
-    } finally {
-      this.#confirming = false;
-    }
+    this.#ring.checkOwnKey(ring);
   }
 
   forget(chatId: number): void {
-    this.#pendingShares.delete(chatId);
-    this.#holders.delete(chatId);
+    this.#sharing.forget(chatId);
   }
 
   hasKey(chatId: number): boolean {
@@ -243,63 +226,29 @@ export class ChatKeying {
     this.#tasks.add(settled);
   }
 
-  /** Obtains the key of the current epoch (one run per chat at a time); true when held at the end. */
+  /** Obtains the key of the current epoch (KeyObtaining.ensure); true when held at the end. */
   ensure(chatId: number): Promise<boolean> {
-    const running = this.#running.get(chatId);
-    if (running) return running;
-    const startEpoch = this.keys.epochOf(chatId) ?? 0;
-    const run = this.#loop(chatId).finally(() => {
-      this.#running.delete(chatId);
-      // A rekey that arrived while this run was finishing still needs a key.
-      const moved = (this.keys.epochOf(chatId) ?? 0) > startEpoch;
-      if (moved && this.#o.isJoined(chatId) && !this.hasKey(chatId)) this.schedule(chatId);
-    });
-    this.#running.set(chatId, run);
-    return run;
+    return this.#obtaining.ensure(chatId);
   }
 
-  /**
-   * {@link ensure} for a resync after a reconnection: a run already in flight may be waiting for a
-   * `room:key` that was lost with the dropped socket, so the server's current envelope is read
-   * first (which also ends that wait), then the run is joined or started.
-   */
-  async resync(chatId: number): Promise<boolean> {
-    if (this.#running.has(chatId)) await this.refresh(chatId);
-    return this.ensure(chatId);
+  /** {@link ensure} for a resync after a reconnection (KeyObtaining.resync). */
+  resync(chatId: number): Promise<boolean> {
+    return this.#obtaining.resync(chatId);
   }
 
-  /**
-   * Waits (bounded) for the current key at `minEpoch` or later, keying the epoch if nobody has.
-   * @throws E2ESessionError NO_CHAT_KEY on timeout; the server's errors (e.g. not a member).
-   */
-  async current(chatId: number, minEpoch: number): Promise<EpochKey> {
-    const deadline = Date.now() + this.#o.keyWaitMs;
-    if (!this.hasKey(chatId)) await this.ensure(chatId);
-    const key = await this.keys.waitForCurrent(chatId, minEpoch, Math.max(0, deadline - Date.now()));
-    if (key) return key;
-    if (this.#closed) throw new E2ESessionError('CLOSED', 'This E2E session is closed.', { chatId });
-    throw new E2ESessionError('NO_CHAT_KEY', `No key for the current epoch of chat ${chatId} arrived in time.`, {
-      chatId,
-    });
+  /** Waits (bounded) for the current key at `minEpoch` or later (KeyObtaining.current). */
+  current(chatId: number, minEpoch: number): Promise<EpochKey> {
+    return this.#obtaining.current(chatId, minEpoch);
   }
 
-  /** Asks the server for the current epoch and our envelope at it (after a refused send). */
-  async refresh(chatId: number): Promise<void> {
-    const state = await this.#readKeys(chatId);
-    this.keys.raiseEpoch(chatId, state.epoch);
-    if (state.envelope !== null) this.accept({ chatId, epoch: state.epoch, envelope: state.envelope, sender: null });
+  /** Asks the server for the current epoch and our envelope at it (KeyObtaining.refresh). */
+  refresh(chatId: number): Promise<void> {
+    return this.#obtaining.refresh(chatId);
   }
 
-  /**
-   * After the server refused a send at `epoch` with ERR_NO_ROOM_KEY although the key is held (keys
-   * imported into a new session): the server holds no envelope of that epoch for this session,
-   * and only a holder can store one (`portal:key_added` asked them to, and a holder that comes
-   * online shares on join). Waits (bounded) for it or for a newer epoch; false on timeout.
-   */
-  async awaitEnvelope(chatId: number, epoch: number): Promise<boolean> {
-    const ready = () =>
-      this.keys.hasEnvelope(chatId, epoch) || (this.keys.epochOf(chatId) ?? 0) > epoch ? true : undefined;
-    return (await this.keys.waitFor(ready, this.#o.keyWaitMs)) === true;
+  /** Waits (bounded) for our envelope of `epoch` or a newer epoch (KeyObtaining.awaitEnvelope). */
+  awaitEnvelope(chatId: number, epoch: number): Promise<boolean> {
+    return this.#obtaining.awaitEnvelope(chatId, epoch);
   }
 
   /** {@link shareWith} in the background (awaited by `close()`). */
@@ -320,280 +269,27 @@ export class ChatKeying {
     if (!current || this.#closed) return;
     let target = ring;
     if (ringEpoch !== current.epoch) {
-      const now = await this.#ringAt(chatId, current.epoch);
+      const now = await this.#ring.ringAt(chatId, current.epoch);
       if (now === null || this.#closed) return;
       target = withinRing(ring, now);
     }
-    await this.#shareListed(chatId, current, target, skipSelf);
-  }
-
-  /** Wraps `current` for the sessions of `target` (as the server lists them at its epoch) that lack it. */
-  async #shareListed(chatId: number, current: EpochKey, target: KeyRing, skipSelf: boolean): Promise<void> {
-    const skip = skipSelf && this.#sessionId !== null ? [this.#sessionId] : [];
-    const share = buildKeyShare({
-      keyRing: target,
-      chatKey: current.key,
-      chatId,
-      epoch: current.epoch,
-      skipSessionIds: skip,
-    });
-    this.#reportSkipped(chatId, share.skipped);
-    // Sessions that already hold an envelope need no request (e.g. every one, right after keying).
-    const known = this.#holders.get(chatId);
-    const missing =
-      known?.epoch === current.epoch
-        ? share.envelopes.filter((e) => !known.sessions.has(e.session_id))
-        : share.envelopes;
-    for (const part of splitShare(missing, null)) {
-      if (!(await this.#topUp(chatId, current.epoch, part))) return;
-    }
-  }
-
-  /** Records sessions that hold an envelope at `epoch` (stored now, or already there). */
-  #held(chatId: number, epoch: number, envelopes: KeyShareEnvelope[]): void {
-    let known = this.#holders.get(chatId);
-    if (known && known.epoch > epoch) return;
-    if (!known || known.epoch < epoch) {
-      known = { epoch, sessions: new Set() };
-      this.#holders.set(chatId, known);
-    }
-    for (const e of envelopes) known.sessions.add(e.session_id);
-  }
-
-  /** Waits `ms` unless closed meanwhile; false when closed. */
-  #pause(ms: number): Promise<boolean> {
-    return new Promise((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        this.#wakers.delete(done);
-        resolve(!this.#closed);
-      };
-      const timer = setTimeout(done, ms);
-      this.#wakers.add(done);
-    });
-  }
-
-  /** One share request from a holder; false when the rest need not be tried (the epoch moved on). */
-  async #topUp(chatId: number, epoch: number, envelopes: KeyShareEnvelope[]): Promise<boolean> {
-    let narrowed = false;
-    for (let attempt = 1; ; attempt++) {
-      if (this.#closed) return false;
-      try {
-        await this.#o.client.shareKeys(chatId, { epoch, envelopes });
-        this.#held(chatId, epoch, envelopes);
-        return true;
-      } catch (error) {
-        if (isApiError(error, 'ERR_KEY_RING_CHANGED') && !narrowed) {
-          // The server refuses the whole share when one session it names left the ring at this
-          // epoch (its expiry, before the sweep ends it and rekeys): the others still lack the
-          // key. Sent once more, to those still in the ring.
-          narrowed = true;
-          const still = await this.#stillInRing(chatId, epoch, envelopes);
-          if (still === null) return false;
-          if (still.length === 0) return true;
-          envelopes = still;
-          continue;
-        }
-        if (isApiError(error, 'ERR_EPOCH_MISMATCH', 'ERR_KEY_RING_CHANGED', 'ERR_EPOCH_ALREADY_KEYED')) return false;
-        // An archived chat is read-only: its sessions keep the envelopes they have.
-        if (isApiError(error, 'ERR_NOT_CHAT_MEMBER', 'ERR_CHAT_NOT_FOUND', 'ERR_CHAT_READ_ONLY')) return false;
-        // The write limit is shared by the user's sessions: wait as asked, then send this part again.
-        const retryAfter = isApiError(error, 'ERR_RATE_LIMITED') ? error.retryAfter : undefined;
-        if (retryAfter !== undefined && attempt < TOP_UP_ATTEMPTS) {
-          if (await this.#pause(retryAfter * 1000)) continue;
-          return false;
-        }
-        this.#error('BACKGROUND_FAILURE', `Could not share the key of chat ${chatId}.`, chatId, { cause: error });
-        return false;
-      }
-    }
-  }
-
-  /**
-   * The envelopes of `envelopes` whose sessions are in the chat's key ring now (`GET …/keys`);
-   * null when the chat moved past `epoch` (its next keying covers them) or the ring is unreadable.
-   */
-  async #stillInRing(chatId: number, epoch: number, envelopes: KeyShareEnvelope[]): Promise<KeyShareEnvelope[] | null> {
-    const ring = await this.#ringAt(chatId, epoch);
-    if (ring === null) return null;
-    const inRing = new Set(Object.values(ring).flatMap((sessions) => Object.keys(sessions).map(Number)));
-    return envelopes.filter((e) => inRing.has(e.session_id));
-  }
-
-  /**
-   * The chat's key ring as the server lists it now (`GET …/keys`), when the chat is still at
-   * `epoch`; null when it moved on (its next keying covers the ring) or the ring is unreadable.
-   */
-  async #ringAt(chatId: number, epoch: number): Promise<KeyRing | null> {
-    let state: KeysAnswer;
-    try {
-      state = await this.#readKeys(chatId);
-    } catch (error) {
-      if (error instanceof E2ESessionError) this.#emitError(error);
-      else if (!isApiError(error, 'ERR_NOT_CHAT_MEMBER', 'ERR_CHAT_NOT_FOUND')) {
-        this.#error('BACKGROUND_FAILURE', `Could not read the key ring of chat ${chatId}.`, chatId, { cause: error });
-      }
-      return null;
-    }
-    this.keys.raiseEpoch(chatId, state.epoch);
-    return state.epoch === epoch ? state.key_ring : null;
-  }
-
-  /**
-   * `GET …/keys`, its answer checked: an epoch that is not a non-negative integer or a missing key
-   * ring would be stored as the chat's epoch, or fail later where no caller can be told. A ring
-   * listing this session with another public key ends the keying ({@link checkOwnKey}).
-   * @throws E2ESessionError BAD_SERVER_ANSWER (nothing of the answer kept), KEY_REPLACED; the server's errors.
-   */
-  async #readKeys(chatId: number): Promise<KeysAnswer> {
-    const state: unknown = await this.#o.client.chatKey(chatId);
-    const problem = shapeProblem(KeysAnswerSchema, state);
-    if (problem) {
-      throw new E2ESessionError('BAD_SERVER_ANSWER', `The server's key state of chat ${chatId} is malformed.`, {
-        chatId,
-        details: { answer: 'GET /v1/portal/chats/{chat_id}/keys', path: problem.path, problem: problem.message },
-      });
-    }
-    const answer = state as KeysAnswer;
-    this.checkOwnKey(answer.key_ring);
-    return answer;
+    await this.#sharing.shareListed(chatId, current, target, skipSelf);
   }
 
   /** Ends timers and waits; resolves when running keyings have stopped. */
   async close(): Promise<void> {
     this.#closed = true;
-    for (const wake of [...this.#wakers]) wake();
+    this.#sharing.wake();
     for (const timer of this.#timers) clearTimeout(timer);
     this.#timers.clear();
     this.keys.cancelAll();
-    await Promise.allSettled([...this.#running.values(), ...this.#tasks]);
-  }
-
-  async #loop(chatId: number): Promise<boolean> {
-    const deadline = Date.now() + this.#o.keyWaitMs;
-    /** The last attempt lost the keying race and its wait for `room:key` ran out. */
-    let lostRace = false;
-    for (let attempt = 0; attempt < this.#o.attempts && !this.#closed && Date.now() < deadline; attempt++) {
-      lostRace = false;
-      if (this.hasKey(chatId)) return true;
-      const state = await this.#readKeys(chatId);
-      this.keys.raiseEpoch(chatId, state.epoch);
-      const epoch = state.epoch;
-      if (this.keys.get(chatId, epoch)) continue;
-      if (state.envelope !== null) {
-        if (this.accept({ chatId, epoch, envelope: state.envelope, sender: null })) continue;
-        return false; // The server never replaces an envelope: only the next epoch can help.
-      }
-      if (this.#sessionId === null) {
-        throw new E2ESessionError('SESSION_UNKNOWN', 'This session’s key is not registered yet.', { chatId });
-      }
-      const keyed = await this.#keyEpoch(chatId, epoch, state.key_ring, deadline);
-      // An archived chat takes no shares: an epoch nobody keyed there stays without a key.
-      if (keyed === 'read-only') return false;
-      if (keyed === 'taken') {
-        // Someone keyed it first: their envelope for us comes as room:key (or the epoch moves on).
-        const moved = () => ((this.keys.epochOf(chatId) ?? 0) > epoch ? true : undefined);
-        lostRace = !(await this.keys.waitFor(() => this.keys.get(chatId, epoch) ?? moved(), deadline - Date.now()));
-      }
-    }
-    // The winner's room:key may never come (it went with a dropped socket): the server holds our
-    // envelope all the same, so read it once more before giving up.
-    if (lostRace && !this.#closed && !this.hasKey(chatId)) await this.refresh(chatId);
-    return this.hasKey(chatId);
-  }
-
-  /**
-   * Makes a chat key and shares it with the whole ring: the first complete share keys the epoch.
-   * A ring larger than one request is keyed by its first request (ours among its envelopes), and
-   * the rest follow as top-ups once we hold the key. A share refused with ERR_RATE_LIMITED (the
-   * user's write limit, shared by its sessions) is sent again after its `retry_after` when that
-   * comes before `deadline`.
-   */
-  async #keyEpoch(
-    chatId: number,
-    epoch: number,
-    ring: KeyRing,
-    deadline: number,
-  ): Promise<'keyed' | 'taken' | 'retry' | 'read-only'> {
-    const chatKey = generateChatKey();
-    const share = buildKeyShare({ keyRing: ring, chatKey, chatId, epoch });
-    this.#reportSkipped(chatId, share.skipped);
-    const [keying = [], ...rest] = splitShare(share.envelopes, this.#sessionId);
-    let stored: number;
-    for (let attempt = 1; ; attempt++) {
-      try {
-        stored = (await this.#o.client.shareKeys(chatId, { epoch, envelopes: keying })).stored;
-        break;
-      } catch (error) {
-        if (isApiError(error, 'ERR_EPOCH_ALREADY_KEYED')) return 'taken';
-        if (isApiError(error, 'ERR_CHAT_READ_ONLY')) return 'read-only';
-        if (isApiError(error, 'ERR_KEY_RING_CHANGED', 'ERR_EPOCH_MISMATCH')) return 'retry';
-        const retryAfter = isApiError(error, 'ERR_RATE_LIMITED') ? error.retryAfter : undefined;
-        if (retryAfter === undefined || attempt >= TOP_UP_ATTEMPTS || Date.now() + retryAfter * 1000 >= deadline) {
-          throw error;
-        }
-        if (!(await this.#pause(retryAfter * 1000))) return 'retry';
-      }
-    }
-    // Our key is the epoch's key only when every envelope was stored. The server refuses a late
-    // keying whole (409, as it names this session even when we hold the winner's envelope by
-    // now); a partial store is checked anyway, as the key would otherwise be trusted wrongly.
-    if (stored !== keying.length) {
-      if (stored > 0) {
-        // Sessions that still lacked an envelope got ours, whose key is not the epoch's key: they
-        // cannot read the others until the next epoch. The server cannot tell the keys apart.
-        this.#error(
-          'KEY_CONFLICT',
-          `A late keying of chat ${chatId} epoch ${epoch} reached ${stored} sessions.`,
-          chatId,
-          {
-            details: { epoch, stored },
-          },
-        );
-      }
-      return 'retry';
-    }
-    this.#held(chatId, epoch, keying);
-    this.keys.markEnvelope(chatId, epoch);
-    this.#store(chatId, epoch, chatKey, 'keyed', this.#sessionId);
-    for (const part of rest) if (!(await this.#topUp(chatId, epoch, part))) break;
-    return 'keyed';
+    await Promise.allSettled([...this.#obtaining.runs(), ...this.#tasks]);
   }
 
   #store(chatId: number, epoch: number, key: Uint8Array, source: KeyEvent['source'], sender: number | null): void {
     if (!this.keys.store(chatId, epoch, key)) return;
     if (!this.#closed) this.#o.onKey({ chatId, epoch, source, senderSessionId: sender });
-    if (this.keys.current(chatId)?.epoch === epoch) this.#track(chatId, this.#flushShares(chatId));
-  }
-
-  /**
-   * Gives the current key to the sessions announced (`portal:key_added`) that lack it. An
-   * announcement is only the server's word of some moment: one sent before a kick may arrive after
-   * the kick's rekey, at the epoch that removed the member. So the ring is read once for the whole
-   * batch, and only the sessions the server lists at the key's epoch get it, under the keys listed
-   * there (none when the chat has moved on: its next keying covers them).
-   */
-  async #flushShares(chatId: number): Promise<void> {
-    const pending = this.#pendingShares.get(chatId);
-    const current = this.keys.current(chatId);
-    if (!pending || pending.size === 0 || !current) return;
-    this.#pendingShares.delete(chatId);
-    const known = this.#holders.get(chatId);
-    const announced: Record<string, Record<string, string>> = {};
-    for (const [sessionId, { userId, publicKey }] of pending) {
-      if (known?.epoch === current.epoch && known.sessions.has(sessionId)) continue;
-      announced[userId] = { ...announced[userId], [String(sessionId)]: publicKey };
-    }
-    if (Object.keys(announced).length === 0 || this.#closed) return;
-    const now = await this.#ringAt(chatId, current.epoch);
-    if (now === null || this.#closed) return;
-    await this.#shareListed(chatId, current, withinRing(announced, now), false);
-  }
-
-  #reportSkipped(chatId: number, skipped: SkippedSession[]): void {
-    if (skipped.length > 0) {
-      this.#error('SHARE_SKIPPED', `${skipped.length} key ring entries got no envelope.`, chatId, { details: skipped });
-    }
+    if (this.keys.current(chatId)?.epoch === epoch) this.#track(chatId, this.#sharing.flush(chatId));
   }
 
   #error(
