@@ -1,5 +1,7 @@
 import { connect, HttpClient, joinRoom, type ParlorSocket } from '@parlor/sdk';
+import { eq } from 'drizzle-orm';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { schema } from '../src/platform/db/index.js';
 import { describeApp, type Nodes, startNodes, type TestApp } from './support/app.js';
 import { bundle, join, keyEpoch, keyedChat, type Member, member } from './support/chat-flows.js';
 import type { Answer } from './support/client.js';
@@ -209,6 +211,21 @@ describeApp('presence in a chat', () => {
     expect(presenceDeltas(owner, chatId, g.sessionId)).toEqual([]);
     // The join itself was real: g is a member.
     expect((await g.client.get('/v1/portal/chats')).body.chats.map((c: any) => c.id)).toContain(chatId);
+  });
+
+  it('a kick says offline a session that ended just before it, whose socket its node had not dropped yet', async () => {
+    const { owner, chatId } = await keyedChat(app);
+    const target = await member(app);
+    expect((await join(target, { chat_id: chatId })).ok).toBe(true);
+    await owner.socket.next('portal:presence', (e) => e.session_id === target.sessionId && e.online);
+    // The session ended (as its expiry or a logout on a slow node): its socket is still in the room.
+    await app.database.db
+      .update(schema.sessions)
+      .set({ endedAt: new Date(Date.now() - 1000) })
+      .where(eq(schema.sessions.id, target.sessionId));
+    const kicked = await owner.client.post(`/v1/portal/chats/${chatId}/kick`, { user_id: target.user.id });
+    expect(kicked.status).toBe(200);
+    await owner.socket.next('portal:presence', (e) => e.session_id === target.sessionId && !e.online);
   });
 
   it('a kick asks no node for sockets while it holds the chat: with every socket read stalled, it and a send in the chat go through', async () => {

@@ -104,13 +104,16 @@ export async function wireServices(ctx: WiringContext) {
   // A ban of a stranger ends its session for good, without the session-ending hooks: its direct
   // chats end as at any stranger's session end (logged on failure, as there), and the address that
   // made it is barred from new strangers as a stranger block bars it (a failure is the answer).
+  // The bar is tried twice before its failure is the answer (the ban or block stands either way).
+  const barStrangerAddress = (address: string) =>
+    accounts.auth.barStrangerAddress(address).catch(() => accounts.auth.barStrangerAddress(address));
   moderation.platform.onStrangerBanned(async ({ userId, address }) => {
     await matchmaking.sessionsEnded(userId).catch(endCleanupFailed(userId));
-    if (address !== null) await accounts.auth.barStrangerAddress(address);
+    if (address !== null) await barStrangerAddress(address);
   });
   // A stranger block bars the address that made the stranger from making new ones (spec v1.12:
   // the block is of the stranger session; a new stranger from the same client would lift it).
-  blocks.onStrangerBlocked(({ address }) => accounts.auth.barStrangerAddress(address));
+  blocks.onStrangerBlocked(({ address }) => barStrangerAddress(address));
   // Sessions end at their expiry too, the same way: the sockets of this node when it comes (and
   // no event of theirs is served after it), every session in the sweep, and on its first use after.
   // A socket whose session ended while its handshake ran is dropped once it is in its session's room.

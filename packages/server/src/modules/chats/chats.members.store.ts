@@ -79,14 +79,24 @@ export function makeMemberStore(db: Db) {
       return rows.length > 0;
     },
     /**
-     * The user's sessions live at `now` (not ended, not expired): those a removal of its membership
-     * says offline in the chat (chats.membership.ts), one database read in its transaction.
+     * The user's sessions live at `now` or over for less than `graceMs` (ended or expired): those a
+     * removal of its membership says offline in the chat (chats.membership.ts), one database read
+     * in its transaction. A session just over may still have a socket in the room (its node has
+     * not dropped it yet), which the removal takes out: its disconnect then finds no chat to say
+     * it left, so the removal says it.
      */
-    async liveSessionIds(userId: number, now: Date, tx: Tx): Promise<number[]> {
+    async recentSessionIds(userId: number, now: Date, graceMs: number, tx: Tx): Promise<number[]> {
+      const since = new Date(now.getTime() - graceMs);
       const rows = await tx
         .select({ id: sessions.id })
         .from(sessions)
-        .where(and(eq(sessions.userId, userId), isNull(sessions.endedAt), gt(sessions.expiresAt, now)));
+        .where(
+          and(
+            eq(sessions.userId, userId),
+            or(isNull(sessions.endedAt), gt(sessions.endedAt, since)),
+            gt(sessions.expiresAt, since),
+          ),
+        );
       return rows.map((r) => r.id);
     },
     async memberIds(chatId: number, tx: Tx = db): Promise<number[]> {

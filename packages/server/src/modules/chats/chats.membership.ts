@@ -12,6 +12,13 @@ import { toChat } from './chats.presenter.js';
 import { archivedAtOf, canManage, type Viewer } from './chats.rules.js';
 import type { ChatRow, ChatsStore, ChatWithCount } from './chats.store.js';
 
+/**
+ * How long after its end a session is still said offline by a removal of its user's membership:
+ * its sockets go within a second of its end (sessions.sockets.ts) or as soon as its node hears of
+ * it; a minute covers a slow node with room to spare.
+ */
+const RECENT_SESSION_MS = 60_000;
+
 export interface MembershipDeps {
   db: Db;
   store: ChatsStore;
@@ -134,12 +141,13 @@ export function makeChatMembership(deps: MembershipDeps) {
       // A ban of a non-member (one who left already) is still recorded (by `extra`): its system
       // message is persisted with it (spec 2.9), with no membership, history entry or rekey to end.
       if (!removed) return { system: await messages.appendSystem(chatId, opts.system, tx), removed: null };
-      // Every live session of the user goes offline in the chat once its sockets have left the room
-      // (a session that was not present there changes no list). Read from the database in this
+      // Every live session of the user (and one over in the last minute, whose socket its node may
+      // not have dropped yet) goes offline in the chat once its sockets have left the room (a
+      // session that was not present there changes no list). Read from the database in this
       // transaction, not from the sockets: a node whose stream reader lags would still show the
       // sockets in the room after the leave, and a read across the nodes here would hold the chat
       // row (every send and join of the chat) for as long as a slow node takes to answer.
-      const present = await store.liveSessionIds(userId, now, tx);
+      const present = await store.recentSessionIds(userId, now, RECENT_SESSION_MS, tx);
       await store.logActivity({ chatId, userId, action: opts.action, actorUserId: opts.actorId, createdAt: now }, tx);
       const system = await messages.appendSystem(chatId, opts.system, tx);
       const bumped = await keys.bumpEpochs([chatId], tx);
