@@ -6,7 +6,16 @@ import { Limits } from '@parlor/protocol';
 import { io, type Socket } from 'socket.io-client';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import { NODE_ALIVE_TTL_MS, NODE_HEARTBEAT_MS } from '../src/platform/node-presence.js';
-import { type Backing, createBacking, describeApp, MODE, startApp, type TestApp } from './support/app.js';
+import {
+  type Backing,
+  createBacking,
+  describeApp,
+  MODE,
+  type Nodes,
+  startApp,
+  startNodes,
+  type TestApp,
+} from './support/app.js';
 import { bundle, join, keyEpoch, keyedChat, member, shareKey } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
 import { countRows } from './support/faults.js';
@@ -477,19 +486,16 @@ clusterOnly('a node that is alive for Redis but does not answer (a stopped proce
 });
 
 clusterOnly('room changes of another node while this node reads the stream late', () => {
-  let backing: Backing;
+  let nodes: Nodes;
   let a: TestApp;
   let b: TestApp;
   beforeAll(async () => {
-    backing = await createBacking();
-    a = await startApp({ backing });
-    b = await startApp({ backing });
+    nodes = await startNodes();
+    ({ a, b } = nodes);
   });
   afterAll(async () => {
     closeAllSockets();
-    await a?.close();
-    await b?.close();
-    await backing?.release();
+    await nodes?.close();
   });
 
   for (const action of ['kick', 'ban', 'leave'] as const) {

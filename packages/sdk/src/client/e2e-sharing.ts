@@ -162,13 +162,15 @@ export class KeySharing {
       if (stored > 0) {
         // Sessions that still lacked an envelope got ours, whose key is not the epoch's key: they
         // cannot read the others until the next epoch. The server cannot tell the keys apart.
-        this.#error(
-          'KEY_CONFLICT',
-          `A late keying of chat ${chatId} epoch ${epoch} reached ${stored} sessions.`,
-          chatId,
-          {
-            details: { epoch, stored },
-          },
+        this.#o.report(
+          new E2ESessionError(
+            'KEY_CONFLICT',
+            `A late keying of chat ${chatId} epoch ${epoch} reached ${stored} sessions.`,
+            {
+              chatId,
+              details: { epoch, stored },
+            },
+          ),
         );
       }
       return 'retry';
@@ -210,7 +212,12 @@ export class KeySharing {
           if (await this.#pause(retryAfter * 1000)) continue;
           return false;
         }
-        this.#error('BACKGROUND_FAILURE', `Could not share the key of chat ${chatId}.`, chatId, { cause: error });
+        this.#o.report(
+          new E2ESessionError('BACKGROUND_FAILURE', `Could not share the key of chat ${chatId}.`, {
+            chatId,
+            cause: error,
+          }),
+        );
         return false;
       }
     }
@@ -242,16 +249,12 @@ export class KeySharing {
 
   #reportSkipped(chatId: number, skipped: SkippedSession[]): void {
     if (skipped.length > 0) {
-      this.#error('SHARE_SKIPPED', `${skipped.length} key ring entries got no envelope.`, chatId, { details: skipped });
+      this.#o.report(
+        new E2ESessionError('SHARE_SKIPPED', `${skipped.length} key ring entries got no envelope.`, {
+          chatId,
+          details: skipped,
+        }),
+      );
     }
-  }
-
-  #error(
-    code: E2ESessionError['code'],
-    message: string,
-    chatId: number,
-    extra: { cause?: unknown; details?: unknown },
-  ): void {
-    this.#o.report(new E2ESessionError(code, message, { chatId, ...extra }));
   }
 }

@@ -1,6 +1,7 @@
-import { and, count, eq, gt, gte, isNull, ne, or, sql } from 'drizzle-orm';
+import { and, count, eq, gte, isNull, ne, or, sql } from 'drizzle-orm';
 import { anyOf, type Db } from '../../platform/db/index.js';
 import { chatMembers, sessions } from '../../platform/db/schema.js';
+import { liveOrOverAfter } from '../sessions/sessions.store.js';
 import type { Tx } from '../users/users.store.js';
 
 /** A chat's memberships: who is a member now, joins and leaves. */
@@ -90,13 +91,7 @@ export function makeMemberStore(db: Db) {
       const rows = await tx
         .select({ id: sessions.id })
         .from(sessions)
-        .where(
-          and(
-            eq(sessions.userId, userId),
-            or(isNull(sessions.endedAt), gt(sessions.endedAt, since)),
-            gt(sessions.expiresAt, since),
-          ),
-        );
+        .where(and(eq(sessions.userId, userId), liveOrOverAfter(since)));
       return rows.map((r) => r.id);
     },
     async memberIds(chatId: number, tx: Tx = db): Promise<number[]> {

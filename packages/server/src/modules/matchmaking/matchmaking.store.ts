@@ -1,7 +1,8 @@
-import { and, eq, gt, isNull, sql } from 'drizzle-orm';
+import { and, eq, sql } from 'drizzle-orm';
 import { type Db, rowsOf } from '../../platform/db/index.js';
 import { sessions, users } from '../../platform/db/schema.js';
 import { directActive } from '../chats/chats.direct.store.js';
+import { active } from '../sessions/sessions.store.js';
 import { hasPremium } from '../users/users.presenter.js';
 
 /**
@@ -84,7 +85,7 @@ export function makeMatchmakingStore(db: Db) {
       const rows = await db
         .select({ id: sessions.id })
         .from(sessions)
-        .where(and(eq(sessions.userId, userId), isNull(sessions.endedAt), gt(sessions.expiresAt, now)))
+        .where(and(eq(sessions.userId, userId), active(now)))
         .limit(1);
       return rows.length > 0;
     },

@@ -23,8 +23,8 @@ import type { Tx } from '../users/users.store.js';
 
 export type SessionRow = typeof sessions.$inferSelect;
 
-/** Live at `now` (a placeholder in a statement built once). */
-const active = (now: Date | Placeholder) => and(isNull(sessions.endedAt), gt(sessions.expiresAt, now));
+/** Live at `now` (a placeholder in a statement built once): neither ended nor expired. */
+export const active = (now: Date | Placeholder) => and(isNull(sessions.endedAt), gt(sessions.expiresAt, now));
 
 /**
  * Sessions over (ended, or expired unended) at or before `before`: least() skips a null end, so a
@@ -48,7 +48,11 @@ export const SESSIONS_KEPT_MS = 30 * 24 * 3600_000;
  * bound themselves by the clock, so what they answer does not wait for the sweep to come by.
  */
 function keptAt(now: Date): SQL {
-  const since = new Date(now.getTime() - SESSIONS_KEPT_MS);
+  return liveOrOverAfter(new Date(now.getTime() - SESSIONS_KEPT_MS));
+}
+
+/** Sessions live at `since` or over after it (their end, else their expiry, came later): not sessionsOver(since). */
+export function liveOrOverAfter(since: Date): SQL {
   return sql`least(${sessions.endedAt}, ${sessions.expiresAt}) > ${since.toISOString()}`;
 }
 
