@@ -1,6 +1,6 @@
 import Fastify from 'fastify';
 import { afterAll, describe, expect, it } from 'vitest';
-import { addressKey, clientIp, trustProxyOption } from './client-address.js';
+import { addressKey, clientIp, proxyMatcher, trustProxyOption } from './client-address.js';
 
 describe('addressKey', () => {
   it.each([
@@ -92,5 +92,25 @@ describe('trustProxyOption and clientIp', () => {
     expect(await ipWith(['10.0.0.2', '10.0.0.1'], '198.51.100.66, 203.0.113.9, 10.0.0.1')).toBe('203.0.113.9');
     // A peer that is not a listed proxy is the client, whatever it sends.
     expect(await ipWith(['192.168.0.0/16'], '203.0.113.9')).toBe('10.0.0.2');
+  });
+
+  it("with a list, reads a proxy's own entry without the port it wrote, and named ranges", async () => {
+    // The inner proxy (10.0.0.1) is listed; written with a port it is still a proxy, not the client.
+    expect(await ipWith(['10.0.0.0/8'], '198.51.100.66, 203.0.113.9:40001, 10.0.0.1:40002')).toBe('203.0.113.9');
+    expect(await ipWith(['10.0.0.0/8'], '203.0.113.9, [::ffff:10.0.0.1]:40003')).toBe('203.0.113.9');
+    expect(await ipWith(['uniquelocal'], '203.0.113.9, 192.168.4.4:8080')).toBe('203.0.113.9');
+    expect(await ipWith(['10.0.0.2', 'fd00::/8'], '203.0.113.9, [fd00::7]:443')).toBe('203.0.113.9');
+    // An entry that is not an address is never a proxy: it is taken for the client.
+    expect(await ipWith(['10.0.0.0/8'], '203.0.113.9, unknown')).toBe('unknown');
+  });
+
+  it('with a list, matches an IPv4-mapped peer against IPv4 ranges', () => {
+    const isProxy = proxyMatcher(['10.0.0.0/8', 'loopback']);
+    expect(isProxy('::ffff:10.0.0.2')).toBe(true);
+    expect(isProxy('::1')).toBe(true);
+    expect(isProxy('127.0.0.9:1234')).toBe(true);
+    expect(isProxy('11.0.0.1')).toBe(false);
+    expect(isProxy('::ffff:11.0.0.1')).toBe(false);
+    expect(isProxy('')).toBe(false);
   });
 });

@@ -3,7 +3,7 @@
  * entries count: parseTrustProxy, trustProxyOption), and the key per-address limits count it
  * under (addressKey).
  */
-import { isIP } from 'node:net';
+import { BlockList, isIP } from 'node:net';
 import type { FastifyRequest } from 'fastify';
 
 /**
@@ -34,14 +34,44 @@ export type TrustProxy = false | number | readonly string[];
  * Fastify's `trustProxy` for TRUST_PROXY. A hop count N trusts the socket's peer and the N-1
  * X-Forwarded-For entries nearest to it, so the client is the Nth entry from the right: the one
  * the outermost proxy wrote, never one the client wrote itself. It is given as a function because
- * Fastify 5 ignores X-Forwarded-For altogether for a plain number. A list is handed over as it is
- * (Fastify's proxy-addr: addresses, CIDR ranges, `loopback`, `linklocal`, `uniquelocal`): the
- * client is the rightmost address that is not one of them.
+ * Fastify 5 ignores X-Forwarded-For altogether for a plain number. A list (addresses, CIDR ranges,
+ * `loopback`, `linklocal`, `uniquelocal`) trusts the entries it names, read without the port a
+ * proxy may write with its own entry (proxyMatcher): the client is the rightmost entry that is
+ * not one of them.
  */
-export function trustProxyOption(tp: TrustProxy): false | string[] | ((address: string, hop: number) => boolean) {
+export function trustProxyOption(tp: TrustProxy): false | ((address: string, hop: number) => boolean) {
   if (tp === false) return false;
   if (typeof tp === 'number') return (_address, hop) => hop < tp;
-  return [...tp];
+  const isProxy = proxyMatcher(tp);
+  return (address) => isProxy(address);
+}
+
+/** The ranges of proxy-addr's names, which TRUST_PROXY lists may use. */
+const NAMED_RANGES: Record<string, readonly string[]> = {
+  loopback: ['127.0.0.1/8', '::1/128'],
+  linklocal: ['169.254.0.0/16', 'fe80::/10'],
+  uniquelocal: ['10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16', 'fc00::/7'],
+};
+
+/**
+ * Whether an address (socket peer or X-Forwarded-For entry, a port written with it dropped) is one
+ * of a TRUST_PROXY list's entries (parseTrustProxy has checked them). An IPv4-mapped IPv6 address
+ * matches its IPv4 address's entries (BlockList reads it so). Anything that is not an IP address is
+ * never a proxy.
+ */
+export function proxyMatcher(entries: readonly string[]): (address: string) => boolean {
+  const ranges = new BlockList();
+  for (const entry of entries)
+    for (const range of NAMED_RANGES[entry] ?? [entry]) {
+      const [address = '', prefix] = range.split('/');
+      const v4 = isIP(address) === 4;
+      ranges.addSubnet(address, prefix === undefined ? (v4 ? 32 : 128) : Number(prefix), v4 ? 'ipv4' : 'ipv6');
+    }
+  return (raw) => {
+    const address = withoutPort(raw.trim()).split('%')[0] ?? '';
+    const family = isIP(address);
+    return family !== 0 && ranges.check(address, family === 4 ? 'ipv4' : 'ipv6');
+  };
 }
 
 /** The 16-bit groups of an IPv6 address (a zone id dropped, a dotted IPv4 tail read), or null. */
