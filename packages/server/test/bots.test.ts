@@ -334,6 +334,22 @@ describeApp('GET /v1/bot/users/{user_id} and update', () => {
     expect((await client.get('/v1/bot/users/abc')).status).toBe(400);
   });
 
+  it('answers 404 ERR_USER_NOT_FOUND to a look-up or rename of an anonymous stranger, renaming nothing', async () => {
+    const official = await createBot(app, { type: 'official' });
+    const made = await publicClient().post('/v1/portal/stranger', {});
+    expect(made.status, JSON.stringify(made.body)).toBe(200);
+    const stranger = made.body.user;
+    const seen = await official.client.get(`/v1/bot/users/${stranger.id}`);
+    expect(seen.status, JSON.stringify(seen.body)).toBe(404);
+    expect(seen.body.code).toBe('ERR_USER_NOT_FOUND');
+    const renamed = await official.client.post(`/v1/bot/users/${stranger.id}/update`, { username: 'support-team' });
+    expect(renamed.status, JSON.stringify(renamed.body)).toBe(404);
+    expect(renamed.body.code).toBe('ERR_USER_NOT_FOUND');
+    expect(
+      await countRows(app, `select count(*) as n from users where id = ${stranger.id} and username = 'support-team'`),
+    ).toBe(0);
+  });
+
   it('renames a user: 3-32 characters, 409 when taken', async () => {
     const { client } = await createBot(app);
     const a = await login(app);

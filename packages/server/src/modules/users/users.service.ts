@@ -95,6 +95,17 @@ export function makeUsersService({ store, clock, publicUrl, profiles }: UsersDep
   };
 
   /**
+   * A registered account for the bot routes: an anonymous stranger is no chat-platform user a bot
+   * looks up or renames (404, as the admin routes answer), else a bot could give a stranger a name
+   * of its choosing (`support-team`) that its matched peer then reads.
+   */
+  const mustGetRegistered = async (id: number): Promise<UserRow> => {
+    const u = await mustGet(id);
+    if (u.isStranger) throw appError('ERR_USER_NOT_FOUND');
+    return u;
+  };
+
+  /**
    * Tries to rename; returns the error message for the `errors` object, or null on success. The
    * write commits on its own, so a change of name is told to the `onRenamed` listeners at once.
    */
@@ -208,7 +219,7 @@ export function makeUsersService({ store, clock, publicUrl, profiles }: UsersDep
     },
 
     async botView(id: number) {
-      return toBotUser(await mustGet(id), clock.now());
+      return toBotUser(await mustGetRegistered(id), clock.now());
     },
 
     /**
@@ -217,7 +228,7 @@ export function makeUsersService({ store, clock, publicUrl, profiles }: UsersDep
      * (one field, so no errors object). BotsService.renameUser decides again under the lock.
      */
     async botRenameCheck(bot: { type: number }, id: number, username: string | undefined): Promise<void> {
-      const target = await mustGet(id);
+      const target = await mustGetRegistered(id);
       if (!botMayRename(bot.type, target.permissionLevel)) throw botRenameForbidden();
       if (username !== undefined && !isValidUsername(username))
         throw appError('ERR_VALIDATION', undefined, { errors: [{ path: 'body/username', message: USERNAME_RULE }] });
@@ -238,7 +249,7 @@ export function makeUsersService({ store, clock, publicUrl, profiles }: UsersDep
       tx: Tx,
     ): Promise<{ from: string; to: string } | null> {
       const locked = await store.byIdForUpdate(id, tx);
-      if (!locked) throw appError('ERR_USER_NOT_FOUND');
+      if (!locked || locked.isStranger) throw appError('ERR_USER_NOT_FOUND');
       if (!botMayRename(bot.type, locked.permissionLevel)) throw botRenameForbidden();
       if (username === locked.username) return null;
       const holder = await store.byUsername(username, tx);
