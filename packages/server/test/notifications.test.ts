@@ -307,6 +307,9 @@ function racing<T>(userId: number, work: string, run: () => Promise<T>) {
 const notificationsOf = async (userId: number) =>
   app.database.db.select().from(notifications).where(eq(notifications.userId, userId));
 
+const auditsOn = async (userId: number) =>
+  app.database.db.select().from(auditLog).where(eq(auditLog.targetUserId, userId)).orderBy(auditLog.id);
+
 // PGlite runs one transaction at a time, so nothing interleaves there; on PostgreSQL the request
 // meets a change of the recipient that another transaction has not committed yet.
 describeApp('POST /v1/admin/notifications (targeted) racing a change of the recipient (PostgreSQL)', () => {
@@ -358,6 +361,72 @@ describeApp('POST /v1/admin/notifications (targeted) racing a change of the reci
       );
       expectError(res, 403, 'ERR_FORBIDDEN');
       expect((await notificationsOf(target.user.id)).map((n) => n.id)).toContain(id);
+    },
+  );
+});
+
+// docs/api.md "Levels as they are at the commit": the caller's right is decided on its level and
+// state as read under its row lock, not as its session read them when the request began.
+describeApp('POST /v1/admin/notifications racing a change of the caller (PostgreSQL)', () => {
+  it.skipIf(MODE !== 'cluster')(
+    'answers 403 ERR_FORBIDDEN and writes nothing when the sending Admin is demoted to User meanwhile',
+    async () => {
+      const admin = await login(app, { bot });
+      await setLevel(app, admin.user.id, 2);
+      const target = await login(app, { bot });
+      const before = await notificationsOf(target.user.id);
+      const audits = await auditsOn(target.user.id);
+      const res = await racing(
+        target.user.id,
+        `update users set permission_level = 0 where id = ${admin.user.id}`,
+        () =>
+          admin.client.post('/v1/admin/notifications', {
+            title: 'Hi',
+            body: 'hello',
+            type: 'info',
+            user_id: target.user.id,
+          }),
+      );
+      expectError(res, 403, 'ERR_FORBIDDEN');
+      expect(await notificationsOf(target.user.id)).toEqual(before);
+      expect(await auditsOn(target.user.id)).toEqual(audits);
+    },
+  );
+
+  it.skipIf(MODE !== 'cluster')(
+    'answers 403 ERR_FORBIDDEN and deletes nothing when the deleting Admin is banned meanwhile',
+    async () => {
+      const admin = await login(app, { bot });
+      await setLevel(app, admin.user.id, 2);
+      const target = await login(app, { bot });
+      const id = await send(target.user.id);
+      const audits = await auditsOn(target.user.id);
+      const res = await racing(target.user.id, `update users set state = 2 where id = ${admin.user.id}`, () =>
+        admin.client.post(`/v1/admin/notifications/${id}/delete`),
+      );
+      expectError(res, 403, 'ERR_FORBIDDEN');
+      expect((await notificationsOf(target.user.id)).map((n) => n.id)).toContain(id);
+      expect(await auditsOn(target.user.id)).toEqual(audits);
+    },
+  );
+
+  it.skipIf(MODE !== 'cluster')(
+    'answers 403 ERR_FORBIDDEN and writes nothing when the sending Admin’s account is deleted meanwhile',
+    async () => {
+      const admin = await login(app, { bot });
+      await setLevel(app, admin.user.id, 2);
+      const target = await login(app, { bot });
+      const before = await notificationsOf(target.user.id);
+      const res = await racing(target.user.id, `delete from users where id = ${admin.user.id}`, () =>
+        admin.client.post('/v1/admin/notifications', {
+          title: 'Hi',
+          body: 'hello',
+          type: 'info',
+          user_id: target.user.id,
+        }),
+      );
+      expectError(res, 403, 'ERR_FORBIDDEN');
+      expect(await notificationsOf(target.user.id)).toEqual(before);
     },
   );
 });
@@ -673,6 +742,33 @@ describeApp('POST /v1/admin/notifications/{id}/delete of a broadcast racing (Pos
       );
       expect(await copiesOf(broadcastId)).toEqual([]);
       expect(await deleteAuditsOf(broadcastId)).toHaveLength(1);
+    },
+  );
+});
+
+// The broadcast's INSERT … SELECT read a user whose deletion had not committed; the insert's
+// foreign-key check then waited for that deletion and failed once it committed (500, nothing written).
+describeApp('POST /v1/admin/notifications (broadcast) racing an account deletion (PostgreSQL)', () => {
+  it.skipIf(MODE !== 'cluster')(
+    'answers 200 with one copy for each user left when an account is deleted meanwhile, not 500',
+    async () => {
+      await login(app, { bot });
+      const target = await login(app, { bot });
+      const res = await racing(target.user.id, `delete from users where id = ${target.user.id}`, () =>
+        op.post('/v1/admin/notifications', { title: 'To all', body: 'hello', type: 'info' }),
+      );
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+      const [row] = await app.database.db
+        .select({ n: sql<number>`count(*)::int` })
+        .from(users)
+        .where(eq(users.isStranger, false));
+      const copies = await copiesOf(res.body.broadcast_id);
+      expect(res.body.recipients).toBe(Number(row?.n));
+      expect(copies).toHaveLength(res.body.recipients);
+      expect(copies.map((c) => c.userId)).not.toContain(target.user.id);
+      expect(await lastAudit(AuditCodes.NOTIFICATION_BROADCAST)).toMatchObject({
+        data: { broadcast_id: res.body.broadcast_id, recipients: res.body.recipients },
+      });
     },
   );
 });

@@ -1,11 +1,13 @@
 import { AuditCodes, Limits } from '@parlor/protocol';
 import { and, eq } from 'drizzle-orm';
+import postgres from 'postgres';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { FakeClock } from '../src/platform/clock.js';
 import { auditLog, notifications, users } from '../src/platform/db/schema.js';
-import { describeApp, startApp, type TestApp } from './support/app.js';
+import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { Client, nextIp } from './support/client.js';
 import { createLoginBot, type LoggedIn, login, operator, setLevel } from './support/flows.js';
+import { racingUserRow } from './support/pg-locks.js';
 import { closeAllSockets, connectSocket } from './support/sockets.js';
 
 const DAY = 24 * 3600 * 1000;
@@ -14,14 +16,18 @@ let app: TestApp;
 let bot: Client;
 let op: Client;
 const clock = new FakeClock(Date.now());
+/** PostgreSQL (cluster project): the tests' own connection, to hold rows as another node would. */
+let pg: postgres.Sql | undefined;
 
 beforeAll(async () => {
   app = await startApp({ clock });
   bot = await createLoginBot(app);
   op = operator(app);
+  if (app.config.databaseUrl) pg = postgres(app.config.databaseUrl, { max: 3, onnotice: () => {} });
 });
 afterAll(async () => {
   closeAllSockets();
+  await pg?.end({ timeout: 1 });
   await app?.close();
 });
 
@@ -306,6 +312,72 @@ describeApp('POST /v1/admin/subscriptions/revoke', () => {
       },
     ]);
   });
+});
+
+/** The request `run` made while the user's row is held by `work` (pg-locks racingUserRow); PostgreSQL only. */
+function racing<T>(userId: number, work: string, run: () => Promise<T>) {
+  if (!pg) throw new Error('PostgreSQL only');
+  return racingUserRow(pg, userId, work, run);
+}
+
+/** What a refused grant or revoke must leave as it was: the target's row, its audit entries and notifications. */
+const traceOf = async (userId: number) => ({
+  row: (await app.database.db.select().from(users).where(eq(users.id, userId)))[0],
+  audits: await subscriptionAudits(userId),
+  notes: await app.database.db.select().from(notifications).where(eq(notifications.userId, userId)),
+});
+
+// docs/api.md "Levels as they are at the commit": the caller's right is decided on its level and
+// state as read under its row lock, not as its session read them when the request began. PGlite
+// runs one transaction at a time, so nothing interleaves there.
+describeApp('grant and revoke racing a change of the caller (PostgreSQL)', () => {
+  it.skipIf(MODE !== 'cluster')(
+    'answers 403 ERR_FORBIDDEN and grants nothing when the granting Admin is demoted to User meanwhile',
+    async () => {
+      const admin = await login(app, { bot });
+      await setLevel(app, admin.user.id, 2);
+      const target = await login(app, { bot });
+      const before = await traceOf(target.user.id);
+      const res = await racing(
+        target.user.id,
+        `update users set permission_level = 0 where id = ${admin.user.id}`,
+        () => grant(admin.client, { user_id: target.user.id, tier: 'LIFETIME' }),
+      );
+      expectError(res, 403, 'ERR_FORBIDDEN');
+      expect(await traceOf(target.user.id)).toEqual(before);
+    },
+  );
+
+  it.skipIf(MODE !== 'cluster')(
+    'answers 403 ERR_FORBIDDEN and revokes nothing when the revoking Admin is banned meanwhile',
+    async () => {
+      const admin = await login(app, { bot });
+      await setLevel(app, admin.user.id, 2);
+      const target = await login(app, { bot });
+      expect((await grant(op, { user_id: target.user.id, tier: 'LIFETIME' })).status).toBe(200);
+      const before = await traceOf(target.user.id);
+      const res = await racing(target.user.id, `update users set state = 2 where id = ${admin.user.id}`, () =>
+        revoke(admin.client, { user_id: target.user.id }),
+      );
+      expectError(res, 403, 'ERR_FORBIDDEN');
+      expect(await traceOf(target.user.id)).toEqual(before);
+    },
+  );
+
+  it.skipIf(MODE !== 'cluster')(
+    'answers 403 ERR_FORBIDDEN and grants nothing when the granting Admin’s account is deleted meanwhile',
+    async () => {
+      const admin = await login(app, { bot });
+      await setLevel(app, admin.user.id, 2);
+      const target = await login(app, { bot });
+      const before = await traceOf(target.user.id);
+      const res = await racing(target.user.id, `delete from users where id = ${admin.user.id}`, () =>
+        grant(admin.client, { user_id: target.user.id, tier: 'PREMIUM', duration_days: 30 }),
+      );
+      expectError(res, 403, 'ERR_FORBIDDEN');
+      expect(await traceOf(target.user.id)).toEqual(before);
+    },
+  );
 });
 
 describeApp('has_premium and chat slots follow the tier', () => {

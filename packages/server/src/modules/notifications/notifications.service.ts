@@ -11,6 +11,7 @@ import {
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
+import { lockActorAndTarget } from '../admin/admin.locks.js';
 import { type ActorLevel, canActOn } from '../admin/admin.rules.js';
 import type { Actor, AuditStore } from '../audit/audit.store.js';
 import type { Tx, UsersStore } from '../users/users.store.js';
@@ -249,11 +250,14 @@ export function makeNotificationsService(deps: NotificationsDeps) {
       const content = { title: body.title, body: body.body, type: body.type, createdBy, createdAt: now };
       if (body.user_id !== undefined) {
         const userId = body.user_id;
-        // Refused early without a lock; decided again on the row held until the commit, so a
-        // promotion or a deletion committed meanwhile counts (403, or 404 rather than a 500).
+        // Refused early without a lock; decided again on the recipient's row and a user caller's,
+        // held until the commit (lockActorAndTarget), so a promotion or a deletion of the recipient
+        // committed meanwhile counts (403, or 404 rather than a 500), and so does a caller demoted,
+        // banned or deleted meanwhile (403): the caller's level is the one read under its lock.
         assertMayNotify(actorLevel, await users.byId(userId));
         const row = await db.transaction(async (tx) => {
-          assertMayNotify(actorLevel, await store.lockRecipient(userId, tx));
+          const { level, target } = await lockActorAndTarget(tx, actor, actorLevel, userId, clock.now());
+          assertMayNotify(level, target);
           const inserted = await store.insert({ ...content, userId }, tx);
           await audit.record(
             {
@@ -302,12 +306,13 @@ export function makeNotificationsService(deps: NotificationsDeps) {
       if (!recipient) throw appError('ERR_NOTIFICATION_NOT_FOUND');
       assertMayTarget(actorLevel, recipient);
       await db.transaction(async (tx) => {
-        // Decided again under the recipient's row lock; a recipient deleted meanwhile took the
-        // notification with it.
-        const owner = await store.lockRecipient(row.userId, tx);
+        // Decided again under the recipient's row lock and a user caller's (lockActorAndTarget),
+        // on the caller's level as read there (403 for one demoted, banned or deleted meanwhile);
+        // a recipient deleted meanwhile took the notification with it.
+        const { level, target: owner } = await lockActorAndTarget(tx, actor, actorLevel, row.userId, clock.now());
         if (!owner) throw appError('ERR_NOTIFICATION_NOT_FOUND');
-        assertMayTarget(actorLevel, owner);
-        // A concurrent delete of the same notification waits here for the row and then finds none.
+        assertMayTarget(level, owner);
+        // A concurrent delete of the same notification waits for the recipient's row and then finds none.
         if ((await store.deleteById(id, tx)) === 0) throw appError('ERR_NOTIFICATION_NOT_FOUND');
         await audit.record(
           {

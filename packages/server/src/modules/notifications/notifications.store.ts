@@ -1,7 +1,7 @@
 import { AuditCodes } from '@parlor/protocol';
 import { and, count, desc, eq, inArray, isNull, lt, min, notInArray, type SQL, sql } from 'drizzle-orm';
 import { anyOf, type Db, deleteBatch, rowsOf } from '../../platform/db/index.js';
-import { auditLog, notifications, users } from '../../platform/db/schema.js';
+import { auditLog, notifications } from '../../platform/db/schema.js';
 import type { Tx } from '../users/users.store.js';
 
 /** The first key of the advisory lock a broadcast's deletion takes (the second: the broadcast id's hash). */
@@ -22,22 +22,6 @@ export function makeNotificationsStore(db: Db) {
       return deleteBatch(db, notifications, notifications.id, notificationsBefore(before), limit);
     },
 
-    /**
-     * Holds the recipient's users row (FOR SHARE) until the transaction ends, so neither a deletion
-     * nor a level change of the recipient can commit in between; its permission level and whether
-     * it is an anonymous stranger, or undefined when the user is gone. Other notifications to the
-     * same user are not held up.
-     */
-    async lockRecipient(userId: number, tx: Tx): Promise<{ permissionLevel: number; isStranger: boolean } | undefined> {
-      const [row] = await tx
-        .select({ permissionLevel: users.permissionLevel, isStranger: users.isStranger })
-        .from(users)
-        .where(eq(users.id, userId))
-        .limit(1)
-        .for('share');
-      return row;
-    },
-
     async insert(values: NotificationInsert, tx: Tx = db): Promise<NotificationRow> {
       const [row] = await tx.insert(notifications).values(values).returning();
       if (!row) throw new Error('insert returned no row');
@@ -53,6 +37,17 @@ export function makeNotificationsStore(db: Db) {
      * One copy per registered user (anonymous strangers have no notifications), in one
      * INSERT … SELECT over the users table: no loop, however many users.
      * Answers how many were written and the lowest id among them (null when there are no users).
+     *
+     * The users read are locked FOR KEY SHARE, in id order. Without it the SELECT saw, in its
+     * snapshot, a user whose deletion had not committed yet; the foreign-key check of that copy
+     * then waited for the deletion and failed once it committed (a 500, nothing written). A row
+     * lock taken by the SELECT itself waits there instead and, under READ COMMITTED, skips a row
+     * deleted meanwhile (PostgreSQL re-checks a locked row's latest version), so the users left get
+     * their copies. It is the very lock the foreign-key checks take on each recipient's row until
+     * the commit anyway, only taken earlier: it does not conflict with ordinary updates of a user
+     * (FOR NO KEY UPDATE), only with deletions and FOR UPDATE (the admin actions' row locks), which
+     * wait for the broadcast as they did before. Id order is the order those take their locks in
+     * (admin.store lockUsersInIdOrder), so they cannot deadlock with a broadcast.
      */
     async insertBroadcast(
       values: {
@@ -73,6 +68,8 @@ export function makeNotificationsStore(db: Db) {
                  ${values.createdAt.toISOString()}::timestamptz, ${values.broadcastId}::uuid
           from users
           where not is_stranger
+          order by id
+          for key share
           returning id
         )
         select count(*)::integer as recipients, min(id)::integer as first_id from inserted`);

@@ -7,6 +7,7 @@ import {
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
+import { lockActorAndTarget } from '../admin/admin.locks.js';
 import { type ActorLevel, canActOn } from '../admin/admin.rules.js';
 import type { Actor, AuditStore } from '../audit/audit.store.js';
 import { formatMoment, type NotificationsService } from '../notifications/notifications.service.js';
@@ -18,7 +19,7 @@ import { planGrant, tierTitle } from './subscriptions.rules.js';
 export interface SubscriptionsDeps {
   db: Db;
   clock: Clock;
-  usersStore: Pick<UsersStore, 'byIdForUpdate' | 'update' | 'hasAudit'>;
+  usersStore: Pick<UsersStore, 'update' | 'hasAudit'>;
   users: Pick<UsersService, 'subscription'>;
   notifications: Pick<NotificationsService, 'automated' | 'publish'>;
   audit: AuditStore;
@@ -29,14 +30,17 @@ export function makeSubscriptionsService(deps: SubscriptionsDeps) {
   const { db, clock, usersStore, users, notifications, audit } = deps;
 
   /**
-   * Locks the target row for the change and applies the level rule. An anonymous stranger is no
-   * user to subscribe (matchmaking keeps it at the free slot, it reads no notifications): 404, as
-   * for an unknown id (docs/api.md, Subscriptions).
+   * Locks the target row for the change, and a user caller's with it (lockActorAndTarget: id
+   * order, one statement), and applies the level rule on the caller's level as read under its
+   * lock, not the one its session read when the request began: a caller demoted, banned or
+   * deleted meanwhile gets 403 and nothing is written (docs/api.md, Subscriptions). An anonymous
+   * stranger is no user to subscribe (matchmaking keeps it at the free slot, it reads no
+   * notifications): 404, as for an unknown id.
    */
-  const lockTarget = async (actorLevel: ActorLevel, userId: number, tx: Tx): Promise<UserRow> => {
-    const target = await usersStore.byIdForUpdate(userId, tx);
+  const lockTarget = async (actor: Actor, actorLevel: ActorLevel, userId: number, tx: Tx): Promise<UserRow> => {
+    const { level, target } = await lockActorAndTarget(tx, actor, actorLevel, userId, clock.now());
     if (!target || target.isStranger) throw appError('ERR_USER_NOT_FOUND');
-    if (!canActOn(actorLevel, target.permissionLevel)) throw appError('ERR_FORBIDDEN');
+    if (!canActOn(level, target.permissionLevel)) throw appError('ERR_FORBIDDEN');
     return target;
   };
 
@@ -56,7 +60,7 @@ export function makeSubscriptionsService(deps: SubscriptionsDeps) {
       if (typeof plan === 'string')
         throw appError('ERR_VALIDATION', undefined, { errors: [{ path: 'body/duration_days', message: plan }] });
       const note = await db.transaction(async (tx) => {
-        const target = await lockTarget(actorLevel, body.user_id, tx);
+        const target = await lockTarget(actor, actorLevel, body.user_id, tx);
         if (
           plan.action === 'trial' &&
           (await usersStore.hasAudit(target.id, AuditCodes.SUBSCRIPTION_GRANT, 'trial', tx))
@@ -107,7 +111,7 @@ export function makeSubscriptionsService(deps: SubscriptionsDeps) {
     async revoke(actor: Actor, actorLevel: ActorLevel, body: SubscriptionRevokeBody) {
       const now = clock.now();
       const note = await db.transaction(async (tx) => {
-        const target = await lockTarget(actorLevel, body.user_id, tx);
+        const target = await lockTarget(actor, actorLevel, body.user_id, tx);
         if (effectiveSubscription(target, now).tier === 0) return null;
         await usersStore.update(
           target.id,
