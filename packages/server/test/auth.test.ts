@@ -266,6 +266,48 @@ describeApp('POST /v1/authentication/request', () => {
     });
     expect(again.status).toBe(200);
   });
+
+  /** Whether `client` may have PENDING_WEB_CODES_PER_IP new codes pending: it holds none now. */
+  const expectNonePending = async (client: Client) => {
+    const statuses: number[] = [];
+    for (let i = 0; i < Limits.PENDING_WEB_CODES_PER_IP; i++)
+      statuses.push(
+        (await client.post('/v1/authentication/request', { platform: 'platform_a', platform_user_id: nextIdentity() }))
+          .status,
+      );
+    expect(statuses).toEqual(statuses.map(() => 200));
+  };
+
+  it('frees the slot of every address that asked for a code once it is used, not only of the one that used it', async () => {
+    const [phone, laptop] = [site(), site()];
+    const id = nextIdentity();
+    for (const c of [phone, laptop])
+      expect(
+        (await c.post('/v1/authentication/request', { platform: 'platform_a', platform_user_id: id })).status,
+      ).toBe(200);
+    const code = (await botCode(id)).body.code;
+    expect((await phone.post('/v1/authentication/verify', { code })).status).toBe(200);
+    await expectNonePending(laptop);
+  });
+
+  it('frees the slot of an address that asked while a bot code was pending once that code is used elsewhere', async () => {
+    const { platformUserId } = await login(app, { bot });
+    const body = { platform: 'platform_a', platform_user_id: platformUserId };
+    const sent = await bot.post('/v1/authentication/bot/send-code', body);
+    const browser = site();
+    expect((await browser.post('/v1/authentication/request', body)).status).toBe(200);
+    expect((await site().post('/v1/authentication/verify', { code: sent.body.code })).status).toBe(200);
+    await expectNonePending(browser);
+  });
+
+  it('frees the slot of every address that asked for a web code once a bot code replaces it', async () => {
+    const { platformUserId } = await login(app, { bot });
+    const body = { platform: 'platform_a', platform_user_id: platformUserId };
+    const [phone, laptop] = [site(), site()];
+    for (const c of [phone, laptop]) expect((await c.post('/v1/authentication/request', body)).status).toBe(200);
+    expect((await bot.post('/v1/authentication/bot/send-code', body)).status).toBe(200);
+    for (const c of [phone, laptop]) await expectNonePending(c);
+  });
 });
 
 describeApp('POST /v1/authentication/verify', () => {

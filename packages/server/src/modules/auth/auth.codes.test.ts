@@ -88,6 +88,17 @@ describe('login code store: the identity entry under concurrent issue, take and 
     expect(await codes.issue('bot', 'platform_a', '1001', null)).toMatchObject({ code: botCode });
   });
 
+  it('a join that lands after a take collected the code’s requesters leaves no pending entry for its address', async () => {
+    const { state, codes } = store();
+    const web = await codes.issue('web', 'platform_a', '1001', '203.0.113.5');
+    if (!('code' in web)) throw new Error('expected a code');
+    // Another address read the code (request) before the verify took it, and joins only after
+    // the take's clean-up: nothing is left to free its slot but the join itself.
+    expect(await codes.take('web', web.code, '203.0.113.5')).not.toBeNull();
+    expect(await codes.join(web.code, web.rec, '198.51.100.7')).toBeNull();
+    expect(await state.countExpiring('codeip:198.51.100.7')).toBe(0);
+  });
+
   it('an identity entry naming a code that is gone is replaced by the next issue, not spun on', async () => {
     const { state, codes } = store();
     await state.set(identity, 'web:ABCDEFGH', 600_000);

@@ -18,7 +18,7 @@ export interface CodeRecord {
   platformUserId: string;
   /**
    * The address whose request made a web code; null for bot codes. Addresses that asked for the
-   * same identity's code later are in the code's requester set (join).
+   * same identity's code later are in the code's requester set (join), in either pool.
    */
   ip: string | null;
   expiresAt: number;
@@ -38,8 +38,13 @@ const codeKey = (pool: CodePool, code: string) => `code:${pool}:${code}`;
 const identityKey = (platform: string, id: string) => `codeid:${platform}:${id}`;
 /** The codes pending for a client address (counted per addressKey: an IPv6 client by its /64). */
 const pendingKey = (ip: string) => `codeip:${addressKey(ip)}`;
-/** Every address besides the first that asked for a web code: it verifies from each of them. */
-const requestersKey = (code: string) => `codeby:${code}`;
+/**
+ * Every address besides the one that made it that asked for a code (join): a web code verifies
+ * from each of them, and using or ending a code frees the pending slot it holds at each. A web
+ * code's set keeps the name it had when only web codes had one, so nodes of both versions find it
+ * during an upgrade; codes never contain `:`, so the two pools' names never meet.
+ */
+const requestersKey = (pool: CodePool, code: string) => (pool === 'web' ? `codeby:${code}` : `codeby:bot:${code}`);
 /**
  * Kept apart from the record, so that saving it never writes the record again: a record written
  * after a verify took it would make a used code usable once more.
@@ -89,11 +94,16 @@ export function makeCodeStore(state: StateStore, clock: Clock) {
     });
   };
 
-  /** Removes a code's identity entry and its pending entries for the given addresses. */
+  /**
+   * Removes a code whose record is gone (taken or deleted): its identity entry, and its pending
+   * entries for the given addresses and for every address that asked for it (join), so no address
+   * keeps counting a code that is no longer pending.
+   */
   const forget = async (code: string, rec: CodeRecord, ips: (string | null)[]) => {
     // Only while it still names this code: a code issued meanwhile keeps its identity entry.
     await state.delIf(identityKey(rec.platform, rec.platformUserId), `${rec.pool}:${code}`);
-    const keys = new Set(ips.filter((ip): ip is string => ip !== null).map(pendingKey));
+    const requesters = await state.takeExpiring(requestersKey(rec.pool, code));
+    const keys = new Set([...ips, ...requesters].filter((ip): ip is string => ip !== null).map(pendingKey));
     for (const key of keys) await state.removeExpiring(key, code);
     await state.del(profileKey(rec.pool, code));
   };
@@ -151,20 +161,24 @@ export function makeCodeStore(state: StateStore, clock: Clock) {
      * Makes an identity's code pending for one more requesting address: it counts against that
      * address's pending codes (spec 8), and a web code verifies from that address too. Nothing
      * changes for an address that asked before. Answers null, or the wait (ms) when the address
-     * has no pending code left to spend.
+     * has no pending code left to spend. The address is recorded among the code's requesters in
+     * either pool, so that using or ending the code frees its slot (forget).
      */
     async join(code: string, rec: CodeRecord, ip: string): Promise<number | null> {
-      if (rec.ip === ip) return null;
-      if (rec.pool === 'web' && (await state.hasExpiring(requestersKey(code), ip))) return null;
+      const requesters = requestersKey(rec.pool, code);
+      if (rec.ip === ip || (await state.hasExpiring(requesters, ip))) return null;
       const limited = await addPending(ip, code, rec.expiresAt);
       if (limited !== null) return limited;
-      if (rec.pool === 'web') await state.addExpiring(requestersKey(code), [ip], rec.expiresAt);
+      await state.addExpiring(requesters, [ip], rec.expiresAt);
+      // A take or revoke that collected the requesters before this address joined missed it, and
+      // its record was gone before that (forget runs after): finding no record, free the slot here.
+      if ((await state.get(codeKey(rec.pool, code))) === null) await state.removeExpiring(pendingKey(ip), code);
       return null;
     },
 
     /** Whether `ip` may use the code: a bot code from anywhere, a web code from an address that asked for it. */
     async usableFrom(code: string, rec: CodeRecord, ip: string): Promise<boolean> {
-      return rec.pool === 'bot' || rec.ip === ip || state.hasExpiring(requestersKey(code), ip);
+      return rec.pool === 'bot' || rec.ip === ip || state.hasExpiring(requestersKey(rec.pool, code), ip);
     },
 
     /** Leaves the platform profile a bot supplied with a live code, until the code expires. */
@@ -174,7 +188,8 @@ export function makeCodeStore(state: StateStore, clock: Clock) {
 
     /**
      * Consumes a code: of two concurrent takes only one gets the record. The pending entries of
-     * the address that made it and of the one taking it are freed (other requesters' expire with it).
+     * every address that counted it are freed: the one that made it, those that asked for it, and
+     * the one taking it.
      */
     async take(pool: CodePool, code: string, ip: string): Promise<TakenCode | null> {
       const raw = await state.take(codeKey(pool, code));
@@ -186,7 +201,7 @@ export function makeCodeStore(state: StateStore, clock: Clock) {
       return { ...rec, profile: profile ? (JSON.parse(profile) as CodeProfile) : null };
     },
 
-    /** Ends a code before its time. */
+    /** Ends a code before its time (bot/send-code replacing a web code), freeing every address's pending entry for it. */
     async revoke(code: string, rec: CodeRecord) {
       await state.del(codeKey(rec.pool, code));
       await forget(code, rec, [rec.ip]);

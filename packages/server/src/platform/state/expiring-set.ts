@@ -33,6 +33,11 @@ export class ExpiringSet {
     this.deadlines.delete(member);
   }
 
+  /** Live members, once `prune` has run for the current time. */
+  members(): string[] {
+    return [...this.deadlines.keys()];
+  }
+
   /** Whether `member` is in the set with a deadline after `now`. */
   has(member: string, now: number): boolean {
     const at = this.deadlines.get(member);

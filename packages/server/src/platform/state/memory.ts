@@ -106,6 +106,11 @@ export class MemoryState implements StateStore {
   async removeExpiring(setKey: string, member: string) {
     this.sets.get(setKey)?.remove(member);
   }
+  async takeExpiring(setKey: string) {
+    const members = this.liveSet(setKey).members();
+    this.sets.delete(setKey);
+    return members;
+  }
   async countExpiring(setKey: string) {
     return this.liveSet(setKey).size;
   }

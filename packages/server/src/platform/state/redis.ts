@@ -34,6 +34,12 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0`;
 
+/** KEYS[1]; ARGV: now. Answers the members whose deadline is after `now`, and deletes the set. */
+const TAKE_EXPIRING = `
+local members = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[1], '+inf')
+redis.call('DEL', KEYS[1])
+return members`;
+
 /**
  * KEYS: key, set; ARGV: value, ttl ms, now, deadline, member, max. setIfAbsentCounted: answers {0}
  * when the key exists, {2, earliest deadline} when the member does not fit, else sets both and {1}.
@@ -211,6 +217,10 @@ export class RedisState implements StateStore {
   }
   async removeExpiring(setKey: string, member: string) {
     await this.client.zrem(this.k(setKey), member);
+  }
+  async takeExpiring(setKey: string) {
+    const now = String(this.clock.now().getTime());
+    return (await this.client.eval(TAKE_EXPIRING, 1, this.k(setKey), now)) as string[];
   }
   async countExpiring(setKey: string) {
     return this.client.zcount(this.k(setKey), `(${this.clock.now().getTime()}`, '+inf');

@@ -331,6 +331,29 @@ export function describeStateContract(name: string, harness: StateHarness, opts:
         expect(await state.addExpiring(s, [], now + 60_000)).toEqual({ count: 2_501, earliest: now + 5_000 });
       });
 
+      it('takeExpiring answers the live members and deletes the set; a set never used answers none', async () => {
+        const s = freshKey('set-take');
+        const now = Date.now();
+        await state.addExpiring(s, ['a', 'b'], now + 20_000);
+        await state.addExpiring(s, ['short'], now + TTL_MS);
+        await state.addExpiring(s, ['removed'], now + 20_000);
+        await state.removeExpiring(s, 'removed');
+        await sleep(PAST_TTL_MS);
+        expect((await state.takeExpiring(s)).sort()).toEqual(['a', 'b']);
+        expect(await state.countExpiring(s)).toBe(0);
+        expect(await state.hasExpiring(s, 'a')).toBe(false);
+        expect(await state.takeExpiring(s)).toEqual([]);
+        expect(await state.takeExpiring(freshKey('set-take-none'))).toEqual([]);
+        expect(await state.addExpiring(s, ['c'], now + 30_000)).toEqual({ count: 1, earliest: now + 30_000 });
+      });
+
+      it('takeExpiring is atomic: of 20 concurrent takes exactly one gets the members', async () => {
+        const s = freshKey('set-take-race');
+        await state.addExpiring(s, ['m1', 'm2', 'm3'], Date.now() + 20_000);
+        const answers = await Promise.all(Array.from({ length: 20 }, () => state.takeExpiring(s)));
+        expect(answers.filter((a) => a.length > 0).map((a) => a.sort())).toEqual([['m1', 'm2', 'm3']]);
+      });
+
       it('counts every one of 20 concurrent adds', async () => {
         const s = freshKey('set-race');
         const now = Date.now();

@@ -28,6 +28,11 @@ export interface StateStore {
   addExpiring(setKey: string, members: string[], expiresAtMs: number): Promise<{ count: number; earliest: number }>;
   removeExpiring(setKey: string, member: string): Promise<void>;
   /**
+   * Atomically reads the live members of an expiring set (in no set order) and deletes the set: of
+   * two concurrent takes, one gets the members and the other none.
+   */
+  takeExpiring(setKey: string): Promise<string[]>;
+  /**
    * setIfAbsent that counts what it sets, in one atomic step: sets `key` (lifetime ttlMs) only if
    * it is absent and `count.member` fits into the expiring set `count.setKey` (deadline
    * `count.expiresAtMs`) without the set holding more than `count.max` live members, and then adds
