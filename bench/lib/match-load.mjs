@@ -110,7 +110,7 @@ export async function matchTask(opts) {
     redisClient = new Redis(redis.url, { maxRetriesPerRequest: 1 });
     queue = new RedisMatchQueue(redisClient, redis.prefix);
   } else {
-    const { MemoryMatchQueue } = await import(pathToFileURL(path.join(dist, 'match-queue.js')).href);
+    const { MemoryMatchQueue } = await import(pathToFileURL(path.join(dist, 'match-queue.memory.js')).href);
     queue = new MemoryMatchQueue();
   }
   let syntheticId = 10_000_000;

@@ -1,51 +1,23 @@
 import type { Server as HttpServer } from 'node:http';
-import { type ClientToServerEvents, ErrorCodes, type ServerToClientEvents } from '@parlor/protocol';
+import type { ClientToServerEvents, ServerToClientEvents } from '@parlor/protocol';
 import { createAdapter } from '@socket.io/redis-streams-adapter';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Redis } from 'ioredis';
-import { Server, type Socket } from 'socket.io';
-import { logFailure, toErrorBody } from './errors.js';
+import { Server } from 'socket.io';
 import { type HeldPresence, trackNodePresence } from './node-presence.js';
 import { guardRecovery, type RecoveryCheck, reachRecoveringSockets, trackReplays } from './recovery.js';
+import { type ClientEvent, refuseAndDrop, refuseUnknown, serveEvent } from './socket-events.js';
+import { authenticateHandshakes, type HandshakeRefusal, sessionFull } from './socket-handshake.js';
 import { CROSS_NODE_READ_TIMEOUT_MS, crossNodeReads } from './socket-reads.js';
+import { type AppSocket, type Io, rooms, type SocketData } from './socket-rooms.js';
 import { coalesceSocketWrites } from './socket-writes.js';
 import { type StreamReader, trackStreamOrder } from './stream-order.js';
 import { compilePayload } from './validation.js';
 
-/** Socket room names; every emit goes through these, never a hand-built string. */
-export const rooms = {
-  chat: (id: number) => `chat:${id}`,
-  user: (id: number) => `user:${id}`,
-  session: (id: number) => `session:${id}`,
-  /** The chat id of a chat room's name; null for any other room. */
-  chatIdOf: (room: string): number | null => {
-    const id = /^chat:(\d+)$/.exec(room)?.[1];
-    return id === undefined ? null : Number(id);
-  },
-};
-
-/** What the server knows of a connected socket (set by the handshake, read by handlers). */
-export interface SocketData {
-  userId: number;
-  sessionId: number;
-  username: string;
-  permissionLevel: number;
-  stranger: boolean;
-  /** When the session expires (ms since the epoch); from then the socket may not act (gateEvents). */
-  expiresAt?: number;
-}
-
-export type Io = Server<ClientToServerEvents, ServerToClientEvents, Record<string, never>, SocketData>;
-export type AppSocket = Socket<ClientToServerEvents, ServerToClientEvents, Record<string, never>, SocketData>;
-
-/**
- * Why a handshake's session may not connect, as the HTTP guards answer it: the connect error's
- * code, and for a timeout the whole seconds until it ends (the connect error's `retry_after`).
- */
-export interface HandshakeRefusal {
-  refused: 'ERR_UNAUTHENTICATED' | 'ERR_TIMED_OUT' | 'ERR_BANNED';
-  retryAfter?: number;
-}
+// Room names, socket types and the handshake's limits live beside this file; their importers keep
+// importing them from here.
+export { type HandshakeRefusal, SOCKETS_PER_SESSION_MAX } from './socket-handshake.js';
+export { type AppSocket, emitSnapshot, type Io, rooms, type SocketData } from './socket-rooms.js';
 
 export interface RealtimeOptions {
   allowedOrigins: string[];
@@ -94,17 +66,6 @@ const CONNECTION_CLOSE_WAIT_MS = 1_000;
  */
 export const SOCKET_MESSAGE_MAX_BYTES = 32 * 1024;
 
-/**
- * The most sockets one login session may hold open on one node; the next handshake is refused
- * with `ERR_TOO_MANY_CONNECTIONS`. The tabs of one browser share its session (one cookie) and the
- * web app holds one socket per tab, so 32 is more tabs of the app than a person keeps open, while
- * each socket costs the server memory, a `chat:list` read and a session read when it connects,
- * presence work when it goes, and may watch a room VM's frames. Counted on this node only (its
- * room of the session: no cross-node read on the connect path), so behind a load balancer a
- * session may hold this many on each node.
- */
-export const SOCKETS_PER_SESSION_MAX = 32;
-
 export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
   let closing = false;
   /** Work of sockets that disconnected (afterDisconnect), still running: close() lets it finish. */
@@ -152,40 +113,7 @@ export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
   /** Recovered sockets in their handshake: what their rooms are sent meanwhile reaches them (recovery.ts). */
   const recovering = reachRecoveringSockets(io.of('/').adapter, replays);
 
-  io.use((socket, next) => {
-    if (socket.recovered) recovering.connecting(socket);
-    opts
-      .authenticate(socket.handshake.headers.cookie)
-      .then((data) => {
-        if (!data || 'refused' in data) {
-          recovering.done(socket);
-          // The connect error's message is the code, which clients act on: ERR_UNAUTHENTICATED and
-          // ERR_BANNED end the session for good, ERR_TIMED_OUT does not (the session is live and
-          // connects again when the timeout ends, which `data.retry_after` tells in seconds).
-          const refusal: Error & { data?: { retry_after: number } } = new Error(data?.refused ?? 'ERR_UNAUTHENTICATED');
-          if (data?.retryAfter !== undefined) refusal.data = { retry_after: data.retryAfter };
-          return next(refusal);
-        }
-        // A recovered socket is of the session its cookie signs in as (recovery.ts: another one
-        // connects afresh). The data is always the fresh one (a level changed while away is the
-        // current level).
-        socket.data = data;
-        if (!admitToSession(socket)) {
-          // The session is live: its client tries again later, and is let in once one of the
-          // session's sockets on this node has closed.
-          recovering.done(socket);
-          return next(new Error('ERR_TOO_MANY_CONNECTIONS'));
-        }
-        next();
-      })
-      .catch((err: unknown) => {
-        // A store that cannot be reached refuses with ERR_SERVICE_UNAVAILABLE (the client retries).
-        const answer = toErrorBody(err);
-        logFailure(opts.log, err, answer, { socket_handshake: true });
-        recovering.done(socket);
-        next(new Error(answer.unavailable ? answer.body.code : 'ERR_INTERNAL'));
-      });
-  });
+  authenticateHandshakes(io, opts, recovering);
 
   /** The client events of every module (`on`), served by one middleware per socket. */
   const handlers = new Map<string, ClientEvent>();
@@ -364,102 +292,4 @@ async function waitFor(work: Promise<unknown>[], ms: number): Promise<void> {
     }),
   ]);
   clearTimeout(timer);
-}
-
-/**
- * Sends a snapshot to one socket, on this node only: what the client is sent again on every
- * (re)connect or join (`chat:list`, `room:members`). With connection state recovery on, a plain
- * `socket.emit` is a broadcast through the adapter so that a client that comes back can be given
- * it again: in cluster mode one XADD per emit, read back and decoded by every node, with the
- * client waiting for that round trip. A snapshot needs none of that (the cluster adapter keeps a
- * local one out of its stream, so it is not replayed either; the embedded adapter may replay it,
- * and the fresh one follows).
- */
-export function emitSnapshot<E extends keyof ServerToClientEvents>(
-  socket: AppSocket,
-  event: E,
-  ...args: Parameters<ServerToClientEvents[E]>
-): void {
-  socket.nsp.local.to(socket.id).emit(event, ...args);
-}
-
-/**
- * Counts a handshake's socket among its session's sockets on this node if the session has a place
- * left (SOCKETS_PER_SESSION_MAX): the socket joins its session's room in the same turn as that
- * room's size is read, so two handshakes of one session racing for the last place cannot both
- * take it (the adapter's rooms are this node's, and a join updates them at once). A socket whose
- * handshake fails after this leaves the room with its other rooms (Socket.IO's cleanup). A
- * recovered socket is in the room already (its rooms were restored): it is not counted twice.
- */
-function admitToSession(socket: AppSocket): boolean {
-  if (sessionFull(socket.nsp.adapter, socket.data.sessionId, socket.id)) return false;
-  void socket.join(rooms.session(socket.data.sessionId));
-  return true;
-}
-
-/**
- * Whether a session's sockets on this node, not counting the socket `except`, take every place
- * (SOCKETS_PER_SESSION_MAX): the one rule of the handshake (admitToSession) and of a recovery,
- * which is refused before anything is restored when its handshake would be (recovery.ts).
- */
-function sessionFull(adapter: AppSocket['nsp']['adapter'], sessionId: number, except?: string): boolean {
-  const held = adapter.rooms.get(rooms.session(sessionId));
-  const others = (held?.size ?? 0) - (except !== undefined && held?.has(except) ? 1 : 0);
-  return others >= SOCKETS_PER_SESSION_MAX;
-}
-
-/** A client event of a socket that may no longer act: refused (to its ack, if any), the socket dropped. */
-function refuseAndDrop(socket: AppSocket, packet: unknown[]): void {
-  const ack = packet.at(-1);
-  if (typeof ack === 'function')
-    ack({ ok: false, code: 'ERR_UNAUTHENTICATED', message: ErrorCodes.ERR_UNAUTHENTICATED.message });
-  socket.disconnect(true);
-}
-
-/**
- * An event no module serves: a client waiting for its ack is answered (ERR_NOT_FOUND) rather than
- * left to its timeout; without an ack it is dropped, as Socket.IO does for an event nobody listens to.
- */
-function refuseUnknown(packet: unknown[], next: () => void): void {
-  const ack = packet.at(-1);
-  if (typeof ack === 'function') ack({ ok: false, code: 'ERR_NOT_FOUND', message: 'No such event.' });
-  else next();
-}
-
-interface ClientEvent {
-  event: string;
-  valid: (payload: unknown) => boolean;
-  run: (socket: AppSocket, payload: unknown) => Promise<object>;
-}
-
-/**
- * Answers one client event: ERR_VALIDATION for a bad payload, else the handler's result or error.
- * `args` are the event's arguments after its name; Socket.IO appends the ack callback last (when
- * the client asked for one), so whatever comes before it is the payload: exactly one argument,
- * else (none, or extra ones) the event is refused with nothing done.
- */
-function serveEvent(socket: AppSocket, h: ClientEvent, args: unknown[], log: FastifyBaseLogger): void {
-  const last = args.at(-1);
-  const reply = typeof last === 'function' ? (last as (a: unknown) => void) : () => {};
-  const params = typeof last === 'function' ? args.slice(0, -1) : args;
-  const payload = params[0];
-  if (params.length !== 1 || !h.valid(payload)) {
-    reply({ ok: false, code: 'ERR_VALIDATION', message: 'The payload is not valid.' });
-    return;
-  }
-  Promise.resolve()
-    .then(() => h.run(socket, payload))
-    .then((result) => reply({ ok: true, ...result }))
-    .catch((err: unknown) => {
-      const answer = toErrorBody(err);
-      const { body } = answer;
-      logFailure(log, err, answer, { event: h.event });
-      reply({
-        ok: false,
-        code: body.code,
-        message: body.message,
-        ...(body.ttl !== undefined ? { ttl: body.ttl } : {}),
-        ...(body.retry_after !== undefined ? { retry_after: body.retry_after } : {}),
-      });
-    });
 }

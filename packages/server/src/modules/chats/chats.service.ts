@@ -1,22 +1,20 @@
 import { type Chat, INT32_MAX } from '@parlor/protocol';
-import { sql } from 'drizzle-orm';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
 import { batched } from '../../platform/group-commit.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
 import type { UserLimit } from '../../platform/write-limit.js';
-import { canManageOfficial } from '../admin/admin.rules.js';
 import type { KeysService } from '../keys/keys.service.js';
 import type { MessagesService } from '../messages/messages.service.js';
-import { hasPremium } from '../users/users.presenter.js';
 import type { Tx } from '../users/users.store.js';
 import { makeDirectChats } from './chats.direct.js';
-import { assertChatManager, makeChatInvites } from './chats.invites.js';
+import { makeChatInvites } from './chats.invites.js';
+import { makeChatLifecycle } from './chats.lifecycle.js';
 import { makeChatMembership } from './chats.membership.js';
 import { makeChatPresence } from './chats.presence.js';
 import { toActivity, toChat } from './chats.presenter.js';
-import { archivedAtOf, canManage, canReadActivity, chatSlots, type Viewer } from './chats.rules.js';
+import { archivedAtOf, canManage, canReadActivity, type Viewer } from './chats.rules.js';
 import type { ChatRow, ChatsStore, ChatWithCount } from './chats.store.js';
 
 export interface ChatsDeps {
@@ -85,20 +83,14 @@ export function makeChatsService(deps: ChatsDeps) {
   const reachable = (viewer: Viewer, chatId: number): Promise<ChatWithCount> =>
     viewer.stranger ? strangerChat(viewer.userId, chatId) : mustGet(chatId);
 
-  /** Official chats are the platform's own: only Owners (and the operator) change or delete them. */
-  const assertSettingsManager = (viewer: Viewer, chat: ChatWithCount) => {
-    assertChatManager(viewer, chat);
-    if (chat.type === 'official' && !canManageOfficial(viewer.permissionLevel))
-      throw appError('ERR_FORBIDDEN', 'Only Owners and the operator manage official chats.');
-  };
-
   /** Told the ids of chats just deleted (the room VM stops theirs). */
   const removedListeners = new Set<(chatId: number) => void>();
   const removedChats = (chatIds: number[]) => {
     for (const id of chatIds) for (const l of removedListeners) l(id);
   };
 
-  // Presence (chats.presence.ts), joining and leaving (chats.membership.ts), direct chats (chats.direct.ts).
+  // Presence (chats.presence.ts), joining and leaving (chats.membership.ts), direct chats (chats.direct.ts),
+  // creation, settings and deletion of the others (chats.lifecycle.ts).
   const chatPresence = makeChatPresence(realtime);
   const membership = makeChatMembership({
     db,
@@ -114,6 +106,7 @@ export function makeChatsService(deps: ChatsDeps) {
     writes: deps.writes,
     enters: deps.enters,
   });
+  const lifecycle = makeChatLifecycle({ db, store, clock, realtime, mustGet, written, removedChats });
   /** Told the ids of direct chats just archived (the room VM stops theirs). */
   const archivedListeners = new Set<(chatId: number) => void>();
   const archivedChats = (chatIds: number[]) => {
@@ -153,55 +146,7 @@ export function makeChatsService(deps: ChatsDeps) {
     /** The chat row as of now (deleted chats: ERR_CHAT_NOT_FOUND; an expired direct chat archived). */
     find: mustGet,
 
-    /**
-     * Creates a public or private chat within the creator's slots; the creator is its first member.
-     * The slots (spec 2.11) follow the creator's row as locked here, never the session's view of it:
-     * a revoke or demotion committed before the creation holds that row is seen, and a later one
-     * waits for the creation. A creator whose account is deleted while this runs answers 401
-     * ERR_UNAUTHENTICATED (its session ended with it), never a foreign-key error. The answer is the
-     * chat as this transaction wrote it (`written`), never read again after the commit.
-     */
-    async create(viewer: Viewer, body: { name: string; type: 'public' | 'private' }): Promise<Chat> {
-      const now = clock.now();
-      const chat = await db.transaction(async (tx) => {
-        // Serialise concurrent creations by the same user so the slot count holds.
-        await tx.execute(sql`select pg_advisory_xact_lock(7243, ${viewer.userId})`);
-        // The creator's row, held until the commit: a deletion either committed before (gone) or waits.
-        const creator = await store.lockCreator(viewer.userId, tx);
-        if (!creator) throw appError('ERR_UNAUTHENTICATED');
-        const slots = chatSlots(creator.permissionLevel, hasPremium(creator, now));
-        if (slots === 0) throw appError('ERR_CHAT_CREATE_FORBIDDEN');
-        if ((await store.countOwned(viewer.userId, tx)) >= slots) throw appError('ERR_CHAT_SLOT_LIMIT');
-        const chat = await store.insert(
-          { type: body.type, name: body.name.trim(), ownerUserId: viewer.userId, createdAt: now, updatedAt: now },
-          tx,
-        );
-        await store.addMember(chat.id, viewer.userId, now, tx);
-        await store.logActivity(
-          { chatId: chat.id, userId: viewer.userId, action: 'join', method: 'direct', createdAt: now },
-          tx,
-        );
-        return written(chat, tx);
-      });
-      return toChat(chat);
-    },
-
-    /**
-     * An official chat (POST /v1/admin/chats/create): the platform's own, so it has no owner and
-     * no members until people join; it uses nobody's slots. The caller checks who may create it.
-     */
-    async createOfficial(name: string, extra?: (tx: Tx, chatId: number) => Promise<void>): Promise<Chat> {
-      const now = clock.now();
-      const chat = await db.transaction(async (tx) => {
-        const chat = await store.insert(
-          { type: 'official', name: name.trim(), ownerUserId: null, createdAt: now, updatedAt: now },
-          tx,
-        );
-        if (extra) await extra(tx, chat.id);
-        return written(chat, tx);
-      });
-      return toChat(chat);
-    },
+    ...lifecycle,
 
     async get(viewer: Viewer, chatId: number): Promise<Chat> {
       const chat = await reachable(viewer, chatId);
@@ -214,74 +159,6 @@ export function makeChatsService(deps: ChatsDeps) {
     },
 
     ...membership,
-
-    /**
-     * Name and type; `extra` runs in the same transaction (the admin routes' audit entry). Making a
-     * chat private revokes, in that transaction, the live invites it no longer honours (those of
-     * creators who are neither its owner nor Admin or above: a member's, made while it was public),
-     * so they are gone for good, and do not come back if it is made public again. The answer and
-     * `chat:updated` are the chat as this transaction wrote it: a deletion committed right after
-     * the update cannot turn a change that committed (and its audit entry) into a 404.
-     */
-    async updateConfig(
-      viewer: Viewer,
-      chatId: number,
-      body: { name?: string; type?: 'public' | 'private' },
-      extra?: (tx: Tx, before: ChatWithCount) => Promise<void>,
-    ): Promise<Chat> {
-      const chat = await mustGet(chatId);
-      assertSettingsManager(viewer, chat);
-      if (chat.type !== 'public' && chat.type !== 'private' && body.type)
-        throw appError('ERR_FORBIDDEN', 'Only public and private chats change type.');
-      const now = clock.now();
-      const updated = await db.transaction(async (tx) => {
-        const row = await store.update(
-          chatId,
-          {
-            ...(body.name ? { name: body.name.trim() } : {}),
-            ...(body.type ? { type: body.type } : {}),
-            updatedAt: now,
-          },
-          tx,
-        );
-        // Deleted since it was read: nothing changed, so nothing is recorded (`extra`) either.
-        if (!row) throw appError('ERR_CHAT_NOT_FOUND');
-        // The chat's row is held from here (the UPDATE): an invite being created or spent waits
-        // for it, and reads the chat as private (chats.invites.store `creatorMayInvite`).
-        if (body.type === 'private') await store.revokeUnissuable(chatId, row, now, tx);
-        if (extra) await extra(tx, chat);
-        return written(row, tx);
-      });
-      const answer = toChat(updated);
-      realtime.emitTo(rooms.chat(chatId), 'chat:updated', { chat: answer });
-      return answer;
-    },
-
-    /** Deletes a chat; `extra` runs in the same transaction (the admin routes' audit entry). */
-    async remove(
-      viewer: Viewer,
-      chatId: number,
-      extra?: (tx: Tx, chat: ChatWithCount) => Promise<void>,
-    ): Promise<void> {
-      const chat = await mustGet(chatId);
-      assertSettingsManager(viewer, chat);
-      const now = clock.now();
-      const members = await db.transaction(async (tx) => {
-        if (!(await store.update(chatId, { deletedAt: now, updatedAt: now }, tx))) throw appError('ERR_CHAT_NOT_FOUND');
-        if (extra) await extra(tx, chat);
-        return store.endAllMemberships(chatId, now, tx);
-      });
-      // Every socket of every member hears it, in the room or not (another tab), once: one emit to
-      // all those rooms reaches each socket once. The chat's room is named too, so the list of
-      // rooms is never empty (an official chat without members): an emit to none reaches everyone.
-      realtime.emitTo([rooms.chat(chatId), ...members.map(rooms.user)], 'room:left', {
-        chat_id: chatId,
-        reason: 'deleted',
-      });
-      removedChats([chatId]);
-      for (const userId of members) realtime.leaveChat(userId, chatId);
-    },
-
     ...invites,
 
     async activity(viewer: Viewer, chatId: number, offset: number, limit: number) {

@@ -1,7 +1,7 @@
 import { Limits } from '@parlor/protocol';
 import { describe, expect, it, vi } from 'vitest';
 import { FakeClock } from '../../platform/clock.js';
-import { MemoryMatchQueue } from '../../platform/state/match-queue.js';
+import { MemoryMatchQueue } from '../../platform/state/match-queue.memory.js';
 import { MemoryState } from '../../platform/state/memory.js';
 import type { ChatsService } from '../chats/chats.service.js';
 import type { DirectRefusal } from '../chats/chats.store.js';

@@ -8,9 +8,9 @@ import {
   CANDIDATES_PER_TAG,
   FULL_MARK_MS,
   type MatchQueue,
-  MemoryMatchQueue,
   type QueueEntry,
 } from './match-queue.js';
+import { MemoryMatchQueue } from './match-queue.memory.js';
 import { RedisMatchQueue } from './match-queue.redis.js';
 
 const NOW = 1_000_000;

@@ -3,18 +3,10 @@ import type { BrowserIdentity } from './browser-account.js';
 import type { CdpEvent, CdpPipe } from './cdp.js';
 import { ChromiumProcess, calledOff, type RoomUpstream } from './chromium-process.js';
 import { InputMapper } from './input-events.js';
+import { BETWEEN_PAGES, NAV_RETRY_MS, NAV_SETTLE_MS, navigateWith } from './local-room.navigation.js';
+import { RoomScreencast } from './local-room.screencast.js';
 import type { NetworkGuard } from './network-guard.js';
 import type { VmFrame, VmInput, VmNavigation, VmStartSpec } from './provider.js';
-
-/**
- * A navigation command sent while the tab is between two pages (a navigation committing, some
- * 50-100 ms after the previous one was answered) fails with "Not attached to an active page";
- * it is sent again every NAV_RETRY_MS for up to NAV_SETTLE_MS before the caller hears that the
- * browser did not take it.
- */
-const NAV_SETTLE_MS = 1_000;
-const NAV_RETRY_MS = 100;
-const BETWEEN_PAGES = /not attached to an active page/i;
 
 export interface LocalRoomOptions {
   chromiumPath: string;
@@ -37,11 +29,9 @@ export class LocalRoom {
   private targetId = '';
   /** Tabs the page opened (window.open, target=_blank) that have not shown a URL yet. */
   private readonly popups = new Set<string>();
-  private seq = 0;
-  private lastFrame: VmFrame | null = null;
-  private readonly subscribers = new Set<(f: VmFrame) => void>();
-  private screencasting = false;
   private readonly inputs = new InputMapper();
+  /** The tab's frames and who watches them. */
+  private readonly screencast: RoomScreencast;
   /**
    * Called when a browser that came up (its launch resolved) exits without being asked to, or
    * loses the room's tab. An exit during a launch fails that launch instead.
@@ -53,7 +43,9 @@ export class LocalRoom {
   constructor(
     readonly spec: VmStartSpec,
     private readonly opts: LocalRoomOptions,
-  ) {}
+  ) {
+    this.screencast = new RoomScreencast(spec, { cdp: () => this.proc?.cdp, session: () => this.session });
+  }
 
   get pid(): number | undefined {
     return this.proc?.pid;
@@ -80,7 +72,7 @@ export class LocalRoom {
       throw calledOff();
     }
     this.proc = proc;
-    this.screencasting = false;
+    this.screencast.reset();
     this.inputs.reset();
     try {
       await this.setUp(proc);
@@ -131,7 +123,7 @@ export class LocalRoom {
       this.session,
     );
     // Before navigating: a screencast asked for while a navigation commits fails ("not attached").
-    if (this.subscribers.size > 0) await this.startScreencast();
+    if (this.screencast.watched) await this.screencast.startScreencast();
     await cdp.send('Page.navigate', { url: this.spec.startUrl }, this.session);
   }
 
@@ -161,7 +153,7 @@ export class LocalRoom {
       case 'Page.screencastFrame': {
         const p = e.params as { data: string; sessionId: number };
         cdp.send('Page.screencastFrameAck', { sessionId: p.sessionId }, this.session).catch(() => {});
-        this.deliver(Buffer.from(p.data, 'base64'));
+        this.screencast.deliver(Buffer.from(p.data, 'base64'));
         break;
       }
       case 'Page.javascriptDialogOpening':
@@ -226,57 +218,8 @@ export class LocalRoom {
     }
   }
 
-  private deliver(data: Buffer): void {
-    this.seq += 1;
-    const frame: VmFrame = {
-      seq: this.seq,
-      mime: 'image/jpeg',
-      data,
-      width: this.spec.width,
-      height: this.spec.height,
-    };
-    this.lastFrame = frame;
-    for (const s of this.subscribers) s(frame);
-  }
-
   subscribe(onFrame: (f: VmFrame) => void): () => void {
-    this.subscribers.add(onFrame);
-    if (this.lastFrame) onFrame(this.lastFrame);
-    if (this.subscribers.size === 1) void this.startScreencast().catch(() => {});
-    return () => {
-      this.subscribers.delete(onFrame);
-      if (this.subscribers.size === 0) void this.stopScreencast().catch(() => {});
-    };
-  }
-
-  private async startScreencast(): Promise<void> {
-    const cdp = this.proc?.cdp;
-    if (!cdp || this.screencasting) return;
-    this.screencasting = true;
-    const params = {
-      format: 'jpeg',
-      quality: 70,
-      maxWidth: this.spec.width,
-      maxHeight: this.spec.height,
-      everyNthFrame: 1,
-    };
-    try {
-      await cdp.send('Page.startScreencast', params, this.session);
-    } catch {
-      // The page may be between two documents; one more try a moment later.
-      await new Promise((r) => setTimeout(r, 250));
-      await cdp.send('Page.startScreencast', params, this.session).catch((err: unknown) => {
-        this.screencasting = false;
-        throw err;
-      });
-    }
-  }
-
-  private async stopScreencast(): Promise<void> {
-    const cdp = this.proc?.cdp;
-    if (!cdp || !this.screencasting) return;
-    this.screencasting = false;
-    await cdp.send('Page.stopScreencast', {}, this.session);
+    return this.screencast.subscribe(onFrame);
   }
 
   private cdpOrThrow() {
@@ -308,7 +251,7 @@ export class LocalRoom {
     for (;;) {
       const cdp = this.cdpOrThrow();
       try {
-        await this.navigateWith(cdp, this.session, nav);
+        await navigateWith(cdp, this.session, nav);
         return;
       } catch (err) {
         const betweenPages = err instanceof Error && BETWEEN_PAGES.test(err.message);
@@ -316,23 +259,6 @@ export class LocalRoom {
       }
       await new Promise((resolve) => setTimeout(resolve, NAV_RETRY_MS));
     }
-  }
-
-  private async navigateWith(cdp: CdpPipe, s: string, nav: VmNavigation): Promise<void> {
-    if ('url' in nav) {
-      await cdp.send('Page.navigate', { url: nav.url }, s);
-      return;
-    }
-    if (nav.action === 'reload') {
-      await cdp.send('Page.reload', {}, s);
-      return;
-    }
-    const history = (await cdp.send('Page.getNavigationHistory', {}, s)) as {
-      currentIndex: number;
-      entries: { id: number }[];
-    };
-    const entry = history.entries[history.currentIndex + (nav.action === 'back' ? -1 : 1)];
-    if (entry) await cdp.send('Page.navigateToHistoryEntry', { entryId: entry.id }, s);
   }
 
   /** Evaluates an expression in the page (tests and diagnostics; never reachable from clients). */
@@ -354,7 +280,7 @@ export class LocalRoom {
     this.stopped.abort();
     const proc = this.proc;
     this.proc = null;
-    this.subscribers.clear();
+    this.screencast.clear();
     if (proc) await proc.kill();
   }
 }

@@ -1,0 +1,158 @@
+import type { Chat } from '@parlor/protocol';
+import { sql } from 'drizzle-orm';
+import type { Clock } from '../../platform/clock.js';
+import type { Db } from '../../platform/db/index.js';
+import { appError } from '../../platform/errors.js';
+import { type Realtime, rooms } from '../../platform/realtime.js';
+import { canManageOfficial } from '../admin/admin.rules.js';
+import { hasPremium } from '../users/users.presenter.js';
+import type { Tx } from '../users/users.store.js';
+import { assertChatManager } from './chats.invites.js';
+import { toChat } from './chats.presenter.js';
+import { chatSlots, type Viewer } from './chats.rules.js';
+import type { ChatRow, ChatsStore, ChatWithCount } from './chats.store.js';
+
+export interface ChatLifecycleDeps {
+  db: Db;
+  store: ChatsStore;
+  clock: Clock;
+  realtime: Pick<Realtime, 'emitTo' | 'leaveChat'>;
+  /** The chat row as of now (chats.service.ts): a deleted chat answers ERR_CHAT_NOT_FOUND. */
+  mustGet: (chatId: number) => Promise<ChatWithCount>;
+  /** A chat as the transaction `tx` just wrote it, with its members counted there (chats.service.ts). */
+  written: (row: ChatRow, tx: Tx) => Promise<ChatWithCount>;
+  /** Tells the listeners of chat deletions (the room VM stops theirs). */
+  removedChats: (chatIds: number[]) => void;
+}
+
+/**
+ * A public, private or official chat's life (chats.service.ts composes it): its creation, its name
+ * and type, its deletion. Direct chats are made and ended in chats.direct.ts.
+ */
+export function makeChatLifecycle({ db, store, clock, realtime, mustGet, written, removedChats }: ChatLifecycleDeps) {
+  /** Official chats are the platform's own: only Owners (and the operator) change or delete them. */
+  const assertSettingsManager = (viewer: Viewer, chat: ChatWithCount) => {
+    assertChatManager(viewer, chat);
+    if (chat.type === 'official' && !canManageOfficial(viewer.permissionLevel))
+      throw appError('ERR_FORBIDDEN', 'Only Owners and the operator manage official chats.');
+  };
+
+  return {
+    /**
+     * Creates a public or private chat within the creator's slots; the creator is its first member.
+     * The slots (spec 2.11) follow the creator's row as locked here, never the session's view of it:
+     * a revoke or demotion committed before the creation holds that row is seen, and a later one
+     * waits for the creation. A creator whose account is deleted while this runs answers 401
+     * ERR_UNAUTHENTICATED (its session ended with it), never a foreign-key error. The answer is the
+     * chat as this transaction wrote it (`written`), never read again after the commit.
+     */
+    async create(viewer: Viewer, body: { name: string; type: 'public' | 'private' }): Promise<Chat> {
+      const now = clock.now();
+      const chat = await db.transaction(async (tx) => {
+        // Serialise concurrent creations by the same user so the slot count holds.
+        await tx.execute(sql`select pg_advisory_xact_lock(7243, ${viewer.userId})`);
+        // The creator's row, held until the commit: a deletion either committed before (gone) or waits.
+        const creator = await store.lockCreator(viewer.userId, tx);
+        if (!creator) throw appError('ERR_UNAUTHENTICATED');
+        const slots = chatSlots(creator.permissionLevel, hasPremium(creator, now));
+        if (slots === 0) throw appError('ERR_CHAT_CREATE_FORBIDDEN');
+        if ((await store.countOwned(viewer.userId, tx)) >= slots) throw appError('ERR_CHAT_SLOT_LIMIT');
+        const chat = await store.insert(
+          { type: body.type, name: body.name.trim(), ownerUserId: viewer.userId, createdAt: now, updatedAt: now },
+          tx,
+        );
+        await store.addMember(chat.id, viewer.userId, now, tx);
+        await store.logActivity(
+          { chatId: chat.id, userId: viewer.userId, action: 'join', method: 'direct', createdAt: now },
+          tx,
+        );
+        return written(chat, tx);
+      });
+      return toChat(chat);
+    },
+
+    /**
+     * An official chat (POST /v1/admin/chats/create): the platform's own, so it has no owner and
+     * no members until people join; it uses nobody's slots. The caller checks who may create it.
+     */
+    async createOfficial(name: string, extra?: (tx: Tx, chatId: number) => Promise<void>): Promise<Chat> {
+      const now = clock.now();
+      const chat = await db.transaction(async (tx) => {
+        const chat = await store.insert(
+          { type: 'official', name: name.trim(), ownerUserId: null, createdAt: now, updatedAt: now },
+          tx,
+        );
+        if (extra) await extra(tx, chat.id);
+        return written(chat, tx);
+      });
+      return toChat(chat);
+    },
+
+    /**
+     * Name and type; `extra` runs in the same transaction (the admin routes' audit entry). Making a
+     * chat private revokes, in that transaction, the live invites it no longer honours (those of
+     * creators who are neither its owner nor Admin or above: a member's, made while it was public),
+     * so they are gone for good, and do not come back if it is made public again. The answer and
+     * `chat:updated` are the chat as this transaction wrote it: a deletion committed right after
+     * the update cannot turn a change that committed (and its audit entry) into a 404.
+     */
+    async updateConfig(
+      viewer: Viewer,
+      chatId: number,
+      body: { name?: string; type?: 'public' | 'private' },
+      extra?: (tx: Tx, before: ChatWithCount) => Promise<void>,
+    ): Promise<Chat> {
+      const chat = await mustGet(chatId);
+      assertSettingsManager(viewer, chat);
+      if (chat.type !== 'public' && chat.type !== 'private' && body.type)
+        throw appError('ERR_FORBIDDEN', 'Only public and private chats change type.');
+      const now = clock.now();
+      const updated = await db.transaction(async (tx) => {
+        const row = await store.update(
+          chatId,
+          {
+            ...(body.name ? { name: body.name.trim() } : {}),
+            ...(body.type ? { type: body.type } : {}),
+            updatedAt: now,
+          },
+          tx,
+        );
+        // Deleted since it was read: nothing changed, so nothing is recorded (`extra`) either.
+        if (!row) throw appError('ERR_CHAT_NOT_FOUND');
+        // The chat's row is held from here (the UPDATE): an invite being created or spent waits
+        // for it, and reads the chat as private (chats.invites.store `creatorMayInvite`).
+        if (body.type === 'private') await store.revokeUnissuable(chatId, row, now, tx);
+        if (extra) await extra(tx, chat);
+        return written(row, tx);
+      });
+      const answer = toChat(updated);
+      realtime.emitTo(rooms.chat(chatId), 'chat:updated', { chat: answer });
+      return answer;
+    },
+
+    /** Deletes a chat; `extra` runs in the same transaction (the admin routes' audit entry). */
+    async remove(
+      viewer: Viewer,
+      chatId: number,
+      extra?: (tx: Tx, chat: ChatWithCount) => Promise<void>,
+    ): Promise<void> {
+      const chat = await mustGet(chatId);
+      assertSettingsManager(viewer, chat);
+      const now = clock.now();
+      const members = await db.transaction(async (tx) => {
+        if (!(await store.update(chatId, { deletedAt: now, updatedAt: now }, tx))) throw appError('ERR_CHAT_NOT_FOUND');
+        if (extra) await extra(tx, chat);
+        return store.endAllMemberships(chatId, now, tx);
+      });
+      // Every socket of every member hears it, in the room or not (another tab), once: one emit to
+      // all those rooms reaches each socket once. The chat's room is named too, so the list of
+      // rooms is never empty (an official chat without members): an emit to none reaches everyone.
+      realtime.emitTo([rooms.chat(chatId), ...members.map(rooms.user)], 'room:left', {
+        chat_id: chatId,
+        reason: 'deleted',
+      });
+      removedChats([chatId]);
+      for (const userId of members) realtime.leaveChat(userId, chatId);
+    },
+  };
+}
