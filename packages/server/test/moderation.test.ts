@@ -639,6 +639,61 @@ describeApp('who may take each chat action (spec 4.6 rules 2-3, docs/api.md Mode
   }, 240_000);
 });
 
+describeApp("chat actions on the chat's owner (docs/api.md Moderation)", () => {
+  it("answers 403 ERR_FORBIDDEN to a kick, ban or mute of the chat's owner by staff who outrank it, and writes nothing", async () => {
+    for (const [action, level, type] of [
+      ['kick', 1, 'public'],
+      ['ban', 1, 'public'],
+      ['kick', 2, 'private'],
+      ['ban', 3, 'private'],
+      ['mute', 2, 'public'],
+      ['mute', 3, 'private'],
+    ] as const) {
+      const c = await premiumChat(type);
+      const staff = await member(app, { level });
+      const before = await footprint(c.owner.user.id, c.chatId);
+      const res = await chatAct(staff, c.chatId, action, c.owner.user.id);
+      expect([action, type, res.status, res.body]).toEqual([
+        action,
+        type,
+        403,
+        { code: 'ERR_FORBIDDEN', message: "The chat's owner cannot be kicked, banned or muted in its own chat." },
+      ]);
+      expect(await footprint(c.owner.user.id, c.chatId)).toEqual(before);
+      // The chat stays in its owner's list (the membership above is unchanged).
+      expect((await c.owner.client.get('/v1/portal/chats')).body.chats.map((x: any) => x.id)).toContain(c.chatId);
+    }
+  }, 120_000);
+
+  it("serves warn, timeout, unban and unmute of the chat's owner: they remove and silence nobody in the chat", async () => {
+    const c = await premiumChat('public');
+    const admin = await member(app, { level: 2 });
+    const answers: Record<string, number> = {};
+    for (const action of ['unban', 'unmute', 'warn', 'timeout'] as const)
+      answers[action] = (await chatAct(admin, c.chatId, action, c.owner.user.id)).status;
+    expect(answers).toEqual({ unban: 200, unmute: 200, warn: 200, timeout: 200 });
+  });
+});
+
+describeApp('chat actions on an anonymous stranger (docs/api.md Strangers: no notifications)', () => {
+  it('stores and announces no notification for a stranger kicked, banned or muted in its direct chat', async () => {
+    const admin = await member(app, { level: 2 });
+    const answers: Record<string, [number, number]> = {};
+    for (const action of ['kick', 'ban', 'mute'] as const) {
+      const made = await new Client(app.url, nextIp(), app.publicApiKey).post('/v1/portal/stranger', {});
+      expect(made.status, JSON.stringify(made.body)).toBe(200);
+      const strangerId: number = made.body.user.id;
+      const peer = await member(app);
+      const direct = await app.services.chats.createDirect([strangerId, peer.user.id], [`stranger-${action}`]);
+      if ('refused' in direct) throw new Error(`direct chat refused: ${JSON.stringify(direct.refused)}`);
+      const res = await chatAct(admin, direct.chat.id, action, strangerId);
+      const notes = await countRows(app, `select count(*) as n from notifications where user_id = ${strangerId}`);
+      answers[action] = [res.status, notes];
+    }
+    expect(answers).toEqual({ kick: [200, 0], ban: [200, 0], mute: [200, 0] });
+  });
+});
+
 describeApp('POST /v1/portal/chats/{chat_id}/timeout and /warn: the target is in the chat', () => {
   it('answers 403 ERR_NOT_CHAT_MEMBER for a user who was never in the chat, and changes nothing', async () => {
     const { owner, chatId } = await premiumChat('private');
@@ -1149,6 +1204,34 @@ describeApp('moderation decides the chat rule on the chat row it locks (PostgreS
         const answer = await res;
         expect([answer.status, answer.body.code]).toEqual([403, 'ERR_FORBIDDEN']);
         expect(await state()).toEqual(before);
+      },
+    );
+  }
+
+  for (const [kind, level] of [
+    ['kick', 1],
+    ['ban', 1],
+    ['mute', 2],
+  ] as const) {
+    onPostgres(
+      `a level-${level} ${kind} of a member who becomes the chat's owner meanwhile answers 403 ERR_FORBIDDEN and writes nothing`,
+      async () => {
+        const pg = sql as postgres.Sql;
+        const c = await premiumChat('public');
+        const guest = await c.add();
+        const staff = await member(app, { level });
+        const before = await footprint(guest.user.id, c.chatId);
+        const holder = hold(pg, async (tx) => {
+          await tx`select id from chats where id = ${c.chatId} for update`;
+          await tx`update chats set owner_user_id = ${guest.user.id} where id = ${c.chatId}`;
+        });
+        await holder.ready;
+        const res = chatAct(staff, c.chatId, kind, guest.user.id);
+        await lockWaitersOr(pg, 1, res);
+        await holder.end();
+        const answer = await res;
+        expect([answer.status, answer.body.code]).toEqual([403, 'ERR_FORBIDDEN']);
+        expect(await footprint(guest.user.id, c.chatId)).toEqual(before);
       },
     );
   }

@@ -6,7 +6,7 @@ import type { ChatsService } from '../chats/chats.service.js';
 import type { UsersService } from '../users/users.service.js';
 import type { Tx, UserRow, UsersStore } from '../users/users.store.js';
 import type { InChat } from './moderation.platform.js';
-import { canModerateChat, canMute, canTarget } from './moderation.rules.js';
+import { canModerateChat, canMute, canRestrictInChat, canTarget } from './moderation.rules.js';
 import type { ModerationStore } from './moderation.store.js';
 
 export interface ChatDecisionsDeps {
@@ -78,6 +78,12 @@ export function makeChatDecisions(deps: ChatDecisionsDeps) {
     return target;
   };
 
+  /** A kick, ban or mute of `targetId` in the chat: refused when it is the chat's owner (canRestrictInChat). */
+  const assertMayRestrict = (chat: { ownerUserId: number | null }, targetId: number) => {
+    if (!canRestrictInChat({ ownerId: chat.ownerUserId }, targetId))
+      throw appError('ERR_FORBIDDEN', "The chat's owner cannot be kicked, banned or muted in its own chat.");
+  };
+
   /** Spec 4.6 rules 2-3 (`mute`: the rule of mute and unmute) on a chat and its owner's level. */
   const assertMayModerate = (
     actor: ChatActor,
@@ -97,14 +103,17 @@ export function makeChatDecisions(deps: ChatDecisionsDeps) {
    * order chats, users, sessions (docs/api.md Moderation); answers the chat as held, for the
    * decision on the caller's level read under its row lock (lockReachable). The owner's row is
    * read, not locked: a third users row locked besides the caller's and the target's could take
-   * users' rows in opposite orders.
+   * users' rows in opposite orders. `mute`: the rule of mute and unmute; `restricting`: the user a
+   * kick, ban or mute takes, refused when it owns the chat as locked (assertMayRestrict), so an
+   * owner change committed before counts.
    */
   const decideOnLocked = async (
     tx: Tx,
     actor: ChatActor,
     chat: { type: string; ownerUserId: number | null },
-    mute = false,
+    opts: { mute?: boolean; restricting?: number } = {},
   ): Promise<HeldChat> => {
+    const mute = opts.mute ?? false;
     const owner = chat.ownerUserId === null ? undefined : await usersStore.byId(chat.ownerUserId, tx);
     const held = {
       chat: { type: chat.type, ownerUserId: chat.ownerUserId },
@@ -112,6 +121,7 @@ export function makeChatDecisions(deps: ChatDecisionsDeps) {
       mute,
     };
     assertMayModerate(actor, held.chat, held.ownerLevel, mute);
+    if (opts.restricting !== undefined) assertMayRestrict(chat, opts.restricting);
     return held;
   };
 
@@ -119,12 +129,18 @@ export function makeChatDecisions(deps: ChatDecisionsDeps) {
    * Locks the chat row for an action's transaction (ModerationStore.lockChat: `write` for one that
    * writes in the chat, else FOR SHARE) and decides the chat rules on it (decideOnLocked). An
    * action that writes in the chat (a system message) answers ERR_CHAT_READ_ONLY in an archived one
-   * (spec 3), as sends and deletes do. Answers the chat as held (decideOnLocked).
+   * (spec 3), as sends and deletes do. Answers the chat as held (decideOnLocked, which `mute` and
+   * `restricting` are for).
    */
-  const holdChat = async (tx: Tx, actor: ChatActor, chatId: number, opts: { mute?: boolean; write?: boolean } = {}) => {
+  const holdChat = async (
+    tx: Tx,
+    actor: ChatActor,
+    chatId: number,
+    opts: { mute?: boolean; write?: boolean; restricting?: number } = {},
+  ) => {
     const chat = await store.lockChat(chatId, clock.now(), tx, opts.write ? 'write' : 'share');
     if (!chat) throw appError('ERR_CHAT_NOT_FOUND');
-    const held = await decideOnLocked(tx, actor, chat, opts.mute);
+    const held = await decideOnLocked(tx, actor, chat, { mute: opts.mute, restricting: opts.restricting });
     if (opts.write && chat.archived) throw appError('ERR_CHAT_READ_ONLY');
     return held;
   };
@@ -150,18 +166,20 @@ export function makeChatDecisions(deps: ChatDecisionsDeps) {
    * The chat a moderation names, once the actor may moderate it (spec 4.6 rules 2-3: `mute` for
    * mute and unmute) and reaches the target. `member`: the action reaches beyond the chat (a
    * platform timeout or warning), so the target must be a member, or have been one within
-   * CHAT_FORMER_MEMBER_REACH_MS. Refused early without a lock; the decisions that count are made
+   * CHAT_FORMER_MEMBER_REACH_MS. `restrict`: a kick, ban or mute, which never takes the chat's
+   * owner (assertMayRestrict). Refused early without a lock; the decisions that count are made
    * again under the locks (holdChat, decideOnLocked, lockReachable).
    */
   const chatContext = async (
     actor: ChatActor,
     chatId: number,
     targetId: number,
-    opts: { mute?: boolean; member?: boolean } = {},
+    opts: { mute?: boolean; member?: boolean; restrict?: boolean } = {},
   ) => {
     const chat = await chats.find(chatId);
     const ownerLevel = chat.ownerUserId ? (await users.mustGet(chat.ownerUserId)).permissionLevel : 0;
     assertMayModerate(actor, chat, ownerLevel, opts.mute);
+    if (opts.restrict) assertMayRestrict(chat, targetId);
     if (!reachOf(actor)(await users.mustGet(targetId)))
       throw appError('ERR_FORBIDDEN', 'That user is out of your reach.');
     const since = new Date(clock.now().getTime() - Limits.CHAT_FORMER_MEMBER_REACH_MS);

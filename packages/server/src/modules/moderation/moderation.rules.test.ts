@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { canModerateChat, canMute, canTarget } from './moderation.rules.js';
+import { canModerateChat, canMute, canRestrictInChat, canTarget } from './moderation.rules.js';
 
 const OWNER_ID = 100;
 const ACTOR_ID = 7;
@@ -89,5 +89,15 @@ describe('canTarget', () => {
       [true, true, true, true],
     ]);
     expect(canTarget({ userId: 1, level: 3 }, { userId: 1, level: 0 })).toBe(false);
+  });
+});
+
+describe("canRestrictInChat: kick, ban and mute never take the chat's owner", () => {
+  it("refuses the chat's owner as the target, and allows anyone else and any member of an ownerless chat", () => {
+    expect([
+      canRestrictInChat({ ownerId: OWNER_ID }, OWNER_ID),
+      canRestrictInChat({ ownerId: OWNER_ID }, ACTOR_ID),
+      canRestrictInChat({ ownerId: null }, OWNER_ID),
+    ]).toEqual([false, true, true]);
   });
 });

@@ -39,3 +39,13 @@ export function canTarget(actor: ActorForRules, target: { userId: number; level:
   if (actor.userId === target.userId) return false;
   return actor.level === 3 || target.level < Math.max(actor.level, 1);
 }
+
+/**
+ * Kick, ban and mute in a chat never take the chat's owner, whoever acts: kicked or banned, its
+ * chat would drop out of its lists and still take its creation slot (spec 2.11), with no way back
+ * (a ban refuses its rejoin, and nobody lifts their own); muted, it could not speak in its own chat.
+ * As its room:leave is refused, the chat is deleted instead. Warn, timeout, unban and unmute may.
+ */
+export function canRestrictInChat(chat: Pick<ChatForRules, 'ownerId'>, targetId: number): boolean {
+  return chat.ownerId !== targetId;
+}

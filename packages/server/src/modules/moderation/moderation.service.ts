@@ -146,31 +146,33 @@ export function makeModerationService(deps: ModerationDeps) {
   };
 
   const chat = {
+    /** Removes the member now; never the chat's owner (moderation.rules canRestrictInChat). */
     async kick(actor: ChatActor, chatId: number, body: { user_id: number; reason?: string }) {
-      await chatContext(actor, chatId, body.user_id);
+      await chatContext(actor, chatId, body.user_id, { restrict: true });
       let note: Awaited<ReturnType<typeof notify>> | undefined;
       let held: HeldChat | undefined;
       const removed = await chats.expel(chatId, body.user_id, 'kick', actor.userId, body.reason ?? null, {
         decide: async (locked, tx) => {
-          held = await decideOnLocked(tx, actor, locked);
+          held = await decideOnLocked(tx, actor, locked, { restricting: body.user_id });
         },
         extra: async (tx) => {
-          await lockReachable(tx, actor, body.user_id, { held });
+          const target = await lockReachable(tx, actor, body.user_id, { held });
           await recordChat(actor, chatId, body.user_id, 'CHAT_KICK', AuditCodes.CHAT_KICK, body, tx);
-          note = await notify(body.user_id, 'kicked', { reason: body.reason ?? '' }, tx);
+          // A stranger gets no notifications (docs/api.md Strangers), as in platform punishments.
+          if (!target.isStranger) note = await notify(body.user_id, 'kicked', { reason: body.reason ?? '' }, tx);
         },
       });
       if (!removed) throw appError('ERR_NOT_CHAT_MEMBER', 'That user is not in this chat.');
       if (note) notifications.publish(note);
     },
 
-    /** Bans from the chat: removed now (if a member) and refused when joining again. */
+    /** Bans from the chat: removed now (if a member) and refused when joining again; never its owner. */
     async ban(actor: ChatActor, chatId: number, body: { user_id: number; duration?: number; reason?: string }) {
-      await chatContext(actor, chatId, body.user_id);
+      await chatContext(actor, chatId, body.user_id, { restrict: true });
       let held: HeldChat | undefined;
       await chats.expel(chatId, body.user_id, 'ban', actor.userId, body.reason ?? null, {
         decide: async (locked, tx) => {
-          held = await decideOnLocked(tx, actor, locked);
+          held = await decideOnLocked(tx, actor, locked, { restricting: body.user_id });
         },
         extra: async (tx) => {
           await lockReachable(tx, actor, body.user_id, { held });
@@ -189,14 +191,15 @@ export function makeModerationService(deps: ModerationDeps) {
       });
     },
 
+    /** Mutes in this chat (no notification, a system message); never the chat's owner. */
     async mute(actor: ChatActor, chatId: number, body: { user_id: number; duration?: number; reason?: string }) {
-      await chatContext(actor, chatId, body.user_id, { mute: true });
+      await chatContext(actor, chatId, body.user_id, { mute: true, restrict: true });
       // The record, its audit entry and the system message (spec 2.9) commit together. The chat
       // row's lock (the system message's id) comes before the target's, as for a kick or a join.
       // The mute also marks the chat row (messages.restrict): a send by the target waiting for that
       // row read its checks before the mute, and must not land after the system message.
       const system = await db.transaction(async (tx) => {
-        const held = await holdChat(tx, actor, chatId, { mute: true, write: true });
+        const held = await holdChat(tx, actor, chatId, { mute: true, write: true, restricting: body.user_id });
         await lockReachable(tx, actor, body.user_id, { held });
         await recordChat(actor, chatId, body.user_id, 'CHAT_MUTE', AuditCodes.CHAT_MUTE, body, tx);
         await messages.restrict(chatId, tx);
