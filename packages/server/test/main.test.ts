@@ -1,4 +1,5 @@
-import { existsSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -6,9 +7,12 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, expect, it } from 'vitest';
 import { createBacking, describeApp, MODE } from './support/app.js';
 import { runNode, waitFor } from './support/process.js';
+import { alive } from './support/vm-browser.js';
 
 const MAIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../dist/main.js');
 const dirs: string[] = [];
+/** What a browser host needs to start (VM_HOST_TOKEN, its own port). */
+const HOST_ENV = { BROWSER_HOST_PORT: '0', VM_HOST_TOKEN: 'vht_main_test_host_token_0123456789abcdef' };
 /** The secrets a cluster's nodes share. */
 const SHARED = {
   PUBLIC_API_KEY: 'ppk_main_test_public_key_0123456789',
@@ -19,6 +23,45 @@ afterAll(() => {
 });
 
 const CRASH = path.resolve(path.dirname(fileURLToPath(import.meta.url)), 'fixtures/crash.mjs');
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
+
+/** The processes whose parent is `pid` (Linux's /proc; none where it cannot be read). */
+function childrenOf(pid: number): number[] {
+  try {
+    return readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').split(' ').filter(Boolean).map(Number);
+  } catch {
+    return [];
+  }
+}
+
+/**
+ * Runs a root package.json script as npm does (`sh -c '<script>'`), with an `npm` on PATH that
+ * does nothing, for the script's `npm run build` (dist is built).
+ */
+function runScript(name: 'start' | 'browser-host', env: Record<string, string>) {
+  const scripts = (
+    JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> }
+  ).scripts;
+  const bin = mkdtempSync(path.join(tmpdir(), 'parlor-npm-'));
+  dirs.push(bin);
+  writeFileSync(path.join(bin, 'npm'), '#!/bin/sh\nexit 0\n', { mode: 0o755 });
+  const child = spawn('sh', ['-c', scripts[name] ?? ''], {
+    cwd: ROOT,
+    env: { PATH: `${bin}:${path.dirname(process.execPath)}:${process.env.PATH ?? ''}`, LOG_LEVEL: 'silent', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  child.stdout.on('data', (d) => {
+    out += d;
+  });
+  child.stderr.on('data', (d) => {
+    out += d;
+  });
+  const exited = new Promise<{ code: number | null; signal: string | null }>((resolve) =>
+    child.on('exit', (code, signal) => resolve({ code, signal })),
+  );
+  return { script: scripts[name], child, exited, out: () => out };
+}
 
 const run = (env: Record<string, string>, argv: string[] = [MAIN]) => runNode(argv, env);
 
@@ -64,6 +107,35 @@ describeApp('the server process (npm start)', () => {
     expect(await p.exited).toBe(0);
     await node.release();
   }, 60_000);
+
+  // A supervisor (docker stop, Kubernetes, systemd, kill) signals the process it started: npm, which
+  // passes the signal to the script's shell. The shell must be the server (exec), not its parent.
+  it.skipIf(MODE !== 'embedded').each([
+    ['start', 'packages/server/dist/main.js', 'operator token', {}],
+    ['browser-host', 'packages/server/dist/browser-host-main.js', 'token: from VM_HOST_TOKEN', HOST_ENV],
+  ] as const)(
+    'stops the server of `npm %s` on a SIGTERM to the script, which drains, exits 0 and releases DATA_DIR',
+    async (name, entry, ready, env) => {
+      const dataDir = mkdtempSync(path.join(tmpdir(), 'parlor-main-'));
+      dirs.push(dataDir);
+      const p = runScript(name, { DATA_DIR: dataDir, PORT: '0', ...env });
+      let left: number[] = [];
+      try {
+        await waitFor(() => p.out().includes(ready));
+        left = childrenOf(p.child.pid ?? 0);
+        p.child.kill('SIGTERM');
+        expect(await p.exited, p.out()).toEqual({ code: 0, signal: null });
+        expect(existsSync(path.join(dataDir, 'pglite.lock'))).toBe(false);
+        expect(left.filter(alive)).toEqual([]);
+        expect(p.script).toMatch(new RegExp(`&& exec node ${entry}$`));
+      } finally {
+        // A server the script's shell left running (no exec), by its pid.
+        for (const pid of left.filter(alive)) process.kill(pid, 'SIGKILL');
+        if (p.child.exitCode === null && p.child.signalCode === null) p.child.kill('SIGKILL');
+      }
+    },
+    60_000,
+  );
 
   it('refuses to start with REDIS_URL but no PUBLIC_API_KEY or OPERATOR_TOKEN (nodes must share them)', async () => {
     const dataDir = mkdtempSync(path.join(tmpdir(), 'parlor-main-'));

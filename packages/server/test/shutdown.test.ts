@@ -1,4 +1,5 @@
 import { once } from 'node:events';
+import net from 'node:net';
 import { expect, it } from 'vitest';
 import { REQUEST_TIMEOUT_MS } from '../src/platform/connections.js';
 import { createBacking, describeApp, MODE, startApp } from './support/app.js';
@@ -67,6 +68,18 @@ async function appWithHeldDrain(opts: Parameters<typeof startApp>[0] = {}) {
   return { app, draining, release };
 }
 
+/** Whether a new TCP connection to `port` is accepted, or the error code it gets. */
+function connectOutcome(port: number): Promise<string> {
+  return new Promise((resolve) => {
+    const socket = net.connect(port, '127.0.0.1');
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve('accepted');
+    });
+    socket.once('error', (e: NodeJS.ErrnoException) => resolve(e.code ?? 'error'));
+  });
+}
+
 describeApp('shutdown', () => {
   it('answers a request in flight when close begins, and one arriving during the drain with 503 ERR_SERVICE_UNAVAILABLE, each with Connection: close', async () => {
     const { app, draining, release } = await appWithHeldDrain();
@@ -99,7 +112,7 @@ describeApp('shutdown', () => {
       message: 'The service is not available right now.',
     });
 
-    // Past every preClose hook: Fastify has stopped listening and closed the idle connections.
+    // Past every preClose hook: not listening (since the drain began), the idle connections closed.
     release();
     await new Promise((resolve) => setImmediate(resolve));
     expect(app.app.server.listening).toBe(false);
@@ -113,6 +126,27 @@ describeApp('shutdown', () => {
     expect(answered?.status, inFlight.received()).toBe(404);
     expect(answered?.headers.connection).toBe('close');
     expect(JSON.parse(answered?.body ?? '{}')).toMatchObject({ code: 'ERR_USER_NOT_FOUND' });
+  });
+
+  it('refuses new connections from the moment close begins, while the drain still waits (a background run, the sockets), and still answers an open connection 503', async () => {
+    const { app, draining, release } = await appWithHeldDrain();
+    const port = Number(new URL(app.url).port);
+    const open = rawConnection(port);
+    await once(open.socket, 'connect');
+    const closed = app.close();
+    await draining;
+    try {
+      expect(await connectOutcome(port)).toBe('ECONNREFUSED');
+      // A keep-alive connection open before close began is not cut: its request gets the drain's 503.
+      open.socket.write(request('GET', '/v1/health'));
+      expect(await endOf(open.closed)).toBe('ended');
+      expect(answers(open.received()).map((a) => [a.status, a.headers.connection])).toEqual([[503, 'close']]);
+    } finally {
+      // Node's close does not end a connection that never sent a request.
+      open.socket.destroy();
+      release();
+      await closed;
+    }
   });
 
   it.skipIf(MODE !== 'cluster')(

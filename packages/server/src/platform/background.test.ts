@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { every, RUN_TIMEOUT_MS, STOP_WAIT_MS, type TaskLog } from './background.js';
+import { every, RUN_TIMEOUT_MS, runSteps, STOP_WAIT_MS, type TaskLog } from './background.js';
 
 /** A task whose runs end when the test says so; counts its runs. */
 function controlledTask() {
@@ -129,5 +129,26 @@ describe('every', () => {
     expect(t.runs()).toBe(2);
     t.end(1);
     await stop();
+  });
+});
+
+describe('runSteps', () => {
+  it('runs every step in turn; one that fails is logged with its name and the later ones still run', async () => {
+    const { log, lines } = fakeLog();
+    const ran: string[] = [];
+    const step = (name: string, fails = false) => ({
+      name,
+      run: async () => {
+        ran.push(name);
+        if (fails) throw new Error(`${name} broke`);
+        return name.length;
+      },
+    });
+    const results = await runSteps('sweep', [step('first'), step('broken', true), step('last')], log);
+    expect(ran).toEqual(['first', 'broken', 'last']);
+    expect(results).toEqual({ first: 5, last: 4 });
+    expect(lines).toEqual([
+      ['error', 'background task step failed', { err: new Error('broken broke'), task: 'sweep', step: 'broken' }],
+    ]);
   });
 });

@@ -58,6 +58,35 @@ export function every(
   };
 }
 
+/** One named step of a task (`runSteps`). */
+export interface TaskStep<T> {
+  /** What the step does, logged with its failure. */
+  name: string;
+  run: () => Promise<T>;
+}
+
+/**
+ * Runs the steps of task `task` one after another, each on its own: a step that fails is logged
+ * (`background task step failed`, with the task's and the step's name) and the next ones still
+ * run, so one broken step (a table's statement) does not stop the others on every tick. Answers
+ * each step's result by its name; a failed step has none.
+ */
+export async function runSteps<T>(
+  task: string,
+  steps: readonly TaskStep<T>[],
+  log: TaskLog,
+): Promise<Record<string, T>> {
+  const results: Record<string, T> = {};
+  for (const step of steps) {
+    try {
+      results[step.name] = await step.run();
+    } catch (err) {
+      log.error({ err, task, step: step.name }, 'background task step failed');
+    }
+  }
+  return results;
+}
+
 /**
  * The node's background work: tasks started with `every` (and other stops `add`ed), all stopped by
  * `stopAll` at once, in parallel, so shutdown waits STOP_WAIT_MS at most for all of them together

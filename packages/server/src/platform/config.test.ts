@@ -638,19 +638,12 @@ describe('loadConfig', () => {
   });
 
   describe('HOST: an IP address or a host name', () => {
-    it.each([
-      '127.0.0.1',
-      '0.0.0.0',
-      '::',
-      '::1',
-      'fe80::1%lo',
-      'localhost',
-      'parlor-1.internal',
-      'A1.example.ORG',
-      '1a',
-    ])('accepts HOST=%s', (host) => {
-      expect(load({ HOST: host }).host).toBe(host);
-    });
+    it.each(['127.0.0.1', '0.0.0.0', '::', '::1', 'localhost', 'parlor-1.internal', 'A1.example.ORG', '1a'])(
+      'accepts HOST=%s',
+      (host) => {
+        expect(load({ HOST: host }).host).toBe(host);
+      },
+    );
 
     it.each([
       '-bad-',
@@ -671,6 +664,19 @@ describe('loadConfig', () => {
     ])('refuses HOST=%j with one line naming it, before listen would fail on the name', (host) => {
       expect(problemsOf({ HOST: host })).toEqual([
         `HOST must be an IP address or a host name (dot-separated labels of letters, digits and inner hyphens, at most 63 characters each) (got ${JSON.stringify(host)})`,
+      ]);
+    });
+
+    it('refuses an IPv6 HOST with a zone id when PUBLIC_URL is unset (it makes no URL, so no allowed origin), naming HOST and PUBLIC_URL', () => {
+      for (const host of ['fe80::1%lo', '::1%eth0'])
+        expect(problemsOf({ HOST: host })).toEqual([
+          `HOST with a zone id needs PUBLIC_URL: the default http://HOST:PORT is no URL (got ${JSON.stringify(host)})`,
+        ]);
+      const config = load({ HOST: 'fe80::1%lo', PUBLIC_URL: 'http://[fe80::1]:8080' });
+      expect([config.host, config.publicUrl, config.allowedOrigins]).toEqual([
+        'fe80::1%lo',
+        'http://[fe80::1]:8080',
+        ['http://[fe80::1]:8080'],
       ]);
     });
 

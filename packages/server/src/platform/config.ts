@@ -331,8 +331,15 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
   // An IPv6 address needs brackets in a URL (HOST=:: listens on every IPv6 interface).
   const urlHost = isIP(host) === 6 ? `[${host}]` : host;
   const publicUrl = baseUrl('PUBLIC_URL') ?? `http://${urlHost}:${port}`;
-  // Null only when HOST makes no URL, which is listed as a problem above: no throw before the report.
+  // Null only when HOST makes no URL: an invalid one (listed above), or an IPv6 one with a zone id
+  // (`fe80::1%eth0`: listen takes it, a URL does not), listed here unless an invalid PUBLIC_URL is
+  // already: there would be no allowed origin, every cookie-authenticated write and socket refused.
+  // No throw before the report.
   const publicOrigin = URL.canParse(publicUrl) ? new URL(publicUrl).origin : null;
+  if (publicOrigin === null && isIP(host) === 6 && str('PUBLIC_URL') === null)
+    problems.push(
+      `HOST with a zone id needs PUBLIC_URL: the default http://HOST:PORT is no URL (got ${JSON.stringify(host)})`,
+    );
   const publicApiKey = str('PUBLIC_API_KEY');
   const publicApiKeyProblem = publicApiKey === null ? null : headerSecretFault('PUBLIC_API_KEY', publicApiKey);
   if (publicApiKeyProblem !== null)

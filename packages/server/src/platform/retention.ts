@@ -1,3 +1,4 @@
+import { runSteps, type TaskLog } from './background.js';
 import type { Clock } from './clock.js';
 import { drain } from './drain.js';
 
@@ -18,23 +19,29 @@ export const RETENTION_BATCH = 1000;
 /** Batches per rule and tick: 20,000 rows of each table per node every 10 minutes at most. */
 export const RETENTION_MAX_BATCHES = 20;
 
+/** The background task that runs the sweep (its failures are logged under this name). */
+export const RETENTION_TASK = 'data-retention';
+
 /**
  * The retention sweep: for each rule, batches while they come back full, bounded per tick. Safe on
- * every node at once (each batch skips rows another node is deleting).
+ * every node at once (each batch skips rows another node is deleting). Each rule runs on its own:
+ * one that fails is logged with its name, and the others still run (runSteps).
  */
-export function makeRetention(clock: Clock, rules: RetentionRule[]) {
+export function makeRetention(clock: Clock, rules: RetentionRule[], log: TaskLog) {
   return {
-    /** Runs every rule once; answers the rows deleted per rule. */
+    /** Runs every rule once; answers the rows deleted per rule (none for a rule that failed). */
     async run(opts: { batch?: number; maxBatches?: number } = {}): Promise<Record<string, number>> {
       const size = opts.batch ?? RETENTION_BATCH;
       const maxBatches = opts.maxBatches ?? RETENTION_MAX_BATCHES;
       const now = clock.now().getTime();
-      const deleted: Record<string, number> = {};
-      for (const rule of rules) {
-        const before = new Date(now - rule.keepMs);
-        deleted[rule.name] = await drain(size, maxBatches, () => rule.prune(before, size));
-      }
-      return deleted;
+      return runSteps(
+        RETENTION_TASK,
+        rules.map((rule) => ({
+          name: rule.name,
+          run: () => drain(size, maxBatches, () => rule.prune(new Date(now - rule.keepMs), size)),
+        })),
+        log,
+      );
     },
   };
 }

@@ -3,7 +3,7 @@ import { makeInviteRetentionStore } from '../modules/chats/chats.invites.store.j
 import type { ChatsStore } from '../modules/chats/chats.store.js';
 import type { NotificationsStore } from '../modules/notifications/notifications.store.js';
 import { SESSIONS_KEPT_MS, type SessionsStore } from '../modules/sessions/sessions.store.js';
-import { makeRetention, RETENTION_INTERVAL_MS, type Retention } from '../platform/retention.js';
+import { makeRetention, RETENTION_INTERVAL_MS, RETENTION_TASK, type Retention } from '../platform/retention.js';
 import type { WiringContext } from './services.js';
 
 const DAY_MS = 24 * 3600_000;
@@ -38,13 +38,17 @@ export function wireRetention(
 ): Retention {
   const { clock } = ctx;
   const invites = makeInviteRetentionStore(ctx.db);
-  const retention = makeRetention(clock, [
-    { name: 'sessions', keepMs: RETENTION_MS.sessions, prune: (b, n) => stores.sessions.pruneOver(b, n) },
-    { name: 'notifications', keepMs: RETENTION_MS.notifications, prune: (b, n) => stores.notifications.prune(b, n) },
-    { name: 'bot_commands', keepMs: RETENTION_MS.botCommands, prune: (b, n) => stores.bots.pruneCommands(b, n) },
-    { name: 'chat_activity', keepMs: RETENTION_MS.chatActivity, prune: (b, n) => stores.chats.pruneActivity(b, n) },
-    { name: 'chat_invites', keepMs: RETENTION_MS.deadInvites, prune: (b, n) => invites.pruneDead(b, n) },
-  ]);
-  ctx.tasks.every(RETENTION_INTERVAL_MS, 'data-retention', () => retention.run());
+  const retention = makeRetention(
+    clock,
+    [
+      { name: 'sessions', keepMs: RETENTION_MS.sessions, prune: (b, n) => stores.sessions.pruneOver(b, n) },
+      { name: 'notifications', keepMs: RETENTION_MS.notifications, prune: (b, n) => stores.notifications.prune(b, n) },
+      { name: 'bot_commands', keepMs: RETENTION_MS.botCommands, prune: (b, n) => stores.bots.pruneCommands(b, n) },
+      { name: 'chat_activity', keepMs: RETENTION_MS.chatActivity, prune: (b, n) => stores.chats.pruneActivity(b, n) },
+      { name: 'chat_invites', keepMs: RETENTION_MS.deadInvites, prune: (b, n) => invites.pruneDead(b, n) },
+    ],
+    ctx.app.log,
+  );
+  ctx.tasks.every(RETENTION_INTERVAL_MS, RETENTION_TASK, () => retention.run());
   return retention;
 }
