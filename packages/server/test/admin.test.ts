@@ -6,7 +6,7 @@ import { bundle, join, keyEpoch, keyedChat, member } from './support/chat-flows.
 import { type Answer, Client, nextIp } from './support/client.js';
 import { countRows } from './support/faults.js';
 import { createBot, createLoginBot, type LoggedIn, login, operator, setLevel } from './support/flows.js';
-import { hold, lockWaitersOr } from './support/pg-locks.js';
+import { gateInserts, hold, lockWaiters, lockWaitersOr } from './support/pg-locks.js';
 import { closeAllSockets, connectSocket, disconnected } from './support/sockets.js';
 
 /** The admin surface's own behaviour; who may call each route is admin-levels.test.ts. */
@@ -651,5 +651,48 @@ describeApp('admin actions on users decide on the caller’s level as read under
     );
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     expect(await levelOf(target.user.id)).toBe(2);
+  });
+});
+
+// An update whose change committed answers it, whatever comes after its commit. The rename stops at
+// its audit entry (gated here) holding the user's row; a deletion then queues for that row, and a
+// lock of the whole users table after both. Let go, the rename commits, the deletion takes the row
+// and commits, and only then does the users table open again. An answer built in the update's
+// transaction is ready before that; one read again after the commit waits for the table and finds
+// the user gone (404), though the rename and its audit entry committed.
+describeApp('an admin user update and a deletion right after its commit (PostgreSQL)', () => {
+  onPostgres('the rename answers 200 with the user as it wrote it, the deletion notwithstanding', async () => {
+    if (!sql) throw new Error('cluster only');
+    const target = await login(app, { bot: loginBot });
+    const id = target.user.id;
+    const gate = await gateInserts(
+      sql,
+      'audit_log',
+      `new.code = ${AuditCodes.USER_UPDATE} and new.target_user_id = ${id}`,
+    );
+    let renamed: Promise<Answer> | undefined;
+    let deleted: Promise<Answer> | undefined;
+    try {
+      renamed = op.post(`/v1/admin/users/${id}/update`, { username: `renamed_${id}` });
+      await lockWaitersOr(sql, 1, renamed);
+      deleted = op.post(`/v1/admin/users/${id}/delete`);
+      await lockWaitersOr(sql, 2, deleted);
+      const table = hold(sql, (tx) => tx`lock table users in access exclusive mode`);
+      await lockWaiters(sql, 3);
+      await gate.open();
+      // Granted once the deletion has committed (it held the table until then).
+      await table.ready;
+      await table.end();
+    } finally {
+      await gate.close();
+    }
+    const [r, d] = await Promise.all([renamed, deleted]);
+    expect(d?.status, JSON.stringify(d?.body)).toBe(200);
+    // The deletion came after the rename: its audit entry names the user by the new name.
+    const [gone] = await auditOf(`target_user_id=${id}&code=${AuditCodes.USER_DELETE}`);
+    expect(gone?.data.username).toBe(`renamed_${id}`);
+    expect({ status: r?.status, code: r?.body.code }).toEqual({ status: 200, code: undefined });
+    expect(r?.body).toMatchObject({ id, username: `renamed_${id}`, permission_level: 0 });
+    expect(r?.body.subscription_history).toEqual([]);
   });
 });

@@ -5,8 +5,10 @@ import {
   type AuditPage,
   type AuditQuery,
   type Chat,
+  type FullUser,
   Limits,
   PermissionLevel,
+  type PublicUser,
 } from '@parlor/protocol';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Clock } from '../../platform/clock.js';
@@ -148,7 +150,8 @@ export function makeAdminService(deps: AdminDeps) {
     /**
      * POST /v1/admin/users/{id}/update and `parlor users set-permission|update`. Every field is
      * checked before any is applied, so a bad username or avatar source changes nothing. The level
-     * rules are decided on the caller's and the target's rows as read under their locks.
+     * rules are decided on the caller's and the target's rows as read under their locks. The answer
+     * is the user as this transaction wrote it, never read again after the commit.
      */
     async updateUser(actor: Actor, actorLevel: ActorLevel, targetId: number, body: AdminUserUpdateBody) {
       await reachable(actorLevel, targetId);
@@ -160,12 +163,10 @@ export function makeAdminService(deps: AdminDeps) {
       // One transaction for every field: a taken username after a level change leaves nothing changed.
       // The checks above used the levels read when the request began: a fast refusal. What decides
       // is the caller's and the target's levels as read under their row locks (lockParties).
-      let done: { note: Awaited<ReturnType<typeof changePermission>>; renamed: boolean };
-      let viewerLevel = actorLevel;
+      let done: { note: Awaited<ReturnType<typeof changePermission>>; renamed: boolean; user: FullUser | PublicUser };
       try {
         done = await db.transaction(async (tx) => {
           const { level, target: locked } = await lockParties(tx, actor, actorLevel, targetId);
-          viewerLevel = level;
           if (!locked) throw appError('ERR_USER_NOT_FOUND');
           if (!canActOn(level, locked.permissionLevel)) throw appError('ERR_FORBIDDEN');
           const changed =
@@ -186,7 +187,12 @@ export function makeAdminService(deps: AdminDeps) {
           }
           if (body.avatar_source !== undefined && body.avatar_source !== locked.avatarSource)
             await apply('avatar', { avatarSource: body.avatar_source }, locked.avatarSource, body.avatar_source);
-          return { note: changed, renamed: username !== undefined };
+          // The answer is read here, the row still held (so it is there: `?? locked` only types it).
+          // A deletion waiting for the row commits after this change, and must not turn the
+          // committed change into a 404 (docs/api.md, Governance › Users).
+          const written = (await usersStore.byId(targetId, tx)) ?? locked;
+          const user = await users.profileIn(written, level === 'operator' ? 3 : level, tx);
+          return { note: changed, renamed: username !== undefined, user };
         });
       } catch (e) {
         // Two renames racing for one name: the unique index decides, and the loser changes nothing.
@@ -197,7 +203,7 @@ export function makeAdminService(deps: AdminDeps) {
       // Sockets carry the level and name they signed in with: after a change of either they drop
       // on every node, as for a ban or timeout (after the notification, so that it reaches them).
       if (done.note || done.renamed) dropSockets(targetId);
-      return users.profile(targetId, viewerLevel === 'operator' ? 3 : viewerLevel);
+      return done.user;
     },
 
     /**
@@ -305,10 +311,10 @@ export function makeAdminService(deps: AdminDeps) {
 
     /**
      * GET /v1/admin/audit: newest first, `next_before` while more remain. An Admin reads only the
-     * entries about users below its level (and those about deleted users or no user), as it sees
-     * the full detail of those users only (GET /v1/users/{id}): the log holds the same subscription
-     * history, and the level changes and punishments of Admins and Owners. Owners and the operator
-     * read everything.
+     * entries about users below its level (and those about deleted users or no user): the users it
+     * acts on (spec 2.11) and its search lists (spec 5). What was done to Admins and Owners is for
+     * Owners and the operator, who read everything. A rule of the log only: an Admin sees every
+     * user's full detail (seesFullDetail, docs/api.md Audit log).
      */
     async auditLog(level: ActorLevel, query: AuditQuery): Promise<AuditPage> {
       const targetsBelow = level === 'operator' || canActOn(level, PermissionLevel.OWNER) ? undefined : level;

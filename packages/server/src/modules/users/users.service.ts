@@ -80,10 +80,11 @@ export function makeUsersService({ store, clock, publicUrl, profiles }: UsersDep
 
   const present = async (u: UserRow): Promise<User> => toUser(u, await store.platformsOf(u.id), publicUrl, clock.now());
 
-  const presentFor = async (u: UserRow, viewerLevel: number | null): Promise<FullUser | PublicUser> => {
-    const platforms = await store.platformsOf(u.id);
+  /** A user as `viewerLevel` sees it, its platforms and history read through `tx` (default: the pool). */
+  const presentFor = async (u: UserRow, viewerLevel: number | null, tx?: Tx): Promise<FullUser | PublicUser> => {
+    const platforms = await store.platformsOf(u.id, tx);
     if (seesFullDetail(viewerLevel)) {
-      return toFullUser(u, platforms, await store.auditFor(u.id, SUBSCRIPTION_CODES), publicUrl, clock.now());
+      return toFullUser(u, platforms, await store.auditFor(u.id, SUBSCRIPTION_CODES, tx), publicUrl, clock.now());
     }
     return toPublicUser(u, platforms, publicUrl, clock.now());
   };
@@ -211,6 +212,15 @@ export function makeUsersService({ store, clock, publicUrl, profiles }: UsersDep
 
     async profile(id: number, viewerLevel: number | null) {
       return presentFor(await mustGet(id), viewerLevel);
+    },
+
+    /**
+     * `profile` of a user row the transaction `tx` holds and has just written, read inside it: what
+     * an admin update answers, so that a deletion committed right after it cannot turn a committed
+     * change into a 404 (docs/api.md, Governance › Users).
+     */
+    async profileIn(u: UserRow, viewerLevel: number | null, tx: Tx) {
+      return presentFor(u, viewerLevel, tx);
     },
 
     /** Whether a user has an active non-Basic tier now (chat slots, direct-chat slots). */

@@ -171,8 +171,8 @@ export function makeUsersStore(db: Db, onChanged: UsersChanged = noUsersChanged)
         .offset(offset)
         .limit(limit);
     },
-    async auditFor(userId: number, codes: number[]): Promise<AuditRow[]> {
-      return db
+    async auditFor(userId: number, codes: number[], tx: Tx = db): Promise<AuditRow[]> {
+      return tx
         .select()
         .from(auditLog)
         .where(and(eq(auditLog.targetUserId, userId), inArray(auditLog.code, codes)))
