@@ -9,6 +9,7 @@ import { ErrorBodySchema, Limits } from '@parlor/protocol';
 import Fastify, { type FastifyInstance, type FastifyReply } from 'fastify';
 import type { Logger } from 'pino';
 import { type AuthService, STRANGER_SWEEP_INTERVAL_MS } from './modules/auth/auth.service.js';
+import { DIRECT_SWEEP_TASK } from './modules/chats/chats.direct.js';
 import type { ChatsService } from './modules/chats/chats.service.js';
 import { localUserIds } from './modules/matchmaking/matchmaking.routes.js';
 import type { MatchmakingService } from './modules/matchmaking/matchmaking.service.js';
@@ -219,7 +220,7 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
   // Background work, safe on every node at once.
   tasks.every(5_000, 'match-queue-deadlines', () => matchmaking.sweepQueue());
   tasks.every(30_000, 'online-refresh', () => matchmaking.markOnline(localUserIds(realtime)));
-  tasks.every(60_000, 'direct-chat-lifecycle', () => chats.sweepDirect());
+  tasks.every(60_000, DIRECT_SWEEP_TASK, () => chats.sweepDirect());
   tasks.every(30_000, 'punishment-expiry', () => moderation.sweep());
   tasks.every(STRANGER_SWEEP_INTERVAL_MS, 'stranger-accounts', () => auth.sweepStrangers());
   // Expired Trial/Premium back to Basic (SKIP LOCKED keeps nodes apart).

@@ -75,6 +75,7 @@ export function wireChats(ctx: WiringContext, accounts: Accounts, realtime: Real
     vanityChat: guilds.vanityChat,
     writes,
     enters: makeEnterLimit(state),
+    log: ctx.app.log,
   });
   // Cluster mode: the sessions of a node killed outright go offline in their chats (and come back
   // online if that node was only stalled): platform/node-presence.ts.

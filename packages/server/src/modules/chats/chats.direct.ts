@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { type Chat, Limits, type Message } from '@parlor/protocol';
+import { runSteps, type TaskLog } from '../../platform/background.js';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
 import { drain } from '../../platform/drain.js';
@@ -15,6 +16,9 @@ import type { ChatsStore, ChatWithCount, DirectRefusal } from './chats.store.js'
 export const DIRECT_SWEEP_BATCH = 200;
 /** Batches per step and tick (60 s): up to 2,000 chats a step per node per minute, then the next tick goes on. */
 export const DIRECT_SWEEP_MAX_BATCHES = 10;
+/** The background task that runs sweepDirect (its steps' failures are logged under this name). */
+export const DIRECT_SWEEP_TASK = 'direct-chat-lifecycle';
+
 /**
  * How long a deleted chat's rows stay before they are deleted for good (messages, keys,
  * memberships): a removed direct chat, or a chat its owner or an admin deleted.
@@ -35,6 +39,8 @@ export interface DirectChatsDeps {
   removedChats: (chatIds: number[]) => void;
   /** Tells the archive listeners (the room VM stops theirs: an archived chat is read-only). */
   archivedChats: (chatIds: number[]) => void;
+  /** Where the sweep logs a step that failed (runSteps). */
+  log: TaskLog;
 }
 
 /** A direct chat made: the chat, its match token, its users as stored, and those whose direct-chat slots it filled. */
@@ -206,8 +212,10 @@ export function makeDirectChats(deps: DirectChatsDeps) {
      * The chat lifecycle sweep: direct chats expired → archived, archived 24 h → removed
      * (memberships ended); then every chat deleted 7 days ago, direct or not, purged (deleted with
      * everything in it): its messages, key envelopes, history, invites and memberships first,
-     * `purgeRows` a statement, then the chat. Each step runs batches of `batch` (chats) while they come back full, at most
-     * `maxBatches` a tick. Safe on many nodes.
+     * `purgeRows` a statement, then the chat. Each step runs batches of `batch` (chats) while they
+     * come back full, at most `maxBatches` a tick. The three steps (archive, remove, purge) run on
+     * their own (runSteps): one that fails is logged and counts 0, and the others still run; the
+     * purge's chats go only once their rows are cleared. Safe on many nodes.
      */
     async sweepDirect(
       opts: { batch?: number; maxBatches?: number; purgeRows?: number } = {},
@@ -215,38 +223,51 @@ export function makeDirectChats(deps: DirectChatsDeps) {
       const size = opts.batch ?? DIRECT_SWEEP_BATCH;
       const maxBatches = opts.maxBatches ?? DIRECT_SWEEP_MAX_BATCHES;
       const now = clock.now();
-      const archived = await drain(size, maxBatches, async () => {
-        const rows = await store.archiveDue(now, size);
-        // Read after the archive, as a leave does: a direct chat need not have both members still
-        // (a moderator's kick).
-        const counts = await store.memberCounts(rows.map((c) => c.id));
-        for (const c of rows)
-          realtime.emitTo(rooms.chat(c.id), 'chat:updated', {
-            chat: toChat({ ...c, memberCount: counts.get(c.id) ?? 0 }),
-          });
-        archivedChats(rows.map((c) => c.id));
-        return rows.length;
-      });
+      const archive = () =>
+        drain(size, maxBatches, async () => {
+          const rows = await store.archiveDue(now, size);
+          // Read after the archive, as a leave does: a direct chat need not have both members still
+          // (a moderator's kick).
+          const counts = await store.memberCounts(rows.map((c) => c.id));
+          for (const c of rows)
+            realtime.emitTo(rooms.chat(c.id), 'chat:updated', {
+              chat: toChat({ ...c, memberCount: counts.get(c.id) ?? 0 }),
+            });
+          archivedChats(rows.map((c) => c.id));
+          return rows.length;
+        });
       const removedBefore = new Date(now.getTime() - Limits.DIRECT_ARCHIVE_TTL_MS);
-      const removed = await drain(size, maxBatches, async () => {
-        const { removed: rows, members } = await store.removeDue(removedBefore, now, size);
-        // Every socket of both members hears it, in the chat's room or not (another tab), once (as
-        // for a deleted chat, chats.service.ts remove).
-        for (const c of rows) {
-          const users = members.filter((m) => m.chatId === c.id).map((m) => rooms.user(m.userId));
-          realtime.emitTo([rooms.chat(c.id), ...users], 'room:left', { chat_id: c.id, reason: 'deleted' });
-        }
-        for (const m of members) realtime.leaveChat(m.userId, m.chatId);
-        removedChats(rows.map((c) => c.id));
-        return rows.length;
-      });
+      const remove = () =>
+        drain(size, maxBatches, async () => {
+          const { removed: rows, members } = await store.removeDue(removedBefore, now, size);
+          // Every socket of both members hears it, in the chat's room or not (another tab), once (as
+          // for a deleted chat, chats.service.ts remove).
+          for (const c of rows) {
+            const users = members.filter((m) => m.chatId === c.id).map((m) => rooms.user(m.userId));
+            realtime.emitTo([rooms.chat(c.id), ...users], 'room:left', { chat_id: c.id, reason: 'deleted' });
+          }
+          for (const m of members) realtime.leaveChat(m.userId, m.chatId);
+          removedChats(rows.map((c) => c.id));
+          return rows.length;
+        });
       const purgeBefore = new Date(now.getTime() - CHAT_PURGE_AFTER_MS);
       const rows = opts.purgeRows ?? PURGE_ROWS_BATCH;
       let cleared = 0;
-      for (const table of CHAT_ROWS_TABLES)
-        cleared += await drain(rows, maxBatches, () => store.clearDeleted(table, purgeBefore, rows));
-      const purged = await drain(size, maxBatches, () => store.purgeDeleted(purgeBefore, size));
-      return { archived, removed, cleared, purged };
+      const purge = async () => {
+        for (const table of CHAT_ROWS_TABLES)
+          cleared += await drain(rows, maxBatches, () => store.clearDeleted(table, purgeBefore, rows));
+        return drain(size, maxBatches, () => store.purgeDeleted(purgeBefore, size));
+      };
+      const done = await runSteps(
+        DIRECT_SWEEP_TASK,
+        [
+          { name: 'archive', run: archive },
+          { name: 'remove', run: remove },
+          { name: 'purge', run: purge },
+        ],
+        deps.log,
+      );
+      return { archived: done.archive ?? 0, removed: done.remove ?? 0, cleared, purged: done.purge ?? 0 };
     },
   };
 }

@@ -1,4 +1,5 @@
 import { type Chat, INT32_MAX } from '@parlor/protocol';
+import type { TaskLog } from '../../platform/background.js';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
@@ -30,6 +31,8 @@ export interface ChatsDeps {
   writes: UserLimit;
   /** The per-user room:join limit (every join spends it). */
   enters: UserLimit;
+  /** Where the direct-chat sweep logs a step that failed (the others still run). */
+  log: TaskLog;
 }
 
 export function makeChatsService(deps: ChatsDeps) {
@@ -112,7 +115,17 @@ export function makeChatsService(deps: ChatsDeps) {
   const archivedChats = (chatIds: number[]) => {
     for (const id of chatIds) for (const l of archivedListeners) l(id);
   };
-  const direct = makeDirectChats({ db, store, clock, messages, realtime, mustGet, removedChats, archivedChats });
+  const direct = makeDirectChats({
+    db,
+    store,
+    clock,
+    messages,
+    realtime,
+    mustGet,
+    removedChats,
+    archivedChats,
+    log: deps.log,
+  });
   const invites = makeChatInvites({ db, store, clock, mustGet });
 
   return {

@@ -1,0 +1,50 @@
+import { describe, expect, it, vi } from 'vitest';
+import { FakeClock } from '../../platform/clock.js';
+import type { Db } from '../../platform/db/index.js';
+import type { MessagesService } from '../messages/messages.service.js';
+import { makeDirectChats } from './chats.direct.js';
+import { CHAT_ROWS_TABLES } from './chats.purge.store.js';
+import type { ChatsStore } from './chats.store.js';
+
+describe('sweepDirect', () => {
+  it('runs the remove and purge steps when the archive step fails, logging the failure with its name', async () => {
+    const calls: string[] = [];
+    const store = {
+      archiveDue: async () => {
+        calls.push('archive');
+        throw new Error('archive broke');
+      },
+      memberCounts: async () => new Map<number, number>(),
+      removeDue: async () => {
+        calls.push('remove');
+        return { removed: [], members: [] };
+      },
+      clearDeleted: async (table: string) => {
+        calls.push(`clear ${table}`);
+        return 0;
+      },
+      purgeDeleted: async () => {
+        calls.push('purge');
+        return 2;
+      },
+    } as unknown as ChatsStore;
+    const log = { error: vi.fn(), warn: vi.fn() };
+    const direct = makeDirectChats({
+      db: {} as Db,
+      store,
+      clock: new FakeClock(Date.now()),
+      messages: {} as MessagesService,
+      realtime: { emitTo: vi.fn(), io: {} as never, leaveChat: vi.fn() },
+      mustGet: async () => {
+        throw new Error('not used');
+      },
+      removedChats: vi.fn(),
+      archivedChats: vi.fn(),
+      log,
+    });
+    expect(await direct.sweepDirect()).toEqual({ archived: 0, removed: 0, cleared: 0, purged: 2 });
+    expect(calls).toEqual(['archive', 'remove', ...CHAT_ROWS_TABLES.map((t) => `clear ${t}`), 'purge']);
+    expect(log.error).toHaveBeenCalledTimes(1);
+    expect(log.error.mock.calls[0]?.[0]).toMatchObject({ task: 'direct-chat-lifecycle', step: 'archive' });
+  });
+});
