@@ -749,6 +749,114 @@ describeApp('a chat config update and a deletion right after its commit (Postgre
   );
 });
 
+/** Whether the chat is still live and of this type (nothing changed it, nothing deleted it). */
+const liveAs = (on: TestApp, chatId: number, type: string) =>
+  countRows(on, `select count(*) as n from chats where id = ${chatId} and type = '${type}' and deleted_at is null`);
+
+// A chat's settings, its deletion and the revocation of another's invite are decided on the
+// caller's level as stored when the write runs, as creations are, never on the session's view of
+// it (docs/api.md, Chats): the session's level is only a quick refusal.
+describeApp('chat settings, deletion and invite revocation follow the caller as stored', () => {
+  // An app of its own whose time stands still, so no cached session reaches its TTL: only the
+  // stored row can tell the write about a change this node has not heard of.
+  let timed: TestApp;
+  const clock = new FakeClock(Date.now());
+  beforeAll(async () => {
+    timed = await startApp({ clock });
+  });
+  afterAll(async () => {
+    await timed?.close();
+  });
+
+  /** An Admin (neither owner nor member of the private chat) demoted to Basic behind the session cache's back. */
+  const demotedAdmin = async () => {
+    const { owner, chatId } = await keyedChat(timed, 'private');
+    const actor = await login(timed);
+    await setLevel(timed, actor.user.id, 2);
+    expect((await actor.client.get('/v1/users/me')).body.user.permission_level).toBe(2);
+    // Written behind the stores' back (as another node's commit whose invalidation is on its way).
+    await timed.database.db.execute(`update users set permission_level = 0 where id = ${actor.user.id}` as never);
+    return { owner, chatId, actor };
+  };
+
+  it('answers 403 ERR_FORBIDDEN to a config update by an Admin demoted by a write the node’s session cache has not heard of (the admin route too), and changes nothing', async () => {
+    const { chatId, actor } = await demotedAdmin();
+    const own = await actor.client.post(`/v1/portal/chats/${chatId}/config/update`, { type: 'public' });
+    const admin = await actor.client.post(`/v1/admin/chats/${chatId}/update`, { name: 'Taken' });
+    expect([own.status, own.body.code, admin.status, admin.body.code]).toEqual([
+      403,
+      'ERR_FORBIDDEN',
+      403,
+      'ERR_FORBIDDEN',
+    ]);
+    expect(await liveAs(timed, chatId, 'private')).toBe(1);
+    expect(await countRows(timed, `select count(*) as n from chats where id = ${chatId} and name = 'Taken'`)).toBe(0);
+  });
+
+  it('answers 403 ERR_FORBIDDEN to a deletion by an Admin demoted by a write the node’s session cache has not heard of (the admin route too), and deletes nothing', async () => {
+    const { chatId, actor } = await demotedAdmin();
+    const own = await actor.client.post(`/v1/portal/chats/${chatId}/delete`, {});
+    const admin = await actor.client.post(`/v1/admin/chats/${chatId}/delete`, {});
+    expect([own.status, own.body.code, admin.status, admin.body.code]).toEqual([
+      403,
+      'ERR_FORBIDDEN',
+      403,
+      'ERR_FORBIDDEN',
+    ]);
+    expect(await liveAs(timed, chatId, 'private')).toBe(1);
+  });
+
+  it('answers 403 ERR_FORBIDDEN to the revocation of the owner’s invite by an Admin demoted by a write the node’s session cache has not heard of, and the invite stays live', async () => {
+    const { owner, chatId, actor } = await demotedAdmin();
+    const { code } = (await owner.client.post(`/v1/portal/chats/${chatId}/invites/create`, {})).body.invite;
+    const res = await actor.client.post(`/v1/portal/chats/${chatId}/invites/${code}/delete`, {});
+    expect([res.status, res.body.code]).toEqual([403, 'ERR_FORBIDDEN']);
+    const listed = (await owner.client.get(`/v1/portal/chats/${chatId}/invites`)).body.invites;
+    expect(listed.map((i: any) => i.code)).toEqual([code]);
+  });
+});
+
+// PostgreSQL: the write waits for the chat's row (held here) while the caller's demotion commits
+// and reaches every node's session cache; it must decide on the level as stored once it has the row.
+describeApp('chat settings and deletion racing a demotion of the caller (PostgreSQL)', () => {
+  const whileDemoted = async (chatId: number, userId: number, send: () => Promise<any>) => {
+    const row = hold(pg, (tx) => tx`select id from chats where id = ${chatId} for update`);
+    await row.ready;
+    const pending = send();
+    await lockWaiters(pg, 1);
+    await setLevel(app, userId, 0);
+    await row.end();
+    return pending;
+  };
+
+  it.skipIf(MODE !== 'cluster')(
+    'answers 403 ERR_FORBIDDEN to a config update that waits for the chat’s row while its Admin caller is demoted, and changes nothing',
+    async () => {
+      // A private chat of another Admin; the caller is an Admin who is neither its owner nor a member.
+      const { chatId } = await keyedChat(app, 'private');
+      const actor = await member(app, { level: 2 });
+      const res = await whileDemoted(chatId, actor.user.id, () =>
+        actor.client.post(`/v1/portal/chats/${chatId}/config/update`, { type: 'public' }),
+      );
+      expect({ status: res.status, code: res.body.code }).toEqual({ status: 403, code: 'ERR_FORBIDDEN' });
+      expect(await liveAs(app, chatId, 'private')).toBe(1);
+    },
+  );
+
+  it.skipIf(MODE !== 'cluster')(
+    'answers 403 ERR_FORBIDDEN to a deletion that waits for the chat’s row while its Admin caller is demoted, and deletes nothing',
+    async () => {
+      const { chatId } = await keyedChat(app, 'private');
+      const actor = await member(app, { level: 2 });
+      const res = await whileDemoted(chatId, actor.user.id, () =>
+        actor.client.post(`/v1/portal/chats/${chatId}/delete`, {}),
+      );
+      expect({ status: res.status, code: res.body.code }).toEqual({ status: 403, code: 'ERR_FORBIDDEN' });
+      expect(await liveAs(app, chatId, 'private')).toBe(1);
+    },
+  );
+});
+
 describeApp('the socket', () => {
   it('refuses a connection without a valid session, and from a foreign origin', async () => {
     const { client } = await login(app);

@@ -55,6 +55,7 @@ export interface AdminDeps {
 const chatViewer = (actor: Actor, level: ActorLevel) => ({
   userId: actor.kind === 'user' ? actor.id : 0,
   permissionLevel: level === 'operator' ? 3 : level,
+  operator: actor.kind !== 'user',
 });
 
 const selfError = (what: string) => appError('ERR_FORBIDDEN', `You cannot ${what} yourself.`);

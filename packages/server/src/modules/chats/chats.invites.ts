@@ -5,7 +5,7 @@ import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
 import { toInvite } from './chats.presenter.js';
 import { canManage, type Viewer } from './chats.rules.js';
-import type { ChatsStore, ChatWithCount } from './chats.store.js';
+import type { ChatRow, ChatsStore, ChatWithCount } from './chats.store.js';
 
 export interface ChatInvitesDeps {
   db: Db;
@@ -16,7 +16,7 @@ export interface ChatInvitesDeps {
 }
 
 /** The chat's owner, or Admins and above (chats.rules `canManage`); else 403. */
-export const assertChatManager = (viewer: Viewer, chat: ChatWithCount): void => {
+export const assertChatManager = (viewer: Viewer, chat: Pick<ChatRow, 'ownerUserId'>): void => {
   if (!canManage(viewer, chat.ownerUserId)) throw appError('ERR_FORBIDDEN');
 };
 
@@ -64,18 +64,36 @@ export function makeChatInvites({ db, store, clock, mustGet }: ChatInvitesDeps) 
       return toInvite(invite);
     },
 
-    /** The invites a join accepts now: of a private chat, only those whose creator may still issue them. */
+    /**
+     * The invites a join accepts now: of a private chat, only those whose creator may still issue
+     * them. A read: the caller's right follows its session (a demotion reaches it with the session
+     * cache's invalidation), unlike the writes, which read the level as stored.
+     */
     async invites(viewer: Viewer, chatId: number) {
       const chat = await mustGet(chatId);
       assertChatManager(viewer, chat);
       return (await store.invitesOf(chatId, clock.now(), chat.type === 'private' ? chat : undefined)).map(toInvite);
     },
 
+    /**
+     * Revokes a live invite: its creator's, or the chat's owner or an Admin and above. Anyone but
+     * its creator is decided on the level as stored, as an invite's creation is (the session's
+     * view of it is checked first, as a quick refusal): a demotion committed on another node, not
+     * yet heard of here, is seen. The level is read, not locked, as the creation reads it: a
+     * demotion that commits after that read is ordered after the revocation. An account deleted
+     * meanwhile: 401, as for a creation.
+     */
     async deleteInvite(viewer: Viewer, chatId: number, code: string): Promise<void> {
       const chat = await mustGet(chatId);
       const invite = (await store.invitesOfCode(code, clock.now())).find((i) => i.chatId === chatId);
       if (!invite) throw appError('ERR_INVITE_NOT_FOUND');
-      if (invite.createdBy !== viewer.userId && !canManage(viewer, chat.ownerUserId)) throw appError('ERR_FORBIDDEN');
+      if (invite.createdBy !== viewer.userId) {
+        if (!canManage(viewer, chat.ownerUserId)) throw appError('ERR_FORBIDDEN');
+        const level = await store.levelOf(viewer.userId);
+        if (level === undefined) throw appError('ERR_UNAUTHENTICATED');
+        if (!canManage({ userId: viewer.userId, permissionLevel: level }, chat.ownerUserId))
+          throw appError('ERR_FORBIDDEN');
+      }
       await store.revokeInvite(chatId, code, clock.now());
     },
   };

@@ -31,10 +31,28 @@ export interface ChatLifecycleDeps {
  */
 export function makeChatLifecycle({ db, store, clock, realtime, mustGet, written, removedChats }: ChatLifecycleDeps) {
   /** Official chats are the platform's own: only Owners (and the operator) change or delete them. */
-  const assertSettingsManager = (viewer: Viewer, chat: ChatWithCount) => {
+  const assertSettingsManager = (viewer: Viewer, chat: Pick<ChatRow, 'ownerUserId' | 'type'>) => {
     assertChatManager(viewer, chat);
     if (chat.type === 'official' && !canManageOfficial(viewer.permissionLevel))
       throw appError('ERR_FORBIDDEN', 'Only Owners and the operator manage official chats.');
+  };
+
+  /**
+   * The chat's row, locked until the commit, once the caller may change or delete it as stored:
+   * its level read after that lock (chat rows before users rows, docs/api.md Moderation), as an
+   * invite's creation reads it, never the session's view of it, which a demotion committed on
+   * another node, or while this waited for the row, has not reached yet. A caller whose account is
+   * gone took its session with it: 401, as for an invite. The operator (`viewer.operator`, from
+   * admin.service `chatViewer`) has no users row: its level stands.
+   */
+  const lockManaged = async (viewer: Viewer, chatId: number, tx: Tx): Promise<ChatRow> => {
+    const row = await store.lockById(chatId, tx);
+    // Deleted since it was read: nothing changed, so nothing is recorded (`extra`) either.
+    if (!row) throw appError('ERR_CHAT_NOT_FOUND');
+    const level = viewer.operator ? viewer.permissionLevel : await store.levelOf(viewer.userId, tx);
+    if (level === undefined) throw appError('ERR_UNAUTHENTICATED');
+    assertSettingsManager({ ...viewer, permissionLevel: level }, row);
+    return row;
   };
 
   return {
@@ -94,7 +112,8 @@ export function makeChatLifecycle({ db, store, clock, realtime, mustGet, written
      * creators who are neither its owner nor Admin or above: a member's, made while it was public),
      * so they are gone for good, and do not come back if it is made public again. The answer and
      * `chat:updated` are the chat as this transaction wrote it: a deletion committed right after
-     * the update cannot turn a change that committed (and its audit entry) into a 404.
+     * the update cannot turn a change that committed (and its audit entry) into a 404. The caller's
+     * right is decided again on its level as stored, under the chat's lock (`lockManaged`).
      */
     async updateConfig(
       viewer: Viewer,
@@ -103,11 +122,13 @@ export function makeChatLifecycle({ db, store, clock, realtime, mustGet, written
       extra?: (tx: Tx, before: ChatWithCount) => Promise<void>,
     ): Promise<Chat> {
       const chat = await mustGet(chatId);
+      // A quick refusal on the session's view of the caller; the write decides again as stored.
       assertSettingsManager(viewer, chat);
       if (chat.type !== 'public' && chat.type !== 'private' && body.type)
         throw appError('ERR_FORBIDDEN', 'Only public and private chats change type.');
       const now = clock.now();
       const updated = await db.transaction(async (tx) => {
+        await lockManaged(viewer, chatId, tx);
         const row = await store.update(
           chatId,
           {
@@ -117,10 +138,10 @@ export function makeChatLifecycle({ db, store, clock, realtime, mustGet, written
           },
           tx,
         );
-        // Deleted since it was read: nothing changed, so nothing is recorded (`extra`) either.
+        // Live and held since `lockManaged`, so the update finds it.
         if (!row) throw appError('ERR_CHAT_NOT_FOUND');
-        // The chat's row is held from here (the UPDATE): an invite being created or spent waits
-        // for it, and reads the chat as private (chats.invites.store `creatorMayInvite`).
+        // The chat's row is held from `lockManaged`: an invite being created or spent waits for
+        // it, and reads the chat as private (chats.invites.store `creatorMayInvite`).
         if (body.type === 'private') await store.revokeUnissuable(chatId, row, now, tx);
         if (extra) await extra(tx, chat);
         return written(row, tx);
@@ -130,16 +151,21 @@ export function makeChatLifecycle({ db, store, clock, realtime, mustGet, written
       return answer;
     },
 
-    /** Deletes a chat; `extra` runs in the same transaction (the admin routes' audit entry). */
+    /**
+     * Deletes a chat; `extra` runs in the same transaction (the admin routes' audit entry). The
+     * caller's right is decided again on its level as stored, under the chat's lock (`lockManaged`).
+     */
     async remove(
       viewer: Viewer,
       chatId: number,
       extra?: (tx: Tx, chat: ChatWithCount) => Promise<void>,
     ): Promise<void> {
       const chat = await mustGet(chatId);
+      // A quick refusal on the session's view of the caller; the write decides again as stored.
       assertSettingsManager(viewer, chat);
       const now = clock.now();
       const members = await db.transaction(async (tx) => {
+        await lockManaged(viewer, chatId, tx);
         if (!(await store.update(chatId, { deletedAt: now, updatedAt: now }, tx))) throw appError('ERR_CHAT_NOT_FOUND');
         if (extra) await extra(tx, chat);
         return store.endAllMemberships(chatId, now, tx);

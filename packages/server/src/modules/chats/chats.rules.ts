@@ -26,6 +26,8 @@ export interface Viewer {
   permissionLevel: number;
   /** An anonymous stranger session: its own direct chats only (docs/api.md, Strangers). */
   stranger?: boolean;
+  /** The operator (the CLI's token, admin routes): no users row, its level stands as given. */
+  operator?: boolean;
 }
 
 /** Who manages a chat (settings, invites, deletion): its owner, or Admin and above. */
