@@ -914,6 +914,9 @@ describeApp('the socket', () => {
     expect(await ask('room:joinx', { chat_id: 1 })).toEqual(unknown);
     expect(await ask('message:new', { content: 'x' })).toEqual(unknown);
     expect(await ask('nothing')).toEqual(unknown);
+    // Names of what every object inherits are no events either.
+    for (const name of ['toString', 'constructor', '__proto__'])
+      expect(await ask(name, { chat_id: 1 }), name).toEqual(unknown);
     // Without an ack it is dropped, and the socket serves the next event.
     (m.socket as any).emit('room:joinx', { chat_id: 1 });
     expect(await ask('room:join', { chat_id: 999999 })).toMatchObject({ ok: false, code: 'ERR_CHAT_NOT_FOUND' });

@@ -283,6 +283,80 @@ describeApp('a leave committing while a member’s join reads the key ring (Post
   );
 });
 
+// Each join checks for a membership again once it has the chat row: only the first makes one.
+describeApp('joins of one chat sent at once', () => {
+  it('a new member’s joins of one chat sent at once all answer ok, with one membership and one history entry', async () => {
+    const { chatId } = await keyedChat(app);
+    const m = await member(app);
+    const acks = await Promise.all(Array.from({ length: 10 }, () => join(m, { chat_id: chatId })));
+    expect(acks.map((a) => a.ok || a.code)).toEqual(Array(10).fill(true));
+    const a = schema.chatActivity;
+    const joins = await app.database.db
+      .select({ id: a.id })
+      .from(a)
+      .where(and(eq(a.chatId, chatId), eq(a.userId, m.user.id)));
+    expect(joins).toHaveLength(1);
+    expect(await memberNow(chatId, m.user.id)).toBe(true);
+  });
+});
+
+/** A member whose socket's handshake read it at Admin level, and a private chat of another Admin's. */
+async function adminAndPrivateChat() {
+  const { chatId } = await keyedChat(app, 'private');
+  return { chatId, admin: await member(app, { level: 2 }) };
+}
+
+// A new member's join decides on its user's level and state as stored under the join's lock, never
+// on what the socket's handshake read: a demotion, ban or timeout written by another node (or
+// between the handshake's look-up and the socket's re-check) is not yet known to the socket here.
+describeApp('a join by a socket whose user changed since its handshake', () => {
+  it.each([
+    [
+      'demoted to User: a private chat by id answers ERR_CANNOT_BROWSE_PRIVATE',
+      { permissionLevel: 0 },
+      'ERR_CANNOT_BROWSE_PRIVATE',
+    ],
+    ['Banned: ERR_BANNED', { state: 2 }, 'ERR_BANNED'],
+    ['timed out: ERR_TIMED_OUT', { state: 1, stateExpiresAt: new Date(Date.now() + 3_600_000) }, 'ERR_TIMED_OUT'],
+  ] as const)('%s, and no membership', async (_, change, code) => {
+    const { chatId, admin } = await adminAndPrivateChat();
+    await app.database.db.update(schema.users).set(change).where(eq(schema.users.id, admin.user.id));
+    expect(await join(admin, { chat_id: chatId })).toMatchObject({ ok: false, code });
+    expect(await memberNow(chatId, admin.user.id)).toBe(false);
+  });
+
+  it('a timeout past its deadline refuses nothing (the state as the session guard reads it)', async () => {
+    const { chatId, admin } = await adminAndPrivateChat();
+    const lapsed = { state: 1, stateExpiresAt: new Date(Date.now() - 1_000) };
+    await app.database.db.update(schema.users).set(lapsed).where(eq(schema.users.id, admin.user.id));
+    expect((await join(admin, { chat_id: chatId })).ok).toBe(true);
+  });
+
+  it.skipIf(MODE === 'embedded').each([
+    [
+      'committed while the join waits for the chat row',
+      (chatId: number, userId: number) =>
+        hold(async (tx) => {
+          await tx`select id from chats where id = ${chatId} for update`;
+          await tx`update users set permission_level = 0 where id = ${userId}`;
+        }),
+    ],
+    [
+      'holding the user row when the join reaches it',
+      (_: number, userId: number) => hold((tx) => tx`update users set permission_level = 0 where id = ${userId}`),
+    ],
+  ])('an Admin demoted by another node, %s, does not join a private chat by id', async (_, demote) => {
+    const { chatId, admin } = await adminAndPrivateChat();
+    const demotion = demote(chatId, admin.user.id);
+    await demotion.ready;
+    const joining = join(admin, { chat_id: chatId });
+    await Promise.race([joining, lockWaiters(1)]);
+    await demotion.end();
+    expect(await joining).toMatchObject({ ok: false, code: 'ERR_CANNOT_BROWSE_PRIVATE' });
+    expect(await memberNow(chatId, admin.user.id)).toBe(false);
+  });
+});
+
 describeApp('a join racing a change of the chat (PostgreSQL)', () => {
   it.skipIf(MODE === 'embedded')(
     'a chat made private while the join waits for its lock is not joined: ERR_CANNOT_BROWSE_PRIVATE, no member',
