@@ -4,7 +4,7 @@ import { FakeClock } from '../src/platform/clock.js';
 import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { Client, nextIp } from './support/client.js';
 import { countRows, failInserts } from './support/faults.js';
-import { createBot, login, operator, setLevel } from './support/flows.js';
+import { createBot, type LoggedIn, login, operator, setLevel } from './support/flows.js';
 
 let app: TestApp;
 /** The app's clock: the embedded store's limit windows run on it (Redis's on real time). */
@@ -188,6 +188,81 @@ describeApp('POST /v1/admin/bots/create and …/{id}/update: the owner must be a
     const ownedUpdate = await op.post(`/v1/admin/bots/${target.id}/update`, { owner_user_id: owner.user.id });
     expect(ownedUpdate.status, JSON.stringify(ownedUpdate.body)).toBe(200);
     expect(ownedUpdate.body.owner_user_id).toBe(owner.user.id);
+  });
+});
+
+/**
+ * `who` at `level` as its session reads it, its stored level then changed to `stored` behind this
+ * node's session cache (as by a commit on another node whose invalidation is still on its way; the
+ * app's clock stands still, so the cached session does not expire): docs/api.md, "Levels as they
+ * are at the commit".
+ */
+async function changedBehindCache(who: LoggedIn, level: number, stored: number): Promise<LoggedIn> {
+  await setLevel(app, who.user.id, level);
+  expect((await who.client.get('/v1/users/me')).body.user.permission_level).toBe(level);
+  await app.database.db.execute(`update users set permission_level = ${stored} where id = ${who.user.id}` as never);
+  expect((await who.client.get('/v1/users/me')).body.user.permission_level).toBe(level);
+  return who;
+}
+
+const botAudits = (botId: number) =>
+  countRows(app, `select count(*) as n from audit_log where target_bot_id = ${botId}`);
+
+describeApp('admin bot routes decide on the caller\u2019s level as stored', () => {
+  it('answers 403 ERR_FORBIDDEN to an Admin demoted to User, who registers no bot (with or without an owner)', async () => {
+    const before = await login(app); // an owner whose id is below the caller's
+    const actor = await changedBehindCache(await login(app), 2, 0);
+    const after = await login(app); // and one above it
+    const name = `Stale admin bot ${Date.now()}`;
+    for (const owner of [undefined, before.user.id, after.user.id, actor.user.id]) {
+      const res = await actor.client.post('/v1/admin/bots/create', { name, owner_user_id: owner });
+      expect([res.status, res.body.code]).toEqual([403, 'ERR_FORBIDDEN']);
+    }
+    expect(await countRows(app, `select count(*) as n from bots where name = '${name}'`)).toBe(0);
+  });
+
+  it('answers 403 ERR_FORBIDDEN to an Owner demoted to Admin, who registers no official bot', async () => {
+    const actor = await changedBehindCache(await login(app), 3, 2);
+    const name = `Stale owner bot ${Date.now()}`;
+    const res = await actor.client.post('/v1/admin/bots/create', { name, type: 'official' });
+    expect([res.status, res.body.code]).toEqual([403, 'ERR_FORBIDDEN']);
+    expect(await countRows(app, `select count(*) as n from bots where name = '${name}'`)).toBe(0);
+    // Its level as stored still registers other bots.
+    expect((await actor.client.post('/v1/admin/bots/create', { name })).status).toBe(200);
+  });
+
+  it('answers 403 ERR_FORBIDDEN to an Admin demoted to User, who changes and deletes no bot', async () => {
+    const owner = await login(app);
+    const bot = await createBot(app, { name: 'Victim bot', rate_limit_per_hour: 50 });
+    const actor = await changedBehindCache(await login(app), 2, 0);
+    for (const body of [{ rate_limit_per_hour: 1 }, { name: 'Taken over', owner_user_id: owner.user.id }]) {
+      const res = await actor.client.post(`/v1/admin/bots/${bot.id}/update`, body);
+      expect([res.status, res.body.code]).toEqual([403, 'ERR_FORBIDDEN']);
+    }
+    const del = await actor.client.post(`/v1/admin/bots/${bot.id}/delete`, {});
+    expect([del.status, del.body.code]).toEqual([403, 'ERR_FORBIDDEN']);
+    expect((await bot.client.get('/v1/bot/me')).body).toMatchObject({
+      name: 'Victim bot',
+      rate_limit_per_hour: 50,
+      owner_user_id: null,
+    });
+    expect(await botAudits(bot.id)).toBe(1); // its creation only
+  });
+
+  it('lets an Owner demoted to Admin change and delete a community bot, and not an official one', async () => {
+    const official = await createBot(app, { name: 'Official victim', type: 'official' });
+    const community = await createBot(app, { name: 'Community bot' });
+    const actor = await changedBehindCache(await login(app), 3, 2);
+    const upd = await actor.client.post(`/v1/admin/bots/${official.id}/update`, { rate_limit_per_hour: 1 });
+    const del = await actor.client.post(`/v1/admin/bots/${official.id}/delete`, {});
+    const promote = await actor.client.post(`/v1/admin/bots/${community.id}/update`, { type: 'official' });
+    expect([upd.status, del.status, promote.status]).toEqual([403, 403, 403]);
+    expect((await official.client.get('/v1/bot/me')).status).toBe(200);
+    expect(await botAudits(official.id)).toBe(1);
+    expect((await actor.client.post(`/v1/admin/bots/${community.id}/update`, { rate_limit_per_hour: 7 })).status).toBe(
+      200,
+    );
+    expect((await actor.client.post(`/v1/admin/bots/${community.id}/delete`, {})).status).toBe(200);
   });
 });
 

@@ -552,6 +552,52 @@ describeApp('deleting others\u2019 messages (spec 4.6 rule 2, moderation reach)'
   });
 });
 
+/**
+ * A member at `level` as its session reads it, its stored level then changed to `stored` behind
+ * this node's session cache (as by a commit on another node whose invalidation is still on its
+ * way): docs/api.md, "Levels as they are at the commit".
+ */
+async function changedBehindCache(level: number, stored: number): Promise<Member> {
+  const who = await member(app, { level });
+  expect((await who.client.get('/v1/users/me')).body.user.permission_level).toBe(level);
+  await app.database.db.execute(`update users set permission_level = ${stored} where id = ${who.user.id}` as never);
+  expect((await who.client.get('/v1/users/me')).body.user.permission_level).toBe(level);
+  return who;
+}
+
+describeApp('deleting others\u2019 messages: the moderator\u2019s level as stored', () => {
+  it('answers 403 ERR_FORBIDDEN to an Admin demoted to User deleting another member\u2019s message in a private chat (by id, …/messages/delete-last), deleting nothing', async () => {
+    const key = await keyedChat(app, 'private');
+    const { owner, chatId } = key;
+    const guest = await member(app);
+    const invite = await owner.client.post(`/v1/portal/chats/${chatId}/invites/create`, {});
+    expect((await join(guest, { invite: invite.body.invite.code })).ok).toBe(true);
+    await shareKey(owner, key, [guest]);
+    const g1 = await say(guest, key);
+    const actor = await changedBehindCache(2, 0);
+    const last = await actor.client.post(`/v1/portal/chats/${chatId}/messages/delete-last`, { count: 1 });
+    expect([last.status, last.body.code]).toEqual([403, 'ERR_FORBIDDEN']);
+    const byId = await actor.client.post(`/v1/portal/chats/${chatId}/messages/delete`, { ids: [g1] });
+    expect([byId.status, byId.body.code]).toEqual([403, 'ERR_FORBIDDEN']);
+    expect(await idsIn(guest, chatId)).toContain(g1);
+  });
+
+  it('reaches only the senders below the level as stored: an Owner demoted to Admin deletes no Admin\u2019s message', async () => {
+    const key = await usersChat();
+    const { owner, chatId } = key;
+    const [guest, admin] = (await joined(owner, key, [0, 2])) as [Member, Member];
+    const a1 = await say(admin, key);
+    const g1 = await say(guest, key);
+    const actor = await changedBehindCache(3, 2);
+    const byId = await actor.client.post(`/v1/portal/chats/${chatId}/messages/delete`, { ids: [a1] });
+    expect([byId.status, byId.body.message]).toEqual([403, 'That user is out of your reach.']);
+    // The newest two it may delete as an Admin: the guest's, and the Admin's is passed over.
+    const last = await actor.client.post(`/v1/portal/chats/${chatId}/messages/delete-last`, { count: 2 });
+    expect(last.body).toEqual({ deleted: 1, deleted_ids: [g1] });
+    expect(await idsIn(owner, chatId)).toContain(a1);
+  });
+});
+
 describeApp('deleting others\u2019 messages in direct chats (docs/api.md, Messages: Moderators there too)', () => {
   /** A direct chat of two Users, both in its room, each with a message in it. */
   const directWithMessages = async () => {

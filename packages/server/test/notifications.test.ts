@@ -431,6 +431,24 @@ describeApp('POST /v1/admin/notifications racing a change of the caller (Postgre
   );
 });
 
+describeApp('POST /v1/admin/notifications (broadcast) racing a demotion of the caller (PostgreSQL)', () => {
+  it.skipIf(MODE !== 'cluster')(
+    'answers 403 ERR_FORBIDDEN and writes no copy when the broadcasting Admin is demoted to User while the copies are written',
+    async () => {
+      const admin = await login(app, { bot });
+      await setLevel(app, admin.user.id, 2);
+      const title = `Demoted meanwhile ${Date.now()}`;
+      // The demotion holds the Admin's row FOR UPDATE, as an admin action does: the broadcast reads
+      // the level still committed (Admin), then its insert waits for that row until the demotion commits.
+      const res = await racing(admin.user.id, `update users set permission_level = 0 where id = ${admin.user.id}`, () =>
+        admin.client.post('/v1/admin/notifications', { title, body: 'to everyone', type: 'info' }),
+      );
+      expectError(res, 403, 'ERR_FORBIDDEN');
+      expect(await app.database.db.select().from(notifications).where(eq(notifications.title, title))).toEqual([]);
+    },
+  );
+});
+
 describeApp('POST /v1/admin/notifications/{id}/delete racing the recipient’s deletion (PostgreSQL)', () => {
   it.skipIf(MODE !== 'cluster')(
     'answers 404 ERR_NOTIFICATION_NOT_FOUND (the notification went with the account), not ERR_USER_NOT_FOUND',
@@ -599,6 +617,40 @@ describeApp('POST /v1/admin/notifications (broadcast) and deletion', () => {
     const plain = await login(app, { bot });
     expectError(await plain.client.post(`/v1/admin/notifications/${id}/delete`), 403, 'ERR_FORBIDDEN');
     expect((await op.post(`/v1/admin/notifications/${id}/delete`)).status).toBe(200);
+  });
+});
+
+/**
+ * An Admin whose stored level is then changed to `stored` behind this node's session cache (as by
+ * a commit on another node whose invalidation is still on its way): its session still reads Admin.
+ * docs/api.md, "Levels as they are at the commit".
+ */
+async function adminChangedBehindCache(stored: number): Promise<LoggedIn> {
+  const who = await login(app, { bot });
+  await setLevel(app, who.user.id, 2);
+  expect((await who.client.get('/v1/users/me')).body.user.permission_level).toBe(2);
+  await app.database.db.update(users).set({ permissionLevel: stored }).where(eq(users.id, who.user.id));
+  expect((await who.client.get('/v1/users/me')).body.user.permission_level).toBe(2);
+  return who;
+}
+
+describeApp('POST /v1/admin/notifications (broadcast) and deletion: the caller\u2019s level as stored', () => {
+  it('answers 403 ERR_FORBIDDEN to an Admin demoted to User, who sends no broadcast', async () => {
+    const actor = await adminChangedBehindCache(0);
+    const title = `Stale broadcast ${Date.now()}`;
+    const res = await actor.client.post('/v1/admin/notifications', { title, body: 'to everyone', type: 'system' });
+    expectError(res, 403, 'ERR_FORBIDDEN');
+    expect(await app.database.db.select().from(notifications).where(eq(notifications.title, title))).toEqual([]);
+    expect(await lastAudit(AuditCodes.NOTIFICATION_BROADCAST)).not.toMatchObject({ data: { title } });
+  });
+
+  it('answers 403 ERR_FORBIDDEN to an Admin demoted to User, who deletes no broadcast (no copy, no audit entry)', async () => {
+    const { broadcastId, copies } = await broadcastWithCopies(1);
+    const actor = await adminChangedBehindCache(0);
+    const res = await actor.client.post(`/v1/admin/notifications/${copies[copies.length - 1]?.id}/delete`);
+    expectError(res, 403, 'ERR_FORBIDDEN');
+    expect(await copiesOf(broadcastId)).toEqual(copies);
+    expect(await deleteAuditsOf(broadcastId)).toEqual([]);
   });
 });
 

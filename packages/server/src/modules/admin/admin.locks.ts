@@ -1,6 +1,7 @@
 import { stateRefusal } from '../../platform/auth.js';
 import { appError } from '../../platform/errors.js';
 import type { Actor } from '../audit/audit.store.js';
+import { type CallerRead, storedCallerLevel } from '../users/users.caller.js';
 import { effectiveState } from '../users/users.presenter.js';
 import type { Tx, UserRow } from '../users/users.store.js';
 import type { ActorLevel } from './admin.rules.js';
@@ -45,4 +46,21 @@ export async function lockActorAndTarget(
   if (actor.kind === 'user') return lockCallerAndTarget(tx, actor.id, targetId, now);
   const [target] = await lockUsersInIdOrder([targetId], tx);
   return { level: actorLevel, target };
+}
+
+/**
+ * storedCallerLevel for any actor of an admin route without a target user row: a user caller's
+ * level as stored (its row held FOR SHARE, or read: CallerRead), refused when its account is gone
+ * or it is Banned or timed out; the operator (and any other non-user actor) has no row, so
+ * `actorLevel` stands.
+ */
+export async function callerLevelOf(
+  tx: Tx,
+  actor: Actor,
+  actorLevel: ActorLevel,
+  now: Date,
+  read: CallerRead = 'share',
+): Promise<ActorLevel> {
+  if (actor.kind !== 'user') return actorLevel;
+  return storedCallerLevel(tx, actor.id, now, read);
 }

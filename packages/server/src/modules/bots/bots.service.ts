@@ -14,7 +14,8 @@ import { appError } from '../../platform/errors.js';
 import { rateLimited } from '../../platform/http.js';
 import { randomToken, sha256Hex } from '../../platform/secrets.js';
 import type { Limiter, StateStore } from '../../platform/state/index.js';
-import { type ActorLevel, canManageOfficial } from '../admin/admin.rules.js';
+import { callerLevelOf } from '../admin/admin.locks.js';
+import { type ActorLevel, canManageOfficial, mayAdminister } from '../admin/admin.rules.js';
 import type { Actor, AuditStore } from '../audit/audit.store.js';
 import type { UsersService } from '../users/users.service.js';
 import { isUniqueViolation, type Tx } from '../users/users.store.js';
@@ -85,18 +86,52 @@ export function makeBotsService({ db, store, audit, state, clock, users }: BotsD
     if (!owner || owner.isStranger) throw appError('ERR_USER_NOT_FOUND');
   };
 
+  /**
+   * The caller's level as stored (callerLevelOf: a user caller's row held FOR SHARE until the
+   * commit, the operator's level standing), refused 403 below Admin; with the named owner's row
+   * held as ownerHeld does. The route's guard and the early checks read the session's level, which
+   * a demotion committed on another node (or while the request waited) has not reached yet
+   * (docs/api.md, "Levels as they are at the commit").
+   *
+   * Both users rows are taken first in the transaction, before the bot's row, and in id order
+   * between them. Before the bot's: an account deletion takes the users rows (the caller's and
+   * its target's, FOR UPDATE) and then the account's bots (releaseOwner), so a caller's row taken
+   * after a bot it owns would deadlock with the caller's deletion. In id order: an admin action
+   * between the caller and the owner (one demoting the other) locks both rows FOR UPDATE in id
+   * order (admin.store lockUsersInIdOrder), and each of ours conflicts with that lock, so taking
+   * the higher first could deadlock with it; in the same order, the later one waits for the
+   * earlier instead. A broadcast's FOR KEY SHARE of every user conflicts with neither.
+   */
+  const callerAndOwnerHeld = async (
+    tx: Tx,
+    actor: Actor,
+    level: ActorLevel,
+    ownerId: number | null,
+  ): Promise<ActorLevel> => {
+    const ownerFirst = ownerId !== null && (actor.kind !== 'user' || ownerId < actor.id);
+    if (ownerFirst) await ownerHeld(ownerId, tx);
+    const stored = await callerLevelOf(tx, actor, level, clock.now());
+    if (!mayAdminister(stored)) throw appError('ERR_FORBIDDEN');
+    if (ownerId !== null && !ownerFirst) await ownerHeld(ownerId, tx);
+    return stored;
+  };
+
   return {
-    /** Registers a bot; the API key is in this answer only and stored as its hash. Official: Owners and the operator. */
+    /**
+     * Registers a bot; the API key is in this answer only and stored as its hash. Official: Owners
+     * and the operator. Decided on the session's level first, then on the caller's as stored.
+     */
     async create(body: BotCreateBody, actor: Actor, level: ActorLevel): Promise<{ id: number; api_key: string }> {
-      if (body.type === 'official' && !canManageOfficial(level))
-        throw appError('ERR_FORBIDDEN', 'Only Owners and the operator register official bots.');
+      const mayRegister = (l: ActorLevel) => body.type !== 'official' || canManageOfficial(l);
+      const officialRefused = () => appError('ERR_FORBIDDEN', 'Only Owners and the operator register official bots.');
+      if (!mayRegister(level)) throw officialRefused();
       const ownerId = body.owner_user_id;
       if (ownerId !== undefined) await mustBeOwnable(ownerId);
       const now = clock.now();
       const apiKey = BOT_KEY_PREFIX + randomToken(32);
       // The bot and its audit entry commit together: a failed audit leaves no bot whose key nobody saw.
       const bot = await db.transaction(async (tx) => {
-        if (ownerId !== undefined) await ownerHeld(ownerId, tx);
+        if (!mayRegister(await callerAndOwnerHeld(tx, actor, level, ownerId ?? null))) throw officialRefused();
         const row = await store.insert(
           {
             name: body.name,
@@ -126,12 +161,13 @@ export function makeBotsService({ db, store, audit, state, clock, users }: BotsD
 
     /**
      * POST /v1/admin/bots/{id}/update: Admins and above; an official bot, or making one official,
-     * needs an Owner or the operator. Audited (202) with the fields that changed.
+     * needs an Owner or the operator. Audited (202) with the fields that changed. Decided on the
+     * session's level first, then on the caller's as stored and the bot's locked row.
      */
     async adminUpdate(botId: number, body: AdminBotUpdateBody, actor: Actor, level: ActorLevel) {
-      const mayManage = (bot: BotRow) =>
-        !((bot.type === OFFICIAL || body.type === 'official') && !canManageOfficial(level));
-      if (!mayManage(await mustGet(botId))) throw officialOnly();
+      const mayManage = (bot: BotRow, l: ActorLevel) =>
+        !((bot.type === OFFICIAL || body.type === 'official') && !canManageOfficial(l));
+      if (!mayManage(await mustGet(botId), level)) throw officialOnly();
       const ownerId = body.owner_user_id ?? null;
       if (ownerId !== null) await mustBeOwnable(ownerId);
       const now = clock.now();
@@ -142,11 +178,11 @@ export function makeBotsService({ db, store, audit, state, clock, users }: BotsD
       if (body.owner_user_id !== undefined) values.ownerUserId = body.owner_user_id;
       if (body.avatar_url !== undefined) values.avatarUrl = body.avatar_url;
       const row = await db.transaction(async (tx) => {
-        if (ownerId !== null) await ownerHeld(ownerId, tx);
+        const stored = await callerAndOwnerHeld(tx, actor, level, ownerId);
         // Decided again on the locked row: an Owner may have made the bot official meanwhile.
         const bot = await store.lockById(botId, tx);
         if (!bot) throw appError('ERR_BOT_NOT_FOUND');
-        if (!mayManage(bot)) throw officialOnly();
+        if (!mayManage(bot, stored)) throw officialOnly();
         const row = await store.update(botId, values, tx);
         if (!row) throw appError('ERR_BOT_NOT_FOUND');
         await audit.record(
@@ -158,15 +194,19 @@ export function makeBotsService({ db, store, audit, state, clock, users }: BotsD
       return toBotProfile(row);
     },
 
-    /** POST /v1/admin/bots/{id}/delete: a soft delete; the key stops working with the next request. */
+    /**
+     * POST /v1/admin/bots/{id}/delete: a soft delete; the key stops working with the next request.
+     * Decided on the session's level first, then on the caller's as stored and the bot's locked row.
+     */
     async remove(botId: number, actor: Actor, level: ActorLevel): Promise<void> {
-      const mayManage = (bot: BotRow) => bot.type !== OFFICIAL || canManageOfficial(level);
-      if (!mayManage(await mustGet(botId))) throw officialOnly();
+      const mayManage = (bot: BotRow, l: ActorLevel) => bot.type !== OFFICIAL || canManageOfficial(l);
+      if (!mayManage(await mustGet(botId), level)) throw officialOnly();
       const now = clock.now();
       await db.transaction(async (tx) => {
+        const stored = await callerAndOwnerHeld(tx, actor, level, null);
         const bot = await store.lockById(botId, tx);
         if (!bot) throw appError('ERR_BOT_NOT_FOUND');
-        if (!mayManage(bot)) throw officialOnly();
+        if (!mayManage(bot, stored)) throw officialOnly();
         if (!(await store.update(botId, { deletedAt: now, updatedAt: now }, tx))) throw appError('ERR_BOT_NOT_FOUND');
         await audit.record(
           { actor, code: AuditCodes.BOT_DELETE, action: 'delete', targetBotId: botId, data: { name: bot.name } },

@@ -6,11 +6,12 @@ import { rateLimited } from '../../platform/http.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
 import type { StateStore } from '../../platform/state/index.js';
 import { canModerateChat, canTarget } from '../moderation/moderation.service.js';
+import { storedCallerLevel } from '../users/users.caller.js';
 import type { Tx } from '../users/users.store.js';
 import { parseBundle } from './messages.bundle.js';
 import { messageId, toMessage } from './messages.presenter.js';
 import type { PageRequest, Reader, SendItem } from './messages.sql.js';
-import { type MessagesStore, parseMessageId } from './messages.store.js';
+import { type DeletionCandidate, type MessagesStore, parseMessageId } from './messages.store.js';
 
 /** What telling why a send was refused needs of chats and keys, wired by hand. */
 export interface SendAccess {
@@ -154,10 +155,33 @@ export function makeMessagesService({ store, clock, state, realtime, access }: M
   };
 
   /** Spec 4.6 rule 2, as the moderation module decides it (the chat owner's level read here). */
-  const mayModerate = async (actor: Sender, chat: DeletionChat): Promise<boolean> => {
+  const mayModerate = async (actor: Sender, chat: DeletionChat, tx?: Tx): Promise<boolean> => {
     const { ownerId } = chat;
-    const ownerLevel = ownerId !== null && ownerId !== actor.userId ? ((await store.levelOf(ownerId)) ?? 0) : 0;
+    const ownerLevel = ownerId !== null && ownerId !== actor.userId ? ((await store.levelOf(ownerId, tx)) ?? 0) : 0;
     return canModerateChat(ruled(actor), { type: chat.type, ownerId: chat.ownerId, ownerLevel });
+  };
+
+  /**
+   * A delete of others' messages, decided again on the actor's level as stored (docs/api.md, "Levels
+   * as they are at the commit"), not the session's: in one transaction, the actor's users row held
+   * FOR SHARE (storedCallerLevel: a demotion, ban or deletion committed before is read, a later one
+   * waits), the moderator right decided on that level (403), and `write` deletes with the actor at
+   * it, its reach (canTarget) included. The row before the messages: what else locks message rows
+   * (these deletes, the purge's batches) takes no users row after them, so no cycle.
+   */
+  const asModerator = <T>(actor: Sender, chat: DeletionChat, write: (stored: Sender, tx: Tx) => Promise<T>) =>
+    store.transaction(async (tx) => {
+      const stored = { ...actor, permissionLevel: await storedCallerLevel(tx, actor.userId, clock.now()) };
+      if (!(await mayModerate(stored, chat, tx))) throw appError('ERR_FORBIDDEN');
+      return write(stored, tx);
+    });
+
+  /** Refuses (403) a delete of `others` when one of their senders is out of the actor's reach (canTarget). */
+  const assertInReach = (actor: Sender, others: DeletionCandidate[]) => {
+    const outOfReach = others.some(
+      (m) => m.senderLevel !== null && !canTarget(ruled(actor), { userId: m.senderId ?? 0, level: m.senderLevel }),
+    );
+    if (outOfReach) throw appError('ERR_FORBIDDEN', 'That user is out of your reach.');
   };
 
   /**
@@ -262,7 +286,8 @@ export function makeMessagesService({ store, clock, state, realtime, access }: M
      * may moderate the chat (moderation canModerateChat, spec 4.6 rule 2), reader or not, when each
      * of their senders is within reach (canTarget: below the actor's level, or a deleted account).
      * Ids of no message are passed over; a system message (spec 2.9: kept for late joiners) refuses
-     * the whole request.
+     * the whole request. Others' messages are decided on the actor's level as stored (asModerator);
+     * its own need no level.
      */
     async remove(actor: Sender, chat: DeletionChat, ids: string[], assertReader: ReaderCheck) {
       const moderator = await moderates(actor, chat, assertReader);
@@ -270,14 +295,14 @@ export function makeMessagesService({ store, clock, state, realtime, access }: M
       const found = await store.byIds(chat.id, [...new Set(ids)].map(parseMessageId));
       if (found.some((m) => m.type !== 'user')) throw appError('ERR_FORBIDDEN', 'System messages cannot be deleted.');
       const others = found.filter((m) => m.senderId !== actor.userId);
-      if (others.length > 0) {
-        if (!moderator) throw appError('ERR_FORBIDDEN', 'You may delete only your own messages.');
-        const outOfReach = others.some(
-          (m) => m.senderLevel !== null && !canTarget(ruled(actor), { userId: m.senderId ?? 0, level: m.senderLevel }),
-        );
-        if (outOfReach) throw appError('ERR_FORBIDDEN', 'That user is out of your reach.');
-      }
-      return deleted(actor, chat.id, await store.remove(chat.id, found));
+      if (others.length === 0) return deleted(actor, chat.id, await store.remove(chat.id, found));
+      if (!moderator) throw appError('ERR_FORBIDDEN', 'You may delete only your own messages.');
+      assertInReach(actor, others);
+      const rows = await asModerator(actor, chat, (stored, tx) => {
+        assertInReach(stored, others);
+        return store.remove(chat.id, found, tx);
+      });
+      return deleted(actor, chat.id, rows);
     },
 
     async removeMine(actor: Sender, chat: DeletionChat) {
@@ -289,14 +314,16 @@ export function makeMessagesService({ store, clock, state, realtime, access }: M
      * The newest `count` user messages the actor may delete, for who may moderate the chat (reader
      * or not; anyone else is refused as a reader first): its own and those of senders within reach
      * (below its level, deleted accounts); messages of users at or above its level are passed over
-     * and do not count.
+     * and do not count. The right and the reach are decided on the actor's level as stored (asModerator).
      */
     async removeLast(actor: Sender, chat: DeletionChat, count: number, assertReader: ReaderCheck) {
       const moderator = await moderates(actor, chat, assertReader);
       assertWritable(chat);
       if (!moderator) throw appError('ERR_FORBIDDEN');
-      const reach = { actorId: actor.userId, levels: reachableLevels(actor) };
-      return deleted(actor, chat.id, await store.removeLast(chat.id, count, reach));
+      const rows = await asModerator(actor, chat, (stored, tx) =>
+        store.removeLast(chat.id, count, { actorId: actor.userId, levels: reachableLevels(stored) }, tx),
+      );
+      return deleted(actor, chat.id, rows);
     },
   };
 }

@@ -114,10 +114,21 @@ export function makeMessagesStore(db: Db) {
         .leftJoin(users, eq(users.id, messages.senderId))
         .where(and(eq(messages.chatId, chatId), idMatch(ids)));
     },
+    /**
+     * Runs `fn` in one transaction: a moderator's delete, decided on the caller's users row read
+     * there (messages.service asModerator) and written with it.
+     */
+    transaction<T>(fn: (tx: Tx) => Promise<T>): Promise<T> {
+      return db.transaction(fn);
+    },
     /** Deletes these user messages (never a system one) if the chat is writable; answers those deleted. */
-    async remove(chatId: number, ids: { ms: number; seq: number }[]): Promise<{ ms: number; seq: number }[]> {
+    async remove(
+      chatId: number,
+      ids: { ms: number; seq: number }[],
+      tx: Tx = db,
+    ): Promise<{ ms: number; seq: number }[]> {
       if (ids.length === 0) return [];
-      return db
+      return tx
         .delete(messages)
         .where(and(eq(messages.chatId, chatId), eq(messages.type, 'user'), idMatch(ids), writable(chatId)))
         .returning(key);
@@ -140,7 +151,7 @@ export function makeMessagesStore(db: Db) {
      * Deletes the newest `count` user messages within `reach` in one statement, if the chat is
      * writable: messages out of reach are passed over, not counted. Answers those deleted.
      */
-    async removeLast(chatId: number, count: number, reach: Reach): Promise<{ ms: number; seq: number }[]> {
+    async removeLast(chatId: number, count: number, reach: Reach, tx: Tx = db): Promise<{ ms: number; seq: number }[]> {
       const last = db
         .select(key)
         .from(messages)
@@ -154,14 +165,14 @@ export function makeMessagesStore(db: Db) {
         )
         .orderBy(desc(messages.ms), desc(messages.seq))
         .limit(count);
-      return db
+      return tx
         .delete(messages)
         .where(and(eq(messages.chatId, chatId), sql`(${messages.ms}, ${messages.seq}) in ${last}`, writable(chatId)))
         .returning(key);
     },
     /** A user's permission level; null when there is no such user (a deleted account). */
-    async levelOf(userId: number): Promise<number | null> {
-      const [row] = await db.select({ level: users.permissionLevel }).from(users).where(eq(users.id, userId));
+    async levelOf(userId: number, tx: Tx = db): Promise<number | null> {
+      const [row] = await tx.select({ level: users.permissionLevel }).from(users).where(eq(users.id, userId));
       return row?.level ?? null;
     },
     /**

@@ -11,9 +11,10 @@ import {
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
-import { lockActorAndTarget } from '../admin/admin.locks.js';
-import { type ActorLevel, canActOn } from '../admin/admin.rules.js';
+import { callerLevelOf, lockActorAndTarget } from '../admin/admin.locks.js';
+import { type ActorLevel, canActOn, mayAdminister } from '../admin/admin.rules.js';
 import type { Actor, AuditStore } from '../audit/audit.store.js';
+import type { CallerRead } from '../users/users.caller.js';
 import type { Tx, UsersStore } from '../users/users.store.js';
 import type { NotificationEvents } from './notifications.events.js';
 import { toNotification } from './notifications.presenter.js';
@@ -147,6 +148,16 @@ export function makeNotificationsService(deps: NotificationsDeps) {
   };
 
   /**
+   * A broadcast's sender or deleter may administer on its level as stored (callerLevelOf), not
+   * only on the one its session read when the request began (docs/api.md, "Levels as they are at
+   * the commit"): 403 ERR_FORBIDDEN otherwise. `read`: whether the caller's row is held until the
+   * commit (CallerRead); given `db` for `tx`, a read before any transaction.
+   */
+  const assertStoredAdmin = async (tx: Tx, actor: Actor, actorLevel: ActorLevel, read: CallerRead) => {
+    if (!mayAdminister(await callerLevelOf(tx, actor, actorLevel, clock.now(), read))) throw appError('ERR_FORBIDDEN');
+  };
+
+  /**
    * Deletes every copy of a broadcast, `row` being the copy named (803).
    *
    * All copies but the kept ones go first, `broadcastDeleteBatch` a statement, each committed on its
@@ -160,14 +171,21 @@ export function makeNotificationsService(deps: NotificationsDeps) {
    * copy it names. That transaction decides between concurrent deletions of one broadcast, under
    * the broadcast's lock: the first to get there answers 200 with the one audit entry; a later one
    * finds the deletion recorded and answers 404, as for a broadcast already gone.
+   *
+   * The caller's level as stored decides before the first batch (a batch commits at once, so a
+   * caller demoted before the request deletes no copy) and again in the final transaction, its
+   * row held there until the commit: a caller demoted while the batches ran answers 403 and the
+   * kept copies stay, with no audit entry, until a deletion by an admin finishes it.
    */
   const removeBroadcast = async (
     actor: Actor,
+    actorLevel: ActorLevel,
     row: NotificationRow,
     broadcastId: string,
   ): Promise<AdminNotificationDeleted> => {
     const extent = await store.broadcastExtent(broadcastId);
     if (!extent) throw appError('ERR_NOTIFICATION_NOT_FOUND');
+    await assertStoredAdmin(db, actor, actorLevel, 'read');
     const keep = extent.anchorId === row.id ? [row.id] : [extent.anchorId, row.id];
     const batch = deps.broadcastDeleteBatch ?? BROADCAST_DELETE_BATCH;
     for (;;) {
@@ -185,6 +203,10 @@ export function makeNotificationsService(deps: NotificationsDeps) {
       // lock, the first to get here answers 200 and records the deletion; a later one finds it
       // recorded and answers 404, whichever copies were left for it.
       await store.lockBroadcastDeletion(broadcastId, tx);
+      // The caller's row after the broadcast's lock and before the kept copies: an account deletion
+      // holds the row FOR UPDATE and then deletes the account's copies (ON DELETE CASCADE), so
+      // holding a copy first could deadlock with the caller's deletion; this way one waits.
+      await assertStoredAdmin(tx, actor, actorLevel, 'share');
       if (await store.broadcastDeletionRecorded(broadcastId, tx)) throw appError('ERR_NOTIFICATION_NOT_FOUND');
       await store.deleteBroadcastCopies(broadcastId, keep, tx);
       await audit.record(
@@ -276,7 +298,16 @@ export function makeNotificationsService(deps: NotificationsDeps) {
       }
       const broadcastId = randomUUID();
       const result = await db.transaction(async (tx) => {
+        // The caller's level as stored, read without a lock before the insert: the insert then takes
+        // every user's row FOR KEY SHARE in id order (insertBroadcast), and the caller's row held
+        // FOR SHARE ahead of them, out of that order, could deadlock with an admin action that locks
+        // the caller's row and a lower one FOR UPDATE in id order (lockUsersInIdOrder). Read again
+        // after the insert, which holds the caller's row FOR KEY SHARE by then: an admin action's
+        // demotion, ban or deletion of the caller (each FOR UPDATE first) either committed before
+        // and is read, or waits for the broadcast's commit. The first read spares the insert.
+        await assertStoredAdmin(tx, actor, actorLevel, 'read');
         const written = await store.insertBroadcast({ ...content, broadcastId }, tx);
+        await assertStoredAdmin(tx, actor, actorLevel, 'read');
         await audit.record(
           {
             actor,
@@ -300,7 +331,7 @@ export function makeNotificationsService(deps: NotificationsDeps) {
     async remove(actor: Actor, actorLevel: ActorLevel, id: number): Promise<AdminNotificationDeleted> {
       const row = await store.byId(id);
       if (!row) throw appError('ERR_NOTIFICATION_NOT_FOUND');
-      if (row.broadcastId !== null) return removeBroadcast(actor, row, row.broadcastId);
+      if (row.broadcastId !== null) return removeBroadcast(actor, actorLevel, row, row.broadcastId);
       const recipient = await users.byId(row.userId);
       // A recipient deleted since the notification was read took it with it (ON DELETE CASCADE).
       if (!recipient) throw appError('ERR_NOTIFICATION_NOT_FOUND');
