@@ -753,10 +753,10 @@ describeApp('a chat config update and a deletion right after its commit (Postgre
 const liveAs = (on: TestApp, chatId: number, type: string) =>
   countRows(on, `select count(*) as n from chats where id = ${chatId} and type = '${type}' and deleted_at is null`);
 
-// A chat's settings, its deletion and the revocation of another's invite are decided on the
-// caller's level as stored when the write runs, as creations are, never on the session's view of
-// it (docs/api.md, Chats): the session's level is only a quick refusal.
-describeApp('chat settings, deletion and invite revocation follow the caller as stored', () => {
+// A chat's settings, its deletion, its invites and an official chat's creation are decided on the
+// caller's level and state as stored when the write runs, as creations are, never on the session's
+// view of them (docs/api.md, Chats): the session's level is only a quick refusal.
+describeApp('official chat creation, chat settings, deletion and invites follow the caller as stored', () => {
   // An app of its own whose time stands still, so no cached session reaches its TTL: only the
   // stored row can tell the write about a change this node has not heard of.
   let timed: TestApp;
@@ -811,6 +811,67 @@ describeApp('chat settings, deletion and invite revocation follow the caller as 
     const { code } = (await owner.client.post(`/v1/portal/chats/${chatId}/invites/create`, {})).body.invite;
     const res = await actor.client.post(`/v1/portal/chats/${chatId}/invites/${code}/delete`, {});
     expect([res.status, res.body.code]).toEqual([403, 'ERR_FORBIDDEN']);
+    const listed = (await owner.client.get(`/v1/portal/chats/${chatId}/invites`)).body.invites;
+    expect(listed.map((i: any) => i.code)).toEqual([code]);
+  });
+
+  /** Writes `set` to the user's row behind the stores' back; the session still reads it Active at its level. */
+  const changedBehind = async (who: { client: Client; user: { id: number } }, set: string) => {
+    expect((await who.client.get('/v1/users/me')).status).toBe(200);
+    await timed.database.db.execute(`update users set ${set} where id = ${who.user.id}` as never);
+    expect((await who.client.get('/v1/users/me')).status).toBe(200);
+  };
+  const anHourOn = () => new Date(clock.now().getTime() + 3_600_000).toISOString();
+
+  it('answers 403 ERR_FORBIDDEN to an official chat’s creation by an Owner demoted to Admin by a write the node’s session cache has not heard of, and creates nothing', async () => {
+    const actor = await login(timed);
+    await setLevel(timed, actor.user.id, 3);
+    expect((await actor.client.get('/v1/users/me')).body.user.permission_level).toBe(3);
+    await changedBehind(actor, 'permission_level = 2');
+    const res = await actor.client.post('/v1/admin/chats/create', { name: 'Stale official' });
+    expect([res.status, res.body.code]).toEqual([403, 'ERR_FORBIDDEN']);
+    expect(await countRows(timed, `select count(*) as n from chats where name = 'Stale official'`)).toBe(0);
+  });
+
+  it('answers 403 ERR_TIMED_OUT to a deletion by an Admin timed out by a write the node’s session cache has not heard of (the admin route too), and deletes nothing', async () => {
+    const { chatId } = await keyedChat(timed, 'private');
+    const actor = await login(timed);
+    await setLevel(timed, actor.user.id, 2);
+    await changedBehind(actor, `state = 1, state_expires_at = '${anHourOn()}'`);
+    const own = await actor.client.post(`/v1/portal/chats/${chatId}/delete`, {});
+    const admin = await actor.client.post(`/v1/admin/chats/${chatId}/delete`, {});
+    expect([own.status, own.body.code, admin.status, admin.body.code]).toEqual([
+      403,
+      'ERR_TIMED_OUT',
+      403,
+      'ERR_TIMED_OUT',
+    ]);
+    expect(await liveAs(timed, chatId, 'private')).toBe(1);
+  });
+
+  it('answers 403 ERR_BANNED to a config update and an invite’s creation by a chat’s owner banned by a write the node’s session cache has not heard of, and changes nothing', async () => {
+    const { owner, chatId } = await keyedChat(timed, 'private');
+    await changedBehind(owner, 'state = 2');
+    const update = await owner.client.post(`/v1/portal/chats/${chatId}/config/update`, { type: 'public' });
+    const invite = await owner.client.post(`/v1/portal/chats/${chatId}/invites/create`, {});
+    expect([update.status, update.body.code, invite.status, invite.body.code]).toEqual([
+      403,
+      'ERR_BANNED',
+      403,
+      'ERR_BANNED',
+    ]);
+    expect(await liveAs(timed, chatId, 'private')).toBe(1);
+    expect(await countRows(timed, `select count(*) as n from chat_invites where chat_id = ${chatId}`)).toBe(0);
+  });
+
+  it('answers 403 ERR_TIMED_OUT to the revocation of the owner’s invite by an Admin timed out by a write the node’s session cache has not heard of, and the invite stays live', async () => {
+    const { owner, chatId } = await keyedChat(timed, 'private');
+    const actor = await login(timed);
+    await setLevel(timed, actor.user.id, 2);
+    const { code } = (await owner.client.post(`/v1/portal/chats/${chatId}/invites/create`, {})).body.invite;
+    await changedBehind(actor, `state = 1, state_expires_at = '${anHourOn()}'`);
+    const res = await actor.client.post(`/v1/portal/chats/${chatId}/invites/${code}/delete`, {});
+    expect([res.status, res.body.code]).toEqual([403, 'ERR_TIMED_OUT']);
     const listed = (await owner.client.get(`/v1/portal/chats/${chatId}/invites`)).body.invites;
     expect(listed.map((i: any) => i.code)).toEqual([code]);
   });

@@ -607,6 +607,31 @@ describeApp('PUT /v1/guilds/{guild_id}/…: the right to manage is decided on th
   );
 });
 
+/**
+ * An Admin the node's session cache knows, moved to `level` by a write it has not heard of (as
+ * another node's commit whose invalidation is on its way); the app's clock stands still, so the
+ * cached session does not expire.
+ */
+async function demotedBehindTheCache(level = 0): Promise<LoggedIn> {
+  const who = await login(app, { bot: loginBot });
+  await setLevel(app, who.user.id, 2);
+  expect((await who.client.get('/v1/users/me')).body.user.permission_level).toBe(2);
+  await app.database.db.execute(`update users set permission_level = ${level} where id = ${who.user.id}` as never);
+  expect((await who.client.get('/v1/users/me')).body.user.permission_level).toBe(2);
+  return who;
+}
+
+describeApp('PUT /v1/guilds/{guild_id}/…: the caller’s level is decided as stored', () => {
+  it('answers 403 ERR_FORBIDDEN to an Admin demoted to User by a write the node’s session cache has not heard of, and changes no guild room settings or vanity', async () => {
+    const g = await guild({ withPremium: true });
+    const actor = await demotedBehindTheCache();
+    expectError(await roomSettings(actor.client, g.id, { start_url: 'https://phish.example/' }), 403, 'ERR_FORBIDDEN');
+    expectError(await vanity(actor.client, g.id, nextVanity()), 403, 'ERR_FORBIDDEN');
+    const stored = (await admin.client.get(`/v1/guilds/${g.id}`)).body;
+    expect(stored).toMatchObject({ vanity_invite: null, room_settings: { start_url: RoomSettingsDefaults.start_url } });
+  });
+});
+
 describeApp('guild room settings and the room VM', () => {
   it('starts the guild chat’s VM with the guild’s settings (Tor, refused here before any browser runs)', async () => {
     const g = await guild({ withPremium: true });
@@ -656,6 +681,21 @@ describeApp('POST /v1/admin/guilds/{guild_id}/premium, …/premium/revoke', () =
     expectError(await premium(g.id, 5, new Client(app.url)), 401, 'ERR_UNAUTHENTICATED');
   });
 
+  it('answers 403 ERR_FORBIDDEN to an Admin demoted to User by a write the node’s session cache has not heard of: it grants no guild premium and revokes none', async () => {
+    const g = await guild();
+    const actor = await demotedBehindTheCache();
+    expectError(await premium(g.id, 3650, actor.client), 403, 'ERR_FORBIDDEN');
+    expect((await premium(g.id, 30)).status).toBe(200);
+    expectError(await actor.client.post(`/v1/admin/guilds/${g.id}/premium/revoke`, {}), 403, 'ERR_FORBIDDEN');
+    const until = new Date(clock.now().getTime() + 30 * DAY).toISOString();
+    expect((await admin.client.get(`/v1/guilds/${g.id}`)).body.subscription_expires_at).toBe(until);
+    const audits = [
+      ...(await guildAudits(AuditCodes.GUILD_PREMIUM_GRANT)),
+      ...(await guildAudits(AuditCodes.GUILD_PREMIUM_REVOKE)),
+    ].filter((a) => a.actorId === actor.user.id);
+    expect(audits).toEqual([]);
+  });
+
   it('refuses days 0, 3651, fractions and text (400) and unknown guilds (404)', async () => {
     const g = await guild();
     for (const days of [0, 3651, 1.5, '3', -1])
@@ -694,6 +734,28 @@ describeApp('POST /v1/admin/guilds/{guild_id}/sponsors/add, …/remove', () => {
     expect(adds).toHaveLength(1);
     expect(removes).toHaveLength(1);
     expect(adds[0]).toMatchObject({ actorKind: 'operator', data: { guild_id: g.id } });
+  });
+
+  it('answers 403 ERR_FORBIDDEN to an Admin demoted to User by a write the node’s session cache has not heard of: it makes itself no sponsor of a guild, and removes none', async () => {
+    const g = await guild();
+    const sponsor = await login(app, { bot: loginBot });
+    expect((await op.post(`/v1/admin/guilds/${g.id}/sponsors/add`, { user_id: sponsor.user.id })).status).toBe(200);
+    const actor = await demotedBehindTheCache();
+    const add = await actor.client.post(`/v1/admin/guilds/${g.id}/sponsors/add`, { user_id: actor.user.id });
+    const remove = await actor.client.post(`/v1/admin/guilds/${g.id}/sponsors/remove`, { user_id: sponsor.user.id });
+    expect([add.status, add.body.code, remove.status, remove.body.code]).toEqual([
+      403,
+      'ERR_FORBIDDEN',
+      403,
+      'ERR_FORBIDDEN',
+    ]);
+    expect((await admin.client.get(`/v1/guilds/${g.id}`)).body.sponsor_ids).toEqual([sponsor.user.id]);
+    expect(
+      [
+        ...(await guildAudits(AuditCodes.GUILD_SPONSOR_ADD)),
+        ...(await guildAudits(AuditCodes.GUILD_SPONSOR_REMOVE)),
+      ].filter((a) => a.actorId === actor.user.id),
+    ).toEqual([]);
   });
 
   it('answers 404 ERR_USER_NOT_FOUND for an unknown user, 404 ERR_GUILD_NOT_FOUND for an unknown guild', async () => {

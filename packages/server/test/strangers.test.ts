@@ -3,7 +3,7 @@ import { eq, inArray } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { STRANGER_ADDRESS_BAR_MS, STRANGER_GRACE_MS } from '../src/modules/auth/auth.service.js';
 import { FakeClock } from '../src/platform/clock.js';
-import { chatMembers, moderationActions, notifications, sessions, users } from '../src/platform/db/schema.js';
+import { auditLog, chatMembers, moderationActions, notifications, sessions, users } from '../src/platform/db/schema.js';
 import { describeApp, MODE, type Nodes, startApp, startNodes, type TestApp } from './support/app.js';
 import { join, keyedChat, member } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
@@ -220,6 +220,29 @@ describeApp('a stranger a moderator blocked (POST /v1/portal/strangers/block)', 
       clock.advance(1);
       expect((await create(ip)).status).toBe(200);
     }
+  });
+});
+
+describeApp('POST /v1/portal/strangers/block: the caller’s level as stored', () => {
+  it('answers 403 ERR_FORBIDDEN to a Moderator demoted to User by a write the node’s session cache has not heard of: it blocks no stranger, and the stranger’s search goes on', async () => {
+    const s = await stranger();
+    await connectSocket(app.url, s.client);
+    const mod = await member(app, { level: 1 });
+    const search = await s.client.post('/v1/portal/match', { interests: [tag()] });
+    expect(search.body.state, JSON.stringify(search.body)).toBe('searching');
+    expect((await mod.client.get('/v1/users/me')).body.user.permission_level).toBe(1);
+    // Written behind the stores' back (as another node's commit whose invalidation is on its way).
+    await app.database.db.update(users).set({ permissionLevel: 0 }).where(eq(users.id, mod.user.id));
+    expect((await mod.client.get('/v1/users/me')).body.user.permission_level).toBe(1);
+
+    const res = await mod.client.post('/v1/portal/strangers/block', { user_id: s.id });
+    expect([res.status, res.body.code]).toEqual([403, 'ERR_FORBIDDEN']);
+    const [row] = await app.database.db.select({ at: users.matchBlockedAt }).from(users).where(eq(users.id, s.id));
+    expect(row?.at).toBeNull();
+    const audits = await app.database.db.select().from(auditLog).where(eq(auditLog.targetUserId, s.id));
+    expect(audits).toEqual([]);
+    expect((await s.client.get('/v1/portal/match/status')).body.state).toBe('searching');
+    await s.client.post('/v1/portal/match/dequeue', {});
   });
 });
 

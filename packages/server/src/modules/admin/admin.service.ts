@@ -275,7 +275,7 @@ export function makeAdminService(deps: AdminDeps) {
     async createOfficialChat(actor: Actor, level: ActorLevel, body: AdminChatCreateBody): Promise<Chat> {
       if (!canManageOfficial(level))
         throw appError('ERR_FORBIDDEN', 'Only Owners and the operator create official chats.');
-      return deps.chats.createOfficial(body.name, (tx, chatId) =>
+      return deps.chats.createOfficial(chatViewer(actor, level), body.name, (tx, chatId) =>
         chatAudit(
           actor,
           AuditCodes.CHAT_CREATE_OFFICIAL,

@@ -3,6 +3,7 @@ import { Limits } from '@parlor/protocol';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
+import { storedCallerLevel } from '../users/users.caller.js';
 import { toInvite } from './chats.presenter.js';
 import { canManage, type Viewer } from './chats.rules.js';
 import type { ChatRow, ChatsStore, ChatWithCount } from './chats.store.js';
@@ -28,7 +29,11 @@ export function makeChatInvites({ db, store, clock, mustGet }: ChatInvitesDeps) 
      * transaction that holds the chat's row (FOR SHARE) from its read to the invite's insert: a
      * deletion or a change of type committed before is read here (404, or a private chat's rule),
      * one that comes later waits for the invite (and making the chat private then revokes a
-     * member's). The creator's level is the stored one, as the join that spends the invite reads it.
+     * member's). The creator's level and state are the stored ones (storedCallerLevel: a creator
+     * Banned or timed out on another node, not yet heard of here, is refused as its session would
+     * be), as the join that spends the invite reads them; its row is held FOR SHARE after the
+     * chat's (chat rows before users rows), so a demotion, ban or timeout either committed before
+     * or waits for the invite.
      * A chat holds up to Limits.INVITES_PER_CHAT live invites (409 ERR_INVITE_LIMIT past it),
      * every stored live one counted (liveInviteCount), under a lock that serialises the chat's creations: two
      * creations racing for the last place, on any nodes, cannot both pass the count.
@@ -39,8 +44,7 @@ export function makeChatInvites({ db, store, clock, mustGet }: ChatInvitesDeps) 
         const chat = await store.shareById(chatId, tx);
         if (!chat) throw appError('ERR_CHAT_NOT_FOUND');
         // Users rows after chat rows (docs/api.md, Moderation). An account deleted meanwhile took its session with it.
-        const level = await store.levelOf(viewer.userId, tx);
-        if (level === undefined) throw appError('ERR_UNAUTHENTICATED');
+        const level = await storedCallerLevel(tx, viewer.userId, now);
         const creator: Viewer = { userId: viewer.userId, permissionLevel: level };
         const member = chat.type === 'public' && (await store.isMember(chatId, viewer.userId, tx));
         if (!member && !canManage(creator, chat.ownerUserId)) throw appError('ERR_FORBIDDEN');
@@ -77,11 +81,12 @@ export function makeChatInvites({ db, store, clock, mustGet }: ChatInvitesDeps) 
 
     /**
      * Revokes a live invite: its creator's, or the chat's owner or an Admin and above. Anyone but
-     * its creator is decided on the level as stored, as an invite's creation is (the session's
-     * view of it is checked first, as a quick refusal): a demotion committed on another node, not
-     * yet heard of here, is seen. The level is read, not locked, as the creation reads it: a
-     * demotion that commits after that read is ordered after the revocation. An account deleted
-     * meanwhile: 401, as for a creation.
+     * its creator is decided on the level and state as stored, as an invite's creation is (the
+     * session's view of it is checked first, as a quick refusal): a demotion, ban or timeout
+     * committed on another node, not yet heard of here, is seen (403, ERR_BANNED or
+     * ERR_TIMED_OUT for the latter two). The revocation is one statement of its own, so the row is
+     * read, not locked: a demotion that commits after that read is ordered after the revocation.
+     * An account deleted meanwhile: 401, as for a creation.
      */
     async deleteInvite(viewer: Viewer, chatId: number, code: string): Promise<void> {
       const chat = await mustGet(chatId);
@@ -89,8 +94,7 @@ export function makeChatInvites({ db, store, clock, mustGet }: ChatInvitesDeps) 
       if (!invite) throw appError('ERR_INVITE_NOT_FOUND');
       if (invite.createdBy !== viewer.userId) {
         if (!canManage(viewer, chat.ownerUserId)) throw appError('ERR_FORBIDDEN');
-        const level = await store.levelOf(viewer.userId);
-        if (level === undefined) throw appError('ERR_UNAUTHENTICATED');
+        const level = await storedCallerLevel(db, viewer.userId, clock.now(), 'read');
         if (!canManage({ userId: viewer.userId, permissionLevel: level }, chat.ownerUserId))
           throw appError('ERR_FORBIDDEN');
       }

@@ -5,6 +5,7 @@ import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
 import { canManageOfficial } from '../admin/admin.rules.js';
+import { storedCallerLevel } from '../users/users.caller.js';
 import { hasPremium } from '../users/users.presenter.js';
 import type { Tx } from '../users/users.store.js';
 import { assertChatManager } from './chats.invites.js';
@@ -38,20 +39,28 @@ export function makeChatLifecycle({ db, store, clock, realtime, mustGet, written
   };
 
   /**
+   * The caller's level as stored (storedCallerLevel), or the operator's as given: the operator
+   * (`viewer.operator`, from admin.service `chatViewer`) has no users row.
+   */
+  const levelAsStored = (viewer: Viewer, tx: Tx): Promise<number> | number =>
+    viewer.operator ? viewer.permissionLevel : storedCallerLevel(tx, viewer.userId, clock.now());
+
+  /**
    * The chat's row, locked until the commit, once the caller may change or delete it as stored:
-   * its level read after that lock (chat rows before users rows, docs/api.md Moderation), as an
-   * invite's creation reads it, never the session's view of it, which a demotion committed on
-   * another node, or while this waited for the row, has not reached yet. A caller whose account is
-   * gone took its session with it: 401, as for an invite. The operator (`viewer.operator`, from
-   * admin.service `chatViewer`) has no users row: its level stands.
+   * its level and state read after that lock (chat rows before users rows, docs/api.md
+   * Moderation), as an invite's creation reads them, never the session's view of them, which a
+   * demotion, ban or timeout committed on another node, or while this waited for the row, has not
+   * reached yet. The caller's row is held FOR SHARE until the commit, so one that comes later
+   * waits for the write: every transaction that takes both takes the chat's row first (a join, a
+   * chat action, a platform ban, an account deletion), so none holds the caller's row while it
+   * waits for this chat's. A caller whose account is gone took its session with it: 401, as for an
+   * invite; one Banned or timed out answers ERR_BANNED or ERR_TIMED_OUT, as its session would.
    */
   const lockManaged = async (viewer: Viewer, chatId: number, tx: Tx): Promise<ChatRow> => {
     const row = await store.lockById(chatId, tx);
     // Deleted since it was read: nothing changed, so nothing is recorded (`extra`) either.
     if (!row) throw appError('ERR_CHAT_NOT_FOUND');
-    const level = viewer.operator ? viewer.permissionLevel : await store.levelOf(viewer.userId, tx);
-    if (level === undefined) throw appError('ERR_UNAUTHENTICATED');
-    assertSettingsManager({ ...viewer, permissionLevel: level }, row);
+    assertSettingsManager({ ...viewer, permissionLevel: await levelAsStored(viewer, tx) }, row);
     return row;
   };
 
@@ -91,11 +100,21 @@ export function makeChatLifecycle({ db, store, clock, realtime, mustGet, written
 
     /**
      * An official chat (POST /v1/admin/chats/create): the platform's own, so it has no owner and
-     * no members until people join; it uses nobody's slots. The caller checks who may create it.
+     * no members until people join; it uses nobody's slots. Only Owners and the operator create
+     * one (canManageOfficial), decided on the caller's level as stored, in the creation's
+     * transaction (the caller checks the session's first, as a quick refusal): an Owner demoted on
+     * another node, not yet heard of here, creates nothing. Its row is held FOR SHARE until the
+     * commit; the transaction locks no other row.
      */
-    async createOfficial(name: string, extra?: (tx: Tx, chatId: number) => Promise<void>): Promise<Chat> {
+    async createOfficial(
+      viewer: Viewer,
+      name: string,
+      extra?: (tx: Tx, chatId: number) => Promise<void>,
+    ): Promise<Chat> {
       const now = clock.now();
       const chat = await db.transaction(async (tx) => {
+        if (!canManageOfficial(await levelAsStored(viewer, tx)))
+          throw appError('ERR_FORBIDDEN', 'Only Owners and the operator create official chats.');
         const chat = await store.insert(
           { type: 'official', name: name.trim(), ownerUserId: null, createdAt: now, updatedAt: now },
           tx,

@@ -101,11 +101,6 @@ export function makeChatsStore(db: Db) {
         .for('share');
       return row;
     },
-    /** A user's permission level as stored (undefined: the account is gone); read, not locked. */
-    async levelOf(userId: number, tx: Tx = db): Promise<number | undefined> {
-      const [row] = await tx.select({ level: users.permissionLevel }).from(users).where(eq(users.id, userId)).limit(1);
-      return row?.level;
-    },
     async update(id: number, values: Partial<typeof chats.$inferInsert>, tx: Tx = db): Promise<ChatRow | undefined> {
       const [row] = await tx
         .update(chats)

@@ -114,7 +114,7 @@ function registerAdminGuildRoutes(app: App, deps: { guilds: GuildsService; guard
       response,
     },
     onRequest: guards.operatorOrAdmin,
-    handler: async (req) => guilds.grantPremium(adminActor(req).actor, req.params.guild_id, req.body),
+    handler: async (req) => guilds.grantPremium(adminActor(req), req.params.guild_id, req.body),
   });
 
   app.post('/v1/admin/guilds/:guild_id/premium/revoke', {
@@ -125,7 +125,7 @@ function registerAdminGuildRoutes(app: App, deps: { guilds: GuildsService; guard
       response,
     },
     onRequest: guards.operatorOrAdmin,
-    handler: async (req) => guilds.revokePremium(adminActor(req).actor, req.params.guild_id, req.body),
+    handler: async (req) => guilds.revokePremium(adminActor(req), req.params.guild_id, req.body),
   });
 
   for (const [verb, add] of [
@@ -142,7 +142,7 @@ function registerAdminGuildRoutes(app: App, deps: { guilds: GuildsService; guard
         response,
       },
       onRequest: guards.operatorOrAdmin,
-      handler: async (req) => guilds.setSponsor(adminActor(req).actor, req.params.guild_id, req.body, add),
+      handler: async (req) => guilds.setSponsor(adminActor(req), req.params.guild_id, req.body, add),
     });
   }
 }

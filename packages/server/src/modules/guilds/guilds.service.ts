@@ -14,11 +14,20 @@ import {
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
+import { callerLevelOf, lockActorAndTarget } from '../admin/admin.locks.js';
+import { type ActorLevel, mayAdminister } from '../admin/admin.rules.js';
 import type { Actor, AuditStore } from '../audit/audit.store.js';
-import { isUniqueViolation, type Tx, type UsersStore } from '../users/users.store.js';
+import { storedCallerLevel } from '../users/users.caller.js';
+import { isUniqueViolation, type Tx, type UserRow, type UsersStore } from '../users/users.store.js';
 import { toBotGuild, toGuild, toRoomSettings, toVanityGuild } from './guilds.presenter.js';
 import { canManageGuild, guildChatName, guildHasPremium, isStartUrl, premiumUntil } from './guilds.rules.js';
 import type { GuildInsert, GuildRow, GuildsStore } from './guilds.store.js';
+
+/** The caller of an admin guild route (admin.routes `adminActor`): who it is and its session's level. */
+export interface AdminCaller {
+  actor: Actor;
+  level: ActorLevel;
+}
 
 /** A signed-in caller of the guild endpoints. */
 export interface GuildViewer {
@@ -39,7 +48,7 @@ export interface GuildsDeps {
   store: GuildsStore;
   clock: Clock;
   audit: AuditStore;
-  users: Pick<UsersStore, 'byId' | 'byIdForUpdate'>;
+  users: Pick<UsersStore, 'byId'>;
   chats: GuildChats;
 }
 
@@ -75,27 +84,48 @@ export function makeGuildsService(deps: GuildsDeps) {
    * the locked row, in the write's transaction: a sponsor removal (adminChange) and the bot upsert
    * that moves the owner id both write this row, so either committed before the lock and is seen
    * here (403, nothing written), or waits for the write. A check before the transaction would let
-   * a caller who just lost the guild write it anyway.
+   * a caller who just lost the guild write it anyway. The Admin right is decided on the caller's
+   * level as stored (storedCallerLevel, its row held FOR SHARE after the guild's: guild rows before
+   * users rows), never the session's view of it, which a demotion committed on another node has
+   * not reached yet; a caller Banned or timed out meanwhile answers as its session would.
    */
   const lockManaged = async (viewer: GuildViewer, chatplatformId: string, tx: Tx): Promise<GuildRow> => {
     const g = await store.lockByChatplatformId(chatplatformId, tx);
     if (!g) throw appError('ERR_GUILD_NOT_FOUND');
-    await mustMayManage(viewer, g, tx);
+    const permissionLevel = await storedCallerLevel(tx, viewer.userId, clock.now());
+    await mustMayManage({ ...viewer, permissionLevel }, g, tx);
     return g;
   };
 
   const full = async (g: GuildRow): Promise<Guild> =>
     toGuild(g, (await store.sponsorsOf([g.id])).get(g.id) ?? [], clock.now());
 
-  /** Runs an admin change on the locked guild row; the change returns the row to answer with. */
-  const adminChange = async (chatplatformId: string, change: (g: GuildRow, tx: Tx) => Promise<GuildRow>) => {
+  /**
+   * Runs an admin change on the locked guild row once the caller may administer (mayAdminister)
+   * on its level as `lockCaller` reads it after that lock (guild rows before users rows), never the
+   * session's view of it (the route's guard checked that first, as a quick refusal): an Admin
+   * demoted on another node, not yet heard of here, changes nothing. The change gets what
+   * `lockCaller` answered and returns the row to answer with.
+   */
+  const adminChange = async <Locked extends { level: ActorLevel }>(
+    chatplatformId: string,
+    lockCaller: (tx: Tx) => Promise<Locked>,
+    change: (g: GuildRow, tx: Tx, locked: Locked) => Promise<GuildRow>,
+  ) => {
     const row = await db.transaction(async (tx) => {
       const g = await store.lockByChatplatformId(chatplatformId, tx);
       if (!g) throw appError('ERR_GUILD_NOT_FOUND');
-      return change(g, tx);
+      const locked = await lockCaller(tx);
+      if (!mayAdminister(locked.level)) throw appError('ERR_FORBIDDEN');
+      return change(g, tx, locked);
     });
     return full(row);
   };
+
+  /** An admin caller's level as stored, its row held FOR SHARE until the commit (callerLevelOf). */
+  const callerLevel =
+    ({ actor, level }: AdminCaller) =>
+    async (tx: Tx): Promise<{ level: ActorLevel }> => ({ level: await callerLevelOf(tx, actor, level, clock.now()) });
 
   const updated = async (id: number, values: Partial<GuildInsert>, tx: Tx): Promise<GuildRow> => {
     const row = await store.update(id, values, tx);
@@ -223,10 +253,11 @@ export function makeGuildsService(deps: GuildsDeps) {
     },
 
     /** Admin: premium for `days` from now, replacing any current expiry. */
-    async grantPremium(actor: Actor, chatplatformId: string, body: GuildPremiumBody): Promise<Guild> {
+    async grantPremium(caller: AdminCaller, chatplatformId: string, body: GuildPremiumBody): Promise<Guild> {
+      const { actor } = caller;
       const now = clock.now();
       const until = premiumUntil(body.days, now);
-      return adminChange(chatplatformId, async (g, tx) => {
+      return adminChange(chatplatformId, callerLevel(caller), async (g, tx) => {
         const next = await updated(g.id, { subscriptionExpiresAt: until, updatedAt: now }, tx);
         await audit.record(
           {
@@ -248,9 +279,10 @@ export function makeGuildsService(deps: GuildsDeps) {
     },
 
     /** Admin: ends guild premium. A guild without an expiry is left as is (idempotent, nothing recorded). */
-    async revokePremium(actor: Actor, chatplatformId: string, body: GuildPremiumRevokeBody | undefined) {
+    async revokePremium(caller: AdminCaller, chatplatformId: string, body: GuildPremiumRevokeBody | undefined) {
+      const { actor } = caller;
       const now = clock.now();
-      return adminChange(chatplatformId, async (g, tx) => {
+      return adminChange(chatplatformId, callerLevel(caller), async (g, tx) => {
         if (g.subscriptionExpiresAt === null) return g;
         const next = await updated(g.id, { subscriptionExpiresAt: null, updatedAt: now }, tx);
         await audit.record(
@@ -270,14 +302,27 @@ export function makeGuildsService(deps: GuildsDeps) {
     /**
      * Admin: adds or removes a sponsor. Repeating either changes and records nothing. An added
      * sponsor's row is held until the commit: a user deleted meanwhile answers 404, not a
-     * foreign-key error.
+     * foreign-key error. It is locked with the caller's in one statement, in id order
+     * (lockActorAndTarget), as every transaction that locks two users rows FOR UPDATE takes them
+     * (admin.store lockUsersInIdOrder): the caller's held FOR SHARE before the sponsor's would
+     * deadlock with an admin action of the sponsor on the caller, or of the caller on the sponsor,
+     * whenever the sponsor's id is the lower.
      */
-    async setSponsor(actor: Actor, chatplatformId: string, body: GuildSponsorBody, add: boolean): Promise<Guild> {
+    async setSponsor(
+      caller: AdminCaller,
+      chatplatformId: string,
+      body: GuildSponsorBody,
+      add: boolean,
+    ): Promise<Guild> {
+      const { actor } = caller;
       const now = clock.now();
       const user = await users.byId(body.user_id);
       if (!user || (add && user.isStranger)) throw appError('ERR_USER_NOT_FOUND');
-      return adminChange(chatplatformId, async (g, tx) => {
-        if (add && !(await users.byIdForUpdate(body.user_id, tx))) throw appError('ERR_USER_NOT_FOUND');
+      // The sponsor to add is locked with the caller, the one to remove needs no lock.
+      const lockCaller = async (tx: Tx): Promise<{ level: ActorLevel; target?: UserRow }> =>
+        add ? lockActorAndTarget(tx, actor, caller.level, body.user_id, clock.now()) : callerLevel(caller)(tx);
+      return adminChange(chatplatformId, lockCaller, async (g, tx, { target }) => {
+        if (add && !target) throw appError('ERR_USER_NOT_FOUND');
         const changed = add
           ? await store.addSponsor(g.id, body.user_id, now, tx)
           : await store.removeSponsor(g.id, body.user_id, tx);

@@ -1,13 +1,14 @@
-import { Limits } from '@parlor/protocol';
+import { Limits, PermissionLevel } from '@parlor/protocol';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
 import type { MatchQueue, QueueEntry } from '../../platform/state/match-queue.js';
-import type { Actor, AuditStore } from '../audit/audit.store.js';
+import type { AuditStore } from '../audit/audit.store.js';
+import { type CallerRead, storedCallerLevel } from '../users/users.caller.js';
 import type { UsersService } from '../users/users.service.js';
-import type { UsersStore } from '../users/users.store.js';
+import type { Tx, UsersStore } from '../users/users.store.js';
 import type { BlocksStore } from './blocks.store.js';
 
 /** Audit code of a moderator blocking a stranger from matchmaking (Parlor's, 4xx punishments). */
@@ -31,6 +32,20 @@ export const STRANGER_BAR_MS = 10 * 60_000;
  * barStrangerAddress), so the block does not end at the stranger's next logout.
  */
 export type StrangerBlockedHook = (e: { userId: number; address: string }) => Promise<void>;
+
+/** Who blocks a stranger from matchmaking: Moderators and above. */
+export function mayBlockStrangers(permissionLevel: number): boolean {
+  return permissionLevel >= PermissionLevel.MODERATOR;
+}
+
+/**
+ * Refuses (403) a caller that may not block strangers on its level as stored (storedCallerLevel,
+ * which answers 401 for an account gone and ERR_BANNED or ERR_TIMED_OUT for one refused now):
+ * the session's view of it may predate a demotion committed on another node.
+ */
+async function mustMayBlockAsStored(tx: Tx, callerId: number, now: Date, read?: CallerRead): Promise<void> {
+  if (!mayBlockStrangers(await storedCallerLevel(tx, callerId, now, read))) throw appError('ERR_FORBIDDEN');
+}
 
 export function makeBlocksService(deps: {
   db: Db;
@@ -85,6 +100,9 @@ export function makeBlocksService(deps: {
     },
     /**
      * Spec v1.12: a moderator blocks a stranger session from matchmaking; it leaves the queue too.
+     * Moderators and above (mayBlockStrangers), decided on the caller's level and state as stored
+     * (docs/api.md, Strangers), not on its session's view of them: read before the queue's bar,
+     * the first step, and again in the block's transaction, under the caller's row.
      * The queue lives in the state store, not SQL, so the steps are ordered for failure. First the
      * queue bars the user (out of the queue, its enqueues refused for STRANGER_BAR_MS, one atomic
      * step; failing here changes nothing): an enqueue that read the account before the block
@@ -98,19 +116,37 @@ export function makeBlocksService(deps: {
      * strangers: logging out and asking for a new stranger does not lift the block. A failure
      * there is the request's answer (the block stands; repeating it bars the address).
      */
-    async blockStranger(actor: Actor, targetId: number) {
+    async blockStranger(caller: { id: number; permissionLevel: number }, targetId: number) {
+      // A quick refusal on the session's view of the caller; its level as stored decides.
+      if (!mayBlockStrangers(caller.permissionLevel)) throw appError('ERR_FORBIDDEN');
       const target = await deps.users.mustGet(targetId);
       if (!target.isStranger)
         throw appError('ERR_FORBIDDEN', 'Only anonymous (stranger) accounts are blocked this way.');
       const now = clock.now();
+      // The bar is a step of its own that the transaction does not undo (the search it ends has
+      // ended), so the stored level is read before it too.
+      await mustMayBlockAsStored(deps.db, caller.id, now, 'read');
       const barredAt = now.getTime();
       tellEnded(await deps.queue.bar(targetId, barredAt + STRANGER_BAR_MS, barredAt));
       let address: string | null;
       try {
         address = await deps.db.transaction(async (tx) => {
+          // Decided again at the commit, on the caller's row held FOR SHARE. Users rows in id
+          // order, as admin actions and punishments take two (lockUsersInIdOrder; a punishment of
+          // this stranger by this caller takes these two): the caller's, then the stranger's by
+          // its update, or the other way round. A user block between the two takes the blocker's
+          // row FOR NO KEY UPDATE, then the other's FOR KEY SHARE, which conflicts with neither
+          // lock here, so it closes no cycle either.
+          if (caller.id < targetId) await mustMayBlockAsStored(tx, caller.id, now);
           await deps.usersStore.update(targetId, { matchBlockedAt: now }, tx);
+          if (caller.id > targetId) await mustMayBlockAsStored(tx, caller.id, now);
           await deps.audit.record(
-            { actor, code: STRANGER_BLOCK_CODE, action: 'block-stranger', targetUserId: targetId },
+            {
+              actor: { kind: 'user', id: caller.id },
+              code: STRANGER_BLOCK_CODE,
+              action: 'block-stranger',
+              targetUserId: targetId,
+            },
             tx,
           );
           return store.firstSessionAddress(targetId, tx);

@@ -11,7 +11,6 @@ import {
 } from '@parlor/protocol';
 import { Type } from '@sinclair/typebox';
 import { currentUser, type Guards, viewerOf } from '../../platform/auth.js';
-import { appError } from '../../platform/errors.js';
 import type { AppSocket, Realtime } from '../../platform/realtime.js';
 import { type App, afterAnswer, errorResponses, security } from '../../platform/routing.js';
 import type { BlocksService } from './blocks.service.js';
@@ -98,8 +97,7 @@ export function registerMatchmakingRoutes(
     onRequest: guards.session,
     handler: async (req) => {
       const u = currentUser(req);
-      if (u.permissionLevel < 1) throw appError('ERR_FORBIDDEN');
-      await blocks.blockStranger({ kind: 'user', id: u.id }, req.body.user_id);
+      await blocks.blockStranger({ id: u.id, permissionLevel: u.permissionLevel }, req.body.user_id);
       return { ok: true };
     },
   });
