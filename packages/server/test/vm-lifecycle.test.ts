@@ -7,6 +7,7 @@ import { eq } from 'drizzle-orm';
 import { io } from 'socket.io-client';
 import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import { CONTROL_REQUEST_REPEAT_MS } from '../src/modules/vm/vm.host.js';
+import { FakeClock } from '../src/platform/clock.js';
 import { schema } from '../src/platform/db/index.js';
 import { removeStaleProfiles } from '../src/platform/vm/chromium-process.js';
 import { describeApp, type Nodes, startApp, startNodes, type TestApp } from './support/app.js';
@@ -476,6 +477,83 @@ describeApp('control requests of a room VM on two nodes (one in embedded mode), 
       second.close();
       for (const m of [owner, holder, asker, bystander]) m.socket.close();
     }
+  });
+});
+
+describeApp('room VM rights decided on the caller’s level as stored, without browsers', () => {
+  // The app's clock stands still: no cached session reaches its TTL, so only the stored level can refuse.
+  let node: TestApp;
+  let launched: string[];
+  beforeAll(async () => {
+    node = await startApp({ clock: new FakeClock(Date.now()) });
+    ({ launched } = withoutBrowsers(node));
+  });
+  afterAll(async () => {
+    await node?.close();
+  });
+
+  const storeLevel = (m: Member, level: number) =>
+    node.database.db.execute(`update users set permission_level = ${level} where id = ${m.user.id}` as never);
+  /** A member at `level` as its session and socket read it, moved to `stored` behind the node's session cache. */
+  const demoted = async (level: number, stored: number): Promise<Member> => {
+    const m = await member(node, { level });
+    expect((await m.client.get('/v1/users/me')).body.user.permission_level).toBe(level);
+    await storeLevel(m, stored);
+    // The session still reads the old level: the cache has not heard of the write.
+    expect((await m.client.get('/v1/users/me')).body.user.permission_level).toBe(level);
+    return m;
+  };
+  /** A public chat of a new member (an Admin, who creates it, then a User as stored), its room running on records. */
+  const runningRoom = async () => {
+    const chatOwner = await member(node, { level: 2 });
+    const chatId = await createChat(chatOwner, 'Stored levels');
+    await storeLevel(chatOwner, 0);
+    expect((await join(chatOwner, { chat_id: chatId })).ok).toBe(true);
+    expect((await chatOwner.client.post(`/v1/portal/chats/${chatId}/start`, {})).status).toBe(200);
+    return { chatOwner, chatId };
+  };
+  const refused = (res: { status: number; body: any }) => [res.status, res.body.code];
+
+  it('an Admin demoted to User is refused POST …/stop of a chat it neither owns nor is in', async () => {
+    const { chatId } = await runningRoom();
+    const actor = await demoted(2, 0);
+    expect(refused(await actor.client.post(`/v1/portal/chats/${chatId}/stop`, {}))).toEqual([403, 'ERR_FORBIDDEN']);
+    expect(node.services.vm.isRunning(chatId)).toBe(true);
+    actor.socket.close();
+  });
+
+  it('an Owner demoted to Admin is refused POST …/start of a chat it does not own; nothing launches', async () => {
+    const chatOwner = await member(node, { level: 2 });
+    const chatId = await createChat(chatOwner, 'Not started');
+    const actor = await demoted(3, 2);
+    expect(refused(await actor.client.post(`/v1/portal/chats/${chatId}/start`, {}))).toEqual([403, 'ERR_FORBIDDEN']);
+    expect(launched).not.toContain(String(chatId));
+    expect(node.services.vm.isRunning(chatId)).toBe(false);
+    for (const m of [chatOwner, actor]) m.socket.close();
+  });
+
+  it('a Moderator demoted to User hands no control over and takes none back (vm:control:grant, vm:control:release)', async () => {
+    const { chatOwner, chatId } = await runningRoom();
+    const [holder, other] = await Promise.all([member(node), member(node)]);
+    const actor = await demoted(1, 0);
+    for (const m of [holder, other, actor]) expect((await join(m, { chat_id: chatId })).ok).toBe(true);
+    expect(await ack(holder, 'vm:control:request', { chat_id: chatId })).toMatchObject({ granted: true });
+    expect(await ack(actor, 'vm:control:grant', { chat_id: chatId, user_id: other.user.id })).toMatchObject({
+      ok: false,
+      code: 'ERR_FORBIDDEN',
+    });
+    expect(await ack(actor, 'vm:control:release', { chat_id: chatId })).toMatchObject({
+      ok: false,
+      code: 'ERR_FORBIDDEN',
+    });
+    // Control stayed with the holder: the demoted Moderator's request is only announced.
+    expect(await ack(actor, 'vm:control:request', { chat_id: chatId })).toMatchObject({
+      granted: false,
+      controller_user_id: holder.user.id,
+    });
+    // The chat's owner (a User as stored) hands it over: its level is not what decides.
+    expect((await ack(chatOwner, 'vm:control:grant', { chat_id: chatId, user_id: other.user.id })).ok).toBe(true);
+    for (const m of [chatOwner, holder, other, actor]) m.socket.close();
   });
 });
 

@@ -43,6 +43,7 @@ function browserless(over: Pick<VmProvider, 'start'> & Partial<VmProvider>): VmP
     list: () => [],
     subscribe: () => () => {},
     input: async () => {},
+    releaseInput: async () => {},
     navigate: async () => {},
     onStopped: () => () => {},
     close: async () => {},
@@ -136,6 +137,7 @@ describeProvider('remote provider over browser hosts', () => {
         ['host:navigate', { roomId: 'r', nav: { url: 'chrome://settings' } }],
         ['host:navigate', { roomId: 'r', nav: { action: 'close' } }],
         ['host:subscribe', { roomId: 7 }],
+        ['host:release', { roomId: 'r', input: { kind: 'text', text: 'x' } }],
         ['host:stop', 'r'],
       ] as const;
       for (const [event, payload] of refused) {
@@ -376,6 +378,37 @@ describeProvider('a node whose rooms run on a browser host (VM_HOSTS)', () => {
     const stopped = await owner.client.post(`/v1/portal/chats/${chatId}/stop`, {});
     expect(stopped.status).toBe(200);
     await eventually(() => hostProvider.list().length === 0, WAIT_MS, 'the host’s browser stopped');
+  });
+
+  it('lets go of what the previous controller held when control changes hands, on the host', async () => {
+    const [owner, alice, bob] = await Promise.all([member(app, { level: 2 }), member(app), member(app)]);
+    const created = await owner.client.post('/v1/portal/chats/create', { name: 'Hosted hand-over', type: 'public' });
+    const chatId = created.body.chat.id as number;
+    app.services.vm.useSettings(async (id) => (id === chatId ? { start_url: site.url('/button') } : null));
+    for (const m of [owner, alice, bob]) expect((await join(m, { chat_id: chatId })).ok).toBe(true);
+    expect((await owner.client.post(`/v1/portal/chats/${chatId}/start`, {})).status).toBe(200);
+    const ack = (m: typeof owner, event: string, payload: object): Promise<any> =>
+      (m.socket as unknown as { emitWithAck(e: string, p: object): Promise<any> }).emitWithAck(event, {
+        chat_id: chatId,
+        ...payload,
+      });
+    const page = (expression: string) => hostProvider.evaluate(String(chatId), expression);
+    try {
+      await eventually(async () => (await page('document.readyState')) === 'complete', WAIT_MS, 'the page');
+      expect(await ack(alice, 'vm:control:request', {})).toMatchObject({ ok: true, granted: true });
+      expect(
+        (await ack(alice, 'vm:input', { kind: 'key', type: 'down', key: 'Control', code: 'ControlLeft' })).ok,
+      ).toBe(true);
+      expect((await ack(owner, 'vm:control:grant', { user_id: bob.user.id })).ok).toBe(true);
+      for (const type of ['down', 'up'])
+        expect((await ack(bob, 'vm:input', { kind: 'mouse', type, x: 650, y: 120, button: 'left' })).ok).toBe(true);
+      for (const type of ['down', 'up'])
+        expect(await ack(bob, 'vm:input', { kind: 'key', type, key: 'w', code: 'KeyW' })).toEqual({ ok: true });
+      await eventually(async () => (await page('document.activeElement?.value')) === 'w', WAIT_MS, 'typing');
+    } finally {
+      expect((await owner.client.post(`/v1/portal/chats/${chatId}/stop`, {})).status).toBe(200);
+      await eventually(() => hostProvider.list().length === 0, WAIT_MS, 'the host’s browser stopped');
+    }
   });
 
   it('calls off a start stopped while the host launches its browser: the start answers 503, nobody hears room:started', async () => {

@@ -192,6 +192,35 @@ describeBrowser('room VM (real Chromium)', () => {
     expect(site.hits).toContain('/button');
   });
 
+  it('vm:frame:ack from outside the chat answers ERR_NOT_CHAT_MEMBER, telling nothing of whether its room runs', async () => {
+    // Chat one runs; this one is stopped; the last id names no chat. An outsider (a member of none
+    // of them) and an anonymous stranger, who cannot tell which chat ids exist (docs/api.md,
+    // Strangers), hear the same of each.
+    const idle = await createChat(owner, 'Idle room');
+    const strangerClient = new Client(app.url, undefined, app.publicApiKey);
+    expect((await strangerClient.post('/v1/portal/stranger', {})).status).toBe(200);
+    strangerClient.apiKey = null;
+    const stranger = { client: strangerClient, socket: await connectSocket(app.url, strangerClient) } as Member;
+    const answers: Record<string, unknown> = {};
+    for (const [who, m] of [
+      ['outsider', outsider],
+      ['stranger', stranger],
+    ] as const)
+      for (const [which, chatId] of [
+        ['running', chat1],
+        ['stopped', idle],
+        ['none', idle + 1_000_000],
+      ] as const)
+        answers[`${who}/${which}`] = (await ack(m, 'vm:frame:ack', { chat_id: chatId, seq: 1 })).code;
+    expect(new Set(Object.values(answers))).toEqual(new Set(['ERR_NOT_CHAT_MEMBER']));
+    stranger.socket.close();
+    // A member in the chat who does not watch is told to watch first.
+    expect(await ack(bob, 'vm:frame:ack', { chat_id: chat1, seq: 1 })).toMatchObject({
+      ok: false,
+      code: 'ERR_FORBIDDEN',
+    });
+  });
+
   it('hands control over by request and grant; only the controller’s clicks and keys reach the page', async () => {
     const click = { chat_id: chat1, kind: 'mouse', x: 250, y: 200, button: 'left' };
     expect(await ack(alice, 'vm:input', { ...click, type: 'down' })).toMatchObject({
@@ -433,6 +462,35 @@ describeBrowser('room VM (real Chromium)', () => {
     expect((await ack(alice, 'vm:input', { chat_id: chat1, kind: 'wheel', x: 10, y: 10, dx: 0, dy: -10 })).ok).toBe(
       true,
     );
+  });
+
+  it('a new controller does not inherit the keys and mouse buttons the previous controller held', async () => {
+    // The page records the key and button releases it gets; its field is emptied.
+    await evaluate(
+      chat1,
+      `window.released = [];
+       document.addEventListener('keyup', (e) => window.released.push(e.key), true);
+       document.addEventListener('mouseup', (e) => window.released.push('button' + e.button), true);
+       document.getElementById('field').value = ''; document.activeElement?.blur(); true`,
+    );
+    const input = (m: Member, more: object) => ack(m, 'vm:input', { chat_id: chat1, ...more });
+    // Alice holds Control and the left button when the owner hands control to Bob.
+    expect((await input(alice, { kind: 'key', type: 'down', key: 'Control', code: 'ControlLeft' })).ok).toBe(true);
+    expect((await input(alice, { kind: 'mouse', type: 'down', x: 20, y: 600, button: 'left' })).ok).toBe(true);
+    expect((await ack(owner, 'vm:control:grant', { chat_id: chat1, user_id: bob.user.id })).ok).toBe(true);
+    // The page saw both let go, as if Alice had released them.
+    await eventually(
+      async () => JSON.stringify(await evaluate(chat1, 'window.released')) === '["button0","Control"]',
+      WAIT_MS,
+      'the releases',
+    );
+    // Bob clicks into the field and types "w": a plain key, no Ctrl+W.
+    for (const type of ['down', 'up'])
+      expect((await input(bob, { kind: 'mouse', type, x: 650, y: 120, button: 'left' })).ok).toBe(true);
+    for (const type of ['down', 'up'])
+      expect(await input(bob, { kind: 'key', type, key: 'w', code: 'KeyW' })).toEqual({ ok: true });
+    await eventually(async () => (await evaluate(chat1, 'document.activeElement?.value')) === 'w', WAIT_MS, 'typing');
+    expect((await ack(owner, 'vm:control:grant', { chat_id: chat1, user_id: alice.user.id })).ok).toBe(true);
   });
 
   it('sends a viewer the next frame only after its ack; kiosk rooms refuse navigation; start_url is honoured', async () => {

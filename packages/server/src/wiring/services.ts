@@ -305,6 +305,7 @@ async function wireVm(ctx: WiringContext, chats: ChatsService, realtime: Realtim
   const vmProvider = vmProviderFor(config, (message) => app.log.warn(message));
   const vm = makeVmService({
     provider: vmProvider,
+    db: ctx.db,
     chats,
     realtime,
     clock,

@@ -33,10 +33,12 @@ export interface ControlledRoom {
 }
 
 export interface ControlDeps {
-  provider: Pick<VmProvider, 'navigate' | 'input'>;
+  provider: Pick<VmProvider, 'navigate' | 'input' | 'releaseInput'>;
   chats: Pick<ChatsService, 'assertMember'>;
   realtime: Pick<Realtime, 'socketsIn' | 'emitTo'>;
   roomChat: (actor: Actor, chatId: number) => Promise<RoomChat>;
+  /** Whether `rule` lets the actor act on its level as stored (vm.service.ts `allowedAsStored`). */
+  allowedAsStored: (actor: Actor, rule: (a: Actor) => boolean) => Promise<boolean>;
   /** The rooms running on this node (the host's map: read, never written here). */
   hosted: ReadonlyMap<number, ControlledRoom>;
   now: () => number;
@@ -114,8 +116,14 @@ export function makeRoomControl(deps: ControlDeps) {
   };
 
   const setController = (room: ControlledRoom, userId: number | null) => {
+    const previous = room.controller;
     room.controller = userId;
     room.requests.clear();
+    // The keys and buttons the previous controller held are let go before any input of the next
+    // one (the provider sends the releases ahead of later input): the browser would otherwise
+    // apply them to the next one's (a plain `w` read as Ctrl+W). A browser that does not take
+    // them (restarting) starts again with nothing held. With nobody in control nothing was held.
+    if (previous !== null && previous !== userId) provider.releaseInput(String(room.chatId)).catch(() => {});
     realtime.emitTo(rooms.chat(room.chatId), 'vm:control', { chat_id: room.chatId, controller_user_id: userId });
   };
 
@@ -160,7 +168,8 @@ export function makeRoomControl(deps: ControlDeps) {
     /** Control goes to a member in the chat's room only: one with no socket there could not use it, nor lose it by leaving. */
     async grant(chatId: number, actor: RemoteActor, userId: number): Promise<void> {
       mustHost(chatId);
-      if (!canGrant(actor, await deps.roomChat(actor, chatId)))
+      const chat = await deps.roomChat(actor, chatId);
+      if (!(await deps.allowedAsStored(actor, (a) => canGrant(a, chat))))
         throw appError('ERR_FORBIDDEN', 'Only the chat owner or a moderator hands control over.');
       await whileInChat(
         chatId,
@@ -174,8 +183,14 @@ export function makeRoomControl(deps: ControlDeps) {
     async release(chatId: number, actor: RemoteActor): Promise<void> {
       const room = mustHost(chatId);
       if (room.controller === null) return;
-      if (room.controller !== actor.userId && !canGrant(actor, await deps.roomChat(actor, chatId)))
-        throw appError('ERR_FORBIDDEN', 'Only the member in control, the chat owner or a moderator releases control.');
+      if (room.controller !== actor.userId) {
+        const chat = await deps.roomChat(actor, chatId);
+        if (!(await deps.allowedAsStored(actor, (a) => canGrant(a, chat))))
+          throw appError(
+            'ERR_FORBIDDEN',
+            'Only the member in control, the chat owner or a moderator releases control.',
+          );
+      }
       setController(room, null);
     },
 

@@ -9,7 +9,7 @@ import { makeRoomHost, type RoomHost } from './vm.host.js';
 
 /** A provider whose browsers are records: it counts starts and screencast subscriptions. */
 function fakeProvider() {
-  const calls = { start: 0, subscribe: 0, unsubscribe: 0 };
+  const calls = { start: 0, subscribe: 0, unsubscribe: 0, releaseInput: 0 };
   const provider: VmProvider = {
     async start(roomId, spec): Promise<VmInfo> {
       calls.start += 1;
@@ -25,6 +25,9 @@ function fakeProvider() {
       };
     },
     async input() {},
+    async releaseInput() {
+      calls.releaseInput += 1;
+    },
     async navigate() {},
     onStopped: () => () => {},
     async close() {},
@@ -83,6 +86,7 @@ describe('the room host', () => {
       cluster,
       settingsFor: () => async () => null,
       roomChat: async () => ({ type: 'public', ownerUserId: 1 }),
+      allowedAsStored: async (actor, rule) => rule(actor),
       mayRun: async () => {},
       localFrame: () => {},
       announceStarted: async () => {
@@ -189,6 +193,24 @@ describe('the room host', () => {
     await host.start(chatId);
     expect(await host.requestControl(chatId, who(2))).toEqual({ granted: true, controller_user_id: 2 });
     expect(await host.requestControl(chatId, who(1))).toEqual({ granted: false, controller_user_id: 2 });
+  });
+
+  it('lets go of what the previous controller held each time control changes hands, and only then', async () => {
+    await host.start(chatId);
+    // Taken while nobody held control: nothing to let go of.
+    expect(await host.requestControl(chatId, who(2))).toEqual({ granted: true, controller_user_id: 2 });
+    expect(fake.calls.releaseInput).toBe(0);
+    // The owner (user 1) hands it to themselves, then again: one change of hands.
+    await host.grant(chatId, who(1), 1);
+    await host.grant(chatId, who(1), 1);
+    expect(fake.calls.releaseInput).toBe(1);
+    await host.release(chatId, who(1));
+    expect(fake.calls.releaseInput).toBe(2);
+    // The controller's last socket leaves.
+    expect(await host.requestControl(chatId, who(2))).toMatchObject({ granted: true });
+    lookUp = async () => [{ data: { userId: 1 } }];
+    await host.userLeft(chatId, 2);
+    expect(fake.calls.releaseInput).toBe(3);
   });
 
   it('decides control from this node’s sockets when another node does not answer the lookup', async () => {

@@ -23,6 +23,8 @@ export interface HostDeps {
   cluster: VmCluster;
   settingsFor: () => SettingsSource;
   roomChat: (actor: Actor, chatId: number) => Promise<RoomChat>;
+  /** Whether `rule` lets the actor act on its level as stored (vm.service.ts `allowedAsStored`). */
+  allowedAsStored: (actor: Actor, rule: (a: Actor) => boolean) => Promise<boolean>;
   /** Throws unless the chat, read now, may run its room (deleted: ERR_CHAT_NOT_FOUND; archived: ERR_CHAT_READ_ONLY). */
   mayRun: (chatId: number) => Promise<void>;
   /** Hands a frame to this node's own viewers of the room. */
@@ -63,7 +65,15 @@ export function makeRoomHost(deps: HostDeps) {
   const stopping = new Map<number, Promise<void>>();
   const now = () => clock.now().getTime();
 
-  const control = makeRoomControl({ provider, chats: deps.chats, realtime, roomChat: deps.roomChat, hosted, now });
+  const control = makeRoomControl({
+    provider,
+    chats: deps.chats,
+    realtime,
+    roomChat: deps.roomChat,
+    allowedAsStored: deps.allowedAsStored,
+    hosted,
+    now,
+  });
   const screencast = makeScreencast({ provider, cluster, localFrame: deps.localFrame, now, log: deps.log });
 
   const launch = async (chatId: number, run: Launch, after: Promise<void> | undefined) => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { canGrant, canRunRoom, canStart, canStop } from './vm.rules.js';
+import { canGrant, canRunRoom, canStart, canStop, levelDecides } from './vm.rules.js';
 
 const owned = { ownerUserId: 1, type: 'public' };
 const direct = { ownerUserId: null, type: 'direct' };
@@ -26,6 +26,13 @@ describe('room VM rules', () => {
     expect(canGrant(as(2, 1), owned)).toBe(true);
     expect(canGrant(as(2, 0), owned)).toBe(false);
     expect(canGrant(as(2, 0), direct)).toBe(false);
+  });
+
+  it('reads no level for a caller the rule lets act at any level: the chat owner, a member of a direct chat', () => {
+    expect(levelDecides((a) => canGrant(a, owned), as(1, 0))).toBe(false);
+    expect(levelDecides((a) => canStop(a, direct, true), as(2, 0))).toBe(false);
+    expect(levelDecides((a) => canStop(a, owned, true), as(2, 2))).toBe(true);
+    expect(levelDecides((a) => canGrant(a, owned), as(2, 1))).toBe(true);
   });
 
   it('runs no room in an archived (read-only) direct chat', () => {

@@ -1,3 +1,5 @@
+import { PermissionLevel } from '@parlor/protocol';
+
 /** Who acts: a user and their platform permission level. */
 export interface Actor {
   userId: number;
@@ -35,4 +37,12 @@ export function canStop(viewer: Actor, chat: RoomChat, isMember: boolean): boole
 /** Who hands control over or takes it back: the chat owner, or Moderator and above. */
 export function canGrant(viewer: Actor, chat: RoomChat): boolean {
   return viewer.userId === chat.ownerUserId || viewer.permissionLevel >= 1;
+}
+
+/**
+ * Whether the actor's level decides `rule` for them: not when the rule lets them act at the
+ * lowest level too (the chat's owner, a member of a direct chat), whose level then need not be read.
+ */
+export function levelDecides(rule: (a: Actor) => boolean, actor: Actor): boolean {
+  return !rule({ ...actor, permissionLevel: PermissionLevel.USER });
 }

@@ -6,11 +6,13 @@ import { type Realtime, rooms } from '../../platform/realtime.js';
 import type { StateStore } from '../../platform/state/index.js';
 import type { VmProvider } from '../../platform/vm/provider.js';
 import type { ChatsService } from '../chats/chats.service.js';
+import { storedCallerLevel } from '../users/users.caller.js';
+import type { Tx } from '../users/users.store.js';
 import { makeAudiences } from './vm.audience.js';
 import { makeVmCluster, type RoomPlace } from './vm.cluster.js';
 import { strangerRefused } from './vm.control.js';
 import { type ControlAnswer, makeRoomHost, type RemoteActor, serveHost } from './vm.host.js';
-import { type Actor, canRunRoom, canStart, canStop, type RoomChat } from './vm.rules.js';
+import { type Actor, canRunRoom, canStart, canStop, levelDecides, type RoomChat } from './vm.rules.js';
 import { defaultSettingsSource, type SettingsSource } from './vm.settings.js';
 import type { ViewerTokens } from './vm.tokens.js';
 import { makeVmViewing } from './vm.viewing.js';
@@ -31,6 +33,8 @@ export interface Caller extends Actor {
 
 export interface VmDeps {
   provider: VmProvider;
+  /** Where the callers' levels as stored are read (start, stop, control hand-over). */
+  db: Tx;
   chats: Pick<ChatsService, 'find' | 'assertMember' | 'roomsStillAllowed'>;
   realtime: Pick<Realtime, 'io' | 'emitTo' | 'socketsIn'>;
   clock: Clock;
@@ -90,6 +94,21 @@ export function makeVmService(deps: VmDeps) {
     if (!canRunRoom({ type: chat.type, ownerUserId: chat.ownerUserId, archived: chat.archivedAt !== null }))
       throw readOnly();
   };
+  /**
+   * Whether `rule` lets the actor act, decided on its level as stored (docs/api.md, "Levels as
+   * they are at the commit"): the session, or the socket's handshake, read it when it began, and a
+   * demotion committed on another node may not have reached this node's session cache. That level
+   * still refuses at once; a rule that lets the actor act at any level (the chat's owner) reads
+   * nothing; otherwise the users row is read now, without a lock: a room's start, stop or control
+   * writes nothing in SQL to hold it under. A caller banned, timed out or gone meanwhile is
+   * refused as its session would be (storedCallerLevel).
+   */
+  const allowedAsStored = async (actor: Actor, rule: (a: Actor) => boolean): Promise<boolean> => {
+    if (!rule(actor)) return false;
+    if (!levelDecides(rule, actor)) return true;
+    const level = await storedCallerLevel(deps.db, actor.userId, clock.now(), 'read');
+    return rule({ ...actor, permissionLevel: level });
+  };
   const mustBeIn = (caller: Caller, chatId: number) => {
     if (!caller.joined(chatId)) throw appError('ERR_NOT_CHAT_MEMBER', 'Join this chat (room:join) first.');
   };
@@ -102,6 +121,7 @@ export function makeVmService(deps: VmDeps) {
     cluster,
     settingsFor: () => settingsFor,
     roomChat,
+    allowedAsStored,
     mayRun,
     localFrame: (chatId, f) => audiences.get(chatId)?.viewers.frame(f),
     // The room runs by then: a node that does not answer leaves its sockets to `vm:credentials`
@@ -175,7 +195,8 @@ export function makeVmService(deps: VmDeps) {
      */
     async start(actor: Actor, chatId: number): Promise<void> {
       const chat = await roomChat(actor, chatId);
-      if (!canStart(actor, chat, await isMember(actor.userId, chatId)))
+      const member = await isMember(actor.userId, chatId);
+      if (!(await allowedAsStored(actor, (a) => canStart(a, chat, member))))
         throw appError('ERR_FORBIDDEN', 'Only the chat owner or a platform Owner starts its room VM.');
       if (!canRunRoom(chat)) throw readOnly();
       // A stop still finishing here goes first: the room then runs nowhere, and this start launches anew.
@@ -201,7 +222,8 @@ export function makeVmService(deps: VmDeps) {
     /** Stops the chat's VM wherever it runs (stopped already: nothing to do). Viewers get room:stopped. */
     async stop(actor: Actor, chatId: number): Promise<void> {
       const chat = await roomChat(actor, chatId);
-      if (!canStop(actor, chat, await isMember(actor.userId, chatId)))
+      const member = await isMember(actor.userId, chatId);
+      if (!(await allowedAsStored(actor, (a) => canStop(a, chat, member))))
         throw appError('ERR_FORBIDDEN', 'Only the chat owner or an Admin stops its room VM.');
       const place = host.has(chatId) ? { node: self } : await cluster.placeOf(chatId);
       if (place) await cluster.call(place.node, 'stop', { chatId, reason: 'stopped' });

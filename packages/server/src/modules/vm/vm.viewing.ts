@@ -133,6 +133,9 @@ export function makeVmViewing(deps: ViewingDeps) {
 
     async ack(caller: Caller, chatId: number, seq: number): Promise<void> {
       if (audiences.get(chatId)?.viewers.ack(caller.socketId, seq)) return;
+      // Not a viewer: a socket outside the chat learns nothing of it, neither whether its room
+      // runs nor whether the id names a chat (docs/api.md, Strangers), as vm:watch answers it.
+      mustBeIn(caller, chatId);
       await runningAt(chatId);
       throw appError('ERR_FORBIDDEN', 'Watch this room first (vm:watch).');
     },

@@ -167,6 +167,10 @@ export function createBrowserHost(server: HttpServer, opts: BrowserHostOptions) 
       await provider.input(own(p.roomId), p.input);
       return {};
     });
+    serve('host:release', async ({ roomId }) => {
+      await provider.releaseInput(own(roomId));
+      return {};
+    });
     serve('host:navigate', async (p) => {
       await provider.navigate(own(p.roomId), p.nav);
       return {};

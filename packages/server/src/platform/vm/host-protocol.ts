@@ -11,6 +11,7 @@ import type { VmInfo, VmInput, VmNavigation, VmProviderStop, VmStartSpec } from 
  * Node → host, each with an ack `{ok: true, …}` or `{ok: false, code, message}` (an AppError code):
  *   host:start {roomId, spec} → {info}     host:stop {roomId}      host:rooms → {rooms}
  *   host:input {roomId, input}              host:navigate {roomId, nav}
+ *   host:release {roomId}                   (control changed hands: let go of held keys and buttons)
  *   host:subscribe {roomId}                 host:unsubscribe {roomId}
  * Host → node:
  *   host:frame {roomId, seq, mime, data, width, height}   (volatile: a busy link skips frames)
@@ -43,6 +44,7 @@ export interface NodeToHostEvents {
   'host:rooms': (p: object, ack: (a: HostAck<{ rooms: WireInfo[] }>) => void) => void;
   'host:input': (p: { roomId: string; input: VmInput }, ack: (a: HostAck) => void) => void;
   'host:navigate': (p: { roomId: string; nav: VmNavigation }, ack: (a: HostAck) => void) => void;
+  'host:release': (p: { roomId: string }, ack: (a: HostAck) => void) => void;
   'host:subscribe': (p: { roomId: string }, ack: (a: HostAck) => void) => void;
   'host:unsubscribe': (p: { roomId: string }, ack: (a: HostAck) => void) => void;
 }
@@ -91,6 +93,7 @@ export const HostPayloads = {
   'host:rooms': Type.Object({}, strict),
   'host:input': Type.Object({ roomId: RoomId, input: Input }, strict),
   'host:navigate': Type.Object({ roomId: RoomId, nav: Navigation }, strict),
+  'host:release': Type.Object({ roomId: RoomId }, strict),
   'host:subscribe': Type.Object({ roomId: RoomId }, strict),
   'host:unsubscribe': Type.Object({ roomId: RoomId }, strict),
 } satisfies Record<keyof NodeToHostEvents, object>;

@@ -45,6 +45,28 @@ describe('InputMapper', () => {
     expect(m.toCommand({ kind: 'text', text: 'hé' })).toEqual({ method: 'Input.insertText', params: { text: 'hé' } });
   });
 
+  it('lets go of the held buttons and modifier keys, where the pointer is and with the codes pressed; nothing is held after', () => {
+    const m = new InputMapper();
+    expect(m.release()).toEqual([]);
+    m.toCommand({ kind: 'key', type: 'down', key: 'Control', code: 'ControlRight' });
+    m.toCommand({ kind: 'key', type: 'down', key: 'Shift', code: 'ShiftLeft' });
+    m.toCommand({ kind: 'key', type: 'up', key: 'Shift', code: 'ShiftLeft' });
+    m.toCommand({ kind: 'mouse', type: 'down', x: 5, y: 6, button: 'right' });
+    m.toCommand({ kind: 'mouse', type: 'move', x: 40, y: 50 });
+    expect(m.release().map((c) => c.params)).toEqual([
+      expect.objectContaining({ type: 'mouseReleased', x: 40, y: 50, button: 'right', buttons: 0, modifiers: 2 }),
+      expect.objectContaining({ type: 'keyUp', key: 'Control', code: 'ControlRight', modifiers: 0 }),
+    ]);
+    expect(m.release()).toEqual([]);
+    // The next controller's `w` is a plain key, not Ctrl+W; their moves drag nothing.
+    expect(m.toCommand({ kind: 'key', type: 'down', key: 'w', code: 'KeyW' }).params).toMatchObject({
+      type: 'keyDown',
+      text: 'w',
+      modifiers: 0,
+    });
+    expect(m.toCommand({ kind: 'mouse', type: 'move', x: 1, y: 1 }).params).toMatchObject({ buttons: 0 });
+  });
+
   /** Presses `held` modifiers, then `key`; answers the key's refusal code (or 'sent'), then releases all. */
   const press = (m: InputMapper, held: Key[], key: Key): string => {
     for (const h of held) m.toCommand({ kind: 'key', type: 'down', ...h });

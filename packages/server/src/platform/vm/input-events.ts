@@ -64,6 +64,12 @@ function virtualKeyCode(key: string, code: string): number {
   return key.length === 1 ? key.toUpperCase().charCodeAt(0) : 0;
 }
 
+/** A DevTools command, as the browser is sent it. */
+export interface InputCommand {
+  method: string;
+  params: Record<string, unknown>;
+}
+
 /**
  * Turns the controller's input into DevTools `Input.*` commands, keeping what the browser expects
  * to be told on every event: the mouse buttons held and the modifier keys held.
@@ -71,14 +77,38 @@ function virtualKeyCode(key: string, code: string): number {
 export class InputMapper {
   private buttons = 0;
   private modifiers = 0;
+  /** The `code` each held modifier key was pressed with (its release names it again). */
+  private readonly modifierCodes = new Map<string, string>();
+  /** Where the pointer was last sent (a held button is released there). */
+  private pointer = { x: 0, y: 0 };
 
   /** A new browser: nothing is held. */
   reset(): void {
     this.buttons = 0;
     this.modifiers = 0;
+    this.modifierCodes.clear();
   }
 
-  toCommand(i: VmInput): { method: string; params: Record<string, unknown> } {
+  /**
+   * Lets go of everything held: a mouse-up for each held button (where the pointer is), then a
+   * key-up for each held modifier key, as if the controller had released them; nothing is held
+   * after. Control changed hands: the next controller's keys and clicks must not carry them.
+   */
+  release(): InputCommand[] {
+    const commands: InputCommand[] = [];
+    for (const [button, bit] of Object.entries(MOUSE_BUTTON_BITS) as [keyof typeof MOUSE_BUTTON_BITS, number][])
+      if (this.buttons & bit) commands.push(this.toCommand({ kind: 'mouse', type: 'up', ...this.pointer, button }));
+    for (const [key, bit] of Object.entries(MODIFIER_BITS))
+      if (this.modifiers & bit)
+        commands.push(
+          this.toCommand({ kind: 'key', type: 'up', key, code: this.modifierCodes.get(key) ?? `${key}Left` }),
+        );
+    this.reset();
+    return commands;
+  }
+
+  toCommand(i: VmInput): InputCommand {
+    if (i.kind === 'mouse' || i.kind === 'wheel') this.pointer = { x: i.x, y: i.y };
     switch (i.kind) {
       case 'mouse': {
         const button = i.button ?? 'left';
@@ -112,8 +142,10 @@ export class InputMapper {
 
   private key(i: Extract<VmInput, { kind: 'key' }>): Record<string, unknown> {
     const bit = MODIFIER_BITS[i.key];
-    if (bit !== undefined) this.modifiers = i.type === 'down' ? this.modifiers | bit : this.modifiers & ~bit;
-    else if (isBrowserShortcut(i.key, i.code, this.modifiers))
+    if (bit !== undefined) {
+      this.modifiers = i.type === 'down' ? this.modifiers | bit : this.modifiers & ~bit;
+      if (i.type === 'down') this.modifierCodes.set(i.key, i.code);
+    } else if (isBrowserShortcut(i.key, i.code, this.modifiers))
       throw appError(
         'ERR_FORBIDDEN',
         'Browser shortcuts (closing or opening tabs and windows, quitting, back, forward, reload, home) do not reach the room browser.',

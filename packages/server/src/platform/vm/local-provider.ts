@@ -268,6 +268,11 @@ export class LocalChromiumProvider implements VmProvider {
     await this.running(roomId).input(input);
   }
 
+  async releaseInput(roomId: string): Promise<void> {
+    // Starting or restarting too: the mapper is reset at once, before any later input.
+    await this.rooms.get(roomId)?.room.releaseInput();
+  }
+
   async navigate(roomId: string, nav: VmNavigation): Promise<void> {
     await this.running(roomId).navigate(nav);
   }

@@ -245,6 +245,20 @@ export class LocalRoom {
     await cdp.send(method, params, this.session).catch(this.failed('input'));
   }
 
+  /**
+   * Lets go of what the input holds (InputMapper.release). The commands are written to the browser
+   * before this returns its promise, so any input sent after this call comes after them. A browser
+   * that is gone holds nothing (its next launch starts with nothing held).
+   */
+  async releaseInput(): Promise<void> {
+    const commands = this.inputs.release();
+    const cdp = this.proc?.cdp;
+    if (!cdp || cdp.closed || commands.length === 0) return;
+    await Promise.all(commands.map(({ method, params }) => cdp.send(method, params, this.session))).catch(
+      this.failed('input release'),
+    );
+  }
+
   /** Navigates the room's tab; a command that finds it between two pages is retried (NAV_SETTLE_MS). */
   async navigate(nav: VmNavigation): Promise<void> {
     const until = Date.now() + NAV_SETTLE_MS;

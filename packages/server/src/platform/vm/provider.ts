@@ -65,6 +65,12 @@ export interface VmProvider {
    */
   subscribe(roomId: string, onFrame: (frame: VmFrame) => void): () => void;
   input(roomId: string, input: VmInput): Promise<void>;
+  /**
+   * Lets go of the keys and mouse buttons the room's input holds (control changed hands): the page
+   * gets a key-up or mouse-up for each, ahead of any input sent after this call, and the next
+   * controller starts with nothing held. A room that is not running holds nothing: resolves.
+   */
+  releaseInput(roomId: string): Promise<void>;
   navigate(roomId: string, nav: VmNavigation): Promise<void>;
   /** Rooms the provider ended by itself (a crash after its one restart). */
   onStopped(listener: (roomId: string, reason: VmProviderStop) => void): () => void;

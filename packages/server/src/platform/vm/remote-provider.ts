@@ -244,6 +244,12 @@ export class RemoteBrowserProvider implements VmProvider {
     await this.call(this.running(roomId).link, 'host:input', { roomId, input });
   }
 
+  /** The host lets go (host:release); sent on the room's connection, so ahead of the inputs that follow. */
+  async releaseInput(roomId: string): Promise<void> {
+    const room = this.rooms.get(roomId);
+    if (room) await this.call(room.link, 'host:release', { roomId });
+  }
+
   async navigate(roomId: string, nav: VmNavigation): Promise<void> {
     await this.call(this.running(roomId).link, 'host:navigate', { roomId, nav });
   }
