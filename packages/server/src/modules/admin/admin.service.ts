@@ -1,10 +1,8 @@
 import {
-  type AdminChatCreateBody,
   type AdminUserUpdateBody,
   AuditCodes,
   type AuditPage,
   type AuditQuery,
-  type Chat,
   type FullUser,
   Limits,
   PermissionLevel,
@@ -25,8 +23,9 @@ import type { NotificationsService } from '../notifications/notifications.servic
 import type { SessionsService } from '../sessions/sessions.service.js';
 import { isValidUsername, USERNAME_RULE, type UsersService } from '../users/users.service.js';
 import { isUniqueViolation, type Tx, type UserRow, type UsersStore } from '../users/users.store.js';
+import { makeAdminChats } from './admin.chats.js';
 import { lockActorAndTarget } from './admin.locks.js';
-import { type ActorLevel, canActOn, canManageOfficial, canSetLevel, mayAdminister } from './admin.rules.js';
+import { type ActorLevel, canActOn, canSetLevel, mayAdminister } from './admin.rules.js';
 
 const LEVEL_NAMES = ['User', 'Moderator', 'Admin', 'Owner'];
 
@@ -47,16 +46,6 @@ export interface AdminDeps {
   realtime: Pick<Realtime, 'disconnectSessions' | 'emitTo' | 'io'>;
   log: Pick<FastifyBaseLogger, 'error'>;
 }
-
-/**
- * How the chat rules see an admin caller. The operator stands above every level, so for them it
- * is an Owner; id 0 is no user's (ids start at 1), so the operator never counts as a chat's owner.
- */
-const chatViewer = (actor: Actor, level: ActorLevel) => ({
-  userId: actor.kind === 'user' ? actor.id : 0,
-  permissionLevel: level === 'operator' ? 3 : level,
-  operator: actor.kind !== 'user',
-});
 
 const selfError = (what: string) => appError('ERR_FORBIDDEN', `You cannot ${what} yourself.`);
 
@@ -131,22 +120,6 @@ export function makeAdminService(deps: AdminDeps) {
   /** 400 ERR_VALIDATION naming one body field, as the schema validator would. */
   const invalid = (field: string, message: string) =>
     appError('ERR_VALIDATION', undefined, { errors: [{ path: `body/${field}`, message }] });
-
-  /** Audits a chat action of the admin routes inside the chat change's own transaction. */
-  const chatAudit =
-    (actor: Actor, code: number, action: string, data: Record<string, unknown> = {}) =>
-    (tx: Tx, chat: { id: number; name: string; type: string; ownerUserId: number | null }) =>
-      audit.record(
-        {
-          actor,
-          code,
-          action,
-          targetUserId: chat.ownerUserId,
-          data: { chat_id: chat.id, name: chat.name, type: chat.type, ...data },
-        },
-        tx,
-      );
-
   return {
     /**
      * POST /v1/admin/users/{id}/update and `parlor users set-permission|update`. Every field is
@@ -271,44 +244,8 @@ export function makeAdminService(deps: AdminDeps) {
         .catch((err: unknown) => deps.log.error({ err, userId: targetId }, 'match queue cleanup failed'));
     },
 
-    /** POST /v1/admin/chats/create and `parlor chats create-official`: Owners and the operator. */
-    async createOfficialChat(actor: Actor, level: ActorLevel, body: AdminChatCreateBody): Promise<Chat> {
-      if (!canManageOfficial(level))
-        throw appError('ERR_FORBIDDEN', 'Only Owners and the operator create official chats.');
-      return deps.chats.createOfficial(chatViewer(actor, level), body.name, (tx, chatId) =>
-        chatAudit(
-          actor,
-          AuditCodes.CHAT_CREATE_OFFICIAL,
-          'create-official',
-        )(tx, {
-          id: chatId,
-          name: body.name.trim(),
-          type: 'official',
-          ownerUserId: null,
-        }),
-      );
-    },
-
-    /** POST /v1/admin/chats/{id}/update: Admins and above, as the chat settings route; official chats: Owners. */
-    async updateChat(
-      actor: Actor,
-      level: ActorLevel,
-      chatId: number,
-      body: { name?: string; type?: 'public' | 'private' },
-    ) {
-      return deps.chats.updateConfig(chatViewer(actor, level), chatId, body, (tx, before) =>
-        chatAudit(actor, AuditCodes.CHAT_ADMIN_UPDATE, 'update', { changes: body })(tx, before),
-      );
-    },
-
-    /** POST /v1/admin/chats/{id}/delete: Admins and above; official chats: Owners and the operator. */
-    async deleteChat(actor: Actor, level: ActorLevel, chatId: number): Promise<void> {
-      await deps.chats.remove(
-        chatViewer(actor, level),
-        chatId,
-        chatAudit(actor, AuditCodes.CHAT_ADMIN_DELETE, 'delete'),
-      );
-    },
+    // Official chats, chat updates and deletions (admin.chats.ts).
+    ...makeAdminChats(deps),
 
     /**
      * GET /v1/admin/audit: newest first, `next_before` while more remain. An Admin reads only the

@@ -1,45 +1,22 @@
 import { BotType, Limits, Platforms, type User } from '@parlor/protocol';
-import { type Principal, stateRefusal } from '../../platform/auth.js';
+import type { Principal } from '../../platform/auth.js';
 import { addressKey } from '../../platform/client-address.js';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
 import { rateLimited } from '../../platform/http.js';
-import { randomCode } from '../../platform/secrets.js';
 import type { StateStore } from '../../platform/state/index.js';
 import type { NotificationsService } from '../notifications/notifications.service.js';
-import type { NotificationRow } from '../notifications/notifications.store.js';
 import type { SessionsService } from '../sessions/sessions.service.js';
-import { effectiveState } from '../users/users.presenter.js';
-import { isUniqueViolation, type UserRow, type UsersStore } from '../users/users.store.js';
+import type { UserRow, UsersStore } from '../users/users.store.js';
 import { makeVerifyAttempts } from './auth.attempts.js';
 import { CODE_SHAPE, type CodeStore, type TakenCode } from './auth.codes.js';
+import { type LoginResult, makeLogin } from './auth.login.js';
+import { makeStrangers } from './auth.strangers.js';
 
-const USERNAME_SUFFIX_ALPHABET = 'abcdefghijklmnopqrstuvwxyz0123456789';
-/** Names drawn for a new account before a run of collisions fails the login (36^10 names: never). */
-const MAX_USERNAME_DRAWS = 4;
-
-/** The handle of login's transaction: its savepoints (`transaction`) undo one account attempt. */
-type LoginTx = Parameters<Parameters<Db['transaction']>[0]>[0];
-
-/** How often every node sweeps dead stranger accounts (app.ts). */
-export const STRANGER_SWEEP_INTERVAL_MS = 10 * 60 * 1000;
-/**
- * A stranger is deleted only once its last session has been over this long, so a request that
- * was in flight when it logged out (or expired) never races the deletion.
- */
-export const STRANGER_GRACE_MS = 60 * 60 * 1000;
-/**
- * How long the address that made a stranger a moderator blocked makes no new stranger (spec
- * v1.12: the block is of the stranger session, and a new stranger would be a new session). 24 h:
- * as long as a direct chat lasts, and short, since an address may be shared (a NAT, a carrier's).
- */
-export const STRANGER_ADDRESS_BAR_MS = 24 * 3600_000;
-/** The state key of an address barred from making strangers (addressKey: an IPv6 client by its /64). */
-const strangerBarKey = (ip: string) => `stranger-barred:${addressKey(ip)}`;
-/** Accounts per statement; a sweep runs batches until one comes back short (at most 20). */
-const STRANGER_SWEEP_BATCH = 500;
-const STRANGER_SWEEP_MAX_BATCHES = 20;
+// Signing in (auth.login.ts) and strangers (auth.strangers.ts) live beside this file; importers take their names from here.
+export { STRANGER_ADDRESS_BAR_MS, STRANGER_GRACE_MS, STRANGER_SWEEP_INTERVAL_MS } from './auth.strangers.js';
+export type { LoginResult };
 
 export interface AuthDeps {
   db: Db;
@@ -50,13 +27,6 @@ export interface AuthDeps {
   sessions: SessionsService;
   notifications: NotificationsService;
   present: (u: UserRow) => Promise<User>;
-}
-
-export interface LoginResult {
-  user: User;
-  newAccount: boolean;
-  token: string;
-  expiresAt: Date;
 }
 
 function assertPlatform(platform: string) {
@@ -79,19 +49,9 @@ function assertDeliversCodes(bot: CallingBot) {
 }
 
 export function makeAuthService(deps: AuthDeps) {
-  const { db, clock, state, codes, users, sessions, notifications } = deps;
+  const { state, codes, users } = deps;
   const attempts = makeVerifyAttempts(state);
-  const strangersPerIp = state.limiter('stranger-ip', Limits.STRANGERS_PER_IP, Limits.STRANGER_WINDOW_MS);
-
-  /**
-   * A banned account logs in nowhere, and a timed-out one not before its timeout ends (spec 3: it
-   * cannot access the platform until expiry): the state that applies now, as the session guard
-   * reads it (effectiveState), so a lapsed timeout refuses nothing.
-   */
-  const assertMayLogIn = (u: UserRow | undefined) => {
-    const refusal = stateRefusal(u ? effectiveState(u, clock.now()) : 0);
-    if (refusal) throw appError(refusal);
-  };
+  const { assertMayLogIn, login } = makeLogin(deps);
 
   const pendingLimit = (ms: number) =>
     rateLimited(ms, 'Too many pending login codes from this address; use one or wait for one to expire.');
@@ -106,108 +66,9 @@ export function makeAuthService(deps: AuthDeps) {
     return null;
   };
 
-  /**
-   * Creates the account of spec 4.1 rule 1: a random `user_…` name and the platform identity. Each
-   * attempt runs in a savepoint, so a unique violation undoes only that attempt and the login's
-   * transaction goes on: a name taken already is drawn again; an identity another verify linked
-   * meanwhile (its transaction committed while this insert waited on it) is that account, and
-   * this login signs into it (`created` false).
-   */
-  const createAccount = async (rec: TakenCode, tx: LoginTx): Promise<{ user: UserRow; created: boolean }> => {
-    const now = clock.now();
-    for (let attempt = 0; ; attempt++) {
-      const username = `user_${randomCode(USERNAME_SUFFIX_ALPHABET, 10)}`;
-      try {
-        const user = await tx.transaction(async (sp) => {
-          const row = await users.insertUser({ username, lastActivityAt: now, createdAt: now, updatedAt: now }, sp);
-          await users.insertPlatform(
-            {
-              userId: row.id,
-              platform: rec.platform,
-              platformUserId: rec.platformUserId,
-              platformUsername: rec.profile?.username ?? rec.platformUserId,
-              platformAvatarUrl: rec.profile?.avatarUrl ?? '',
-              linkedAt: now,
-              lastAuthenticatedAt: now,
-            },
-            sp,
-          );
-          return row;
-        });
-        return { user, created: true };
-      } catch (e) {
-        if (!isUniqueViolation(e)) throw e;
-        const linked = await users.byIdentity(rec.platform, rec.platformUserId, tx);
-        if (linked) return { user: linked, created: false };
-        if (attempt >= MAX_USERNAME_DRAWS - 1) throw e;
-      }
-    }
-  };
-
-  /**
-   * Finds or creates the code's account inside the login's transaction and locks its row. The
-   * identity is read without a lock: an account deletion that commits while this waits for the
-   * row leaves the locked read empty, and the identity is then looked up again, as a login that
-   * came after the deletion would (a bot code: 404 ERR_PLATFORM_IDENTITY_NOT_FOUND; a web code:
-   * the account is made anew, or is the one another verify made meanwhile). Each further round
-   * needs another deletion of the identity's account to commit in between.
-   */
-  const lockAccount = async (rec: TakenCode, tx: LoginTx): Promise<{ locked: UserRow; newAccount: boolean }> => {
-    for (;;) {
-      const found = await users.byIdentity(rec.platform, rec.platformUserId, tx);
-      if (!found && rec.pool === 'bot') throw appError('ERR_PLATFORM_IDENTITY_NOT_FOUND');
-      const { user, created } = found ? { user: found, created: false } : await createAccount(rec, tx);
-      // Lock order (docs/api.md Moderation): a login that will evict a keyed session takes the
-      // user's chats before the user's row, as a ban does (a new account has no session to evict).
-      if (!created) await sessions.lockForLogin(user.id, tx);
-      const locked = await users.byIdForUpdate(user.id, tx);
-      if (locked) return { locked, newAccount: created };
-    }
-  };
-
-  /** Finds or creates the account, opens a session and writes the notifications, in one transaction. */
-  const login = async (rec: TakenCode, ip: string, userAgent: string): Promise<LoginResult> => {
-    const now = clock.now();
-    const result = await db.transaction(async (tx) => {
-      // Everything below is decided on the locked row: a ban, a timeout or another login may have
-      // been written since the code was made or the identity was read.
-      const { locked, newAccount } = await lockAccount(rec, tx);
-      assertMayLogIn(locked);
-      // bot/send-code checked the count unlocked: a send-code that overlapped the 5th bot login in
-      // a row made a code this refuses. The code is used up; nothing is written.
-      if (rec.pool === 'bot' && locked.botLoginsSinceWeb >= Limits.BOT_LOGIN_WEB_REQUIRED_EVERY)
-        throw appError('ERR_WEB_LOGIN_REQUIRED');
-      await users.touchPlatform(rec.platform, rec.platformUserId, now, rec.profile, tx);
-      const updated = await users.update(
-        locked.id,
-        {
-          lastActivityAt: now,
-          botLoginsSinceWeb: rec.pool === 'bot' ? locked.botLoginsSinceWeb + 1 : 0,
-        },
-        tx,
-      );
-      const created = await sessions.create(
-        { userId: locked.id, permissionLevel: locked.permissionLevel, ip, userAgent },
-        tx,
-      );
-      let note: NotificationRow | null = null;
-      if (newAccount) {
-        note = await notifications.automated(locked.id, 'welcome', { username: locked.username }, tx);
-      } else if (!(await sessions.store.hasSessionFromIp(locked.id, ip, created.session.id, now, tx))) {
-        note = await notifications.automated(locked.id, 'new_ip_login', { ip }, tx);
-      }
-      return { user: updated ?? locked, newAccount, created, note };
-    });
-    if (result.note) notifications.publish(result.note);
-    return {
-      user: await deps.present(result.user),
-      newAccount: result.newAccount,
-      token: result.created.token,
-      expiresAt: result.created.session.expiresAt,
-    };
-  };
-
   return {
+    ...makeStrangers(deps),
+
     /** Spec 4.1 lookup: the linked platforms of a username, so the site can offer them. */
     async lookup(username: string) {
       const user = await users.byUsername(username);
@@ -294,67 +155,6 @@ export function makeAuthService(deps: AuthDeps) {
           return { code: held.code, expires_at: new Date(held.rec.expiresAt).toISOString() };
         await codes.revoke(held.code, held.rec);
       }
-    },
-
-    /**
-     * An anonymous account and session for matchmaking (DESIGN.md 6, strangers). An address a
-     * stranger block barred (barStrangerAddress) gets 403 ERR_STRANGER_BLOCKED, spending nothing.
-     */
-    async stranger(
-      ip: string,
-      userAgent: string,
-    ): Promise<{ id: number; username: string; token: string; expiresAt: Date }> {
-      if ((await state.get(strangerBarKey(ip))) !== null)
-        throw appError('ERR_STRANGER_BLOCKED', 'Anonymous sessions from this address are blocked for now.');
-      const allowance = await strangersPerIp.consume(addressKey(ip));
-      if (!allowance.allowed)
-        throw rateLimited(allowance.retryAfterMs, 'Too many anonymous sessions from this address; try again later.');
-      const now = clock.now();
-      const created = await db.transaction(async (tx) => {
-        const user = await users.insertUser(
-          {
-            username: `stranger_${randomCode(USERNAME_SUFFIX_ALPHABET, 12)}`,
-            isStranger: true,
-            lastActivityAt: now,
-            createdAt: now,
-            updatedAt: now,
-          },
-          tx,
-        );
-        return { user, session: await sessions.create({ userId: user.id, permissionLevel: 0, ip, userAgent }, tx) };
-      });
-      return {
-        id: created.user.id,
-        username: created.user.username,
-        token: created.session.token,
-        expiresAt: created.session.session.expiresAt,
-      };
-    },
-
-    /**
-     * Bars the address (addressKey) that made a stranger a moderator blocked from making new
-     * strangers for STRANGER_ADDRESS_BAR_MS, in the coordination store, so on every node. Users
-     * sharing the address are barred from anonymous sessions meanwhile; sign-ins are not.
-     */
-    async barStrangerAddress(ip: string): Promise<void> {
-      await state.set(strangerBarKey(ip), '1', STRANGER_ADDRESS_BAR_MS);
-    },
-
-    /**
-     * Deletes dead stranger accounts: such an account can never sign in again once its sessions
-     * are over (it has no platform identity). Kept while any session is live or ended less than
-     * STRANGER_GRACE_MS ago, and while it is a member of a chat not yet removed (an archived direct
-     * chat still shows it to the peer). Safe on every node at once. Answers the deleted ids.
-     */
-    async sweepStrangers(batch = STRANGER_SWEEP_BATCH): Promise<number[]> {
-      const cutoff = new Date(clock.now().getTime() - STRANGER_GRACE_MS);
-      const removed: number[] = [];
-      for (let i = 0; i < STRANGER_SWEEP_MAX_BATCHES; i++) {
-        const ids = await users.removeDeadStrangers(cutoff, batch);
-        removed.push(...ids);
-        if (ids.length < batch) break;
-      }
-      return removed;
     },
 
     /**

@@ -2,9 +2,6 @@ import {
   AuditCodes,
   type BotGuild,
   type Guild,
-  type GuildPremiumBody,
-  type GuildPremiumRevokeBody,
-  type GuildSponsorBody,
   type GuildUpsertBody,
   type RoomSettings,
   type RoomSettingsBody,
@@ -14,20 +11,16 @@ import {
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
-import { callerLevelOf, lockActorAndTarget } from '../admin/admin.locks.js';
-import { type ActorLevel, mayAdminister } from '../admin/admin.rules.js';
-import type { Actor, AuditStore } from '../audit/audit.store.js';
+import type { AuditStore } from '../audit/audit.store.js';
 import { storedCallerLevel } from '../users/users.caller.js';
-import { isUniqueViolation, type Tx, type UserRow, type UsersStore } from '../users/users.store.js';
+import { isUniqueViolation, type Tx, type UsersStore } from '../users/users.store.js';
+import { makeGuildAdmin } from './guilds.admin.js';
 import { toBotGuild, toGuild, toRoomSettings, toVanityGuild } from './guilds.presenter.js';
-import { canManageGuild, guildChatName, guildHasPremium, isStartUrl, premiumUntil } from './guilds.rules.js';
+import { canManageGuild, guildChatName, guildHasPremium, isStartUrl } from './guilds.rules.js';
 import type { GuildInsert, GuildRow, GuildsStore } from './guilds.store.js';
 
-/** The caller of an admin guild route (admin.routes `adminActor`): who it is and its session's level. */
-export interface AdminCaller {
-  actor: Actor;
-  level: ActorLevel;
-}
+// The admin guild routes' rules live in guilds.admin.ts; importers take AdminCaller from here.
+export type { AdminCaller } from './guilds.admin.js';
 
 /** A signed-in caller of the guild endpoints. */
 export interface GuildViewer {
@@ -54,7 +47,7 @@ export interface GuildsDeps {
 
 /** Guilds (spec 2.3, 2.4, 4.3, 4.4): the bot upsert, owner self-service, admin premium and sponsors. */
 export function makeGuildsService(deps: GuildsDeps) {
-  const { db, store, clock, audit, users, chats } = deps;
+  const { db, store, clock, audit, chats } = deps;
 
   const mustGet = async (chatplatformId: string, tx?: Tx): Promise<GuildRow> => {
     const g = await store.byChatplatformId(chatplatformId, tx);
@@ -100,33 +93,6 @@ export function makeGuildsService(deps: GuildsDeps) {
   const full = async (g: GuildRow): Promise<Guild> =>
     toGuild(g, (await store.sponsorsOf([g.id])).get(g.id) ?? [], clock.now());
 
-  /**
-   * Runs an admin change on the locked guild row once the caller may administer (mayAdminister)
-   * on its level as `lockCaller` reads it after that lock (guild rows before users rows), never the
-   * session's view of it (the route's guard checked that first, as a quick refusal): an Admin
-   * demoted on another node, not yet heard of here, changes nothing. The change gets what
-   * `lockCaller` answered and returns the row to answer with.
-   */
-  const adminChange = async <Locked extends { level: ActorLevel }>(
-    chatplatformId: string,
-    lockCaller: (tx: Tx) => Promise<Locked>,
-    change: (g: GuildRow, tx: Tx, locked: Locked) => Promise<GuildRow>,
-  ) => {
-    const row = await db.transaction(async (tx) => {
-      const g = await store.lockByChatplatformId(chatplatformId, tx);
-      if (!g) throw appError('ERR_GUILD_NOT_FOUND');
-      const locked = await lockCaller(tx);
-      if (!mayAdminister(locked.level)) throw appError('ERR_FORBIDDEN');
-      return change(g, tx, locked);
-    });
-    return full(row);
-  };
-
-  /** An admin caller's level as stored, its row held FOR SHARE until the commit (callerLevelOf). */
-  const callerLevel =
-    ({ actor, level }: AdminCaller) =>
-    async (tx: Tx): Promise<{ level: ActorLevel }> => ({ level: await callerLevelOf(tx, actor, level, clock.now()) });
-
   const updated = async (id: number, values: Partial<GuildInsert>, tx: Tx): Promise<GuildRow> => {
     const row = await store.update(id, values, tx);
     if (!row) throw appError('ERR_GUILD_NOT_FOUND');
@@ -134,6 +100,8 @@ export function makeGuildsService(deps: GuildsDeps) {
   };
 
   return {
+    ...makeGuildAdmin({ ...deps, full, updated }),
+
     /**
      * The bot upsert: creates the guild (room settings at their defaults) or updates it. Optional
      * fields left out keep their value; the record is marked as having the bot, source 'bot'. Only
@@ -250,96 +218,6 @@ export function makeGuildsService(deps: GuildsDeps) {
         return next;
       });
       return toRoomSettings(row);
-    },
-
-    /** Admin: premium for `days` from now, replacing any current expiry. */
-    async grantPremium(caller: AdminCaller, chatplatformId: string, body: GuildPremiumBody): Promise<Guild> {
-      const { actor } = caller;
-      const now = clock.now();
-      const until = premiumUntil(body.days, now);
-      return adminChange(chatplatformId, callerLevel(caller), async (g, tx) => {
-        const next = await updated(g.id, { subscriptionExpiresAt: until, updatedAt: now }, tx);
-        await audit.record(
-          {
-            actor,
-            code: AuditCodes.GUILD_PREMIUM_GRANT,
-            action: 'grant',
-            reason: body.reason ?? null,
-            data: {
-              guild_id: g.chatplatformId,
-              days: body.days,
-              expires_at: until.toISOString(),
-              previous_expires_at: g.subscriptionExpiresAt?.toISOString() ?? null,
-            },
-          },
-          tx,
-        );
-        return next;
-      });
-    },
-
-    /** Admin: ends guild premium. A guild without an expiry is left as is (idempotent, nothing recorded). */
-    async revokePremium(caller: AdminCaller, chatplatformId: string, body: GuildPremiumRevokeBody | undefined) {
-      const { actor } = caller;
-      const now = clock.now();
-      return adminChange(chatplatformId, callerLevel(caller), async (g, tx) => {
-        if (g.subscriptionExpiresAt === null) return g;
-        const next = await updated(g.id, { subscriptionExpiresAt: null, updatedAt: now }, tx);
-        await audit.record(
-          {
-            actor,
-            code: AuditCodes.GUILD_PREMIUM_REVOKE,
-            action: 'revoke',
-            reason: body?.reason ?? null,
-            data: { guild_id: g.chatplatformId, expires_at: g.subscriptionExpiresAt.toISOString() },
-          },
-          tx,
-        );
-        return next;
-      });
-    },
-
-    /**
-     * Admin: adds or removes a sponsor. Repeating either changes and records nothing. An added
-     * sponsor's row is held until the commit: a user deleted meanwhile answers 404, not a
-     * foreign-key error. It is locked with the caller's in one statement, in id order
-     * (lockActorAndTarget), as every transaction that locks two users rows FOR UPDATE takes them
-     * (admin.store lockUsersInIdOrder): the caller's held FOR SHARE before the sponsor's would
-     * deadlock with an admin action of the sponsor on the caller, or of the caller on the sponsor,
-     * whenever the sponsor's id is the lower.
-     */
-    async setSponsor(
-      caller: AdminCaller,
-      chatplatformId: string,
-      body: GuildSponsorBody,
-      add: boolean,
-    ): Promise<Guild> {
-      const { actor } = caller;
-      const now = clock.now();
-      const user = await users.byId(body.user_id);
-      if (!user || (add && user.isStranger)) throw appError('ERR_USER_NOT_FOUND');
-      // The sponsor to add is locked with the caller, the one to remove needs no lock.
-      const lockCaller = async (tx: Tx): Promise<{ level: ActorLevel; target?: UserRow }> =>
-        add ? lockActorAndTarget(tx, actor, caller.level, body.user_id, clock.now()) : callerLevel(caller)(tx);
-      return adminChange(chatplatformId, lockCaller, async (g, tx, { target }) => {
-        if (add && !target) throw appError('ERR_USER_NOT_FOUND');
-        const changed = add
-          ? await store.addSponsor(g.id, body.user_id, now, tx)
-          : await store.removeSponsor(g.id, body.user_id, tx);
-        if (!changed) return g;
-        await audit.record(
-          {
-            actor,
-            code: add ? AuditCodes.GUILD_SPONSOR_ADD : AuditCodes.GUILD_SPONSOR_REMOVE,
-            action: add ? 'add' : 'remove',
-            targetUserId: body.user_id,
-            reason: body.reason ?? null,
-            data: { guild_id: g.chatplatformId },
-          },
-          tx,
-        );
-        return updated(g.id, { updatedAt: now }, tx);
-      });
     },
 
     /** The room settings that apply to a chat: its guild's, or null for a chat that is no guild's. */

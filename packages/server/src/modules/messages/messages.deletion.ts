@@ -1,0 +1,152 @@
+import { PermissionLevel } from '@parlor/protocol';
+import { appError } from '../../platform/errors.js';
+import { rooms } from '../../platform/realtime.js';
+import { canModerateChat, canTarget } from '../moderation/moderation.service.js';
+import { storedCallerLevel } from '../users/users.caller.js';
+import type { Tx } from '../users/users.store.js';
+import { messageId } from './messages.presenter.js';
+import type { MessagesDeps, Sender } from './messages.service.js';
+import { type DeletionCandidate, parseMessageId } from './messages.store.js';
+
+/** The chat a deletion acts in, as the route found it. */
+export interface DeletionChat {
+  id: number;
+  type: string;
+  ownerId: number | null;
+  /** Archived (spec 3): read-only, so nothing is deleted either. */
+  archived: boolean;
+}
+
+/** Throws unless the actor reads the chat (chats `assertReader`: 404, 403, a stranger's 401). */
+export type ReaderCheck = () => Promise<unknown>;
+
+/** The rules' view of an actor (moderation.rules). */
+const ruled = (actor: Sender) => ({ userId: actor.userId, level: actor.permissionLevel });
+
+/** The levels whose messages `actor` may delete as a moderator: those canTarget reaches. */
+const reachableLevels = (actor: Sender) =>
+  // 0 is nobody's id: the question is about another user of that level.
+  Object.values(PermissionLevel).filter((level) => canTarget(ruled(actor), { userId: 0, level }));
+
+/**
+ * Deleting messages (spec 4.6): one's own as the chat's reader, others' as the chat's moderator
+ * within reach, decided on the actor's level as stored; message:bulk_deleted tells the chat.
+ */
+export function makeMessageDeletion({ store, clock, realtime, access }: Omit<MessagesDeps, 'state'>) {
+  const bulkDeleted = (chatId: number, ids: string[], by: number) => {
+    if (ids.length > 0)
+      realtime.emitTo(rooms.chat(chatId), 'message:bulk_deleted', {
+        room_id: chatId,
+        deleted_ids: ids,
+        deleted_by: by,
+      });
+  };
+
+  /** An archived chat is read-only (spec 3): nothing is deleted from it. */
+  const assertWritable = (chat: DeletionChat) => {
+    if (chat.archived) throw appError('ERR_CHAT_READ_ONLY');
+  };
+
+  /** Spec 4.6 rule 2, as the moderation module decides it (the chat owner's level read here). */
+  const mayModerate = async (actor: Sender, chat: DeletionChat, tx?: Tx): Promise<boolean> => {
+    const { ownerId } = chat;
+    const ownerLevel = ownerId !== null && ownerId !== actor.userId ? ((await store.levelOf(ownerId, tx)) ?? 0) : 0;
+    return canModerateChat(ruled(actor), { type: chat.type, ownerId: chat.ownerId, ownerLevel });
+  };
+
+  /**
+   * A delete of others' messages, decided again on the actor's level as stored (docs/api.md, "Levels
+   * as they are at the commit"), not the session's: in one transaction, the actor's users row held
+   * FOR SHARE (storedCallerLevel: a demotion, ban or deletion committed before is read, a later one
+   * waits), the moderator right decided on that level (403), and `write` deletes with the actor at
+   * it, its reach (canTarget) included. The row before the messages: what else locks message rows
+   * (these deletes, the purge's batches) takes no users row after them, so no cycle.
+   */
+  const asModerator = <T>(actor: Sender, chat: DeletionChat, write: (stored: Sender, tx: Tx) => Promise<T>) =>
+    store.transaction(async (tx) => {
+      const stored = { ...actor, permissionLevel: await storedCallerLevel(tx, actor.userId, clock.now()) };
+      if (!(await mayModerate(stored, chat, tx))) throw appError('ERR_FORBIDDEN');
+      return write(stored, tx);
+    });
+
+  /** Refuses (403) a delete of `others` when one of their senders is out of the actor's reach (canTarget). */
+  const assertInReach = (actor: Sender, others: DeletionCandidate[]) => {
+    const outOfReach = others.some(
+      (m) => m.senderLevel !== null && !canTarget(ruled(actor), { userId: m.senderId ?? 0, level: m.senderLevel }),
+    );
+    if (outOfReach) throw appError('ERR_FORBIDDEN', 'That user is out of your reach.');
+  };
+
+  /**
+   * Whether the actor deletes in the chat as its moderator. Who may moderate it (as for a kick) acts
+   * there without reading it: a Moderator in a direct chat (docs/api.md, Messages); anyone else
+   * deletes only as the chat's reader, checked by `assertReader` (as history checks it).
+   */
+  const moderates = async (actor: Sender, chat: DeletionChat, assertReader: ReaderCheck): Promise<boolean> => {
+    if (await mayModerate(actor, chat)) return true;
+    await assertReader();
+    return false;
+  };
+
+  /**
+   * Announces and answers what a delete removed. A delete writes nothing in a chat archived or
+   * removed since the route read it (messages.store `writable`); when it removed nothing, the chat
+   * is read again so that such a race is told as a refusal rather than as an empty success.
+   */
+  const deleted = async (actor: Sender, chatId: number, rows: { ms: number; seq: number }[]) => {
+    if (rows.length === 0) {
+      const now = await access.chat(chatId);
+      if (!now) throw appError('ERR_CHAT_NOT_FOUND');
+      if (now.archived) throw appError('ERR_CHAT_READ_ONLY');
+    }
+    const ids = rows.map(messageId);
+    bulkDeleted(chatId, ids, actor.userId);
+    return { deleted: ids.length, deleted_ids: ids };
+  };
+  return {
+    /**
+     * Deletes by id, all or nothing: your own messages, as the chat's reader; others' too for who
+     * may moderate the chat (moderation canModerateChat, spec 4.6 rule 2), reader or not, when each
+     * of their senders is within reach (canTarget: below the actor's level, or a deleted account).
+     * Ids of no message are passed over; a system message (spec 2.9: kept for late joiners) refuses
+     * the whole request. Others' messages are decided on the actor's level as stored (asModerator);
+     * its own need no level.
+     */
+    async remove(actor: Sender, chat: DeletionChat, ids: string[], assertReader: ReaderCheck) {
+      const moderator = await moderates(actor, chat, assertReader);
+      assertWritable(chat);
+      const found = await store.byIds(chat.id, [...new Set(ids)].map(parseMessageId));
+      if (found.some((m) => m.type !== 'user')) throw appError('ERR_FORBIDDEN', 'System messages cannot be deleted.');
+      const others = found.filter((m) => m.senderId !== actor.userId);
+      if (others.length === 0) return deleted(actor, chat.id, await store.remove(chat.id, found));
+      if (!moderator) throw appError('ERR_FORBIDDEN', 'You may delete only your own messages.');
+      assertInReach(actor, others);
+      const rows = await asModerator(actor, chat, (stored, tx) => {
+        assertInReach(stored, others);
+        return store.remove(chat.id, found, tx);
+      });
+      return deleted(actor, chat.id, rows);
+    },
+
+    async removeMine(actor: Sender, chat: DeletionChat) {
+      assertWritable(chat);
+      return deleted(actor, chat.id, await store.removeBySender(chat.id, actor.userId));
+    },
+
+    /**
+     * The newest `count` user messages the actor may delete, for who may moderate the chat (reader
+     * or not; anyone else is refused as a reader first): its own and those of senders within reach
+     * (below its level, deleted accounts); messages of users at or above its level are passed over
+     * and do not count. The right and the reach are decided on the actor's level as stored (asModerator).
+     */
+    async removeLast(actor: Sender, chat: DeletionChat, count: number, assertReader: ReaderCheck) {
+      const moderator = await moderates(actor, chat, assertReader);
+      assertWritable(chat);
+      if (!moderator) throw appError('ERR_FORBIDDEN');
+      const rows = await asModerator(actor, chat, (stored, tx) =>
+        store.removeLast(chat.id, count, { actorId: actor.userId, levels: reachableLevels(stored) }, tx),
+      );
+      return deleted(actor, chat.id, rows);
+    },
+  };
+}
