@@ -461,7 +461,19 @@ describeApp('the socket: a reconnection refused after its recovery', () => {
     expect(r.recovered).toBe(false);
     const carolSocket = r.id;
     await b.send(chat.id, 'after');
-    await new Promise((resolve) => setTimeout(resolve, 500));
+    // A barrier: a notification to carol, sent after 'after' by the same emitter (to a room of this
+    // socket). Once it has arrived, a message:new sent to this socket before it would have too.
+    const notes: string[] = [];
+    r.on('notification:new', (n) => notes.push(n.title));
+    const noted = await operator(app).post('/v1/admin/notifications', {
+      title: 'After the message',
+      body: 'x',
+      type: 'info',
+      user_id: carol.user.id,
+    });
+    expect(noted.status).toBe(200);
+    await expect.poll(() => notes, { timeout: 15_000 }).toEqual(['After the message']);
+    expect(r.id).toBe(carolSocket);
     expect(seen.filter((e) => e.socketId === carolSocket)).toEqual([]);
     r.disconnect();
   }, 30_000);

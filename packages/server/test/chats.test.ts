@@ -9,7 +9,7 @@ import { Client, nextIp } from './support/client.js';
 import { countRows } from './support/faults.js';
 import { login, operator, setLevel } from './support/flows.js';
 import { gateInserts, hold, lockWaiters, lockWaitersOr, racingUserRow } from './support/pg-locks.js';
-import { closeAllSockets, connectSocket } from './support/sockets.js';
+import { closeAllSockets, connectSocket, disconnected } from './support/sockets.js';
 import { eventually } from './support/vm-browser.js';
 
 let app: TestApp;
@@ -987,12 +987,17 @@ describeApp('the socket', () => {
   it('drops the socket of a session that logs out, or is destroyed from another session', async () => {
     const a = await member(app);
     const b = await member(app, { platformUserId: a.platformUserId });
-    const gone = new Promise((resolve) => b.socket.once('disconnect', resolve));
-    await a.client.post(`/v1/users/me/sessions/${b.client.cookie?.slice(-6)}/destroy`, {});
-    await gone;
-    const own = new Promise((resolve) => a.socket.once('disconnect', resolve));
-    await a.client.post('/v1/authentication/logout', {});
-    await own;
+    const gone = disconnected(b.socket);
+    const destroyed = await a.client.post(`/v1/users/me/sessions/${b.client.cookie?.slice(-6)}/destroy`, {});
+    expect([destroyed.status, destroyed.body]).toEqual([200, { destroyed: true }]);
+    // Dropped by the server, not closed by the client.
+    expect(await gone).toBe('io server disconnect');
+    // Only the destroyed session's socket: the destroying one still serves events.
+    expect(await a.socket.emitWithAck('room:join', { chat_id: 999999 })).toMatchObject({ code: 'ERR_CHAT_NOT_FOUND' });
+    expect(a.socket.connected).toBe(true);
+    const own = disconnected(a.socket);
+    expect((await a.client.post('/v1/authentication/logout', {})).status).toBe(200);
+    expect(await own).toBe('io server disconnect');
   });
 });
 

@@ -432,8 +432,16 @@ describeApp('key rings, envelopes and their events', () => {
       epoch,
       sender_session_id: owner.sessionId,
     });
-    await new Promise((resolve) => setTimeout(resolve, 300));
-    expect(device.socket.received.filter((r) => r.event === 'room:key')).toEqual([]);
+    // A barrier: a key shared afterwards to the device's own session, by the same path (room:key to
+    // a session's room). Once it has arrived, a room:key for the guest's session would have too.
+    expect((await join(device, { chat_id: chatId })).ok).toBe(true);
+    await shareKey(owner, { chatId, chatKey, epoch }, [device]);
+    const { envelope } = (await device.client.get(`/v1/portal/chats/${chatId}/keys`)).body;
+    expect(envelope).toEqual(expect.any(String));
+    await device.socket.next('room:key', (e) => e.chat_id === chatId && e.envelope === envelope);
+    expect(device.socket.received.filter((r) => r.event === 'room:key').map((r) => r.payload)).toEqual([
+      { chat_id: chatId, epoch, envelope, sender_session_id: owner.sessionId },
+    ]);
   });
 
   it('announces a first key without a new epoch, and the identical key again not at all', async () => {
@@ -446,7 +454,12 @@ describeApp('key rings, envelopes and their events', () => {
     const deviceId = await sessionIdOf(app, device.client);
     await owner.socket.next('portal:key_added', (e) => e.session_id === deviceId);
     expect((await register(device, key)).body.status).toBe('unchanged');
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    // A barrier: a first key of a third session of the user, announced afterwards by the same path
+    // (to the chat's room). Once the owner has it, anything the unchanged key set off has come too.
+    const third = await login(app, { platformUserId: guest.platformUserId });
+    expect((await register(third, freshKey())).body.status).toBe('registered');
+    const thirdId = await sessionIdOf(app, third.client);
+    await owner.socket.next('portal:key_added', (e) => e.session_id === thirdId);
     const heard = owner.socket.received.filter(
       (r) => (r.event === 'portal:key_added' && r.payload.session_id === deviceId) || r.event === 'room:rekey',
     );

@@ -114,7 +114,14 @@ describeApp('the log holds no secrets, at any level', () => {
     expect((await operator(app).post(`/v1/admin/users/${who.user.id}/update`, { permission_level: 1 })).status).toBe(
       200,
     );
-    await new Promise((r) => setTimeout(r, 200));
+    // Every request's lines are written: its completion is logged once the answer is sent, which
+    // may be after the client has read it.
+    const unfinished = () => {
+      const lines = logs.lines();
+      const done = new Set(lines.filter((l) => l.msg === 'request completed').map((l) => l.reqId));
+      return lines.filter((l) => l.msg === 'incoming request' && !done.has(l.reqId)).map((l) => l.req);
+    };
+    await expect.poll(unfinished).toEqual([]);
     expect(leaks()).toEqual([]);
   });
 

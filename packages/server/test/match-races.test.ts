@@ -271,7 +271,7 @@ describeApp('a search ended while a pairing has it out of the queue', () => {
     expect(matchEvents(c)).toEqual([]);
     // A new search of the user is its own.
     expect((await match(a, [t])).body.state).toBe('searching');
-    expect((await a.socket.next('match:found', () => true, 5_000)).peer.id).toBe(c.user.id);
+    expect((await a.socket.next('match:found')).peer.id).toBe(c.user.id);
   });
 
   // Both stores: the pairing is held before it takes the users' locks, so the dequeue does not
@@ -404,7 +404,7 @@ describeApp('a block committed while an enqueue is in flight', () => {
     // Each is still paired with others: a third user takes the longest waiting one.
     const c = await member(app);
     expect((await match(c, [t])).body.state).toBe('searching');
-    expect((await c.socket.next('match:found', () => true, 5_000)).peer.id).toBe(a.user.id);
+    expect((await c.socket.next('match:found')).peer.id).toBe(a.user.id);
     await b.client.post('/v1/portal/match/dequeue', {});
   });
 });

@@ -342,7 +342,7 @@ describeApp('queue deadline, leave and the direct chat lifecycle', () => {
     // Still online (the refresh every 30 s keeps connected users so).
     await app.services.matchmaking.markOnline([a.user.id, b.user.id]);
     expect((await match(b, [t])).body.state).toBe('searching');
-    expect(await a.socket.next('match:timeout', (e) => e.interests[0] === t, 5_000)).toEqual({ interests: [t] });
+    expect(await a.socket.next('match:timeout', (e) => e.interests[0] === t)).toEqual({ interests: [t] });
     expect((await a.client.get('/v1/portal/match/status')).body).toEqual({ state: 'idle' });
     await b.client.post('/v1/portal/match/dequeue', {});
   });
@@ -549,7 +549,7 @@ describeApp('strangers', () => {
     const t = tag();
     expect((await match(s, [t])).body.state).toBe('searching');
     expect((await mod.client.post('/v1/portal/strangers/block', { user_id: s.user.id })).body).toEqual({ ok: true });
-    expect(await socket.next('match:timeout', (e) => e.interests[0] === t, 5_000)).toEqual({ interests: [t] });
+    expect(await socket.next('match:timeout', (e) => e.interests[0] === t)).toEqual({ interests: [t] });
     expect((await s.client.get('/v1/portal/match/status')).body).toEqual({ state: 'idle' });
   });
 

@@ -96,9 +96,15 @@ describeApp('ending a session rekeys its chats before the answer', () => {
   });
 });
 
-/** The `portal:key_removed` events of the chat about `userId` that `m` received (after a short wait for strays). */
+/**
+ * The `portal:key_removed` events of the chat about `userId` that `m` received, read after a
+ * barrier: a new member joins the chat, and its `portal:key_added`, sent to the chat's room after
+ * anything sent there before, has reached `m`.
+ */
 async function removalsHeard(m: Member, chatId: number, userId: number): Promise<(number | null)[]> {
-  await new Promise((resolve) => setTimeout(resolve, 300));
+  const later = await member(app);
+  expect((await join(later, { chat_id: chatId })).ok).toBe(true);
+  await m.socket.next('portal:key_added', (p) => p.chat_id === chatId && p.session_id === later.sessionId);
   return m.socket.received
     .filter((r) => r.event === 'portal:key_removed' && r.payload.chat_id === chatId && r.payload.user_id === userId)
     .map((r) => r.payload.session_id);

@@ -183,7 +183,7 @@ describeApp('shutdown', () => {
         const [sent] = answers(received());
         expect(sent?.status, received()).toBe(200);
         const id = JSON.parse(sent?.body ?? '{}').id as string;
-        await listener.socket.next('message:new', (m) => m.id === id, 5_000);
+        await listener.socket.next('message:new', (m) => m.id === id);
       } finally {
         closeAllSockets();
         await b.close();

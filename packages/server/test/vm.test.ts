@@ -670,12 +670,16 @@ describeBrowser('room VM (real Chromium)', () => {
     // Renderers, zygotes, GPU and network processes of each browser: killed (zombies wait for init).
     const living = () => {
       try {
-        return execFileSync('ps', ['-o', 'stat=', '-s', pids.join(',')])
+        return execFileSync('ps', ['-o', 'stat=', '-s', pids.join(',')], { stdio: ['ignore', 'pipe', 'pipe'] })
           .toString()
           .split('\n')
           .filter((stat) => stat.trim() !== '' && !stat.trim().startsWith('Z')).length;
-      } catch {
-        return 0; // ps exits 1 when nothing matches.
+      } catch (err) {
+        // procps ps exits 1, saying nothing, when no process matches. A usage error also exits 1, with
+        // a message on stderr; that, a missing ps or any other failure is no proof that none is left.
+        const { status, stderr } = err as { status?: number | null; stderr?: Buffer };
+        if (status === 1 && stderr !== undefined && stderr.length === 0) return 0;
+        throw err;
       }
     };
     await eventually(() => living() === 0, WAIT_MS, 'no browser process left');

@@ -67,8 +67,13 @@ describe('ParlorClient over HTTP', () => {
     const client = new ParlorClient({ baseUrl: 'http://api.test', session: 'ended', fetch: stub.fetch });
     await expect(client.logout()).rejects.toMatchObject({ status: 401, code: 'ERR_UNAUTHENTICATED' });
     expect(client.session).toBeNull();
-    await client.me().catch(() => {});
-    expect((stub.calls[1]?.init.headers as Record<string, string> | undefined)?.cookie).toBeUndefined();
+    // The next request goes out without the forgotten cookie (the stub answers it 401 again).
+    await expect(client.me()).rejects.toMatchObject({ status: 401, code: 'ERR_UNAUTHENTICATED' });
+    expect(stub.calls).toHaveLength(2);
+    expect(stub.calls[1]?.url).toBe('http://api.test/v1/users/me');
+    const headers = stub.calls[1]?.init.headers as Record<string, string>;
+    expect(headers).toMatchObject({ accept: 'application/json' });
+    expect(headers).not.toHaveProperty('cookie');
   });
 
   it('builds query strings without undefined values', async () => {

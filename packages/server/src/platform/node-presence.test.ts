@@ -2,12 +2,11 @@ import { EventEmitter } from 'node:events';
 import type { FastifyBaseLogger } from 'fastify';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it, vi } from 'vitest';
-import { clearRedisPrefix, redisReachable, SERVICE_URLS } from '../../test/support/services.js';
+import { clearRedisPrefix, redisForUnitCases, SERVICE_URLS } from '../../test/support/services.js';
 import { type HeldPresence, trackNodePresence } from './node-presence.js';
 import type { Io } from './realtime.js';
 
-const redisProblem = await redisReachable();
-if (redisProblem && process.env.REQUIRE_SERVICES === '1') throw new Error(`REQUIRE_SERVICES=1: ${redisProblem}`);
+const redisProblem = await redisForUnitCases('the Redis node presence tests');
 
 const clients: Redis[] = [];
 const prefixes: string[] = [];

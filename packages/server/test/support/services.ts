@@ -37,6 +37,20 @@ export async function redisReachable(): Promise<string | null> {
   }
 }
 
+/**
+ * For a unit file that also runs its cases on RedisState: what keeps Redis out of reach, or null.
+ * Out of reach, those cases are skipped with a loud notice; with REQUIRE_SERVICES=1 (as in the
+ * cluster-mode suites) the file fails instead.
+ */
+export async function redisForUnitCases(what: string): Promise<string | null> {
+  const problem = await redisReachable();
+  if (problem === null) return null;
+  if (process.env.REQUIRE_SERVICES === '1') throw new Error(`REQUIRE_SERVICES=1 but ${problem}`);
+  const line = '!'.repeat(78);
+  process.stderr.write(`\n${line}\n!! SKIPPING ${what}: ${problem}\n${line}\n\n`);
+  return problem;
+}
+
 /** A fresh database for one test file, dropped afterwards. */
 export async function createScratchDatabase(): Promise<{ url: string; drop: () => Promise<void> }> {
   const name = `parlor_t_${Date.now().toString(36)}_${Math.random().toString(36).slice(2, 8)}`;

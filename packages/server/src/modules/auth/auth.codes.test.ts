@@ -1,6 +1,6 @@
 import { Limits } from '@parlor/protocol';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { clearRedisPrefix, redisReachable, SERVICE_URLS } from '../../../test/support/services.js';
+import { clearRedisPrefix, redisForUnitCases, SERVICE_URLS } from '../../../test/support/services.js';
 import { FakeClock, systemClock } from '../../platform/clock.js';
 import type { StateStore } from '../../platform/state/index.js';
 import { MemoryState } from '../../platform/state/memory.js';
@@ -109,7 +109,7 @@ describe('login code store: the identity entry under concurrent issue, take and 
   });
 });
 
-const redisProblem = await redisReachable();
+const redisProblem = await redisForUnitCases('the RedisState cases of the pending web codes');
 const redisPrefix = `parlor-codes-unit:${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}:`;
 const stores: [string, (() => Promise<StateStore>) | null][] = [
   ['MemoryState', async () => new MemoryState()],

@@ -1,6 +1,6 @@
 import { Limits, LOGIN_CODE_ALPHABET } from '@parlor/protocol';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { clearRedisPrefix, redisReachable, SERVICE_URLS } from '../../../test/support/services.js';
+import { clearRedisPrefix, redisForUnitCases, SERVICE_URLS } from '../../../test/support/services.js';
 import { FakeClock, systemClock } from '../../platform/clock.js';
 import type { AppError } from '../../platform/errors.js';
 import type { Limiter, StateStore } from '../../platform/state/index.js';
@@ -69,7 +69,7 @@ function yielding(inner: StateStore): StateStore {
   return wrap(inner);
 }
 
-const redisProblem = await redisReachable();
+const redisProblem = await redisForUnitCases('the RedisState cases of verify');
 const redisPrefix = `parlor-auth-unit:${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}:`;
 let prefixes = 0;
 const stores: [string, (() => Promise<StateStore>) | null][] = [
@@ -139,13 +139,19 @@ describe.each(stores)('verify on %s', (_name, make) => {
       const auth = service();
       const perIp = Limits.VERIFY_FAILURES_PER_IP;
       const full = Math.floor((Limits.VERIFY_FAILURES_GLOBAL - 10) / perIp);
-      for (let a = 0; a < full; a++)
-        await Promise.allSettled(Array.from({ length: perIp }, (_, i) => guess(auth, `198.18.1.${a}`, i)));
+      for (let a = 0; a < full; a++) {
+        const filled = outcomes(
+          await Promise.allSettled(Array.from({ length: perIp }, (_, i) => guess(auth, `198.18.1.${a}`, i))),
+        );
+        expect(filled).toEqual(Array.from({ length: perIp }, () => 'ERR_INVALID_CODE'));
+      }
       // Five addresses fail once each: the budget has 300 - 290 - 5 = 5 failures left.
       const dirty = Array.from({ length: 5 }, (_, a) => `198.18.2.${a}`);
-      for (const ip of dirty) await guess(auth, ip).catch(() => {});
+      for (const ip of dirty) await expect(guess(auth, ip)).rejects.toMatchObject({ code: 'ERR_INVALID_CODE' });
       const left = Limits.VERIFY_FAILURES_GLOBAL - full * perIp - dirty.length;
       expect(left).toBe(5);
+      // Every one of those failures was a checked guess.
+      expect(checked).toBe(full * perIp + dirty.length);
       checked = 0;
       const results = outcomes(
         await Promise.allSettled(dirty.flatMap((ip) => Array.from({ length: 4 }, (_, i) => guess(auth, ip, i)))),

@@ -2,13 +2,11 @@ import { once } from 'node:events';
 import net from 'node:net';
 import { afterAll, describe, expect, it } from 'vitest';
 import { captureLog, LEVEL } from '../../../test/support/logs.js';
-import { redisReachable, SERVICE_URLS } from '../../../test/support/services.js';
+import { redisForUnitCases, SERVICE_URLS } from '../../../test/support/services.js';
 import { eventually } from '../../../test/support/vm-browser.js';
 import { RedisState } from './redis.js';
 
-const redisProblem = await redisReachable();
-if (redisProblem !== null && process.env.REQUIRE_SERVICES === '1')
-  throw new Error(`REQUIRE_SERVICES=1 but ${redisProblem}`);
+const redisProblem = await redisForUnitCases('the RedisState connection logging tests');
 
 /**
  * A TCP relay in front of the local Redis that the test can cut (closing every connection and

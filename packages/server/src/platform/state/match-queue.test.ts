@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
-import { clearRedisPrefix, redisReachable, SERVICE_URLS } from '../../../test/support/services.js';
+import { clearRedisPrefix, redisForUnitCases, SERVICE_URLS } from '../../../test/support/services.js';
 import {
   CANCEL_MARK_MS,
   CANDIDATE_SCAN_LIMIT,
@@ -28,9 +28,7 @@ const entry = (userId: number, tags: string[], over: Partial<QueueEntry> = {}): 
 const placed = (kind: string) => ({ kind, dropped: [] });
 const QUEUED = placed('queued');
 
-const redisProblem = await redisReachable();
-if (redisProblem && process.env.REQUIRE_SERVICES === '1') throw new Error(`REQUIRE_SERVICES=1: ${redisProblem}`);
-if (redisProblem) process.stderr.write(`\n!! SKIPPING the Redis match queue contract: ${redisProblem}\n\n`);
+const redisProblem = await redisForUnitCases('the Redis match queue contract');
 
 const clients: Redis[] = [];
 const prefixes: string[] = [];
