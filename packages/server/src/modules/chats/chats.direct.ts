@@ -241,7 +241,7 @@ export function makeDirectChats(deps: DirectChatsDeps) {
         drain(size, maxBatches, async () => {
           const { removed: rows, members } = await store.removeDue(removedBefore, now, size);
           // Every socket of both members hears it, in the chat's room or not (another tab), once (as
-          // for a deleted chat, chats.service.ts remove).
+          // for a deleted chat, chats.lifecycle.ts remove).
           for (const c of rows) {
             const users = members.filter((m) => m.chatId === c.id).map((m) => rooms.user(m.userId));
             realtime.emitTo([rooms.chat(c.id), ...users], 'room:left', { chat_id: c.id, reason: 'deleted' });

@@ -21,7 +21,7 @@ export const assertChatManager = (viewer: Viewer, chat: Pick<ChatRow, 'ownerUser
   if (!canManage(viewer, chat.ownerUserId)) throw appError('ERR_FORBIDDEN');
 };
 
-/** A chat's invites (chats.service.ts composes them): create, list, delete. Joining by one is chats.membership.ts. */
+/** A chat's invites (chats.service.ts composes them): create, list, delete. Joining by one is chats.join.ts. */
 export function makeChatInvites({ db, store, clock, mustGet }: ChatInvitesDeps) {
   return {
     /**

@@ -40,7 +40,7 @@ export function makeChatLifecycle({ db, store, clock, realtime, mustGet, written
 
   /**
    * The caller's level as stored (storedCallerLevel), or the operator's as given: the operator
-   * (`viewer.operator`, from admin.service `chatViewer`) has no users row.
+   * (`viewer.operator`, from admin.chats.ts `chatViewer`) has no users row.
    */
   const levelAsStored = (viewer: Viewer, tx: Tx): Promise<number> | number =>
     viewer.operator ? viewer.permissionLevel : storedCallerLevel(tx, viewer.userId, clock.now());

@@ -34,7 +34,7 @@ export function registerMessagesRoutes(
   const auth = { security: security.session };
   /**
    * The reader check of a delete by id or delete-last. It runs only for who may not moderate the
-   * chat: a moderator need not read it (messages.service `moderates`), so those routes find the
+   * chat: a moderator need not read it (messages.deletion `moderates`), so those routes find the
    * chat without it.
    */
   const readerCheck = (v: ReturnType<typeof viewerOf>, chatId: number) => () => chats.assertReader(v, chatId);

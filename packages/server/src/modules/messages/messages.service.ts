@@ -145,7 +145,7 @@ export function makeMessagesService(deps: MessagesDeps) {
 
     /**
      * The opening system message of a chat created with it in one statement: the chat's first id,
-     * `<at>-0` (chats.store insertDirect). Publish it once that statement has committed.
+     * `<at>-0` (chats.pairing.store insertDirect). Publish it once that statement has committed.
      */
     opening(chatId: number, system: Record<string, unknown>, at: Date): Message {
       const row = { chatId, ms: at.getTime(), seq: 0, type: 'system', senderId: null, content: '', system };

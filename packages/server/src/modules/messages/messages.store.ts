@@ -116,7 +116,7 @@ export function makeMessagesStore(db: Db) {
     },
     /**
      * Runs `fn` in one transaction: a moderator's delete, decided on the caller's users row read
-     * there (messages.service asModerator) and written with it.
+     * there (messages.deletion asModerator) and written with it.
      */
     transaction<T>(fn: (tx: Tx) => Promise<T>): Promise<T> {
       return db.transaction(fn);

@@ -7,7 +7,7 @@
  *   \c                the character c itself (escapes * _ [ ] ( ) ` < > and \)
  *
  * Everything else is literal text: clients never interpret HTML. Automated bodies put values in
- * with `plain()` (notifications.service), so a username cannot add a link. Admin-written bodies
+ * with `plain()` (notifications.templates), so a username cannot add a link. Admin-written bodies
  * are checked with `richTextProblem`: every link target must be an http or https URL.
  */
 

@@ -141,7 +141,7 @@ export function makeNotificationsStore(db: Db) {
 
     /**
      * The lowest copy id of a broadcast (the copy every deletion of it keeps to the end, see
-     * notifications.service removeBroadcast) and how many copies it has; undefined when none is left.
+     * notifications.admin removeBroadcast) and how many copies it has; undefined when none is left.
      */
     async broadcastExtent(broadcastId: string): Promise<{ anchorId: number; copies: number } | undefined> {
       const [row] = await db

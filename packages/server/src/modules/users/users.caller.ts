@@ -21,9 +21,10 @@ export type CallerRead = 'share' | 'read';
  * while the request waited for a lock, may not have reached this node's session cache yet. A
  * caller whose account is gone answers 401 ERR_UNAUTHENTICATED, one Banned or timed out (its
  * effective state, as the session guard reads it) ERR_BANNED or ERR_TIMED_OUT: what the request
- * would have answered had the node known. Take it after the rows of what the mutation changes
- * (chat, guild and bot rows before users rows, docs/api.md Moderation). A target user's row is
- * locked with the caller's by lockCallerAndTarget (admin.locks.ts) instead.
+ * would have answered had the node known. Take it in the lock order of docs/api.md Moderation:
+ * after the chat and guild rows the mutation changes, before a bot's row (as bots.admin.ts takes
+ * it). A target user's row is locked with the caller's by lockCallerAndTarget (admin.locks.ts)
+ * instead.
  */
 export async function storedCallerLevel(
   tx: Tx,

@@ -52,7 +52,7 @@ export const users = pgTable(
     uniqueIndex('users_username_lower_idx').on(sql`lower(${t.username})`),
     // The subscription sweep's lookup: only Trial and Premium expire.
     index('users_subscription_expiry_idx').on(t.subscriptionExpiresAt).where(sql`${t.subscriptionTier} in (1, 2)`),
-    // The stranger sweep's lookup (auth.service sweepStrangers): only anonymous accounts.
+    // The stranger sweep's lookup (auth.strangers sweepStrangers): only anonymous accounts.
     index('users_stranger_idx').on(t.id).where(sql`${t.isStranger}`),
     // The punishment expiry sweep's state restore (moderation.store restoreExpiredStates): Timeout and Banned.
     index('users_state_expiry_idx').on(t.stateExpiresAt).where(sql`${t.state} in (1, 2)`),

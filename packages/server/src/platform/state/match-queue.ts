@@ -4,7 +4,7 @@ import { Limits } from '@parlor/protocol';
  * The match queue port (coordination): users searching on interest tags, paired atomically so that
  * nobody is ever matched twice, even when nodes race. Embedded: in process (match-queue.memory.ts);
  * cluster: Redis scripts (match-queue.redis.ts, its Lua in match-queue.lua.ts).
- * Both pass match-queue.contract.ts.
+ * Both pass the same cases (match-queue.test.ts).
  */
 export interface QueueEntry {
   userId: number;
