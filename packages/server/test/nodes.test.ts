@@ -529,15 +529,49 @@ clusterOnly('room changes of another node while this node reads the stream late'
 
   it('a kick on A of members on B (reader not held, five in a row): each session is said offline once, after its online', async () => {
     const { owner, chatId } = await keyedChat(a);
+    const kicked: number[] = [];
+    const closed: string[] = [];
     for (let i = 0; i < 5; i++) {
       const guest = await member(b);
+      kicked.push(guest.sessionId);
       expect((await join(guest, { chat_id: chatId })).ok).toBe(true);
       await owner.socket.next('portal:presence', (p) => p.session_id === guest.sessionId && p.online === true);
       const res = await owner.client.post(`/v1/portal/chats/${chatId}/kick`, { user_id: guest.user.id, reason: 'x' });
       expect(res.status).toBe(200);
       await owner.socket.next('portal:presence', (p) => p.session_id === guest.sessionId && p.online === false);
+      closed.push(guest.socket.id ?? '');
       guest.socket.close();
     }
+    // Barrier: once B has dropped the kicked sessions' sockets (whose disconnect would say them
+    // offline a second time, from B, if B still had them in the room), a session joins through B:
+    // B's deltas reach the owner's socket on A in the order B sent them, so a late offline of a
+    // kicked session sent by B arrives before this online.
+    const nsB = b.services.realtime.io.of('/');
+    await expect.poll(() => closed.filter((id) => nsB.sockets.has(id))).toEqual([]);
+    const last = await member(b);
+    expect((await join(last, { chat_id: chatId })).ok).toBe(true);
+    await owner.socket.next('portal:presence', (p) => p.session_id === last.sessionId && p.online === true);
+    // Every presence delta the owner heard of each kicked session, from before its join to now.
+    const heard = owner.socket.received
+      .filter((r) => r.event === 'portal:presence' && r.payload.chat_id === chatId)
+      .map((r) => r.payload as { session_id: number; online: boolean });
+    const perSession = kicked.map((sessionId) => {
+      const seq = heard.filter((p) => p.session_id === sessionId).map((p) => p.online);
+      return {
+        sessionId,
+        seq,
+        offline: seq.filter((online) => !online).length,
+        offlineAfterLastOnline: seq.lastIndexOf(false) > seq.lastIndexOf(true) && seq.includes(true),
+      };
+    });
+    expect(perSession).toEqual(
+      kicked.map((sessionId) => ({
+        sessionId,
+        seq: expect.anything(),
+        offline: 1,
+        offlineAfterLastOnline: true,
+      })),
+    );
   });
 
   it('kicked on A, joining again at once through B, whose reader is behind: the socket stays in the room and hears the chat', async () => {
