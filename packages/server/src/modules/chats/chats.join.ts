@@ -1,8 +1,7 @@
 import type { RoomJoinPayload } from '@parlor/protocol';
-import { stateRefusal } from '../../platform/auth.js';
 import { appError } from '../../platform/errors.js';
 import { rooms, type SocketData } from '../../platform/realtime.js';
-import { effectiveState } from '../users/users.presenter.js';
+import { storedCallerLevel } from '../users/users.caller.js';
 import type { Tx } from '../users/users.store.js';
 import type { MembershipDeps } from './chats.membership.js';
 import { toChat } from './chats.presenter.js';
@@ -116,19 +115,15 @@ export function makeChatJoin(deps: JoinDeps) {
     now: Date,
     tx: Tx,
   ): Promise<void> => {
-    // The joining user as stored now, held until the commit (after the chat's row: chat rows
-    // before users rows, docs/api.md Moderation), not as the socket's handshake read it: a
-    // demotion, ban or timeout committed since (on another node, or before the socket's re-check
-    // dropped it) counts, and one that comes later waits for this join. An account deleted
-    // meanwhile took its session with it: 401, never a foreign-key error.
-    const user = await store.lockUser(viewer.userId, tx);
-    if (!user) throw appError('ERR_UNAUTHENTICATED');
-    // Banned or timed out as the session guard reads it (a lapsed timeout refuses nothing):
-    // refused as the socket's handshake would refuse it now.
-    const refusal = stateRefusal(effectiveState(user, now));
-    if (refusal) throw appError(refusal);
+    // The joining user as stored now, held FOR SHARE until the commit (storedCallerLevel, after the
+    // chat's row: chat rows before users rows, docs/api.md Moderation), not as the socket's
+    // handshake read it: a demotion, ban or timeout committed since (on another node, or before the
+    // socket's re-check dropped it) counts, and one that comes later waits for this join. An
+    // account deleted meanwhile took its session with it: 401, never a foreign-key error; one
+    // Banned or timed out (a lapsed timeout refuses nothing) is refused as its handshake would be.
+    const permissionLevel = await storedCallerLevel(tx, viewer.userId, now);
     // The chat as it is now (made private since it was read above, say) and that level decide.
-    assertMayBecomeMember({ ...viewer, permissionLevel: user.permissionLevel }, data.stranger, target.method, locked);
+    assertMayBecomeMember({ ...viewer, permissionLevel }, data.stranger, target.method, locked);
     if (await messages.isChatBanned(locked.id, viewer.userId, tx)) throw appError('ERR_CHAT_BANNED');
     // A private chat's invites come from its owner or Admins (docs/api.md, Chats): one made by
     // a member while the chat was public, or by an Admin since demoted or deleted, no longer

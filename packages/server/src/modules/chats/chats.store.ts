@@ -2,7 +2,6 @@ import { and, count, desc, eq, exists, inArray, isNull, sql } from 'drizzle-orm'
 import { anyOf, type Db } from '../../platform/db/index.js';
 import { chatMembers, chats, moderationActions, users } from '../../platform/db/schema.js';
 import { restrictionInForce } from '../messages/messages.store.js';
-import type { StoredState } from '../users/users.presenter.js';
 import type { Tx, UserRow } from '../users/users.store.js';
 import { makeActivityStore } from './chats.activity.store.js';
 import { directActive, makeDirectSweepStore } from './chats.direct.store.js';
@@ -107,28 +106,6 @@ export function makeChatsStore(db: Db) {
         .set(values)
         .where(and(eq(chats.id, id), live))
         .returning();
-      return row;
-    },
-    /**
-     * A joining user's level and stored state (effectiveState reads it), its row held FOR SHARE
-     * until the transaction ends: a demotion, ban, timeout or deletion (each an UPDATE or DELETE of
-     * the row) either committed before (read here; undefined when the account is gone) or waits
-     * for this transaction, so the join decides on the user as it is, never a foreign-key error.
-     * Take it after the chat's row (chat rows before users rows, docs/api.md Moderation).
-     */
-    async lockUser(userId: number, tx: Tx): Promise<Pick<UserRow, 'permissionLevel' | keyof StoredState> | undefined> {
-      const [row] = await tx
-        .select({
-          permissionLevel: users.permissionLevel,
-          state: users.state,
-          stateExpiresAt: users.stateExpiresAt,
-          thenState: users.thenState,
-          thenStateExpiresAt: users.thenStateExpiresAt,
-        })
-        .from(users)
-        .where(eq(users.id, userId))
-        .limit(1)
-        .for('share');
       return row;
     },
     /**

@@ -96,10 +96,10 @@ export function makeKeysStore(db: Db) {
     /**
      * Locks the user's row FOR UPDATE until the transaction ends, after the user's chats (when they
      * are locked) and before the user's session rows, and before the user's chats are read for a
-     * key change: a join that makes the user a new member holds that row FOR SHARE
-     * (chats.store lockUser) until it commits, and reads the key ring it announces after. So the
-     * two are ordered: either the join waits and its ring has the change, or the change reads the
-     * new membership and reaches the chat (its portal:key_added, portal:key_removed, new epoch).
+     * key change: a join that makes the user a new member holds that row FOR SHARE (chats.join
+     * becomeMember: storedCallerLevel) until it commits, and reads the key ring it announces after.
+     * So the two are ordered: either the join waits and its ring has the change, or the change reads
+     * the new membership and reaches the chat (its portal:key_added, portal:key_removed, new epoch).
      */
     async lockUser(userId: number, tx: Tx): Promise<void> {
       await tx.select({ id: users.id }).from(users).where(eq(users.id, userId)).for('update');
