@@ -47,4 +47,34 @@ describe('sweepDirect', () => {
     expect(log.error).toHaveBeenCalledTimes(1);
     expect(log.error.mock.calls[0]?.[0]).toMatchObject({ task: 'direct-chat-lifecycle', step: 'archive' });
   });
+
+  it('tells the archive listeners of archived chats even when the member count read after the archive fails', async () => {
+    const store = {
+      archiveDue: async () => [{ id: 7 }, { id: 8 }],
+      memberCounts: async () => {
+        throw new Error('count broke');
+      },
+      removeDue: async () => ({ removed: [], members: [] }),
+      clearDeleted: async () => 0,
+      purgeDeleted: async () => 0,
+    } as unknown as ChatsStore;
+    const archivedChats = vi.fn();
+    const log = { error: vi.fn(), warn: vi.fn() };
+    const direct = makeDirectChats({
+      db: {} as Db,
+      store,
+      clock: new FakeClock(Date.now()),
+      messages: {} as MessagesService,
+      realtime: { emitTo: vi.fn(), io: {} as never, leaveChat: vi.fn() },
+      mustGet: async () => {
+        throw new Error('not used');
+      },
+      removedChats: vi.fn(),
+      archivedChats,
+      log,
+    });
+    await direct.sweepDirect();
+    expect(archivedChats).toHaveBeenCalledWith([7, 8]);
+    expect(log.error.mock.calls[0]?.[0]).toMatchObject({ task: 'direct-chat-lifecycle', step: 'archive' });
+  });
 });

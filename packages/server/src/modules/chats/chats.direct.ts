@@ -226,6 +226,10 @@ export function makeDirectChats(deps: DirectChatsDeps) {
       const archive = () =>
         drain(size, maxBatches, async () => {
           const rows = await store.archiveDue(now, size);
+          // Committed: the archive listeners (the room VM stops theirs) hear of it first, so a
+          // failure of the read below leaves no browser running in a read-only chat; the chat reads
+          // as archived anyway (archivedAtOf), `chat:updated` is only the news of it.
+          archivedChats(rows.map((c) => c.id));
           // Read after the archive, as a leave does: a direct chat need not have both members still
           // (a moderator's kick).
           const counts = await store.memberCounts(rows.map((c) => c.id));
@@ -233,7 +237,6 @@ export function makeDirectChats(deps: DirectChatsDeps) {
             realtime.emitTo(rooms.chat(c.id), 'chat:updated', {
               chat: toChat({ ...c, memberCount: counts.get(c.id) ?? 0 }),
             });
-          archivedChats(rows.map((c) => c.id));
           return rows.length;
         });
       const removedBefore = new Date(now.getTime() - Limits.DIRECT_ARCHIVE_TTL_MS);
