@@ -1,5 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { every, RUN_TIMEOUT_MS, runSteps, STOP_WAIT_MS, type TaskLog } from './background.js';
+import { fakeTaskLog } from '../../test/support/task-log.js';
+import { every, RUN_TIMEOUT_MS, runSteps, STOP_WAIT_MS } from './background.js';
 
 /** A task whose runs end when the test says so; counts its runs. */
 function controlledTask() {
@@ -13,16 +14,6 @@ function controlledTask() {
     /** Ends run `i` (0-based). */
     end: (i: number) => ends[i]?.(),
   };
-}
-
-/** What the task logged, as [level, message, fields]. */
-function fakeLog() {
-  const lines: [string, string, object][] = [];
-  const log = {
-    error: (obj: object, msg: string) => void lines.push(['error', msg, obj]),
-    warn: (obj: object, msg: string) => void lines.push(['warn', msg, obj]),
-  } as unknown as TaskLog;
-  return { log, lines };
 }
 
 /** The promise's state so far. */
@@ -43,7 +34,7 @@ afterEach(() => {
 
 describe('every', () => {
   it('runs the task each interval, never two runs at once, and logs a failure', async () => {
-    const { log, lines } = fakeLog();
+    const { log, lines } = fakeTaskLog();
     const t = controlledTask();
     const stop = every(1_000, 'sweep', t.task, log);
     await vi.advanceTimersByTimeAsync(1_000);
@@ -62,7 +53,7 @@ describe('every', () => {
   });
 
   it('stop waits for the run in progress, so the stores are not closed under it', async () => {
-    const { log } = fakeLog();
+    const { log } = fakeTaskLog();
     const t = controlledTask();
     const stop = every(1_000, 'sweep', t.task, log);
     await vi.advanceTimersByTimeAsync(1_000);
@@ -78,7 +69,7 @@ describe('every', () => {
   });
 
   it('stop waits STOP_WAIT_MS at most for a run that does not end, and says so', async () => {
-    const { log, lines } = fakeLog();
+    const { log, lines } = fakeTaskLog();
     const t = controlledTask();
     const stop = every(1_000, 'sweep', t.task, log);
     await vi.advanceTimersByTimeAsync(1_000);
@@ -91,7 +82,7 @@ describe('every', () => {
   });
 
   it('reports a run that hangs past RUN_TIMEOUT_MS once, starts no other until it ends, and stop awaits it', async () => {
-    const { log, lines } = fakeLog();
+    const { log, lines } = fakeTaskLog();
     const t = controlledTask();
     const stop = every(1_000, 'sweep', t.task, log);
     await vi.advanceTimersByTimeAsync(1_000);
@@ -119,7 +110,7 @@ describe('every', () => {
   });
 
   it('starts the next run once an overdue run ends', async () => {
-    const { log } = fakeLog();
+    const { log } = fakeTaskLog();
     const t = controlledTask();
     const stop = every(1_000, 'sweep', t.task, log);
     await vi.advanceTimersByTimeAsync(1_000 + RUN_TIMEOUT_MS + 5_000);
@@ -134,7 +125,7 @@ describe('every', () => {
 
 describe('runSteps', () => {
   it('runs every step in turn; one that fails is logged with its name and the later ones still run', async () => {
-    const { log, lines } = fakeLog();
+    const { log, lines } = fakeTaskLog();
     const ran: string[] = [];
     const step = (name: string, fails = false) => ({
       name,

@@ -1,17 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import type { TaskLog } from './background.js';
+import { fakeTaskLog } from '../../test/support/task-log.js';
 import { FakeClock } from './clock.js';
 import { makeRetention, RETENTION_TASK, type RetentionRule } from './retention.js';
-
-/** What the sweep logged, as [level, message, fields]. */
-function fakeLog() {
-  const lines: [string, string, object][] = [];
-  const log = {
-    error: (obj: object, msg: string) => void lines.push(['error', msg, obj]),
-    warn: (obj: object, msg: string) => void lines.push(['warn', msg, obj]),
-  } as unknown as TaskLog;
-  return { log, lines };
-}
 
 /** A rule over `due` rows whose prune records the cut-off it was given. */
 function rule(name: string, keepMs: number, due: number, cutOffs: Date[]): RetentionRule {
@@ -32,7 +22,7 @@ describe('makeRetention', () => {
   it('prunes each rule from its own window, batch after batch, and answers the rows per rule', async () => {
     const clock = new FakeClock(Date.UTC(2026, 0, 10));
     const cutOffs: Date[] = [];
-    const { log } = fakeLog();
+    const { log } = fakeTaskLog();
     const retention = makeRetention(clock, [rule('a', 1_000, 5, cutOffs), rule('b', 60_000, 0, cutOffs)], log);
     expect(await retention.run({ batch: 2, maxBatches: 10 })).toEqual({ a: 5, b: 0 });
     const now = clock.now().getTime();
@@ -40,7 +30,7 @@ describe('makeRetention', () => {
   });
 
   it('runs the other rules when one fails, and logs the failure with the rule name', async () => {
-    const { log, lines } = fakeLog();
+    const { log, lines } = fakeTaskLog();
     const cutOffs: Date[] = [];
     const broken: RetentionRule = {
       name: 'notifications',

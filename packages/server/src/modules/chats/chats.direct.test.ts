@@ -6,6 +6,26 @@ import { makeDirectChats } from './chats.direct.js';
 import { CHAT_ROWS_TABLES } from './chats.purge.store.js';
 import type { ChatsStore } from './chats.store.js';
 
+/** The direct chats over a store stand-in (only what the sweep reads), with the sweep's listeners and log. */
+function sweeper(store: Partial<ChatsStore>) {
+  const archivedChats = vi.fn();
+  const log = { error: vi.fn(), warn: vi.fn() };
+  const direct = makeDirectChats({
+    db: {} as Db,
+    store: store as ChatsStore,
+    clock: new FakeClock(Date.now()),
+    messages: {} as MessagesService,
+    realtime: { emitTo: vi.fn(), io: {} as never, leaveChat: vi.fn() },
+    mustGet: async () => {
+      throw new Error('not used');
+    },
+    removedChats: vi.fn(),
+    archivedChats,
+    log,
+  });
+  return { direct, archivedChats, log };
+}
+
 describe('sweepDirect', () => {
   it('runs the remove and purge steps when the archive step fails, logging the failure with its name', async () => {
     const calls: string[] = [];
@@ -28,20 +48,7 @@ describe('sweepDirect', () => {
         return 2;
       },
     } as unknown as ChatsStore;
-    const log = { error: vi.fn(), warn: vi.fn() };
-    const direct = makeDirectChats({
-      db: {} as Db,
-      store,
-      clock: new FakeClock(Date.now()),
-      messages: {} as MessagesService,
-      realtime: { emitTo: vi.fn(), io: {} as never, leaveChat: vi.fn() },
-      mustGet: async () => {
-        throw new Error('not used');
-      },
-      removedChats: vi.fn(),
-      archivedChats: vi.fn(),
-      log,
-    });
+    const { direct, log } = sweeper(store);
     expect(await direct.sweepDirect()).toEqual({ archived: 0, removed: 0, cleared: 0, purged: 2 });
     expect(calls).toEqual(['archive', 'remove', ...CHAT_ROWS_TABLES.map((t) => `clear ${t}`), 'purge']);
     expect(log.error).toHaveBeenCalledTimes(1);
@@ -58,21 +65,7 @@ describe('sweepDirect', () => {
       clearDeleted: async () => 0,
       purgeDeleted: async () => 0,
     } as unknown as ChatsStore;
-    const archivedChats = vi.fn();
-    const log = { error: vi.fn(), warn: vi.fn() };
-    const direct = makeDirectChats({
-      db: {} as Db,
-      store,
-      clock: new FakeClock(Date.now()),
-      messages: {} as MessagesService,
-      realtime: { emitTo: vi.fn(), io: {} as never, leaveChat: vi.fn() },
-      mustGet: async () => {
-        throw new Error('not used');
-      },
-      removedChats: vi.fn(),
-      archivedChats,
-      log,
-    });
+    const { direct, archivedChats, log } = sweeper(store);
     await direct.sweepDirect();
     expect(archivedChats).toHaveBeenCalledWith([7, 8]);
     expect(log.error.mock.calls[0]?.[0]).toMatchObject({ task: 'direct-chat-lifecycle', step: 'archive' });
