@@ -60,6 +60,16 @@ export function serverUrl(env: Env): URL {
 
 /** Visible ASCII only: anything else cannot travel in an HTTP header and would fail as a network error. */
 const TOKEN_PATTERN = /^[\x21-\x7e]+$/;
+/** The server's longest operator token: it takes a longer Bearer token for none ("Authentication is required"). */
+const TOKEN_MAX_LENGTH = 256;
+const TOKEN_RULE = `the server takes at most ${TOKEN_MAX_LENGTH} visible ASCII characters (! to ~, no spaces)`;
+
+/** What keeps `token` from authenticating, for a message that never repeats it; null when nothing does. */
+function tokenFault(token: string): string | null {
+  if (!TOKEN_PATTERN.test(token)) return 'spaces or non-ASCII characters';
+  if (token.length > TOKEN_MAX_LENGTH) return `${token.length} characters`;
+  return null;
+}
 
 /**
  * The operator token: OPERATOR_TOKEN, else the file the server generates on first start,
@@ -69,7 +79,8 @@ const TOKEN_PATTERN = /^[\x21-\x7e]+$/;
 export function operatorToken(env: Env, cwd: string): string {
   const fromEnv = read(env, 'OPERATOR_TOKEN');
   if (fromEnv !== null) {
-    if (!TOKEN_PATTERN.test(fromEnv)) throw new ConfigError('OPERATOR_TOKEN contains spaces or non-ASCII characters');
+    const fault = tokenFault(fromEnv);
+    if (fault !== null) throw new ConfigError(`OPERATOR_TOKEN holds ${fault}; ${TOKEN_RULE}`);
     return fromEnv;
   }
   const file = path.resolve(cwd, read(env, 'DATA_DIR') ?? DEFAULT_DATA_DIR, TOKEN_FILE_NAME);
@@ -81,8 +92,8 @@ export function operatorToken(env: Env, cwd: string): string {
   }
   const token = content.trim();
   if (token === '') throw new ConfigError(`the operator token file ${file} is empty`);
-  if (!TOKEN_PATTERN.test(token))
-    throw new ConfigError(`the operator token file ${file} holds spaces or non-ASCII characters`);
+  const fault = tokenFault(token);
+  if (fault !== null) throw new ConfigError(`the operator token file ${file} holds ${fault}; ${TOKEN_RULE}`);
   return token;
 }
 

@@ -10,7 +10,7 @@ Environment:
   OPERATOR_TOKEN  the operator token; when unset, read from DATA_DIR/operator-token
   DATA_DIR        the server's data directory (default ./data)
 
-Exit status: 0 success, 1 refused (by the server or a usage error), 2 server not reached.
+Exit status: 0 success, 1 refused (by the server or a usage error), 2 no complete answer (the server not reached, its answer cut off, or the answer not written).
 Answers are printed as JSON: on stdout on success, the error body on stderr otherwise.`;
 
 /**

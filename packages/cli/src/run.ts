@@ -9,7 +9,8 @@ const RAW_EXCERPT = 500;
 /**
  * Runs one operator request for `command` and reports it: the JSON answer on stdout (exit 0) on
  * 2xx, the error body on stderr (exit 1) otherwise, and a 2xx that is not JSON too (exit 1). Local problems go through `command.error`, so
- * they read like commander's own usage errors; an unreachable server exits 2.
+ * they read like commander's own usage errors; an unreachable server or an incomplete answer exits 2,
+ * and so does a 2xx answer that cannot be written to stdout (processIo).
  */
 export async function callServer(command: Command, io: Io, request: ApiRequest): Promise<void> {
   let target: Target;
@@ -25,11 +26,17 @@ export async function callServer(command: Command, io: Io, request: ApiRequest):
   } catch (e) {
     // Once the request has gone out, only the answer is missing (a timeout, a connection cut
     // mid-answer): the server may have carried it out, so "cannot reach" would invite a repeat.
-    if (e instanceof UnreachableError && e.sent)
+    // A read (GET) changes nothing, so it may simply be sent again.
+    if (e instanceof UnreachableError && e.sent) {
+      const next =
+        request.method === 'GET'
+          ? 'It is a read and changes nothing: repeating it is safe.'
+          : 'It may still take effect: check (e.g. `parlor audit`) before repeating it.';
       command.error(
-        `error: the request was sent to the Parlor server at ${target.baseUrl.origin}, but no complete answer came: ${e.message}. It may still take effect: check (e.g. \`parlor audit\`) before repeating it.`,
+        `error: the request was sent to the Parlor server at ${target.baseUrl.origin}, but no complete answer came: ${e.message}. ${next}`,
         { exitCode: ExitCode.UNREACHABLE, code: 'parlor.unreachable' },
       );
+    }
     if (e instanceof UnreachableError)
       command.error(
         `error: cannot reach the Parlor server at ${target.baseUrl.origin}: ${e.message}. Is it running? PARLOR_URL selects the server.`,
@@ -44,7 +51,7 @@ function report(io: Io, answer: Answer): void {
   // Every answer of the API is JSON: a 2xx with another body came from something in front of it
   // (a proxy's sign-in page, a captive portal), and the request never reached Parlor.
   if (answer.ok && (answer.body !== undefined || answer.text === '')) {
-    if (answer.body !== undefined) io.stdout(pretty(answer.body));
+    if (answer.body !== undefined) io.stdout(pretty(answer.body), true);
     io.setExitCode(ExitCode.OK);
     return;
   }

@@ -73,6 +73,12 @@ describe('parlor --help and --version', () => {
     expect(run).toEqual({ code: 0, stdout: `${PACKAGE_VERSION}\n`, stderr: '' });
   });
 
+  it('says in chats update --help that an official or direct chat keeps its type', async () => {
+    const run = await parlor(['chats', 'update', '--help']);
+    expect(run.code).toBe(0);
+    expect(run.stdout).toContain('an official or direct chat keeps its type');
+  });
+
   it('refuses an unknown command with exit 1', async () => {
     const run = await parlor(['frobnicate'], { PARLOR_URL: NOWHERE });
     expect(run.code).toBe(1);
@@ -237,6 +243,24 @@ describeApp('parlor against a running server', () => {
       expect(run.stdout).toBe('');
       expect(run.stderr).toContain('OPERATOR_TOKEN');
       expect(run.stderr).toContain(path.join(dataDir, 'operator-token'));
+    });
+
+    it.each([
+      ['over 256 characters', `pop_${'x'.repeat(253)}`],
+      ['with a space', 'pop_some token_0123456789abcdefghij'],
+      ['with a non-ASCII character', 'pop_some_tökén_0123456789abcdefghij'],
+    ])('exits 1 naming OPERATOR_TOKEN, sending nothing and not printing it, for a token %s', async (_name, token) => {
+      // Sent to NOWHERE, the request would exit 2: exit 1 proves it was refused before sending.
+      const run = await parlor(['audit'], { PARLOR_URL: NOWHERE, OPERATOR_TOKEN: token });
+      expect(run.code).toBe(1);
+      expect(run.stdout).toBe('');
+      expect(run.stderr).toMatch(/^error: OPERATOR_TOKEN [^\n]*\n$/);
+      expect(run.stderr).not.toContain(token);
+    });
+
+    it('sends a token of exactly 256 characters', async () => {
+      const run = await parlor(['audit'], { PARLOR_URL: NOWHERE, OPERATOR_TOKEN: `pop_${'x'.repeat(252)}` });
+      expect(run.code).toBe(2);
     });
 
     it('accepts PARLOR_URL with a trailing slash', async () => {

@@ -42,9 +42,9 @@ describe('parlor with a stdout that fails', () => {
     expect(run).toEqual({ status: '0', stderr: '' });
   });
 
-  it.skipIf(!existsSync('/dev/full'))('still fails on another write error (a full disk)', async () => {
+  it.skipIf(!existsSync('/dev/full'))('exits 2, no complete answer, on another write error (a full disk)', async () => {
     const run = await auditInto('>/dev/full');
-    expect(run.status).toBe('1');
+    expect(run.status).toBe('2');
     expect(run.stderr).toContain('ENOSPC');
   });
 });

@@ -26,7 +26,12 @@ export function registerChats(program: Command, io: Io): void {
     .addArgument(chatArgument())
     .option('--name <name>', `1-${Limits.CHAT_NAME_MAX} characters`)
     .addOption(new Option('--type <type>', 'public or private').choices(['public', 'private'] as const))
-    .addHelpText('after', '\nExample:\n  $ parlor chats update 12 --name "Lobby" --type public')
+    .addHelpText(
+      'after',
+      '\nOnly public and private chats change type: an official or direct chat keeps its type\n' +
+        '(the server answers 403 ERR_FORBIDDEN to --type).\n' +
+        '\nExample:\n  $ parlor chats update 12 --name "Lobby" --type public',
+    )
     .action(async (chatId: number, opts: AdminChatUpdateBody, command: Command) => {
       const body: AdminChatUpdateBody = {};
       if (opts.name !== undefined) body.name = opts.name;
