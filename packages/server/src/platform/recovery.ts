@@ -52,8 +52,8 @@ interface NamespaceInternals {
  * the client makes next. Its stored session is left as it is, for a retry once a place is free.
  * The places are counted again as the socket is built, for a handshake of the same session that
  * took the last one while the check ran: such a recovery is refused too, but by then the check has
- * spent its room enters and the Redis streams adapter has deleted the stored session as it read it
- * (the retry connects afresh). Two handshakes of one session racing for its last place cost that.
+ * spent its room enters and the stored session was deleted as it was read (restoreOnce; the retry
+ * connects afresh). Two handshakes of one session racing for its last place cost that.
  */
 export function guardRecovery(
   nsp: Namespace,
@@ -66,7 +66,7 @@ export function guardRecovery(
   },
 ): void {
   const { adapter } = nsp;
-  const restore = adapter.restoreSession.bind(adapter);
+  const restore = restoreOnce(adapter);
   const persist = adapter.persistSession.bind(adapter);
   const internals = nsp as unknown as Partial<NamespaceInternals>;
   const create = internals._createSocket;
@@ -91,8 +91,8 @@ export function guardRecovery(
     // A session whose sockets on this node take every place has its handshake refused
     // (ERR_TOO_MANY_CONNECTIONS) once the socket is built: restored, its missed packets would be
     // sent to a client that never connects and its rooms' enters spent, on every refused retry.
-    // That is known before the stored session is read (the Redis streams adapter deletes it as it
-    // reads it), so a retry once a place is free still recovers it.
+    // That is known before the stored session is read (a read deletes it: restoreOnce), so a
+    // retry once a place is free still recovers it.
     const cookieSession = await opts.sessionOf(from.cookie);
     if (cookieSession === null || opts.sessionFull(cookieSession)) return notRecovered;
     const session = await restore(pid, offset);
@@ -108,6 +108,29 @@ export function guardRecovery(
     if (!restored || opts.sessionFull(cookieSession)) return notRecovered;
     opts.replays.replayed(restored.sid, restored.missedPackets);
     return restored;
+  };
+}
+
+/** The in-memory adapter's stored sessions by pid (socket.io-adapter's SessionAwareAdapter). */
+interface StoredSessions {
+  sessions: Map<string, unknown>;
+}
+
+/**
+ * The adapter's `restoreSession`, made one-shot: a stored session is gone once read, as the Redis
+ * streams adapter's GETDEL does. The in-memory adapter keeps it, so a connection the server ended
+ * (`disconnect(true)` stores nothing) after an earlier recovery would be restored from that earlier
+ * drop's record, with the rooms it had then: the client keeps its pid and offset. The session is
+ * taken out in the same turn as it is read, before anything could store it again.
+ */
+function restoreOnce(adapter: Adapter): Adapter['restoreSession'] {
+  const read = adapter.restoreSession.bind(adapter);
+  const { sessions } = adapter as unknown as Partial<StoredSessions>;
+  if (!(sessions instanceof Map)) return read;
+  return (pid, offset) => {
+    const session = read(pid, offset);
+    sessions.delete(pid);
+    return session;
   };
 }
 
