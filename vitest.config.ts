@@ -16,8 +16,11 @@ import { configDefaults, defineConfig } from 'vitest/config';
 const STORELESS = [
   'packages/sdk/test/server-events.test.ts',
   'packages/sdk/test/doc-vectors.test.ts',
+  'packages/sdk/test/event-order.test.ts',
   'packages/cli/test/readme.test.ts',
   'packages/cli/test/answer-cut-off.test.ts',
+  'packages/cli/test/closed-stdout.test.ts',
+  'packages/cli/test/output-failures.test.ts',
 ];
 
 export default defineConfig({

@@ -147,8 +147,9 @@ export class ChatKeying {
       () => {
         this.#timers.delete(timer);
         // A run in progress already has its owner (a caller or a background task) to report a
-        // failure, and schedules again itself when the epoch moved meanwhile.
-        if (!this.#closed && !this.hasKey(chatId) && !this.#obtaining.isRunning(chatId)) {
+        // failure, and schedules again itself when the epoch moved meanwhile. A chat left during
+        // the delay (`room:left` after the rekey of a kick) is not keyed: we are no member there.
+        if (!this.#closed && this.#o.isJoined(chatId) && !this.hasKey(chatId) && !this.#obtaining.isRunning(chatId)) {
           this.background(chatId, this.ensure(chatId));
         }
       },

@@ -1,11 +1,16 @@
 import type { Message } from '@parlor/protocol';
+import { Type } from '@sinclair/typebox';
 import { decryptMessage, E2EError, parseBundle } from '../crypto/index.js';
 import type { ChatKeyStore } from './e2e-keys.js';
 import { type ChatEntry, E2ESessionError } from './e2e-types.js';
+import { MessageEventSchema, shapeProblem } from './server-events.js';
 import { Tombstones } from './tombstones.js';
 
+/** A page of `GET /v1/portal/chats/{chat_id}/messages`: each entry a message as `message:new` has it. */
+const HistoryAnswerSchema = Type.Object({ messages: Type.Array(MessageEventSchema) });
+
 export interface MessageDeliveryOptions {
-  /** The session's chat keys (a message of an epoch whose key is on its way waits for it). */
+  /** The session's chat keys (a message of an epoch whose key is not held waits for it). */
   keys: ChatKeyStore;
   /** The longest wait for a message's key. */
   keyWaitMs: number;
@@ -17,8 +22,8 @@ export interface MessageDeliveryOptions {
 
 /**
  * The incoming messages of an E2EChatSession (`message:new`): delivered in arrival order per chat,
- * each after its epoch's key when that is on its way, and dropped when deleted first. Reading
- * them (decryptText, readEntry) is below.
+ * each after its epoch's key when that is not held yet (a bounded wait, once per chat and epoch),
+ * and dropped when deleted first. Reading them (decryptText, readEntry) is below.
  */
 export class MessageDelivery {
   readonly #o: MessageDeliveryOptions;
@@ -50,7 +55,7 @@ export class MessageDelivery {
     await Promise.allSettled([...this.#deliveries.values()]);
   }
 
-  /** Delivers in arrival order per chat; a message of an epoch whose key is on its way waits for it. */
+  /** Delivers in arrival order per chat; a message of an epoch whose key is not held waits for it. */
   #enqueue(message: Message): void {
     const chatId = message.chat_id;
     const next = (this.#deliveries.get(chatId) ?? Promise.resolve()).then(() => this.#deliver(message)).catch(() => {}); // Delivery never throws past its listeners; keep the chain alive regardless.
@@ -76,10 +81,12 @@ export class MessageDelivery {
     }
     const chatId = message.chat_id;
     const keys = this.#o.keys;
-    const known = keys.epochOf(chatId);
     const tag = `${chatId}:${epoch}`;
-    // Keys of past epochs never arrive later; the current or a newer one may be on its way.
-    if (keys.get(chatId, epoch) || (known !== undefined && epoch < known) || this.#gaveUp.has(tag)) return;
+    // The key of any epoch may still be on its way, a past one too: nothing orders the events of
+    // different server nodes (docs/api.md, Cluster mode), so `room:key` of epoch E can come after
+    // `room:rekey` of E + 1. One wait per chat and epoch: the key of an epoch this session never
+    // gets (one after its removal) is given up on once, and its later messages do not wait.
+    if (keys.get(chatId, epoch) || this.#gaveUp.has(tag)) return;
     if (!(await keys.waitForEpoch(chatId, epoch, this.#o.keyWaitMs))) {
       if (this.#gaveUp.size > 1000) this.#gaveUp.clear();
       this.#gaveUp.add(tag);
@@ -116,6 +123,23 @@ export function readEntry(keys: ChatKeyStore, message: Message, expectedChatId?:
     if (error instanceof E2EError) return { kind: 'undecryptable', chatId, message, error };
     throw error;
   }
+}
+
+/**
+ * A history page of chat `chatId` (E2EChatSession.history), checked, then each message read with
+ * {@link readEntry} under that chat.
+ * @throws E2ESessionError BAD_SERVER_ANSWER when the page does not have the protocol's shape (an
+ *   entry that is no message, `messages` no array): nothing of it is read.
+ */
+export function readPage(keys: ChatKeyStore, page: unknown, chatId: number): ChatEntry[] {
+  const problem = shapeProblem(HistoryAnswerSchema, page);
+  if (problem) {
+    throw new E2ESessionError('BAD_SERVER_ANSWER', `The server's history page of chat ${chatId} is malformed.`, {
+      chatId,
+      details: { answer: 'GET /v1/portal/chats/{chat_id}/messages', path: problem.path, problem: problem.message },
+    });
+  }
+  return (page as { messages: Message[] }).messages.map((m) => readEntry(keys, m, chatId));
 }
 
 /** The error of a message that came in the answer for `expected` but names another chat. */

@@ -4,7 +4,7 @@ import type { ParlorClient } from './api.js';
 import { listenToServer } from './e2e-events.js';
 import { ChatKeying } from './e2e-keying.js';
 import type { EpochKey } from './e2e-keys.js';
-import { decryptText, MessageDelivery, readEntry } from './e2e-messages.js';
+import { decryptText, MessageDelivery, readEntry, readPage } from './e2e-messages.js';
 import { checkJoined, SessionResync } from './e2e-resync.js';
 import {
   type ChatEntry,
@@ -241,10 +241,11 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
    * A page of history (newest first), each message read with {@link open}. A message the server
    * put in the page whose `chat_id` is another chat is `undecryptable` (`DECRYPT_FAILED`), never
    * shown as this chat's.
+   * @throws E2ESessionError BAD_SERVER_ANSWER for a page of another shape (an entry that is no
+   *   message); ParlorApiError when the server refuses.
    */
   async history(chatId: number, input: HistoryInput = {}): Promise<ChatEntry[]> {
-    const { messages } = await this.client.history(chatId, input);
-    return messages.map((m) => this.open(m, chatId));
+    return readPage(this.#keying.keys, await this.client.history(chatId, input), chatId);
   }
 
   /** Incoming entries as an async iterator (of one chat, or all); it ends at `close()` or `return()`. */
