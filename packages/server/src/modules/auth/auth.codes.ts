@@ -69,12 +69,17 @@ export function makeCodeStore(state: StateStore, clock: Clock) {
   /**
    * Counts a code as pending for an address until the code expires (again: no change). Answers
    * null, or when the address already has its PENDING_WEB_CODES_PER_IP codes pending the wait
-   * (ms) until the oldest of them expires, leaving the set as it was.
+   * (ms) until the oldest of them expires, leaving the set as it was. The count is taken with the
+   * code added (one atomic step, so concurrent joins never pass the limit together), but the wait
+   * is read once it is removed again: the code is not the address's, and may expire first.
    */
   const addPending = async (ip: string, code: string, expiresAt: number): Promise<number | null> => {
-    const { count, earliest } = await state.addExpiring(pendingKey(ip), [code], expiresAt);
+    const key = pendingKey(ip);
+    const { count } = await state.addExpiring(key, [code], expiresAt);
     if (count <= Limits.PENDING_WEB_CODES_PER_IP) return null;
-    await state.removeExpiring(pendingKey(ip), code);
+    await state.removeExpiring(key, code);
+    // Adding nothing reads the set's earliest deadline in one step; now, should none be left meanwhile.
+    const { earliest } = await state.addExpiring(key, [], now());
     return Math.max(1, earliest - now());
   };
 

@@ -86,19 +86,20 @@ export function makeMessagesService(deps: MessagesDeps) {
   const global = state.limiter('msg-user', Limits.MESSAGES_GLOBAL, Limits.MESSAGE_WINDOW_MS);
 
   /**
-   * Both limits at once (one round trip in cluster mode). As when they were spent one after the
-   * other, a send refused by the per-chat limit does not count against the user's global one.
+   * Both limits at once (one round trip in cluster mode). A send refused by either spends neither:
+   * the point of the limit that allowed it is given back (a send the global limit refuses does not
+   * close a chat the user has sent nothing to). When both refuse, the wait is the longer of the
+   * two, so a retry after it is not refused again.
    */
   const spend = async (userId: number, chatId: number) => {
-    const [chatLimit, userLimit] = await Promise.all([
-      perChat.consume(`${userId}:${chatId}`),
-      global.consume(String(userId)),
-    ]);
-    if (!chatLimit.allowed) {
-      await global.refund(String(userId));
-      throw rateLimited(chatLimit.retryAfterMs);
-    }
-    if (!userLimit.allowed) throw rateLimited(userLimit.retryAfterMs);
+    const chatKey = `${userId}:${chatId}`;
+    const userKey = String(userId);
+    const [chatLimit, userLimit] = await Promise.all([perChat.consume(chatKey), global.consume(userKey)]);
+    if (chatLimit.allowed && userLimit.allowed) return;
+    if (chatLimit.allowed) await perChat.refund(chatKey);
+    if (userLimit.allowed) await global.refund(userKey);
+    const refused = [chatLimit, userLimit].filter((l) => !l.allowed);
+    throw rateLimited(Math.max(...refused.map((l) => l.retryAfterMs)));
   };
 
   /** Throws why a send was refused, checking in the order docs/api.md gives (spec 4.6 rule 1, DESIGN.md 7). */
