@@ -42,7 +42,10 @@ export const PublicUserSchema = Type.Object(
 );
 
 export const SubscriptionEventSchema = Type.Object({
-  action: Type.String({ description: 'grant or revoke' }),
+  action: Type.String({
+    description:
+      'grant, revoke (by an admin or the operator) or expire (the downgrade sweep); tier: the tier granted, or the one that ended',
+  }),
   tier: Type.Integer(),
   expires_at: Nullable(Timestamp),
   actor_user_id: Nullable(Type.Integer()),

@@ -1,8 +1,12 @@
+import { Limits } from '@parlor/protocol';
+import { generateKeyPair, publicKeyToBase64 } from '@parlor/sdk';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { STRANGER_GRACE_MS } from '../src/modules/auth/auth.service.js';
 import { FakeClock } from '../src/platform/clock.js';
 import { RETENTION_MS } from '../src/wiring/retention.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
 import { join, member, sessionIdOf } from './support/chat-flows.js';
+import { Client, nextIp } from './support/client.js';
 import { countRows } from './support/faults.js';
 import { createBot, login, setLevel } from './support/flows.js';
 import { closeAllSockets } from './support/sockets.js';
@@ -38,16 +42,39 @@ describeApp('data retention', () => {
     expect((await live.client.get('/v1/users/me/sessions')).body.sessions).toHaveLength(1);
   });
 
-  it('deletes a session that expired without ending 30 days after its expiry', async () => {
+  it('keeps a session that expired unended until the expiry sweep has ended it (its key out), then deletes it 30 days after its expiry', async () => {
     const user = await login(app);
     const id = await sessionIdOf(app, user.client);
-    // A user session lives 30 days; it is over then, and deleted 30 days later.
-    clock.advance(30 * 24 * 3600_000 + RETENTION_MS.sessions - 1);
+    const key = publicKeyToBase64(generateKeyPair().publicKey);
+    expect((await user.client.post('/v1/portal/keys', { public_key: key })).status).toBe(200);
+    // A user session lives 30 days; it is over then. No socket and no request: nothing ended it.
+    clock.advance(Limits.SESSION_TTL_USER_MS + RETENTION_MS.sessions);
     await run();
-    expect(await count(`sessions where id = ${id}`)).toBe(1);
-    clock.advance(1);
+    // Left to the expiry sweep, which ends it as a logout does: a deletion here would take its key
+    // by cascade, with no portal:key_removed and no new epoch for its chats.
+    expect(await count(`sessions where id = ${id} and ended_at is null`)).toBe(1);
+    expect(await count(`session_keys where session_id = ${id}`)).toBe(1);
+    expect(await app.services.sessions.sweepExpired()).toBeGreaterThanOrEqual(1);
+    expect(await count(`sessions where id = ${id} and end_reason = 'expired'`)).toBe(1);
+    expect(await count(`session_keys where session_id = ${id}`)).toBe(0);
+    // Over at its expiry, 30 days ago and more: the next run deletes it.
     await run();
     expect(await count(`sessions where id = ${id}`)).toBe(0);
+  });
+
+  it('keeps a stranger whose session expired unended until the expiry sweep has ended it, then sweeps it', async () => {
+    const stranger = new Client(app.url, nextIp(), app.publicApiKey);
+    const made = await stranger.post('/v1/portal/stranger', {});
+    expect(made.status).toBe(200);
+    const userId: number = made.body.user.id;
+    const id = await sessionIdOf(app, stranger);
+    clock.advance(Limits.SESSION_TTL_USER_MS + STRANGER_GRACE_MS + 1);
+    expect(await app.services.auth.sweepStrangers()).not.toContain(userId);
+    expect(await count(`sessions where id = ${id} and ended_at is null`)).toBe(1);
+    expect(await app.services.sessions.sweepExpired()).toBeGreaterThanOrEqual(1);
+    expect(await count(`sessions where id = ${id} and end_reason = 'expired'`)).toBe(1);
+    expect(await app.services.auth.sweepStrangers()).toContain(userId);
+    expect(await count(`users where id = ${userId}`)).toBe(0);
   });
 
   it('deletes each due row once when two sweeps run at the same instant (two nodes)', async () => {
@@ -57,12 +84,14 @@ describeApp('data retention', () => {
     }
     clock.advance(RETENTION_MS.sessions);
     const cutoff = new Date(clock.now().getTime() - RETENTION_MS.sessions).toISOString();
-    const due = await count(`sessions where least(ended_at, expires_at) <= '${cutoff}'`);
+    // Ended sessions only: one that expired unended waits for the expiry sweep (above).
+    const over = `sessions where ended_at is not null and least(ended_at, expires_at) <= '${cutoff}'`;
+    const due = await count(over);
     expect(due).toBeGreaterThanOrEqual(5);
     // Batches of one, so that the two sweeps take turns over the same rows.
     const [a, b] = await Promise.all([run({ batch: 1 }), run({ batch: 1 })]);
     expect((a?.sessions ?? 0) + (b?.sessions ?? 0)).toBe(due);
-    expect(await count(`sessions where least(ended_at, expires_at) <= '${cutoff}'`)).toBe(0);
+    expect(await count(over)).toBe(0);
   });
 
   it('deletes notifications 90 days after their creation, read or not; newer ones stay', async () => {

@@ -499,6 +499,35 @@ describeApp('the automatic downgrade (sweep, fake clock)', () => {
     );
   });
 
+  it('tells the sweep’s expiry from a revoke in subscription_history: action expire, actor none', async () => {
+    const sweepBot = await createLoginBot(sweepApp);
+    const target = await login(sweepApp, { bot: sweepBot });
+    await grant(sweepOp, { user_id: target.user.id, tier: 'PREMIUM', duration_days: 1, reason: 'first' });
+    sweepClock.advance(DAY);
+    expect(await sweepApp.subscriptionSweep.run()).toBeGreaterThanOrEqual(1);
+    sweepClock.advance(1000);
+    await grant(sweepOp, { user_id: target.user.id, tier: 'LIFETIME', reason: 'second' });
+    sweepClock.advance(1000);
+    expect((await revoke(sweepOp, { user_id: target.user.id, reason: 'abuse' })).status).toBe(200);
+    // An Owner signed in now (a staff session lives a day) reads the full detail.
+    const owner = await login(sweepApp, { bot: sweepBot });
+    await setLevel(sweepApp, owner.user.id, 3);
+    const view = await owner.client.get(`/v1/users/${target.user.id}`);
+    expect(view.status).toBe(200);
+    const history = view.body.subscription_history.map((e: Record<string, unknown>) => [
+      e.action,
+      e.tier,
+      e.actor_user_id,
+      e.reason,
+    ]);
+    expect(history).toEqual([
+      ['revoke', 3, null, 'abuse'],
+      ['grant', 3, null, 'second'],
+      ['expire', 2, null, null],
+      ['grant', 2, null, 'first'],
+    ]);
+  });
+
   it('takes each expired user exactly once when sweeps run at the same time (several nodes)', async () => {
     const sweepBot = await createLoginBot(sweepApp);
     const ids: number[] = [];

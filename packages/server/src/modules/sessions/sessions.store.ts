@@ -217,9 +217,19 @@ export function makeSessionsStore(db: Db, onChanged: UsersChanged = noUsersChang
       await db.update(users).set({ lastActivityAt: now }).where(inArray(users.id, free));
       await db.update(sessions).set({ lastSeenAt: now }).where(anyOf(sessions.id, ids));
     },
-    /** Deletes up to `limit` sessions over at or before `before` (retention); answers how many. */
+    /**
+     * Deletes up to `limit` ended sessions over at or before `before` (retention); answers how many.
+     * A session that expired and that nothing ended is not taken: the expiry sweep ends it first as
+     * a logout does (its keys out, its chats on a new epoch), which a deletion's cascade would skip.
+     */
     async pruneOver(before: Date, limit: number): Promise<number> {
-      return deleteBatch(db, sessions, sessions.id, sessionsOver(before), limit);
+      return deleteBatch(
+        db,
+        sessions,
+        sessions.id,
+        sql`${sessions.endedAt} is not null and ${sessionsOver(before)}`,
+        limit,
+      );
     },
     /** Shortens live sessions to at most `maxExpiry` (after a promotion to a staff level). */
     async clampExpiry(userId: number, maxExpiry: Date, now: Date, tx: Tx = db): Promise<void> {

@@ -19,8 +19,8 @@ import { planGrant, tierTitle } from './subscriptions.rules.js';
 export interface SubscriptionsDeps {
   db: Db;
   clock: Clock;
-  usersStore: Pick<UsersStore, 'update' | 'hasAudit'>;
-  users: Pick<UsersService, 'subscription'>;
+  usersStore: Pick<UsersStore, 'update' | 'hasAudit' | 'byId'>;
+  users: Pick<UsersService, 'subscriptionOf'>;
   notifications: Pick<NotificationsService, 'automated' | 'publish'>;
   audit: AuditStore;
 }
@@ -44,10 +44,14 @@ export function makeSubscriptionsService(deps: SubscriptionsDeps) {
     return target;
   };
 
-  const answer = async (userId: number): Promise<SubscriptionChangeResponse> => ({
-    user_id: userId,
-    subscription: await users.subscription(userId),
-  });
+  /**
+   * The answer: the target's status as the change's transaction left it, read under its lock (a
+   * deletion right after the commit cannot turn the committed change into an error).
+   */
+  const answer = async (target: UserRow, tx: Tx): Promise<SubscriptionChangeResponse> => {
+    const written = (await usersStore.byId(target.id, tx)) ?? target;
+    return { user_id: target.id, subscription: await users.subscriptionOf(written, tx) };
+  };
 
   return {
     /**
@@ -59,7 +63,7 @@ export function makeSubscriptionsService(deps: SubscriptionsDeps) {
       const plan = planGrant(body.tier, body.duration_days, now);
       if (typeof plan === 'string')
         throw appError('ERR_VALIDATION', undefined, { errors: [{ path: 'body/duration_days', message: plan }] });
-      const note = await db.transaction(async (tx) => {
+      const { note, status } = await db.transaction(async (tx) => {
         const target = await lockTarget(actor, actorLevel, body.user_id, tx);
         if (
           plan.action === 'trial' &&
@@ -88,17 +92,18 @@ export function makeSubscriptionsService(deps: SubscriptionsDeps) {
           tx,
         );
         const until = plan.expiresAt ? formatMoment(plan.expiresAt) : '';
-        return plan.action === 'trial'
+        const note = await (plan.action === 'trial'
           ? notifications.automated(target.id, 'trial_started', { until }, tx)
           : notifications.automated(
               target.id,
               'subscription_upgraded',
               { tier: tierTitle(plan.tier), until: plan.expiresAt ? `until ${until}` : 'with no expiry' },
               tx,
-            );
+            ));
+        return { note, status: await answer(target, tx) };
       });
       notifications.publish(note);
-      return answer(body.user_id);
+      return status;
     },
 
     /**
@@ -110,9 +115,9 @@ export function makeSubscriptionsService(deps: SubscriptionsDeps) {
      */
     async revoke(actor: Actor, actorLevel: ActorLevel, body: SubscriptionRevokeBody) {
       const now = clock.now();
-      const note = await db.transaction(async (tx) => {
+      const { note, status } = await db.transaction(async (tx) => {
         const target = await lockTarget(actor, actorLevel, body.user_id, tx);
-        if (effectiveSubscription(target, now).tier === 0) return null;
+        if (effectiveSubscription(target, now).tier === 0) return { note: null, status: await answer(target, tx) };
         await usersStore.update(
           target.id,
           { subscriptionTier: 0, subscriptionExpiresAt: null, subscriptionGrantedBy: null, updatedAt: now },
@@ -133,15 +138,16 @@ export function makeSubscriptionsService(deps: SubscriptionsDeps) {
           },
           tx,
         );
-        return notifications.automated(
+        const note = await notifications.automated(
           target.id,
           'subscription_revoked',
           { tier: tierTitle(target.subscriptionTier) },
           tx,
         );
+        return { note, status: await answer(target, tx) };
       });
       if (note) notifications.publish(note);
-      return answer(body.user_id);
+      return status;
     },
   };
 }

@@ -126,6 +126,15 @@ export function toPublicUser(u: UserRow, platforms: LinkedPlatformRow[], publicU
   };
 }
 
+/**
+ * A subscription audit entry's action in the history: `grant` (301), `revoke` (302 by an admin or
+ * the operator) or `expire` (302 written by the downgrade sweep, its action `expire`).
+ */
+function historyAction(a: AuditRow): 'grant' | 'revoke' | 'expire' {
+  if (a.code !== AuditCodes.SUBSCRIPTION_REVOKE) return 'grant';
+  return a.action === 'expire' ? 'expire' : 'revoke';
+}
+
 /** Admin and above: everything, with the subscription history from the audit log. */
 export function toFullUser(
   u: UserRow,
@@ -140,7 +149,7 @@ export function toFullUser(
     subscription_history: subscriptionAudit.map((a) => {
       const data = (a.data ?? {}) as { tier?: number; expires_at?: string | null };
       return {
-        action: a.code === AuditCodes.SUBSCRIPTION_REVOKE ? 'revoke' : 'grant',
+        action: historyAction(a),
         tier: typeof data.tier === 'number' ? data.tier : 0,
         expires_at: data.expires_at ?? null,
         actor_user_id: a.actorKind === 'user' ? a.actorId : null,

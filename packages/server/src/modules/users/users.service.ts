@@ -26,7 +26,7 @@ import {
   toPunishment,
   toUser,
 } from './users.presenter.js';
-import { isUniqueViolation, type Tx, type UserRow, type UsersStore } from './users.store.js';
+import { isUniqueViolation, type LinkedPlatformRow, type Tx, type UserRow, type UsersStore } from './users.store.js';
 
 const usernameRe = new RegExp(USERNAME_PATTERN);
 export const USERNAME_RULE = 'must be 3-32 characters: letters, digits, dots, underscores or hyphens';
@@ -96,6 +96,16 @@ export function makeUsersService({ store, clock, publicUrl, profiles }: UsersDep
   };
 
   /**
+   * The caller's own row: one whose account was deleted while its request ran (its session guard
+   * passed) answers 401 ERR_UNAUTHENTICATED, its session having ended with it (users.caller.ts).
+   */
+  const ownRow = async (id: number): Promise<UserRow> => {
+    const u = await store.byId(id);
+    if (!u) throw appError('ERR_UNAUTHENTICATED');
+    return u;
+  };
+
+  /**
    * A registered account for the bot routes: an anonymous stranger is no chat-platform user a bot
    * looks up or renames (404, as the admin routes answer), else a bot could give a stranger a name
    * of its choosing (`support-team`) that its matched peer then reads.
@@ -106,36 +116,66 @@ export function makeUsersService({ store, clock, publicUrl, profiles }: UsersDep
     return u;
   };
 
-  /**
-   * Tries to rename; returns the error message for the `errors` object, or null on success. The
-   * write commits on its own, so a change of name is told to the `onRenamed` listeners at once.
-   */
-  const rename = async (id: number, username: string): Promise<string | null> => {
-    if (!isValidUsername(username)) return USERNAME_RULE;
-    const holder = await store.byUsername(username);
-    if (holder && holder.id !== id) return 'is taken';
-    try {
-      await store.update(id, { username, updatedAt: clock.now() });
-      // A holder is the user itself here: its name changed only if the case differs.
-      if (holder?.username !== username) renamed(id);
-      return null;
-    } catch (e) {
-      if (isUniqueViolation(e)) return 'is taken';
-      throw e;
-    }
-  };
+  /** Why a user with these linked platforms cannot use an avatar source, or null (spec 2.1 avatar_source). */
+  const avatarSourceRule = (platforms: LinkedPlatformRow[], source: string): string | null =>
+    source === '' || DefaultAvatarKeys.includes(source) || platforms.some((p) => p.platform === source)
+      ? null
+      : AVATAR_SOURCE_RULE;
 
   /** Why this user cannot use an avatar source, or null when it can (spec 2.1 avatar_source). */
-  const avatarSourceProblem = async (id: number, source: string): Promise<string | null> => {
-    if (source === '' || DefaultAvatarKeys.includes(source)) return null;
-    if ((await store.platformsOf(id)).some((p) => p.platform === source)) return null;
-    return AVATAR_SOURCE_RULE;
+  const avatarSourceProblem = async (id: number, source: string): Promise<string | null> =>
+    avatarSourceRule(await store.platformsOf(id), source);
+
+  /**
+   * POST /v1/users/me/update in one transaction that holds the caller's row from the start (a
+   * deletion committed before it answers 401; one waiting for the row comes after its commit),
+   * answering the user as it wrote it, read inside it. `nameTaken`: a first run lost its name to
+   * the unique index (updateMe); the name is refused and the rest applies.
+   */
+  const updateOwn = (userId: number, body: UpdateMeBody, nameTaken: boolean) =>
+    store.transaction(async (tx) => {
+      const locked = await store.byIdForUpdate(userId, tx);
+      if (!locked) throw appError('ERR_UNAUTHENTICATED');
+      const errors: Record<string, string> = {};
+      const { username, avatar_source: avatarSource } = body;
+      if (username !== undefined && (nameTaken || !isValidUsername(username)))
+        errors.username = nameTaken ? 'is taken' : USERNAME_RULE;
+      else if (username !== undefined && username !== locked.username) {
+        // The name it has changes nothing; a change of case is a rename.
+        const holder = await store.byUsername(username, tx);
+        if (holder && holder.id !== userId) errors.username = 'is taken';
+        else {
+          await store.update(userId, { username, updatedAt: clock.now() }, tx);
+          await afterCommit(tx, async () => renamed(userId));
+        }
+      }
+      const platforms = await store.platformsOf(userId, tx);
+      if (avatarSource !== undefined) {
+        const problem = avatarSourceRule(platforms, avatarSource);
+        if (problem) errors.avatar_source = problem;
+        else await store.update(userId, { avatarSource, updatedAt: clock.now() }, tx);
+      }
+      // Read here, the row still held (so it is there: `?? locked` only types it).
+      const written = (await store.byId(userId, tx)) ?? locked;
+      return { user: toUser(written, platforms, publicUrl, clock.now()), errors };
+    });
+
+  /** The subscription status of `u` (spec 4.8), its trial read from the audit log in `tx`. */
+  const subscriptionOf = async (u: UserRow, tx?: Tx): Promise<SubscriptionStatus> => {
+    const s = effectiveSubscription(u, clock.now());
+    return {
+      tier: s.tier,
+      tier_name: TIER_NAMES[s.tier] ?? 'basic',
+      has_premium: s.tier !== SubscriptionTier.BASIC,
+      expires_at: s.expiresAt ? s.expiresAt.toISOString() : null,
+      granted_by: s.grantedBy,
+      trial_used: await store.hasAudit(u.id, AuditCodes.SUBSCRIPTION_GRANT, 'trial', tx),
+    };
   };
 
   return {
     present,
     mustGet,
-    rename,
     avatarSourceProblem,
 
     /**
@@ -154,7 +194,7 @@ export function makeUsersService({ store, clock, publicUrl, profiles }: UsersDep
      */
     async me(userId: number): Promise<User> {
       const read = async (): Promise<CachedProfile> => {
-        const u = await mustGet(userId);
+        const u = await ownRow(userId);
         const now = clock.now();
         return { user: frozenProfile(await present(u)), until: nextChangeAt(u, now) };
       };
@@ -168,34 +208,31 @@ export function makeUsersService({ store, clock, publicUrl, profiles }: UsersDep
       return (current(loaded) ? loaded : await read()).user;
     },
 
-    /** Spec 4.2 rule 1: fields succeed or fail independently; `errors` names the failures. */
+    /**
+     * Spec 4.2 rule 1: fields succeed or fail independently; `errors` names the failures. The
+     * answer is what the update's transaction wrote (updateOwn): a deletion committed right after
+     * it cannot turn the committed change into an error (docs/api.md Users).
+     */
     async updateMe(userId: number, body: UpdateMeBody): Promise<{ user: User; errors: Record<string, string> | null }> {
-      const errors: Record<string, string> = {};
-      if (body.username !== undefined) {
-        const problem = await rename(userId, body.username);
-        if (problem) errors.username = problem;
-      }
-      if (body.avatar_source !== undefined) {
-        const problem = await avatarSourceProblem(userId, body.avatar_source);
-        if (problem) errors.avatar_source = problem;
-        else await store.update(userId, { avatarSource: body.avatar_source, updatedAt: clock.now() });
-      }
-      const user = await present(await mustGet(userId));
+      const { user, errors } = await updateOwn(userId, body, false).catch((e: unknown) => {
+        // Two renames racing for one name: the unique index refuses one, and its transaction rolls back.
+        if (isUniqueViolation(e)) return updateOwn(userId, body, true);
+        throw e;
+      });
       return { user, errors: Object.keys(errors).length > 0 ? errors : null };
     },
 
+    /** GET /v1/users/me/subscription: its caller's account gone, 401 (ownRow). */
     async subscription(userId: number): Promise<SubscriptionStatus> {
-      const u = await mustGet(userId);
-      const s = effectiveSubscription(u, clock.now());
-      return {
-        tier: s.tier,
-        tier_name: TIER_NAMES[s.tier] ?? 'basic',
-        has_premium: s.tier !== SubscriptionTier.BASIC,
-        expires_at: s.expiresAt ? s.expiresAt.toISOString() : null,
-        granted_by: s.grantedBy,
-        trial_used: await store.hasAudit(userId, AuditCodes.SUBSCRIPTION_GRANT, 'trial'),
-      };
+      return subscriptionOf(await ownRow(userId));
     },
+
+    /**
+     * The subscription status of a user row, its trial read in `tx`: SubscriptionsService answers
+     * a grant or revoke with the row its transaction wrote, so a deletion right after the commit
+     * cannot turn the committed change into an error.
+     */
+    subscriptionOf,
 
     async punishments(userId: number, offset: number, limit: number) {
       const now = clock.now();

@@ -47,6 +47,10 @@ export function likeEscape(s: string): string {
  */
 export function makeUsersStore(db: Db, onChanged: UsersChanged = noUsersChanged) {
   return {
+    /** Runs `work` in one transaction (the database's: a deadlock's victim runs again, after-commit work runs). */
+    transaction<T>(work: (tx: Tx) => Promise<T>): Promise<T> {
+      return db.transaction(work);
+    },
     async byId(id: number, tx: Tx = db): Promise<UserRow | undefined> {
       const [row] = await tx.select().from(users).where(eq(users.id, id)).limit(1);
       return row;
@@ -129,11 +133,13 @@ export function makeUsersStore(db: Db, onChanged: UsersChanged = noUsersChanged)
     },
     /**
      * Deletes up to `limit` dead stranger accounts in one statement and answers their ids: anonymous
-     * accounts created before `cutoff` whose every session ended or expired before `cutoff`, and
-     * that have no membership row in a chat that still exists (an active or archived direct chat
-     * keeps showing them to the peer). Rows are taken with SKIP LOCKED, so nodes sweep side by side.
-     * What hangs off the row goes by ON DELETE CASCADE (sessions and their keys, memberships of
-     * removed chats, punishments, notifications, blocks); audit entries keep the bare id (no FK).
+     * accounts created before `cutoff` whose every session ended, and was over (its end, else its
+     * expiry) before `cutoff`, and that have no membership row in a chat that still exists (an
+     * active or archived direct chat keeps showing them to the peer). A session that expired and
+     * that nothing ended keeps its account until the expiry sweep has ended it as a logout does.
+     * Rows are taken with SKIP LOCKED, so nodes sweep side by side. What hangs off the row goes by
+     * ON DELETE CASCADE (sessions and their keys, memberships of removed chats, punishments,
+     * notifications, blocks); audit entries keep the bare id (no FK).
      */
     async removeDeadStrangers(cutoff: Date, limit: number): Promise<number[]> {
       // Raw sql`` parameters must be strings: the postgres-js driver does not serialise Date there.
@@ -142,7 +148,7 @@ export function makeUsersStore(db: Db, onChanged: UsersChanged = noUsersChanged)
       const dead = sql`select ${users.id} from ${users}
         where ${users.isStranger} and ${users.createdAt} <= ${before}
           and not exists (select 1 from ${sessions} where ${sessions.userId} = ${users.id}
-            and least(${sessions.endedAt}, ${sessions.expiresAt}) > ${before})
+            and (${sessions.endedAt} is null or least(${sessions.endedAt}, ${sessions.expiresAt}) > ${before}))
           and not exists (select 1 from ${chatMembers} join ${chats} on ${chats.id} = ${chatMembers.chatId}
             where ${chatMembers.userId} = ${users.id} and ${chats.deletedAt} is null)
         order by ${users.id} limit ${limit} for update skip locked`;
