@@ -92,11 +92,17 @@ describe.skipIf(redisProblem !== null)('trackNodePresence (Redis)', () => {
     const two = n.enter(3, 9, 90);
     const held = () => n.redis.smembers(`${prefix}presence:held:${n.presence.nodeId}`);
     await expect.poll(held).toEqual(['3:9:90']);
+    const presence = { chatId: 3, userId: 9, sessionId: 90 };
+    expect(n.presence.holds(presence)).toBe(true);
+    expect(n.presence.holds({ ...presence, chatId: 4 })).toBe(false);
     n.leave(3, one);
     await n.presence.beat();
     expect(await held()).toEqual(['3:9:90']);
+    expect(n.presence.holds(presence)).toBe(true);
     n.leave(3, two);
     await expect.poll(held).toEqual([]);
+    // What `back` is told is checked against this before it is said online (wiring/chats.ts).
+    expect(n.presence.holds(presence)).toBe(false);
     await n.presence.close();
   });
 

@@ -69,6 +69,9 @@ const decode = (raw: string): HeldPresence | null => {
  * room events; every node sweeps (SWEEP) the nodes whose heartbeat expired and tells `lost` the
  * presences no live node holds (the chats hear them go offline), and a node that finds it was swept
  * (stalled longer than the TTL) writes its set again and tells `back` what it holds (online again).
+ * That set comes from this node's room events, which may lag behind the cluster's stream (a kick's
+ * sockets-leave not read yet): whoever says it online checks each presence again (`holds`, once
+ * the reader has caught up, and the membership: wiring/chats.ts).
  */
 export function trackNodePresence(
   io: Io,
@@ -208,6 +211,13 @@ export function trackNodePresence(
   return {
     /** This node's id in Redis. */
     nodeId,
+    /**
+     * Whether a socket of this node is in the chat's room for that session now, as the room events
+     * applied so far tell: what `back` lists was held when it was told, and may be gone since.
+     */
+    holds(h: HeldPresence): boolean {
+      return holders.has(encode(h));
+    },
     /** Runs one heartbeat and sweep now (tests). */
     async beat(): Promise<void> {
       tick();

@@ -11,6 +11,7 @@ import { makeMatchmakingService } from '../modules/matchmaking/matchmaking.servi
 import { makeMatchmakingStore } from '../modules/matchmaking/matchmaking.store.js';
 import { makeMessagesService } from '../modules/messages/messages.service.js';
 import { makeMessagesStore } from '../modules/messages/messages.store.js';
+import type { HeldPresence } from '../platform/node-presence.js';
 import type { Realtime } from '../platform/realtime.js';
 import { RedisState } from '../platform/state/index.js';
 import type { MatchQueue } from '../platform/state/match-queue.js';
@@ -80,9 +81,30 @@ export function wireChats(ctx: WiringContext, accounts: Accounts, realtime: Real
   // Cluster mode: the sessions of a node killed outright go offline in their chats (and come back
   // online if that node was only stalled): platform/node-presence.ts.
   realtime.onNodePresence((held, online) => {
-    for (const h of held) chats.announcePresence(h.chatId, h, online);
+    if (online)
+      void sayBackOnline(realtime, chats, held).catch((err: unknown) =>
+        ctx.app.log.warn({ err }, 'presence back online failed'),
+      );
+    else for (const h of held) chats.announcePresence(h.chatId, h, false);
   });
   return { chatsStore, keys, messages, guilds, chats };
+}
+
+/**
+ * A node swept as dead that came back says online again what it holds. Its set comes from its own
+ * room events, which lag behind its stream reader after a stall (a kick made meanwhile on another
+ * node, its sockets-leave not applied yet): so the reader catches up first (2 s at most), then,
+ * holding the memberships (FOR SHARE), only the presences still held here by a member are said
+ * online, before any removal of them commits (whose offline so comes after).
+ */
+async function sayBackOnline(realtime: Realtime, chats: ChatsService, held: HeldPresence[]): Promise<void> {
+  await realtime.catchUpRooms();
+  const chatIds = [...new Set(held.map((h) => h.chatId))];
+  const userIds = [...new Set(held.map((h) => h.userId))];
+  await chats.underMemberships(chatIds, userIds, (member) => {
+    for (const h of held)
+      if (member(h.chatId, h.userId) && realtime.nodePresence?.holds(h)) chats.announcePresence(h.chatId, h, true);
+  });
 }
 
 /** Pairing over the match queue (atomic in Redis in cluster mode), and the blocks it respects. */

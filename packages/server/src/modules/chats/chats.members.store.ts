@@ -44,6 +44,20 @@ export function makeMemberStore(db: Db) {
         .for('share');
       return rows.length > 0;
     },
+    /**
+     * The current memberships among these chats and users, one statement, each locked as
+     * `holdMembership` locks one (FOR SHARE, for the transaction): what a recovered socket or a node
+     * back from a sweep says online is said before any removal of them can commit. A chat deleted
+     * or a ban ended its memberships in its own transaction, so neither is listed.
+     */
+    async holdMemberships(chatIds: number[], userIds: number[], tx: Tx): Promise<{ chatId: number; userId: number }[]> {
+      if (chatIds.length === 0 || userIds.length === 0) return [];
+      return tx
+        .select({ chatId: chatMembers.chatId, userId: chatMembers.userId })
+        .from(chatMembers)
+        .where(and(anyOf(chatMembers.chatId, chatIds), anyOf(chatMembers.userId, userIds), isNull(chatMembers.leftAt)))
+        .for('share');
+    },
     /** A member now, or one whose membership ended at or after `since`. */
     async memberSince(chatId: number, userId: number, since: Date): Promise<boolean> {
       const [row] = await db

@@ -130,6 +130,35 @@ export function makeChatMembership(deps: MembershipDeps) {
     join,
 
     /**
+     * Why the user's membership of the chat is gone, read from the database (null: a member). A
+     * join asks it once it has read what it answers: on a node whose stream reader lags, a kick
+     * committed meanwhile on another node has not taken the socket out of the room yet.
+     */
+    async membershipEnded(chatId: number, userId: number): Promise<Error | null> {
+      return (await store.isMember(chatId, userId)) ? null : endedError(chatId, userId);
+    },
+
+    /**
+     * Runs `under` in a transaction that holds the current memberships among these chats and
+     * users (FOR SHARE), told which pairs are held: the presence it says online (a recovered
+     * socket's, a node's back from a sweep) is handed to the node's stream before a kick, ban,
+     * leave or deletion of those memberships can commit, and so comes before that removal's
+     * offline, sent after its commit (docs/api.md, Presence). Synchronous, so nothing else runs
+     * between what it checks and what it sends.
+     */
+    async underMemberships(
+      chatIds: number[],
+      userIds: number[],
+      under: (held: (chatId: number, userId: number) => boolean) => void,
+    ): Promise<void> {
+      await db.transaction(async (tx) => {
+        const rows = await store.holdMemberships(chatIds, userIds, tx);
+        const held = new Set(rows.map((r) => `${r.chatId}:${r.userId}`));
+        under((chatId, userId) => held.has(`${chatId}:${userId}`));
+      });
+    },
+
+    /**
      * room:leave: ends the membership; the chat moves to a new epoch without this user. The chat's
      * owner is refused (ERR_FORBIDDEN, nothing written): it deletes the chat instead. A stranger
      * (`stranger` set) is a member of direct chats only, which this never leaves: it is told so of

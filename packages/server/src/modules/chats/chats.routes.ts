@@ -140,51 +140,76 @@ export function registerChatsRoutes(app: App, { chats, guards }: { chats: ChatsS
   });
 }
 
+/**
+ * Takes a socket out of the room its failed join entered and said it online in: the session goes
+ * offline there unless another of its sockets is still in the room (as on a disconnect). A socket
+ * that disconnected meanwhile was said offline as it went.
+ */
+async function leaveFailedJoin(
+  chats: Pick<ChatsService, 'sessionStillIn' | 'announcePresence'>,
+  socket: AppSocket,
+  room: string,
+): Promise<void> {
+  const chatId = rooms.chatIdOf(room);
+  if (!socket.connected || chatId === null) return;
+  await socket.leave(room);
+  const still = await chats.sessionStillIn(socket.data.sessionId, [chatId]).catch(() => new Set<number>());
+  if (!still.has(chatId)) chats.announcePresence(chatId, socket.data, false);
+}
+
 /** Socket handlers: room:join, room:leave, the chat list on (re)connect, presence on disconnect. */
 export function registerChatSockets(realtime: Realtime, chats: ChatsService, log: App['log']) {
   realtime.on('room:join', RoomJoinPayload, async (socket, payload: Parameters<ChatsService['join']>[1]) => {
-    // The join puts the socket into the chat's room while it holds the membership (see join).
-    // Entering a room this socket is already in changes nobody's presence: no delta.
+    // The join puts the socket into the chat's room while it holds the membership (see join), and
+    // says the session online there before that hold ends: a kick, ban, leave or deletion commits
+    // after it and sends its offline later, on any node, however late this node's stream reader is
+    // (the delta's XADD is on this node's Redis connection before the commit is sent). Entering a
+    // room this socket is already in changes nobody's presence: no delta.
     const entered: { room: string | null } = { room: null };
     const enter = async (chatId: number, fresh: boolean) => {
       const room = rooms.chat(chatId);
       // A socket that disconnected while its join ran enters nothing (a closed socket's join is a
       // no-op): it is in no room to be announced in, nor taken out of later.
       if (!socket.connected || (socket.rooms.has(room) && !fresh)) return;
-      if (!fresh) {
-        entered.room = room;
-        return socket.join(room);
-      }
-      // A new membership enters once this node has applied the room changes sent before it (a
-      // kick's leave of `user:<id>` sent by another node, which this node's stream reader may not
-      // have read yet: applied after the entry, it would take the new member's socket out). At
-      // once when the reader is not behind, and in embedded mode (Realtime.catchUpRooms).
-      await realtime.catchUpRooms();
-      if (!socket.connected) return;
+      if (fresh) {
+        // A new membership enters once this node has applied the room changes sent before it (a
+        // kick's leave of `user:<id>` sent by another node, which this node's stream reader may
+        // not have read yet: applied after the entry, it would take the new member's socket out).
+        // At once when the reader is not behind, and in embedded mode (Realtime.catchUpRooms).
+        await realtime.catchUpRooms();
+        if (!socket.connected) return;
+        // Through the adapter, as a leave takes sockets out (`leaveChat`): in the cluster both go
+        // through this node's Redis connection in order, so a leave of the ended membership sent
+        // from here before is applied first and cannot evict this one.
+        await socket.nsp.adapter.addSockets({ rooms: new Set([socket.id]), except: new Set(), flags: {} }, [room]);
+        // Gone meanwhile: its disconnect found it in no room, and said nothing to follow an online.
+        if (!socket.connected) return;
+      } else await socket.join(room);
       entered.room = room;
-      // Through the adapter, as a leave takes sockets out (`leaveChat`): in the cluster both go
-      // through this node's Redis connection in order, so a leave of the ended membership sent
-      // from here before is applied first and cannot evict this one.
-      return socket.nsp.adapter.addSockets({ rooms: new Set([socket.id]), except: new Set(), flags: {} }, [room]);
+      chats.announcePresence(chatId, socket.data, true);
     };
     let joined: Awaited<ReturnType<ChatsService['join']>>;
+    let ended: Error | null;
     try {
       joined = await chats.join(socket.data, payload, enter);
+      // A leave, kick, ban or deletion that committed after the join's hold ended (and said the
+      // session offline, after its online) fails the join. Read from the database, not from the
+      // socket's rooms, which a node reading the stream late has not updated yet. A socket that
+      // disconnected meanwhile was said offline as it went; its ack reaches nobody.
+      ended = socket.connected ? await chats.membershipEnded(joined.chat.id, socket.data.userId) : null;
     } catch (err) {
       // A join that fails after entering (its commit, a read after it) leaves the room it entered.
-      if (entered.room) await socket.leave(entered.room);
+      if (entered.room) await leaveFailedJoin(chats, socket, entered.room);
       throw err;
     }
-    // A leave, kick, ban or deletion that committed after the join's has taken the socket out of
-    // the room (and said the session offline): the join answers why, and announces nothing, as an
-    // online delta now would never be followed by another. A socket that disconnected since it
-    // entered was announced offline when it went (or will be by its disconnecting handler).
-    // (A socket that disconnected is in no room, and its ack reaches nobody.)
-    if (socket.connected && !socket.rooms.has(rooms.chat(joined.chat.id)))
-      throw await chats.endedError(joined.chat.id, socket.data.userId);
-    if (entered.room && socket.connected) chats.announcePresence(joined.chat.id, socket.data, true);
-    // The whole list goes to the joiner only; the others had the delta just above. The join has
-    // committed: a node that does not answer gives this node's sessions, never a failed ack.
+    if (ended) {
+      // Out of the room now (the removal's sockets-leave may not have reached this node); the
+      // removal said the session offline.
+      await socket.leave(rooms.chat(joined.chat.id));
+      throw ended;
+    }
+    // The whole list goes to the joiner only; the others had the delta. The join has committed: a
+    // node that does not answer gives this node's sessions, never a failed ack.
     const members = await chats.presence(joined.chat.id);
     emitSnapshot(socket, 'room:members', { chat_id: joined.chat.id, members });
     return { ...joined, members };
@@ -208,30 +233,32 @@ export function registerChatSockets(realtime: Realtime, chats: ChatsService, log
     // A recovered connection is back in the chat rooms it may still be in (the others were taken
     // from it before it was restored, platform/recovery.ts). A kick, ban or leave that committed
     // after that check's read did not reach it (it was no socket of the namespace yet): now that it
-    // is one, those rooms are read again, it leaves the ones it may no longer be in (`room:left`,
-    // reason `removed`), then the chats of the others hear it is present again. A failed read
-    // closes its connection: the client comes back through the recovery check, or afresh.
-    const restored = [...socket.rooms].filter((room) => rooms.chatIdOf(room) !== null);
+    // is one, its memberships are read again and held (FOR SHARE) while it leaves the rooms it may
+    // no longer be in (`room:left`, reason `removed`) and the chats of the others hear it is
+    // present again, so a removal committing meanwhile says it offline after that, however late
+    // this node reads the stream. A failed read closes its connection: the client comes back
+    // through the recovery check, or afresh.
+    const restored = [...socket.rooms].map(rooms.chatIdOf).filter((id): id is number => id !== null);
     if (socket.recovered && restored.length > 0) {
-      chats.roomsStillAllowed(socket.data.userId, restored).then(
-        (allowed) => {
+      const { userId } = socket.data;
+      chats
+        .underMemberships(restored, [userId], (held) => {
           if (socket.disconnected) return;
-          const kept = new Set(allowed);
-          for (const room of restored) {
-            if (kept.has(room) || !socket.rooms.has(room)) continue;
+          for (const chatId of restored) {
+            const room = rooms.chat(chatId);
+            if (!socket.rooms.has(room)) continue;
+            if (held(chatId, userId)) {
+              chats.announcePresence(chatId, socket.data, true);
+              continue;
+            }
             void socket.leave(room);
-            socket.emit('room:left', { chat_id: rooms.chatIdOf(room) as number, reason: 'removed' });
+            socket.emit('room:left', { chat_id: chatId, reason: 'removed' });
           }
-          for (const room of socket.rooms) {
-            const id = rooms.chatIdOf(room);
-            if (id !== null) chats.announcePresence(id, socket.data, true);
-          }
-        },
-        (err: unknown) => {
+        })
+        .catch((err: unknown) => {
           log.warn({ err, session_id: socket.data.sessionId }, 'recovered socket room check failed');
           socket.conn.close();
-        },
-      );
+        });
     }
 
     // A session is present in a chat while any of its sockets is in the room, on any node (one
