@@ -23,6 +23,7 @@ import { trustProxyOption } from './platform/client-address.js';
 import { type Clock, systemClock } from './platform/clock.js';
 import type { Config } from './platform/config.js';
 import { connectionOptions, installDrain } from './platform/connections.js';
+import { installCors } from './platform/cors.js';
 import { trackCommits } from './platform/db/after-commit.js';
 import { type Database, openDatabase } from './platform/db/index.js';
 import { installErrorHandler, logFailure, toErrorBody } from './platform/errors.js';
@@ -35,7 +36,7 @@ import type { Realtime } from './platform/realtime.js';
 import type { Retention } from './platform/retention.js';
 import { type App, requestBodyOptional } from './platform/routing.js';
 import { loadOrCreateSecret } from './platform/secret-files.js';
-import { API_SECURITY_HEADERS, computeSecurityHeaders, isApiPath } from './platform/security-headers.js';
+import { API_SECURITY_HEADERS, apiPath, computeSecurityHeaders } from './platform/security-headers.js';
 import { openState, type StateStore } from './platform/state/index.js';
 import { installJsonBodyParser, refuseUndeclaredQuery, validatorCompiler } from './platform/validation.js';
 import type { VmProvider } from './platform/vm/provider.js';
@@ -114,10 +115,10 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
   // Transactions run work queued with afterCommit once committed (the user-change channel's publishes).
   const db = trackCommits(database.db);
 
-  // Security headers are computed once and copied onto each answer: the API's lean set on `/v1/…`,
+  // Security headers are computed once and copied onto each answer: the API's lean set on its paths,
   // helmet's full set with Parlor's policy on pages (security-headers.ts).
   const pageHeaders = computeSecurityHeaders();
-  const securityHeaders = (url: string) => (isApiPath(url) ? API_SECURITY_HEADERS : pageHeaders);
+  const securityHeaders = (url: string) => (apiPath(url) ? API_SECURITY_HEADERS : pageHeaders);
   const app = Fastify({
     ...(log ? { loggerInstance: log } : { logger: false }),
     logController: new RequestLogController(),
@@ -155,6 +156,8 @@ export async function buildApp(opts: AppOptions): Promise<BuiltApp> {
   // later (drain, 404/405, routes, the Origin check) sees it.
   installHostCheck(app);
   installDrain(app);
+  // CORS for the other ALLOWED_ORIGINS' pages, before the hook below would answer a preflight 405 (cors.ts).
+  installCors(app, config.allowedOrigins);
   // After the hooks above (its 404/405 carry their headers), before the body is read.
   installMethodNotAllowed(app);
 

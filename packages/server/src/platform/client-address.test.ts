@@ -1,6 +1,6 @@
 import Fastify from 'fastify';
 import { afterAll, describe, expect, it } from 'vitest';
-import { addressKey, clientIp, proxyMatcher, trustProxyOption } from './client-address.js';
+import { addressKey, clientIp, proxyMatcher, rawClientIp, trustProxyOption } from './client-address.js';
 
 describe('addressKey', () => {
   it.each([
@@ -45,7 +45,7 @@ describe('addressKey', () => {
   });
 });
 
-describe('trustProxyOption and clientIp', () => {
+describe('trustProxyOption, clientIp and rawClientIp', () => {
   /** One Fastify app per setting that answers the address clientIp reads; all closed at the end. */
   const apps: ReturnType<typeof Fastify>[] = [];
   afterAll(async () => {
@@ -54,7 +54,11 @@ describe('trustProxyOption and clientIp', () => {
   const ipWith = async (trust: Parameters<typeof trustProxyOption>[0], xff: string | null) => {
     const app = Fastify({ trustProxy: trustProxyOption(trust) });
     apps.push(app);
-    app.get('/', async (req) => clientIp(req));
+    // The raw request (an Engine.IO handshake's) must read the same address as Fastify does.
+    app.get('/', async (req) => {
+      const raw = rawClientIp(req.raw, trustProxyOption(trust));
+      return raw === clientIp(req) ? raw : `fastify ${clientIp(req)}, raw ${raw}`;
+    });
     const res = await app.inject({
       url: '/',
       remoteAddress: '10.0.0.2',

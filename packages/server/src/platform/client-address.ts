@@ -3,6 +3,7 @@
  * entries count: parseTrustProxy, trustProxyOption), and the key per-address limits count it
  * under (addressKey).
  */
+import type { IncomingMessage } from 'node:http';
 import { BlockList, isIP } from 'node:net';
 import type { FastifyRequest } from 'fastify';
 
@@ -12,6 +13,25 @@ import type { FastifyRequest } from 'fastify';
  */
 export function clientIp(request: FastifyRequest): string {
   const ip = withoutPort(request.ip ?? '');
+  return ip.startsWith('::ffff:') ? ip.slice(7) : ip;
+}
+
+/**
+ * The client address of a raw request (an Engine.IO handshake, which never reaches Fastify), read
+ * as Fastify reads a request's (`trust`: trustProxyOption of TRUST_PROXY): the socket's peer and
+ * the X-Forwarded-For entries from the right, the first one not trusted as a proxy (or the
+ * leftmost), then as clientIp gives it.
+ */
+export function rawClientIp(req: IncomingMessage, trust: ReturnType<typeof trustProxyOption>): string {
+  const chain = [req.socket.remoteAddress ?? ''];
+  if (trust) {
+    const header = req.headers['x-forwarded-for'];
+    const entries = (Array.isArray(header) ? header.join(',') : (header ?? '')).split(',');
+    for (const entry of entries.reverse()) if (entry.trim() !== '') chain.push(entry.trim());
+  }
+  let hop = 0;
+  while (trust && hop < chain.length - 1 && trust(chain[hop] as string, hop)) hop += 1;
+  const ip = withoutPort(chain[hop] as string);
   return ip.startsWith('::ffff:') ? ip.slice(7) : ip;
 }
 

@@ -408,6 +408,18 @@ describe('loadConfig', () => {
     expect(load({ DATABASE_URL: 'postgres://db/p' }).publicApiKey).toBeNull();
   });
 
+  it('refuses PUBLIC_API_KEY equal to OPERATOR_TOKEN, one line naming both and neither value', () => {
+    const shared = 'shared_secret_0123456789abcdef';
+    const problems = problemsOf({ PUBLIC_API_KEY: shared, OPERATOR_TOKEN: shared });
+    expect(problems).toEqual([
+      'PUBLIC_API_KEY and OPERATOR_TOKEN must differ: the public key is given to every client, and the operator token must stay secret',
+    ]);
+    expect(problems.join('\n')).not.toContain(shared);
+    // Given as overrides (tests and benches start apps that way), too.
+    expect(() => load({}, { publicApiKey: shared, operatorToken: shared })).toThrow(/must differ/);
+    expect(load({ PUBLIC_API_KEY: shared, OPERATOR_TOKEN: `${shared}x` }).publicApiKey).toBe(shared);
+  });
+
   it.each(['https://admin:hunter2@app.example', 'admin:hunter2@app.example', 'https://hunter2@app.example'])(
     'refuses ALLOWED_ORIGINS entry %j by its place, never repeating what may be a password',
     (value) => {

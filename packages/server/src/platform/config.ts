@@ -261,6 +261,12 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
           `${name} must be set when REDIS_URL is set: every node needs the same one (a generated one is per DATA_DIR)`,
         );
   }
+  // The public key is printed and given to every client; equal to the operator token it would make
+  // anyone the operator (and let them sign viewer tokens, whose key derives from it). Overrides too.
+  if (config.publicApiKey !== null && config.publicApiKey === config.operatorToken)
+    problems.push(
+      'PUBLIC_API_KEY and OPERATOR_TOKEN must differ: the public key is given to every client, and the operator token must stay secret',
+    );
   if (problems.length > 0) throw new ConfigError(problems);
   if (config.sourceHash === '') config.sourceHash = gitHead();
   return Object.freeze(config);

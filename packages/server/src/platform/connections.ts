@@ -2,6 +2,7 @@ import { type Server, type ServerResponse, STATUS_CODES } from 'node:http';
 import { Server as NetServer, type Socket } from 'node:net';
 import { type ErrorBody, type ErrorCode, ErrorCodes } from '@parlor/protocol';
 import type { FastifyInstance } from 'fastify';
+import { API_SECURITY_HEADERS } from './security-headers.js';
 
 /**
  * How long a client has to send a whole request, headers and body (Node's `requestTimeout`;
@@ -36,6 +37,7 @@ type HttpSocket = Socket & { _httpMessage?: ServerResponse | null };
  * - a request that is not HTTP (malformed request line, header or chunk): `400 ERR_VALIDATION`;
  * - request line and headers over Node's 16 KiB: `431 ERR_HEADERS_TOO_LARGE`;
  * - the request timeout: `408 ERR_REQUEST_TIMEOUT`.
+ * Each carries the API's security headers (security-headers.ts), like every JSON error answer.
  * Nothing is written to a socket that is gone or no longer writable, nor where an earlier
  * request's answer has begun on the connection (pipelining): a second status line would corrupt
  * it. The connection ends in every case.
@@ -47,11 +49,16 @@ export function answerClientError(err: Error & { code?: string }, socket: Socket
     const [status, body] = clientErrorBody(err.code);
     const text = JSON.stringify(body);
     socket.write(
-      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nConnection: close\r\nContent-Length: ${Buffer.byteLength(text)}\r\nContent-Type: application/json; charset=utf-8\r\n\r\n${text}`,
+      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nConnection: close\r\nContent-Length: ${Buffer.byteLength(text)}\r\nContent-Type: application/json; charset=utf-8\r\n${SECURITY_HEADER_LINES}\r\n${text}`,
     );
   }
   socket.destroy(err);
 }
+
+/** The API's security headers as the header lines of a raw answer, each ending its line. */
+const SECURITY_HEADER_LINES = Object.entries(API_SECURITY_HEADERS)
+  .map(([name, value]) => `${name}: ${value}\r\n`)
+  .join('');
 
 /** The status and API error body for a `clientError` code of Node's. */
 function clientErrorBody(code: string | undefined): [number, ErrorBody] {

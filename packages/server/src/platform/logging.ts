@@ -171,8 +171,11 @@ function withoutSecrets(url: string): string {
   return cut ? segments.join('/') + url.slice(path.length) : url;
 }
 
-/** A path segment with its %-escapes decoded; as it is when one is malformed (the router refuses those). */
-function decodedSegment(segment: string): string {
+/**
+ * A path segment with its %-escapes decoded, as the router matches it; as it is when one is
+ * malformed (the router refuses those). Also choosing the security header set (security-headers.ts).
+ */
+export function decodedSegment(segment: string): string {
   if (!segment.includes('%')) return segment;
   try {
     return decodeURIComponent(segment);

@@ -1,4 +1,4 @@
-import type { Server as HttpServer } from 'node:http';
+import type { Server as HttpServer, IncomingMessage } from 'node:http';
 import type { ClientToServerEvents, ServerToClientEvents } from '@parlor/protocol';
 import { createAdapter } from '@socket.io/redis-streams-adapter';
 import type { FastifyBaseLogger } from 'fastify';
@@ -6,6 +6,7 @@ import type { Redis } from 'ioredis';
 import { Server } from 'socket.io';
 import { type HeldPresence, trackNodePresence } from './node-presence.js';
 import { guardRecovery, type RecoveryCheck, reachRecoveringSockets, trackReplays } from './recovery.js';
+import { countPendingConnections } from './socket-admission.js';
 import { type ClientEvent, refuseAndDrop, refuseUnknown, serveEvent } from './socket-events.js';
 import { authenticateHandshakes, type HandshakeRefusal, sessionFull } from './socket-handshake.js';
 import { CROSS_NODE_READ_TIMEOUT_MS, crossNodeReads } from './socket-reads.js';
@@ -31,6 +32,11 @@ export interface RealtimeOptions {
   redis: { client: Redis; prefix: string } | null;
   /** The app's logger: failed handshakes and events (query values kept out by its serializer). */
   log: FastifyBaseLogger;
+  /**
+   * The client address of a handshake, for PENDING_CONNECTIONS_PER_ADDRESS_MAX; unset: the
+   * connection's peer (behind a proxy, the proxy).
+   */
+  clientAddress?: (req: IncomingMessage) => string;
 }
 
 /** The cluster's Redis stream of room changes and broadcasts (the streams adapter's). */
@@ -50,6 +56,12 @@ export const STREAM_BLOCK_MS = 5_000;
  * deltas) may take before the adapter closes: a cross-node read and the emits after it.
  */
 const DISCONNECT_WORK_WAIT_MS = CROSS_NODE_READ_TIMEOUT_MS + 1_000;
+
+/**
+ * How long a transport connection may take to send its Socket.IO CONNECT and be authenticated
+ * before it is closed (Socket.IO's `connectTimeout`, 45 s by default): a client sends it at once.
+ */
+const SOCKET_CONNECT_TIMEOUT_MS = 10_000;
 
 /** At shutdown, how long this node's connections may take to write what they have buffered. */
 const CONNECTION_CLOSE_WAIT_MS = 1_000;
@@ -74,12 +86,18 @@ export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
     path: '/socket.io',
     serveClient: false,
     maxHttpBufferSize: SOCKET_MESSAGE_MAX_BYTES,
+    connectTimeout: SOCKET_CONNECT_TIMEOUT_MS,
     allowRequest: (req, cb) => {
       // A node shutting down takes no new connection: the client tries again (another node).
       if (closing) return cb('server shutting down', false);
       const origin = req.headers.origin;
-      cb(null, origin === undefined || opts.allowedOrigins.includes(origin));
+      if (origin !== undefined && !opts.allowedOrigins.includes(origin)) return cb(null, false);
+      if (!admitPending(req)) return cb('too many connections from this address', false);
+      cb(null, true);
     },
+    // Pages on the allowed origins may read the polling transport's answers with the cookie (the
+    // handshake's Origin check is allowRequest's); WebSockets need no CORS.
+    cors: { origin: opts.allowedOrigins, credentials: true },
     connectionStateRecovery: { maxDisconnectionDuration: RECOVERY_WINDOW_MS, skipMiddlewares: false },
     ...(opts.redis
       ? {
@@ -93,6 +111,7 @@ export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
       : {}),
   });
 
+  const admitPending = countPendingConnections(io, opts.clientAddress ?? ((req) => req.socket.remoteAddress ?? ''));
   // One write per connection per turn: the frames of a group-committed batch leave together.
   coalesceSocketWrites(io.engine as unknown as Parameters<typeof coalesceSocketWrites>[0]);
 

@@ -14,6 +14,7 @@ import { makeVmService } from '../modules/vm/vm.service.js';
 import { makeViewerTokens, viewerTokenKey } from '../modules/vm/vm.tokens.js';
 import { type SessionResolver, stateRefusal } from '../platform/auth.js';
 import type { BackgroundTasks } from '../platform/background.js';
+import { rawClientIp, trustProxyOption } from '../platform/client-address.js';
 import type { Clock } from '../platform/clock.js';
 import type { Config } from '../platform/config.js';
 import { afterCommit } from '../platform/db/after-commit.js';
@@ -205,8 +206,11 @@ function wireStats(ctx: WiringContext, accounts: Accounts, rooms: StatsDeps['roo
 /** The socket server; a socket signs in with the session cookie, like a request. */
 function wireRealtime(ctx: WiringContext, sessionResolver: SessionResolver): Realtime {
   const { app, config, state, clock } = ctx;
+  const trust = trustProxyOption(config.trustProxy);
   return createRealtime(app.server, {
     allowedOrigins: config.allowedOrigins,
+    // Behind TRUST_PROXY, the handshake's client as a request's is read, not the proxy.
+    clientAddress: (req) => rawClientIp(req, trust),
     redis: state instanceof RedisState ? { client: adapterClient(state, app), prefix: config.redisPrefix } : null,
     log: app.log,
     authenticate: async (cookieHeader): Promise<SocketData | HandshakeRefusal | null> => {
