@@ -35,14 +35,14 @@ export function processIo(): Io {
   process.stdout.on('error', (e: NodeJS.ErrnoException) => {
     if (e.code === 'EPIPE' || unwritten) return;
     unwritten = true;
+    // The status first: stderr may be on the same full disk.
+    process.exitCode = answering ? ExitCode.UNREACHABLE : ExitCode.REFUSED;
     const what = answering ? 'the server carried out the request, but its answer' : 'the output';
     process.stderr.write(`error: ${what} could not be written to stdout (${e.code ?? e.message})\n`);
-    process.exitCode = answering ? ExitCode.UNREACHABLE : ExitCode.REFUSED;
   });
-  // A failure of stderr itself, other than a closed reader, has nowhere to be reported: thrown as before.
-  process.stderr.on('error', (e: NodeJS.ErrnoException) => {
-    if (e.code !== 'EPIPE') throw e;
-  });
+  // A failure of stderr itself has nowhere to be reported: the exit status says what happened (a
+  // throw here would end the process with 1, "refused", after the server carried a request out).
+  process.stderr.on('error', () => {});
   return {
     env: process.env,
     cwd: process.cwd(),

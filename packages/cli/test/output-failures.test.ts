@@ -25,15 +25,18 @@ const serverUrl = useStandInServer((req, res) => {
   });
 });
 
-/** Runs the built CLI with its stdout on /dev/full: every write fails with ENOSPC. */
-async function intoFullDevice(args: string[]): Promise<{ code: number | null; stderr: string }> {
+/**
+ * Runs the built CLI with its stdout on /dev/full: every write fails with ENOSPC; with `both`, its
+ * stderr too (`parlor … > out 2>&1` on a full disk).
+ */
+async function intoFullDevice(args: string[], both = false): Promise<{ code: number | null; stderr: string }> {
   const { PARLOR_URL: _u, OPERATOR_TOKEN: _t, DATA_DIR: _d, ...base } = process.env;
   const full = openSync('/dev/full', 'w');
   try {
     return await new Promise((resolve) => {
       const child = spawn(process.execPath, [CLI, ...args], {
         env: { ...base, PARLOR_URL: serverUrl(), OPERATOR_TOKEN: SOME_TOKEN },
-        stdio: ['ignore', full, 'pipe'],
+        stdio: ['ignore', full, both ? full : 'pipe'],
       });
       let stderr = '';
       child.stderr?.on('data', (chunk: Buffer) => {
@@ -55,6 +58,13 @@ describe.skipIf(!existsSync('/dev/full'))('parlor with a stdout that refuses the
     expect(run.stderr).toBe(
       'error: the server carried out the request, but its answer could not be written to stdout (ENOSPC)\n',
     );
+  });
+
+  it('exits 2 when stderr is on the full disk too: the request was carried out, not refused', async () => {
+    received.length = 0;
+    const run = await intoFullDevice(['users', 'warn', '1'], true);
+    expect(received).toEqual(['POST /v1/admin/punishments/warn']);
+    expect(run.code).toBe(2);
   });
 
   it('exits 1 with one line when nothing was sent and the help cannot be written', async () => {
