@@ -1,8 +1,10 @@
 import { Redis } from 'ioredis';
+import postgres from 'postgres';
 import { io, type Socket } from 'socket.io-client';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { MODE, type Nodes, startNodes, type TestApp } from './support/app.js';
 import { bundle, join, keyedChat, type Member, member } from './support/chat-flows.js';
+import { hold, lockWaiters } from './support/pg-locks.js';
 import { closeAllSockets, connectSocket, type TestSocket } from './support/sockets.js';
 
 const clusterOnly = describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'));
@@ -86,7 +88,7 @@ clusterOnly('Presence against a kick, on a node that reads the stream late (clus
     await nodes?.close();
   });
 
-  it('room:join: a kick committing once the join entered says the session offline last, and the join answers ERR_NOT_CHAT_MEMBER', async () => {
+  it('room:join: a kick committing once the join entered, while it reads the key ring, says the session offline last, and the join answers ERR_NOT_CHAT_MEMBER', async () => {
     const { owner, chatId } = await keyedChat(a);
     const guest = await member(b);
     expect((await join(guest, { chat_id: chatId })).ok).toBe(true);
@@ -95,35 +97,29 @@ clusterOnly('Presence against a kick, on a node that reads the stream late (clus
     await owner.socket.next('portal:presence', (p) => p.session_id === guest.sessionId && p.online === false);
     const mark = owner.socket.received.length;
 
-    // Another tab of the session re-enters through B; its join is held once it has entered and
-    // committed (reads after the membership's hold answering slowly), while B's reader lags.
+    // Another tab of the session re-enters through B; its join has entered and committed, and waits
+    // to read the key ring, its last read (session_keys locked here), while B's reader lags.
     const tab = await connectSocket(b.url, guest.client);
-    const chats = b.services.chats as unknown as { join: (...args: unknown[]) => Promise<unknown> };
-    const original = chats.join;
-    const held = gate();
-    chats.join = async (...args: unknown[]) => {
-      const out = await original.apply(chats, args);
-      held.reach();
-      await held.opened;
-      return out;
-    };
+    const sql = postgres(a.config.databaseUrl ?? '', { max: 2, onnotice: () => {} });
+    const ringLock = hold(sql, (tx) => tx`lock table session_keys in access exclusive mode`);
     const reader = holdReader(b);
     let ack: { ok: boolean; code?: string };
     try {
+      await ringLock.ready;
       const pending = tab.emitWithAck('room:join', { chat_id: chatId, rejoin: true } as never);
-      await held.reached;
+      await lockWaiters(sql, 1);
       const kick = await owner.client.post(`/v1/portal/chats/${chatId}/kick`, { user_id: guest.user.id, reason: 'x' });
       expect(kick.status, JSON.stringify(kick.body)).toBe(200);
       await heardSince(owner.socket, mark, guest.sessionId, false);
       // B has not applied the kick's sockets-leave: the tab is still in the room there.
       await expect.poll(() => reader.count()).toBeGreaterThan(0);
       expect(tab.id && b.services.realtime.io.of('/').adapter.rooms.get(`chat:${chatId}`)?.has(tab.id)).toBe(true);
-      held.open();
+      await ringLock.end();
       ack = (await pending) as typeof ack;
     } finally {
-      chats.join = original;
-      held.open();
+      await ringLock.end();
       reader.release();
+      await sql.end({ timeout: 1 });
     }
     expect(ack).toMatchObject({ ok: false, code: 'ERR_NOT_CHAT_MEMBER' });
     await barrier(b, owner, chatId);

@@ -1,4 +1,4 @@
-import type { RoomJoinPayload } from '@parlor/protocol';
+import type { KeyRing, RoomJoinPayload } from '@parlor/protocol';
 import { appError } from '../../platform/errors.js';
 import { rooms, type SocketData } from '../../platform/realtime.js';
 import { storedCallerLevel } from '../users/users.caller.js';
@@ -148,7 +148,8 @@ export function makeChatJoin(deps: JoinDeps) {
 
   /**
    * The join's transaction: enters the room while it holds the membership row, or makes a new
-   * member (true) under the chat row's lock.
+   * member (true) under the chat row's lock. `enter` acts inside it (the socket's room, presence):
+   * platform/db/after-commit.ts, trackCommits, says why a rerun is harmless.
    */
   const enterUnderLock = (
     data: SocketData,
@@ -188,7 +189,7 @@ export function makeChatJoin(deps: JoinDeps) {
   const welcomeMember = async (
     userId: number,
     chatId: number,
-    ring: Awaited<ReturnType<typeof keys.ring>>,
+    ring: KeyRing,
     enter: (chatId: number, fresh: boolean) => unknown,
   ): Promise<void> => {
     // Holders of the chat key see the new member's sessions and share envelopes with them.
@@ -210,12 +211,26 @@ export function makeChatJoin(deps: JoinDeps) {
     if (!still) throw await endedError(chatId, userId);
   };
 
+  /**
+   * Why the membership a member's join entered under ended since its hold (null: it holds). Read
+   * with the key ring, the join's last read: the ring lists the sessions of the chat's members as
+   * of that read, so a user listed there is a member still, and the hot path (a member with a keyed
+   * session) reads nothing more. A user not listed (no live session with a key, or no member)
+   * reads its membership; none: `endedError` says why (a leave or kick, a ban, a deletion).
+   */
+  const endedBy = async (chatId: number, userId: number, ring: KeyRing): Promise<Error | null> => {
+    if (ring[String(userId)] !== undefined || (await store.isMember(chatId, userId))) return null;
+    return endedError(chatId, userId);
+  };
+
   return {
     /**
      * room:join: becomes a member if not one yet (membership history records how). `enter` puts
      * the socket into the chat's room; it runs while this join holds the membership row, `fresh`
      * when the join made that membership (the socket enters even if it seems to be in the room:
-     * that is the ended membership's, whose leave may not have reached this node yet).
+     * that is the ended membership's, whose leave may not have reached this node yet). `ended`:
+     * why the membership it entered under ended once its socket was in the room, read with or
+     * after the key ring, its last read (`endedBy`), or null; the caller takes the socket out and answers it.
      */
     async join(data: SocketData, payload: RoomJoinPayload, enter: (chatId: number, fresh: boolean) => unknown) {
       const { viewer, target, chat } = await checkJoin(data, payload);
@@ -234,9 +249,13 @@ export function makeChatJoin(deps: JoinDeps) {
       // (a rekey in between makes the epoch stale, which a share refuses, ERR_EPOCH_MISMATCH).
       const current = (await store.byId(chat.id)) ?? chat;
       const ring = await keys.ring(chat.id);
-      if (joined) await welcomeMember(viewer.userId, chat.id, ring, enter);
+      // Whether the membership still holds, read after the ring: a new member's held once more
+      // (welcomeMember), a member's read with the ring itself (endedBy).
+      const ended = joined
+        ? await welcomeMember(viewer.userId, chat.id, ring, enter).then(() => null)
+        : await endedBy(chat.id, viewer.userId, ring);
       const archivedAt = archivedAtOf(current, clock.now());
-      return { chat: toChat({ ...current, archivedAt }), epoch: current.epoch, key_ring: ring };
+      return { chat: toChat({ ...current, archivedAt }), epoch: current.epoch, key_ring: ring, ended };
     },
   };
 }

@@ -125,18 +125,10 @@ export function makeChatMembership(deps: MembershipDeps) {
   const { join } = makeChatJoin({ ...deps, endedError });
 
   return {
+    /** Why a join's membership is gone: the socket route asks it of a join whose socket a removal took out. */
     endedError,
 
     join,
-
-    /**
-     * Why the user's membership of the chat is gone, read from the database (null: a member). A
-     * join asks it once it has read what it answers: on a node whose stream reader lags, a kick
-     * committed meanwhile on another node has not taken the socket out of the room yet.
-     */
-    async membershipEnded(chatId: number, userId: number): Promise<Error | null> {
-      return (await store.isMember(chatId, userId)) ? null : endedError(chatId, userId);
-    },
 
     /**
      * Runs `under` in a transaction that holds the current memberships among these chats and
@@ -144,7 +136,8 @@ export function makeChatMembership(deps: MembershipDeps) {
      * socket's, a node's back from a sweep) is handed to the node's stream before a kick, ban,
      * leave or deletion of those memberships can commit, and so comes before that removal's
      * offline, sent after its commit (docs/api.md, Presence). Synchronous, so nothing else runs
-     * between what it checks and what it sends.
+     * between what it checks and what it sends. It acts inside the transaction (presence,
+     * room:left): platform/db/after-commit.ts, trackCommits, says why a rerun is harmless.
      */
     async underMemberships(
       chatIds: number[],

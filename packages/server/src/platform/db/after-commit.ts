@@ -59,6 +59,14 @@ export function isDeadlock(e: unknown): boolean {
  * request that is valid.
  * Callbacks write to the database only (what else they do goes through `afterCommit`), so a
  * second run does what the first would have done.
+ * Two callbacks act inside, as what they do must come before a removal of the memberships they
+ * hold can commit (docs/api.md, Presence): the room:join's `enter` (chats.join.ts enterUnderLock
+ * and welcomeMember: the socket enters the chat's room, its session is said online) and
+ * `underMemberships` (chats.membership.ts: a recovered socket said online, or sent room:left).
+ * A rerun is harmless there. In each, the statements a deadlock can abort are the locking reads
+ * before the callback acts (lockById, holdMembership, holdMemberships: SELECT … FOR UPDATE or FOR
+ * SHARE), and only the commit follows what it does; were a member's `enter` run again, it would
+ * find the socket in the room already and say nothing again.
  */
 export function trackCommits(db: Db): Db {
   const tracked = Object.create(db) as Db;
