@@ -12,39 +12,48 @@ import type { Io } from './socket-rooms.js';
  */
 export const PENDING_CONNECTIONS_PER_ADDRESS_MAX = 256;
 
+/** An Engine.IO transport connection, as far as the count uses it. */
+interface TransportConnection {
+  request: IncomingMessage;
+  once(event: 'close', f: () => void): void;
+  off(event: 'close', f: () => void): void;
+}
+
 /**
  * Counts each client address's transport connections (PENDING_CONNECTIONS_PER_ADDRESS_MAX) from
  * the handshake that admits them until they are authenticated sockets or close; the function it
  * returns admits one more if its address has room. A handshake that fails once admitted (Engine.IO's
  * `connection_error`, or its TCP connection closing before the transport opened) gives it back.
+ * Once given back, nothing of the count stays with the connection (no entry, no listener): an
+ * authenticated socket costs it no memory for its life.
  */
 export function countPendingConnections(io: Io, addressOf: (req: IncomingMessage) => string) {
   const counts = new Map<string, number>();
-  const releases = new WeakMap<IncomingMessage, () => void>();
-  io.engine.on('connection', (conn: { request: IncomingMessage; once(event: 'close', f: () => void): void }) => {
-    const release = releases.get(conn.request);
-    if (!release) return;
-    // From now on the transport's own close ends it (a polling client's TCP connection may not).
-    conn.request.socket.off('close', release);
-    conn.once('close', release);
-  });
-  io.engine.on('connection_error', (err: { req: IncomingMessage }) => releases.get(err.req)?.());
-  io.on('connection', (socket) => releases.get(socket.conn.request)?.());
+  const pending = new WeakMap<IncomingMessage, { release: () => void; opened: (conn: TransportConnection) => void }>();
+  io.engine.on('connection', (conn: TransportConnection) => pending.get(conn.request)?.opened(conn));
+  io.engine.on('connection_error', (err: { req: IncomingMessage }) => pending.get(err.req)?.release());
+  io.on('connection', (socket) => pending.get(socket.conn.request)?.release());
   return (req: IncomingMessage): boolean => {
     const key = addressKey(addressOf(req));
     const count = counts.get(key) ?? 0;
     if (count >= PENDING_CONNECTIONS_PER_ADDRESS_MAX) return false;
     counts.set(key, count + 1);
-    let held = true;
+    let transport: TransportConnection | null = null;
     const release = () => {
-      if (!held) return;
-      held = false;
+      if (!pending.delete(req)) return;
       req.socket.off('close', release);
+      transport?.off('close', release);
       const left = (counts.get(key) ?? 1) - 1;
       if (left > 0) counts.set(key, left);
       else counts.delete(key);
     };
-    releases.set(req, release);
+    // From the transport's opening its own close ends it (a polling client's TCP connection may not).
+    const opened = (conn: TransportConnection) => {
+      req.socket.off('close', release);
+      transport = conn;
+      conn.once('close', release);
+    };
+    pending.set(req, { release, opened });
     req.socket.once('close', release);
     return true;
   };
