@@ -3,7 +3,7 @@ import postgres from 'postgres';
 import { io, type Socket } from 'socket.io-client';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { MODE, type Nodes, startNodes, type TestApp } from './support/app.js';
-import { bundle, join, keyedChat, type Member, member } from './support/chat-flows.js';
+import { bundle, join, keyEpoch, keyedChat, type Member, member } from './support/chat-flows.js';
 import { hold, lockWaiters } from './support/pg-locks.js';
 import { closeAllSockets, connectSocket, type TestSocket } from './support/sockets.js';
 
@@ -210,6 +210,52 @@ clusterOnly('Presence against a kick, on a node that reads the stream late (clus
         ?.has(socket.id ?? ''),
     ).not.toBe(true);
     expect(await listed(a, chatId, guest.sessionId)).toBe(false);
+  }, 60_000);
+
+  it('room:join of a member kicked on A and member again through A: its socket on a node whose reader lags stays in the room and gets the chat', async () => {
+    const chat = await keyedChat(a);
+    const { owner, chatId } = chat;
+    const guest = await member(a);
+    expect((await join(guest, { chat_id: chatId })).ok).toBe(true);
+    // Another tab of the same session, on B, in the room under that membership.
+    const tab = await connectSocket(b.url, guest.client);
+    expect(((await tab.emitWithAck('room:join', { chat_id: chatId } as never)) as { ok: boolean }).ok).toBe(true);
+
+    const reader = holdReader(b);
+    const realtime = b.services.realtime;
+    const catchUp = realtime.catchUpRooms;
+    const waiting = gate();
+    realtime.catchUpRooms = () => {
+      waiting.reach();
+      return catchUp.call(realtime);
+    };
+    let ack: { ok: boolean; code?: string };
+    try {
+      const kick = await owner.client.post(`/v1/portal/chats/${chatId}/kick`, { user_id: guest.user.id, reason: 'x' });
+      expect(kick.status).toBe(200);
+      // B has not applied the kick's sockets-leave of the guest's sockets: the tab seems in the room.
+      await expect.poll(() => reader.count()).toBeGreaterThan(0);
+      // Member again through A (a new membership; A applied its own leave first).
+      expect((await join(guest, { chat_id: chatId })).ok).toBe(true);
+      // The tab on B joins under the new membership, which it already holds (not a new member's join).
+      const pending = tab.emitWithAck('room:join', { chat_id: chatId } as never) as Promise<typeof ack>;
+      // B's reader reads on once the join waits for it, or once the join answered without waiting.
+      await Promise.race([waiting.reached, pending]);
+      reader.release();
+      ack = await pending;
+    } finally {
+      realtime.catchUpRooms = catchUp;
+      reader.release();
+    }
+    expect(ack).toMatchObject({ ok: true });
+    // The kick's leave was applied before the tab entered again: it is in the room, and gets the chat.
+    expect(tab.id && b.services.realtime.io.of('/').adapter.rooms.get(`chat:${chatId}`)?.has(tab.id)).toBe(true);
+    const k = await keyEpoch(owner, chatId);
+    const sent = await owner.client.post(`/v1/portal/chats/${chatId}/messages`, {
+      content: bundle(k.chatKey, chatId, k.epoch, 'after the rejoin'),
+    });
+    expect(sent.status, JSON.stringify(sent.body)).toBe(200);
+    await tab.next('message:new', (m) => m.id === sent.body.id);
   }, 60_000);
 
   it('a node swept as dead that comes back says online only the presences still held by a member', async () => {

@@ -11,6 +11,25 @@ import type { ChatRow, ChatWithCount } from './chats.store.js';
 type JoinMethod = 'direct' | 'invite' | 'vanity';
 
 /**
+ * How a join's socket enters the chat's room (`enter`): `new`, the join made the membership;
+ * `young`, a membership younger than RECENT_MEMBERSHIP_MS, which may follow a removal of the
+ * user's previous one that this node has not read yet; `held`, an older one (the hot path).
+ */
+export type RoomEntry = 'new' | 'young' | 'held';
+
+/**
+ * How long after it began a membership enters as a new one does (`young`: the node first applies
+ * the room changes sent before, chats.sockets.ts). The removal that ended the user's previous
+ * membership committed before this one was made and sent its sockets-leave of `user:<id>` at once:
+ * once the membership is older than this, that leave has been in the stream as long, and only a
+ * reader lagging more could still apply it after the entry. Such a node is unhealthy (a reader
+ * lags by milliseconds), and catchUpRooms waits at most STREAM_CATCH_UP_MAX_MS (2 s) anyway; a
+ * minute covers that many times over, and clocks of nodes that differ by seconds (joined_at is the
+ * joining node's). Older memberships, every reconnect and tab, enter with no Redis round trip.
+ */
+export const RECENT_MEMBERSHIP_MS = 60_000;
+
+/**
  * Whether a join may make this viewer, not a member, a member of the chat as read under its lock:
  * strangers only join direct chats, direct chats have their two members only, and a private chat
  * is joined by id only by its managers (others need an invite or its guild's vanity).
@@ -26,6 +45,10 @@ function assertMayBecomeMember(
   if (method === 'direct' && chat.type === 'private' && !canManage(viewer, chat.ownerUserId))
     throw appError('ERR_CANNOT_BROWSE_PRIVATE');
 }
+
+/** How a socket of a member enters under a membership that began at `joinedAt` (RECENT_MEMBERSHIP_MS). */
+const entryOf = (joinedAt: Date, now: Date): RoomEntry =>
+  now.getTime() - joinedAt.getTime() < RECENT_MEMBERSHIP_MS ? 'young' : 'held';
 
 /** What a join needs of the membership's (chats.membership.ts composes it). */
 export type JoinDeps = Omit<MembershipDeps, 'presence'> & {
@@ -158,11 +181,12 @@ export function makeChatJoin(deps: JoinDeps) {
     target: JoinTarget,
     chat: ChatWithCount,
     now: Date,
-    enter: (chatId: number, fresh: boolean) => unknown,
+    enter: (chatId: number, entry: RoomEntry) => unknown,
   ): Promise<boolean> =>
     db.transaction(async (tx) => {
-      if (await store.holdMembership(chat.id, viewer.userId, tx)) {
-        await enter(chat.id, false);
+      const held = await store.holdMembership(chat.id, viewer.userId, tx);
+      if (held) {
+        await enter(chat.id, entryOf(held.joinedAt, now));
         return false;
       }
       if ('rejoin' in payload && payload.rejoin === true)
@@ -174,8 +198,9 @@ export function makeChatJoin(deps: JoinDeps) {
       // refuses; one that waits for it comes after this membership and ends it.
       const locked = await store.lockById(chat.id, tx);
       if (!locked) throw appError('ERR_CHAT_NOT_FOUND');
-      if (await store.holdMembership(chat.id, viewer.userId, tx)) {
-        await enter(chat.id, false);
+      const heldNow = await store.holdMembership(chat.id, viewer.userId, tx);
+      if (heldNow) {
+        await enter(chat.id, entryOf(heldNow.joinedAt, now));
         return false;
       }
       await becomeMember(data, viewer, target, locked, now, tx);
@@ -190,7 +215,7 @@ export function makeChatJoin(deps: JoinDeps) {
     userId: number,
     chatId: number,
     ring: KeyRing,
-    enter: (chatId: number, fresh: boolean) => unknown,
+    enter: (chatId: number, entry: RoomEntry) => unknown,
   ): Promise<void> => {
     // Holders of the chat key see the new member's sessions and share envelopes with them.
     for (const [sessionId, publicKey] of Object.entries(ring[String(userId)] ?? {})) {
@@ -205,7 +230,7 @@ export function makeChatJoin(deps: JoinDeps) {
     // the membership by now, or waits until the socket is in the room.
     const still = await db.transaction(async (tx) => {
       if (!(await store.holdMembership(chatId, userId, tx))) return false;
-      await enter(chatId, true);
+      await enter(chatId, 'new');
       return true;
     });
     if (!still) throw await endedError(chatId, userId);
@@ -226,13 +251,14 @@ export function makeChatJoin(deps: JoinDeps) {
   return {
     /**
      * room:join: becomes a member if not one yet (membership history records how). `enter` puts
-     * the socket into the chat's room; it runs while this join holds the membership row, `fresh`
-     * when the join made that membership (the socket enters even if it seems to be in the room:
-     * that is the ended membership's, whose leave may not have reached this node yet). `ended`:
+     * the socket into the chat's room; it runs while this join holds the membership row, with
+     * `new` when the join made that membership and `young` when another join made it a moment ago
+     * (RECENT_MEMBERSHIP_MS): the socket enters even if it seems to be in the room (that is the
+     * ended membership's, whose leave may not have reached this node yet). `ended`:
      * why the membership it entered under ended once its socket was in the room, read with or
      * after the key ring, its last read (`endedBy`), or null; the caller takes the socket out and answers it.
      */
-    async join(data: SocketData, payload: RoomJoinPayload, enter: (chatId: number, fresh: boolean) => unknown) {
+    async join(data: SocketData, payload: RoomJoinPayload, enter: (chatId: number, entry: RoomEntry) => unknown) {
       const { viewer, target, chat } = await checkJoin(data, payload);
       const now = clock.now();
       // The socket enters the chat's room only in a transaction that holds the membership row

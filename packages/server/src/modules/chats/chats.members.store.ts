@@ -35,14 +35,15 @@ export function makeMemberStore(db: Db) {
     /**
      * A member now: locks the membership row (FOR SHARE) for the transaction, so a kick, ban,
      * leave or deletion, which all end it with an UPDATE, waits for this transaction to end.
+     * Answers when the membership began (a join reads how young it is), null when not a member.
      */
-    async holdMembership(chatId: number, userId: number, tx: Tx): Promise<boolean> {
-      const rows = await tx
-        .select({ userId: chatMembers.userId })
+    async holdMembership(chatId: number, userId: number, tx: Tx): Promise<{ joinedAt: Date } | null> {
+      const [row] = await tx
+        .select({ joinedAt: chatMembers.joinedAt })
         .from(chatMembers)
         .where(and(eq(chatMembers.chatId, chatId), eq(chatMembers.userId, userId), isNull(chatMembers.leftAt)))
         .for('share');
-      return rows.length > 0;
+      return row ?? null;
     },
     /**
      * The current memberships among these chats and users, one statement, each locked as

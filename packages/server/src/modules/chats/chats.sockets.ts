@@ -1,6 +1,7 @@
 import { RoomJoinPayload, RoomLeavePayload } from '@parlor/protocol';
 import { type AppSocket, emitSnapshot, type Realtime, rooms } from '../../platform/realtime.js';
 import type { App } from '../../platform/routing.js';
+import type { RoomEntry } from './chats.join.js';
 import type { ChatsService } from './chats.service.js';
 
 type JoinPayload = Parameters<ChatsService['join']>[1];
@@ -33,25 +34,30 @@ async function leaveFailedJoin(
  * presence: no delta. The room entered is kept in `entered`.
  */
 function enterOf(realtime: Realtime, chats: ChatsService, socket: AppSocket, entered: { room: string | null }): Enter {
-  return async (chatId: number, fresh: boolean) => {
+  return async (chatId: number, entry: RoomEntry) => {
     const room = rooms.chat(chatId);
     // A socket that disconnected while its join ran enters nothing (a closed socket's join is a
     // no-op): it is in no room to be announced in, nor taken out of later.
-    if (!socket.connected || (socket.rooms.has(room) && !fresh)) return;
-    if (fresh) {
-      // A new membership enters once this node has applied the room changes sent before it (a
-      // kick's leave of `user:<id>` sent by another node, which this node's stream reader may
-      // not have read yet: applied after the entry, it would take the new member's socket out).
-      // At once when the reader is not behind, and in embedded mode (Realtime.catchUpRooms).
+    if (!socket.connected || (socket.rooms.has(room) && entry === 'held')) return;
+    if (entry === 'held') await socket.join(room);
+    else {
+      // A new or young membership (chats.join.ts, RECENT_MEMBERSHIP_MS) enters once this node has
+      // applied the room changes sent before it (a kick's leave of `user:<id>` sent by another
+      // node, which this node's stream reader may not have read yet: applied after the entry, it
+      // would take the member's socket out). At once when the reader is not behind, and in
+      // embedded mode (Realtime.catchUpRooms).
       await realtime.catchUpRooms();
       if (!socket.connected) return;
+      // A young membership's socket still in the room now is there under this membership (another
+      // join of it entered): no delta, as for an older one.
+      const already = entry === 'young' && socket.rooms.has(room);
       // Through the adapter, as a leave takes sockets out (`leaveChat`): in the cluster both go
       // through this node's Redis connection in order, so a leave of the ended membership sent
       // from here before is applied first and cannot evict this one.
       await socket.nsp.adapter.addSockets({ rooms: new Set([socket.id]), except: new Set(), flags: {} }, [room]);
       // Gone meanwhile: its disconnect found it in no room, and said nothing to follow an online.
-      if (!socket.connected) return;
-    } else await socket.join(room);
+      if (!socket.connected || already) return;
+    }
     entered.room = room;
     chats.announcePresence(chatId, socket.data, true);
   };
