@@ -1,5 +1,14 @@
 import { lookup } from 'node:dns/promises';
-import { chmodSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, expect, it, vi } from 'vitest';
@@ -131,6 +140,44 @@ describeLocal('local Chromium provider', () => {
       await provider.start('u3', spec({ startUrl: site.url('/button') }));
       const pid = provider.pidOf('u3') as number;
       expect(Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1])).toBe(freed);
+    } finally {
+      await provider.close();
+    }
+  });
+
+  itAsRoot('keeps Chromium’s temporary folder in the profile: none left in /tmp after a crash and a stop', async () => {
+    // Chromium's ProcessSingleton folder (org.chromium.Chromium.XXXXXX) goes to $TMPDIR; a browser
+    // killed (a crash, its tab closed, a start called off) never removes it. This room's uid is its own.
+    const uid = 231_777;
+    const singletons = (dir: string) =>
+      readdirSync(dir).filter(
+        (n) => /^\.?org\.chromium\.Chromium\./.test(n) && statSync(path.join(dir, n)).uid === uid,
+      );
+    const provider = new LocalChromiumProvider({
+      chromiumPath: CHROMIUM,
+      maxRooms: 1,
+      browserUids: { first: uid, last: uid },
+    });
+    try {
+      await provider.start('tmp', spec());
+      const pid = provider.pidOf('tmp') as number;
+      const profile = readFileSync(`/proc/${pid}/cmdline`, 'utf8')
+        .split('\0')
+        .find((a) => a.startsWith('--user-data-dir='))
+        ?.slice('--user-data-dir='.length) as string;
+      // Made before the browser answers DevTools (it is the browser's first step).
+      expect(singletons(profile)).toHaveLength(1);
+      expect(singletons('/tmp')).toEqual([]);
+      // A crash: the whole group goes at once, as an OOM kill takes it; the room's browser restarts.
+      process.kill(-pid, 'SIGKILL');
+      await eventually(
+        () => provider.status('tmp')?.state === 'running' && provider.pidOf('tmp') !== pid,
+        WAIT_MS,
+        'the restart',
+      );
+      await provider.stop('tmp');
+      expect(singletons('/tmp')).toEqual([]);
+      expect(existsSync(profile)).toBe(false);
     } finally {
       await provider.close();
     }

@@ -5,6 +5,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { Server } from 'socket.io';
 import { io as ioClient } from 'socket.io-client';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { type BrowserHost, createBrowserHost } from '../src/platform/vm/browser-host.js';
@@ -338,6 +339,49 @@ describe('a browser host’s network policy', () => {
       expect(seen).toEqual([false, false, false, true]);
     } finally {
       for (const h of served) await h.close();
+    }
+  });
+});
+
+describe('a browser host that answers a start it does not describe', () => {
+  it('fails the start 503 ERR_ROOM_START_FAILED and tells the host to stop the room it may run', async () => {
+    // A host (buggy, older or lying) whose host:start acks say ok without a valid `info`.
+    const started = (over: object) => ({
+      ok: true,
+      info: { state: 'running', width: 640, height: 360, startedAt: new Date().toISOString(), restarts: 0, ...over },
+    });
+    const answers: Record<string, object> = {
+      none: { ok: true },
+      null: { ok: true, info: null },
+      other: started({ roomId: 'elsewhere' }),
+      width: started({ roomId: 'width', width: '640' }),
+      date: started({ roomId: 'date', startedAt: 'yesterday' }),
+    };
+    const seen: string[] = [];
+    const server = createServer();
+    const io = new Server(server, { path: '/browser-host', transports: ['websocket'] });
+    io.on('connection', (socket) => {
+      socket.on('host:start', (p: { roomId: string }, ack: (a: object) => void) => {
+        seen.push(`start ${p.roomId}`);
+        ack(answers[p.roomId] ?? { ok: false, code: 'ERR_INTERNAL', message: 'unknown room' });
+      });
+      socket.on('host:stop', (p: { roomId: string }, ack: (a: object) => void) => {
+        seen.push(`stop ${p.roomId}`);
+        ack({ ok: true });
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const node = remote([`http://127.0.0.1:${(server.address() as AddressInfo).port}`]);
+      for (const roomId of Object.keys(answers)) {
+        await rejectsWith(node.start(roomId, spec()), 'ERR_ROOM_START_FAILED', /answered an invalid start/);
+        // The start fails once the host has answered the stop.
+        expect(seen.slice(-2)).toEqual([`start ${roomId}`, `stop ${roomId}`]);
+        expect(node.status(roomId)).toBeNull();
+      }
+      expect(node.list()).toEqual([]);
+    } finally {
+      await new Promise<void>((resolve) => io.close(() => resolve()));
     }
   });
 });

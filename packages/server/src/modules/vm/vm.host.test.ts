@@ -4,7 +4,7 @@ import { rooms } from '../../platform/realtime.js';
 import { crossNodeReads } from '../../platform/socket-reads.js';
 import { MemoryState } from '../../platform/state/memory.js';
 import type { VmInfo, VmProvider } from '../../platform/vm/provider.js';
-import { makeVmCluster, type VmCluster } from './vm.cluster.js';
+import { makeVmCluster, PLACE_TTL_MS, type VmCluster } from './vm.cluster.js';
 import { makeRoomHost, type RoomHost } from './vm.host.js';
 
 /** A provider whose browsers are records: it counts starts and screencast subscriptions. */
@@ -53,10 +53,11 @@ describe('the room host', () => {
   let host: RoomHost;
 
   beforeEach(async () => {
-    state = new MemoryState();
+    // The room map's entries live by the test's clock, as the host's idle clock does.
+    clock = new FakeClock(Date.now());
+    state = new MemoryState(clock);
     cluster = makeVmCluster(state, { log: { warn() {}, error() {} }, nodeId: 'self' });
     await cluster.ready;
-    clock = new FakeClock(Date.now());
     fake = fakeProvider();
     emitted = [];
     lookUp = async () => [{ data: { userId: 1 } }, { data: { userId: 2 } }];
@@ -230,5 +231,60 @@ describe('the room host', () => {
       { chat_id: chatId, controller_user_id: null },
     ]);
     expect(warnings.length).toBeGreaterThan(0);
+  });
+
+  it('keeps refreshing its other rooms in the room map while an idle room’s stop hangs, and stops that room once', async () => {
+    const other = makeVmCluster(state, { log: { warn() {}, error() {} }, nodeId: 'other' });
+    await other.ready;
+    // Room 1's browser host does not answer its host:stop (the remote provider waits 10 s for each).
+    const stops: string[] = [];
+    let asked = () => {};
+    const stopAsked = new Promise<void>((resolve) => {
+      asked = resolve;
+    });
+    let answer = () => {};
+    const hanging = new Promise<void>((resolve) => {
+      answer = resolve;
+    });
+    fake.provider.stop = async (roomId) => {
+      stops.push(roomId);
+      if (roomId !== '1') return;
+      asked();
+      await hanging;
+    };
+    try {
+      // Both rooms are this node's (claimed as vm.service.ts does); room 2 is watched, room 1 is not.
+      for (const id of [1, 2]) {
+        expect(await cluster.claim(id)).toBeNull();
+        await host.start(id);
+      }
+      host.audience(2, 'self', [2]);
+      clock.advance(59_000);
+      await host.sweep(clock.now().getTime());
+      // The next run: room 1 is idle now.
+      clock.advance(1_000);
+      const run = host.sweep(clock.now().getTime());
+      await stopAsked;
+      // Past the lifetime of the entries the previous run wrote: this run refreshed room 2's before
+      // it stopped room 1, so no other node can claim the running, watched room.
+      clock.advance(PLACE_TTL_MS - 500);
+      expect(await cluster.placeOf(2)).toEqual({ node: 'self', state: 'running' });
+      expect(await other.claim(2)).toEqual({ node: 'self', state: 'running' });
+      // The run ends while the stop hangs, so the next one comes (background runs never overlap).
+      await run;
+      expect(host.has(1)).toBe(true);
+      expect(host.runs(1)).toBe(false);
+      clock.advance(1_000);
+      await host.sweep(clock.now().getTime());
+      expect(stops).toEqual(['1']);
+      expect(host.runs(2)).toBe(true);
+    } finally {
+      answer();
+      await host.stopped(1);
+      await other.close();
+    }
+    expect(host.has(1)).toBe(false);
+    expect(await cluster.placeOf(1)).toBeNull();
+    expect(await cluster.placeOf(2)).toEqual({ node: 'self', state: 'running' });
   });
 });

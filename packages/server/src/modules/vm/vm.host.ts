@@ -231,7 +231,12 @@ export function makeRoomHost(deps: HostDeps) {
     input: control.input,
     userLeft: control.userLeft,
 
-    /** Keeps this node's rooms in the room map, forgets silent nodes' viewers, stops rooms idle at `at`. */
+    /**
+     * Keeps this node's rooms in the room map, forgets silent nodes' viewers, stops rooms idle at
+     * `at`. Every entry is refreshed first and no stop is awaited: a slow one (a browser host that
+     * does not answer) would hold the next run (runs never overlap) and let the other rooms'
+     * entries expire, and another node claim them (docs/api.md, Cluster mode).
+     */
     async sweep(at: number): Promise<void> {
       for (const chatId of [...starting.keys()]) {
         if (hosted.has(chatId)) continue;
@@ -240,6 +245,7 @@ export function makeRoomHost(deps: HostDeps) {
         // An entry of no launch would make the room look starting here until it expired.
         if (!starting.has(chatId) && !hosted.has(chatId)) await cluster.release(chatId);
       }
+      const idle: number[] = [];
       for (const room of [...hosted.values()]) {
         if (hosted.get(room.chatId) !== room) continue;
         const held = await cluster.hold(room.chatId, 'running');
@@ -251,13 +257,21 @@ export function makeRoomHost(deps: HostDeps) {
           deps.log.warn({ chat_id: room.chatId }, 'room VM taken over by another node; closing this copy');
           hosted.delete(room.chatId);
           room.unsubscribe?.();
-          await provider.stop(String(room.chatId)).catch(() => {});
+          void provider.stop(String(room.chatId)).catch(() => {});
           continue;
         }
         screencast.forgetSilent(room);
         control.expireRequests(room, at);
         screencast.updateWatching(room);
-        if (room.idleSince !== null && at - room.idleSince >= deps.idleMs) await stop(room.chatId, 'idle');
+        if (room.idleSince !== null && at - room.idleSince >= deps.idleMs) idle.push(room.chatId);
+      }
+      // `stop` takes the room at once (`stopping`; it leaves `hosted` before its first wait ends), so
+      // a start waits for it and the next run does not stop it again.
+      for (const chatId of idle) {
+        if (stopping.has(chatId)) continue;
+        void stop(chatId, 'idle').catch((err: unknown) =>
+          deps.log.warn({ err, chat_id: chatId }, 'room VM idle stop failed'),
+        );
       }
     },
 

@@ -142,8 +142,9 @@ export function calledOff() {
 const READY_TIMEOUT_MS = 20_000;
 
 /**
- * One browser process: a fresh profile directory, its own process group (so the whole tree can be
- * killed at once), a minimal environment (no server secrets), and the DevTools pipe.
+ * One browser process: a fresh profile directory (its home and temporary folder too), its own
+ * process group (so the whole tree can be killed at once), a minimal environment (no server
+ * secrets), and the DevTools pipe.
  */
 export class ChromiumProcess {
   private stderrTail = '';
@@ -215,7 +216,9 @@ export class ChromiumProcess {
     const child = spawn(binary, args, {
       stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'],
       detached: true,
-      env: { PATH: '/usr/local/bin:/usr/bin:/bin', HOME: userDataDir, LANG: 'C.UTF-8' },
+      // TMPDIR too: Chromium's own folder (org.chromium.Chromium.*, its single-instance lock) goes
+      // in the profile, and with it when the profile is removed, even after a SIGKILL.
+      env: { PATH: '/usr/local/bin:/usr/bin:/bin', HOME: userDataDir, TMPDIR: userDataDir, LANG: 'C.UTF-8' },
       // Node drops the supplementary groups too when it switches the account.
       ...(account ? { uid: account.uid, gid: account.gid } : {}),
     });

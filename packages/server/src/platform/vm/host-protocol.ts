@@ -113,6 +113,22 @@ export function isHostFrame(f: unknown): f is HostFrame {
   );
 }
 
+/** A host's start answer that names this room, running, with a size and a start date. */
+export function isStartedInfo(info: unknown, roomId: string): info is WireInfo {
+  const x = info as Partial<WireInfo> | null;
+  return (
+    typeof x === 'object' &&
+    x !== null &&
+    x.roomId === roomId &&
+    (x.state === 'starting' || x.state === 'running') &&
+    Number.isInteger(x.width) &&
+    Number.isInteger(x.height) &&
+    typeof x.startedAt === 'string' &&
+    !Number.isNaN(Date.parse(x.startedAt)) &&
+    Number.isInteger(x.restarts)
+  );
+}
+
 export const toWire = (info: VmInfo): WireInfo => ({ ...info, startedAt: info.startedAt.toISOString() });
 export const fromWire = (info: WireInfo): VmInfo => ({ ...info, startedAt: new Date(info.startedAt) });
 

@@ -7,8 +7,8 @@ import {
   type HostAck,
   type HostToNodeEvents,
   isHostFrame,
+  isStartedInfo,
   type NodeToHostEvents,
-  type WireInfo,
 } from './host-protocol.js';
 import type { VmFrame, VmInfo, VmInput, VmNavigation, VmProvider, VmProviderStop, VmStartSpec } from './provider.js';
 
@@ -169,7 +169,9 @@ export class RemoteBrowserProvider implements VmProvider {
       if (run.calledOff) throw calledOff();
       run.link = link;
       try {
-        const { info } = await this.call<{ info: WireInfo }>(link, 'host:start', { roomId, spec }, this.startTimeoutMs);
+        const { info } = await this.call<{ info: unknown }>(link, 'host:start', { roomId, spec }, this.startTimeoutMs);
+        // A host (buggy, older, or lying) that says it started the room without saying what runs.
+        if (!isStartedInfo(info, roomId)) throw new HostMisanswered();
         const vm = fromWire(info);
         // Stopped while the host launched it (the host's answer was on its way): it goes again.
         if (run.calledOff) {
@@ -178,14 +180,21 @@ export class RemoteBrowserProvider implements VmProvider {
         }
         this.rooms.set(roomId, { link, info: vm, subscribers: new Set(), latest: null });
         return vm;
-      } catch (err) {
+      } catch (caught) {
+        // Anything but an answer of the host failing the start (a bad answer, a bug here) came after
+        // the host may have started the browser.
+        const err = caught instanceof AppError ? caught : new HostMisanswered();
         // A host that did not answer in time may still start the browser: ask it to stop it.
         if (err instanceof HostUnanswered) void this.stopOn(link, roomId);
+        // One that answered badly may run it: it is stopped before the start fails.
+        if (err instanceof HostMisanswered) {
+          this.opts.log?.(`browser host ${link.name}: invalid start of room ${roomId}: ${caught}`);
+          await this.stopOn(link, roomId);
+        }
         // A start called off fails as such, whatever the host answered (it killed the browser).
         if (run.calledOff) throw calledOff();
         // A full host says so in its refusal (the local provider's "No capacity: …").
-        const full = err instanceof AppError && /capacity/i.test(err.message);
-        if (!full) throw err;
+        if (!/capacity/i.test(err.message)) throw err;
       }
     }
     throw appError('ERR_ROOM_START_FAILED', 'Every browser host is at capacity; try again later.');
@@ -279,6 +288,13 @@ export class RemoteBrowserProvider implements VmProvider {
     }
     await Promise.all([...this.rooms.keys()].map((roomId) => this.stop(roomId)));
     for (const link of this.links) link.socket.disconnect();
+  }
+}
+
+/** A start the host answered as done, but not with what runs (the room may run there all the same). */
+class HostMisanswered extends AppError {
+  constructor() {
+    super('ERR_ROOM_START_FAILED', 'The browser host answered an invalid start.');
   }
 }
 
