@@ -287,4 +287,38 @@ describe('the room host', () => {
     expect(await cluster.placeOf(1)).toBeNull();
     expect(await cluster.placeOf(2)).toEqual({ node: 'self', state: 'running' });
   });
+
+  it('does not stop a room judged idle that a viewer watches by the time the sweep stops it', async () => {
+    for (const id of [1, 2]) {
+      expect(await cluster.claim(id)).toBeNull();
+      await host.start(id);
+    }
+    host.audience(2, 'self', [2]);
+    clock.advance(60_000);
+    // Room 1 is judged idle; then room 2's map refresh waits on the store (a Redis round trip).
+    const hold = cluster.hold.bind(cluster);
+    let reached = () => {};
+    const atRoom2 = new Promise<void>((resolve) => {
+      reached = resolve;
+    });
+    let open = () => {};
+    const gate = new Promise<void>((resolve) => {
+      open = resolve;
+    });
+    cluster.hold = async (id, place) => {
+      if (id === 2 && place === 'running') {
+        reached();
+        await gate;
+      }
+      return hold(id, place);
+    };
+    const run = host.sweep(clock.now().getTime());
+    await atRoom2;
+    // Meanwhile a user starts watching room 1.
+    host.audience(1, 'self', [7]);
+    open();
+    await run;
+    expect(host.runs(1)).toBe(true);
+    expect(host.runs(2)).toBe(true);
+  });
 });

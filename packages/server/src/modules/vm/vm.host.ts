@@ -173,6 +173,10 @@ export function makeRoomHost(deps: HostDeps) {
    * Stops the room here: after the stops asked before it, and the start in progress now, called
    * off. Taken at once, so a stop never waits for a start asked after it (which waits for the stop).
    */
+  /** Whether nobody has watched the room for VM_IDLE_TIMEOUT_SECONDS at `at`. */
+  const isIdle = (room: HostedRoom, at: number): boolean =>
+    room.idleSince !== null && at - room.idleSince >= deps.idleMs;
+
   const stop = (chatId: number, reason: VmStopReason): Promise<void> => {
     const launching = starting.get(chatId);
     if (launching) launching.calledOff = true;
@@ -245,7 +249,7 @@ export function makeRoomHost(deps: HostDeps) {
         // An entry of no launch would make the room look starting here until it expired.
         if (!starting.has(chatId) && !hosted.has(chatId)) await cluster.release(chatId);
       }
-      const idle: number[] = [];
+      const idle: HostedRoom[] = [];
       for (const room of [...hosted.values()]) {
         if (hosted.get(room.chatId) !== room) continue;
         const held = await cluster.hold(room.chatId, 'running');
@@ -263,12 +267,14 @@ export function makeRoomHost(deps: HostDeps) {
         screencast.forgetSilent(room);
         control.expireRequests(room, at);
         screencast.updateWatching(room);
-        if (room.idleSince !== null && at - room.idleSince >= deps.idleMs) idle.push(room.chatId);
+        if (isIdle(room, at)) idle.push(room);
       }
       // `stop` takes the room at once (`stopping`; it leaves `hosted` before its first wait ends), so
-      // a start waits for it and the next run does not stop it again.
-      for (const chatId of idle) {
-        if (stopping.has(chatId)) continue;
+      // a start waits for it and the next run does not stop it again. Judged again here: the loop
+      // awaited the map since (a viewer may have come, the room been stopped or started anew).
+      for (const room of idle) {
+        const { chatId } = room;
+        if (stopping.has(chatId) || hosted.get(chatId) !== room || !isIdle(room, at)) continue;
         void stop(chatId, 'idle').catch((err: unknown) =>
           deps.log.warn({ err, chat_id: chatId }, 'room VM idle stop failed'),
         );
@@ -298,7 +304,10 @@ export function makeRoomHost(deps: HostDeps) {
       const launches = [...starting.values()].map((l) => l.done.catch(() => {}));
       await provider.close();
       await withinTime(Promise.all(launches), CLOSE_WAIT_MS);
+      // Idle stops the sweep started (it waits on none) end too, before the stores close.
+      const ending = [...stopping.values()].map((p) => p.catch(() => {}));
       await Promise.all([...hosted.keys()].map((id) => stop(id, 'shutdown')));
+      await Promise.all(ending);
     },
   };
 }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { chromiumArgs, proxyArgs } from './chromium-process.js';
+import { chromiumArgs, proxyArgs, tmpDirFor } from './chromium-process.js';
 
 describe('proxyArgs', () => {
   it('adds nothing for a room without a proxy', () => {
@@ -33,5 +33,20 @@ describe('proxyArgs', () => {
     );
     expect(args).toContain('--proxy-server=socks5://127.0.0.1:9050');
     expect(args.at(-1)).toBe('about:blank');
+  });
+});
+
+describe('tmpDirFor', () => {
+  // `<dir>/org.chromium.Chromium.XXXXXX/SingletonSocket` is the directory plus 45 bytes; a Unix
+  // socket's path holds 107.
+  it('gives Chromium the profile as TMPDIR while its socket path fits there (107 bytes)', () => {
+    const fits = `/${'a'.repeat(61)}`;
+    expect(tmpDirFor(fits)).toEqual({ TMPDIR: fits });
+    expect(tmpDirFor('/tmp/parlor-vm-12345-AbCdEf')).toEqual({ TMPDIR: '/tmp/parlor-vm-12345-AbCdEf' });
+  });
+
+  it('leaves TMPDIR unset, Chromium on /tmp, for a profile one byte too long', () => {
+    expect(tmpDirFor(`/${'a'.repeat(62)}`)).toEqual({});
+    expect(tmpDirFor(`/var/folders/zz/zyxvpxvq6csfxvn_n0000000000000/T/parlor-vm-4242-AbCdEf`)).toEqual({});
   });
 });

@@ -217,8 +217,9 @@ export class ChromiumProcess {
       stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'],
       detached: true,
       // TMPDIR too: Chromium's own folder (org.chromium.Chromium.*, its single-instance lock) goes
-      // in the profile, and with it when the profile is removed, even after a SIGKILL.
-      env: { PATH: '/usr/local/bin:/usr/bin:/bin', HOME: userDataDir, TMPDIR: userDataDir, LANG: 'C.UTF-8' },
+      // in the profile, and with it when the profile is removed, even after a SIGKILL; unless its
+      // socket's path would not fit there (tmpDirFor).
+      env: { PATH: '/usr/local/bin:/usr/bin:/bin', HOME: userDataDir, ...tmpDirFor(userDataDir), LANG: 'C.UTF-8' },
       // Node drops the supplementary groups too when it switches the account.
       ...(account ? { uid: account.uid, gid: account.gid } : {}),
     });
@@ -308,4 +309,18 @@ export class ChromiumProcess {
       });
     });
   }
+}
+
+/** The longest path of a Unix socket (sun_path's 108 bytes, less the final NUL). */
+const UNIX_SOCKET_PATH_MAX = 107;
+
+/**
+ * Chromium's single-instance socket is `$TMPDIR/org.chromium.Chromium.XXXXXX/SingletonSocket`, and
+ * a Unix socket's path holds at most 107 bytes: with a longer one the browser exits at start
+ * (`Socket path too long`). So TMPDIR is the profile only when that path fits under it (a server
+ * whose own temporary folder has a long path, as on macOS, leaves Chromium its default, /tmp).
+ */
+export function tmpDirFor(userDataDir: string): { TMPDIR?: string } {
+  const socketPath = path.join(userDataDir, 'org.chromium.Chromium.XXXXXX', 'SingletonSocket');
+  return Buffer.byteLength(socketPath) <= UNIX_SOCKET_PATH_MAX ? { TMPDIR: userDataDir } : {};
 }
