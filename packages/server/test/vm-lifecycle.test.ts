@@ -9,7 +9,7 @@ import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import { CONTROL_REQUEST_REPEAT_MS } from '../src/modules/vm/vm.host.js';
 import { FakeClock } from '../src/platform/clock.js';
 import { schema } from '../src/platform/db/index.js';
-import { removeStaleProfiles } from '../src/platform/vm/chromium-process.js';
+import { removeStaleProfiles } from '../src/platform/vm/chromium-profile.js';
 import { describeApp, type Nodes, startApp, startNodes, type TestApp } from './support/app.js';
 import { join, type Member, member } from './support/chat-flows.js';
 import { Client } from './support/client.js';

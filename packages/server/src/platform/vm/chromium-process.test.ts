@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { chromiumArgs, proxyArgs, tmpDirFor } from './chromium-process.js';
+import { chromiumArgs, proxyArgs } from './chromium-process.js';
+import { tmpDirFor } from './chromium-profile.js';
 
 describe('proxyArgs', () => {
   it('adds nothing for a room without a proxy', () => {

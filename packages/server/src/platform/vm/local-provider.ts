@@ -1,6 +1,7 @@
 import { appError } from '../errors.js';
 import { type BrowserIdentity, resolveBrowserIdentity, type UidRange } from './browser-account.js';
-import { calledOff, type RoomUpstream, removeStaleProfiles } from './chromium-process.js';
+import { calledOff, type RoomUpstream } from './chromium-process.js';
+import { removeStaleProfiles } from './chromium-profile.js';
 import { type Dial, EgressProxy } from './egress-proxy.js';
 import { LocalRoom } from './local-room.js';
 import { type Lookup, makeNetworkGuard, type NetworkGuard } from './network-guard.js';
