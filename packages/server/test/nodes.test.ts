@@ -23,32 +23,10 @@ import { countRows } from './support/faults.js';
 import { createBot, createLoginBot, login, operator } from './support/flows.js';
 import { runNode, waitFor } from './support/process.js';
 import { closeAllSockets, connectSocket, disconnected } from './support/sockets.js';
+import { holdReader } from './support/stream-reader.js';
 
 const MAIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../dist/main.js');
 const clusterOnly = describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'));
-
-/**
- * Holds a node's stream reader, as when it lags behind a burst: the entries it reads wait, in
- * order, until `release` delivers them. What other nodes send over pub/sub (the cross-node reads
- * of presence) is still answered at once.
- */
-function holdReader(node: TestApp) {
-  type Read = (message: { data?: string }, offset: string) => void;
-  const adapter = node.services.realtime.io.of('/').adapter as unknown as { onRawMessage: Read };
-  const read = adapter.onRawMessage;
-  const held: [{ data?: string }, string][] = [];
-  adapter.onRawMessage = (message, offset) => {
-    held.push([message, offset]);
-  };
-  return {
-    count: () => held.length,
-    holds: (text: string) => held.some(([message]) => message.data?.includes(text) === true),
-    release() {
-      adapter.onRawMessage = read;
-      for (const [message, offset] of held.splice(0)) read.call(adapter, message, offset);
-    },
-  };
-}
 
 /** Whether `p` resolves (true) or rejects (false). */
 const settles = (p: Promise<unknown>) =>

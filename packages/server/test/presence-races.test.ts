@@ -6,30 +6,9 @@ import { MODE, type Nodes, startNodes, type TestApp } from './support/app.js';
 import { bundle, join, keyEpoch, keyedChat, type Member, member } from './support/chat-flows.js';
 import { hold, lockWaiters } from './support/pg-locks.js';
 import { closeAllSockets, connectSocket, type TestSocket } from './support/sockets.js';
+import { holdReader } from './support/stream-reader.js';
 
 const clusterOnly = describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'));
-
-/**
- * Holds a node's stream reader, as when it lags behind a burst (nodes.test.ts): the entries it
- * reads wait, in order, until `release` delivers them.
- */
-function holdReader(node: TestApp) {
-  type Read = (message: { data?: string }, offset: string) => void;
-  const adapter = node.services.realtime.io.of('/').adapter as unknown as { onRawMessage: Read };
-  const read = adapter.onRawMessage;
-  const held: [{ data?: string }, string][] = [];
-  adapter.onRawMessage = (message, offset) => {
-    held.push([message, offset]);
-  };
-  return {
-    count: () => held.length,
-    release() {
-      if (adapter.onRawMessage === read) return;
-      adapter.onRawMessage = read;
-      for (const [message, offset] of held.splice(0)) read.call(adapter, message, offset);
-    },
-  };
-}
 
 /** A gate: `reached` resolves once the held code gets there, which then waits for `open`. */
 function gate() {
