@@ -1,16 +1,16 @@
-import { VM_VIEWPORT, type VmInputPayload, type VmStopReason } from '@parlor/protocol';
+import type { VmInputPayload, VmStopReason } from '@parlor/protocol';
 import type { Clock } from '../../platform/clock.js';
 import { appError } from '../../platform/errors.js';
 import type { Realtime } from '../../platform/realtime.js';
 import { withinTime } from '../../platform/timeout.js';
-import { calledOff } from '../../platform/vm/chromium-process.js';
 import type { VmFrame, VmProvider } from '../../platform/vm/provider.js';
 import type { ChatsService } from '../chats/chats.service.js';
 import type { VmCluster } from './vm.cluster.js';
-import { type ControlledRoom, makeRoomControl, type RemoteActor, runningRoom } from './vm.control.js';
+import { makeRoomControl, type RemoteActor, runningRoom } from './vm.control.js';
+import { type HostedRoom, type Launch, launchRoom } from './vm.host.launch.js';
 import type { Actor, RoomChat } from './vm.rules.js';
-import { type AudienceAnswer, makeScreencast, type WatchedRoom } from './vm.screencast.js';
-import { resolveSettings, type SettingsSource } from './vm.settings.js';
+import { type AudienceAnswer, makeScreencast } from './vm.screencast.js';
+import type { SettingsSource } from './vm.settings.js';
 
 export { CONTROL_REQUEST_REPEAT_MS, type ControlAnswer, type RemoteActor } from './vm.control.js';
 export type { AudienceAnswer } from './vm.screencast.js';
@@ -34,15 +34,6 @@ export interface HostDeps {
   allowPrivateNetworks: boolean;
   idleMs: number;
   log: { warn(obj: object, msg: string): void };
-}
-
-/** A room this node runs: what its screencast keeps (vm.screencast.ts) and what control does (vm.control.ts). */
-type HostedRoom = WatchedRoom & ControlledRoom;
-
-/** A start in progress on this node; a stop asked meanwhile calls it off. */
-interface Launch {
-  done: Promise<void>;
-  calledOff: boolean;
 }
 
 /** How long close waits for the starts it called off to settle. */
@@ -76,65 +67,8 @@ export function makeRoomHost(deps: HostDeps) {
   });
   const screencast = makeScreencast({ provider, cluster, localFrame: deps.localFrame, now, log: deps.log });
 
-  const launch = async (chatId: number, run: Launch, after: Promise<void> | undefined) => {
-    if (after) {
-      // The stop this start follows released the room map entry: claim the room again for this run.
-      await after.catch(() => {});
-      if (!(await cluster.hold(chatId, 'starting')))
-        throw appError('ERR_ROOM_START_FAILED', 'Another node took this room over while it stopped here; try again.');
-    }
-    try {
-      // The start read the chat before this node held the room: a deletion or archiving that
-      // committed since found no room to stop (chatRemoved, chatArchived look for it after their
-      // commit). Read now, with the room held (in the room map and here), the chat is seen gone,
-      // or the removal, committed after this read, finds the room on whichever node it runs and
-      // stops it (calling off a launch still under way).
-      await deps.mayRun(chatId);
-      const settings = resolveSettings(await deps.settingsFor()(chatId));
-      // A stop asked since leaves no browser to launch.
-      if (run.calledOff) throw calledOff();
-      const info = await provider.start(String(chatId), {
-        browser: settings.browser,
-        proxy: settings.proxy,
-        startUrl: settings.start_url,
-        allowPrivateNetworks: deps.allowPrivateNetworks,
-        width: VM_VIEWPORT.width,
-        height: VM_VIEWPORT.height,
-      });
-      // A stop asked while the browser started (a provider that could not kill it meanwhile): the
-      // browser goes, and the start fails; nobody hears room:started.
-      if (run.calledOff) {
-        await provider.stop(String(chatId)).catch(() => {});
-        throw calledOff();
-      }
-      hosted.set(chatId, {
-        chatId,
-        settings,
-        width: info.width,
-        height: info.height,
-        controller: null,
-        audiences: new Map(),
-        idleSince: now(),
-        unsubscribe: null,
-        last: null,
-        inputsInFlight: 0,
-        requests: new Map(),
-      });
-      const held = await cluster.hold(chatId, 'running');
-      if (!held || run.calledOff) {
-        // The claim lapsed while the browser started (this node stalled) and another node took the
-        // room: this copy goes, the other one serves the chat. So does one stopped meanwhile.
-        hosted.delete(chatId);
-        await provider.stop(String(chatId)).catch(() => {});
-        if (held) throw calledOff();
-        throw appError('ERR_ROOM_START_FAILED', 'Another node took this room over while it was starting.');
-      }
-    } catch (err) {
-      await cluster.release(chatId).catch(() => {});
-      throw err;
-    }
-    await deps.announceStarted(chatId);
-  };
+  const launch = (chatId: number, run: Launch, after: Promise<void> | undefined) =>
+    launchRoom({ ...deps, hosted, now }, chatId, run, after);
 
   const end = async (
     chatId: number,
@@ -169,14 +103,14 @@ export function makeRoomHost(deps: HostDeps) {
     if (room) await cluster.broadcast({ type: 'stopped', chatId, reason });
   };
 
-  /**
-   * Stops the room here: after the stops asked before it, and the start in progress now, called
-   * off. Taken at once, so a stop never waits for a start asked after it (which waits for the stop).
-   */
   /** Whether nobody has watched the room for VM_IDLE_TIMEOUT_SECONDS at `at`. */
   const isIdle = (room: HostedRoom, at: number): boolean =>
     room.idleSince !== null && at - room.idleSince >= deps.idleMs;
 
+  /**
+   * Stops the room here: after the stops asked before it, and the start in progress now, called
+   * off. Taken at once, so a stop never waits for a start asked after it (which waits for the stop).
+   */
   const stop = (chatId: number, reason: VmStopReason): Promise<void> => {
     const launching = starting.get(chatId);
     if (launching) launching.calledOff = true;
