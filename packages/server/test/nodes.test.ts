@@ -134,6 +134,30 @@ clusterOnly('two nodes on one PostgreSQL + Redis', () => {
     expect(await gone).toBe('io server disconnect');
   });
 
+  it("drops, on node B, the socket of a session ended on node A when A's drop message to B was lost", async () => {
+    const onB = await member(b);
+    const onA = onB.client.on(a);
+    // A's adapter fails to send its next socket drop (DISCONNECT_SOCKETS), as in a Redis error.
+    const adapter = a.services.realtime.io.of('/').adapter as unknown as {
+      doPublish(message: { type: number }): Promise<string>;
+    };
+    const send = adapter.doPublish;
+    let lost = 0;
+    adapter.doPublish = (message) => {
+      if (message.type !== 6 || lost > 0) return send(message);
+      lost += 1;
+      return Promise.reject(new Error('publish lost'));
+    };
+    try {
+      const gone = disconnected(onB.socket, 10_000);
+      expect((await onA.post('/v1/authentication/logout', {})).status).toBe(200);
+      expect(await gone).toBe('io server disconnect');
+      expect(lost).toBe(1);
+    } finally {
+      adapter.doPublish = send;
+    }
+  });
+
   it('drops, on node B, the sockets of a user whose level changed on node A', async () => {
     const onB = await member(b, { level: 2 });
     const gone = disconnected(onB.socket, 10_000);

@@ -4,6 +4,7 @@ import { createAdapter } from '@socket.io/redis-streams-adapter';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Redis } from 'ioredis';
 import { Server } from 'socket.io';
+import { logPublishFailures } from './adapter-failures.js';
 import { type HeldPresence, trackNodePresence } from './node-presence.js';
 import { guardRecovery, type RecoveryCheck, reachRecoveringSockets, trackReplays } from './recovery.js';
 import { countPendingConnections } from './socket-admission.js';
@@ -111,6 +112,7 @@ export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
       : {}),
   });
 
+  if (opts.redis) logPublishFailures(io.of('/').adapter, opts.log);
   const admitPending = countPendingConnections(io, opts.clientAddress ?? ((req) => req.socket.remoteAddress ?? ''));
   // One write per connection per turn: the frames of a group-committed batch leave together.
   coalesceSocketWrites(io.engine as unknown as Parameters<typeof coalesceSocketWrites>[0]);

@@ -13,7 +13,7 @@ import { makeSubscriptionsService } from '../modules/subscriptions/subscriptions
 import { makeSubscriptionsStore } from '../modules/subscriptions/subscriptions.store.js';
 import { makeSubscriptionSweep } from '../modules/subscriptions/subscriptions.sweep.js';
 import { makeProfileCache } from '../modules/users/users.cache.js';
-import { makeUserChanges } from '../modules/users/users.changes.js';
+import { type ChangeListener, makeUserChanges } from '../modules/users/users.changes.js';
 import { makeUsersService } from '../modules/users/users.service.js';
 import { makeUsersStore } from '../modules/users/users.store.js';
 import { GeoipLiteLookup } from '../platform/geo.js';
@@ -84,6 +84,8 @@ export async function wireAccounts(ctx: WiringContext, realtime: () => Realtime)
   });
   return {
     usersChanged: userChanges.changed,
+    /** Feeds another listener from the user-change channel (sessions.sockets.ts). */
+    onUsersChanged: (listener: ChangeListener) => userChanges.attach(listener),
     usersStore,
     audit,
     users,

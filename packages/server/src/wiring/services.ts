@@ -119,6 +119,7 @@ export async function wireServices(ctx: WiringContext) {
   // no event of theirs is served after it), every session in the sweep, and on its first use after.
   // A socket whose session ended while its handshake ran is dropped once it is in its session's room.
   const sessionSockets = watchSessionSockets({ realtime, sessions, clock: ctx.clock, log: app.log });
+  accounts.onUsersChanged(sessionSockets.changes);
   ctx.tasks.every(SOCKET_EXPIRY_CHECK_MS, 'session-socket-expiry', () => sessionSockets.check());
   ctx.tasks.every(EXPIRY_SWEEP_INTERVAL_MS, 'session-expiry', () => sessions.sweepExpired());
   // A socket recovered after a drop comes back only with a live session of a user who may connect,

@@ -1,6 +1,8 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { Clock } from '../../platform/clock.js';
 import type { AppSocket, Realtime } from '../../platform/realtime.js';
+import { rooms } from '../../platform/socket-rooms.js';
+import type { ChangeListener } from '../users/users.changes.js';
 import type { LiveOwner, SessionsService } from './sessions.service.js';
 
 /** How often each node looks for its sockets whose session expired (ms): they drop within this. */
@@ -33,6 +35,13 @@ const handshakeHolds = (data: AppSocket['data'], owner: LiveOwner) =>
  *   in place, as a level change or a rename drops the sockets it finds: the client reconnects
  *   with the new level and name.
  *   The expiry read replaces the handshake's.
+ * - The same check runs again for the sockets here of every user a user-change message names
+ *   (`recheck`, fed by users.changes.ts: sessions ended, a level, name or state changed), and for
+ *   every socket here once that channel's delivery is back after a loss. A session's end drops its
+ *   sockets on every node through the socket adapter (realtime.disconnectSessions), once and not
+ *   awaited: a message the adapter lost (a Redis error at that moment) would leave a socket of an
+ *   ended session connected, and hearing its user's events, until the session's expiry. The change
+ *   message is one the write waits for, and a node that may have missed some checks them all.
  * - No client event is served to a socket whose session's expiry passed (`gateEvents`).
  * - `check`, run every SOCKET_EXPIRY_CHECK_MS, drops the sockets whose session expired and ends
  *   those sessions as a logout does (their keys go, their chats move to a new epoch, their sockets
@@ -51,9 +60,8 @@ export function watchSessionSockets({ realtime, sessions, clock, log }: SessionS
   const expired = (socket: AppSocket, now: number) =>
     socket.data.expiresAt !== undefined && socket.data.expiresAt <= now;
 
-  // Registered after createRealtime's own listener: the socket is in its user's and session's rooms.
-  realtime.io.on('connection', (socket: AppSocket) => {
-    track(socket.data.expiresAt);
+  /** Reads the socket's session and user again (SQL, batched per turn) and drops it unless both hold. */
+  const verify = (socket: AppSocket) => {
     const { userId, sessionId } = socket.data;
     sessions.liveOwner(userId, sessionId).then(
       (owner) => {
@@ -68,11 +76,42 @@ export function watchSessionSockets({ realtime, sessions, clock, log }: SessionS
       // The handshake's look-up stands (and its expiry is kept); the client is not dropped for an outage.
       (err: unknown) => log.warn({ err, session_id: sessionId }, 'socket session check failed'),
     );
+  };
+
+  /** Checks again this node's sockets of these users; of every user: null. */
+  const recheck = (userIds: Iterable<number> | null) => {
+    const namespace = realtime.io.of('/');
+    if (userIds === null) {
+      for (const socket of namespace.sockets.values() as Iterable<AppSocket>) verify(socket);
+      return;
+    }
+    for (const userId of userIds) {
+      for (const id of namespace.adapter.rooms.get(rooms.user(userId)) ?? []) {
+        const socket = namespace.sockets.get(id) as AppSocket | undefined;
+        if (socket) verify(socket);
+      }
+    }
+  };
+
+  // Registered after createRealtime's own listener: the socket is in its user's and session's rooms.
+  realtime.io.on('connection', (socket: AppSocket) => {
+    track(socket.data.expiresAt);
+    verify(socket);
   });
 
   realtime.gateEvents((socket) => !expired(socket, clock.now().getTime()));
 
   return {
+    recheck,
+
+    /** What the user-change channel tells (users.changes.ts `attach`): the users named, or everyone once delivery is back. */
+    changes: {
+      invalidate: (userIds: Iterable<number>) => recheck(userIds),
+      reset: (live: boolean) => {
+        if (live) recheck(null);
+      },
+    } satisfies ChangeListener,
+
     /**
      * Drops this node's sockets whose session expired and starts ending those sessions (not
      * awaited: a database stall must not hold the next checks' drops; each socket is dropped, and
