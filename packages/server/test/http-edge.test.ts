@@ -124,11 +124,31 @@ describeApp('CORS for ALLOWED_ORIGINS', () => {
     expect(accessHeaders(res.headers)).toEqual({
       'access-control-allow-origin': allowed,
       'access-control-allow-credentials': 'true',
-      'access-control-allow-methods': 'GET, HEAD, POST',
+      'access-control-allow-methods': 'GET, HEAD, POST, PUT',
       'access-control-allow-headers': 'content-type, authorization, x-api-key',
       'access-control-max-age': '600',
     });
     expect(res.headers.get('vary')).toBe('Origin');
+  });
+
+  it('allows in a preflight every method the API documents (a guild PUT from another allowed site)', async () => {
+    const doc = await new Client(cors.url).get('/openapi.json');
+    const documented = new Set(
+      Object.values(doc.body.paths as Record<string, Record<string, unknown>>).flatMap((ops) =>
+        Object.keys(ops).map((m) => m.toUpperCase()),
+      ),
+    );
+    expect(documented.has('PUT')).toBe(true);
+    const res = await new Client(cors.url).request('OPTIONS', '/v1/guilds/123/vanity', {
+      headers: {
+        origin: allowed,
+        'access-control-request-method': 'PUT',
+        'access-control-request-headers': 'content-type',
+      },
+    });
+    expect(res.status).toBe(204);
+    const methods = (res.headers.get('access-control-allow-methods') ?? '').split(', ');
+    for (const method of documented) expect([method, methods.includes(method)]).toEqual([method, true]);
   });
 
   it('lets a page on an allowed origin read a cookie-authenticated answer, Retry-After included', async () => {

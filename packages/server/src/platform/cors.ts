@@ -2,8 +2,8 @@ import type { FastifyInstance } from 'fastify';
 import { appError } from './errors.js';
 import { apiPath } from './security-headers.js';
 
-/** The methods the API's routes answer. */
-const ALLOW_METHODS = 'GET, HEAD, POST';
+/** The methods the API's routes answer (http-edge.test.ts checks them against the OpenAPI document). */
+const ALLOW_METHODS = 'GET, HEAD, POST, PUT';
 
 /**
  * The request headers a page may send beyond the CORS-safelisted ones: a JSON body's type, the
