@@ -53,7 +53,8 @@ export const BotUpdateBody = Type.Object(
           users: Type.Optional(Type.Integer({ minimum: 0, maximum: 2147483647 })),
           latency_ms: Type.Optional(Type.Number({ minimum: 0, maximum: 3600000 })),
         },
-        strict,
+        // One statistic at least: stats.reported_at says when one was last reported.
+        { ...strict, minProperties: 1 },
       ),
     ),
   },

@@ -133,3 +133,36 @@ describeApp('an admin naming as a bot owner an account deleted at the same time 
     },
   );
 });
+
+// docs/api.md Bots: a bot's rename answers the user as its transaction wrote it, so a deletion
+// committed right after the rename cannot turn the committed, audited rename into a 404.
+describeApp('a bot renaming a user an admin deletes right after (PostgreSQL)', () => {
+  it.skipIf(MODE === 'embedded')('the rename committed first answers 200 with the new name', async () => {
+    const renamer = await createBot(app, { type: 'community' });
+    const user = await login(app, { bot: loginBot });
+    const id = user.user.id;
+    const name = `bot_renamed_${id}`;
+    // The rename waits for the row first, the deletion behind it, a lock of the whole table last.
+    // Let go, the rename commits, the deletion takes the row and commits, and only then does the
+    // table open again: an answer read after the rename's commit would find the user gone.
+    const holder = hold(sql, (tx) => tx`select id from users where id = ${id} for update`);
+    await holder.ready;
+    const renamed = renamer.client.post(`/v1/bot/users/${id}/update`, { username: name });
+    await lockWaiters(sql, 1);
+    const deleted = operator(app).post(`/v1/admin/users/${id}/delete`);
+    await lockWaiters(sql, 2);
+    const table = hold(sql, (tx) => tx`lock table users in access exclusive mode`);
+    await lockWaiters(sql, 3);
+    await holder.end();
+    await table.ready;
+    await table.end();
+    const [d, r] = await Promise.all([deleted, renamed]);
+    expect(d.status, JSON.stringify(d.body)).toBe(200);
+    expect({ status: r.status, code: r.body.code }).toEqual({ status: 200, code: undefined });
+    expect(r.body).toMatchObject({ id, username: name });
+    // The deletion came after the rename: its audit entry names the user by the new name.
+    const entries = await sql`select action, data from audit_log where target_user_id = ${id} order by id`;
+    expect(entries.map((e) => e.action)).toEqual(['rename', 'delete']);
+    expect(entries[1]?.data).toMatchObject({ username: name });
+  });
+});

@@ -320,6 +320,41 @@ describeApp('POST /v1/bot/me/update and /v1/bot/batch', () => {
     }
   });
 
+  it('takes stats with one statistic or more and refuses an empty stats object, reporting nothing', async () => {
+    const { client } = await createBot(app);
+    const empty = await client.post('/v1/bot/me/update', { stats: {} });
+    expect([empty.status, empty.body.code]).toEqual([400, 'ERR_VALIDATION']);
+    expect(empty.body.errors).toEqual([{ path: 'body/stats', message: 'must NOT have fewer than 1 properties' }]);
+    const renamed = await client.post('/v1/bot/me/update', { name: 'Named', stats: {} });
+    expect([renamed.status, renamed.body.code]).toEqual([400, 'ERR_VALIDATION']);
+    expect((await client.get('/v1/bot/me')).body).toMatchObject({
+      name: 'Test bot',
+      stats: { users: null, latency_ms: null, reported_at: null },
+    });
+    const users = await client.post('/v1/bot/me/update', { stats: { users: 0 } });
+    expect(users.status, JSON.stringify(users.body)).toBe(200);
+    expect(users.body.stats).toEqual({ users: 0, latency_ms: null, reported_at: expect.any(String) });
+    const latency = await client.post('/v1/bot/me/update', { stats: { latency_ms: 0 } });
+    expect(latency.status, JSON.stringify(latency.body)).toBe(200);
+    expect(latency.body.stats).toMatchObject({ users: 0, latency_ms: 0 });
+    const doc = await new Client(app.url).get('/openapi.json');
+    const body = doc.body.paths['/v1/bot/me/update'].post.requestBody.content['application/json'].schema;
+    expect(body.properties.stats).toMatchObject({ minProperties: 1, additionalProperties: false });
+  });
+
+  it('keeps latency_ms to the microsecond below 16384 ms, to about 7 significant digits above', async () => {
+    const { client } = await createBot(app);
+    for (const [sent, kept] of [
+      [16383.999, 16383.999],
+      [123456.789, 123456.79],
+      [3599999.999, 3600000],
+    ]) {
+      const res = await client.post('/v1/bot/me/update', { stats: { latency_ms: sent } });
+      expect(res.body.stats.latency_ms, String(sent)).toBe(kept);
+      expect((await client.get('/v1/bot/me')).body.stats.latency_ms).toBe(kept);
+    }
+  });
+
   it('answers 400 ERR_VALIDATION to an avatar_url that is no http(s) URL with a host, changing nothing', async () => {
     const { client } = await createBot(app);
     const set = await client.post('/v1/bot/me/update', { avatar_url: 'https://cdn.example/bot.png' });

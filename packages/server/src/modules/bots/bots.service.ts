@@ -90,11 +90,13 @@ export function makeBotsService(deps: BotsDeps) {
      */
     async renameUser(bot: NonNullable<Principal['bot']>, userId: number, username: string | undefined) {
       await users.botRenameCheck(bot, userId, username);
-      if (username !== undefined) {
-        try {
-          await db.transaction(async (tx) => {
-            const change = await users.botRenameIn(bot, userId, username, tx);
-            if (!change) return;
+      if (username === undefined) return users.botUpdated(userId);
+      try {
+        // Answered from the row the rename wrote, read in its transaction (botRenameIn): a deletion
+        // committed right after it cannot turn the committed, audited rename into a 404.
+        return await db.transaction(async (tx) => {
+          const { change, user } = await users.botRenameIn(bot, userId, username, tx);
+          if (change) {
             await audit.record(
               {
                 actor: { kind: 'bot', id: bot.id },
@@ -105,14 +107,14 @@ export function makeBotsService(deps: BotsDeps) {
               },
               tx,
             );
-          });
-        } catch (e) {
-          // Two renames racing for one name: the unique index decides, and the loser changes nothing.
-          if (isUniqueViolation(e)) throw appError('ERR_USERNAME_TAKEN');
-          throw e;
-        }
+          }
+          return user;
+        });
+      } catch (e) {
+        // Two renames racing for one name: the unique index decides, and the loser changes nothing.
+        if (isUniqueViolation(e)) throw appError('ERR_USERNAME_TAKEN');
+        throw e;
       }
-      return users.botUpdated(userId);
     },
 
     async me(botId: number) {
@@ -127,7 +129,8 @@ export function makeBotsService(deps: BotsDeps) {
       if (body.avatar_url !== undefined) values.avatarUrl = body.avatar_url;
       if (body.stats) {
         if (body.stats.users !== undefined) values.statsUsers = body.stats.users;
-        // Microseconds at most: the column is a 4-byte real, which underflows on tiny doubles (5e-324).
+        // Rounded to the microsecond, as a 4-byte real underflows on tiny doubles (5e-324). The real
+        // keeps 24 significant bits: the microsecond below 16384 ms, about 7 digits above (docs/api.md).
         if (body.stats.latency_ms !== undefined)
           values.statsLatencyMs = Math.round(body.stats.latency_ms * 1000) / 1000;
         values.statsReportedAt = now;

@@ -90,6 +90,13 @@ export function makeUsersService({ store, clock, publicUrl, profiles }: UsersDep
     return u;
   };
 
+  /** The bot update route's answer: the bot-visible user with avatar_url (spec 4.3), platforms read in `tx`. */
+  const botUpdatedOf = async (u: UserRow, tx?: Tx) => {
+    const { id, username, subscription_tier, permission_level, state } = toBotUser(u, clock.now());
+    const avatar = effectiveAvatar(u.avatarSource, await store.platformsOf(u.id, tx), publicUrl);
+    return { id, username, avatar_url: avatar.url, subscription_tier, permission_level, state };
+  };
+
   /** Why this user cannot use an avatar source, or null when it can (spec 2.1 avatar_source). */
   const avatarSourceProblem = async (id: number, source: string): Promise<string | null> =>
     avatarSourceRule(await store.platformsOf(id), source);
@@ -194,32 +201,32 @@ export function makeUsersService({ store, clock, publicUrl, profiles }: UsersDep
      * decided on the target's row locked here, so a user promoted to Admin or deleted since the
      * early check is refused (403, 404) and nothing is written. A name taken by someone else is
      * 409 (two renames racing for one name: the unique index decides, and the caller maps it).
-     * Answers the change, or null when the user has that name already (nothing written). The
-     * `onRenamed` listeners are told once the transaction commits.
+     * Answers the change (null when the user has that name already: nothing written) and the
+     * route's answer, built from the row written here and read in `tx`: a deletion committed right
+     * after the rename cannot turn it into a 404. The `onRenamed` listeners are told once the
+     * transaction commits.
      */
     async botRenameIn(
       bot: { type: number },
       id: number,
       username: string,
       tx: Tx,
-    ): Promise<{ from: string; to: string } | null> {
+    ): Promise<{ change: { from: string; to: string } | null; user: Awaited<ReturnType<typeof botUpdatedOf>> }> {
       const locked = await store.byIdForUpdate(id, tx);
       if (!locked || locked.isStranger) throw appError('ERR_USER_NOT_FOUND');
       if (!botMayRename(bot.type, locked.permissionLevel)) throw botRenameForbidden();
-      if (username === locked.username) return null;
+      if (username === locked.username) return { change: null, user: await botUpdatedOf(locked, tx) };
       const holder = await store.byUsername(username, tx);
       if (holder && holder.id !== id) throw appError('ERR_USERNAME_TAKEN');
-      await store.update(id, { username, updatedAt: clock.now() }, tx);
+      // The row is held, so the update returns it: `?? locked` only types it.
+      const written = (await store.update(id, { username, updatedAt: clock.now() }, tx)) ?? locked;
       await afterCommit(tx, async () => renamed(id));
-      return { from: locked.username, to: username };
+      return { change: { from: locked.username, to: username }, user: await botUpdatedOf(written, tx) };
     },
 
-    /** The answer of the bot update route: the bot-visible user with avatar_url (spec 4.3). */
+    /** The answer of the bot update route without a username (a rename's is botRenameIn's). */
     async botUpdated(id: number) {
-      const u = await mustGet(id);
-      const { id: uid, username: name, subscription_tier, permission_level, state } = toBotUser(u, clock.now());
-      const avatar = effectiveAvatar(u.avatarSource, await store.platformsOf(u.id), publicUrl);
-      return { id: uid, username: name, avatar_url: avatar.url, subscription_tier, permission_level, state };
+      return botUpdatedOf(await mustGet(id));
     },
   };
 }
