@@ -874,6 +874,40 @@ describeApp('chat actions in an archived direct chat (spec 3: read-only)', () =>
   }, 60_000);
 });
 
+describeApp('a kick or ban in a direct chat ends it as a leave does (docs/api.md Matchmaking)', () => {
+  it('archives it at its epoch, tells the peer, and frees both users: idle, and the peer may search again', async () => {
+    const mod = await member(app, { level: 1 });
+    for (const action of ['kick', 'ban'] as const) {
+      const { a, b, chatId } = await directChat();
+      const archived: number[] = [];
+      const stop = app.services.chats.onArchived((id) => archived.push(id));
+      const system = a.socket.next('message:new', (m) => m.chat_id === chatId && m.system?.kind === action);
+      const updated = a.socket.next('chat:updated', (u) => u.chat.id === chatId);
+      try {
+        expect((await chatAct(mod, chatId, action, b.user.id)).status).toBe(200);
+        expect((await system).system).toMatchObject({ kind: action, user_id: b.user.id, actor_id: mod.user.id });
+        expect((await updated).chat).toMatchObject({ archived: true, member_count: 1, epoch: 1 });
+      } finally {
+        stop();
+      }
+      expect(archived).toEqual([chatId]);
+      expect((await b.socket.next('room:left')).chat_id).toBe(chatId);
+      const listed = (await a.client.get('/v1/portal/chats')).body.chats.find((c: any) => c.id === chatId);
+      expect([action, listed]).toMatchObject([action, { archived: true, member_count: 1, epoch: 1 }]);
+      for (const m of [a, b]) expect((await m.client.get('/v1/portal/match/status')).body).toEqual({ state: 'idle' });
+      // The peer's one free direct-chat slot is free again: it searches at once.
+      const search = await a.client.post('/v1/portal/match', { interests: [`ex${action}${a.user.id}`] });
+      expect([action, search.status, search.body.state]).toEqual([action, 200, 'searching']);
+      expect((await a.client.post('/v1/portal/match/dequeue', {})).status).toBe(200);
+      // The kick's or ban's own records, beside the archive.
+      const record = `select count(*) as n from moderation_actions where chat_id = ${chatId} and user_id = ${b.user.id}`;
+      expect(await countRows(app, record)).toBe(1);
+      const history = `select count(*) as n from chat_activity where chat_id = ${chatId} and user_id = ${b.user.id} and action = '${action}' and actor_user_id = ${mod.user.id}`;
+      expect(await countRows(app, history)).toBe(1);
+    }
+  }, 60_000);
+});
+
 /** Audit entries about a user (the admin audit route). */
 const auditOf = async (userId: number) =>
   (await operator(app).get(`/v1/admin/audit?target_user_id=${userId}`)).body.entries as { action: string }[];

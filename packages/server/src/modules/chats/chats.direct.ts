@@ -192,6 +192,19 @@ export function makeDirectChats(deps: DirectChatsDeps) {
     announceLeft,
 
     /**
+     * Ends a direct chat a moderator removed a member from (a kick, a ban), in the removal's
+     * transaction and as of its time `at`, as a leave ends it: archived if still active (archiveActive), read-only for its
+     * 24 hours, the peer's direct-chat slot free again. Run before the removal would raise the
+     * epoch, so the chat keeps it (an archived chat takes no key shares: a new epoch could never
+     * be keyed). The kick's or ban's own system message and history entry say why, so no `leave`
+     * is written. Answers what to announce once it has committed (announceLeft).
+     */
+    async endExpelledIn(chatId: number, at: Date, tx: Tx): Promise<DirectLeft> {
+      const ended = await store.archiveActive(chatId, at, tx);
+      return { chatIds: ended ? [chatId] : [], systems: [] };
+    },
+
+    /**
      * Ends the active direct chats of a user who can never come back (a stranger whose last
      * session ended: it never signs in again), once that end has committed: as leaveAllDirect
      * does, in a transaction of its own, then announced (announceLeft), so the peer is told, its
@@ -230,8 +243,7 @@ export function makeDirectChats(deps: DirectChatsDeps) {
           // failure of the read below leaves no browser running in a read-only chat; the chat reads
           // as archived anyway (archivedAtOf), `chat:updated` is only the news of it.
           archivedChats(rows.map((c) => c.id));
-          // Read after the archive, as a leave does: a direct chat need not have both members still
-          // (a moderator's kick).
+          // Read after the archive, as a leave does: the chat's members as they are then.
           const counts = await store.memberCounts(rows.map((c) => c.id));
           for (const c of rows)
             realtime.emitTo(rooms.chat(c.id), 'chat:updated', {

@@ -42,8 +42,11 @@ export interface MembershipDeps {
 export interface RemovalHooks {
   /** Runs first, on the chat row as locked, before anything is written; throws to refuse. */
   decide?: (chat: ChatRow, tx: Tx) => Promise<void>;
-  /** Runs once the membership is ended (the moderation records). */
-  extra?: (tx: Tx) => Promise<void>;
+  /**
+   * Runs once the membership is ended (the moderation records), told whether there was one to end
+   * and the removal's time, before the system message and the new epoch are written.
+   */
+  extra?: (tx: Tx, done: { removed: boolean; at: Date }) => Promise<void>;
 }
 
 /** Joining and leaving chats (room:join, room:leave, kicks and bans): membership history, rekeys, presence. */
@@ -77,7 +80,7 @@ export function makeChatMembership(deps: MembershipDeps) {
       if (archivedAtOf(chat, now) !== null) throw appError('ERR_CHAT_READ_ONLY');
       const removed = await store.removeMember(chatId, userId, now, tx);
       if (!removed && !opts.tolerateNonMember) throw appError('ERR_NOT_CHAT_MEMBER');
-      if (opts.extra) await opts.extra(tx);
+      if (opts.extra) await opts.extra(tx, { removed, at: now });
       // A ban of a non-member (one who left already) is still recorded (by `extra`): its system
       // message is persisted with it (spec 2.9), with no membership, history entry or rekey to end.
       if (!removed) return { system: await messages.appendSystem(chatId, opts.system, tx), removed: null };
@@ -185,8 +188,9 @@ export function makeChatMembership(deps: MembershipDeps) {
     /**
      * Kick or ban: the member leaves the chat at once (sockets leave its room), the chat moves to a
      * new epoch, and a system message says so, in one transaction with the `hooks` (the
-     * moderator's right to act in the chat, decided on its locked row; the records). An archived
-     * chat answers ERR_CHAT_READ_ONLY.
+     * moderator's right to act in the chat, decided on its locked row; the records; in a direct
+     * chat, its end: direct.endExpelledIn, before the epoch would rise). An archived chat answers
+     * ERR_CHAT_READ_ONLY.
      */
     async expel(
       chatId: number,

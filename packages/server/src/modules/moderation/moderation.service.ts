@@ -5,6 +5,7 @@ import { drain } from '../../platform/drain.js';
 import { appError } from '../../platform/errors.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
 import type { AuditStore } from '../audit/audit.store.js';
+import type { DirectLeft } from '../chats/chats.direct.js';
 import type { ChatsService } from '../chats/chats.service.js';
 import type { KeysService } from '../keys/keys.service.js';
 import type { MessagesService } from '../messages/messages.service.js';
@@ -145,40 +146,54 @@ export function makeModerationService(deps: ModerationDeps) {
     return record;
   };
 
+  /**
+   * A direct chat a kick or ban removed a member from ends as at a leave (chats endExpelledIn), in
+   * the removal's transaction: the peer alone could never write there again, and would hold its
+   * direct-chat slot until the expiry. Answers what to announce after the commit (announceLeft).
+   */
+  const endDirect = async (held: HeldChat | undefined, chatId: number, done: { removed: boolean; at: Date }, tx: Tx) =>
+    done.removed && held?.chat.type === 'direct' ? chats.endExpelledIn(chatId, done.at, tx) : undefined;
+
   const chat = {
     /** Removes the member now; never the chat's owner (moderation.rules canRestrictInChat). */
     async kick(actor: ChatActor, chatId: number, body: { user_id: number; reason?: string }) {
       await chatContext(actor, chatId, body.user_id, { restrict: true });
       let note: Awaited<ReturnType<typeof notify>> | undefined;
       let held: HeldChat | undefined;
+      let ended: DirectLeft | undefined;
       const removed = await chats.expel(chatId, body.user_id, 'kick', actor.userId, body.reason ?? null, {
         decide: async (locked, tx) => {
           held = await decideOnLocked(tx, actor, locked, { restricting: body.user_id });
         },
-        extra: async (tx) => {
+        extra: async (tx, done) => {
           const target = await lockReachable(tx, actor, body.user_id, { held });
           await recordChat(actor, chatId, body.user_id, 'CHAT_KICK', AuditCodes.CHAT_KICK, body, tx);
           // A stranger gets no notifications (docs/api.md Strangers), as in platform punishments.
           if (!target.isStranger) note = await notify(body.user_id, 'kicked', { reason: body.reason ?? '' }, tx);
+          ended = await endDirect(held, chatId, done, tx);
         },
       });
       if (!removed) throw appError('ERR_NOT_CHAT_MEMBER', 'That user is not in this chat.');
       if (note) notifications.publish(note);
+      if (ended) await chats.announceLeft(ended);
     },
 
     /** Bans from the chat: removed now (if a member) and refused when joining again; never its owner. */
     async ban(actor: ChatActor, chatId: number, body: { user_id: number; duration?: number; reason?: string }) {
       await chatContext(actor, chatId, body.user_id, { restrict: true });
       let held: HeldChat | undefined;
+      let ended: DirectLeft | undefined;
       await chats.expel(chatId, body.user_id, 'ban', actor.userId, body.reason ?? null, {
         decide: async (locked, tx) => {
           held = await decideOnLocked(tx, actor, locked, { restricting: body.user_id });
         },
-        extra: async (tx) => {
+        extra: async (tx, done) => {
           await lockReachable(tx, actor, body.user_id, { held });
           await recordChat(actor, chatId, body.user_id, 'CHAT_BAN', AuditCodes.CHAT_BAN, body, tx);
+          ended = await endDirect(held, chatId, done, tx);
         },
       });
+      if (ended) await chats.announceLeft(ended);
     },
 
     async unban(actor: ChatActor, chatId: number, body: { user_id: number; reason?: string }) {
