@@ -15,7 +15,7 @@ import { localProvider } from './platform/vm/from-config.js';
  * closed before the process exits.
  */
 async function main() {
-  const config = loadConfigOrExit('parlor browser host');
+  const config = loadConfigOrExit('parlor browser host', 'browser-host');
   const log = createLogger(config.logLevel);
   let host: BrowserHost | null = null;
   let starting: Promise<unknown> = Promise.resolve();

@@ -3,11 +3,11 @@ import fastifyCookie from '@fastify/cookie';
 import Fastify from 'fastify';
 import { describe, expect, it } from 'vitest';
 import { trustProxyOption } from './client-address.js';
-import { type Config, ConfigError, loadConfig } from './config.js';
+import { type Config, ConfigError, type ConfigRole, loadConfig } from './config.js';
 
 /** Every call passes SOURCE_HASH so loadConfig never shells out to git. */
-const load = (env: Record<string, string | undefined> = {}, overrides: Partial<Config> = {}) =>
-  loadConfig({ SOURCE_HASH: 'abc123', ...env }, overrides);
+const load = (env: Record<string, string | undefined> = {}, overrides: Partial<Config> = {}, role?: ConfigRole) =>
+  loadConfig({ SOURCE_HASH: 'abc123', ...env }, overrides, role);
 
 /** The ConfigError a bad environment raises (fails the test when none is raised). */
 function problemsOf(env: Record<string, string>): string[] {
@@ -241,6 +241,38 @@ describe('loadConfig', () => {
       expect(problems[0]).not.toContain('browsers-1');
     },
   );
+
+  it.each([
+    'http://browsers-1:8090/browser-host',
+    'http://browsers-1:8090/rooms/',
+    'http://browsers-1:8090/?token=hunter2',
+    'http://browsers-1:8090/#hunter2',
+  ])(
+    'refuses a VM_HOSTS entry with a path, query or fragment (%s) by position, never echoing it: the Socket.IO client would read a path as a namespace the host does not serve',
+    (entry) => {
+      const problems = problemsOf({
+        VM_HOSTS: `http://browsers-0:8090, ${entry}`,
+        VM_HOST_TOKEN: 'vht_0123456789abcdef0123456789abcdef',
+      });
+      expect(problems).toEqual([
+        'VM_HOSTS entry 2 must be only http(s)://host:port: no path, query or fragment (nodes connect to the path /browser-host themselves)',
+      ]);
+      expect(problems[0]).not.toContain('hunter2');
+      expect(problems[0]).not.toContain('browsers-1');
+    },
+  );
+
+  it('reads a VM_HOSTS entry as its origin (a trailing slash, an empty query or fragment dropped)', () => {
+    const config = load({
+      VM_HOSTS: 'http://browsers-1:8090/,HTTPS://Browsers-2.Internal:8443/?,http://10.0.0.7:8090/#',
+      VM_HOST_TOKEN: 'vht_0123456789abcdef0123456789abcdef',
+    });
+    expect(config.vmHosts).toEqual([
+      'http://browsers-1:8090',
+      'https://browsers-2.internal:8443',
+      'http://10.0.0.7:8090',
+    ]);
+  });
 
   it('puts every problem in the error message, so start-up prints one clear line', () => {
     try {
@@ -650,7 +682,7 @@ describe('loadConfig', () => {
   });
 
   describe('HOST: an IP address or a host name', () => {
-    it.each(['127.0.0.1', '0.0.0.0', '::', '::1', 'localhost', 'parlor-1.internal', 'A1.example.ORG', '1a'])(
+    it.each(['127.0.0.1', '::1', '10.0.0.7', 'localhost', 'parlor-1.internal', 'A1.example.ORG', '1a'])(
       'accepts HOST=%s',
       (host) => {
         expect(load({ HOST: host }).host).toBe(host);
@@ -692,6 +724,25 @@ describe('loadConfig', () => {
       ]);
     });
 
+    it.each(['0.0.0.0', '::', '::0', '0:0:0:0:0:0:0:0', '::ffff:0.0.0.0'])(
+      'refuses HOST=%s (every interface) when PUBLIC_URL is unset, naming HOST and PUBLIC_URL: the default http://HOST:PORT is no origin a browser sends',
+      (host) => {
+        expect(problemsOf({ HOST: host })).toEqual([
+          `HOST on every interface needs PUBLIC_URL, the URL users reach the service at: no browser sends the default http://HOST:PORT as its origin, so their cookie-authenticated writes and sockets would be refused (got ${JSON.stringify(host)})`,
+        ]);
+        const config = load({ HOST: host, PUBLIC_URL: 'https://chat.example.org' });
+        expect([config.host, config.publicUrl, config.allowedOrigins]).toEqual([
+          host,
+          'https://chat.example.org',
+          ['https://chat.example.org'],
+        ]);
+      },
+    );
+
+    it('lets a browser host (which has no public URL) listen on every interface without PUBLIC_URL', () => {
+      for (const host of ['0.0.0.0', '::']) expect(load({ HOST: host }, {}, 'browser-host').host).toBe(host);
+    });
+
     it('accepts a 253-character host name', () => {
       const host = `${'a'.repeat(63)}.${'b'.repeat(63)}.${'c'.repeat(63)}.${'d'.repeat(61)}`;
       expect(host).toHaveLength(253);
@@ -722,7 +773,7 @@ describe('loadConfig', () => {
       expect(config.host).toBe('::1');
       expect(config.publicUrl).toBe('http://[::1]:8443');
       expect(config.allowedOrigins).toEqual(['http://[::1]:8443']);
-      expect(load({ HOST: '::' }).allowedOrigins).toEqual(['http://[::]:8080']);
+      expect(load({ HOST: '2001:db8::7' }).allowedOrigins).toEqual(['http://[2001:db8::7]:8080']);
     });
 
     it('is replaced, not extended, by ALLOWED_ORIGINS', () => {

@@ -146,8 +146,18 @@ function isHostName(value: string): boolean {
   );
 }
 
+/**
+ * Whether HOST is an unspecified address (0.0.0.0, ::, ::ffff:0.0.0.0 in any spelling): one that
+ * listens on every interface and that no client ever reaches the service at.
+ */
+function isEveryInterface(host: string): boolean {
+  if (isIP(host) === 4) return host === '0.0.0.0';
+  const url = isIP(host) === 6 && URL.canParse(`http://[${host}]`) ? new URL(`http://[${host}]`) : null;
+  return url !== null && ['[::]', '[::ffff:0:0]'].includes(url.hostname);
+}
+
 /** Where the service listens and is reached: PORT, HOST, PUBLIC_URL, GUILD_API_URL. */
-function readListen({ str, int, baseUrl }: EnvReaders, problems: string[]) {
+function readListen({ str, int, baseUrl }: EnvReaders, problems: string[], role: ConfigRole) {
   const port = int('PORT', 8080, 0, 65535);
   const host = str('HOST') ?? '127.0.0.1';
   if (isIP(host) === 0 && !isHostName(host))
@@ -165,6 +175,11 @@ function readListen({ str, int, baseUrl }: EnvReaders, problems: string[]) {
   if (publicOrigin === null && isIP(host) === 6 && str('PUBLIC_URL') === null)
     problems.push(
       `HOST with a zone id needs PUBLIC_URL: the default http://HOST:PORT is no URL (got ${JSON.stringify(host)})`,
+    );
+  // The default would be http://0.0.0.0:8080: no browser sends that Origin, and links would point there.
+  if (role === 'server' && isEveryInterface(host) && str('PUBLIC_URL') === null)
+    problems.push(
+      `HOST on every interface needs PUBLIC_URL, the URL users reach the service at: no browser sends the default http://HOST:PORT as its origin, so their cookie-authenticated writes and sockets would be refused (got ${JSON.stringify(host)})`,
     );
   return { port, host, publicUrl, guildApiUrl: baseUrl('GUILD_API_URL') ?? publicUrl, publicOrigin };
 }
@@ -227,11 +242,21 @@ function readStores({ str, int, url }: EnvReaders, problems: string[]) {
   };
 }
 
+/**
+ * The process a configuration is for: the API server, or a browser host (browser-host-main.ts),
+ * which nodes reach by VM_HOSTS and which serves no browser, so it needs no PUBLIC_URL.
+ */
+export type ConfigRole = 'server' | 'browser-host';
+
 /** Reads and validates the environment; every invalid variable is listed in one ConfigError. */
-export function loadConfig(env: Env = process.env, overrides: Partial<Config> = {}): Readonly<Config> {
+export function loadConfig(
+  env: Env = process.env,
+  overrides: Partial<Config> = {},
+  role: ConfigRole = 'server',
+): Readonly<Config> {
   const problems: string[] = [];
   const r = envReaders(env, problems);
-  const { publicOrigin, ...listen } = readListen(r, problems);
+  const { publicOrigin, ...listen } = readListen(r, problems, role);
   const secrets = readSecrets(r, problems);
   const origins = readOrigins(r, problems, publicOrigin);
   const vm = readVmSettings(r, problems);
@@ -273,9 +298,9 @@ export function loadConfig(env: Env = process.env, overrides: Partial<Config> = 
 }
 
 /** The configuration of a process entry; an invalid one prints each problem and exits 1. */
-export function loadConfigOrExit(label: string): Readonly<Config> {
+export function loadConfigOrExit(label: string, role: ConfigRole = 'server'): Readonly<Config> {
   try {
-    return loadConfig();
+    return loadConfig(process.env, {}, role);
   } catch (e) {
     if (!(e instanceof ConfigError)) throw e;
     for (const p of e.problems) process.stderr.write(`${label}: invalid configuration: ${p}\n`);

@@ -39,15 +39,17 @@ export function parseProxyUrl(value: string, protocols: readonly string[]): { ur
 }
 
 /**
- * VM_HOSTS: the browser hosts' http(s) base URLs, comma-separated. A refused entry is named by its
- * position, never echoed, since it may hold a password. A user name or password is refused rather
- * than dropped: the Socket.IO client connects by host and port and never sends them (a node
- * authenticates with VM_HOST_TOKEN alone), so they could only leak, in errors and log lines.
+ * VM_HOSTS: the browser hosts' http(s) origins, comma-separated; each is read as its origin. A
+ * refused entry is named by its position, never echoed, since it may hold a password. A user name
+ * or password is refused rather than dropped: the Socket.IO client connects by host and port and
+ * never sends them (a node authenticates with VM_HOST_TOKEN alone), so they could only leak, in
+ * errors and log lines. A path is refused too: the client would take it for a namespace, which the
+ * host does not serve, and no host would ever be reachable; a query or fragment has no use.
  */
 function browserHostUrls(value: string, problems: string[]): string[] {
   const hosts: string[] = [];
   for (const [i, entry] of value.split(',').entries()) {
-    const h = entry.trim().replace(/\/$/, '');
+    const h = entry.trim();
     if (h === '') continue;
     const u = URL.canParse(h) ? new URL(h) : null;
     if (u === null || !['http:', 'https:'].includes(u.protocol))
@@ -56,7 +58,11 @@ function browserHostUrls(value: string, problems: string[]): string[] {
       problems.push(
         `VM_HOSTS entry ${i + 1} must not carry a user name or password: nodes authenticate with VM_HOST_TOKEN`,
       );
-    else hosts.push(h);
+    else if (u.pathname !== '/' || u.search !== '' || u.hash !== '')
+      problems.push(
+        `VM_HOSTS entry ${i + 1} must be only http(s)://host:port: no path, query or fragment (nodes connect to the path /browser-host themselves)`,
+      );
+    else hosts.push(u.origin);
   }
   return hosts;
 }

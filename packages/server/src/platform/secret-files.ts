@@ -106,7 +106,7 @@ export function loadOrCreateSecret(
 }
 
 /** Errors of a file system that makes no hard links (vfat, exfat, some network and FUSE mounts). */
-const NO_HARD_LINKS = new Set(['EPERM', 'ENOTSUP', 'EOPNOTSUPP', 'EXDEV', 'ENOSYS', 'EMLINK']);
+export const NO_HARD_LINKS = new Set(['EPERM', 'ENOTSUP', 'EOPNOTSUPP', 'EXDEV', 'ENOSYS', 'EMLINK']);
 
 /**
  * Writes `content` to `file` with mode 0600 unless it exists. The content goes to a temporary file

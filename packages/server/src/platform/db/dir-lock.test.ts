@@ -1,9 +1,18 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  utimesSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { startTimeOf, takeLockFile } from './dir-lock.js';
+import { type LockHooks, startTimeOf, takeLockFile, UNFINISHED_LOCK_MS } from './dir-lock.js';
 
 let dir: string;
 let file: string;
@@ -144,11 +153,32 @@ describe('takeLockFile', () => {
     expect(readdirSync(dir).sort()).toEqual(['pglite.lock', 'pglite.lock.takeover']);
   });
 
-  it('takes over an empty or unreadable lock (a crash before the pid was written)', () => {
-    for (const content of ['', 'not a pid\n']) {
+  it('takes over an unreadable lock (no pid in it)', () => {
+    for (const content of ['not a pid\n', '\n']) {
       writeFileSync(file, content);
       takeLockFile(file, 'DATA_DIR x')();
       expect(existsSync(file)).toBe(false);
+    }
+  });
+
+  it('takes over a lock without its final newline once it is older than UNFINISHED_LOCK_MS (a crash or a power cut as it was written)', () => {
+    const old = (Date.now() - UNFINISHED_LOCK_MS - 1_000) / 1000;
+    for (const content of ['', `${deadPid()}`]) {
+      writeFileSync(file, content);
+      utimesSync(file, old, old);
+      takeLockFile(file, 'DATA_DIR x')();
+      expect(existsSync(file)).toBe(false);
+    }
+  });
+
+  it('leaves a lock still being written alone (without hard links a file is created, then written): no newline yet', () => {
+    for (const content of ['', `${deadPid()}`]) {
+      writeFileSync(file, content);
+      expect(() => takeLockFile(file, 'DATA_DIR x')).toThrow(
+        `in use by another process (pid ${pidOrUnknown(content)}): stop it first, or remove ${file}`,
+      );
+      expect(readFileSync(file, 'utf8')).toBe(content);
+      expect(readdirSync(dir)).toEqual(['pglite.lock']);
     }
   });
 
@@ -157,5 +187,66 @@ describe('takeLockFile', () => {
     writeFileSync(file, '1\n');
     release();
     expect(readFileSync(file, 'utf8')).toBe('1\n');
+  });
+});
+
+/** The pid a refusal names for a lock's content. */
+const pidOrUnknown = (content: string) => (content === '' ? 'unknown' : content);
+
+/** A link that fails as it does on a file system without hard links (vfat, exfat, some network mounts). */
+const failing = (code: string) => () => {
+  throw Object.assign(new Error(`${code}: operation not permitted, link`), { code });
+};
+
+describe('takeLockFile where the file system makes no hard links', () => {
+  const noLinks = (hooks: LockHooks = {}): LockHooks => ({ link: failing('EPERM'), ...hooks });
+
+  it.each(['EPERM', 'ENOTSUP', 'EXDEV'])(
+    'creates the lock itself (%s), mode 0600, refuses a second taker, leaves no scratch file and frees it on release',
+    (code) => {
+      const release = takeLockFile(file, 'DATA_DIR x', { link: failing(code) });
+      expect(readFileSync(file, 'utf8').trim()).toBe(linux ? mine() : String(process.pid));
+      expect(statSync(file).mode & 0o777).toBe(0o600);
+      expect(readdirSync(dir)).toEqual(['pglite.lock']);
+      expect(() => takeLockFile(file, 'DATA_DIR x', { link: failing(code) })).toThrow(
+        `DATA_DIR x is in use by another process (pid ${process.pid})`,
+      );
+      expect(readdirSync(dir)).toEqual(['pglite.lock']);
+      release();
+      expect(existsSync(file)).toBe(false);
+    },
+  );
+
+  it('takes over a stale lock, its takeover file created the same way, and leaves only the lock', () => {
+    writeFileSync(file, `${deadPid()}\n`);
+    const release = takeLockFile(file, 'DATA_DIR x', noLinks());
+    expect(readFileSync(file, 'utf8').trim()).toBe(linux ? mine() : String(process.pid));
+    expect(readdirSync(dir)).toEqual(['pglite.lock']);
+    release();
+  });
+
+  it('lets exactly one of two takers racing on one stale lock hold it', () => {
+    writeFileSync(file, `${deadPid()}\n`);
+    let first: (() => void) | undefined;
+    const second = () =>
+      takeLockFile(
+        file,
+        'DATA_DIR x',
+        noLinks({
+          beforeTakeover: () => {
+            if (!first) first = takeLockFile(file, 'DATA_DIR x', noLinks());
+          },
+        }),
+      );
+    expect(second).toThrow(`DATA_DIR x is in use by another process (pid ${process.pid})`);
+    expect(first).toBeDefined();
+    expect(readdirSync(dir)).toEqual(['pglite.lock']);
+    first?.();
+    expect(existsSync(file)).toBe(false);
+  });
+
+  it('throws any other link error, leaving no file', () => {
+    expect(() => takeLockFile(file, 'DATA_DIR x', { link: failing('EIO') })).toThrow(/EIO/);
+    expect(readdirSync(dir)).toEqual([]);
   });
 });

@@ -1,5 +1,6 @@
-import { linkSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
+import { closeSync, linkSync, openSync, readFileSync, statSync, unlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { NO_HARD_LINKS } from '../secret-files.js';
 
 /** The lock files this process holds (resolved paths): a file naming this pid but not listed here is stale. */
 const heldHere = new Set<string>();
@@ -36,7 +37,10 @@ export function startTimeOf(pid: number): string | null {
   }
 }
 
-/** What a lock file says: `pid start` (or just `pid`, written before start times were), trimmed. */
+/**
+ * What a lock file says: `pid start` (or just `pid`, written before start times were) and a
+ * newline, which every writer puts last, so a file without it is still being written.
+ */
 function contentOf(file: string): string | null {
   try {
     return readFileSync(file, 'utf8');
@@ -52,8 +56,29 @@ function pidOf(content: string): number | null {
   return Number.isSafeInteger(pid) && pid > 0 ? pid : null;
 }
 
-/** Whether the process a lock's content names still holds it. */
+/**
+ * How long a lock without its final newline counts as one being written (ms). Its taker writes it
+ * within a moment (place, without hard links); one older than this was left so by a crash in that
+ * moment, or emptied by a power cut before the file system kept its content, and is stale.
+ */
+export const UNFINISHED_LOCK_MS = 10_000;
+
+/** Whether the file was last written within `ms` (false once it is gone). */
+function writtenWithin(file: string, ms: number): boolean {
+  try {
+    return Date.now() - statSync(file).mtimeMs < ms;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Whether the process a lock's content names still holds it. Content without its final newline
+ * is a lock being written (place: no hard links) while it is younger than UNFINISHED_LOCK_MS:
+ * removing it then would let two hold the lock.
+ */
 function live(file: string, content: string): boolean {
+  if (!content.endsWith('\n')) return writtenWithin(file, UNFINISHED_LOCK_MS);
   const pid = pidOf(content);
   if (pid === null) return false;
   if (pid === process.pid) return heldHere.has(file);
@@ -71,9 +96,45 @@ const unlinkIfThere = (file: string) => {
   }
 };
 
-/** Test seam: runs after a lock has been judged stale, before it is removed. */
+/** Test seams: runs after a lock has been judged stale, before it is removed; the hard link. */
 export interface LockHooks {
   beforeTakeover?: () => void;
+  link?: (from: string, to: string) => void;
+}
+
+/**
+ * Puts `content` (held by the file `aside`) at `target` unless a file is there (false). Hard-linked
+ * from `aside`, it appears whole. On a file system without hard links (vfat, exfat, some network
+ * mounts) it is created exclusively and then written: until its final newline is in, live() takes
+ * it for a lock being written. A failed write removes it (no other process removes such a file).
+ */
+function place(aside: string, target: string, content: string, link: NonNullable<LockHooks['link']>): boolean {
+  try {
+    link(aside, target);
+    return true;
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code ?? '';
+    if (code === 'EEXIST') return false;
+    if (!NO_HARD_LINKS.has(code)) throw e;
+  }
+  let fd: number;
+  try {
+    fd = openSync(target, 'wx', 0o600);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'EEXIST') return false;
+    throw e;
+  }
+  try {
+    try {
+      writeFileSync(fd, content);
+    } finally {
+      closeSync(fd);
+    }
+  } catch (e) {
+    unlinkIfThere(target);
+    throw e;
+  }
+  return true;
 }
 
 /**
@@ -83,15 +144,12 @@ export interface LockHooks {
  * that crashed is judged like a lock and removed (the caller's next attempt takes it). Answers
  * false when another live taker holds it: the caller starts over.
  */
-function removeIfStill(file: string, content: string, mine: string): boolean {
+function removeIfStill(file: string, content: string, mine: string, link: NonNullable<LockHooks['link']>): boolean {
   const guard = `${file}.takeover`;
   const aside = `${guard}.${process.pid}.${++scratch}.tmp`;
   writeFileSync(aside, mine, { mode: 0o600 });
   try {
-    try {
-      linkSync(aside, guard);
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+    if (!place(aside, guard, mine, link)) {
       const holder = contentOf(guard);
       if (holder !== null && !live(path.resolve(guard), holder)) unlinkIfThere(guard);
       return false;
@@ -110,7 +168,7 @@ function removeIfStill(file: string, content: string, mine: string): boolean {
 /**
  * Takes `file` as an exclusive lock for this process: the file appears at once with this pid and
  * its start time in it (written aside, then hard-linked into place, which fails if the file
- * exists). A file whose process no longer runs, or whose pid now belongs to another process (a
+ * exists; without hard links, created exclusively and written: place). A file whose process no longer runs, or whose pid now belongs to another process (a
  * reused pid: another start time), or names this process without being held here, was left by a
  * server that crashed or was killed: it is taken over. A live holder, this process included, makes
  * it throw one line naming `what`, the pid and the file. Answers the release, which removes the
@@ -118,18 +176,14 @@ function removeIfStill(file: string, content: string, mine: string): boolean {
  */
 export function takeLockFile(file: string, what: string, hooks: LockHooks = {}): () => void {
   const key = path.resolve(file);
+  const link = hooks.link ?? linkSync;
   const start = startTimeOf(process.pid);
   const mine = start === null ? `${process.pid}\n` : `${process.pid} ${start}\n`;
   const aside = `${file}.${process.pid}.${++scratch}.tmp`;
   writeFileSync(aside, mine, { mode: 0o600 });
   try {
     for (let attempt = 1; ; attempt++) {
-      try {
-        linkSync(aside, file);
-        break;
-      } catch (e) {
-        if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
-      }
+      if (place(aside, file, mine, link)) break;
       const content = contentOf(file);
       if ((content !== null && live(key, content)) || attempt >= TAKE_ATTEMPTS)
         throw new Error(
@@ -137,7 +191,7 @@ export function takeLockFile(file: string, what: string, hooks: LockHooks = {}):
         );
       if (content === null) continue; // gone since: try again
       hooks.beforeTakeover?.();
-      removeIfStill(file, content, mine);
+      removeIfStill(file, content, mine, link);
     }
   } finally {
     unlinkIfThere(aside);
