@@ -46,11 +46,25 @@ export const UnreadCountResponse = Type.Object({ unread: Type.Integer({ minimum:
 export const MarkedResponse = Type.Object({ marked: Type.Integer({ minimum: 0 }) });
 export const NotificationIdParams = Type.Object({ notification_id: IdParam }, strict);
 
-/** One line of visible text, 1-100 characters. */
+/** Line breaks (Unicode's and JavaScript's line terminators): CR, LF, VT, FF, NEL, LS, PS. */
+const LINE_BREAK = /[\r\n\v\f\u0085\u2028\u2029]/;
+/** A character that shows: neither white space nor a format character (Unicode Cf, such as U+200B). */
+const VISIBLE = /[^\s\p{Cf}]/u;
+
+/**
+ * Whether text is one line with something visible in it: the `one-line` string format, which the
+ * server checks (platform/validation.ts) as it checks `http-url` with isHttpUrl.
+ */
+export function isOneLine(value: string): boolean {
+  return !LINE_BREAK.test(value) && VISIBLE.test(value);
+}
+
+/** One line of 1-100 characters (code points), not all white space or format characters. */
 export const NotificationTitle = Type.String({
   minLength: 1,
   maxLength: Limits.NOTIFICATION_TITLE_MAX,
-  pattern: '^(?=[^\\r\\n]*\\S)[^\\r\\n]+$',
+  pattern: '^[^\\r\\n\\v\\f\\u0085\\u2028\\u2029]+$',
+  format: 'one-line',
 });
 /** Rich text, 1-2000 characters; links must be http or https (checked by the server). */
 export const NotificationBody = Type.String({ minLength: 1, maxLength: Limits.NOTIFICATION_BODY_MAX, pattern: '\\S' });

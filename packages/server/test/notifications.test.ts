@@ -1,13 +1,13 @@
 import { AuditCodes, Limits } from '@parlor/protocol';
 import { and, desc, eq, sql } from 'drizzle-orm';
 import postgres from 'postgres';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { makeAuditStore } from '../src/modules/audit/audit.store.js';
 import { makeNotificationsService } from '../src/modules/notifications/notifications.service.js';
 import { makeNotificationsStore } from '../src/modules/notifications/notifications.store.js';
 import { systemClock } from '../src/platform/clock.js';
 import { auditLog, notifications, users } from '../src/platform/db/schema.js';
-import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
+import { type Backing, createBacking, describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { Client, nextIp } from './support/client.js';
 import { createLoginBot, type LoggedIn, login, operator, setLevel } from './support/flows.js';
 import { hold, lockWaiters, lockWaitersOr, racingUserRow } from './support/pg-locks.js';
@@ -167,6 +167,24 @@ describeApp('reading notifications', () => {
     expect(list.every((n: { read_at: string | null }) => n.read_at !== null)).toBe(true);
     expectError(await fresh.client.post('/v1/notifications/read-all', { all: true }), 400, 'ERR_VALIDATION');
   });
+
+  it('no longer lists, counts, reads or marks a notification past the 90-day retention, swept or not', async () => {
+    const aged = await login(app, { bot });
+    const old = await send(aged.user.id, 'old');
+    const fresh = await send(aged.user.id, 'fresh');
+    // Past the window by the clock; the retention sweep has not come by yet.
+    const past = new Date(Date.now() - 90 * 24 * 3600_000 - 60_000);
+    await app.database.db.update(notifications).set({ createdAt: past }).where(eq(notifications.id, old));
+    const listed = (await aged.client.get('/v1/notifications')).body.notifications.map((n: { id: number }) => n.id);
+    expect(listed).toContain(fresh);
+    expect(listed).not.toContain(old);
+    // The welcome notification and `fresh` are unread; `old` is not counted.
+    expect((await aged.client.get('/v1/notifications/unread')).body).toEqual({ unread: 2 });
+    expectError(await aged.client.post(`/v1/notifications/${old}/read`), 404, 'ERR_NOTIFICATION_NOT_FOUND');
+    expect((await aged.client.post('/v1/notifications/read-all')).body).toEqual({ marked: 2 });
+    const [row] = await app.database.db.select().from(notifications).where(eq(notifications.id, old));
+    expect(row?.readAt).toBeNull();
+  });
 });
 
 describeApp('POST /v1/admin/notifications (targeted)', () => {
@@ -212,16 +230,30 @@ describeApp('POST /v1/admin/notifications (targeted)', () => {
     });
   });
 
-  it('accepts a 100-character title and a 2000-character body; refuses 101 and 2001', async () => {
+  it('accepts a 100-character title and a 2000-character body; refuses 101 and 2001, and a title that is not one line of visible text', async () => {
     const { user } = await login(app, { bot });
     const body = (title: string, text: string) => ({ title, body: text, type: 'info', user_id: user.id });
     expect((await op.post('/v1/admin/notifications', body('t'.repeat(100), 'b'.repeat(2000)))).status).toBe(200);
+    // Counted in code points; visible text may sit among format characters and spaces.
+    expect((await op.post('/v1/admin/notifications', body('\u{1F600}'.repeat(100), 'ok'))).status).toBe(200);
+    expect((await op.post('/v1/admin/notifications', body('\u200bHi\u200d \u{e0041}', 'ok'))).status).toBe(200);
+    expect((await op.post('/v1/admin/notifications', body('\u{1D400}', 'ok'))).status).toBe(200);
     for (const [title, text, field] of [
       ['t'.repeat(101), 'ok', 'body/title'],
+      ['\u{1F600}'.repeat(101), 'ok', 'body/title'],
       ['ok', 'b'.repeat(2001), 'body/body'],
       ['', 'ok', 'body/title'],
       ['   ', 'ok', 'body/title'],
       ['two\nlines', 'ok', 'body/title'],
+      ['two\u2028lines', 'ok', 'body/title'],
+      ['two\u2029lines', 'ok', 'body/title'],
+      ['two\u0085lines', 'ok', 'body/title'],
+      ['two\vlines', 'ok', 'body/title'],
+      ['two\flines', 'ok', 'body/title'],
+      ['\u200b', 'ok', 'body/title'],
+      ['\u200b \u2060\ufeff\u00ad', 'ok', 'body/title'],
+      ['\u{e0020}\u{e0041}\u{e007f}', 'ok', 'body/title'],
+      ['\u{e0020}'.repeat(51), 'ok', 'body/title'],
       ['ok', '', 'body/body'],
     ] as const) {
       const res = await op.post('/v1/admin/notifications', body(title, text));
@@ -847,4 +879,57 @@ describeApp('automated notifications reach the socket', () => {
     expect(event.body).toContain(`**${elsewhere.ip}**`);
     expect((await first.client.get('/v1/notifications/unread')).body).toEqual({ unread: 2 });
   });
+});
+
+const clusterOnly = describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'));
+
+/** Three nodes over one backing: C is alive for Redis but answers no cross-node request. */
+clusterOnly('broadcast with a node that does not answer', () => {
+  let backing: Backing;
+  let nodes: TestApp[] = [];
+  beforeAll(async () => {
+    backing = await createBacking();
+    for (let i = 0; i < 3; i++) nodes.push(await startApp({ backing }));
+  });
+  afterAll(async () => {
+    closeAllSockets();
+    for (const node of nodes.reverse()) await node.close();
+    nodes = [];
+    await backing?.release();
+  });
+
+  it('reaches the users on the nodes that answered, on the sending node and another', async () => {
+    const [a, b, c] = nodes as [TestApp, TestApp, TestApp];
+    const adapterOf = (node: TestApp) =>
+      node.services.realtime.io.of('/').adapter as unknown as {
+        serverCount(): Promise<number>;
+        onMessage(message: unknown, offset?: string): void;
+      };
+    await expect.poll(() => adapterOf(a).serverCount(), { timeout: 20_000 }).toBe(3);
+    // C drops what reaches it over pub/sub (the requests of the cross-node reads): as a stalled
+    // process it stays subscribed, so it is counted, and never answers. Its stream is read as usual.
+    const silent = adapterOf(c);
+    const read = silent.onMessage;
+    silent.onMessage = function (message, offset) {
+      if (offset !== undefined) read.call(this, message, offset);
+    };
+    const loginBot = await createLoginBot(a);
+    const onA = await login(a, { bot: loginBot });
+    const onB = await login(a, { bot: loginBot });
+    const [sa, sb] = [await connectSocket(a.url, onA.client), await connectSocket(b.url, onB.client.on(b))];
+    const res = await operator(a).post('/v1/admin/notifications', {
+      title: 'Partial',
+      body: 'To all.',
+      type: 'system',
+    });
+    expect(res.status).toBe(200);
+    for (const [who, socket] of [
+      [onA, sa],
+      [onB, sb],
+    ] as const) {
+      const event = await socket.next('notification:new', (x) => x.title === 'Partial');
+      const listed = (await who.client.get('/v1/notifications')).body.notifications[0];
+      expect(event).toEqual(listed);
+    }
+  }, 60_000);
 });

@@ -194,7 +194,7 @@ export function createRealtime(server: HttpServer, opts: RealtimeOptions) {
     /** This node's heartbeat and sweep of dead nodes, run now (tests); null in embedded mode. */
     nodePresence,
     /**
-     * The sockets in a room (null: every socket) on every node, or this node's when another does
+     * The sockets in a room (null: every socket) on every node; without those of a node that does
      * not answer in time (socket-reads.ts): for reads that follow a committed change.
      */
     socketsIn: reads.socketsIn,

@@ -1,4 +1,4 @@
-import { isHttpUrl } from '@parlor/protocol';
+import { isHttpUrl, isOneLine } from '@parlor/protocol';
 import { Ajv } from 'ajv';
 import addFormats, { type FormatsPlugin } from 'ajv-formats';
 import type { FastifyInstance, FastifySchemaCompiler } from 'fastify';
@@ -41,6 +41,9 @@ function makeAjv(coerce: boolean) {
   // An http(s) URL a browser can open (protocol isHttpUrl); the schemas' pattern alone lets
   // through text that is no URL (`http://[`, `http://%zz/`), which the room browser refuses.
   ajv.addFormat('http-url', { type: 'string', validate: isHttpUrl });
+  // One line of visible text (protocol isOneLine): Unicode's format characters (U+200B, tags past
+  // U+FFFF) are invisible, and a pattern spelling them all is kilobytes long.
+  ajv.addFormat('one-line', { type: 'string', validate: isOneLine });
   return ajv;
 }
 

@@ -1,7 +1,7 @@
 import type { BotsStore } from '../modules/bots/bots.store.js';
 import { makeInviteRetentionStore } from '../modules/chats/chats.invites.store.js';
 import type { ChatsStore } from '../modules/chats/chats.store.js';
-import type { NotificationsStore } from '../modules/notifications/notifications.store.js';
+import { NOTIFICATIONS_KEPT_MS, type NotificationsStore } from '../modules/notifications/notifications.store.js';
 import { SESSIONS_KEPT_MS, type SessionsStore } from '../modules/sessions/sessions.store.js';
 import { makeRetention, RETENTION_INTERVAL_MS, RETENTION_TASK, type Retention } from '../platform/retention.js';
 import type { WiringContext } from './services.js';
@@ -18,8 +18,11 @@ export const RETENTION_MS = {
    * check read them, and stop at the same window by the clock (sessions.store SESSIONS_KEPT_MS).
    */
   sessions: SESSIONS_KEPT_MS,
-  /** Notifications, read or not, from their creation: the notification list pages back this far. */
-  notifications: 90 * DAY_MS,
+  /**
+   * Notifications, read or not, from their creation: the notification list pages back this far,
+   * and stops at the same window by the clock (notifications.store NOTIFICATIONS_KEPT_MS).
+   */
+  notifications: NOTIFICATIONS_KEPT_MS,
   /** Bot command reports, from their receipt: nothing in the service reads them back. */
   botCommands: 30 * DAY_MS,
   /** Chats' membership history, from the entry: GET …/activity lists this far back. */

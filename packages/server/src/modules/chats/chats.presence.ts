@@ -3,12 +3,13 @@ import { type Realtime, rooms, type SocketData } from '../../platform/realtime.j
 /**
  * Who is in a chat's room, read from the sockets on every node, and the deltas the chat hears.
  * Every read here is part of a change (a join, a leave, a disconnect): when another node does not
- * answer in time, it uses what this node holds (`Realtime.socketsIn`) rather than fail the change.
+ * answer in time, it uses what this node and the others hold (`Realtime.socketsIn`) rather than fail
+ * the change.
  */
 export function makeChatPresence(realtime: Pick<Realtime, 'emitTo' | 'socketsIn'>) {
   /**
-   * One entry per connected session in the chat room, across nodes; the sessions on this node only
-   * when another node does not answer within `CROSS_NODE_READ_TIMEOUT_MS`.
+   * One entry per connected session in the chat room, across nodes; without the sessions of a node
+   * that does not answer within `CROSS_NODE_READ_TIMEOUT_MS`.
    */
   const presence = async (chatId: number) => {
     const { sockets } = await realtime.socketsIn(rooms.chat(chatId));

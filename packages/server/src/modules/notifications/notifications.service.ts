@@ -7,7 +7,7 @@ import type { Tx, UsersStore } from '../users/users.store.js';
 import { makeAdminNotifications } from './notifications.admin.js';
 import type { NotificationEvents } from './notifications.events.js';
 import { toNotification } from './notifications.presenter.js';
-import type { NotificationRow, NotificationsStore } from './notifications.store.js';
+import { isKeptAt, type NotificationRow, type NotificationsStore } from './notifications.store.js';
 import { type AutomatedKind, render } from './notifications.templates.js';
 
 // The templates (notifications.templates.ts) and the admin notifications (notifications.admin.ts)
@@ -53,22 +53,28 @@ export function makeNotificationsService(deps: NotificationsDeps) {
     publish,
 
     async list(userId: number, before: number | undefined, limit: number): Promise<NotificationsPage> {
-      const rows = await store.page(userId, before, limit + 1);
+      const rows = await store.page(userId, before, limit + 1, clock.now());
       const page = rows.slice(0, limit);
       const last = page[page.length - 1];
       return { notifications: page.map(toNotification), next_before: rows.length > limit && last ? last.id : null };
     },
 
     async unread(userId: number): Promise<{ unread: number }> {
-      return { unread: await store.unreadCount(userId) };
+      return { unread: await store.unreadCount(userId, clock.now()) };
     },
 
-    /** Unread → read (spec 3): 404 when absent or someone else's, 409 when already read. */
+    /**
+     * Unread → read (spec 3): 404 when absent, someone else's or past the retention window (the
+     * list no longer shows it, swept or not), 409 when already read.
+     */
     async read(userId: number, id: number): Promise<Notification> {
-      const row = await store.markRead(userId, id, clock.now());
+      const now = clock.now();
+      const row = await store.markRead(userId, id, now);
       if (row) return toNotification(row);
       const existing = await store.byId(id);
-      if (!existing || existing.userId !== userId) throw appError('ERR_NOTIFICATION_NOT_FOUND');
+      if (!existing || existing.userId !== userId || !isKeptAt(existing, now)) {
+        throw appError('ERR_NOTIFICATION_NOT_FOUND');
+      }
       throw appError('ERR_NOTIFICATION_ALREADY_READ');
     },
 

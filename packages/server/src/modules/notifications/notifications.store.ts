@@ -10,6 +10,23 @@ const BROADCAST_DELETION_LOCK = 7245;
 export type NotificationRow = typeof notifications.$inferSelect;
 export type NotificationInsert = typeof notifications.$inferInsert;
 
+/**
+ * How long a notification, read or not, is kept from its creation: the list, the unread count and
+ * the reads stop at this window by the clock (`keptAt`), so what they answer does not wait for the
+ * retention sweep, which deletes what is older (wiring/retention.ts reads this value).
+ */
+export const NOTIFICATIONS_KEPT_MS = 90 * 24 * 3600_000;
+
+/** Notifications created after `now` less NOTIFICATIONS_KEPT_MS: those the retention sweep keeps. */
+function keptAt(now: Date): SQL {
+  return sql`${notifications.createdAt} > ${new Date(now.getTime() - NOTIFICATIONS_KEPT_MS).toISOString()}`;
+}
+
+/** Whether a notification is within the window at `now` (keptAt, for a row already read). */
+export function isKeptAt(row: Pick<NotificationRow, 'createdAt'>, now: Date): boolean {
+  return row.createdAt.getTime() > now.getTime() - NOTIFICATIONS_KEPT_MS;
+}
+
 /** Notifications created at or before `before`: the range of the index notifications_created_idx (retention). */
 export function notificationsBefore(before: Date): SQL {
   return sql`${notifications.createdAt} <= ${before.toISOString()}`;
@@ -94,9 +111,9 @@ export function makeNotificationsStore(db: Db) {
         .where(and(eq(notifications.broadcastId, broadcastId), anyOf(notifications.userId, userIds)));
     },
 
-    /** A page of one user's notifications, newest first, strictly older than `before` when given. */
-    async page(userId: number, before: number | undefined, limit: number): Promise<NotificationRow[]> {
-      const filters = [eq(notifications.userId, userId)];
+    /** A page of one user's kept notifications, newest first, strictly older than `before` when given. */
+    async page(userId: number, before: number | undefined, limit: number, now: Date): Promise<NotificationRow[]> {
+      const filters = [eq(notifications.userId, userId), keptAt(now)];
       if (before !== undefined) filters.push(lt(notifications.id, before));
       return db
         .select()
@@ -106,30 +123,35 @@ export function makeNotificationsStore(db: Db) {
         .limit(limit);
     },
 
-    async unreadCount(userId: number): Promise<number> {
+    async unreadCount(userId: number, now: Date): Promise<number> {
       const [row] = await db
         .select({ n: count() })
         .from(notifications)
-        .where(and(eq(notifications.userId, userId), isNull(notifications.readAt)));
+        .where(and(eq(notifications.userId, userId), isNull(notifications.readAt), keptAt(now)));
       return row?.n ?? 0;
     },
 
-    /** Marks one unread notification of the user read; undefined when it is absent, not theirs or read. */
+    /**
+     * Marks one unread kept notification of the user read (at `at`, the clock's now); undefined when
+     * it is absent, not theirs, past the window or read.
+     */
     async markRead(userId: number, id: number, at: Date): Promise<NotificationRow | undefined> {
       const [row] = await db
         .update(notifications)
         .set({ readAt: at })
-        .where(and(eq(notifications.id, id), eq(notifications.userId, userId), isNull(notifications.readAt)))
+        .where(
+          and(eq(notifications.id, id), eq(notifications.userId, userId), isNull(notifications.readAt), keptAt(at)),
+        )
         .returning();
       return row;
     },
 
-    /** Marks every unread notification of the user read; answers how many changed. */
+    /** Marks every unread kept notification of the user read (at `at`, the clock's now); answers how many changed. */
     async markAllRead(userId: number, at: Date): Promise<number> {
       const rows = await db
         .update(notifications)
         .set({ readAt: at })
-        .where(and(eq(notifications.userId, userId), isNull(notifications.readAt)))
+        .where(and(eq(notifications.userId, userId), isNull(notifications.readAt), keptAt(at)))
         .returning({ id: notifications.id });
       return rows.length;
     },

@@ -81,8 +81,8 @@ export function makeRoomControl(deps: ControlDeps) {
   const asking = new Set<{ chatId: number; userId: number; left: boolean }>();
 
   /**
-   * The user's sockets in the chat's socket room, on any node; when another node does
-   * not answer in time, on this one (`Realtime.socketsIn`): control is still decided, not failed.
+   * The user's sockets in the chat's socket room, on any node; without those of a node that does
+   * not answer in time (`Realtime.socketsIn`): control is still decided, not failed.
    */
   const socketsInChat = async (chatId: number, userId: number) => {
     const { sockets } = await realtime.socketsIn(rooms.chat(chatId));

@@ -1,7 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { FakeClock } from '../../platform/clock.js';
 import { rooms } from '../../platform/realtime.js';
-import { crossNodeReads } from '../../platform/socket-reads.js';
+import { type Answer, type Ask, crossNodeReads, SOCKET_READ_EVENTS } from '../../platform/socket-reads.js';
 import { MemoryState } from '../../platform/state/memory.js';
 import type { VmInfo, VmProvider } from '../../platform/vm/provider.js';
 import { makeVmCluster, PLACE_TTL_MS, type VmCluster } from './vm.cluster.js';
@@ -63,13 +63,23 @@ describe('the room host', () => {
     lookUp = async () => [{ data: { userId: 1 } }, { data: { userId: 2 } }];
     localUsers = [];
     warnings = [];
-    // A socket server as the cross-node reads see it: the lookup across nodes, and this node's sockets.
-    const across = { fetchSockets: () => lookUp() };
+    // A socket server as the cross-node reads see it: one other node, which answers `lookUp` (a
+    // rejection: it does not answer), and this node's sockets.
+    const listeners = new Map<string, (message: never) => void>();
+    const serverSideEmit = (event: string, ask: Ask) => {
+      if (event !== SOCKET_READ_EVENTS.ask) return;
+      const answer = listeners.get(SOCKET_READ_EVENTS.answer) as ((answer: Answer) => void) | undefined;
+      lookUp().then(
+        (found) =>
+          answer?.({ id: ask.id, sockets: found.map((s, i) => ({ id: `r${i}`, data: s.data as never, rooms: [] })) }),
+        () => {},
+      );
+    };
     const io = {
-      in: () => ({ ...across, timeout: () => across }),
       of: () => {
         const sockets = new Map(localUsers.map((userId) => [`s${userId}`, { id: `s${userId}`, data: { userId } }]));
-        return { sockets, adapter: { rooms: new Map([[rooms.chat(chatId), new Set(sockets.keys())]]) } };
+        const adapter = { rooms: new Map([[rooms.chat(chatId), new Set(sockets.keys())]]), serverCount: async () => 2 };
+        return { sockets, adapter, on: (event: string, fn: () => void) => listeners.set(event, fn), serverSideEmit };
       },
     };
     const log = { warn: (_obj: object, msg: string) => warnings.push(msg) };
