@@ -296,6 +296,27 @@ describeApp('a search ended while a pairing has it out of the queue', () => {
     await b.client.post('/v1/portal/match/dequeue', {});
   });
 
+  it('the waiting user reads searching while the pairing has it out, and a second search of it is refused 409 ERR_MATCH_ALREADY_SEARCHING', async () => {
+    const t = tag();
+    const [a, b] = [await member(app), await member(app)];
+    expect((await match(a, [t])).body.state).toBe('searching');
+    const res = await pairingHeldWhile(
+      app,
+      () => match(b, [t]),
+      async () => {
+        expect((await a.client.get('/v1/portal/match/status')).body).toMatchObject({
+          state: 'searching',
+          interests: [t],
+        });
+        expect((await match(a, [tag()])).body.code).toBe('ERR_MATCH_ALREADY_SEARCHING');
+      },
+    );
+    expect(res.body.state).toBe('searching');
+    expect((await a.socket.next('match:found')).peer.id).toBe(b.user.id);
+    // Matched, and searching no more (one search, one chat).
+    expect((await a.client.get('/v1/portal/match/status')).body.state).toBe('matched');
+  });
+
   it("a dequeue of the caller's own search while its pairing runs: idle and no chat; the enqueue answers its search, then match:timeout; the peer searches on", async () => {
     const t = tag();
     const [a, b] = [await member(app), await member(app)];

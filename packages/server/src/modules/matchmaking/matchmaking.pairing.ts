@@ -131,10 +131,19 @@ export function makePairing(deps: PairingDeps) {
     const shared = [tag, ...mine.tags.filter((t) => t !== tag && peer.tags.includes(t))];
     const searchesEnded = () => queue.cancelledOf([peer, mine]);
     // Names and kinds as stored, read by the statement that creates the chat (the peer may have renamed).
+    // The pairing is over either way: the two no longer read as searching (the queue's marker of
+    // an entry out in a pairing), before the peer goes back (a restore that pairs marks it anew).
+    // Best effort: a chat committed stands; a marker left (logged) ends at the entry's deadline.
+    const pairingOver = () =>
+      queue.release([peer, mine]).catch((err: unknown) => {
+        deps.log.warn({ err, userIds: [peer.userId, me.userId] }, 'match pairing markers not released');
+      });
     const made = await chats.createDirect([peer.userId, me.userId], shared, searchesEnded).catch(async (err) => {
+      await pairingOver();
       await putBack(peer);
       throw err;
     });
+    await pairingOver();
     if ('refused' in made) return { kind: await refused(me, peer, made.refused) };
     const { chat, token, users, filled } = made;
     if (filled.length > 0) endSearchesOfFull(filled);

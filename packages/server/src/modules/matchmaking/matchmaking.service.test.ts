@@ -44,6 +44,8 @@ function setup() {
   const strangers = new Set<number>();
   /** Users the fake store says still have a live session. */
   const live = new Set<number>();
+  /** Users the fake store says may not use the platform now, and why. */
+  const refusals = new Map<number, 'ERR_BANNED' | 'ERR_TIMED_OUT' | 'ERR_UNAUTHENTICATED'>();
   const facts: SearcherFacts = { premium: false, activeDirect: 0, exclude: [], country: null, matchBlocked: false };
   /** Holds the next facts read until released (an enqueue in flight), when set. */
   const gate: { next?: Promise<void> } = {};
@@ -87,6 +89,7 @@ function setup() {
       },
       isStranger: async (userId) => strangers.has(userId),
       hasLiveSession: async (userId) => live.has(userId),
+      refusalOf: async (userId) => refusals.get(userId) ?? null,
     },
     realtime: {
       emitTo: (room: string, event: string, e: unknown) => {
@@ -106,7 +109,7 @@ function setup() {
     });
     return release;
   };
-  return { clock, state, queue, svc, calls, facts, searcher, hooks, holdNextRead, strangers, live };
+  return { clock, state, queue, svc, calls, facts, searcher, hooks, holdNextRead, strangers, live, refusals };
 }
 
 describe('matchmaking enqueue pre-checks', () => {
@@ -431,6 +434,77 @@ describe('matchmaking: a search ended or blocked while its pair is being made', 
     expect(await queue.topTags(5)).toEqual([]);
     expect(calls.other).toEqual([]);
   });
+
+  it('a waiting user whose entry a pairing has out reads as searching and cannot start a second search', async () => {
+    const { clock, state, queue, svc, calls, searcher, hooks } = setup();
+    await online(state, clock);
+    await svc.enqueue(searcher(1), ['abc']);
+    let reached!: () => void;
+    const atCreate = new Promise<void>((r) => {
+      reached = r;
+    });
+    let resume!: () => void;
+    hooks.beforeCreate = once(async () => {
+      reached();
+      await new Promise<void>((r) => {
+        resume = r;
+      });
+    });
+    const pairing = svc.enqueue(searcher(2), ['abc']);
+    await atCreate;
+    expect(await svc.status(1)).toMatchObject({ state: 'searching', interests: ['abc'] });
+    await expect(svc.enqueue(searcher(1), ['def'])).rejects.toMatchObject({ code: 'ERR_MATCH_ALREADY_SEARCHING' });
+    resume();
+    expect((await pairing).answer.state).toBe('searching');
+    expect(calls.created).toEqual([[1, 2]]);
+    // Matched, and searching no more.
+    expect(await queue.get(1, clock.now().getTime())).toBeNull();
+    expect(await queue.topTags(5)).toEqual([]);
+  });
+});
+
+describe('matchmaking: a ban or timeout committing while an enqueue is in flight', () => {
+  const online = async (state: MemoryState, clock: FakeClock) => {
+    const until = clock.now().getTime() + 2 * Limits.MATCH_QUEUE_WAIT_MS;
+    for (const id of ['1', '2']) await state.addExpiring('online-users', [id], until);
+  };
+
+  it('refuses the enqueue with the restriction (403 ERR_TIMED_OUT), so the search does not outlast the timeout', async () => {
+    const { clock, state, queue, svc, calls, searcher, holdNextRead, refusals } = setup();
+    await online(state, clock);
+    const release = holdNextRead();
+    // The pre-check has begun; the timeout commits and ends the user's search before it goes on.
+    const enqueuing = svc.enqueue(searcher(1), ['abc']);
+    clock.advance(5);
+    refusals.set(1, 'ERR_TIMED_OUT');
+    await svc.endSearch(1);
+    release();
+    await expect(enqueuing).rejects.toMatchObject({ code: 'ERR_TIMED_OUT' });
+    expect(await queue.get(1, clock.now().getTime())).toBeNull();
+    // Once the 60 s timeout has ended, a user searching on the same tag is not paired with it.
+    refusals.delete(1);
+    clock.advance(61_000);
+    await svc.enqueue(searcher(2), ['abc']);
+    expect(calls.created).toEqual([]);
+    expect(await queue.get(2, clock.now().getTime())).toMatchObject({ userId: 2 });
+    // A new search of the user, begun after the timeout, is queued as usual (and pairs).
+    await svc.enqueue(searcher(1), ['abc']);
+    expect(calls.created).toEqual([[2, 1]]);
+  });
+
+  it('ends the search in flight without queuing it when the restriction was lifted by the time it is refused', async () => {
+    const { clock, state, queue, svc, calls, searcher, holdNextRead } = setup();
+    await online(state, clock);
+    const release = holdNextRead();
+    const enqueuing = svc.enqueue(searcher(1), ['abc']);
+    await svc.endSearch(1);
+    release();
+    const { answer, tellCaller } = await enqueuing;
+    expect(answer.state).toBe('searching');
+    tellCaller?.();
+    expect(calls.other).toEqual([['user:1', 'match:timeout', { interests: ['abc'] }]]);
+    expect(await queue.get(1, clock.now().getTime())).toBeNull();
+  });
 });
 
 describe('matchmaking: a stranger block racing an enqueue', () => {
@@ -617,7 +691,7 @@ describe('matchmaking: searches that end without a pair are told (match:timeout)
   it("ends a stranger's direct chats even when its search could not be ended, and reports that failure", async () => {
     const { queue, svc, calls, strangers } = setup();
     strangers.add(1);
-    queue.dequeue = async () => {
+    queue.endRestricted = async () => {
       throw new Error('state store down');
     };
     await expect(svc.sessionsEnded(1)).rejects.toThrow('state store down');

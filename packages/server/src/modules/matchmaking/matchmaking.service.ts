@@ -100,6 +100,17 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
 
   const { complete, tellEnded } = makePairing(deps);
 
+  /**
+   * An enqueue the queue refused because its user may no longer search since it began: the
+   * refusal its session would now get; the search ended, as for a dequeue, when none applies any
+   * more (the restriction was already lifted).
+   */
+  const restricted = async (userId: number, ended: () => Enqueued): Promise<Enqueued> => {
+    const refusal = await deps.store.refusalOf(userId, clock.now());
+    if (refusal) throw appError(refusal);
+    return ended();
+  };
+
   const markOnline = async (userIds: number[]): Promise<void> => {
     const until = clock.now().getTime() + Limits.ONLINE_TTL_MS;
     if (userIds.length > 0) await state.addExpiring(ONLINE_SET, [...new Set(userIds)].map(String), until);
@@ -176,6 +187,8 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
         if (result.kind === 'barred') throw appError('ERR_STRANGER_BLOCKED');
         // Its slots filled (a parallel search paired) after this pre-check read them.
         if (result.kind === 'full') throw appError('ERR_MATCH_SLOT_LIMIT');
+        // A ban, timeout or session end committed after this pre-check began (endSearch).
+        if (result.kind === 'restricted') return restricted(searcher.userId, ended);
         if (result.kind === 'cancelled' || result.kind === 'expired') return ended();
         if (result.kind !== 'paired') return { answer };
         const done = await complete(searcher, entry, result.peer, result.tag);
@@ -202,10 +215,11 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
      * Ends a user's search, if any, without telling it: it may not use the platform now (a ban or
      * a timeout committed; wiring/services.ts). A pairing holding the search out of the queue does
      * not put it back (as for dequeue), and one that reads the user later refuses it anyway (the
-     * chat store checks the state), so an enqueue already in flight is harmless.
+     * chat store checks the state). An enqueue already in flight, whose pre-check began before,
+     * is refused by the queue (`endRestricted`), so it cannot outlast a timeout.
      */
     async endSearch(userId: number): Promise<void> {
-      await queue.dequeue(userId, clock.now().getTime());
+      await queue.endRestricted(userId, clock.now().getTime());
     },
 
     /**
@@ -220,7 +234,7 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
     async sessionsEnded(userId: number): Promise<void> {
       if (!(await deps.store.isStranger(userId))) return;
       const steps = await Promise.allSettled([
-        queue.dequeue(userId, clock.now().getTime()),
+        queue.endRestricted(userId, clock.now().getTime()),
         deps.store
           .hasLiveSession(userId, clock.now())
           .then((live) => (live ? undefined : chats.leaveAllDirectOfGone(userId))),

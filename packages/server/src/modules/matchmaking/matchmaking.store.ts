@@ -1,9 +1,10 @@
 import { and, eq, sql } from 'drizzle-orm';
+import { stateRefusal } from '../../platform/auth.js';
 import { type Db, rowsOf } from '../../platform/db/index.js';
 import { sessions, users } from '../../platform/db/schema.js';
 import { directActive } from '../chats/chats.direct.store.js';
 import { active } from '../sessions/sessions.store.js';
-import { hasPremium } from '../users/users.presenter.js';
+import { effectiveState, hasPremium } from '../users/users.presenter.js';
 
 /**
  * What POST /v1/portal/match checks about its caller before the queue is touched (read fresh: the
@@ -36,6 +37,15 @@ export interface SearcherKey {
  * most one database round trip before the queue call, shared with the enqueues beside it.
  */
 export function makeMatchmakingStore(db: Db) {
+  /** Whether the user has a session that has neither ended nor expired at `now`. */
+  const hasLiveSession = async (userId: number, now: Date): Promise<boolean> => {
+    const rows = await db
+      .select({ id: sessions.id })
+      .from(sessions)
+      .where(and(eq(sessions.userId, userId), active(now)))
+      .limit(1);
+    return rows.length > 0;
+  };
   return {
     /** One answer per key, in order; undefined where the user does not exist. */
     async searcherFacts(keys: SearcherKey[], now: Date): Promise<(SearcherFacts | undefined)[]> {
@@ -80,14 +90,28 @@ export function makeMatchmakingStore(db: Db) {
       return out;
     },
 
-    /** Whether the user has a session that has neither ended nor expired at `now`. */
-    async hasLiveSession(userId: number, now: Date): Promise<boolean> {
-      const rows = await db
-        .select({ id: sessions.id })
-        .from(sessions)
-        .where(and(eq(sessions.userId, userId), active(now)))
+    hasLiveSession,
+
+    /**
+     * Why the user may not use the platform at `now`, as its session guard would answer, or null:
+     * banned or timed out (its effective state), gone, or a stranger without a live session.
+     */
+    async refusalOf(userId: number, now: Date): Promise<'ERR_BANNED' | 'ERR_TIMED_OUT' | 'ERR_UNAUTHENTICATED' | null> {
+      const [row] = await db
+        .select({
+          state: users.state,
+          stateExpiresAt: users.stateExpiresAt,
+          thenState: users.thenState,
+          thenStateExpiresAt: users.thenStateExpiresAt,
+          stranger: users.isStranger,
+        })
+        .from(users)
+        .where(eq(users.id, userId))
         .limit(1);
-      return rows.length > 0;
+      if (!row) return 'ERR_UNAUTHENTICATED';
+      const refusal = stateRefusal(effectiveState(row, now));
+      if (refusal) return refusal;
+      return row.stranger && !(await hasLiveSession(userId, now)) ? 'ERR_UNAUTHENTICATED' : null;
     },
 
     /** Whether the user is an anonymous stranger (false when it does not exist). */

@@ -2,6 +2,7 @@ import {
   byCodeUnits,
   CANCEL_MARK_MS,
   CANDIDATE_SCAN_LIMIT,
+  DROPPED_SCAN_LIMIT,
   type EnqueueResult,
   enqueueResult,
   FULL_MARK_MS,
@@ -22,6 +23,22 @@ export class MemoryMatchQueue implements MatchQueue {
   private readonly full = new Map<number, number>();
   /** Users whose search `dequeue` ended → when (ms). */
   private readonly cancelled = new Map<number, number>();
+  /** Users who may no longer search → when (ms; endRestricted). */
+  private readonly restricted = new Map<number, number>();
+  /** Users whose entry a pairing has out of the queue → that entry (they still search). */
+  private readonly out = new Map<number, QueueEntry>();
+
+  /** The user's entry a pairing has out, before its deadline (a later one is forgotten). */
+  private outOf(userId: number, now: number): QueueEntry | undefined {
+    const e = this.out.get(userId);
+    if (e && e.deadline <= now) this.out.delete(userId);
+    return e && e.deadline > now ? e : undefined;
+  }
+
+  /** Forgets the user's out-of-queue marker if it is this entry's. */
+  private releaseOne(e: Pick<QueueEntry, 'userId' | 'enqueuedAt'>): void {
+    if (this.out.get(e.userId)?.enqueuedAt === e.enqueuedAt) this.out.delete(e.userId);
+  }
 
   private isBarred(userId: number, now: number): boolean {
     return (this.barred.get(userId)?.until ?? 0) > now;
@@ -65,18 +82,28 @@ export class MemoryMatchQueue implements MatchQueue {
    */
   private place(entry: QueueEntry, now: number, placed: 'queued' | 'restored'): Placing {
     const dropped: QueueEntry[] = [];
+    // A restored entry is back from its pairing, whatever becomes of it now.
+    if (placed === 'restored') this.releaseOne(entry);
     if (this.isBarred(entry.userId, now)) return { kind: 'barred', dropped };
     if (entry.enqueuedAt <= (this.full.get(entry.userId) ?? Number.NEGATIVE_INFINITY)) return { kind: 'full', dropped };
+    if (entry.enqueuedAt <= (this.restricted.get(entry.userId) ?? Number.NEGATIVE_INFINITY))
+      return { kind: 'restricted', dropped };
     if (placed === 'restored' && entry.deadline <= now) return { kind: 'expired', dropped };
     if (placed === 'restored' && entry.enqueuedAt <= (this.cancelled.get(entry.userId) ?? Number.NEGATIVE_INFINITY))
       return { kind: 'cancelled', dropped };
     const current = this.entries.get(entry.userId);
-    if (current && current.deadline > now) return { kind: 'already', dropped };
-    // The user's own finished search, replaced by this one (not reported: the user has moved on).
+    if ((current && current.deadline > now) || this.outOf(entry.userId, now)) return { kind: 'already', dropped };
+    // The user's own finished search, replaced by this one (not reported: a match:timeout now
+    // would read as ending the search the user has just begun).
     if (current) this.remove(entry.userId);
     if (placed === 'queued') this.searchesAgain(entry);
     const paired = this.takePeer(entry, now, dropped);
-    if (paired) return { kind: 'paired', ...paired, dropped };
+    if (paired) {
+      // Both are out of the queue in a pairing: a restored entry is that pairing's caller.
+      this.out.set(paired.peer.userId, paired.peer);
+      if (placed === 'restored') this.out.set(entry.userId, entry);
+      return { kind: 'paired', ...paired, dropped };
+    }
     this.insert(entry);
     return { kind: placed, dropped };
   }
@@ -84,7 +111,7 @@ export class MemoryMatchQueue implements MatchQueue {
   /**
    * Takes the longest-waiting compatible user on the entry's first tag that has one out of the
    * queue, looking at up to CANDIDATE_SCAN_LIMIT users in line on each tag; expired ones met on
-   * the way leave the queue too, into `dropped`.
+   * the way leave the queue too, into `dropped` (up to DROPPED_SCAN_LIMIT, not counted as looked at).
    */
   private takePeer(entry: QueueEntry, now: number, dropped: QueueEntry[]): { peer: QueueEntry; tag: string } | null {
     const excluded = new Set(entry.exclude);
@@ -92,15 +119,16 @@ export class MemoryMatchQueue implements MatchQueue {
       // `remove` replaces a tag's line rather than editing it, so this one stays as it was.
       let looked = 0;
       for (const candidateId of this.byTag.get(tag) ?? []) {
-        if (looked++ === CANDIDATE_SCAN_LIMIT) break;
-        if (candidateId === entry.userId || excluded.has(candidateId)) continue;
+        if (looked === CANDIDATE_SCAN_LIMIT) break;
         const candidate = this.entries.get(candidateId);
-        if (!candidate) continue;
-        if (candidate.deadline <= now) {
+        const mayRead = candidateId !== entry.userId && !excluded.has(candidateId);
+        if (mayRead && candidate && candidate.deadline <= now && dropped.length < DROPPED_SCAN_LIMIT) {
           this.remove(candidateId);
           dropped.push(candidate);
           continue;
         }
+        looked++;
+        if (!mayRead || !candidate || candidate.deadline <= now) continue;
         if (candidate.exclude.includes(entry.userId)) continue;
         this.remove(candidateId);
         return { peer: candidate, tag };
@@ -126,7 +154,18 @@ export class MemoryMatchQueue implements MatchQueue {
   async dequeue(userId: number, now: number): Promise<boolean> {
     for (const [id, at] of this.cancelled) if (at <= now - CANCEL_MARK_MS) this.cancelled.delete(id);
     this.cancelled.set(userId, Math.max(now, this.cancelled.get(userId) ?? now));
+    this.out.delete(userId);
     return this.remove(userId) !== undefined;
+  }
+
+  async endRestricted(userId: number, now: number): Promise<boolean> {
+    for (const [id, at] of this.restricted) if (at <= now - FULL_MARK_MS) this.restricted.delete(id);
+    this.restricted.set(userId, Math.max(now, this.restricted.get(userId) ?? now));
+    return this.dequeue(userId, now);
+  }
+
+  async release(entries: readonly Pick<QueueEntry, 'userId' | 'enqueuedAt'>[]): Promise<void> {
+    for (const e of entries) this.releaseOne(e);
   }
 
   async cancelledOf(entries: readonly Pick<QueueEntry, 'userId' | 'enqueuedAt'>[]): Promise<number[]> {
@@ -164,7 +203,7 @@ export class MemoryMatchQueue implements MatchQueue {
 
   async get(userId: number, now: number): Promise<QueueEntry | null> {
     const e = this.entries.get(userId);
-    return e && e.deadline > now ? e : null;
+    return (e && e.deadline > now ? e : this.outOf(userId, now)) ?? null;
   }
 
   async popExpired(now: number, limit: number): Promise<QueueEntry[]> {

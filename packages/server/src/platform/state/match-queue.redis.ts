@@ -11,7 +11,7 @@ import {
   type RestoreResult,
   restoreResult,
 } from './match-queue.js';
-import { BAR, DEQUEUE, MARK_FULL, PLACE, POP_EXPIRED, TOP_TAGS, UNBAR } from './match-queue.lua.js';
+import { BAR, DEQUEUE, MARK_FULL, PLACE, POP_EXPIRED, RELEASE, TOP_TAGS, UNBAR } from './match-queue.lua.js';
 
 /**
  * The cluster-mode queue: every operation is one Lua script, so pairing is atomic across nodes.
@@ -55,6 +55,21 @@ export class RedisMatchQueue implements MatchQueue {
     return (await this.client.eval(DEQUEUE, 0, this.prefix, String(userId), String(now), String(CANCEL_MARK_MS))) === 1;
   }
 
+  async endRestricted(userId: number, now: number): Promise<boolean> {
+    const args = [this.prefix, String(userId), String(now), String(CANCEL_MARK_MS), String(FULL_MARK_MS)];
+    return (await this.client.eval(DEQUEUE, 0, ...args)) === 1;
+  }
+
+  async release(entries: readonly Pick<QueueEntry, 'userId' | 'enqueuedAt'>[]): Promise<void> {
+    if (entries.length === 0) return;
+    await this.client.eval(
+      RELEASE,
+      0,
+      this.prefix,
+      ...entries.flatMap((e) => [String(e.userId), String(e.enqueuedAt)]),
+    );
+  }
+
   async cancelledOf(entries: readonly Pick<QueueEntry, 'userId' | 'enqueuedAt'>[]): Promise<number[]> {
     if (entries.length === 0) return [];
     const marks = await this.reads.zmscore(`${this.prefix}mq:cancelled`, ...entries.map((e) => String(e.userId)));
@@ -85,10 +100,13 @@ export class RedisMatchQueue implements MatchQueue {
   }
 
   async get(userId: number, now: number): Promise<QueueEntry | null> {
-    const raw = await this.reads.get(`${this.prefix}mq:e:${userId}`);
-    if (!raw) return null;
-    const e = JSON.parse(raw) as QueueEntry;
-    return e.deadline > now ? e : null;
+    // Queued, or out of the queue in a pairing (one round trip for both).
+    const raws = await this.reads.mget(`${this.prefix}mq:e:${userId}`, `${this.prefix}mq:o:${userId}`);
+    for (const raw of raws) {
+      const e = raw ? (JSON.parse(raw) as QueueEntry) : null;
+      if (e && e.deadline > now) return e;
+    }
+    return null;
   }
 
   async popExpired(now: number, limit: number): Promise<QueueEntry[]> {

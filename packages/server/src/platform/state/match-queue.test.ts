@@ -6,6 +6,7 @@ import {
   CANCEL_MARK_MS,
   CANDIDATE_SCAN_LIMIT,
   CANDIDATES_PER_TAG,
+  DROPPED_SCAN_LIMIT,
   FULL_MARK_MS,
   type MatchQueue,
   type QueueEntry,
@@ -71,6 +72,12 @@ describe.each(implementations)('the %s match queue', (_name, makeNodes) => {
     expect(await q.enqueue(entry(2, ['books']), NOW)).toEqual(QUEUED);
     const res = await q.enqueue(entry(3, ['books', 'games']), NOW);
     expect(res).toMatchObject({ kind: 'paired', tag: 'books', peer: { userId: 2 } });
+    // Out of the queue; searching until the pairing is over.
+    expect(await q.topTags(5)).toEqual([
+      { tag: 'games', searching: 1 },
+      { tag: 'music', searching: 1 },
+    ]);
+    await q.release([entry(2, ['books']), entry(3, ['books', 'games'])]);
     expect(await q.get(2, NOW)).toBeNull();
     expect(await q.get(3, NOW)).toBeNull();
     expect(await q.get(1, NOW)).toMatchObject({ userId: 1, tags: ['music', 'games'] });
@@ -141,6 +148,7 @@ describe.each(implementations)('the %s match queue', (_name, makeNodes) => {
       tag: 'bbb',
       dropped: [],
     });
+    await q.release([entry(1, ['aaa', 'bbb']), entry(4, ['bbb'])]);
     expect(await q.get(1, NOW)).toBeNull();
     expect(await q.get(4, NOW)).toBeNull();
     expect(await q.topTags(5)).toEqual([{ tag: 'aaa', searching: 1 }]);
@@ -234,6 +242,99 @@ describe.each(implementations)('the %s match queue', (_name, makeNodes) => {
       tag: 'music',
       peer: { userId: V },
     });
+  });
+
+  it(`does not count expired users toward the scan limit: up to DROPPED_SCAN_LIMIT (${DROPPED_SCAN_LIMIT}) leave on the way`, async () => {
+    const q = make();
+    // As many expired users ahead as the scan limit, then a compatible user.
+    expect(DROPPED_SCAN_LIMIT).toBeGreaterThanOrEqual(CANDIDATE_SCAN_LIMIT);
+    const ahead = range(1, CANDIDATE_SCAN_LIMIT);
+    await line(q, ahead, 'music', () => ({ deadline: NOW + 10 }));
+    expect(await q.enqueue(entry(V, ['music'], { exclude: ahead }), NOW)).toEqual(QUEUED);
+    const res = await q.enqueue(entry(C, ['music']), NOW + 20);
+    expect(res).toMatchObject({ kind: 'paired', tag: 'music', peer: { userId: V } });
+    expect(res.dropped.map((e) => e.userId)).toEqual(ahead);
+    expect(await q.popExpired(NOW + 20, 10)).toEqual([]);
+    expect(await q.topTags(5)).toEqual([]);
+  });
+
+  it("replaces a user's own expired entry when it searches again, without answering it (dropped) or leaving it for the sweep", async () => {
+    const q = make();
+    expect(await q.enqueue(entry(1, ['aaa'], { deadline: NOW + 10 }), NOW)).toEqual(QUEUED);
+    const again = entry(1, ['bbb'], { enqueuedAt: NOW + 20 });
+    expect(await q.enqueue(again, NOW + 20)).toEqual(QUEUED);
+    expect(await q.popExpired(NOW + 20, 10)).toEqual([]);
+    expect(await q.get(1, NOW + 20)).toEqual(again);
+    expect(await q.topTags(5)).toEqual([{ tag: 'bbb', searching: 1 }]);
+  });
+
+  it('keeps a peer a pairing took out searching (get; its enqueues answer already) until released, restored, dequeued or past its deadline', async () => {
+    const q = make();
+    const one = entry(1, ['aaa'], { deadline: NOW + 1_000 });
+    expect(await q.enqueue(one, NOW)).toEqual(QUEUED);
+    expect(await q.enqueue(entry(2, ['aaa']), NOW)).toMatchObject({ kind: 'paired', peer: one });
+    expect(await q.get(1, NOW + 5)).toEqual(one);
+    expect(await q.enqueue(entry(1, ['bbb'], { enqueuedAt: NOW + 5 }), NOW + 5)).toEqual(placed('already'));
+    expect(await q.topTags(5)).toEqual([]);
+    // Releasing another entry of the user (or another user's) leaves it.
+    await q.release([{ userId: 1, enqueuedAt: NOW + 5 }, entry(2, ['aaa'])]);
+    expect(await q.get(1, NOW + 5)).toEqual(one);
+    await q.release([one, entry(2, ['aaa'])]);
+    expect(await q.get(1, NOW + 5)).toBeNull();
+    // Restored: queued again; restored into a pairing: both read as searching until released.
+    const ten = entry(10, ['xxx']);
+    expect(await q.enqueue(ten, NOW)).toEqual(QUEUED);
+    expect(await q.enqueue(entry(11, ['xxx']), NOW)).toMatchObject({ kind: 'paired', peer: ten });
+    expect(await q.restore(ten, NOW + 5)).toEqual(placed('restored'));
+    expect(await q.get(10, NOW + 5)).toEqual(ten);
+    expect(await q.enqueue(entry(12, ['xxx']), NOW + 5)).toMatchObject({ kind: 'paired', peer: ten });
+    expect(await q.enqueue(entry(13, ['xxx']), NOW + 5)).toEqual(QUEUED);
+    expect(await q.restore(ten, NOW + 6)).toMatchObject({ kind: 'paired', peer: { userId: 13 } });
+    expect(await q.get(10, NOW + 6)).toEqual(ten);
+    expect(await q.get(13, NOW + 6)).toEqual(entry(13, ['xxx']));
+    await q.release([entry(13, ['xxx']), ten]);
+    expect(await q.get(10, NOW + 6)).toBeNull();
+    expect(await q.get(13, NOW + 6)).toBeNull();
+    // Dequeued: no longer searching.
+    expect(await q.enqueue(entry(6, ['ccc']), NOW)).toEqual(QUEUED);
+    expect(await q.enqueue(entry(7, ['ccc']), NOW)).toMatchObject({ kind: 'paired', peer: { userId: 6 } });
+    expect(await q.dequeue(6, NOW + 5)).toBe(false);
+    expect(await q.get(6, NOW + 5)).toBeNull();
+    // Past its deadline (a pairing that never ended: its node went down): a new search is queued.
+    const eight = entry(8, ['ddd'], { deadline: NOW + 50 });
+    expect(await q.enqueue(eight, NOW)).toEqual(QUEUED);
+    expect(await q.enqueue(entry(9, ['ddd']), NOW)).toMatchObject({ kind: 'paired', peer: eight });
+    expect(await q.get(8, NOW + 49)).toEqual(eight);
+    expect(await q.get(8, NOW + 50)).toBeNull();
+    expect(await q.enqueue(entry(8, ['ddd'], { enqueuedAt: NOW + 50 }), NOW + 50)).toEqual(QUEUED);
+  });
+
+  it("ends a restricted user's search and refuses its enqueues and restores that began at or before the mark, for FULL_MARK_MS", async () => {
+    const q = make();
+    expect(await q.enqueue(entry(1, ['aaa']), NOW)).toEqual(QUEUED);
+    expect(await q.enqueue(entry(2, ['bbb'], { exclude: [1] }), NOW)).toEqual(QUEUED);
+    expect(await q.endRestricted(1, NOW + 10)).toBe(true);
+    expect(await q.get(1, NOW + 10)).toBeNull();
+    // Began before the mark (an enqueue in flight): refused, nothing queued, nobody taken; also
+    // after a later search of another node lowered the cancelled mark.
+    for (const at of [NOW + 5, NOW + 10]) {
+      const inFlight = entry(1, ['bbb'], { enqueuedAt: at });
+      expect(await q.enqueue(inFlight, NOW + 20)).toEqual(placed('restricted'));
+      expect(await q.restore(inFlight, NOW + 20)).toEqual(placed('restricted'));
+    }
+    expect(await q.endRestricted(3, NOW + 10)).toBe(false);
+    expect(await q.enqueue(entry(3, ['ccc'], { enqueuedAt: NOW + 11 }), NOW + 11)).toEqual(QUEUED);
+    expect(await q.enqueue(entry(1, ['bbb'], { enqueuedAt: NOW + 9 }), NOW + 30)).toEqual(placed('restricted'));
+    expect(await q.get(2, NOW + 30)).toMatchObject({ userId: 2 });
+    // Began after it: placed as usual. A dequeue places no such mark.
+    expect(await q.enqueue(entry(1, ['ddd'], { enqueuedAt: NOW + 11 }), NOW + 30)).toEqual(QUEUED);
+    await q.dequeue(4, NOW + 10);
+    expect(await q.enqueue(entry(4, ['eee'], { enqueuedAt: NOW }), NOW + 30)).toEqual(QUEUED);
+    // A later mark of another user forgets marks older than FULL_MARK_MS.
+    await q.endRestricted(5, NOW + 10);
+    await q.endRestricted(6, NOW + 10 + FULL_MARK_MS);
+    const stale = entry(5, ['fff'], { enqueuedAt: NOW + 5, deadline: NOW + 2 * FULL_MARK_MS });
+    expect(await q.enqueue(stale, NOW + 10 + FULL_MARK_MS)).toEqual(QUEUED);
   });
 
   it('bars a user: out of the queue at once, its enqueues and restores refused until the bar ends or is lifted', async () => {
@@ -413,7 +514,9 @@ describe.each(implementations)('the %s match queue', (_name, makeNodes) => {
             expect(mine?.exclude).not.toContain(peer);
             expect(theirs?.exclude).not.toContain(me);
           }
-          // Whoever is in a pair is out of the queue; everyone else was queued and still waits.
+          // Whoever is in a pair is out of the queue (once the pairings are over); everyone else
+          // was queued and still waits.
+          await q.release(results.flatMap((r, i) => (r.kind === 'paired' ? [r.peer, entry(i + 1, [])] : [])));
           const waiting: number[] = [];
           for (let id = 1; id <= users.length; id++) {
             const queued = await q.get(id, NOW);

@@ -36,6 +36,8 @@ export type EnqueueResult = (
   | { kind: 'barred' }
   /** Refused: the user's direct-chat slots filled after the entry's `enqueuedAt` (see `markFull`). */
   | { kind: 'full' }
+  /** Refused: the user may no longer search since the entry's `enqueuedAt` (see `endRestricted`). */
+  | { kind: 'restricted' }
 ) &
   Dropped;
 
@@ -44,8 +46,8 @@ export type EnqueueResult = (
  * paired at once with a compatible user that queued while it was out (`peer`, now out of the
  * queue); `expired`, not restored (its deadline passed meanwhile); `already`, not restored (the
  * user searches again, on a newer entry); `barred`, not restored; `full`, not restored (its
- * direct-chat slots filled since it queued); `cancelled`, not restored (the user's search was
- * ended by `dequeue` since it queued).
+ * direct-chat slots filled since it queued); `restricted`, not restored (`endRestricted` since it
+ * queued); `cancelled`, not restored (the user's search was ended by `dequeue` since it queued).
  */
 export type RestoreResult = (
   | { kind: 'restored' }
@@ -53,6 +55,7 @@ export type RestoreResult = (
   | { kind: 'already' }
   | { kind: 'barred' }
   | { kind: 'full' }
+  | { kind: 'restricted' }
   | { kind: 'cancelled' }
   | { kind: 'paired'; peer: QueueEntry; tag: string }
 ) &
@@ -63,23 +66,40 @@ export interface MatchQueue {
    * Pairs the entry with the longest-waiting compatible user on its first tag that has one, else
    * queues it. On each tag it looks at up to CANDIDATE_SCAN_LIMIT waiting users, in line order
    * (Redis reads them CANDIDATES_PER_TAG at a time); expired ones it meets leave the queue
-   * (`dropped`).
+   * (`dropped`, up to DROPPED_SCAN_LIMIT a placing, not counted among those looked at). A peer it
+   * takes out reads as searching (`get`, and `already` to its user's enqueues) until `release`,
+   * a restore or a dequeue of it, or its deadline. The user's own expired entry, if any, is
+   * replaced (not in `dropped`: the user has moved on to this search).
    */
   enqueue(entry: QueueEntry, now: number): Promise<EnqueueResult>;
   /**
    * Puts back an entry that `enqueue` answered as a peer, exactly as it was (its place in line,
    * deadline and exclusions): for when the pair could not be made. A compatible user that queued
    * while it was out (and so could not pair with it) is paired with it instead, as `enqueue` would
-   * (expired users it meets on the way: `dropped`).
+   * (expired users it meets on the way: `dropped`); the entry then reads as searching, as the peer
+   * does, until `release`.
    */
   restore(entry: QueueEntry, now: number): Promise<RestoreResult>;
   /**
    * Ends a user's search at `now` (ms): removes its entry (false when none was queued) and, in the
    * same atomic step, marks the user cancelled at `now` for CANCEL_MARK_MS, so that a restore of
    * an entry of its that began at or before then is refused (`cancelled`): a pairing may have had
-   * the entry out of the queue meanwhile, and the search it ended must not come back.
+   * the entry out of the queue meanwhile, and the search it ended must not come back. An entry a
+   * pairing has out no longer reads as searching.
    */
   dequeue(userId: number, now: number): Promise<boolean>;
+  /**
+   * `dequeue` for a user who may no longer search (a ban, a timeout, a stranger's session ended),
+   * and in the same step marks the user restricted at `now` for FULL_MARK_MS: an enqueue or restore
+   * of an entry that began at or before the mark is refused (`restricted`), whatever its node read
+   * before (an enqueue in flight). Unlike the cancelled mark, a new search does not lower it.
+   */
+  endRestricted(userId: number, now: number): Promise<boolean>;
+  /**
+   * A pairing that took these entries out is over (its chat made, or refused): they no longer
+   * read as searching. A marker of a newer entry of the user is left alone.
+   */
+  release(entries: readonly Pick<QueueEntry, 'userId' | 'enqueuedAt'>[]): Promise<void>;
   /**
    * Of these searches (the two of a pair being made), the users whose search `dequeue` ended: the
    * user's cancelled mark is at or after the entry's `enqueuedAt`, as `restore` reads it. A
@@ -110,6 +130,7 @@ export interface MatchQueue {
    * concurrent block that did happen, or is still being written) keeps the user barred.
    */
   unbar(userId: number): Promise<void>;
+  /** The user's search before its deadline: queued, or out of the queue in a pairing (see `enqueue`). */
   get(userId: number, now: number): Promise<QueueEntry | null>;
   /** Takes out up to `limit` entries whose deadline passed; each is returned to exactly one caller. */
   popExpired(now: number, limit: number): Promise<QueueEntry[]>;
@@ -152,6 +173,14 @@ export const CANDIDATES_PER_TAG = 50;
  * it; only more than this many incompatible users ahead on a tag can (docs/api.md, Matchmaking).
  */
 export const CANDIDATE_SCAN_LIMIT = 1_000;
+
+/**
+ * How many expired entries one placing takes out on its way at most (`dropped`), over all its
+ * tags. They do not count toward CANDIDATE_SCAN_LIMIT, so expired entries ahead do not hide a
+ * compatible user; past this many, further expired ones are passed over like any other user looked
+ * at (they stay for the deadline sweep), so one placing's work stays bounded.
+ */
+export const DROPPED_SCAN_LIMIT = 1_000;
 
 /**
  * How long the queue keeps a user's slots-filled mark (`markFull`). Callers must reach the queue
