@@ -204,6 +204,27 @@ describeApp('POST /v1/portal/chats/create: the slots follow the creator as store
     expect({ status: res.status, code: res.body.code }).toEqual({ status: 403, code: 'ERR_CHAT_CREATE_FORBIDDEN' });
     expect(await ownedBy(timed, admin.user.id)).toBe(0);
   });
+
+  it('answers 403 ERR_BANNED and 403 ERR_TIMED_OUT to a Premium user Banned or timed out by a write the node’s session cache has not heard of, and creates nothing', async () => {
+    const anHourOn = new Date(clock.now().getTime() + 3_600_000).toISOString();
+    const answers = [];
+    for (const state of ['state = 2', `state = 1, state_expires_at = '${anHourOn}'`]) {
+      const who = await login(timed);
+      await timed.database.db.execute(
+        `update users set subscription_tier = 2, subscription_expires_at = now() + interval '7 days' where id = ${who.user.id}` as never,
+      );
+      expect((await who.client.get('/v1/users/me')).status).toBe(200);
+      // Written behind the stores' back (as another node's commit whose invalidation is on its way).
+      await timed.database.db.execute(`update users set ${state} where id = ${who.user.id}` as never);
+      expect((await who.client.get('/v1/users/me')).status).toBe(200);
+      const res = await create(who.client, 'private', 'Restricted');
+      answers.push({ status: res.status, code: res.body.code, owned: await ownedBy(timed, who.user.id) });
+    }
+    expect(answers).toEqual([
+      { status: 403, code: 'ERR_BANNED', owned: 0 },
+      { status: 403, code: 'ERR_TIMED_OUT', owned: 0 },
+    ]);
+  });
 });
 
 // PostgreSQL: the creation meets a change of the creator that another transaction (a revoke or a
@@ -241,6 +262,19 @@ describeApp('POST /v1/portal/chats/create racing a change of the creator (Postgr
       );
       expect({ status: res.status, code: res.body.code }).toEqual({ status: 403, code: 'ERR_CHAT_CREATE_FORBIDDEN' });
       expect(await ownedBy(app, admin.user.id)).toBe(0);
+    },
+  );
+
+  it.skipIf(MODE !== 'cluster')(
+    'answers 403 ERR_BANNED when a ban commits while the creation waits for the creator’s row, and creates nothing',
+    async () => {
+      const who = await login(app);
+      await premium(who.user.id);
+      const res = await racing(who.user.id, `update users set state = 2 where id = ${who.user.id}`, () =>
+        create(who.client, 'public', 'Banned'),
+      );
+      expect({ status: res.status, code: res.body.code }).toEqual({ status: 403, code: 'ERR_BANNED' });
+      expect(await ownedBy(app, who.user.id)).toBe(0);
     },
   );
 });
@@ -505,6 +539,24 @@ describeApp('invites of a private chat: its owner’s and Admins’ only (docs/a
     // The owner’s and the Admin’s invites outlived the change, and still open it once private again.
     expect((await owner.client.post(`/v1/portal/chats/${chatId}/config/update`, { type: 'private' })).status).toBe(200);
     expect(await join(outsider, { invite: byOwner })).toMatchObject({ ok: true, chat: { id: chatId } });
+    expect(await join(await member(app), { invite: byAdmin })).toMatchObject({ ok: true, chat: { id: chatId } });
+  });
+
+  it('a config update that repeats a private chat’s type revokes nothing: a demoted Admin’s invite comes back, listed and honoured, once its creator is promoted again', async () => {
+    const owner = await member(app);
+    await premium(owner.user.id);
+    const chatId: number = (await create(owner.client, 'private', 'Kept')).body.chat.id;
+    const admin = await member(app, { level: 2 });
+    const byAdmin = await inviteOf(admin, chatId);
+    await setLevel(app, admin.user.id, 0);
+    // A client sending its full settings: the type is the one the chat already has.
+    const renamed = await owner.client.post(`/v1/portal/chats/${chatId}/config/update`, {
+      name: 'Renamed',
+      type: 'private',
+    });
+    expect([renamed.status, renamed.body.chat?.name]).toEqual([200, 'Renamed']);
+    await setLevel(app, admin.user.id, 2);
+    expect(await listed(owner, chatId)).toEqual([byAdmin]);
     expect(await join(await member(app), { invite: byAdmin })).toMatchObject({ ok: true, chat: { id: chatId } });
   });
 

@@ -1,12 +1,13 @@
 import type { Chat } from '@parlor/protocol';
 import { sql } from 'drizzle-orm';
+import { stateRefusal } from '../../platform/auth.js';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
 import { canManageOfficial } from '../admin/admin.rules.js';
 import { storedCallerLevel } from '../users/users.caller.js';
-import { hasPremium } from '../users/users.presenter.js';
+import { effectiveState, hasPremium } from '../users/users.presenter.js';
 import type { Tx } from '../users/users.store.js';
 import { assertChatManager } from './chats.invites.js';
 import { toChat } from './chats.presenter.js';
@@ -70,7 +71,9 @@ export function makeChatLifecycle({ db, store, clock, realtime, mustGet, written
      * The slots (spec 2.11) follow the creator's row as locked here, never the session's view of it:
      * a revoke or demotion committed before the creation holds that row is seen, and a later one
      * waits for the creation. A creator whose account is deleted while this runs answers 401
-     * ERR_UNAUTHENTICATED (its session ended with it), never a foreign-key error. The answer is the
+     * ERR_UNAUTHENTICATED (its session ended with it), never a foreign-key error; one Banned or
+     * timed out on that row (its effective state, as storedCallerLevel reads it) answers ERR_BANNED
+     * or ERR_TIMED_OUT, as its session would once this node hears of it. The answer is the
      * chat as this transaction wrote it (`written`), never read again after the commit.
      */
     async create(viewer: Viewer, body: { name: string; type: 'public' | 'private' }): Promise<Chat> {
@@ -81,6 +84,8 @@ export function makeChatLifecycle({ db, store, clock, realtime, mustGet, written
         // The creator's row, held until the commit: a deletion either committed before (gone) or waits.
         const creator = await store.lockCreator(viewer.userId, tx);
         if (!creator) throw appError('ERR_UNAUTHENTICATED');
+        const refusal = stateRefusal(effectiveState(creator, now));
+        if (refusal) throw appError(refusal);
         const slots = chatSlots(creator.permissionLevel, hasPremium(creator, now));
         if (slots === 0) throw appError('ERR_CHAT_CREATE_FORBIDDEN');
         if ((await store.countOwned(viewer.userId, tx)) >= slots) throw appError('ERR_CHAT_SLOT_LIMIT');
@@ -127,9 +132,10 @@ export function makeChatLifecycle({ db, store, clock, realtime, mustGet, written
 
     /**
      * Name and type; `extra` runs in the same transaction (the admin routes' audit entry). Making a
-     * chat private revokes, in that transaction, the live invites it no longer honours (those of
-     * creators who are neither its owner nor Admin or above: a member's, made while it was public),
-     * so they are gone for good, and do not come back if it is made public again. The answer and
+     * public chat private (as locked here; `type: 'private'` on a private chat revokes nothing)
+     * revokes, in that transaction, the live invites it no longer honours (those of creators who
+     * are neither its owner nor Admin or above: a member's, made while it was public), so they are
+     * gone for good, and do not come back if it is made public again. The answer and
      * `chat:updated` are the chat as this transaction wrote it: a deletion committed right after
      * the update cannot turn a change that committed (and its audit entry) into a 404. The caller's
      * right is decided again on its level as stored, under the chat's lock (`lockManaged`).
@@ -147,7 +153,7 @@ export function makeChatLifecycle({ db, store, clock, realtime, mustGet, written
         throw appError('ERR_FORBIDDEN', 'Only public and private chats change type.');
       const now = clock.now();
       const updated = await db.transaction(async (tx) => {
-        await lockManaged(viewer, chatId, tx);
+        const before = await lockManaged(viewer, chatId, tx);
         const row = await store.update(
           chatId,
           {
@@ -161,7 +167,9 @@ export function makeChatLifecycle({ db, store, clock, realtime, mustGet, written
         if (!row) throw appError('ERR_CHAT_NOT_FOUND');
         // The chat's row is held from `lockManaged`: an invite being created or spent waits for
         // it, and reads the chat as private (chats.invites.store `creatorMayInvite`).
-        if (body.type === 'private') await store.revokeUnissuable(chatId, row, now, tx);
+        // Already private: its invites a demoted creator may no longer issue are only left out, and
+        // come back if the creator is promoted again (docs/api.md, Chats), so nothing is revoked.
+        if (body.type === 'private' && before.type !== 'private') await store.revokeUnissuable(chatId, row, now, tx);
         if (extra) await extra(tx, chat);
         return written(row, tx);
       });

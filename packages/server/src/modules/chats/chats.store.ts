@@ -2,6 +2,7 @@ import { and, count, desc, eq, exists, inArray, isNull, sql } from 'drizzle-orm'
 import { anyOf, type Db } from '../../platform/db/index.js';
 import { chatMembers, chats, moderationActions, users } from '../../platform/db/schema.js';
 import { restrictionInForce } from '../messages/messages.store.js';
+import type { StoredState } from '../users/users.presenter.js';
 import type { Tx, UserRow } from '../users/users.store.js';
 import { makeActivityStore } from './chats.activity.store.js';
 import { directActive, makeDirectSweepStore } from './chats.direct.store.js';
@@ -110,19 +111,25 @@ export function makeChatsStore(db: Db) {
     },
     /**
      * The creator's row, held (FOR SHARE) until the transaction ends, with what its creation slots
-     * follow (spec 2.11: level, tier and the tier's expiry) as committed: a revoke, demotion or
-     * deletion either committed before (read here) or waits for the creation. Undefined when the
-     * user is gone.
+     * follow (spec 2.11: level, tier and the tier's expiry) and its stored state as committed: a
+     * revoke, demotion, ban, timeout or deletion either committed before (read here) or waits for
+     * the creation. Undefined when the user is gone.
      */
     async lockCreator(
       userId: number,
       tx: Tx,
-    ): Promise<Pick<UserRow, 'permissionLevel' | 'subscriptionTier' | 'subscriptionExpiresAt'> | undefined> {
+    ): Promise<
+      (Pick<UserRow, 'permissionLevel' | 'subscriptionTier' | 'subscriptionExpiresAt'> & StoredState) | undefined
+    > {
       const [row] = await tx
         .select({
           permissionLevel: users.permissionLevel,
           subscriptionTier: users.subscriptionTier,
           subscriptionExpiresAt: users.subscriptionExpiresAt,
+          state: users.state,
+          stateExpiresAt: users.stateExpiresAt,
+          thenState: users.thenState,
+          thenStateExpiresAt: users.thenStateExpiresAt,
         })
         .from(users)
         .where(eq(users.id, userId))
