@@ -36,9 +36,9 @@ export function makeChatPresence(realtime: Pick<Realtime, 'emitTo' | 'socketsIn'
 
   /**
    * Of some chats, those whose room still has a socket of this session, on any node: the session
-   * is still present there (as `presence` counts it) and is not to be announced offline. When the
-   * other nodes cannot be read, this node's sockets decide: a session announced online whose last
-   * socket here went must not stay online in the others' lists.
+   * is still present there (as `presence` counts it) and is not to be announced offline. When some
+   * nodes cannot be read, the sockets of this node and of those that answered decide: a session
+   * announced online whose last socket here went must not stay online in the others' lists.
    */
   const sessionStillIn = async (sessionId: number, chatIds: number[]): Promise<Set<number>> => {
     const { sockets } = await realtime.socketsIn(rooms.session(sessionId));

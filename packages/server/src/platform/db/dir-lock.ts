@@ -166,13 +166,14 @@ function removeIfStill(file: string, content: string, mine: string, link: NonNul
 }
 
 /**
- * Takes `file` as an exclusive lock for this process: the file appears at once with this pid and
- * its start time in it (written aside, then hard-linked into place, which fails if the file
- * exists; without hard links, created exclusively and written: place). A file whose process no longer runs, or whose pid now belongs to another process (a
- * reused pid: another start time), or names this process without being held here, was left by a
- * server that crashed or was killed: it is taken over. A live holder, this process included, makes
- * it throw one line naming `what`, the pid and the file. Answers the release, which removes the
- * file (once; only while it is still this process's).
+ * Takes `file` as an exclusive lock for this process: the file holds this pid and its start time
+ * (written aside, then hard-linked into place, so it appears whole, which fails if the file exists;
+ * without hard links, created exclusively and then written: place). A file whose process no longer
+ * runs, or whose pid now belongs to another process (a reused pid: another start time), or names
+ * this process without being held here, was left by a server that crashed or was killed: it is
+ * taken over. A live holder, this process included, makes it throw one line naming `what`, the pid
+ * and the file. Answers the release, which removes the file (once; only while it is still this
+ * process's).
  */
 export function takeLockFile(file: string, what: string, hooks: LockHooks = {}): () => void {
   const key = path.resolve(file);
