@@ -284,6 +284,38 @@ describeApp('POST /v1/admin/subscriptions/revoke', () => {
     expect(subscriptionTitles).toEqual(['Subscription expired', 'Subscription upgraded']);
   });
 
+  it('records a Premium past its expiry that the sweep has not reached before a grant replaces it: its expire entry and "Subscription expired", once', async () => {
+    const target = await login(app, { bot });
+    expect((await grant(op, { user_id: target.user.id, tier: 'PREMIUM', duration_days: 1 })).status).toBe(200);
+    clock.advance(DAY + 1000);
+    expect((await grant(op, { user_id: target.user.id, tier: 'PREMIUM', duration_days: 5 })).status).toBe(200);
+    const expected = [
+      [AuditCodes.SUBSCRIPTION_GRANT, 'premium', 'operator'],
+      [AuditCodes.SUBSCRIPTION_REVOKE, 'expire', 'system'],
+      [AuditCodes.SUBSCRIPTION_GRANT, 'premium', 'operator'],
+    ];
+    const audits = async () => (await subscriptionAudits(target.user.id)).map((a) => [a.code, a.action, a.actorKind]);
+    expect(await audits()).toEqual(expected);
+    const subscriptionTitles = async () => (await titles(target)).filter((t: string) => t.startsWith('Subscription'));
+    expect(await subscriptionTitles()).toEqual([
+      'Subscription upgraded',
+      'Subscription expired',
+      'Subscription upgraded',
+    ]);
+    // The row holds the new grant: the sweep finds nothing of this user to expire.
+    await app.subscriptionSweep.run();
+    expect(await audits()).toEqual(expected);
+    expect(await subscriptionTitles()).toHaveLength(3);
+  });
+
+  it('tells a grant below the tier in force "Subscription changed", not "upgraded"', async () => {
+    const target = await login(app, { bot });
+    expect((await grant(op, { user_id: target.user.id, tier: 'LIFETIME' })).status).toBe(200);
+    expect((await grant(op, { user_id: target.user.id, tier: 'PREMIUM', duration_days: 1 })).status).toBe(200);
+    const subscriptionTitles = (await titles(target)).filter((t: string) => t.startsWith('Subscription'));
+    expect(subscriptionTitles).toEqual(['Subscription changed', 'Subscription upgraded']);
+  });
+
   it('shows grants and revokes in the full user view’s subscription_history, newest first', async () => {
     const target = await login(app, { bot });
     const owner = await login(app, { bot });

@@ -75,10 +75,19 @@ export async function wireAccounts(ctx: WiringContext, realtime: () => Realtime)
     notifications,
     present: users.present,
   });
-  const subscriptions = makeSubscriptionsService({ db, clock, usersStore, users, notifications, audit });
+  const subscriptionsStore = makeSubscriptionsStore(userChanges.changed);
+  const subscriptions = makeSubscriptionsService({
+    db,
+    clock,
+    usersStore,
+    users,
+    notifications,
+    audit,
+    expiries: subscriptionsStore,
+  });
   const subscriptionSweep = makeSubscriptionSweep({
     db,
-    store: makeSubscriptionsStore(userChanges.changed),
+    store: subscriptionsStore,
     clock,
     notifications,
   });

@@ -27,6 +27,12 @@ const TEMPLATES = {
     title: 'Subscription upgraded',
     body: 'Your subscription is now **{tier}**, {until}.',
   },
+  // A grant that lowers the tier in force (Lifetime to Premium): not an upgrade.
+  subscription_changed: {
+    type: 'info',
+    title: 'Subscription changed',
+    body: 'Your subscription is now **{tier}**, {until}.',
+  },
   subscription_revoked: {
     type: 'warning',
     title: 'Subscription revoked',

@@ -15,6 +15,7 @@ import { effectiveSubscription } from '../users/users.presenter.js';
 import type { UsersService } from '../users/users.service.js';
 import type { Tx, UserRow, UsersStore } from '../users/users.store.js';
 import { planGrant, tierTitle } from './subscriptions.rules.js';
+import type { SubscriptionsStore } from './subscriptions.store.js';
 
 export interface SubscriptionsDeps {
   db: Db;
@@ -23,11 +24,30 @@ export interface SubscriptionsDeps {
   users: Pick<UsersService, 'subscriptionOf'>;
   notifications: Pick<NotificationsService, 'automated' | 'publish'>;
   audit: AuditStore;
+  /** The sweep's record of an ended subscription, written by a grant that replaces one the sweep has not reached. */
+  expiries: Pick<SubscriptionsStore, 'recordExpiries'>;
 }
 
 /** Subscription grant and revoke (spec 2.11, 4.8): the operator, or Admins on users below them. */
 export function makeSubscriptionsService(deps: SubscriptionsDeps) {
-  const { db, clock, usersStore, users, notifications, audit } = deps;
+  const { db, clock, usersStore, users, notifications, audit, expiries } = deps;
+
+  /**
+   * A Trial or Premium that ended before `now` but that the sweep has not downgraded yet: the
+   * sweep writes its `expire` entry and "Subscription expired" when it gets there, so a change
+   * that replaces it writes them first, as the sweep would have (it no longer finds the row).
+   */
+  const recordLapsed = async (target: UserRow, now: Date, tx: Tx) => {
+    const { subscriptionTier: tier, subscriptionExpiresAt: expiresAt } = target;
+    if ((tier !== 1 && tier !== 2) || expiresAt === null || expiresAt > now) return null;
+    await expiries.recordExpiries([{ userId: target.id, tier, expiresAt }], now, tx);
+    return notifications.automated(
+      target.id,
+      'subscription_expired',
+      { tier: tierTitle(tier), until: formatMoment(expiresAt) },
+      tx,
+    );
+  };
 
   /**
    * Locks the target row for the change, and a user caller's with it (lockActorAndTarget: id
@@ -57,6 +77,7 @@ export function makeSubscriptionsService(deps: SubscriptionsDeps) {
     /**
      * Sets the tier as asked, replacing whatever the user had. A trial is refused when the audit
      * log shows one was ever granted (checked under the user's row lock, so two grants cannot race).
+     * A Trial or Premium it replaces that had already ended is recorded as expired first (recordLapsed).
      */
     async grant(actor: Actor, actorLevel: ActorLevel, body: SubscriptionGrantBody) {
       const now = clock.now();
@@ -70,6 +91,7 @@ export function makeSubscriptionsService(deps: SubscriptionsDeps) {
           (await usersStore.hasAudit(target.id, AuditCodes.SUBSCRIPTION_GRANT, 'trial', tx))
         )
           throw appError('ERR_TRIAL_ALREADY_USED');
+        const lapsed = await recordLapsed(target, now, tx);
         await usersStore.update(
           target.id,
           {
@@ -96,11 +118,12 @@ export function makeSubscriptionsService(deps: SubscriptionsDeps) {
           ? notifications.automated(target.id, 'trial_started', { until }, tx)
           : notifications.automated(
               target.id,
-              'subscription_upgraded',
+              // Tiers rank by their number (Basic, Trial, Premium, Lifetime); the one in force now.
+              plan.tier < effectiveSubscription(target, now).tier ? 'subscription_changed' : 'subscription_upgraded',
               { tier: tierTitle(plan.tier), until: plan.expiresAt ? `until ${until}` : 'with no expiry' },
               tx,
             ));
-        return { note, status: await answer(target, tx) };
+        return { note: lapsed ? [lapsed, note] : [note], status: await answer(target, tx) };
       });
       notifications.publish(note);
       return status;
