@@ -22,6 +22,29 @@ describe('logPublishFailures', () => {
     expect(lines.map((l) => l.failed)).toEqual([1, 3]);
     failing = false;
     await expect(adapter.doPublish({ type: 3 })).resolves.toBe('1-0');
-    expect(lines).toHaveLength(2);
+    await expect(adapter.doPublish({ type: 3 })).resolves.toBe('1-0');
+    // The send that succeeds again says how many failed since the last line (none here), once.
+    expect(lines.map((l) => l.failed)).toEqual([1, 3, 0]);
+  });
+
+  it('says how many failed in a burst shorter than the interval once sends succeed again', async () => {
+    let at = 0;
+    const lines: Array<{ failed: number }> = [];
+    let failing = true;
+    const adapter = {
+      doPublish: (_message: { type: number }) => (failing ? Promise.reject(new Error('down')) : Promise.resolve('1-0')),
+    };
+    logPublishFailures(adapter, { warn: (obj: object) => void lines.push(obj as { failed: number }) }, () => at);
+    for (let i = 0; i < 500; i++) {
+      at = i;
+      await expect(adapter.doPublish({ type: 3 })).rejects.toThrow('down');
+    }
+    failing = false;
+    await adapter.doPublish({ type: 3 });
+    expect(lines.map((l) => l.failed)).toEqual([1, 499]);
+    // A new failure after the recovery is logged at once.
+    failing = true;
+    await expect(adapter.doPublish({ type: 3 })).rejects.toThrow('down');
+    expect(lines.map((l) => l.failed)).toEqual([1, 499, 1]);
   });
 });

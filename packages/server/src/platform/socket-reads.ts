@@ -41,6 +41,8 @@ interface Heard {
   others: number | null;
   answered: number;
   sockets: SocketView[];
+  /** The read has answered (in time or not): nothing more is asked or kept for it. */
+  over: boolean;
 }
 
 /** Reads of the sockets on every node that degrade to the nodes that answered instead of failing. */
@@ -68,11 +70,15 @@ export function crossNodeReads(io: Io, log: FastifyBaseLogger) {
   });
   peers().on(ANSWER, (answer: Answer) => waiting.get(answer.id)?.(answer));
 
-  /** Asks the other nodes, adding each answer to `heard`; resolves once all of them answered. */
+  /**
+   * Asks the other nodes, adding each answer to `heard`; resolves once all of them answered. A
+   * read that gave up while the count of nodes was on its way (a slow Redis) asks nobody: its
+   * waiter would never be removed.
+   */
   const askOthers = async (id: string, room: string | null, heard: Heard): Promise<void> => {
     const others = (await peers().adapter.serverCount()) - 1;
     heard.others = others;
-    if (others <= 0) return;
+    if (others <= 0 || heard.over) return;
     await new Promise<void>((resolve) => {
       waiting.set(id, (answer) => {
         for (const s of answer.sockets) heard.sockets.push({ id: s.id, data: s.data, rooms: new Set(s.rooms) });
@@ -92,7 +98,7 @@ export function crossNodeReads(io: Io, log: FastifyBaseLogger) {
      */
     async socketsIn(room: string | null): Promise<{ sockets: SocketView[]; complete: boolean }> {
       const id = randomUUID();
-      const heard: Heard = { others: null, answered: 0, sockets: [] };
+      const heard: Heard = { others: null, answered: 0, sockets: [], over: false };
       let timer: NodeJS.Timeout | undefined;
       // Bounds the count of the nodes (a Redis command) and their answers alike.
       const late = new Promise<never>((_, reject) => {
@@ -110,6 +116,7 @@ export function crossNodeReads(io: Io, log: FastifyBaseLogger) {
         log.warn({ err, room, others, answered }, 'sockets of some nodes could not be read; using those that answered');
       } finally {
         clearTimeout(timer);
+        heard.over = true;
         waiting.delete(id);
       }
       return { sockets: [...localSocketsIn(room), ...heard.sockets], complete };

@@ -245,6 +245,26 @@ describe('takeLockFile where the file system makes no hard links', () => {
     expect(existsSync(file)).toBe(false);
   });
 
+  it('leaves a lock another taker has just created in place of a stale empty one, still unwritten (empty too)', () => {
+    const old = (Date.now() - UNFINISHED_LOCK_MS - 5_000) / 1000;
+    writeFileSync(file, '');
+    utimesSync(file, old, old);
+    const take = () =>
+      takeLockFile(
+        file,
+        'DATA_DIR x',
+        noLinks({
+          beforeTakeover: () => {
+            // Meanwhile another taker removed the stale lock and created its own, not yet written.
+            rmSync(file);
+            writeFileSync(file, '', { flag: 'wx' });
+          },
+        }),
+      );
+    expect(take).toThrow(`DATA_DIR x is in use by another process (pid unknown): stop it first, or remove ${file}`);
+    expect(readFileSync(file, 'utf8')).toBe('');
+  });
+
   it('throws any other link error, leaving no file', () => {
     expect(() => takeLockFile(file, 'DATA_DIR x', { link: failing('EIO') })).toThrow(/EIO/);
     expect(readdirSync(dir)).toEqual([]);

@@ -155,7 +155,10 @@ function removeIfStill(file: string, content: string, mine: string, link: NonNul
       return false;
     }
     try {
-      if (contentOf(file) === content) unlinkIfThere(file);
+      // Judged again under the guard: the same content may be another taker's lock just created
+      // and not yet written (empty, without hard links), which is live while it is young.
+      const now = contentOf(file);
+      if (now === content && !live(path.resolve(file), now)) unlinkIfThere(file);
     } finally {
       if (contentOf(guard) === mine) unlinkIfThere(guard);
     }
