@@ -1,7 +1,6 @@
 import { AuditCodes } from '@parlor/protocol';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
-import { drain } from '../../platform/drain.js';
 import { appError } from '../../platform/errors.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
 import type { AuditStore } from '../audit/audit.store.js';
@@ -16,16 +15,12 @@ import type { Tx, UsersStore } from '../users/users.store.js';
 import { type ChatActor, type HeldChat, makeChatDecisions } from './moderation.decisions.js';
 import { makePlatformModeration, type PlatformModerationDeps, until } from './moderation.platform.js';
 import type { ModerationStore } from './moderation.store.js';
+import { makeExpirySweep } from './moderation.sweep.js';
 
 /** A chat moderator (moderation.decisions.ts), for the chat routes. */
 export type { ChatActor } from './moderation.decisions.js';
 /** Who may moderate a chat and whom a chat action reaches (spec 4.6 rule 2), for modules acting in chats (messages). */
 export { canModerateChat, canTarget } from './moderation.rules.js';
-
-/** Punishments lifted, or users restored, per statement of the expiry sweep. */
-export const EXPIRY_BATCH = 500;
-/** Batches per step and tick (30 s): up to 5,000 of each per node, then the next tick goes on. */
-export const EXPIRY_MAX_BATCHES = 10;
 
 export interface ModerationDeps {
   db: Db;
@@ -295,26 +290,7 @@ export function makeModerationService(deps: ModerationDeps) {
       await liftChat(actor, target.id, 'CHAT_MUTE', null, { code: AuditCodes.HARD_UNMUTE, action: 'hard-unmute' });
     },
 
-    /**
-     * Lifts records whose time is up and settles users whose timeout or ban ended to the state
-     * their other records still give: each in batches of `batch` while they come back full, at most
-     * `maxBatches` a tick (the next tick goes on). `restored` counts the users back to Active (a
-     * user whose timeout outlasts a temporary ban moves to Timeout, and is not counted). Safe on
-     * many nodes.
-     */
-    async sweep(opts: { batch?: number; maxBatches?: number } = {}): Promise<{ lifted: number; restored: number }> {
-      const size = opts.batch ?? EXPIRY_BATCH;
-      const maxBatches = opts.maxBatches ?? EXPIRY_MAX_BATCHES;
-      const now = clock.now();
-      const lifted = await drain(size, maxBatches, async () => (await store.liftExpired(now, size)).length);
-      let restored = 0;
-      await drain(size, maxBatches, async () => {
-        const settled = await store.restoreExpiredStates(now, size);
-        restored += settled.filter((u) => u.state === 0).length;
-        return settled.length;
-      });
-      return { lifted, restored };
-    },
+    sweep: makeExpirySweep(store, clock),
   };
 }
 
