@@ -1,8 +1,10 @@
 import { Limits } from '@parlor/protocol';
+import { and, eq } from 'drizzle-orm';
 import { Redis } from 'ioredis';
 import postgres from 'postgres';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { FakeClock } from '../src/platform/clock.js';
+import { chatActivity } from '../src/platform/db/schema.js';
 import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { bundle, join, keyedChat, member } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
@@ -307,6 +309,29 @@ describeApp('private chats, invites and membership history', () => {
       [owner.user.id, 'join', 'direct', null],
     ]);
     expect((await outsider.client.get(`/v1/portal/chats/${chatId}/activity`)).status).toBe(403);
+  });
+
+  it('lists membership history back 90 days by the clock, whether or not the sweep has deleted older entries', async () => {
+    const owner = await member(app, { level: 2 });
+    const created = await owner.client.post('/v1/portal/chats/create', { name: 'History', type: 'public' });
+    const chatId: number = created.body.chat.id;
+    const other = await member(app);
+    expect(await join(other, { chat_id: chatId })).toMatchObject({ ok: true });
+    const list = async () =>
+      (await owner.client.get(`/v1/portal/chats/${chatId}/activity`)).body.activity.map((a: any) => a.user_id);
+    expect(await list()).toEqual([other.user.id, owner.user.id]);
+    // The owner's join, written 90 days and a second ago; the other's, 90 days less a minute ago.
+    const ago = (ms: number) => new Date(Date.now() - ms);
+    const DAYS_90 = 90 * 24 * 60 * 60 * 1000;
+    await app.database.db
+      .update(chatActivity)
+      .set({ createdAt: ago(DAYS_90 + 1000) })
+      .where(and(eq(chatActivity.chatId, chatId), eq(chatActivity.userId, owner.user.id)));
+    await app.database.db
+      .update(chatActivity)
+      .set({ createdAt: ago(DAYS_90 - 60_000) })
+      .where(and(eq(chatActivity.chatId, chatId), eq(chatActivity.userId, other.user.id)));
+    expect(await list()).toEqual([other.user.id]);
   });
 
   it('lists, revokes and validates invites', async () => {

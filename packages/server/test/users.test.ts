@@ -284,4 +284,28 @@ describeApp('GET /v1/users/{id} and /v1/users/search', () => {
     expect((await low.client.get('/v1/users/search')).status).toBe(400);
     expect((await low.client.get(`/v1/users/search?q=${tag}&limit=101`)).status).toBe(400);
   });
+
+  it('lists no anonymous stranger in search, to users or Admins; its public profile reads by id', async () => {
+    const created = await new Client(app.url, nextIp(), app.publicApiKey).post('/v1/portal/stranger', {});
+    expect(created.status).toBe(200);
+    const { id, username } = created.body.user as { id: number; username: string };
+    const user = await login(app, { bot });
+    const admin = await login(app, { bot });
+    await setLevel(app, admin.user.id, 2);
+    for (const who of [user, admin]) {
+      const found = await who.client.get(`/v1/users/search?q=${encodeURIComponent(username)}`);
+      expect([found.status, found.body.users.map((u: { id: number }) => u.id)]).toEqual([200, []]);
+    }
+    const profile = await user.client.get(`/v1/users/${id}`);
+    expect([profile.status, profile.body.username]).toEqual([200, username]);
+  });
+
+  it('takes the operator token with the Bearer scheme in any case', async () => {
+    for (const scheme of ['Bearer', 'bearer', 'BEARER']) {
+      const res = await new Client(app.url, nextIp(), null, { authorization: `${scheme} ${app.operatorToken}` }).get(
+        '/v1/admin/audit?limit=1',
+      );
+      expect([scheme, res.status]).toEqual([scheme, 200]);
+    }
+  });
 });

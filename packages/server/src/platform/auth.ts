@@ -64,7 +64,8 @@ function apiKeyHeader(request: FastifyRequest): string | null {
 
 function bearer(request: FastifyRequest): string | null {
   const v = request.headers.authorization;
-  if (typeof v !== 'string' || !v.startsWith('Bearer ')) return null;
+  // The scheme's name is case-insensitive (RFC 9110 11.1): `bearer` and `BEARER` are Bearer.
+  if (typeof v !== 'string' || !/^bearer /i.test(v)) return null;
   const t = v.slice(7).trim();
   return t.length > 0 && t.length <= 256 ? t : null;
 }

@@ -1,4 +1,5 @@
 import type { BotsStore } from '../modules/bots/bots.store.js';
+import { CHAT_ACTIVITY_KEPT_MS } from '../modules/chats/chats.activity.store.js';
 import { makeInviteRetentionStore } from '../modules/chats/chats.invites.store.js';
 import type { ChatsStore } from '../modules/chats/chats.store.js';
 import { NOTIFICATIONS_KEPT_MS, type NotificationsStore } from '../modules/notifications/notifications.store.js';
@@ -25,8 +26,11 @@ export const RETENTION_MS = {
   notifications: NOTIFICATIONS_KEPT_MS,
   /** Bot command reports, from their receipt: nothing in the service reads them back. */
   botCommands: 30 * DAY_MS,
-  /** Chats' membership history, from the entry: GET …/activity lists this far back. */
-  chatActivity: 90 * DAY_MS,
+  /**
+   * Chats' membership history, from the entry: GET …/activity lists this far back, by the clock
+   * (chats.activity.store CHAT_ACTIVITY_KEPT_MS).
+   */
+  chatActivity: CHAT_ACTIVITY_KEPT_MS,
   /**
    * Dead chat invites (revoked, expired, used up), from their revocation, else their expiry, else
    * (used up: no column records the last use) their creation: nothing lists or accepts them again.

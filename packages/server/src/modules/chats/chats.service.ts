@@ -180,7 +180,7 @@ export function makeChatsService(deps: ChatsDeps) {
         if (chat.type === 'private' || chat.type === 'direct') throw appError('ERR_CANNOT_BROWSE_PRIVATE');
         throw appError('ERR_FORBIDDEN');
       }
-      return (await store.activity(chatId, offset, limit)).map(toActivity);
+      return (await store.activity(chatId, offset, limit, clock.now())).map(toActivity);
     },
 
     /**

@@ -158,7 +158,8 @@ export function makeUsersStore(db: Db, onChanged: UsersChanged = noUsersChanged)
       return ids;
     },
     async search(q: string, opts: { belowLevel: number | null; offset: number; limit: number }): Promise<UserRow[]> {
-      const filters = [ilike(users.username, `%${likeEscape(q)}%`)];
+      // Anonymous strangers are no accounts to find (their peers read their profile by id).
+      const filters = [ilike(users.username, `%${likeEscape(q)}%`), eq(users.isStranger, false)];
       if (opts.belowLevel !== null) filters.push(lt(users.permissionLevel, opts.belowLevel));
       return db
         .select()
