@@ -497,6 +497,8 @@ describeApp('a node whose browser hosts fail (VM_HOSTS)', () => {
       config: {
         vmHosts: [`http://parlor:${PASSWORD}@127.0.0.1:${port}`, `http://parlor:${PASSWORD}@127.0.0.1:1`],
         vmHostToken: TOKEN,
+        // VM_HOST_START_TIMEOUT_MS at its least: the host never answers the start.
+        vmHostStartTimeoutMs: 1_000,
       },
     });
     const owner = await member(app, { level: 2 });

@@ -46,6 +46,7 @@ const INVALID: Record<string, string> = {
   VM_PROXY_EU: 'http://user:secret@proxy.example:3128',
   VM_HOSTS: 'browsers.internal:8090',
   VM_HOST_TOKEN: 'too-short-for-a-host-token',
+  VM_HOST_START_TIMEOUT_MS: '999',
   BROWSER_HOST_PORT: '99999',
   LOG_LEVEL: 'loud',
 };
@@ -80,6 +81,7 @@ describe('loadConfig', () => {
       vmBrowserUids: null,
       vmHosts: [],
       vmHostToken: null,
+      vmHostStartTimeoutMs: 30_000,
       browserHostPort: 8090,
       logLevel: 'info',
       sourceHash: 'abc123',
@@ -118,6 +120,7 @@ describe('loadConfig', () => {
       VM_BROWSER_UIDS: '200000-200063',
       VM_HOSTS: ' https://browsers-1.internal:8090/ , http://10.0.0.7:8090',
       VM_HOST_TOKEN: 'vht_0123456789abcdef0123456789abcdef',
+      VM_HOST_START_TIMEOUT_MS: '45000',
       BROWSER_HOST_PORT: '9090',
       LOG_LEVEL: 'debug',
     });
@@ -148,6 +151,7 @@ describe('loadConfig', () => {
       vmBrowserUids: { first: 200000, last: 200063 },
       vmHosts: ['https://browsers-1.internal:8090', 'http://10.0.0.7:8090'],
       vmHostToken: 'vht_0123456789abcdef0123456789abcdef',
+      vmHostStartTimeoutMs: 45_000,
       browserHostPort: 9090,
       logLevel: 'debug',
       sourceHash: 'abc123',
@@ -291,9 +295,12 @@ describe('loadConfig', () => {
     ['PORT', '65535', 65535],
     ['VM_MAX_PER_NODE', '0', 0],
     ['VM_MAX_PER_NODE', '1000', 1000],
+    ['VM_HOST_START_TIMEOUT_MS', '1000', 1000],
+    ['VM_HOST_START_TIMEOUT_MS', '300000', 300000],
   ])('accepts %s=%s at the edge of its range', (name, value, expected) => {
     const config = load({ [name]: value });
-    expect(name === 'PORT' ? config.port : config.vmMaxPerNode).toBe(expected);
+    const read = { PORT: config.port, VM_MAX_PER_NODE: config.vmMaxPerNode };
+    expect(read[name as keyof typeof read] ?? config.vmHostStartTimeoutMs).toBe(expected);
   });
 
   it.each([
@@ -303,6 +310,8 @@ describe('loadConfig', () => {
     ['PORT', '8080abc'],
     ['VM_MAX_PER_NODE', '1001'],
     ['VM_MAX_PER_NODE', '2.5'],
+    ['VM_HOST_START_TIMEOUT_MS', '999'],
+    ['VM_HOST_START_TIMEOUT_MS', '300001'],
   ])('refuses %s=%s just outside its range or not an integer', (name, value) => {
     expect(problemsOf({ [name]: value })).toEqual([expect.stringMatching(new RegExp(`^${name} must be an integer`))]);
   });
@@ -314,6 +323,7 @@ describe('loadConfig', () => {
     ['DATABASE_STATEMENT_TIMEOUT_MS', '15000'],
     ['VM_IDLE_TIMEOUT_SECONDS', '300'],
     ['BROWSER_HOST_PORT', '8090'],
+    ['VM_HOST_START_TIMEOUT_MS', '30000'],
   ] as const;
 
   it.each(
@@ -347,6 +357,7 @@ describe('loadConfig', () => {
         DATABASE_STATEMENT_TIMEOUT_MS: 'databaseStatementTimeoutMs',
         VM_IDLE_TIMEOUT_SECONDS: 'vmIdleTimeoutSeconds',
         BROWSER_HOST_PORT: 'browserHostPort',
+        VM_HOST_START_TIMEOUT_MS: 'vmHostStartTimeoutMs',
       } as const
     )[name];
     expect(load({ [name]: value })[key]).toBe(Number(value));

@@ -95,6 +95,11 @@ export interface Config {
   vmHosts: string[];
   /** The token browser hosts and nodes share (VM_HOST_TOKEN, at least 32 characters). */
   vmHostToken: string | null;
+  /**
+   * How long a node waits for a browser host to start a room (ms, VM_HOST_START_TIMEOUT_MS,
+   * 30000): above the host's own 20 s wait for Chromium, so a slow start is the host's to report.
+   */
+  vmHostStartTimeoutMs: number;
   /** A browser host's listening port (BROWSER_HOST_PORT, 8090); only the browser-host process reads it. */
   browserHostPort: number;
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';

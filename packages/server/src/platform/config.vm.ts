@@ -114,6 +114,7 @@ type VmSettings = Pick<
   | 'vmBrowserUids'
   | 'vmHosts'
   | 'vmHostToken'
+  | 'vmHostStartTimeoutMs'
   | 'browserHostPort'
 >;
 
@@ -145,6 +146,7 @@ export function readVmSettings({ str, int, bool }: EnvReaders, problems: string[
     vmBrowserUids,
     vmHosts,
     vmHostToken,
+    vmHostStartTimeoutMs: int('VM_HOST_START_TIMEOUT_MS', 30_000, 1_000, 300_000),
     browserHostPort: int('BROWSER_HOST_PORT', 8090, 0, 65535),
   };
 }

@@ -20,6 +20,11 @@ export function localProvider(config: Readonly<Config>, log: (message: string) =
 /** A node's room VMs: on its browser hosts when VM_HOSTS names some, else on this machine. */
 export function vmProviderFor(config: Readonly<Config>, log: (message: string) => void): VmProvider {
   if (config.vmHosts.length > 0 && config.vmHostToken)
-    return new RemoteBrowserProvider({ hosts: config.vmHosts, token: config.vmHostToken, log });
+    return new RemoteBrowserProvider({
+      hosts: config.vmHosts,
+      token: config.vmHostToken,
+      log,
+      startTimeoutMs: config.vmHostStartTimeoutMs,
+    });
   return localProvider(config, log);
 }
