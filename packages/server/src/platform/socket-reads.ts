@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { FastifyBaseLogger } from 'fastify';
-import type { Io, SocketData } from './realtime.js';
+import type { AppSocket, Io, SocketData } from './realtime.js';
 
 /**
  * How long a read of the sockets on every node (`socketsIn`) waits for the other nodes. A node that
@@ -45,27 +45,27 @@ interface Heard {
   over: boolean;
 }
 
+/** This node's sockets in a room, or all of them (never waits on Redis or another node). */
+export function localSocketsIn(io: Io, room: string | null): AppSocket[] {
+  const nsp = io.of('/');
+  if (room === null) return [...nsp.sockets.values()];
+  return [...(nsp.adapter.rooms.get(room) ?? [])].flatMap((id) => {
+    const socket = nsp.sockets.get(id);
+    return socket ? [socket] : [];
+  });
+}
+
 /** Reads of the sockets on every node that degrade to the nodes that answered instead of failing. */
 export function crossNodeReads(io: Io, log: FastifyBaseLogger) {
   const peers = () => io.of('/') as unknown as Peers;
   /** The reads of this node waiting for answers, by id. */
   const waiting = new Map<string, (answer: Answer) => void>();
 
-  /** This node's sockets in a room, or all of them (never waits on Redis or another node). */
-  const localSocketsIn = (room: string | null): SocketView[] => {
-    const nsp = io.of('/');
-    if (room === null) return [...nsp.sockets.values()];
-    return [...(nsp.adapter.rooms.get(room) ?? [])].flatMap((id) => {
-      const socket = nsp.sockets.get(id);
-      return socket ? [socket] : [];
-    });
-  };
-
   // Not the adapter's fetchSockets: when one node does not answer in time it fails as a whole, and
   // what the others answered is lost. Here every answer counts as it arrives. Every node hears the
   // answers (pub/sub, as the requests); only the asking node waits for the id.
   peers().on(ASK, (ask: Ask) => {
-    const sockets = localSocketsIn(ask.room).map((s) => ({ id: s.id, data: s.data, rooms: [...s.rooms] }));
+    const sockets = localSocketsIn(io, ask.room).map((s) => ({ id: s.id, data: s.data, rooms: [...s.rooms] }));
     peers().serverSideEmit(ANSWER, { id: ask.id, sockets });
   });
   peers().on(ANSWER, (answer: Answer) => waiting.get(answer.id)?.(answer));
@@ -119,7 +119,7 @@ export function crossNodeReads(io: Io, log: FastifyBaseLogger) {
         heard.over = true;
         waiting.delete(id);
       }
-      return { sockets: [...localSocketsIn(room), ...heard.sockets], complete };
+      return { sockets: [...localSocketsIn(io, room), ...heard.sockets], complete };
     },
   };
 }

@@ -1,6 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { Clock } from '../../platform/clock.js';
 import type { AppSocket, Realtime } from '../../platform/realtime.js';
+import { localSocketsIn } from '../../platform/socket-reads.js';
 import { rooms } from '../../platform/socket-rooms.js';
 import type { ChangeListener } from '../users/users.changes.js';
 import type { LiveOwner, SessionsService } from './sessions.service.js';
@@ -80,17 +81,8 @@ export function watchSessionSockets({ realtime, sessions, clock, log }: SessionS
 
   /** Checks again this node's sockets of these users; of every user: null. */
   const recheck = (userIds: Iterable<number> | null) => {
-    const namespace = realtime.io.of('/');
-    if (userIds === null) {
-      for (const socket of namespace.sockets.values() as Iterable<AppSocket>) verify(socket);
-      return;
-    }
-    for (const userId of userIds) {
-      for (const id of namespace.adapter.rooms.get(rooms.user(userId)) ?? []) {
-        const socket = namespace.sockets.get(id) as AppSocket | undefined;
-        if (socket) verify(socket);
-      }
-    }
+    const targets = userIds === null ? [null] : [...userIds].map(rooms.user);
+    for (const room of targets) for (const socket of localSocketsIn(realtime.io, room)) verify(socket);
   };
 
   // Registered after createRealtime's own listener: the socket is in its user's and session's rooms.

@@ -1,5 +1,6 @@
 import { closeSync, linkSync, openSync, readFileSync, statSync, unlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { processExists } from '../processes.js';
 import { NO_HARD_LINKS } from '../secret-files.js';
 
 /** The lock files this process holds (resolved paths): a file naming this pid but not listed here is stale. */
@@ -10,16 +11,6 @@ const TAKE_ATTEMPTS = 5;
 
 /** Numbers this process's scratch files, so two takes in one process never share one. */
 let scratch = 0;
-
-/** Whether a process with this pid exists (EPERM: it does, under another user). */
-function running(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
 
 /**
  * A process's start time (Linux: /proc/<pid>/stat field 22, in clock ticks since boot), or null
@@ -82,7 +73,7 @@ function live(file: string, content: string): boolean {
   const pid = pidOf(content);
   if (pid === null) return false;
   if (pid === process.pid) return heldHere.has(file);
-  if (!running(pid)) return false;
+  if (!processExists(pid)) return false;
   const recorded = content.trim().split(/\s+/)[1];
   const now = startTimeOf(pid);
   return recorded === undefined || now === null || recorded === now;

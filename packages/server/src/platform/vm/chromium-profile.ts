@@ -1,6 +1,7 @@
 import { mkdir, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { processExists } from '../processes.js';
 
 /**
  * A room browser's profile directory (chromium-process.ts makes one per launch): its preferences,
@@ -37,16 +38,6 @@ export async function removeStaleProfiles(dir: string = tmpdir()): Promise<numbe
     removed += 1;
   }
   return removed;
-}
-
-function processExists(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    // EPERM: it exists but belongs to another user.
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
 
 /** The longest path of a Unix socket (sun_path's 108 bytes, less the final NUL). */
