@@ -17,7 +17,7 @@ import {
   rowsOf,
   schema,
 } from '../src/platform/db/index.js';
-import { MODE, startApp, type TestApp } from './support/app.js';
+import { MODE, seedDataDir, startApp, type TestApp } from './support/app.js';
 import { hold } from './support/pg-locks.js';
 import { createScratchDatabase } from './support/services.js';
 
@@ -286,7 +286,7 @@ describe.skipIf(MODE !== 'embedded')('the embedded data directory lock', () => {
     for (const d of dirs) rmSync(d, { recursive: true, force: true });
   });
   const dataDir = () => {
-    const d = mkdtempSync(path.join(tmpdir(), 'parlor-lock-'));
+    const d = seedDataDir(mkdtempSync(path.join(tmpdir(), 'parlor-lock-')));
     dirs.push(d);
     return d;
   };

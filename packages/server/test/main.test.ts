@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, expect, it } from 'vitest';
-import { createBacking, describeApp, MODE } from './support/app.js';
+import { createBacking, describeApp, MODE, seedDataDir } from './support/app.js';
 import { runNode, waitFor } from './support/process.js';
 import { alive } from './support/vm-browser.js';
 
@@ -65,10 +65,17 @@ function runScript(name: 'start' | 'browser-host', env: Record<string, string>) 
 
 const run = (env: Record<string, string>, argv: string[] = [MAIN]) => runNode(argv, env);
 
-/** The environment of a node over this run's stores (a scratch database in cluster mode). */
-async function nodeEnv(): Promise<{ env: Record<string, string>; dataDir: string; release: () => Promise<void> }> {
+/**
+ * The environment of a node over this run's stores (a scratch database in cluster mode). `seeded`:
+ * an embedded DATA_DIR already holds a migrated store (support/app.ts seedDataDir), for the cases
+ * that test something else than a first start.
+ */
+async function nodeEnv(
+  opts: { seeded?: boolean } = {},
+): Promise<{ env: Record<string, string>; dataDir: string; release: () => Promise<void> }> {
   const dataDir = mkdtempSync(path.join(tmpdir(), 'parlor-main-'));
   dirs.push(dataDir);
+  if (opts.seeded && MODE === 'embedded') seedDataDir(dataDir);
   const backing = MODE === 'cluster' ? await createBacking() : null;
   const services: Record<string, string> = backing?.databaseUrl
     ? {
@@ -118,6 +125,8 @@ describeApp('the server process (npm start)', () => {
     async (name, entry, ready, env) => {
       const dataDir = mkdtempSync(path.join(tmpdir(), 'parlor-main-'));
       dirs.push(dataDir);
+      // The server's store is not what this tests.
+      if (name === 'start') seedDataDir(dataDir);
       const p = runScript(name, { DATA_DIR: dataDir, PORT: '0', ...env });
       let left: number[] = [];
       try {
@@ -149,7 +158,7 @@ describeApp('the server process (npm start)', () => {
   });
 
   it('stops cleanly on a SIGTERM that arrives while it is still starting (migrations)', async () => {
-    const node = await nodeEnv();
+    const node = await nodeEnv({ seeded: true });
     const p = run({ ...node.env, LOG_LEVEL: 'info' });
     await waitFor(() => p.logs().some((l) => l.msg === 'starting'));
     p.child.kill('SIGTERM');
@@ -159,7 +168,7 @@ describeApp('the server process (npm start)', () => {
   }, 60_000);
 
   it('exits at once on a second signal while the first shutdown waits for a request in flight', async () => {
-    const node = await nodeEnv();
+    const node = await nodeEnv({ seeded: true });
     const p = run({ ...node.env, LOG_LEVEL: 'info' });
     await waitFor(() => p.out().includes('operator token'));
     const url = new URL(/serving (http:\/\/\S+)/.exec(p.out())?.[1] ?? '');

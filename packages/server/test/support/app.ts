@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -37,6 +37,18 @@ export interface Backing {
 
 const PUBLIC_KEY = 'ppk_test_public_key_0123456789abcdef';
 const OPERATOR_TOKEN = 'pop_test_operator_token_0123456789abcdef';
+
+/**
+ * Puts a migrated embedded store (`pglite/`) into `dataDir` (made 0700 if missing), copied from the
+ * run's template (support/pglite-image-setup.ts): a new one costs seconds of PGlite's initdb, which
+ * is not what the suites keeping the store on disk test. Embedded runs only. Returns `dataDir`.
+ */
+export function seedDataDir(dataDir: string): string {
+  if (MODE !== 'embedded') throw new Error('seedDataDir: embedded runs only');
+  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  cpSync(path.join(inject('pgliteDataDir'), 'pglite'), path.join(dataDir, 'pglite'), { recursive: true });
+  return dataDir;
+}
 
 export async function createBacking(opts: { persistentDataDir?: string } = {}): Promise<Backing> {
   const dataDir = opts.persistentDataDir ?? mkdtempSync(path.join(tmpdir(), 'parlor-test-'));
@@ -101,11 +113,11 @@ export async function startApp(opts: StartOptions = {}): Promise<TestApp> {
   let database: Database | undefined;
   let state: StateStore | undefined;
   if (MODE === 'embedded') {
-    database = await openDatabase(
-      opts.persistEmbedded
-        ? { url: null, dataDir: backing.dataDir }
-        : { url: null, dataDir: null, image: await image() },
-    );
+    // A restart test's first start finds a migrated store, as its second does.
+    if (opts.persistEmbedded && !existsSync(path.join(backing.dataDir, 'pglite'))) seedDataDir(backing.dataDir);
+    database = opts.persistEmbedded
+      ? await openDatabase({ url: null, dataDir: backing.dataDir })
+      : await openTestDatabase(backing);
     state = await openState({ url: null, prefix: 'parlor:', clock: opts.clock ?? { now: () => new Date() } });
   }
   const built = await buildApp({ config, clock: opts.clock, database, state, logger: opts.logger ?? false });
@@ -128,6 +140,16 @@ let imageBytes: Promise<Buffer> | undefined;
 async function image(): Promise<Blob> {
   imageBytes ??= readFile(inject('pgliteImage'));
   return new Blob([await imageBytes]);
+}
+
+/**
+ * A migrated database on this run's stores, as startApp opens it: an in-memory embedded store from
+ * the run's image, or the backing's scratch PostgreSQL database.
+ */
+export function openTestDatabase(backing: Backing): Promise<Database> {
+  return MODE === 'embedded'
+    ? image().then((loaded) => openDatabase({ url: null, dataDir: null, image: loaded }))
+    : openDatabase({ url: backing.databaseUrl, dataDir: null });
 }
 
 /** `describe` for integration suites: on the cluster project it is skipped when services are missing. */
