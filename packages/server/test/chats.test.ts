@@ -375,6 +375,48 @@ describeApp('private chats, invites and membership history', () => {
     expect((await owner.client.get(`/v1/portal/chats/${chatId}/invites`)).body.invites).toEqual([]);
   });
 
+  it('answers ok to the one delete that revokes an invite; deletes racing it answer 404 ERR_INVITE_NOT_FOUND', async () => {
+    const { owner, chatId } = await keyedChat(app, 'private');
+    for (let round = 0; round < 5; round++) {
+      const code = (await owner.client.post(`/v1/portal/chats/${chatId}/invites/create`, {})).body.invite.code;
+      const answers = await Promise.all(
+        [0, 1, 2].map(() => owner.client.post(`/v1/portal/chats/${chatId}/invites/${code}/delete`, {})),
+      );
+      expect(answers.map((a) => [a.status, a.body.code ?? null]).sort()).toEqual([
+        [200, null],
+        [404, 'ERR_INVITE_NOT_FOUND'],
+        [404, 'ERR_INVITE_NOT_FOUND'],
+      ]);
+    }
+  });
+
+  it('spends no use of an invite on a member joining again by it', async () => {
+    const { owner, chatId } = await keyedChat(app, 'private');
+    const invite = (await owner.client.post(`/v1/portal/chats/${chatId}/invites/create`, { max_uses: 2 })).body.invite;
+    const guest = await member(app);
+    expect((await join(guest, { invite: invite.code })).ok).toBe(true);
+    expect((await join(guest, { invite: invite.code })).ok).toBe(true);
+    const list = await owner.client.get(`/v1/portal/chats/${chatId}/invites`);
+    expect(list.body.invites.map((i: { uses: number }) => i.uses)).toEqual([1]);
+  });
+
+  it('pages the membership history newest first, and refuses bad paging with 400 ERR_VALIDATION', async () => {
+    const { owner, chatId } = await keyedChat(app);
+    const guests = [await member(app), await member(app), await member(app)];
+    for (const g of guests) expect((await join(g, { chat_id: chatId })).ok).toBe(true);
+    expect(await guests[0]?.socket.emitWithAck('room:leave', { chat_id: chatId })).toEqual({ ok: true });
+    const page = (q: string) => owner.client.get(`/v1/portal/chats/${chatId}/activity${q}`);
+    const all: { id: number; action: string }[] = (await page('')).body.activity;
+    expect(all.map((a) => a.action)).toEqual(['leave', 'join', 'join', 'join', 'join']);
+    const first: { id: number }[] = (await page('?limit=2')).body.activity;
+    const second: { id: number }[] = (await page('?limit=2&offset=2')).body.activity;
+    expect([...first, ...second].map((a) => a.id)).toEqual(all.slice(0, 4).map((a) => a.id));
+    for (const q of ['?limit=0', '?limit=101', '?offset=-1', '?limit=x', '?foo=1', '?limit=1.5']) {
+      const res = await page(q);
+      expect([q, res.status, res.body.code]).toEqual([q, 400, 'ERR_VALIDATION']);
+    }
+  });
+
   it('shows the history of private and direct chats to their owner and Admins only; Moderators read public chats', async () => {
     // A private chat of a plain user (Premium, for the slot), with a live invite used once.
     const owner = await member(app);

@@ -96,11 +96,16 @@ export function makeInviteStore(db: Db) {
         .returning();
       return row;
     },
+    /**
+     * Revokes the chat's invite while it is live (not revoked, expired or used up), decided in the
+     * statement: of deletes racing one another (or the invite's last use or expiry), one revokes it
+     * and the others find nothing. Answers whether this one did.
+     */
     async revokeInvite(chatId: number, code: string, now: Date): Promise<boolean> {
       const rows = await db
         .update(chatInvites)
         .set({ revokedAt: now })
-        .where(and(eq(chatInvites.chatId, chatId), eq(chatInvites.code, code), isNull(chatInvites.revokedAt)))
+        .where(and(eq(chatInvites.chatId, chatId), liveInvite(code, now)))
         .returning({ code: chatInvites.code });
       return rows.length > 0;
     },

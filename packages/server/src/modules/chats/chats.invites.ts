@@ -98,7 +98,8 @@ export function makeChatInvites({ db, store, clock, mustGet }: ChatInvitesDeps) 
         if (!canManage({ userId: viewer.userId, permissionLevel: level }, chat.ownerUserId))
           throw appError('ERR_FORBIDDEN');
       }
-      await store.revokeInvite(chatId, code, clock.now());
+      // Another delete (or the last use, or the expiry) got there between the read and this write.
+      if (!(await store.revokeInvite(chatId, code, clock.now()))) throw appError('ERR_INVITE_NOT_FOUND');
     },
   };
 }
