@@ -1,11 +1,12 @@
 import { Limits } from '@parlor/protocol';
+import { generateKeyPair, publicKeyToBase64 } from '@parlor/sdk';
 import { eq, inArray } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { STRANGER_ADDRESS_BAR_MS, STRANGER_GRACE_MS } from '../src/modules/auth/auth.service.js';
 import { FakeClock } from '../src/platform/clock.js';
 import { auditLog, chatMembers, moderationActions, notifications, sessions, users } from '../src/platform/db/schema.js';
 import { describeApp, MODE, type Nodes, startApp, startNodes, type TestApp } from './support/app.js';
-import { join, keyedChat, member } from './support/chat-flows.js';
+import { join, keyEpoch, keyedChat, member, receiveKey } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
 import { login, operator } from './support/flows.js';
 import { closeAllSockets, connectSocket } from './support/sockets.js';
@@ -318,6 +319,71 @@ describeApp('platform punishments of a stranger (docs/api.md, Strangers)', () =>
     // Its logout (served during a timeout) ends its direct chats as any stranger's session end does.
     expect((await s.client.post('/v1/authentication/logout', {})).status).toBe(200);
     expect((await peer.client.get(`/v1/portal/chats/${chatId}`)).body.chat).toMatchObject({ archived: true });
+  });
+});
+
+describeApp('a direct chat its stranger ends keeps its epoch (docs/api.md Strangers, Keys)', () => {
+  /** A stranger session with a registered key, in a direct chat with a registered peer who keyed its first epoch. */
+  async function keyedDirect() {
+    const s = await stranger();
+    s.client.apiKey = null;
+    const reg = await s.client.post('/v1/portal/keys', { public_key: publicKeyToBase64(generateKeyPair().publicKey) });
+    expect(reg.status, JSON.stringify(reg.body)).toBe(200);
+    const peer = await member(app);
+    const made = await app.services.chats.createDirect([s.id, peer.user.id], [tag()]);
+    if ('refused' in made) throw new Error(`direct chat refused: ${JSON.stringify(made.refused)}`);
+    const chatId = made.chat.id;
+    expect((await join(peer, { chat_id: chatId })).ok).toBe(true);
+    const keyed = await keyEpoch(peer, chatId);
+    return { s, peer, chatId, keyed };
+  }
+
+  /**
+   * Once the end has answered: the chat archived at the epoch the peer keyed, the peer still
+   * served its envelope there (it reads the history with it), told of the leave, and never told
+   * to rekey the chat (room:rekey would go out ahead of the leave's system message).
+   */
+  async function archivedAtItsEpoch({ s, peer, chatId, keyed }: Awaited<ReturnType<typeof keyedDirect>>) {
+    const told = await peer.socket.next('message:new', (m) => m.chat_id === chatId && m.system?.kind === 'leave');
+    expect(told.system).toEqual({ kind: 'leave', user_id: s.id });
+    expect((await peer.client.get(`/v1/portal/chats/${chatId}`)).body.chat).toMatchObject({
+      archived: true,
+      epoch: keyed.epoch,
+    });
+    expect(await receiveKey(peer, chatId)).toEqual(keyed);
+    const rekeys = peer.socket.received.filter((r) => r.event === 'room:rekey' && r.payload.chat_id === chatId);
+    expect(rekeys).toEqual([]);
+  }
+
+  it('POST /v1/portal/match/leave archives it at its epoch', async () => {
+    const direct = await keyedDirect();
+    expect((await direct.s.client.post('/v1/portal/match/leave', {})).body).toEqual({
+      ok: true,
+      chat_id: direct.chatId,
+    });
+    await archivedAtItsEpoch(direct);
+  });
+
+  it('its logout ends it as a leave does: archived at its epoch, no rekey', async () => {
+    const direct = await keyedDirect();
+    expect((await direct.s.client.post('/v1/authentication/logout', {})).status).toBe(200);
+    await archivedAtItsEpoch(direct);
+  });
+
+  it('a platform ban of it ends it as a leave does: archived at its epoch, no rekey', async () => {
+    const direct = await keyedDirect();
+    const res = await operator(app).post('/v1/admin/punishments/ban', { user_id: direct.s.id, reason: 'abuse' });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    await archivedAtItsEpoch(direct);
+  });
+
+  it('the expiry sweep ending its session ends it as a leave does: archived at its epoch, no rekey', async () => {
+    const direct = await keyedDirect();
+    // A stranger's session outlives its direct chats (30 days against 24 hours), so the chat would
+    // expire first: the session's expiry is brought forward instead.
+    await app.database.db.update(sessions).set({ expiresAt: clock.now() }).where(eq(sessions.userId, direct.s.id));
+    expect(await app.services.sessions.sweepExpired()).toBeGreaterThanOrEqual(1);
+    await archivedAtItsEpoch(direct);
   });
 });
 

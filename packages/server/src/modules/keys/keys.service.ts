@@ -174,7 +174,8 @@ export function makeKeysService({ db, store, clock, realtime, membership }: Keys
 
     /**
      * Removes the keys of ended sessions inside the transaction that ends them, and raises the
-     * epoch of the user's active chats there too (archived ones are read-only and keep theirs):
+     * epoch of the user's active chats there too (archived ones are read-only and keep theirs, as
+     * do the direct chats of a stranger whose last session this ends: they are archived next):
      * the sessions end, lose their keys and leave the chats' current epoch together or not at all
      * (DESIGN.md 9). `portal:key_removed` and `room:rekey`
      * go out once it commits (before the transaction's promise resolves, see after-commit.ts).
@@ -202,7 +203,13 @@ export function makeKeysService({ db, store, clock, realtime, membership }: Keys
       // are named, which drops the same keys from the rings as null would.
       const everySession = wholeUser || !(await store.hasLiveSession(userId, clock.now(), tx));
       const chatIds = await membership.chatIdsOf(userId, tx);
-      const bumped = removed.length > 0 ? await store.bumpEpochs(chatIds, clock.now(), tx) : [];
+      // A stranger never signs in again: the end of its last session (a ban's included) ends its
+      // active direct chats as a leave does once this commits (matchmaking sessionsEnded), archived
+      // at the epoch they have. Raised here, they would be archived at an epoch nobody can key (an
+      // archived chat takes no shares), their peers told to rekey, and no longer served the key of
+      // their history. Only that the stranger's keys left the ring is announced for them.
+      const exceptDirect = everySession && (await store.isStranger(userId, tx));
+      const bumped = removed.length > 0 ? await store.bumpEpochs(chatIds, clock.now(), tx, { exceptDirect }) : [];
       await afterCommit(tx, async () => {
         const ids: (number | null)[] = everySession ? [null] : removed;
         for (const chatId of chatIds) {

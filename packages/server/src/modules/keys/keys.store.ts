@@ -1,4 +1,4 @@
-import { and, count, eq, gt, inArray, isNull, lt, sql } from 'drizzle-orm';
+import { and, count, eq, gt, inArray, isNull, lt, ne, sql } from 'drizzle-orm';
 import { anyOf, type Db } from '../../platform/db/index.js';
 import { chatMembers, chats, keyEnvelopes, sessionKeys, sessions, users } from '../../platform/db/schema.js';
 import { directActive } from '../chats/chats.direct.store.js';
@@ -184,15 +184,27 @@ export function makeKeysStore(db: Db) {
      * raised chat's new epoch. An archived direct chat is read-only (nobody sends, nobody shares):
      * its epoch stays, so its members keep reading its history with the key they hold. A direct
      * chat past its expiry counts as archived before the sweep writes it (chats.rules archivedAtOf):
-     * a new epoch there could never be keyed either.
+     * a new epoch there could never be keyed either. `exceptDirect` leaves direct chats out too:
+     * those about to be archived (a stranger's, once its last session ends: removeSessionsIn).
      */
-    async bumpEpochs(chatIds: number[], now: Date, tx: Tx = db): Promise<{ id: number; epoch: number }[]> {
+    async bumpEpochs(
+      chatIds: number[],
+      now: Date,
+      tx: Tx = db,
+      { exceptDirect = false } = {},
+    ): Promise<{ id: number; epoch: number }[]> {
       if (chatIds.length === 0) return [];
+      const active = directActive('chats', sql`${now.toISOString()}::timestamptz`);
       return tx
         .update(chats)
         .set({ epoch: sql`${chats.epoch} + 1` })
-        .where(and(anyOf(chats.id, chatIds), directActive('chats', sql`${now.toISOString()}::timestamptz`)))
+        .where(and(anyOf(chats.id, chatIds), active, exceptDirect ? ne(chats.type, 'direct') : undefined))
         .returning({ id: chats.id, epoch: chats.epoch });
+    },
+    /** Whether the user is a stranger (it never signs in again once its sessions are over). */
+    async isStranger(userId: number, tx: Tx): Promise<boolean> {
+      const [row] = await tx.select({ stranger: users.isStranger }).from(users).where(eq(users.id, userId));
+      return row?.stranger ?? false;
     },
   };
 }
