@@ -105,10 +105,44 @@ function checkedBy(validate: ((data: unknown) => boolean) & { errors?: unknown }
 const takesNoInput = (schema: unknown): boolean =>
   typeof schema === 'object' && schema !== null && (schema as Record<string, unknown>)['x-empty-body'] === true;
 
+/** Decimal text as people write numbers: no sign but a leading `-`, no leading zeros, spaces or exponent. */
+const DECIMAL_TEXT = { integer: /^-?(?:0|[1-9][0-9]*)$/, number: /^-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?$/ };
+
+/**
+ * A text part's validator that refuses a number written other than in plain decimal before Ajv
+ * converts it: Ajv turns any text JavaScript reads as the number (`2.0`, `0x10`, `1e1`, ` 2`) into
+ * it, so `/v1/bot/users/0x10` named user 16. The top-level properties the schema types as integer
+ * or number are checked; the error is the one Ajv gives a value of the wrong type.
+ */
+function plainNumbers(schema: object, validate: ((data: unknown) => boolean) & { errors?: unknown }) {
+  const properties = (schema as { properties?: Record<string, { type?: unknown }> }).properties ?? {};
+  const numeric = Object.entries(properties).flatMap(([name, sub]) =>
+    sub.type === 'integer' || sub.type === 'number' ? [[name, sub.type] as const] : [],
+  );
+  if (numeric.length === 0) return validate;
+  let errors: unknown = null;
+  const checked = (data: unknown) => {
+    if (data !== null && typeof data === 'object') {
+      for (const [name, type] of numeric) {
+        const value = (data as Record<string, unknown>)[name];
+        if (typeof value === 'string' && !DECIMAL_TEXT[type].test(value)) {
+          errors = [{ instancePath: `/${name}`, keyword: 'type', params: { type }, message: `must be ${type}` }];
+          return false;
+        }
+      }
+    }
+    const ok = validate(data);
+    errors = validate.errors;
+    return ok;
+  };
+  Object.defineProperty(checked, 'errors', { get: () => errors });
+  return checked;
+}
+
 export const validatorCompiler: FastifySchemaCompiler<unknown> = ({ schema, httpPart }) => {
-  const ajv = httpPart === 'body' ? bodyAjv : textAjv;
+  if (httpPart !== 'body') return checkedBy(plainNumbers(schema as object, textAjv.compile(schema as object)));
   // Routes without input accept a request with no body at all.
-  return checkedBy(ajv.compile(schema as object), httpPart === 'body' && takesNoInput(schema));
+  return checkedBy(bodyAjv.compile(schema as object), takesNoInput(schema));
 };
 
 /**
