@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
 import { buildApp } from '../src/app.js';
+import { PLACE_TTL_MS } from '../src/modules/vm/vm.cluster.js';
 import type { Caller } from '../src/modules/vm/vm.service.js';
-import { type Backing, createBacking, MODE, startApp, type TestApp } from './support/app.js';
+import { type Backing, createBacking, MODE, type Nodes, startApp, startNodes, type TestApp } from './support/app.js';
 import { join, type Member, member } from './support/chat-flows.js';
 import { Client } from './support/client.js';
 import { captureLog, LEVEL } from './support/logs.js';
@@ -423,5 +424,92 @@ describeBrowser('two watchers on one node opening its audience of a room elsewhe
     expect((await ack(host, 'vm:input', navigate)).ok).toBe(true);
     await new Promise((r) => setTimeout(r, 1500));
     expect(frames().length - before).toBe(0);
+  });
+});
+
+/**
+ * docs/api.md, Control: a controller who leaves the chat's room loses control. When the node holding
+ * the controller's sockets dies, no leave reaches the room's node: its sweep re-checks the
+ * controller once per PLACE_TTL_MS against the chat's sockets on every node.
+ */
+describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('room VM control of a user whose node died', () => {
+  let nodes: Nodes;
+  let bClosed = false;
+  beforeAll(async () => {
+    nodes = await startNodes({ config: { vmIdleTimeoutSeconds: 600 } });
+    // No browsers: a room runs as soon as it is launched.
+    for (const node of [nodes.a, nodes.b]) {
+      node.vmProvider.start = async (roomId, spec) => ({
+        roomId,
+        state: 'running',
+        width: spec.width,
+        height: spec.height,
+        startedAt: new Date(),
+        restarts: 0,
+      });
+      node.vmProvider.stop = async () => {};
+    }
+  });
+  afterAll(async () => {
+    closeAllSockets();
+    // B is closed by the test already; the backing goes with the nodes.
+    if (bClosed) nodes.b.close = async () => {};
+    await nodes?.close();
+  });
+
+  it('keeps control of a controller on a live node; drops it within PLACE_TTL_MS once that node is gone', async () => {
+    const { a: runs, b: dies } = nodes;
+    const owner = await member(runs, { level: 2 });
+    const other = await member(runs);
+    const ctl = await member(dies);
+    const res = await owner.client.post('/v1/portal/chats/create', { name: 'Dead node', type: 'public' });
+    const roomChat = res.body.chat.id as number;
+    for (const m of [owner, other, ctl]) expect((await join(m, { chat_id: roomChat })).ok).toBe(true);
+    expect((await owner.client.post(`/v1/portal/chats/${roomChat}/start`, {})).status).toBe(200);
+    expect(runs.services.vm.isRunning(roomChat)).toBe(true);
+    expect(await ack(ctl, 'vm:control:request', { chat_id: roomChat })).toMatchObject({ granted: true });
+
+    // A (running the room) re-checks by reading the chat's sockets on every node: the test awaits those reads.
+    const { realtime } = runs.services;
+    const socketsIn = realtime.socketsIn;
+    const reads: Promise<unknown>[] = [];
+    realtime.socketsIn = (room) => {
+      const read = socketsIn(room);
+      reads.push(read);
+      return read;
+    };
+    try {
+      // A re-check while the controller's socket is on B, alive: control stays. The sweeps here run
+      // a minute ahead of the clock: A's own sweep (every second) re-checks nothing meanwhile.
+      const ahead = Date.now() + 60_000;
+      const before = reads.length;
+      await runs.services.vm.sweep(new Date(ahead));
+      expect(reads.length - before).toBe(1);
+      await Promise.all(reads);
+      await new Promise((r) => setTimeout(r, 100));
+      expect(await stats(runs)).toMatchObject({ active_browsers: 1, controllers: 1 });
+      expect(owner.socket.received.some((r) => r.event === 'vm:control' && r.payload.controller_user_id === null)).toBe(
+        false,
+      );
+      // Within the interval, no room is re-checked again.
+      await runs.services.vm.sweep(new Date(ahead + PLACE_TTL_MS - 1_000));
+      expect(reads.length - before).toBe(1);
+
+      // B dies: it sends nothing to the cluster any more (its leave of the controller is lost).
+      dies.state.publish = async () => {};
+      await dies.close();
+      bClosed = true;
+      await runs.services.vm.sweep(new Date(ahead + PLACE_TTL_MS));
+      await owner.socket.next('vm:control', (p) => p.chat_id === roomChat && p.controller_user_id === null);
+    } finally {
+      realtime.socketsIn = socketsIn;
+    }
+    expect(runs.services.vm.isRunning(roomChat)).toBe(true);
+    expect(await stats(runs)).toMatchObject({ active_browsers: 1, controllers: 0 });
+    expect(await ack(other, 'vm:control:request', { chat_id: roomChat })).toMatchObject({
+      ok: true,
+      granted: true,
+      controller_user_id: other.user.id,
+    });
   });
 });

@@ -224,6 +224,21 @@ export function makeRoomControl(deps: ControlDeps) {
       if (room.controller === userId && !present && hosted.get(chatId) === room) setController(room, null);
     },
 
+    /**
+     * The sweep's re-check of the room's controller: one with no socket in the chat on any node
+     * (their node died, or the leave it sent was lost) loses control. Unlike a leave (userLeft),
+     * nothing says the user went: only a read every node answered drops control, so a controller
+     * on a node slow to answer keeps it.
+     */
+    async dropAbsentController(chatId: number): Promise<void> {
+      const room = hosted.get(chatId);
+      const userId = room?.controller ?? null;
+      if (!room || userId === null) return;
+      const { sockets, complete } = await realtime.socketsIn(rooms.chat(chatId));
+      if (!complete || sockets.some((s) => s.data.userId === userId)) return;
+      if (room.controller === userId && hosted.get(chatId) === room) setController(room, null);
+    },
+
     /** Forgets the room's control requests announced CONTROL_REQUEST_REPEAT_MS or more before `at` (the sweep). */
     expireRequests(room: ControlledRoom, at: number): void {
       for (const [userId, r] of room.requests) if (at - r.at >= CONTROL_REQUEST_REPEAT_MS) room.requests.delete(userId);

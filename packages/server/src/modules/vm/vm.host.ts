@@ -5,7 +5,7 @@ import type { Realtime } from '../../platform/realtime.js';
 import { withinTime } from '../../platform/timeout.js';
 import type { VmFrame, VmProvider } from '../../platform/vm/provider.js';
 import type { ChatsService } from '../chats/chats.service.js';
-import type { VmCluster } from './vm.cluster.js';
+import { PLACE_TTL_MS, type VmCluster } from './vm.cluster.js';
 import { makeRoomControl, type RemoteActor, runningRoom } from './vm.control.js';
 import { type HostedRoom, type Launch, launchRoom } from './vm.host.launch.js';
 import type { Actor, RoomChat } from './vm.rules.js';
@@ -55,6 +55,8 @@ export function makeRoomHost(deps: HostDeps) {
    */
   const stopping = new Map<number, Promise<void>>();
   const now = () => clock.now().getTime();
+  /** When the sweep last re-checked the controllers of this node's rooms (ms). */
+  let controllersCheckedAt = Number.NEGATIVE_INFINITY;
 
   const control = makeRoomControl({
     provider,
@@ -170,10 +172,11 @@ export function makeRoomHost(deps: HostDeps) {
     userLeft: control.userLeft,
 
     /**
-     * Keeps this node's rooms in the room map, forgets silent nodes' viewers, stops rooms idle at
-     * `at`. Every entry is refreshed first and no stop is awaited: a slow one (a browser host that
-     * does not answer) would hold the next run (runs never overlap) and let the other rooms'
-     * entries expire, and another node claim them (docs/api.md, Cluster mode).
+     * Keeps this node's rooms in the room map, forgets silent nodes' viewers, drops controllers
+     * gone from every node, stops rooms idle at `at`. Every entry is refreshed first and no stop is
+     * awaited: a slow one (a browser host that does not answer) would hold the next run (runs never
+     * overlap) and let the other rooms' entries expire, and another node claim them (docs/api.md,
+     * Cluster mode).
      */
     async sweep(at: number): Promise<void> {
       for (const chatId of [...starting.keys()]) {
@@ -202,6 +205,17 @@ export function makeRoomHost(deps: HostDeps) {
         control.expireRequests(room, at);
         screencast.updateWatching(room);
         if (isIdle(room, at)) idle.push(room);
+      }
+      // A controller whose node died (or whose leave was lost) sends no leave here: their control
+      // is re-checked once per PLACE_TTL_MS, as long as a silent node's viewers are kept. Not
+      // awaited: the read waits up to 2 s on the other nodes, and must not hold the map refresh.
+      if (at - controllersCheckedAt >= PLACE_TTL_MS) {
+        controllersCheckedAt = at;
+        for (const room of hosted.values())
+          if (room.controller !== null)
+            void control
+              .dropAbsentController(room.chatId)
+              .catch((err: unknown) => deps.log.warn({ err, chat_id: room.chatId }, 'room VM control re-check failed'));
       }
       // `stop` takes the room at once (`stopping`; it leaves `hosted` before its first wait ends), so
       // a start waits for it and the next run does not stop it again. Judged again here: the loop
