@@ -1,5 +1,6 @@
 import http from 'node:http';
 import https from 'node:https';
+import { TLSSocket } from 'node:tls';
 
 /** What an HTTP exchange yields, whatever the status. */
 export interface RawResponse {
@@ -74,9 +75,26 @@ export const nodeTransport: Transport = (url, request) =>
         resolve({ status: res.statusCode ?? 0, headers: res.headers, text: Buffer.concat(chunks).toString('utf8') });
       });
     }
-    // 'finish': the last byte of the request is with the operating system, on its way to the server.
+    // Sent: the whole request written ('finish') and the connection able to carry it, whichever
+    // comes last. Over https, Node takes the request (and fires 'finish') before the TLS handshake is
+    // done and holds it until then: a handshake that fails (https:// to a plain HTTP port, an
+    // untrusted certificate) or never completes means the request never left the machine.
+    let written = false;
+    let connected = false;
+    const onConnected = (): void => {
+      connected = true;
+      if (written) sent = true;
+    };
+    req.on('socket', (socket) => {
+      // A socket kept alive from an earlier exchange is long connected; a new one is still connecting.
+      if (req.reusedSocket) onConnected();
+      else socket.once(socket instanceof TLSSocket ? 'secureConnect' : 'connect', onConnected);
+    });
+    // 'finish': the last byte of the request is with the operating system (or, over TLS, with a
+    // connection that may still be shaking hands).
     req.on('finish', () => {
-      sent = true;
+      written = true;
+      if (connected) sent = true;
     });
     timer = setTimeout(() => {
       fail(new TimeoutError(`no answer within ${request.timeoutMs / 1000} s`));
