@@ -529,6 +529,13 @@ describeApp('POST /v1/authentication/lookup', () => {
     expect(res.status).toBe(404);
     expect(res.body.code).toBe('ERR_USER_NOT_FOUND');
   });
+
+  it('answers 404 ERR_USER_NOT_FOUND for an anonymous stranger, which nobody logs in as', async () => {
+    const made = await site().post('/v1/portal/stranger', {});
+    expect(made.status).toBe(200);
+    const res = await site().post('/v1/authentication/lookup', { username: made.body.user.username });
+    expect([res.status, res.body.code]).toEqual([404, 'ERR_USER_NOT_FOUND']);
+  });
 });
 
 describeApp('POST /v1/authentication/bot/login-code', () => {

@@ -69,10 +69,14 @@ export function makeAuthService(deps: AuthDeps) {
   return {
     ...makeStrangers(deps),
 
-    /** Spec 4.1 lookup: the linked platforms of a username, so the site can offer them. */
+    /**
+     * Spec 4.1 lookup: the linked platforms of a username, so the site can offer them. An anonymous
+     * stranger is not found: nobody logs in as one, and its name would only tell whether it lives
+     * (strangers are not listed in user search either).
+     */
     async lookup(username: string) {
       const user = await users.byUsername(username);
-      if (!user) throw appError('ERR_USER_NOT_FOUND');
+      if (!user || user.isStranger) throw appError('ERR_USER_NOT_FOUND');
       const platforms = await users.platformsOf(user.id);
       return {
         username: user.username,
