@@ -30,7 +30,23 @@ export interface InChat {
 /** When a punishment of `seconds` ends (none: it does not). */
 export const until = (now: Date, seconds: number | undefined) =>
   seconds ? new Date(now.getTime() + seconds * 1000) : null;
-const human = (seconds: number | undefined) => (seconds ? `${Math.ceil(seconds / 60)} minutes` : 'permanently');
+/**
+ * A punishment's duration as its notification says it: days, hours and minutes (rounded up to the
+ * minute), `2 days 3 hours`, `1 minute`; `permanently` without one (43200 minutes read poorly).
+ */
+export function humanDuration(seconds: number | undefined): string {
+  if (!seconds) return 'permanently';
+  const minutes = Math.ceil(seconds / 60);
+  const parts: [number, string][] = [
+    [Math.floor(minutes / 1440), 'day'],
+    [Math.floor((minutes % 1440) / 60), 'hour'],
+    [minutes % 60, 'minute'],
+  ];
+  return parts
+    .filter(([n]) => n > 0)
+    .map(([n, unit]) => `${n} ${unit}${n === 1 ? '' : 's'}`)
+    .join(' ');
+}
 
 /**
  * Who a platform punishment reaches, decided early and again under the users rows' locks, and
@@ -130,7 +146,7 @@ export function makePunisher({
       },
       tx,
     );
-    const vars = { duration: human(p.body.duration), reason: p.body.reason ?? '' };
+    const vars = { duration: humanDuration(p.body.duration), reason: p.body.reason ?? '' };
     const note = target.isStranger ? null : await notify(p.targetId, p.notice, vars, tx);
     return { record, note, stranger: target.isStranger };
   };
