@@ -11,7 +11,7 @@ import { join, keyedChat, type Member, member, sessionIdOf } from './support/cha
 import { Client, nextIp } from './support/client.js';
 import { countRows } from './support/faults.js';
 import { createLoginBot, login, nextIdentity, operator, setLevel } from './support/flows.js';
-import { gateInserts, lockWaiters, loginUpToVerify } from './support/pg-locks.js';
+import { gateInserts, hold, lockWaiters, lockWaitersOr, loginUpToVerify } from './support/pg-locks.js';
 import { closeAllSockets, connectSocket, disconnected } from './support/sockets.js';
 
 let app: TestApp;
@@ -621,4 +621,88 @@ describeApp('two logins of a user at the cap whose oldest session has no key (Po
       countRows(app, `select count(*) as n from sessions where id = ${id} and end_reason = 'evicted'`);
     expect([await ended(oldestId), await ended((keyed[0] as Member).sessionId)]).toEqual([1, 1]);
   });
+});
+
+/**
+ * A destroy acts for its session only while that session is live: it locks the caller's session
+ * row (with those it ends, in id order) after the locks that come ahead of session rows, and a
+ * session that ended while its request waited answers 401 and ends nothing (spec 4.2 "all
+ * sessions except the current one"; spec 5 "the evicted session's cookie becomes invalid").
+ * The test holds rows as another transaction would. PGlite runs one transaction at a time.
+ */
+describeApp('a destroy by a session that ends while the destroy waits (PostgreSQL)', () => {
+  const live = async (c: Client) => (await c.get('/v1/users/me')).status;
+  const suffix = (c: Client) => c.cookie?.slice(-6);
+
+  it.skipIf(MODE === 'embedded')(
+    'destroying the others: a session destroyed while it waited for the user row answers 401 and ends no other',
+    async () => {
+      const db = pg as postgres.Sql;
+      const a = await login(app, { bot });
+      const b = await device(a.platformUserId);
+      // A keyed session among the others: their end takes the user's row ahead of session rows.
+      const c = await member(app, { platformUserId: a.platformUserId });
+      const holder = hold(db, (tx) => tx`select id from users where id = ${a.user.id} for update`);
+      await holder.ready;
+      const bDestroysOthers = b.post('/v1/users/me/sessions/destroy', {});
+      await lockWaiters(db, 1);
+      // Meanwhile A destroys B: it commits and answers; B's cookie is then refused.
+      const aDestroysB = await a.client.post(`/v1/users/me/sessions/${suffix(b)}/destroy`, {});
+      expect([aDestroysB.status, aDestroysB.body]).toEqual([200, { destroyed: true }]);
+      expect(await live(b)).toBe(401);
+      await holder.end();
+      const answer = await bDestroysOthers;
+      expect([answer.status, answer.body.code]).toEqual([401, 'ERR_UNAUTHENTICATED']);
+      expect({ a: await live(a.client), c: await live(c.client) }).toEqual({ a: 200, c: 200 });
+    },
+  );
+
+  it.skipIf(MODE === 'embedded')(
+    'destroying one: a session destroyed while it waited for the user row answers 401 and ends nothing',
+    async () => {
+      const db = pg as postgres.Sql;
+      const a = await login(app, { bot });
+      const b = await device(a.platformUserId);
+      const c = await member(app, { platformUserId: a.platformUserId });
+      const holder = hold(db, (tx) => tx`select id from users where id = ${a.user.id} for update`);
+      await holder.ready;
+      // A destroys the keyed C: it waits for the user's row.
+      const aDestroysC = a.client.post(`/v1/users/me/sessions/${suffix(c.client)}/destroy`, {});
+      await lockWaiters(db, 1);
+      const bDestroysA = await b.post(`/v1/users/me/sessions/${suffix(a.client)}/destroy`, {});
+      expect([bDestroysA.status, bDestroysA.body]).toEqual([200, { destroyed: true }]);
+      await holder.end();
+      const answer = await aDestroysC;
+      expect([answer.status, answer.body.code]).toEqual([401, 'ERR_UNAUTHENTICATED']);
+      expect({ b: await live(b), c: await live(c.client) }).toEqual({ b: 200, c: 200 });
+    },
+  );
+
+  it.skipIf(MODE === 'embedded')(
+    'two sessions destroying each other run one after the other: the second answers 401, without a deadlock',
+    async () => {
+      const db = pg as postgres.Sql;
+      const a = await login(app, { bot });
+      const b = await device(a.platformUserId);
+      const c = await device(a.platformUserId);
+      const cId = await sessionIdOf(app, c);
+      const before = deadlockVictimRuns();
+      // Another transaction holds C's row: B's "destroy the others" has taken A's and its own, and
+      // waits for C's; A's destroy of B then waits for A's.
+      const holder = hold(db, (tx) => tx`select id from sessions where id = ${cId} for update`);
+      await holder.ready;
+      const bDestroysOthers = b.post('/v1/users/me/sessions/destroy', {});
+      await lockWaiters(db, 1);
+      const aDestroysB = a.client.post(`/v1/users/me/sessions/${suffix(b)}/destroy`, {});
+      await lockWaitersOr(db, 2, aDestroysB);
+      await holder.end();
+      const [first, second] = await Promise.all([bDestroysOthers, aDestroysB]);
+      expect({
+        b: [first.status, first.body],
+        a: [second.status, second.body.code],
+        deadlocks: deadlockVictimRuns() - before,
+      }).toEqual({ b: [200, { destroyed: 2 }], a: [401, 'ERR_UNAUTHENTICATED'], deadlocks: 0 });
+      expect({ a: await live(a.client), b: await live(b), c: await live(c) }).toEqual({ a: 401, b: 200, c: 401 });
+    },
+  );
 });

@@ -1,17 +1,25 @@
 import { Limits } from '@parlor/protocol';
+import postgres from 'postgres';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { describeApp, startApp, type TestApp } from './support/app.js';
+import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { Client, nextIp } from './support/client.js';
 import { createLoginBot, type LoggedIn, login, setLevel } from './support/flows.js';
+import { hold, lockWaiters } from './support/pg-locks.js';
 
 let app: TestApp;
 let bot: Client;
+/** PostgreSQL (cluster project): the tests' own connection, to hold rows as another node would. */
+let pg: postgres.Sql | undefined;
 
 beforeAll(async () => {
   app = await startApp();
   bot = await createLoginBot(app);
+  if (app.config.databaseUrl) pg = postgres(app.config.databaseUrl, { max: 3, onnotice: () => {} });
 });
-afterAll(async () => app?.close());
+afterAll(async () => {
+  await pg?.end({ timeout: 1 });
+  await app?.close();
+});
 
 const sql = (q: string) => app.database.db.execute(q as never);
 
@@ -155,6 +163,36 @@ describeApp('POST /v1/users/me/update', () => {
     }
     expect((await me.client.get('/v1/users/me')).body.user).toEqual(before);
   });
+
+  // The update holds the user's row, then the caller's session row: a session destroyed while the
+  // update waited for the user's row (the destroy committed and answered) answers 401 and writes
+  // nothing. The test holds the row as another transaction would; PGlite runs one at a time.
+  it.skipIf(MODE === 'embedded')(
+    'answers 401 and writes nothing when its session is destroyed while it waits for the user row (PostgreSQL)',
+    async () => {
+      const db = pg as postgres.Sql;
+      const a = await login(app, { bot });
+      const b = await login(app, { bot, platformUserId: a.platformUserId });
+      const nameAndAvatar = async () => {
+        const { username, avatar_source } = (await a.client.get('/v1/users/me')).body.user;
+        return { username, avatar_source };
+      };
+      const before = await nameAndAvatar();
+      const holder = hold(db, (tx) => tx`select id from users where id = ${a.user.id} for update`);
+      await holder.ready;
+      const update = b.client.post('/v1/users/me/update', {
+        username: `gone_${a.user.id}`,
+        avatar_source: 'platform_a_4',
+      });
+      await lockWaiters(db, 1);
+      const destroyed = await a.client.post(`/v1/users/me/sessions/${b.client.cookie?.slice(-6)}/destroy`, {});
+      expect([destroyed.status, destroyed.body]).toEqual([200, { destroyed: true }]);
+      await holder.end();
+      const answer = await update;
+      expect([answer.status, answer.body.code]).toEqual([401, 'ERR_UNAUTHENTICATED']);
+      expect(await nameAndAvatar()).toEqual(before);
+    },
+  );
 });
 
 describeApp('GET /v1/users/me/subscription', () => {

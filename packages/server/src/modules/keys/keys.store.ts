@@ -2,7 +2,7 @@ import { and, count, eq, gt, inArray, isNull, lt, ne, sql } from 'drizzle-orm';
 import { anyOf, type Db } from '../../platform/db/index.js';
 import { chatMembers, chats, keyEnvelopes, sessionKeys, sessions, users } from '../../platform/db/schema.js';
 import { directActive } from '../chats/chats.direct.store.js';
-import type { Tx } from '../users/users.store.js';
+import { lockLiveSessions, type Tx } from '../users/users.store.js';
 
 export interface RingEntry {
   userId: number;
@@ -71,15 +71,10 @@ export function makeKeysStore(db: Db) {
      * Locks the session's row for the transaction (FOR NO KEY UPDATE: rows that only reference the
      * session are still inserted meanwhile), so key registrations of one session run one at a time,
      * and answers whether the session is still live: one that ended (or expired) while the caller
-     * waited on the lock has had its keys removed already and takes none.
+     * waited on the lock has had its keys removed already and takes none (users.store lockLiveSessions).
      */
     async lockLiveSession(sessionId: number, now: Date, tx: Tx): Promise<boolean> {
-      const [row] = await tx
-        .select({ id: sessions.id })
-        .from(sessions)
-        .where(and(eq(sessions.id, sessionId), isNull(sessions.endedAt), gt(sessions.expiresAt, now)))
-        .for('no key update');
-      return row !== undefined;
+      return (await lockLiveSessions([sessionId], now, tx)).length === 1;
     },
     /** Whether the user has a live session at `now` (one this transaction ended has not). */
     async hasLiveSession(userId: number, now: Date, tx: Tx): Promise<boolean> {

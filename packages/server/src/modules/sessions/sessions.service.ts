@@ -80,6 +80,18 @@ export function makeSessionsService({ db, store, clock, geo, cache }: SessionsDe
    */
   const lockAhead = (userId: number, sessionIds: number[], tx: Tx) => store.lockAheadOfEnding(userId, sessionIds, tx);
   /**
+   * Inside a transaction that a session's request runs to end others, after lockAhead and before
+   * it writes a session row: locks the caller's session row with those of `ending`, in id order,
+   * and answers 401 ERR_UNAUTHENTICATED (nothing written) when the caller's session is no longer
+   * live. A session that ended while its request waited (destroyed by another, expired) acts no
+   * more: two sessions destroying each other run one after the other, and the second answers 401
+   * (spec 5: the ended session's cookie becomes invalid).
+   */
+  const lockCaller = async (currentId: number, ending: number[], tx: Tx) => {
+    const live = await store.lockLive([currentId, ...ending], clock.now(), tx);
+    if (!live.includes(currentId)) throw appError('ERR_UNAUTHENTICATED');
+  };
+  /**
    * Inside the transaction that ended the sessions: the `onEnding` hooks run in it, and the
    * `onEnded` listeners are queued for its commit, ahead of what the hooks queue (the sockets drop
    * before the chats hear of the rekey). All of it is done before the transaction's promise
@@ -267,28 +279,35 @@ export function makeSessionsService({ db, store, clock, geo, cache }: SessionsDe
       return { sessions: live.map((s) => toActiveSession(s, currentId)), history: past.map(toHistoryEntry) };
     },
 
-    /** Spec 4.2 rule 2: the current session → 400, an unknown suffix → 404. */
+    /**
+     * Spec 4.2 rule 2: the current session → 400, an unknown suffix → 404; a caller whose session
+     * ended while this waited → 401, nothing ended (lockCaller).
+     */
     async destroyBySuffix(userId: number, currentId: number, suffix: string): Promise<boolean> {
       const now = clock.now();
       return db.transaction(async (tx) => {
-        const target = (await store.activeOf(userId, now, tx)).find((s) => s.tokenSuffix === suffix);
+        const live = await store.activeOf(userId, now, tx);
+        // The caller's session ended before this began: 401, not a 404 or 400 (lockCaller decides under the lock).
+        if (!live.some((s) => s.id === currentId)) throw appError('ERR_UNAUTHENTICATED');
+        const target = live.find((s) => s.tokenSuffix === suffix);
         if (!target) throw appError('ERR_SESSION_NOT_FOUND');
         if (target.id === currentId) throw appError('ERR_CANNOT_DESTROY_CURRENT_SESSION');
         await lockAhead(userId, [target.id], tx);
+        await lockCaller(currentId, [target.id], tx);
         const done = await store.end([target.id], 'destroyed', now, tx);
         await finishEnding(userId, done, 'destroyed', tx);
         return done.length === 1;
       });
     },
 
+    /** Spec 4.2: every session but the caller's, while the caller's is live (else 401: lockCaller). */
     async destroyOthers(userId: number, currentId: number): Promise<number> {
       return db.transaction(async (tx) => {
-        const others = (await store.activeOf(userId, clock.now(), tx)).filter((s) => s.id !== currentId);
-        await lockAhead(
-          userId,
-          others.map((s) => s.id),
-          tx,
-        );
+        const others = (await store.activeOf(userId, clock.now(), tx))
+          .filter((s) => s.id !== currentId)
+          .map((s) => s.id);
+        await lockAhead(userId, others, tx);
+        await lockCaller(currentId, others, tx);
         const done = await store.endAllOf(userId, currentId, 'destroyed', clock.now(), tx);
         await finishEnding(userId, done, 'destroyed', tx);
         return done.length;

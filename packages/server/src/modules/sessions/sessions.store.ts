@@ -19,7 +19,7 @@ import { anyOf, type Db, deleteBatch, rowsOf } from '../../platform/db/index.js'
 import { sessions, users } from '../../platform/db/schema.js';
 import { lockAheadOfSessionsEnd } from '../keys/keys.store.js';
 import { noUsersChanged, type UsersChanged } from '../users/users.changes.js';
-import type { Tx } from '../users/users.store.js';
+import { lockLiveSessions, type Tx } from '../users/users.store.js';
 
 export type SessionRow = typeof sessions.$inferSelect;
 
@@ -155,6 +155,8 @@ export function makeSessionsStore(db: Db, onChanged: UsersChanged = noUsersChang
      * session rows (keys.store lockAheadOfSessionsEnd: the user's chats and row, when one has a key).
      */
     lockAheadOfEnding: (userId: number, sessionIds: number[], tx: Tx) => lockAheadOfSessionsEnd(userId, sessionIds, tx),
+    /** Locks the live ones among these sessions, in id order; answers their ids (users.store lockLiveSessions). */
+    lockLive: (ids: number[], now: Date, tx: Tx) => lockLiveSessions(ids, now, tx),
     /** Ends the given sessions if still live; returns the ids actually ended. */
     async end(ids: number[], reason: string, now: Date, tx: Tx = db): Promise<number[]> {
       if (ids.length === 0) return [];

@@ -11,7 +11,14 @@ import type { Clock } from '../../platform/clock.js';
 import { afterCommit } from '../../platform/db/after-commit.js';
 import { appError } from '../../platform/errors.js';
 import { effectiveSubscription, toUser } from './users.presenter.js';
-import { isUniqueViolation, type LinkedPlatformRow, type Tx, type UserRow, type UsersStore } from './users.store.js';
+import {
+  isUniqueViolation,
+  type LinkedPlatformRow,
+  lockLiveSessions,
+  type Tx,
+  type UserRow,
+  type UsersStore,
+} from './users.store.js';
 
 const usernameRe = new RegExp(USERNAME_PATTERN);
 export const USERNAME_RULE = 'must be 3-32 characters: letters, digits, dots, underscores or hyphens';
@@ -57,13 +64,17 @@ export function makeOwnAccount({ store, clock, publicUrl, renamed }: OwnAccountD
   /**
    * POST /v1/users/me/update in one transaction that holds the caller's row from the start (a
    * deletion committed before it answers 401; one waiting for the row comes after its commit),
-   * answering the user as it wrote it, read inside it. `nameTaken`: a first run lost its name to
-   * the unique index (updateMe); the name is refused and the rest applies.
+   * then the caller's session row (the lock order: the user's row, then session rows): a session
+   * that ended while the update waited for the user's row (destroyed by another of the user's
+   * sessions, logged out, expired) answers 401 and nothing is written. Answers the user as it
+   * wrote it, read inside it. `nameTaken`: a first run lost its name to the unique index
+   * (updateMe); the name is refused and the rest applies.
    */
-  const updateOwn = (userId: number, body: UpdateMeBody, nameTaken: boolean) =>
+  const updateOwn = (userId: number, sessionId: number, body: UpdateMeBody, nameTaken: boolean) =>
     store.transaction(async (tx) => {
       const locked = await store.byIdForUpdate(userId, tx);
       if (!locked) throw appError('ERR_UNAUTHENTICATED');
+      if ((await lockLiveSessions([sessionId], clock.now(), tx)).length === 0) throw appError('ERR_UNAUTHENTICATED');
       const errors: Record<string, string> = {};
       const { username, avatar_source: avatarSource } = body;
       if (username !== undefined && (nameTaken || !isValidUsername(username)))
@@ -109,12 +120,17 @@ export function makeOwnAccount({ store, clock, publicUrl, renamed }: OwnAccountD
     /**
      * Spec 4.2 rule 1: fields succeed or fail independently; `errors` names the failures. The
      * answer is what the update's transaction wrote (updateOwn): a deletion committed right after
-     * it cannot turn the committed change into an error (docs/api.md Users).
+     * it cannot turn the committed change into an error (docs/api.md Users). `sessionId`: the
+     * caller's session, which must still be live when the update holds the user's row.
      */
-    async updateMe(userId: number, body: UpdateMeBody): Promise<{ user: User; errors: Record<string, string> | null }> {
-      const { user, errors } = await updateOwn(userId, body, false).catch((e: unknown) => {
+    async updateMe(
+      userId: number,
+      sessionId: number,
+      body: UpdateMeBody,
+    ): Promise<{ user: User; errors: Record<string, string> | null }> {
+      const { user, errors } = await updateOwn(userId, sessionId, body, false).catch((e: unknown) => {
         // Two renames racing for one name: the unique index refuses one, and its transaction rolls back.
-        if (isUniqueViolation(e)) return updateOwn(userId, body, true);
+        if (isUniqueViolation(e)) return updateOwn(userId, sessionId, body, true);
         throw e;
       });
       return { user, errors: Object.keys(errors).length > 0 ? errors : null };

@@ -12,7 +12,7 @@ import {
   UserEnvelope,
 } from '@parlor/protocol';
 import { Type } from '@sinclair/typebox';
-import { currentUser, type Guards } from '../../platform/auth.js';
+import { currentSession, currentUser, type Guards } from '../../platform/auth.js';
 import { type App, errorResponses, security } from '../../platform/routing.js';
 import type { UsersService } from './users.service.js';
 
@@ -34,7 +34,10 @@ export function registerUsersRoutes(app: App, { users, guards }: { users: UsersS
       response: { 200: UpdateMeResponse, ...errorResponses },
     },
     onRequest: guards.session,
-    handler: async (req) => users.updateMe(currentUser(req).id, req.body),
+    handler: async (req) => {
+      const s = currentSession(req);
+      return users.updateMe(s.userId, s.id, req.body);
+    },
   });
 
   app.get('/v1/users/me/subscription', {

@@ -42,6 +42,27 @@ export function likeEscape(s: string): string {
 }
 
 /**
+ * Locks those of the given sessions that are live at `now` (neither ended nor expired), in id
+ * order, and answers their ids. FOR NO KEY UPDATE: rows that only reference a session are still
+ * inserted meanwhile. A session that ended while the caller waited on its lock is not among them
+ * (its row is read again once the lock is free): what a request acting for its own session checks
+ * before it writes, the locks ahead of session rows taken (docs/api.md Moderation). Id order, so
+ * two transactions locking the same sessions (two sessions destroying each other) wait for each
+ * other instead of deadlocking. Here, next to Tx, for every module that locks a session row
+ * (sessions, keys, the own account).
+ */
+export async function lockLiveSessions(ids: number[], now: Date, tx: Tx): Promise<number[]> {
+  if (ids.length === 0) return [];
+  const rows = await tx
+    .select({ id: sessions.id })
+    .from(sessions)
+    .where(and(anyOf(sessions.id, ids), isNull(sessions.endedAt), gt(sessions.expiresAt, now)))
+    .orderBy(asc(sessions.id))
+    .for('no key update');
+  return rows.map((r) => r.id);
+}
+
+/**
  * `onChanged` hears of every write to a user row or its linked platforms (the read caches'
  * invalidation, users.changes.ts); inside a transaction it publishes once that commits.
  */
