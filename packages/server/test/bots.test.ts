@@ -443,7 +443,7 @@ describeApp('GET /v1/bot/users/{user_id} and update', () => {
     expect((await client.get('/v1/bot/users/987654')).status).toBe(404);
     expect((await client.get('/v1/bot/users/abc')).status).toBe(400);
     // An id is plain decimal text: other spellings JavaScript reads as the number name no user.
-    for (const id of ['2.0', '0x10', '1e1', '%202', '02', '+2']) {
+    for (const id of ['2.0', '0x10', '1e1', '%202', '02', '+2', '-0']) {
       const res = await client.get(`/v1/bot/users/${id}`);
       expect([id, res.status, res.body.code, res.body.errors]).toEqual([
         id,

@@ -158,7 +158,7 @@ describeApp('the server process (npm start)', () => {
   });
 
   it('stops cleanly on a SIGTERM that arrives while it is still starting (migrations)', async () => {
-    const node = await nodeEnv({ seeded: true });
+    const node = await nodeEnv();
     const p = run({ ...node.env, LOG_LEVEL: 'info' });
     await waitFor(() => p.logs().some((l) => l.msg === 'starting'));
     p.child.kill('SIGTERM');

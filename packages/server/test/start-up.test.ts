@@ -51,13 +51,16 @@ describeApp('start-up with a store that cannot be reached', () => {
     const { redis, config } = await unreachable();
     // The database opens (this run's own); Redis, at a port nothing listens on, does not.
     const backing = await createBacking();
-    const database = await openTestDatabase(backing);
     try {
-      const message = await failure(buildApp({ config, database, logger: false }));
-      expect(message).toMatch(new RegExp(`^could not open Redis at 127\\.0\\.0\\.1:${redis}: `));
-      expect(message).not.toContain('hunter2');
+      const database = await openTestDatabase(backing);
+      try {
+        const message = await failure(buildApp({ config, database, logger: false }));
+        expect(message).toMatch(new RegExp(`^could not open Redis at 127\\.0\\.0\\.1:${redis}: `));
+        expect(message).not.toContain('hunter2');
+      } finally {
+        await database.close();
+      }
     } finally {
-      await database.close();
       await backing.release();
     }
   });

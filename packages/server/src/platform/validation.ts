@@ -105,8 +105,11 @@ function checkedBy(validate: ((data: unknown) => boolean) & { errors?: unknown }
 const takesNoInput = (schema: unknown): boolean =>
   typeof schema === 'object' && schema !== null && (schema as Record<string, unknown>)['x-empty-body'] === true;
 
-/** Decimal text as people write numbers: no sign but a leading `-`, no leading zeros, spaces or exponent. */
-const DECIMAL_TEXT = { integer: /^-?(?:0|[1-9][0-9]*)$/, number: /^-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?$/ };
+/** Decimal text as people write numbers: no sign but a leading `-` (not on 0), no leading zeros, spaces or exponent. */
+const DECIMAL_TEXT = {
+  integer: /^(?:0|-?[1-9][0-9]*)$/,
+  number: /^(?:-?(?:0|[1-9][0-9]*)\.[0-9]+|0|-?[1-9][0-9]*)$/,
+};
 
 /**
  * A text part's validator that refuses a number written other than in plain decimal before Ajv

@@ -115,7 +115,10 @@ export function makeRoomControl(deps: ControlDeps) {
     }
   };
 
+  /** How many times each room's control changed hands: a read that awaited sees whether it did meanwhile. */
+  const handovers = new WeakMap<ControlledRoom, number>();
   const setController = (room: ControlledRoom, userId: number | null) => {
+    handovers.set(room, (handovers.get(room) ?? 0) + 1);
     const previous = room.controller;
     room.controller = userId;
     room.requests.clear();
@@ -234,9 +237,12 @@ export function makeRoomControl(deps: ControlDeps) {
       const room = hosted.get(chatId);
       const userId = room?.controller ?? null;
       if (!room || userId === null) return;
+      const before = handovers.get(room);
       const { sockets, complete } = await realtime.socketsIn(rooms.chat(chatId));
       if (!complete || sockets.some((s) => s.data.userId === userId)) return;
-      if (room.controller === userId && hosted.get(chatId) === room) setController(room, null);
+      // Judged again: the user may have lost control and been granted it anew during the read,
+      // from a socket the read did not see; only control unchanged since the read began is dropped.
+      if (handovers.get(room) === before && hosted.get(chatId) === room) setController(room, null);
     },
 
     /** Forgets the room's control requests announced CONTROL_REQUEST_REPEAT_MS or more before `at` (the sweep). */
