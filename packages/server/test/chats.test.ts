@@ -411,7 +411,18 @@ describeApp('private chats, invites and membership history', () => {
     const first: { id: number }[] = (await page('?limit=2')).body.activity;
     const second: { id: number }[] = (await page('?limit=2&offset=2')).body.activity;
     expect([...first, ...second].map((a) => a.id)).toEqual(all.slice(0, 4).map((a) => a.id));
-    for (const q of ['?limit=0', '?limit=101', '?offset=-1', '?limit=x', '?foo=1', '?limit=1.5']) {
+    // Numbers in plain decimal only (`02`, `0x2`, `2e0` name 2 to JavaScript).
+    for (const q of [
+      '?limit=0',
+      '?limit=101',
+      '?offset=-1',
+      '?limit=x',
+      '?foo=1',
+      '?limit=1.5',
+      '?limit=02',
+      '?limit=0x2',
+      '?limit=2e0',
+    ]) {
       const res = await page(q);
       expect([q, res.status, res.body.code]).toEqual([q, 400, 'ERR_VALIDATION']);
     }
