@@ -633,17 +633,24 @@ describeApp('two logins of a user at the cap whose oldest session has no key (Po
 describeApp('a destroy by a session that ends while the destroy waits (PostgreSQL)', () => {
   const live = async (c: Client) => (await c.get('/v1/users/me')).status;
   const suffix = (c: Client) => c.cookie?.slice(-6);
+  /**
+   * A user with sessions A, B and C (C keyed: its end takes the user's row ahead of session rows),
+   * and the user's row held by another transaction until `holder.end()`.
+   */
+  const userRowHeld = async () => {
+    const db = pg as postgres.Sql;
+    const a = await login(app, { bot });
+    const b = await device(a.platformUserId);
+    const c = await member(app, { platformUserId: a.platformUserId });
+    const holder = hold(db, (tx) => tx`select id from users where id = ${a.user.id} for update`);
+    await holder.ready;
+    return { db, a, b, c, holder };
+  };
 
   it.skipIf(MODE === 'embedded')(
     'destroying the others: a session destroyed while it waited for the user row answers 401 and ends no other',
     async () => {
-      const db = pg as postgres.Sql;
-      const a = await login(app, { bot });
-      const b = await device(a.platformUserId);
-      // A keyed session among the others: their end takes the user's row ahead of session rows.
-      const c = await member(app, { platformUserId: a.platformUserId });
-      const holder = hold(db, (tx) => tx`select id from users where id = ${a.user.id} for update`);
-      await holder.ready;
+      const { db, a, b, c, holder } = await userRowHeld();
       const bDestroysOthers = b.post('/v1/users/me/sessions/destroy', {});
       await lockWaiters(db, 1);
       // Meanwhile A destroys B: it commits and answers; B's cookie is then refused.
@@ -660,12 +667,7 @@ describeApp('a destroy by a session that ends while the destroy waits (PostgreSQ
   it.skipIf(MODE === 'embedded')(
     'destroying one: a session destroyed while it waited for the user row answers 401 and ends nothing',
     async () => {
-      const db = pg as postgres.Sql;
-      const a = await login(app, { bot });
-      const b = await device(a.platformUserId);
-      const c = await member(app, { platformUserId: a.platformUserId });
-      const holder = hold(db, (tx) => tx`select id from users where id = ${a.user.id} for update`);
-      await holder.ready;
+      const { db, a, b, c, holder } = await userRowHeld();
       // A destroys the keyed C: it waits for the user's row.
       const aDestroysC = a.client.post(`/v1/users/me/sessions/${suffix(c.client)}/destroy`, {});
       await lockWaiters(db, 1);

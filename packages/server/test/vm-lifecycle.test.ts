@@ -26,6 +26,7 @@ import {
   livingInSession,
   startTestSite,
   WAIT_MS,
+  withoutBrowsers,
 } from './support/vm-browser.js';
 
 vi.setConfig({ testTimeout: BROWSER_TEST_TIMEOUT_MS });
@@ -66,17 +67,6 @@ const directChat = async (node: TestApp = app) => {
 };
 const statsOf = async (node: TestApp) =>
   (await new Client(node.url, undefined, node.publicApiKey).get('/v1/statistics/chats')).body;
-
-/** Replaces a node's browsers with records: a room runs as soon as it is launched. */
-function withoutBrowsers(node: TestApp) {
-  const launched: string[] = [];
-  node.vmProvider.start = async (roomId, spec) => {
-    launched.push(roomId);
-    return { roomId, state: 'running', width: spec.width, height: spec.height, startedAt: new Date(), restarts: 0 };
-  };
-  node.vmProvider.stop = async () => {};
-  return { launched };
-}
 
 /**
  * Holds the node's next start of the chat's room at its first look at the room map, right after

@@ -15,6 +15,7 @@ import {
   eventually,
   startTestSite,
   WAIT_MS,
+  withoutBrowsers,
 } from './support/vm-browser.js';
 
 vi.setConfig({ testTimeout: BROWSER_TEST_TIMEOUT_MS });
@@ -438,17 +439,7 @@ describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('room VM con
   beforeAll(async () => {
     nodes = await startNodes({ config: { vmIdleTimeoutSeconds: 600 } });
     // No browsers: a room runs as soon as it is launched.
-    for (const node of [nodes.a, nodes.b]) {
-      node.vmProvider.start = async (roomId, spec) => ({
-        roomId,
-        state: 'running',
-        width: spec.width,
-        height: spec.height,
-        startedAt: new Date(),
-        restarts: 0,
-      });
-      node.vmProvider.stop = async () => {};
-    }
+    for (const node of [nodes.a, nodes.b]) withoutBrowsers(node);
   });
   afterAll(async () => {
     closeAllSockets();

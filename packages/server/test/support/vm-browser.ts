@@ -6,7 +6,7 @@ import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { describe, inject, it } from 'vitest';
 import type { VmStartSpec } from '../../src/platform/vm/provider.js';
-import { MODE } from './app.js';
+import { MODE, type TestApp } from './app.js';
 
 export { testEgressNetwork } from './egress-network.js';
 
@@ -229,4 +229,15 @@ export function livingInSession(pid: number): number {
   } catch {
     return 0;
   }
+}
+
+/** Replaces a node's browsers with records: a room runs as soon as it is launched. */
+export function withoutBrowsers(node: TestApp) {
+  const launched: string[] = [];
+  node.vmProvider.start = async (roomId, spec) => {
+    launched.push(roomId);
+    return { roomId, state: 'running', width: spec.width, height: spec.height, startedAt: new Date(), restarts: 0 };
+  };
+  node.vmProvider.stop = async () => {};
+  return { launched };
 }
