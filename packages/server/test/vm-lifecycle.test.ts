@@ -672,6 +672,15 @@ describeBrowser('room VM lifecycle (real Chromium)', () => {
     expect((await ack(guildOwner, 'vm:control:grant', { chat_id: chatId, user_id: carol.user.id })).ok).toBe(true);
     expect((await carol.client.post(`/v1/portal/chats/${chatId}/stop`, {})).status).toBe(403);
     expect((await guildOwner.client.post(`/v1/portal/chats/${chatId}/stop`, {})).status).toBe(200);
+    // Banned from the guild's chat, the guild owner no longer runs its room.
+    const banned = await owner.client.post(`/v1/portal/chats/${chatId}/ban`, { user_id: guildOwner.user.id });
+    expect(banned.status, JSON.stringify(banned.body)).toBe(200);
+    for (const action of ['start', 'stop']) {
+      const res = await guildOwner.client.post(`/v1/portal/chats/${chatId}/${action}`, {});
+      expect(res.status, action).toBe(403);
+      expect(res.body.code).toBe('ERR_FORBIDDEN');
+    }
+    expect(app.vmProvider.status(String(chatId))?.state ?? 'stopped').toBe('stopped');
   });
 
   it('a killed server leaves no browser behind, and the next one removes the profile it left', async () => {

@@ -136,8 +136,12 @@ export async function wireServices(ctx: WiringContext) {
   });
   // A guild chat's room VM starts with its guild's room settings (other chats: the vm defaults).
   vm.useSettings(guilds.roomSettingsOfChat);
-  // The public chat of a guild has no owner row: the guild's owner runs its room.
-  vm.useGuildOwners(guilds.ownsChatGuild);
+  // The public chat of a guild has no owner row: the guild's owner runs its room, unless banned
+  // from that chat (a ban ends their stream; it ends their running of the room too).
+  vm.useGuildOwners(
+    async (chatId, userId) =>
+      (await guilds.ownsChatGuild(chatId, userId)) && !(await messages.isChatBanned(chatId, userId)),
+  );
   // A deleted chat's room stops (on this node; cluster: on the node that runs it).
   chats.onRemoved((chatId) => {
     vm.chatRemoved(chatId).catch((err: unknown) => app.log.warn({ err, chatId }, 'room VM stop after delete failed'));
