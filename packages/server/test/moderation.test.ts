@@ -92,6 +92,36 @@ describeApp('platform punishments (operator and Admins)', () => {
     expect((await target.client.get('/v1/users/me/punishments')).body[0]).toMatchObject({ is_lifted: true });
   });
 
+  it('names in its notification how long the ban or timeout the user lives under lasts (a longer one outlasts a shorter)', async () => {
+    const target = await login(app);
+    const punish = async (kind: 'ban' | 'timeout', duration: number) => {
+      const res = await operator(app).post(`/v1/admin/punishments/${kind}`, { user_id: target.user.id, duration });
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+    };
+    const lastNotice = async () => {
+      const res = (await app.database.db.execute(
+        `select body from notifications where user_id = ${target.user.id} order by id desc limit 1` as never,
+      )) as unknown as { rows: { body: string }[] } | { body: string }[];
+      const rows = 'rows' in res ? res.rows : res;
+      return (/Duration: \*\*(.*?)\*\*/.exec(rows[0]?.body ?? '') ?? [])[1];
+    };
+    await punish('timeout', 86_400);
+    expect(await lastNotice()).toBe('1 day');
+    clock.advance(2 * 3_600_000);
+    // A shorter timeout: the day's timeout still applies, 22 hours of it left.
+    await punish('timeout', 600);
+    expect(await lastNotice()).toBe('22 hours');
+    await punish('timeout', 2 * 86_400);
+    expect(await lastNotice()).toBe('2 days');
+    // A ban over a timeout is a ban of its own length; a timeout of a banned user names its own.
+    await punish('ban', 3_600);
+    expect(await lastNotice()).toBe('1 hour');
+    await punish('timeout', 60);
+    expect(await lastNotice()).toBe('1 minute');
+    await punish('ban', 60);
+    expect(await lastNotice()).toBe('1 hour');
+  });
+
   it('refuses the socket handshake of a timed-out user with ERR_TIMED_OUT and when it ends, and accepts it from then', async () => {
     const target = await member(app);
     const gone = disconnected(target.socket);

@@ -1,3 +1,4 @@
+import { UserState } from '@parlor/protocol';
 import { appError } from '../../platform/errors.js';
 import { lockActorAndTarget } from '../admin/admin.locks.js';
 import { type ActorLevel, canActOn } from '../admin/admin.rules.js';
@@ -46,6 +47,26 @@ export function humanDuration(seconds: number | undefined): string {
     .filter(([n]) => n > 0)
     .map(([n, unit]) => `${n} ${unit}${n === 1 ? '' : 's'}`)
     .join(' ');
+}
+
+/** The user state a punishment of this type puts its user in. */
+const STATE_OF: Record<string, number> = { PLATFORM_BAN: UserState.BANNED, PLATFORM_TIMEOUT: UserState.TIMEOUT };
+
+/**
+ * How long, in seconds, what the punishment's notification announces applies (undefined: for
+ * good): a longer ban or timeout of the same kind already in force outlasts a shorter one and is
+ * the one the user lives under, so the notification names its end, not the shorter record's. A
+ * timeout of a banned user names its own duration (it applies if the ban ends first).
+ */
+function appliesFor(
+  type: string,
+  now: Date,
+  seconds: number | undefined,
+  settled: { state: number; stateExpiresAt: Date | null } | null,
+): number | undefined {
+  if (!settled || settled.state !== STATE_OF[type]) return seconds;
+  if (settled.stateExpiresAt === null) return undefined;
+  return Math.max(seconds ?? 0, (settled.stateExpiresAt.getTime() - now.getTime()) / 1000);
 }
 
 /**
@@ -134,7 +155,7 @@ export function makePunisher({
       },
       tx,
     );
-    if (p.settlesState) await store.settleState(p.targetId, now, tx);
+    const settled = p.settlesState ? await store.settleState(p.targetId, now, tx) : null;
     await audit.record(
       {
         actor: p.actor,
@@ -146,7 +167,10 @@ export function makePunisher({
       },
       tx,
     );
-    const vars = { duration: humanDuration(p.body.duration), reason: p.body.reason ?? '' };
+    const vars = {
+      duration: humanDuration(appliesFor(p.actionType, now, p.body.duration, settled)),
+      reason: p.body.reason ?? '',
+    };
     const note = target.isStranger ? null : await notify(p.targetId, p.notice, vars, tx);
     return { record, note, stranger: target.isStranger };
   };
