@@ -357,6 +357,21 @@ describeApp('private chats, invites and membership history', () => {
     expect((await outsider.client.post(`/v1/portal/chats/${chatId}/invites/create`, {})).status).toBe(403);
   });
 
+  it('takes invites to an official chat from Admins and above, not from its members', async () => {
+    const made = await operator(app).post('/v1/admin/chats/create', { name: 'Official invites' });
+    expect(made.status, JSON.stringify(made.body)).toBe(200);
+    const chatId: number = made.body.chat.id;
+    const plain = await member(app);
+    expect((await join(plain, { chat_id: chatId })).ok).toBe(true);
+    const refused = await plain.client.post(`/v1/portal/chats/${chatId}/invites/create`, {});
+    expect(refused.status).toBe(403);
+    expect(refused.body.code).toBe('ERR_FORBIDDEN');
+    const admin = await member(app, { level: 2 });
+    const invite = await admin.client.post(`/v1/portal/chats/${chatId}/invites/create`, {});
+    expect(invite.status, JSON.stringify(invite.body)).toBe(200);
+    expect((await admin.client.get(`/v1/portal/chats/${chatId}/invites`)).body.invites).toHaveLength(1);
+  });
+
   it('lists only live invites: a used-up one is neither listed nor deletable', async () => {
     const { owner, chatId } = await keyedChat(app, 'private');
     const once = (await owner.client.post(`/v1/portal/chats/${chatId}/invites/create`, { max_uses: 1 })).body.invite;

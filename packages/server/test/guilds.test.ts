@@ -830,4 +830,24 @@ describeApp('room:join {vanity}', () => {
     const other = await guild({ withPremium: true });
     expectError(await vanity(admin.client, other.id, v), 409, 'ERR_VANITY_TAKEN');
   });
+
+  it('still opens the guild chat an Admin made private (the guild’s own way in); its id alone does not', async () => {
+    const g = await guild({ withPremium: true, name: 'Made private' });
+    const v = nextVanity();
+    const set = await vanity(admin.client, g.id, v);
+    expect(set.status).toBe(200);
+    const chatId: number = set.body.chat_id;
+    const made = await admin.client.post(`/v1/portal/chats/${chatId}/config/update`, { type: 'private' });
+    expect(made.status, JSON.stringify(made.body)).toBe(200);
+
+    const visitor = await member(app);
+    expect(await visitor.socket.emitWithAck('room:join', { chat_id: chatId })).toMatchObject({
+      ok: false,
+      code: 'ERR_CANNOT_BROWSE_PRIVATE',
+    });
+    expect(await visitor.socket.emitWithAck('room:join', { vanity: v })).toMatchObject({
+      ok: true,
+      chat: { id: chatId, type: 'private' },
+    });
+  });
 });
