@@ -273,8 +273,11 @@ describeApp('POST /v1/bot/guilds/{guild_id}: only the reporting bot (or an Offic
     expect((await upsert(id, { name: 'Orphan', member_count: 1 }, gone.client)).status).toBe(200);
     expectError(await upsert(id, { name: 'Early', member_count: 1 }), 403, 'ERR_GUILD_OTHER_BOT');
     expect((await op.post(`/v1/admin/bots/${gone.id}/delete`)).status).toBe(200);
+    expect((await admin.client.get(`/v1/guilds/${id}`)).body.has_bot).toBe(false);
     const next = await createBot(app, { name: 'Successor' });
-    expect((await upsert(id, { name: 'Adopted', member_count: 1 }, next.client)).status).toBe(200);
+    const adopted = await upsert(id, { name: 'Adopted', member_count: 1 }, next.client);
+    expect(adopted.status).toBe(200);
+    expect(adopted.body.has_bot).toBe(true);
     expect(await reporterOf(id)).toBe(next.id);
   });
 

@@ -151,7 +151,8 @@ export function makeBotAdmin({ db, store, audit, clock, users }: BotsDeps, mustG
     },
 
     /**
-     * POST /v1/admin/bots/{id}/delete: a soft delete; the key stops working with the next request.
+     * POST /v1/admin/bots/{id}/delete: a soft delete; the key stops working with the next request,
+     * and the guilds it reported read `has_bot: false` until another bot reports them.
      * Decided on the session's level first, then on the caller's as stored and the bot's locked row.
      */
     async remove(botId: number, actor: Actor, level: ActorLevel): Promise<void> {
@@ -164,6 +165,7 @@ export function makeBotAdmin({ db, store, audit, clock, users }: BotsDeps, mustG
         if (!bot) throw appError('ERR_BOT_NOT_FOUND');
         if (!mayManage(bot, stored)) throw officialOnly();
         if (!(await store.update(botId, { deletedAt: now, updatedAt: now }, tx))) throw appError('ERR_BOT_NOT_FOUND');
+        await store.releaseGuilds(botId, now, tx);
         await audit.record(
           { actor, code: AuditCodes.BOT_DELETE, action: 'delete', targetBotId: botId, data: { name: bot.name } },
           tx,

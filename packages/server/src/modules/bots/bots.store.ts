@@ -1,6 +1,6 @@
 import { and, asc, count, desc, eq, ilike, isNull, type SQL, sql } from 'drizzle-orm';
 import { type Db, deleteBatch } from '../../platform/db/index.js';
-import { botCommands, bots, users } from '../../platform/db/schema.js';
+import { botCommands, bots, guilds, users } from '../../platform/db/schema.js';
 import { likeEscape, type Tx } from '../users/users.store.js';
 
 export type BotRow = typeof bots.$inferSelect;
@@ -70,6 +70,13 @@ export function makeBotsStore(db: Db) {
         .where(and(eq(bots.id, id), live))
         .returning();
       return row;
+    },
+    /**
+     * The guilds a deleted bot reported no longer have a bot (`has_bot`), until the next bot's
+     * report: the deleted bot's key reports nothing any more.
+     */
+    async releaseGuilds(botId: number, at: Date, tx: Tx): Promise<void> {
+      await tx.update(guilds).set({ hasBot: false, updatedAt: at }).where(eq(guilds.reportedByBotId, botId));
     },
     /** Live bots owned by a user lose their owner (the account is being deleted). */
     async clearOwner(userId: number, at: Date, tx: Tx): Promise<number[]> {
