@@ -7,6 +7,7 @@ import { auditLog, guilds } from '../src/platform/db/schema.js';
 import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { member } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
+import { countRows } from './support/faults.js';
 import { createBot, createLoginBot, type LoggedIn, login, nextIdentity, operator, setLevel } from './support/flows.js';
 import { hold, lockWaiters, lockWaitersOr } from './support/pg-locks.js';
 import { closeAllSockets } from './support/sockets.js';
@@ -834,21 +835,27 @@ describeApp('room:join {vanity}', () => {
     expectError(await vanity(admin.client, other.id, v), 409, 'ERR_VANITY_TAKEN');
   });
 
-  it('still opens the guild chat an Admin made private (the guild’s own way in); its id alone does not', async () => {
+  it('does not open the guild chat an Admin made private to its vanity (nor to its id); its members stay', async () => {
     const g = await guild({ withPremium: true, name: 'Made private' });
     const v = nextVanity();
     const set = await vanity(admin.client, g.id, v);
     expect(set.status).toBe(200);
     const chatId: number = set.body.chat_id;
+    const early = await member(app);
+    expect((await early.socket.emitWithAck('room:join', { vanity: v })).ok).toBe(true);
     const made = await admin.client.post(`/v1/portal/chats/${chatId}/config/update`, { type: 'private' });
+    const before = await countRows(app, `select count(*) as n from chat_members where chat_id = ${chatId}`);
     expect(made.status, JSON.stringify(made.body)).toBe(200);
 
     const visitor = await member(app);
-    expect(await visitor.socket.emitWithAck('room:join', { chat_id: chatId })).toMatchObject({
-      ok: false,
-      code: 'ERR_CANNOT_BROWSE_PRIVATE',
-    });
-    expect(await visitor.socket.emitWithAck('room:join', { vanity: v })).toMatchObject({
+    for (const target of [{ chat_id: chatId }, { vanity: v }])
+      expect(await visitor.socket.emitWithAck('room:join', target)).toMatchObject({
+        ok: false,
+        code: 'ERR_CANNOT_BROWSE_PRIVATE',
+      });
+    expect(await countRows(app, `select count(*) as n from chat_members where chat_id = ${chatId}`)).toBe(before);
+    // One who joined while it was public still enters it by its vanity.
+    expect(await early.socket.emitWithAck('room:join', { vanity: v })).toMatchObject({
       ok: true,
       chat: { id: chatId, type: 'private' },
     });

@@ -32,7 +32,9 @@ export const RECENT_MEMBERSHIP_MS = 60_000;
 /**
  * Whether a join may make this viewer, not a member, a member of the chat as read under its lock:
  * strangers only join direct chats, direct chats have their two members only, and a private chat
- * is joined by id only by its managers (others need an invite or its guild's vanity).
+ * is joined by its managers, or with an invite. Not by its guild's vanity: the owner or a sponsor
+ * sets that, not a manager of the chat, so a guild chat an Admin made private closes to it as the
+ * invites of its plain members do.
  */
 function assertMayBecomeMember(
   viewer: Viewer,
@@ -42,7 +44,7 @@ function assertMayBecomeMember(
 ): void {
   if (stranger && chat.type !== 'direct') throw appError('ERR_STRANGER_NOT_ALLOWED');
   if (chat.type === 'direct') throw appError('ERR_CANNOT_BROWSE_PRIVATE');
-  if (method === 'direct' && chat.type === 'private' && !canManage(viewer, chat.ownerUserId))
+  if (method !== 'invite' && chat.type === 'private' && !canManage(viewer, chat.ownerUserId))
     throw appError('ERR_CANNOT_BROWSE_PRIVATE');
 }
 
