@@ -1,5 +1,6 @@
 import { describe, expect, it, vi } from 'vitest';
 import { FakeClock } from '../../platform/clock.js';
+import { appError } from '../../platform/errors.js';
 import type { Db } from '../../platform/db/index.js';
 import type { MessagesService } from '../messages/messages.service.js';
 import { makeDirectChats } from './chats.direct.js';
@@ -69,5 +70,41 @@ describe('sweepDirect', () => {
     await direct.sweepDirect();
     expect(archivedChats).toHaveBeenCalledWith([7, 8]);
     expect(log.error.mock.calls[0]?.[0]).toMatchObject({ task: 'direct-chat-lifecycle', step: 'archive' });
+  });
+});
+
+describe('announceLeft', () => {
+  /** The direct chats whose chat reads fail with `failure`, with the calls a leave's announcement makes. */
+  function announcer(failure: Error) {
+    const publish = vi.fn();
+    const emitTo = vi.fn();
+    const archivedChats = vi.fn();
+    const direct = makeDirectChats({
+      db: {} as Db,
+      store: {} as ChatsStore,
+      clock: new FakeClock(Date.now()),
+      messages: { publish } as unknown as MessagesService,
+      realtime: { emitTo, io: {} as never, leaveChat: vi.fn() },
+      mustGet: async () => {
+        throw failure;
+      },
+      removedChats: vi.fn(),
+      archivedChats,
+      log: { error: vi.fn(), warn: vi.fn() },
+    });
+    const left = { chatIds: [7], systems: [{ id: '1-0' } as never] };
+    return { announce: () => direct.announceLeft(left), publish, emitTo, archivedChats };
+  }
+
+  it('announces a committed leave of a chat deleted since (no chat:updated) without failing', async () => {
+    const { announce, publish, emitTo, archivedChats } = announcer(appError('ERR_CHAT_NOT_FOUND'));
+    await expect(announce()).resolves.toBeUndefined();
+    expect(publish).toHaveBeenCalledWith({ id: '1-0' });
+    expect(archivedChats).toHaveBeenCalledWith([7]);
+    expect(emitTo).not.toHaveBeenCalled();
+  });
+
+  it('still fails on any other failure of the chat read', async () => {
+    await expect(announcer(new Error('database gone')).announce()).rejects.toThrow('database gone');
   });
 });

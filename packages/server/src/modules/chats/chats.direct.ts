@@ -4,7 +4,7 @@ import { runSteps, type TaskLog } from '../../platform/background.js';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
 import { drain } from '../../platform/drain.js';
-import { appError } from '../../platform/errors.js';
+import { AppError, appError } from '../../platform/errors.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
 import type { MessagesService } from '../messages/messages.service.js';
 import type { Tx } from '../users/users.store.js';
@@ -93,12 +93,21 @@ export function makeDirectChats(deps: DirectChatsDeps) {
     return left;
   };
 
-  /** After leaveAllDirect's transaction committed: the system messages, the archive listeners, `chat:updated`. */
+  /**
+   * After leaveAllDirect's transaction committed: the system messages, the archive listeners,
+   * `chat:updated`. A chat deleted since the commit (an admin's delete) gets no `chat:updated`
+   * (its deletion told its members): the leave committed, and its answer must say so.
+   */
   const announceLeft = async (left: DirectLeft): Promise<void> => {
     for (const system of left.systems) messages.publish(system);
     archivedChats(left.chatIds);
-    for (const chatId of left.chatIds)
-      realtime.emitTo(rooms.chat(chatId), 'chat:updated', { chat: toChat(await mustGet(chatId)) });
+    for (const chatId of left.chatIds) {
+      const chat = await mustGet(chatId).catch((err: unknown) => {
+        if (err instanceof AppError && err.code === 'ERR_CHAT_NOT_FOUND') return null;
+        throw err;
+      });
+      if (chat) realtime.emitTo(rooms.chat(chatId), 'chat:updated', { chat: toChat(chat) });
+    }
   };
 
   return {
