@@ -10,7 +10,14 @@ import { bundle, join, keyedChat, member } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
 import { countRows } from './support/faults.js';
 import { login, operator, setLevel } from './support/flows.js';
-import { gateInserts, hold, lockWaiters, lockWaitersOr, racingUserRow } from './support/pg-locks.js';
+import {
+  gateInserts,
+  hold,
+  lockWaiters,
+  lockWaitersOr,
+  racingUserRow,
+  whileHeldAdvancing,
+} from './support/pg-locks.js';
 import { closeAllSockets, connectSocket, disconnected } from './support/sockets.js';
 import { eventually } from './support/vm-browser.js';
 
@@ -277,6 +284,104 @@ describeApp('POST /v1/portal/chats/create racing a change of the creator (Postgr
       );
       expect({ status: res.status, code: res.body.code }).toEqual({ status: 403, code: 'ERR_BANNED' });
       expect(await ownedBy(app, who.user.id)).toBe(0);
+    },
+  );
+});
+
+// PostgreSQL, fake clock: a deadline (the creator's Premium, a member's invite) passes while the
+// write waits for a row another node's transaction holds; the write decides, and stamps what it
+// writes, at the time it holds the row, never at the time the request began (docs/api.md, Chats).
+describeApp('chat writes waiting for a row while a deadline passes (PostgreSQL, fake clock)', () => {
+  let timed: TestApp;
+  let timedPg: postgres.Sql | undefined;
+  const clock = new FakeClock(Date.now());
+  beforeAll(async () => {
+    // Its tests need a transaction of the test's own beside the app's: PostgreSQL only.
+    if (MODE !== 'cluster') return;
+    timed = await startApp({ clock });
+    if (timed.config.databaseUrl) timedPg = postgres(timed.config.databaseUrl, { max: 3, onnotice: () => {} });
+  });
+  afterAll(async () => {
+    await timedPg?.end({ timeout: 1 });
+    await timed?.close();
+  });
+
+  const whileWaitingAdvance = <T>(lock: string, advanceMs: number, run: () => Promise<T>) => {
+    if (!timedPg) throw new Error('PostgreSQL only');
+    return whileHeldAdvancing(timedPg, lock, clock, advanceMs, run);
+  };
+  const rowOf = (table: string, id: number) => `select id from ${table} where id = ${id} for update`;
+  const at = async (query: string) => {
+    const rows = await (timedPg as postgres.Sql).unsafe(query);
+    return rows.map((r) => (r.at as Date).toISOString());
+  };
+
+  it.skipIf(MODE !== 'cluster')(
+    'answers 403 ERR_CHAT_CREATE_FORBIDDEN when the creator’s Premium expires while the creation waits for its row, and creates nothing',
+    async () => {
+      const who = await login(timed);
+      const grant = await operator(timed).post('/v1/admin/subscriptions/grant', {
+        user_id: who.user.id,
+        tier: 'PREMIUM',
+        duration_days: 1,
+      });
+      expect(grant.status).toBe(200);
+      clock.advance(24 * 3600 * 1000 - 5_000);
+      const res = await whileWaitingAdvance(rowOf('users', who.user.id), 10_000, () =>
+        create(who.client, 'public', 'Late'),
+      );
+      expect({ status: res.status, code: res.body.code }).toEqual({ status: 403, code: 'ERR_CHAT_CREATE_FORBIDDEN' });
+      expect(await ownedBy(timed, who.user.id)).toBe(0);
+    },
+  );
+
+  it.skipIf(MODE !== 'cluster')(
+    'making a chat private revokes nothing of a member’s invite that expired while the update waited for the chat’s row, and stamps the update then',
+    async () => {
+      const { owner, chatId } = await keyedChat(timed);
+      const plain = await member(timed);
+      expect((await join(plain, { chat_id: chatId })).ok).toBe(true);
+      const made = await plain.client.post(`/v1/portal/chats/${chatId}/invites/create`, { expires_in_seconds: 60 });
+      expect(made.status, JSON.stringify(made.body)).toBe(200);
+      clock.advance(55_000);
+      const res = await whileWaitingAdvance(rowOf('chats', chatId), 10_000, () =>
+        owner.client.post(`/v1/portal/chats/${chatId}/config/update`, { type: 'private' }),
+      );
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+      // It ended at its expiry, before the chat was made private: no longer live, so not revoked.
+      const revoked = `select revoked_at as at from chat_invites where code = '${made.body.invite.code}' and revoked_at is not null`;
+      expect(await at(revoked)).toEqual([]);
+      expect(res.body.chat).toMatchObject({ type: 'private', updated_at: clock.now().toISOString() });
+    },
+  );
+
+  it.skipIf(MODE !== 'cluster')(
+    'a deletion that waits for the chat’s row stamps the deletion and its members’ leaving at the time it holds the row',
+    async () => {
+      const { owner, chatId } = await keyedChat(timed);
+      const res = await whileWaitingAdvance(rowOf('chats', chatId), 10_000, () =>
+        owner.client.post(`/v1/portal/chats/${chatId}/delete`, {}),
+      );
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+      const now = clock.now().toISOString();
+      expect(await at(`select deleted_at as at from chats where id = ${chatId}`)).toEqual([now]);
+      expect(await at(`select left_at as at from chat_members where chat_id = ${chatId}`)).toEqual([now]);
+    },
+  );
+
+  it.skipIf(MODE !== 'cluster')(
+    'an official chat’s creation that waits for its Owner’s row is stamped at the time it holds the row',
+    async () => {
+      const actor = await login(timed);
+      await setLevel(timed, actor.user.id, 3);
+      const res = await whileWaitingAdvance(rowOf('users', actor.user.id), 10_000, () =>
+        actor.client.post('/v1/admin/chats/create', { name: 'Stamped' }),
+      );
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+      expect(res.body.chat).toMatchObject({
+        created_at: clock.now().toISOString(),
+        updated_at: clock.now().toISOString(),
+      });
     },
   );
 });

@@ -7,7 +7,7 @@ import { auditLog, notifications, users } from '../src/platform/db/schema.js';
 import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { Client, nextIp } from './support/client.js';
 import { createLoginBot, type LoggedIn, login, operator, setLevel } from './support/flows.js';
-import { racingUserRow } from './support/pg-locks.js';
+import { racingUserRow, whileHeldAdvancing } from './support/pg-locks.js';
 import { closeAllSockets, connectSocket } from './support/sockets.js';
 
 const DAY = 24 * 3600 * 1000;
@@ -408,6 +408,61 @@ describeApp('grant and revoke racing a change of the caller (PostgreSQL)', () =>
       );
       expectError(res, 403, 'ERR_FORBIDDEN');
       expect(await traceOf(target.user.id)).toEqual(before);
+    },
+  );
+});
+
+/** `run` while the user's row is held, the clock moved on by `advanceMs` once it waits (whileHeldAdvancing). */
+function whileWaitingAdvance<T>(userId: number, advanceMs: number, run: () => Promise<T>) {
+  if (!pg) throw new Error('PostgreSQL only');
+  return whileHeldAdvancing(pg, `select id from users where id = ${userId} for update`, clock, advanceMs, run);
+}
+
+// docs/api.md Subscriptions: subscriptions end exactly at their deadline, and a grant or revoke
+// decides on the user's row as it holds it, at the time it holds it: an expiry that passes while
+// it waits for that row has passed.
+describeApp('grant and revoke waiting for the user’s row while its Premium expires (PostgreSQL, fake clock)', () => {
+  it.skipIf(MODE !== 'cluster')(
+    'revokes nothing from a Premium that expires while the revoke waits: no `revoke`, no "Subscription revoked", the sweep writes the expiry',
+    async () => {
+      const target = await login(app, { bot });
+      expect((await grant(op, { user_id: target.user.id, tier: 'PREMIUM', duration_days: 1 })).status).toBe(200);
+      clock.advance(DAY - 5_000);
+      const res = await whileWaitingAdvance(target.user.id, 10_000, () => revoke(op, { user_id: target.user.id }));
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+      expect(res.body.subscription).toMatchObject({ tier: 0, has_premium: false, expires_at: null });
+      expect((await subscriptionAudits(target.user.id)).map((a) => a.action)).toEqual(['premium']);
+      expect(await titles(target)).not.toContain('Subscription revoked');
+      // The stored tier is still Premium: the sweep finds it and reports the expiry as for anyone.
+      expect(await app.subscriptionSweep.run()).toBeGreaterThanOrEqual(1);
+      expect((await subscriptionAudits(target.user.id)).map((a) => [a.action, a.actorKind])).toEqual([
+        ['premium', 'operator'],
+        ['expire', 'system'],
+      ]);
+    },
+  );
+
+  it.skipIf(MODE !== 'cluster')(
+    'records a Premium that expires while a grant waits before replacing it, and counts the new Premium from the time the grant holds the row',
+    async () => {
+      const target = await login(app, { bot });
+      expect((await grant(op, { user_id: target.user.id, tier: 'PREMIUM', duration_days: 1 })).status).toBe(200);
+      clock.advance(DAY - 5_000);
+      const res = await whileWaitingAdvance(target.user.id, 10_000, () =>
+        grant(op, { user_id: target.user.id, tier: 'PREMIUM', duration_days: 5 }),
+      );
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+      expect(res.body.subscription.expires_at).toBe(new Date(clock.now().getTime() + 5 * DAY).toISOString());
+      expect((await subscriptionAudits(target.user.id)).map((a) => [a.code, a.action, a.actorKind])).toEqual([
+        [AuditCodes.SUBSCRIPTION_GRANT, 'premium', 'operator'],
+        [AuditCodes.SUBSCRIPTION_REVOKE, 'expire', 'system'],
+        [AuditCodes.SUBSCRIPTION_GRANT, 'premium', 'operator'],
+      ]);
+      expect((await titles(target)).filter((t: string) => t.startsWith('Subscription'))).toEqual([
+        'Subscription upgraded',
+        'Subscription expired',
+        'Subscription upgraded',
+      ]);
     },
   );
 });

@@ -62,6 +62,27 @@ export function hold(sql: postgres.Sql, work: (tx: postgres.TransactionSql) => P
 }
 
 /**
+ * Starts the request under test with `run` while `lock` (a `select … for update`) holds a row in a
+ * transaction of the test's own (another node's), moves `clock` on by `advanceMs` once the request
+ * waits for that row, then lets it go: a deadline passes while the request waits. Answers its answer.
+ */
+export async function whileHeldAdvancing<T>(
+  sql: postgres.Sql,
+  lock: string,
+  clock: { advance(ms: number): void },
+  advanceMs: number,
+  run: () => Promise<T>,
+): Promise<T> {
+  const holder = hold(sql, (tx) => tx.unsafe(lock));
+  await holder.ready;
+  const answer = run();
+  await lockWaiters(sql, 1);
+  clock.advance(advanceMs);
+  await holder.end();
+  return answer;
+}
+
+/**
  * Holds the user's row in a transaction of the test's own (a promotion or deletion another node has
  * not committed yet), runs `work` in it, starts the request under test with `run`, which must wait
  * for that row, then commits and answers the request's answer.

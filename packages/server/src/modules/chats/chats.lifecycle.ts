@@ -75,15 +75,17 @@ export function makeChatLifecycle({ db, store, clock, realtime, mustGet, written
      * timed out on that row (its effective state, as storedCallerLevel reads it) answers ERR_BANNED
      * or ERR_TIMED_OUT, as its session would once this node hears of it. The answer is the
      * chat as this transaction wrote it (`written`), never read again after the commit.
+     * Like every write here, it decides and stamps on the time once it holds its rows, not the
+     * time the request began: a Premium or a timeout that ended while it waited has ended.
      */
     async create(viewer: Viewer, body: { name: string; type: 'public' | 'private' }): Promise<Chat> {
-      const now = clock.now();
       const chat = await db.transaction(async (tx) => {
         // Serialise concurrent creations by the same user so the slot count holds.
         await tx.execute(sql`select pg_advisory_xact_lock(7243, ${viewer.userId})`);
         // The creator's row, held until the commit: a deletion either committed before (gone) or waits.
         const creator = await store.lockCreator(viewer.userId, tx);
         if (!creator) throw appError('ERR_UNAUTHENTICATED');
+        const now = clock.now();
         const refusal = stateRefusal(effectiveState(creator, now));
         if (refusal) throw appError(refusal);
         const slots = chatSlots(creator.permissionLevel, hasPremium(creator, now));
@@ -116,10 +118,11 @@ export function makeChatLifecycle({ db, store, clock, realtime, mustGet, written
       name: string,
       extra?: (tx: Tx, chatId: number) => Promise<void>,
     ): Promise<Chat> {
-      const now = clock.now();
       const chat = await db.transaction(async (tx) => {
         if (!canManageOfficial(await levelAsStored(viewer, tx)))
           throw appError('ERR_FORBIDDEN', 'Only Owners and the operator create official chats.');
+        // Stamped once the caller's row is held, not when the request began.
+        const now = clock.now();
         const chat = await store.insert(
           { type: 'official', name: name.trim(), ownerUserId: null, createdAt: now, updatedAt: now },
           tx,
@@ -151,9 +154,10 @@ export function makeChatLifecycle({ db, store, clock, realtime, mustGet, written
       assertSettingsManager(viewer, chat);
       if (chat.type !== 'public' && chat.type !== 'private' && body.type)
         throw appError('ERR_FORBIDDEN', 'Only public and private chats change type.');
-      const now = clock.now();
       const updated = await db.transaction(async (tx) => {
         const before = await lockManaged(viewer, chatId, tx);
+        // The time once the chat's row is held: an invite that expired while this waited is no longer live.
+        const now = clock.now();
         const row = await store.update(
           chatId,
           {
@@ -190,9 +194,10 @@ export function makeChatLifecycle({ db, store, clock, realtime, mustGet, written
       const chat = await mustGet(chatId);
       // A quick refusal on the session's view of the caller; the write decides again as stored.
       assertSettingsManager(viewer, chat);
-      const now = clock.now();
       const members = await db.transaction(async (tx) => {
         await lockManaged(viewer, chatId, tx);
+        // Stamped once the chat's row is held, not when the request began.
+        const now = clock.now();
         if (!(await store.update(chatId, { deletedAt: now, updatedAt: now }, tx))) throw appError('ERR_CHAT_NOT_FOUND');
         if (extra) await extra(tx, chat);
         return store.endAllMemberships(chatId, now, tx);

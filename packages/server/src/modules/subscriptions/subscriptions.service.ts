@@ -55,13 +55,28 @@ export function makeSubscriptionsService(deps: SubscriptionsDeps) {
    * lock, not the one its session read when the request began: a caller demoted, banned or
    * deleted meanwhile gets 403 and nothing is written (docs/api.md, Subscriptions). An anonymous
    * stranger is no user to subscribe (matchmaking keeps it at the free slot, it reads no
-   * notifications): 404, as for an unknown id.
+   * notifications): 404, as for an unknown id. `now` is the time once the row is held, which the
+   * change decides and stamps on: a Trial or Premium that reached its expiry while this waited for
+   * the row has ended (subscriptions end exactly at their deadline).
    */
-  const lockTarget = async (actor: Actor, actorLevel: ActorLevel, userId: number, tx: Tx): Promise<UserRow> => {
+  const lockTarget = async (
+    actor: Actor,
+    actorLevel: ActorLevel,
+    userId: number,
+    tx: Tx,
+  ): Promise<{ target: UserRow; now: Date }> => {
     const { level, target } = await lockActorAndTarget(tx, actor, actorLevel, userId, clock.now());
     if (!target || target.isStranger) throw appError('ERR_USER_NOT_FOUND');
     if (!canActOn(level, target.permissionLevel)) throw appError('ERR_FORBIDDEN');
-    return target;
+    return { target, now: clock.now() };
+  };
+
+  /** The grant's plan counted from `now`; a bad `duration_days` answers 400 on it. */
+  const planAt = (body: SubscriptionGrantBody, now: Date) => {
+    const plan = planGrant(body.tier, body.duration_days, now);
+    if (typeof plan === 'string')
+      throw appError('ERR_VALIDATION', undefined, { errors: [{ path: 'body/duration_days', message: plan }] });
+    return plan;
   };
 
   /**
@@ -78,14 +93,14 @@ export function makeSubscriptionsService(deps: SubscriptionsDeps) {
      * Sets the tier as asked, replacing whatever the user had. A trial is refused when the audit
      * log shows one was ever granted (checked under the user's row lock, so two grants cannot race).
      * A Trial or Premium it replaces that had already ended is recorded as expired first (recordLapsed).
+     * The new expiry counts from the time the row is held (lockTarget), as does every decision.
      */
     async grant(actor: Actor, actorLevel: ActorLevel, body: SubscriptionGrantBody) {
-      const now = clock.now();
-      const plan = planGrant(body.tier, body.duration_days, now);
-      if (typeof plan === 'string')
-        throw appError('ERR_VALIDATION', undefined, { errors: [{ path: 'body/duration_days', message: plan }] });
+      // A bad request is refused before it locks anything.
+      planAt(body, clock.now());
       const { note, status } = await db.transaction(async (tx) => {
-        const target = await lockTarget(actor, actorLevel, body.user_id, tx);
+        const { target, now } = await lockTarget(actor, actorLevel, body.user_id, tx);
+        const plan = planAt(body, now);
         if (
           plan.action === 'trial' &&
           (await usersStore.hasAudit(target.id, AuditCodes.SUBSCRIPTION_GRANT, 'trial', tx))
@@ -132,14 +147,13 @@ export function makeSubscriptionsService(deps: SubscriptionsDeps) {
     /**
      * Back to Basic. Revoking from a user who is already Basic changes nothing and records nothing
      * (idempotent, so a retried CLI call is harmless); the answer is the status either way. Basic
-     * is the tier that applies now: a Trial or Premium past its expiry that the sweep has not yet
-     * downgraded is Basic already, so it is left to the sweep, which writes its `expire` entry and
-     * the "Subscription expired" notification as for anyone else.
+     * is the tier that applies now (once the row is held: lockTarget): a Trial or Premium past its
+     * expiry that the sweep has not yet downgraded is Basic already, so it is left to the sweep,
+     * which writes its `expire` entry and the "Subscription expired" notification as for anyone else.
      */
     async revoke(actor: Actor, actorLevel: ActorLevel, body: SubscriptionRevokeBody) {
-      const now = clock.now();
       const { note, status } = await db.transaction(async (tx) => {
-        const target = await lockTarget(actor, actorLevel, body.user_id, tx);
+        const { target, now } = await lockTarget(actor, actorLevel, body.user_id, tx);
         if (effectiveSubscription(target, now).tier === 0) return { note: null, status: await answer(target, tx) };
         await usersStore.update(
           target.id,
