@@ -386,6 +386,42 @@ describeApp('a search ended while a pairing has it out of the queue', () => {
       await c.client.post('/v1/portal/match/dequeue', {});
     },
   );
+
+  // Both stores: right after the pairing has read the users' marks (so it goes on), the waiting
+  // user dequeues and its deadline passes; the pairing is then refused because of the caller
+  // (its slots filled by a pairing of another tab), and the waiting user is not put back.
+  it('a user who dequeued after the pairing read the marks is told nothing, even when its deadline passed meanwhile', async () => {
+    const t = tag();
+    const [a, b, d] = [await member(app), await member(app), await member(app)];
+    expect((await match(a, [t])).body.state).toBe('searching');
+    const chats = app.services.chats;
+    const original = chats.createDirect;
+    let dequeued: Promise<unknown> | undefined;
+    chats.createDirect = (async (userIds, tags, searchesEnded) => {
+      chats.createDirect = original;
+      const other = await original([b.user.id, d.user.id], ['elsewhere']);
+      expect('refused' in other).toBe(false);
+      return original(userIds, tags, async () => {
+        const ended = (await searchesEnded?.()) ?? [];
+        // The queue call is sent at once (its mark set before the pairing puts anyone back).
+        dequeued = app.services.matchmaking.dequeue(a.user.id);
+        clock.advance(Limits.MATCH_QUEUE_WAIT_MS);
+        return ended;
+      });
+    }) as typeof original;
+    let res: Awaited<ReturnType<typeof match>>;
+    try {
+      res = await match(b, [t]);
+    } finally {
+      chats.createDirect = original;
+    }
+    expect(res.body.code).toBe('ERR_MATCH_SLOT_LIMIT');
+    expect(await dequeued).toEqual({ state: 'idle' });
+    expect((await a.client.get('/v1/portal/match/status')).body).toEqual({ state: 'idle' });
+    expect(await chatsOfPair(app, a.user.id, b.user.id)).toBe(0);
+    await a.socket.emitWithAck('vm:credentials', { chat_id: 0 } as never);
+    expect(matchEvents(a)).toEqual([]);
+  });
 });
 
 describeApp('a block committed while an enqueue is in flight', () => {

@@ -3,12 +3,13 @@ import { Limits } from '@parlor/protocol';
 import { decryptMessage } from '@parlor/sdk';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { MATCH_SWEEP_BATCH } from '../src/modules/matchmaking/matchmaking.service.js';
+import { makeMatchmakingStore } from '../src/modules/matchmaking/matchmaking.store.js';
 import { FakeClock } from '../src/platform/clock.js';
 import { schema } from '../src/platform/db/index.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
 import { bundle, join, keyEpoch, type Member, member, receiveKey } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
-import { failInserts } from './support/faults.js';
+import { countRows, failInserts } from './support/faults.js';
 import { login } from './support/flows.js';
 import { closeAllSockets, connectSocket, disconnected } from './support/sockets.js';
 
@@ -27,6 +28,18 @@ afterAll(async () => {
 });
 
 const match = (m: { client: Client }, interests: unknown) => m.client.post('/v1/portal/match', { interests });
+
+/** The match events a member's sockets got so far. */
+const matchEvents = (m: Member) => m.socket.received.filter((r) => r.event.startsWith('match:'));
+/** An ack on the socket arrives after anything the server sent it before. */
+const flush = (m: Member) => m.socket.emitWithAck('vm:credentials', { chat_id: 0 } as never);
+/** Chats that both users are members of. */
+const chatsOfPair = (a: Member, b: Member) =>
+  countRows(
+    app,
+    `select count(*) as n from chat_members m join chat_members n on n.chat_id = m.chat_id
+     where m.user_id = ${a.user.id} and n.user_id = ${b.user.id}`,
+  );
 
 /**
  * Enqueues a member who pairs with a waiting peer: the answer is still the search (spec 4.5), and
@@ -207,16 +220,70 @@ describeApp('POST /v1/portal/match', () => {
     expect((await match(p, [tag()])).body.code).toBe('ERR_MATCH_SLOT_LIMIT');
   });
 
-  it('never pairs users who blocked each other', async () => {
+  it('never pairs two users when only one blocked the other, whichever of them waits first', async () => {
+    for (const blockerWaits of [true, false]) {
+      const t = tag();
+      const [a, b, c] = [await member(app), await member(app), await member(app)];
+      expect((await a.client.post('/v1/users/me/blocks/create', { user_id: b.user.id })).body).toEqual({ ok: true });
+      // Only A's search holds the block (a search carries its own user's blocks): the placing
+      // reads it whether A is the one waiting or the one arriving.
+      const [first, second] = blockerWaits ? [a, b] : [b, a];
+      expect((await match(first, [t])).body.state).toBe('searching');
+      // Later in line (Redis orders equal enqueue times by user id).
+      clock.advance(1);
+      expect((await match(second, [t])).body.state).toBe('searching');
+      expect((await first.client.get('/v1/portal/match/status')).body.state).toBe('searching');
+      expect((await second.client.get('/v1/portal/match/status')).body.state).toBe('searching');
+      expect((await matchAndFind(c, [t])).peer.id).toBe(first.user.id);
+      expect(await chatsOfPair(a, b)).toBe(0);
+      await second.client.post('/v1/portal/match/dequeue', {});
+    }
+  });
+
+  it('never pairs a waiting user with one it blocked after it queued: the chat statement refuses them, both wait, neither is told', async () => {
     const t = tag();
     const [a, b, c] = [await member(app), await member(app), await member(app)];
+    const searching = (await match(a, [t])).body;
     expect((await a.client.post('/v1/users/me/blocks/create', { user_id: b.user.id })).body).toEqual({ ok: true });
-    await match(a, [t]);
+    // Neither search holds the block: A's was read before it, B's holds only B's own blocks.
     expect((await match(b, [t])).body.state).toBe('searching');
+    expect((await b.client.get('/v1/portal/match/status')).body.state).toBe('searching');
+    expect((await a.client.get('/v1/portal/match/status')).body).toEqual(searching);
+    expect(await chatsOfPair(a, b)).toBe(0);
+    for (const m of [a, b]) await flush(m);
+    expect(matchEvents(a)).toEqual([]);
+    expect(matchEvents(b)).toEqual([]);
+    // A went back to its place, now excluding B: the next searcher takes A, and B waits on.
     expect((await matchAndFind(c, [t])).peer.id).toBe(a.user.id);
-    expect((await a.client.get('/v1/users/me/blocks')).body.blocks).toEqual([
-      { user_id: b.user.id, created_at: expect.any(String) },
-    ]);
+    expect((await b.client.get('/v1/portal/match/status')).body.state).toBe('searching');
+    await b.client.post('/v1/portal/match/dequeue', {});
+  });
+
+  it(`a search carries only its own user's blocks (at most ${Limits.BLOCKS_PER_USER}), however many users blocked that user`, async () => {
+    const [a, mine] = [await member(app), await member(app)];
+    expect((await a.client.post('/v1/users/me/blocks/create', { user_id: mine.user.id })).body).toEqual({ ok: true });
+    // Anyone may block a user, a stranger too, so more users may block one user than it may block.
+    const stranger = new Client(app.url, nextIp(), app.publicApiKey);
+    expect((await stranger.post('/v1/portal/stranger', {})).status).toBe(200);
+    expect((await stranger.post('/v1/users/me/blocks/create', { user_id: a.user.id })).body).toEqual({ ok: true });
+    // The rest seeded in SQL, each an account of its own (a POST each would meet the write limit).
+    await app.database.db.execute(
+      `with seeded as (
+         insert into users (username, is_stranger, last_activity_at, created_at, updated_at)
+         select 'blockedby_' || ${a.user.id} || '_' || g, true, now(), now(), now()
+         from generate_series(1, ${Limits.BLOCKS_PER_USER}) g
+         returning id
+       )
+       insert into user_blocks (blocker_id, blocked_id, created_at) select id, ${a.user.id}, now() from seeded` as never,
+    );
+    // What the enqueue's pre-check reads into the user's queue entry (its exclusions).
+    const [facts] = await makeMatchmakingStore(app.database.db).searcherFacts(
+      [{ userId: a.user.id, sessionId: 0 }],
+      clock.now(),
+    );
+    expect(facts?.exclude).toEqual([mine.user.id]);
+    expect((await match(a, [tag()])).body.state).toBe('searching');
+    await a.client.post('/v1/portal/match/dequeue', {});
   });
 
   it('an unblock takes effect from the next search: a waiting search keeps the blocks read when it began', async () => {
@@ -345,6 +412,18 @@ describeApp('queue deadline, leave and the direct chat lifecycle', () => {
     expect(await a.socket.next('match:timeout', (e) => e.interests[0] === t)).toEqual({ interests: [t] });
     expect((await a.client.get('/v1/portal/match/status')).body).toEqual({ state: 'idle' });
     await b.client.post('/v1/portal/match/dequeue', {});
+  });
+
+  it('tells nothing to a user who dequeues its expired search before the sweep: the dequeue answers idle', async () => {
+    const t = tag();
+    const a = await member(app);
+    expect((await match(a, [t])).body.state).toBe('searching');
+    clock.advance(Limits.MATCH_QUEUE_WAIT_MS);
+    expect((await a.client.post('/v1/portal/match/dequeue', {})).body).toEqual({ state: 'idle' });
+    // The dequeue took the entry out: the sweep does not meet it.
+    await app.services.matchmaking.sweepQueue();
+    await flush(a);
+    expect(matchEvents(a)).toEqual([]);
   });
 
   it('one deadline-sweep run drains a backlog of more than one batch (after an outage): statistics stop counting it', async () => {

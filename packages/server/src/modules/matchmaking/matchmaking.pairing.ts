@@ -47,7 +47,7 @@ export function makePairing(deps: PairingDeps) {
    * search has ended and it is told so, as at its deadline (`match:timeout`). A peer searching again
    * on a newer entry is left to that search; one whose search was ended meanwhile (a dequeue, a ban
    * or timeout, a stranger's session ending: the queue's cancelled mark) stays out, told nothing
-   * (it was answered, or is gone).
+   * (it was answered, or is gone). Either holds also past its deadline (the queue answers them first).
    */
   const putBack = async (peer: QueueEntry): Promise<void> => {
     try {

@@ -17,7 +17,12 @@ export interface SearcherFacts {
    * chat is archived exactly at its expiry, before the sweep writes it: chats.rules `archivedAtOf`).
    */
   activeDirect: number;
-  /** Everyone this user blocked or was blocked by. */
+  /**
+   * The users this user blocked (at most Limits.BLOCKS_PER_USER): its queue entry's exclusions.
+   * Not those who blocked it, whom nothing bounds (anyone may block anyone): their own entries
+   * exclude this user, which a placing reads both ways, and the pairing statement reads the
+   * blocks both ways.
+   */
   exclude: number[];
   /** The country of the session's address (its stored geo), or null. */
   country: string | null;
@@ -71,8 +76,7 @@ export function makeMatchmakingStore(db: Db) {
                    where cm.user_id = i.uid and cm.left_at is null and c.deleted_at is null
                      and c.type = 'direct' and ${directActive('c', sql`${now.toISOString()}::timestamptz`)})::integer as active_direct,
                  -- As text: both drivers hand text back as it is, whatever their array parsing.
-                 (select string_agg(case when b.blocker_id = i.uid then b.blocked_id else b.blocker_id end::text, ',')
-                   from user_blocks b where b.blocker_id = i.uid or b.blocked_id = i.uid) as exclude,
+                 (select string_agg(b.blocked_id::text, ',') from user_blocks b where b.blocker_id = i.uid) as exclude,
                  (select s.geo ->> 'country_code' from sessions s where s.id = i.sid) as country
           from input i join users u on u.id = i.uid`),
       );
@@ -82,7 +86,7 @@ export function makeMatchmakingStore(db: Db) {
         out[r.ord] = {
           premium: hasPremium({ subscriptionTier: r.tier, subscriptionExpiresAt: expires }, now),
           activeDirect: Number(r.active_direct),
-          exclude: r.exclude ? [...new Set(r.exclude.split(',').map(Number))] : [],
+          exclude: r.exclude ? r.exclude.split(',').map(Number) : [],
           country: r.country ? r.country : null,
           matchBlocked: r.match_blocked === true,
         };

@@ -117,9 +117,9 @@ end
  * Enqueue and restore, one script: ARGV[5] is what a queued entry answers, `queued` (enqueue) or
  * `restored` (restore). A barred user, or an entry that began before its user's slots filled
  * (`mq:full`) or before its user may no longer search (`mq:restricted`), is refused; a restore of
- * an entry past its deadline does nothing (`expired`), nor
- * one of an entry that began before its user's search was ended (`mq:cancelled`: `cancelled`);
- * otherwise both pair with a waiting peer or queue the entry. Answers `{kind, peer or '', tag or
+ * an entry that began before its user's search was ended (`mq:cancelled`) does nothing
+ * (`cancelled`), nor one of a user searching on a newer entry (`already`), nor then one of an
+ * entry past its deadline (`expired`); otherwise both pair with a waiting peer or queue the entry. Answers `{kind, peer or '', tag or
  * '', dropped...}`: the raw entries of expired users taken out on the way follow.
  */
 export const PLACE = `${REMOVE}${INSERT}${OUT}${TAKE_PEER}
@@ -136,19 +136,18 @@ local full = redis.call('ZSCORE', p .. 'mq:full', me)
 if full and entry.enqueuedAt <= tonumber(full) then return {'full'} end
 local restricted = redis.call('ZSCORE', p .. 'mq:restricted', me)
 if restricted and entry.enqueuedAt <= tonumber(restricted) then return {'restricted'} end
-if placed == 'restored' and entry.deadline <= now then return {'expired'} end
 if placed == 'restored' then
   local cancelled = redis.call('ZSCORE', p .. 'mq:cancelled', me)
   if cancelled and entry.enqueuedAt <= tonumber(cancelled) then return {'cancelled'} end
 end
 if out_of(p, me, now) then return {'already'} end
 local existing = redis.call('GET', p .. 'mq:e:' .. me)
-if existing then
-  local cur = cjson.decode(existing)
-  if cur.deadline > now then return {'already'} end
-  -- The user's own finished search, replaced (not dropped: MemoryMatchQueue.place).
-  remove(p, me, cur)
-end
+local cur = existing and cjson.decode(existing)
+if cur and cur.deadline > now then return {'already'} end
+-- Only now: a search ended by a dequeue, or replaced, is not told it expired (MemoryMatchQueue.place).
+if placed == 'restored' and entry.deadline <= now then return {'expired'} end
+-- The user's own finished search, replaced (not dropped: MemoryMatchQueue.place).
+if cur then remove(p, me, cur) end
 if placed == 'queued' then
   -- A new search stays out of its user's cancelled mark (MemoryMatchQueue.searchesAgain).
   local mark = redis.call('ZSCORE', p .. 'mq:cancelled', me)

@@ -88,11 +88,13 @@ export class MemoryMatchQueue implements MatchQueue {
     if (entry.enqueuedAt <= (this.full.get(entry.userId) ?? Number.NEGATIVE_INFINITY)) return { kind: 'full', dropped };
     if (entry.enqueuedAt <= (this.restricted.get(entry.userId) ?? Number.NEGATIVE_INFINITY))
       return { kind: 'restricted', dropped };
-    if (placed === 'restored' && entry.deadline <= now) return { kind: 'expired', dropped };
     if (placed === 'restored' && entry.enqueuedAt <= (this.cancelled.get(entry.userId) ?? Number.NEGATIVE_INFINITY))
       return { kind: 'cancelled', dropped };
     const current = this.entries.get(entry.userId);
     if ((current && current.deadline > now) || this.outOf(entry.userId, now)) return { kind: 'already', dropped };
+    // Only now: a search a dequeue ended, or one its user has replaced, must not be told it
+    // expired (its user was answered, or searches on), whenever its deadline passed.
+    if (placed === 'restored' && entry.deadline <= now) return { kind: 'expired', dropped };
     // The user's own finished search, replaced by this one (not reported: a match:timeout now
     // would read as ending the search the user has just begun).
     if (current) this.remove(entry.userId);

@@ -481,6 +481,26 @@ describe.each(implementations)('the %s match queue', (_name, makeNodes) => {
     expect(await q.restore(late, NOW + 30 + CANCEL_MARK_MS)).toEqual(placed('restored'));
   });
 
+  it('does not answer expired to a restore past its deadline whose search a dequeue ended, or whose user searches again: cancelled, already', async () => {
+    const q = make();
+    expect(await q.enqueue(entry(1, ['aaa'], { deadline: NOW + 10 }), NOW)).toEqual(QUEUED);
+    const first = await q.enqueue(entry(2, ['aaa']), NOW);
+    if (first.kind !== 'paired') throw new Error(`not paired: ${first.kind}`);
+    // 1 dequeues while the pairing has it out, and its deadline passes before it comes back.
+    await q.dequeue(1, NOW + 5);
+    expect(await q.restore(first.peer, NOW + 10)).toEqual(placed('cancelled'));
+    // 3's old search is out past its deadline while 3 searches again: that search is left alone.
+    expect(await q.enqueue(entry(3, ['bbb'], { deadline: NOW + 10 }), NOW)).toEqual(QUEUED);
+    const second = await q.enqueue(entry(4, ['bbb']), NOW);
+    if (second.kind !== 'paired') throw new Error(`not paired: ${second.kind}`);
+    const again = entry(3, ['ccc'], { enqueuedAt: NOW + 10, deadline: NOW + 130 });
+    expect(await q.enqueue(again, NOW + 10)).toEqual(QUEUED);
+    expect(await q.restore(second.peer, NOW + 10)).toEqual(placed('already'));
+    expect(await q.get(3, NOW + 10)).toEqual(again);
+    // Neither: expired.
+    expect(await q.restore(entry(5, ['aaa'], { deadline: NOW + 10 }), NOW + 10)).toEqual(placed('expired'));
+  });
+
   it('under concurrency on two nodes: nobody in two pairs, nobody with itself or an excluded user, every pair shares a tag, no pairable users left waiting', async () => {
     const tags = ['t01', 't02', 't03', 't04', 't05'];
     await fc.assert(

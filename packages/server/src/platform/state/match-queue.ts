@@ -13,7 +13,7 @@ export interface QueueEntry {
   enqueuedAt: number;
   /** When the search gives up (ms since epoch). */
   deadline: number;
-  /** Users this one must not be paired with (blocks, in both directions). */
+  /** Users this one blocked (its own blocks only; those who blocked it exclude it in their own entries). */
   exclude: number[];
   country: string | null;
 }
@@ -167,8 +167,9 @@ export const CANDIDATES_PER_TAG = 50;
 /**
  * How many waiting users a placing looks at on one tag at most, page after page, before it gives
  * up on that tag (a Lua script blocks Redis while it runs, so its work must stay bounded). A user
- * is incompatible only through a block between the two; those the newcomer knows of (its
- * `exclude`, both ways, read at its enqueue) are passed over without reading their entries. It is
+ * is incompatible only through a block between the two; those the newcomer blocked (its
+ * `exclude`, read at its enqueue) are passed over without reading their entries, those who blocked
+ * it are skipped on their entry's own `exclude`. It is
  * at least Limits.BLOCKS_PER_USER (1,000), so no user's own blocks can hide a compatible peer from
  * it; only more than this many incompatible users ahead on a tag can (docs/api.md, Matchmaking).
  */
