@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { type Backing, createBacking, MODE, startApp, type TestApp } from '../../server/test/support/app.js';
-import { ParlorClient } from '../src/index.js';
-import { closeSessions, collector, loginUser, openSession, plaintexts, testBot } from './support.js';
+import { holdReader } from '../../server/test/support/stream-reader.js';
+import { type E2EChatSessionEvents, type E2ESessionError, ParlorClient } from '../src/index.js';
+import { closeSessions, collector, loginUser, openSession, plaintexts, testBot, until } from './support.js';
 
 /** The E2E session across two nodes over one PostgreSQL + Redis (cluster mode only). */
 describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('E2EChatSession on two nodes', () => {
@@ -55,5 +56,48 @@ describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('E2EChatSess
     const [entry] = await inboxA.waitFor(1, (e) => e.message.id === sent.id);
     expect(entry).toMatchObject({ kind: 'user', plaintext: 'after carol left' });
     expect(carolOnB.chatKeys(chat.id).has(sent.epoch)).toBe(false);
+  });
+
+  it('a member kicked on one node whose rekey reaches it before room:left ends its keying without an error event', async () => {
+    const bot = await testBot(a);
+    const [alice, bob, carol] = await Promise.all([
+      loginUser(a, bot, { level: 2 }),
+      loginUser(a, bot),
+      loginUser(a, bot),
+    ]);
+    const onA = await openSession(alice.client);
+    const bobOnB = onNode(b, bob.client);
+    const bobB = await openSession(bobOnB, { rekeyJitterMs: 1 });
+    const carolB = await openSession(onNode(b, carol.client));
+    const { chat } = await alice.client.createChat({ name: 'Lagging kick', type: 'public' });
+    for (const s of [onA, bobB, carolB]) expect((await s.join({ chat_id: chat.id })).hasKey).toBe(true);
+    const errors: E2ESessionError[] = [];
+    bobB.on('error', (e) => errors.push(e));
+    const left: Parameters<E2EChatSessionEvents['left']>[0][] = [];
+    bobB.on('left', (e) => left.push(e));
+    const refused: string[] = [];
+    const read = bobOnB.chatKey.bind(bobOnB);
+    bobOnB.chatKey = (chatId) =>
+      read(chatId).catch((error: { code?: string }) => {
+        refused.push(String(error.code));
+        throw error;
+      });
+
+    // Node B reads nothing from the stream for a while: Alice's kick on node A (its room:left) does
+    // not reach Bob yet, while Carol's leave through node B sends its room:rekey at once. Bob's
+    // keying of that epoch reads the key state, which the server refuses: he is no member now.
+    const hold = holdReader(b);
+    try {
+      await alice.client.kick(chat.id, { user_id: bob.user.id });
+      await carolB.leave(chat.id);
+      await until('Bob’s refused key read', () => refused.length > 0);
+    } finally {
+      hold.release();
+    }
+    await until('Bob’s room:left', () => left.length > 0);
+    await new Promise((r) => setTimeout(r, 100));
+    expect(refused).toEqual(['ERR_NOT_CHAT_MEMBER']);
+    expect(left).toEqual([{ chatId: chat.id, reason: 'kicked' }]);
+    expect(errors).toEqual([]);
   });
 });

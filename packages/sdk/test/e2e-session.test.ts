@@ -14,7 +14,7 @@ import {
   parseBundle,
   publicKeyToBase64,
 } from '../src/index.js';
-import { collector, e2eSuite, loginUser, openSession, plaintexts, storedContents } from './support.js';
+import { collector, e2eSuite, loginUser, openSession, plaintexts, storedContents, until } from './support.js';
 
 let app: TestApp;
 let bot: BotClient;
@@ -316,6 +316,53 @@ describeApp('E2EChatSession', () => {
     expect(read).toMatchObject({ kind: 'user', plaintext: 'after the share' });
   });
 
+  it('a session given kept keys gives the key to members announced before the import and to later ones', async () => {
+    const alice = await loginUser(app, bot, { level: 2 });
+    const keyPair = generateKeyPair();
+    const first = await openSession(alice.client, { keyPair });
+    const { chat } = await alice.client.createChat({ name: 'Import flush', type: 'public' });
+    expect((await first.join({ chat_id: chat.id })).hasKey).toBe(true);
+    const kept = first.chatKeys(chat.id);
+    await first.close();
+
+    // Another device of alice's joins while nobody online holds the key.
+    const device = await loginUser(app, bot, { platformUserId: alice.platformUserId });
+    const restored = await openSession(device.client, { keyWaitMs: 500, rekeyJitterMs: 1 });
+    const errors = noErrors(restored);
+    const announced = new Set<number>();
+    restored.socket.on('portal:key_added', (e) => announced.add(e.session_id));
+    let envelopes = 0;
+    restored.socket.on('room:key', () => envelopes++);
+    expect((await restored.join({ chat_id: chat.id })).hasKey).toBe(false);
+
+    // Bob joins: his session is announced to the device, which lacks the key and keeps it waiting.
+    const bob = await openSession((await loginUser(app, bot)).client, { keyWaitMs: 4000 });
+    await bob.join({ chat_id: chat.id }, { waitForKey: false });
+    await until('the announcement of Bob’s session', () => announced.has(bob.sessionId as number));
+    await new Promise((r) => setTimeout(r, 100)); // its share, gathered for 15 ms, finds no key
+    restored.importKeys(chat.id, kept);
+
+    // The first device comes back and shares on join: the restored device and Bob get envelopes.
+    const back = await openSession(alice.client, { keyPair });
+    expect((await back.join({ chat_id: chat.id })).hasKey).toBe(true);
+    expect(await bob.waitForKey(chat.id, 4000)).toBe(true);
+    await until('the restored device’s envelope', () => envelopes > 0);
+    await back.close();
+    await bob.close();
+
+    // Dave joins later: the restored device is the only holder online, and gives him the key.
+    const dave = await openSession((await loginUser(app, bot)).client, { keyWaitMs: 4000 });
+    await dave.join({ chat_id: chat.id }, { waitForKey: false });
+    expect(await dave.waitForKey(chat.id, 4000)).toBe(true);
+    const inbox = collector(dave, chat.id);
+    const sent = await restored.send(chat.id, 'hello dave');
+    expect(sent.epoch).toBe([...kept.keys()][0]);
+    expect(await inbox.waitFor(1, (e) => e.message.id === sent.id)).toMatchObject([
+      { kind: 'user', plaintext: 'hello dave' },
+    ]);
+    expect(errors).toEqual([]);
+  });
+
   it('bounds its waits: send without any key holder fails with NO_CHAT_KEY, and close() ends everything', async () => {
     const alice = await loginUser(app, bot, { level: 2 });
     const { chat } = await alice.client.createChat({ name: 'Bounded', type: 'public' });
@@ -445,15 +492,6 @@ describeApp('E2EChatSession: a top-up naming a session that left the key ring', 
   });
 });
 
-/** Waits until `check` holds; fails after `timeoutMs`. */
-async function until(what: string, check: () => boolean, timeoutMs = 15_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
-
 describeApp('E2EChatSession: a member kicked while a holder lacked the current key', () => {
   it('never wraps a key of an epoch after the kick for the kicked member’s sessions (what the client sends)', async () => {
     const alice = await loginUser(app, bot, { level: 2 });
@@ -521,5 +559,51 @@ describeApp('E2EChatSession: a member kicked while a holder lacked the current k
       release();
       socket.disconnect();
     }
+  });
+});
+
+describeApp('E2EChatSession: a new member announced before the answer to a holder’s join', () => {
+  it('gets the key from that holder although the join’s key ring lacks it', async () => {
+    const alice = await loginUser(app, bot, { level: 2 });
+    const keyPair = generateKeyPair();
+    const first = await openSession(alice.client, { keyPair });
+    const { chat } = await alice.client.createChat({ name: 'Join race', type: 'public' });
+    expect((await first.join({ chat_id: chat.id })).hasKey).toBe(true);
+    await first.close();
+
+    // Alice's holder enters the room and the server reads the ring; its answer is held on the
+    // server's socket (as a handler slow after its ring read would send it late).
+    const a = await openSession(alice.client, { keyPair });
+    const errors = noErrors(a);
+    const announced = new Set<number>();
+    a.socket.on('portal:key_added', (e) => announced.add(e.session_id));
+    type Packet = { type: number };
+    const serverSocket = app.services.realtime.io.of('/').sockets.get(a.socket.id as string) as unknown as {
+      packet: (packet: Packet, opts?: unknown) => void;
+    };
+    const send = serverSocket.packet.bind(serverSocket);
+    const held: [Packet, unknown][] = [];
+    let holding = true;
+    const ACK = 3; // socket.io-parser PacketType.ACK
+    serverSocket.packet = (packet, opts) => {
+      if (holding && packet.type === ACK) held.push([packet, opts]);
+      else send(packet, opts);
+    };
+    const joining = a.join({ chat_id: chat.id });
+    await until('the held join answer', () => held.length === 1);
+
+    // Bob becomes a member now: his session is announced to the room Alice's socket is in.
+    const bobLogin = await loginUser(app, bot);
+    const bob = await openSession(bobLogin.client, { keyWaitMs: 4000 });
+    await bob.join({ chat_id: chat.id }, { waitForKey: false });
+    await until('the announcement of Bob’s session', () => announced.has(bob.sessionId as number));
+    holding = false;
+    for (const [packet, opts] of held.splice(0)) send(packet, opts);
+    const joined = await joining;
+    expect(joined.hasKey).toBe(true);
+    expect(joined.key_ring[String(bobLogin.user.id)]).toBeUndefined();
+    expect(await bob.waitForKey(chat.id, 4000)).toBe(true);
+    expect(bob.chatKeys(chat.id).get(joined.epoch)).toEqual(a.chatKeys(chat.id).get(joined.epoch));
+    expect(errors).toEqual([]);
   });
 });

@@ -1,7 +1,7 @@
 import { expect, it } from 'vitest';
 import { describeApp, type TestApp } from '../../server/test/support/app.js';
 import { type BotClient, type E2EChatSessionEvents, type E2ESessionError, generateKeyPair } from '../src/index.js';
-import { collector, e2eSuite, loginUser, openSession } from './support.js';
+import { collector, e2eSuite, loginUser, openSession, until } from './support.js';
 
 let app: TestApp;
 let bot: BotClient;
@@ -10,15 +10,6 @@ e2eSuite((started) => {
 });
 
 type Closed = Parameters<E2EChatSessionEvents['closed']>[0];
-
-/** Waits until `check` holds; fails after `timeoutMs`. */
-async function until(what: string, check: () => boolean, timeoutMs = 15_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
 
 describeApp('E2EChatSession: two tabs on one login session', () => {
   it('closes the first with reason key_replaced when the second registers another key for the session', async () => {

@@ -138,3 +138,12 @@ export async function apiError(fn: () => Promise<unknown>): Promise<ParlorApiErr
   }
   throw new Error('expected a ParlorApiError');
 }
+
+/** Waits until `check` holds; fails after `timeoutMs`. */
+export async function until(what: string, check: () => boolean, timeoutMs = 15_000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}

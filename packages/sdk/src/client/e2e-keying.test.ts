@@ -55,6 +55,33 @@ describe('ChatKeying', () => {
   });
 });
 
+describe('ChatKeying: a membership that ended under a background keying', () => {
+  it('ends the keying a room:rekey started quietly on ERR_NOT_CHAT_MEMBER or ERR_CHAT_NOT_FOUND, and reports other failures', async () => {
+    const outcomes: Record<string, string[]> = {};
+    for (const code of ['ERR_NOT_CHAT_MEMBER', 'ERR_CHAT_NOT_FOUND', 'ERR_INTERNAL']) {
+      let reads = 0;
+      // A kick's room:rekey came before its room:left: the key read is refused.
+      const client = {
+        chatKey: async () => {
+          reads++;
+          throw ParlorApiError.fromAck({ code, message: 'Refused.' });
+        },
+      } as unknown as ParlorClient;
+      const { keying, errors } = keyingOf(client, generateKeyPair(), { jitterMs: 1 });
+      keying.rekey(1, 2);
+      await new Promise((r) => setTimeout(r, 40));
+      await keying.close();
+      expect(reads).toBe(1);
+      outcomes[code] = errors.map((e) => `${e.code} ${(e.cause as ParlorApiError).code}`);
+    }
+    expect(outcomes).toEqual({
+      ERR_NOT_CHAT_MEMBER: [],
+      ERR_CHAT_NOT_FOUND: [],
+      ERR_INTERNAL: ['BACKGROUND_FAILURE ERR_INTERNAL'],
+    });
+  });
+});
+
 describe('ChatKeying: its own session id', () => {
   it('opens its envelope under the session id the server named, whoever else a key ring lists with its key', async () => {
     const pair = generateKeyPair();
@@ -130,7 +157,11 @@ describe('ChatKeying: sessions announced while the key was lacking, and later ep
   type Share = { epoch: number; envelopes: { session_id: number; wrapped: string }[] };
 
   /** A keying of chat 1 at `epoch` without its key, over a client that records its shares. */
-  function lacking(epoch: number, keyState: (() => unknown) | null = null) {
+  function lacking(
+    epoch: number,
+    keyState: (() => unknown) | null = null,
+    opts: Partial<ConstructorParameters<typeof ChatKeying>[0]> = {},
+  ) {
     const pair = generateKeyPair();
     const shares: Share[] = [];
     let reads = 0;
@@ -145,7 +176,7 @@ describe('ChatKeying: sessions announced while the key was lacking, and later ep
         return { epoch: body.epoch, stored: body.envelopes.length };
       },
     } as unknown as ParlorClient;
-    const { keying, errors } = keyingOf(client, pair, { jitterMs: 1 });
+    const { keying, errors } = keyingOf(client, pair, { jitterMs: 1, ...opts });
     keying.setSessionId(own);
     keying.keys.raiseEpoch(1, epoch);
     /** This session's envelope of `chatKey` at `at`, as room:key brings it. */
@@ -183,6 +214,80 @@ describe('ChatKeying: sessions announced while the key was lacking, and later ep
     expect(receive(1)).toBe(true);
     await settle();
     expect(sessionsOf(shares)).toEqual([[1, 30]]);
+    await keying.close();
+    expect(errors).toEqual([]);
+  });
+
+  it('gives kept keys imported for the current epoch to the sessions announced before, and to later ones', async () => {
+    const ring = { '9': { '20': key(), '21': key() } };
+    const { keying, errors, shares } = lacking(1, () => ({ epoch: 1, envelope: null, key_ring: ring }));
+    keying.keyAdded(1, 9, 20, key());
+    await settle(); // the coalesced share finds no key: session 20 waits for it
+    keying.importKeys(1, new Map([[1, generateChatKey()]]));
+    await settle();
+    expect(sessionsOf(shares)).toEqual([[1, 20]]);
+    keying.keyAdded(1, 9, 21, key());
+    await settle();
+    expect(sessionsOf(shares)).toEqual([
+      [1, 20],
+      [1, 21],
+    ]);
+    await keying.close();
+    expect(errors).toEqual([]);
+  });
+
+  it('schedules a share for an announcement that follows one whose share found no key', async () => {
+    const ring = { '9': { '20': key(), '21': key() } };
+    const { keying, errors, shares } = lacking(1, () => ({ epoch: 1, envelope: null, key_ring: ring }));
+    keying.keyAdded(1, 9, 20, key());
+    await settle(); // no key: session 20 waits for it
+    keying.keys.store(1, 1, generateChatKey()); // the key came by a way that serves nobody
+    keying.keyAdded(1, 9, 21, key());
+    await settle();
+    expect(sessionsOf(shares)).toEqual([
+      [1, 20],
+      [1, 21],
+    ]);
+    await keying.close();
+    expect(errors).toEqual([]);
+  });
+
+  it('keeps sessions announced before the answer to its room:join, and serves them once joined', async () => {
+    const ring = { '9': { '20': key(), '21': key() } };
+    let joined = false;
+    const { keying, errors, shares, receive } = lacking(1, () => ({ epoch: 1, envelope: null, key_ring: ring }), {
+      isJoined: () => joined,
+    });
+    keying.keyAdded(1, 9, 21, key()); // no join in flight: not ours to serve
+    const ended = keying.joinStarted(1);
+    keying.keyAdded(1, 9, 20, key());
+    await settle();
+    expect(shares).toEqual([]);
+    joined = true;
+    ended(1);
+    expect(receive(1)).toBe(true);
+    await settle();
+    expect(sessionsOf(shares)).toEqual([[1, 20]]);
+    await keying.close();
+    expect(errors).toEqual([]);
+  });
+
+  it('drops the sessions announced during a room:join that failed, or that entered another chat', async () => {
+    const ring = { '9': { '20': key() } };
+    let joined = false;
+    const { keying, errors, shares, receive } = lacking(1, () => ({ epoch: 1, envelope: null, key_ring: ring }), {
+      isJoined: () => joined,
+    });
+    const refused = keying.joinStarted(1);
+    keying.keyAdded(1, 9, 20, key());
+    refused();
+    const byInvite = keying.joinStarted(null); // its chat is known from the answer only
+    keying.keyAdded(1, 9, 20, key());
+    byInvite(2);
+    joined = true; // a later join of chat 1
+    expect(receive(1)).toBe(true);
+    await settle();
+    expect(shares).toEqual([]);
     await keying.close();
     expect(errors).toEqual([]);
   });

@@ -7,6 +7,7 @@ import { RingReader } from './e2e-ring.js';
 import { withinRing } from './e2e-share.js';
 import { KeySharing } from './e2e-sharing.js';
 import { type E2EChatSessionEvents, E2ESessionError } from './e2e-types.js';
+import { isApiError } from './errors.js';
 
 /** How long `portal:key_added` events are gathered into one share. */
 const KEY_ADDED_COALESCE_MS = 15;
@@ -49,6 +50,8 @@ export class ChatKeying {
   readonly #ring: RingReader;
   readonly #sharing: KeySharing;
   readonly #obtaining: KeyObtaining;
+  /** `room:join`s in flight, per chat (`null`: by invite, vanity or token, the chat not known yet). */
+  readonly #joins = new Map<number | null, number>();
   #sessionId: number | null = null;
   #closed = false;
 
@@ -162,7 +165,9 @@ export class ChatKeying {
    * `portal:key_added`: give the key of the current epoch to that session (as soon as we hold it,
    * and only if the server lists it in that epoch's ring: see KeySharing.flush). The
    * announcement is kept with the epoch known now, so that a `room:rekey` drops it. One that names
-   * this session with another public key is checked against the ring ({@link checkOwnKey}).
+   * this session with another public key is checked against the ring ({@link checkOwnKey}). One
+   * that comes before the answer to our `room:join` of the chat is kept until the join ends
+   * ({@link joinStarted}).
    */
   keyAdded(chatId: number, userId: number, sessionId: number, publicKey: string): void {
     if (sessionId === this.#sessionId) {
@@ -174,16 +179,57 @@ export class ChatKeying {
       }
       return;
     }
-    if (!this.#o.isJoined(chatId)) return;
+    const joined = this.#o.isJoined(chatId);
+    if ((!joined && !this.#joinInFlight(chatId)) || this.#closed) return;
     const share = { userId: String(userId), publicKey, epoch: this.keys.epochOf(chatId) ?? 0 };
-    if (!this.#sharing.announce(chatId, sessionId, share) || this.#closed) return; // A flush is already scheduled.
+    if (!joined) {
+      this.#sharing.keep(chatId, sessionId, share);
+      return;
+    }
+    if (!this.#sharing.announce(chatId, sessionId, share)) return; // A flush is already scheduled.
     // The server announces all sessions of a user together: serve them in one share, so that no
     // session of theirs holds the key while another still lacks it.
     const timer = setTimeout(() => {
       this.#timers.delete(timer);
-      this.#track(chatId, this.#sharing.flush(chatId));
+      this.#flush(chatId);
     }, KEY_ADDED_COALESCE_MS);
     this.#timers.add(timer);
+  }
+
+  /**
+   * A `room:join` starts (`chatId` null: by invite, vanity or token). Until it ends, announcements
+   * of the chat (of any chat not joined, for null) are kept: the server may announce a new member
+   * to the room our socket entered before it answers, with a ring read before that member came.
+   * Returns what ends it, given the chat joined (after it is marked joined) or nothing when the
+   * join failed: the kept announcements of the joined chat are served (or wait for its key), the
+   * others dropped.
+   */
+  joinStarted(chatId: number | null): (joinedChat?: number) => void {
+    this.#joins.set(chatId, (this.#joins.get(chatId) ?? 0) + 1);
+    return (joinedChat) => {
+      const left = (this.#joins.get(chatId) ?? 1) - 1;
+      if (left > 0) this.#joins.set(chatId, left);
+      else this.#joins.delete(chatId);
+      if (joinedChat !== undefined) this.#flush(joinedChat);
+      for (const waiting of this.#sharing.waitingChats()) {
+        if (!this.#o.isJoined(waiting) && !this.#joinInFlight(waiting)) this.#sharing.forget(waiting);
+      }
+    };
+  }
+
+  #joinInFlight(chatId: number): boolean {
+    return this.#joins.has(chatId) || this.#joins.has(null);
+  }
+
+  /**
+   * Stores kept keys (ChatKeyStore.import). The current epoch's key among them serves the sessions
+   * announced while it was lacking, as a key from an envelope does (#store); later announcements
+   * are served as they come.
+   */
+  importKeys(chatId: number, keys: ReadonlyMap<number, Uint8Array>): void {
+    this.keys.import(chatId, keys);
+    const current = this.keys.current(chatId);
+    if (current && keys.has(current.epoch)) this.#flush(chatId);
   }
 
   /**
@@ -216,10 +262,16 @@ export class ChatKeying {
     this.#track(chatId, run);
   }
 
-  /** Keeps a background task until it settles (so `close()` can wait); a failure becomes an `error` event. */
+  /**
+   * Keeps a background task until it settles (so `close()` can wait); a failure becomes an `error`
+   * event. A task refused because the membership ended (a kick's `room:rekey` can come before its
+   * `room:left`, or the chat was deleted) ends quietly, as a ring read does (RingReader.ringAt):
+   * `left` or the resync tells the app.
+   */
   #track(chatId: number, task: Promise<unknown>): void {
     const settled = task
       .catch((error: unknown) => {
+        if (isApiError(error, 'ERR_NOT_CHAT_MEMBER', 'ERR_CHAT_NOT_FOUND')) return;
         if (error instanceof E2ESessionError) this.#emitError(error);
         else this.#error('BACKGROUND_FAILURE', `A key operation of chat ${chatId} failed.`, chatId, { cause: error });
       })
@@ -290,7 +342,12 @@ export class ChatKeying {
   #store(chatId: number, epoch: number, key: Uint8Array, source: KeyEvent['source'], sender: number | null): void {
     if (!this.keys.store(chatId, epoch, key)) return;
     if (!this.#closed) this.#o.onKey({ chatId, epoch, source, senderSessionId: sender });
-    if (this.keys.current(chatId)?.epoch === epoch) this.#track(chatId, this.#sharing.flush(chatId));
+    if (this.keys.current(chatId)?.epoch === epoch) this.#flush(chatId);
+  }
+
+  /** Gives the current key to the sessions announced that lack it (KeySharing.flush), in the background. */
+  #flush(chatId: number): void {
+    this.#track(chatId, this.#sharing.flush(chatId));
   }
 
   #error(

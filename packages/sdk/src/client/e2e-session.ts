@@ -16,7 +16,7 @@ import {
 } from './e2e-types.js';
 import { AsyncQueue, TypedEmitter } from './emitter.js';
 import { isApiError } from './errors.js';
-import { connect, joinRoom, leaveRoom, type ParlorSocket } from './socket.js';
+import { connect, joinRoom, leaveRoom, type ParlorSocket, type RoomJoined } from './socket.js';
 import type { HistoryInput } from './types.js';
 
 /**
@@ -141,10 +141,11 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
 
   /**
    * Restores chat keys kept from an earlier run (see {@link chatKeys}); held epochs are not replaced.
+   * The current epoch's key among them is given to the sessions announced while it was lacking.
    * @throws E2EError INVALID_INPUT (nothing stored) for a key that is not 32 bytes or a bad epoch.
    */
   importKeys(chatId: number, keys: ReadonlyMap<number, Uint8Array>): void {
-    this.#keying.keys.import(chatId, keys);
+    this.#keying.importKeys(chatId, keys);
   }
 
   /** Waits (bounded) until the key of the newest known epoch is held; true when it is. */
@@ -160,12 +161,8 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
    */
   async join(payload: RoomJoinPayload, opts: JoinOptions = {}): Promise<JoinedChat> {
     this.#assertOpen();
-    const joined = checkJoined(await joinRoom(this.socket, payload));
-    this.#keying.checkOwnKey(joined.key_ring);
+    const joined = await this.#enter(payload);
     const chatId = joined.chat.id;
-    this.#joined.add(chatId);
-    this.#resync.entered(chatId);
-    this.#keying.keys.raiseEpoch(chatId, joined.epoch);
     const keying = this.#keying.ensure(chatId);
     let hasKey: boolean;
     // Sessions of the ring that missed their envelope (their holders were offline) get it now.
@@ -179,6 +176,27 @@ export class E2EChatSession extends TypedEmitter<E2EChatSessionEvents> {
       if (hasKey && this.#shareOnJoin) this.#keying.shareInBackground(chatId, joined.key_ring, joined.epoch);
     }
     return { ...joined, hasKey };
+  }
+
+  /**
+   * `room:join`, then marks the chat joined. Sessions announced to the room before the answer (the
+   * answer's ring may have been read before they came) are served once it is joined, and dropped
+   * when the join fails (ChatKeying.joinStarted).
+   */
+  async #enter(payload: RoomJoinPayload): Promise<RoomJoined> {
+    const ended = this.#keying.joinStarted('chat_id' in payload ? payload.chat_id : null);
+    let chatId: number | undefined;
+    try {
+      const joined = checkJoined(await joinRoom(this.socket, payload));
+      this.#keying.checkOwnKey(joined.key_ring);
+      chatId = joined.chat.id;
+      this.#joined.add(chatId);
+      this.#resync.entered(chatId);
+      this.#keying.keys.raiseEpoch(chatId, joined.epoch);
+      return joined;
+    } finally {
+      ended(chatId);
+    }
   }
 
   /** `room:leave`: ends the membership. Keys of past epochs are kept (history stays readable). */

@@ -34,6 +34,8 @@ export interface KeySharingOptions {
 export class KeySharing {
   readonly #o: KeySharingOptions;
   readonly #pendingShares = new Map<number, Map<number, PendingShare>>();
+  /** Chats whose announcements have a {@link flush} scheduled (it clears the mark when it starts). */
+  readonly #scheduled = new Set<number>();
   /** Sessions known to hold an envelope at a chat's newest epoch we shared at (so shares skip them). */
   readonly #holders = new Map<number, { epoch: number; sessions: Set<number> }>();
   readonly #wakers = new Set<() => void>();
@@ -42,12 +44,28 @@ export class KeySharing {
     this.#o = opts;
   }
 
-  /** Keeps a session announced by `portal:key_added` for the next {@link flush}; true for the first of a batch. */
+  /**
+   * Keeps a session announced by `portal:key_added` for the next {@link flush}; true when the
+   * caller is to schedule that flush (none is). Sessions still waiting for a key do not count: a
+   * flush that found no key leaves them waiting, and the next announcement schedules its own.
+   */
   announce(chatId: number, sessionId: number, share: PendingShare): boolean {
+    this.keep(chatId, sessionId, share);
+    if (this.#scheduled.has(chatId)) return false;
+    this.#scheduled.add(chatId);
+    return true;
+  }
+
+  /** Keeps an announced session for the next {@link flush} without scheduling one (a join in flight). */
+  keep(chatId: number, sessionId: number, share: PendingShare): void {
     const pending = this.#pendingShares.get(chatId) ?? new Map<number, PendingShare>();
     pending.set(sessionId, share);
     this.#pendingShares.set(chatId, pending);
-    return pending.size === 1;
+  }
+
+  /** The chats with announced sessions waiting for a {@link flush}. */
+  waitingChats(): number[] {
+    return [...this.#pendingShares.keys()];
   }
 
   /** Drops the announcements of a chat made before `epoch` (a `room:rekey`: see ChatKeying.rekey). */
@@ -67,6 +85,7 @@ export class KeySharing {
 
   forget(chatId: number): void {
     this.#pendingShares.delete(chatId);
+    this.#scheduled.delete(chatId);
     this.#holders.delete(chatId);
   }
 
@@ -80,9 +99,11 @@ export class KeySharing {
    * announcement is only the server's word of some moment: one sent before a kick may arrive after
    * the kick's rekey, at the epoch that removed the member. So the ring is read once for the whole
    * batch, and only the sessions the server lists at the key's epoch get it, under the keys listed
-   * there (none when the chat has moved on: its next keying covers them).
+   * there (none when the chat has moved on: its next keying covers them). Without the current key
+   * they wait: storing it (ChatKeying's #store, an import) flushes again.
    */
   async flush(chatId: number): Promise<void> {
+    this.#scheduled.delete(chatId);
     const pending = this.#pendingShares.get(chatId);
     const current = this.#o.keys.current(chatId);
     if (!pending || pending.size === 0 || !current) return;
