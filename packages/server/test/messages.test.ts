@@ -1,11 +1,13 @@
 import { INT32_MAX, Limits } from '@parlor/protocol';
 import { generateKeyPair, publicKeyToBase64 } from '@parlor/sdk';
+import postgres from 'postgres';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { BUNDLE_CT_MIN_BYTES } from '../src/modules/messages/messages.bundle.js';
 import { messageId } from '../src/modules/messages/messages.presenter.js';
 import { makeMessagesService } from '../src/modules/messages/messages.service.js';
 import { makeMessagesStore } from '../src/modules/messages/messages.store.js';
-import { describeApp, startApp, type TestApp } from './support/app.js';
+import { FakeClock } from '../src/platform/clock.js';
+import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import {
   bundle,
   join,
@@ -20,6 +22,7 @@ import {
 import { Client, nextIp } from './support/client.js';
 import { countRows, failInserts } from './support/faults.js';
 import { operator } from './support/flows.js';
+import { hold, lockWaitersOr, racingUserRow, whileHeldAdvancing } from './support/pg-locks.js';
 import { closeAllSockets, connectSocket } from './support/sockets.js';
 
 /** Canonical base64 of `n` zero bytes: a `ct` the server takes (it cannot read inside). */
@@ -766,4 +769,146 @@ describeApp('an archived (read-only) direct chat', () => {
     expect(await idsIn(b, chatId)).toEqual(before);
     expect(await idsIn(a, chatId)).toEqual(before); // the one who left reads it too
   });
+});
+
+// PostgreSQL, fake clock: a delete that races an expiry, a promotion or another delete. A
+// transaction of the test's own (another node's) holds rows to fix the interleaving; PGlite runs
+// one transaction at a time, so nothing interleaves there.
+describeApp('deletes racing an expiry, a promotion or another delete (PostgreSQL, fake clock)', () => {
+  let timed: TestApp;
+  let pg: postgres.Sql | undefined;
+  const clock = new FakeClock(Date.now());
+  beforeAll(async () => {
+    if (MODE !== 'cluster') return;
+    timed = await startApp({ clock });
+    if (timed.config.databaseUrl) pg = postgres(timed.config.databaseUrl, { max: 3, onnotice: () => {} });
+  });
+  afterAll(async () => {
+    await pg?.end({ timeout: 1 });
+    await timed?.close();
+  });
+
+  /** Which of `ids` are still stored in the chat. */
+  const kept = async (chatId: number, ids: string[]) => {
+    const rows = await (pg as postgres.Sql)<{ id: string }[]>`
+      select ms::text || '-' || seq::text as id from messages where chat_id = ${chatId}`;
+    return rows.map((r) => r.id).filter((id) => ids.includes(id));
+  };
+
+  it.skipIf(MODE !== 'cluster')(
+    'answers 403 ERR_CHAT_READ_ONLY to delete, delete-mine and delete-last that wait while the direct chat expires, and deletes nothing',
+    async () => {
+      const cases = [
+        // Each waits where it would for another node's transaction: a delete by id and delete-mine
+        // for the message's row (as another delete holds it), delete-last for its caller's users
+        // row (it skips a message row another transaction holds).
+        { path: 'delete', who: 'b', held: 'message' },
+        { path: 'delete-mine', who: 'b', held: 'message' },
+        { path: 'delete-last', who: 'a', held: 'caller' },
+      ] as const;
+      for (const { path, who, held } of cases) {
+        // a is a Moderator (it moderates direct chats: delete-last), b a User.
+        const [a, b] = [await member(timed, { level: 1 }), await member(timed)];
+        const made = await timed.services.chats.createDirect([a.user.id, b.user.id], ['expiry']);
+        if ('refused' in made) throw new Error(`refused: ${JSON.stringify(made.refused)}`);
+        const chatId = made.chat.id;
+        const b1 = await say(b, { chatId, ...(await keyEpoch(b, chatId)) });
+        // The chat expires 5 s from now (the clock's), and 10 s pass while the delete waits.
+        const expiresAt = new Date(clock.now().getTime() + 5_000).toISOString();
+        await (pg as postgres.Sql)`update chats set expires_at = ${expiresAt} where id = ${chatId}`;
+        const actor = who === 'a' ? a : b;
+        const lock =
+          held === 'message'
+            ? `select ms from messages where chat_id = ${chatId} and sender_id = ${b.user.id} for update`
+            : `select id from users where id = ${actor.user.id} for update`;
+        const body = { delete: { ids: [b1] }, 'delete-mine': {}, 'delete-last': { count: 1 } }[path];
+        const res = await whileHeldAdvancing(pg as postgres.Sql, lock, clock, 10_000, () =>
+          actor.client.post(`/v1/portal/chats/${chatId}/messages/${path}`, body),
+        );
+        expect({ path, status: res.status, code: res.body.code, kept: await kept(chatId, [b1]) }).toEqual({
+          path,
+          status: 403,
+          code: 'ERR_CHAT_READ_ONLY',
+          kept: [b1],
+        });
+      }
+    },
+  );
+
+  it.skipIf(MODE !== 'cluster')(
+    'refuses a delete by id (403, out of reach) whose sender is promoted to the Admin’s level while it waits for the Admin’s row, and deletes nothing',
+    async () => {
+      const key = await keyedChat(timed); // its owner is an Admin
+      const { owner, chatId } = key;
+      const user = await member(timed);
+      expect((await join(user, { chat_id: chatId })).ok).toBe(true);
+      await shareKey(owner, key, [user]);
+      const m1 = await say(user, key);
+      // Another node promotes the sender to Admin in a transaction that also holds the owner's row:
+      // the delete reads both levels after that commits.
+      const res = await racingUserRow(
+        pg as postgres.Sql,
+        owner.user.id,
+        `update users set permission_level = 2 where id = ${user.user.id}`,
+        () => owner.client.post(`/v1/portal/chats/${chatId}/messages/delete`, { ids: [m1] }),
+      );
+      expect({ status: res.status, body: res.body, kept: await kept(chatId, [m1]) }).toEqual({
+        status: 403,
+        body: expect.objectContaining({ code: 'ERR_FORBIDDEN', message: 'That user is out of your reach.' }),
+        kept: [m1],
+      });
+    },
+  );
+
+  it.skipIf(MODE !== 'cluster')(
+    'holds the senders’ users rows: a delete by id waits for a promotion of the sender that holds only the sender’s row, and is refused (403) after it',
+    async () => {
+      const key = await keyedChat(timed);
+      const { owner, chatId } = key;
+      const user = await member(timed);
+      expect((await join(user, { chat_id: chatId })).ok).toBe(true);
+      await shareKey(owner, key, [user]);
+      const m1 = await say(user, key);
+      const sql = pg as postgres.Sql;
+      const promotion = hold(sql, (tx) => tx`update users set permission_level = 2 where id = ${user.user.id}`);
+      await promotion.ready;
+      const answer = owner.client.post(`/v1/portal/chats/${chatId}/messages/delete`, { ids: [m1] });
+      // The delete waits for the sender's row (one that does not take it answers first).
+      await lockWaitersOr(sql, 1, answer);
+      await promotion.end();
+      const res = await answer;
+      expect({ status: res.status, body: res.body, kept: await kept(chatId, [m1]) }).toEqual({
+        status: 403,
+        body: expect.objectContaining({ code: 'ERR_FORBIDDEN', message: 'That user is out of your reach.' }),
+        kept: [m1],
+      });
+    },
+  );
+
+  it.skipIf(MODE !== 'cluster')(
+    'delete-last {count: 1} while another delete holds the newest message deletes the next newest: both are gone once that commits',
+    async () => {
+      const key = await keyedChat(timed);
+      const { owner, chatId } = key;
+      const [m1, m2] = [await say(owner, key), await say(owner, key)];
+      const [ms, seq] = (m2 as string).split('-').map(Number) as [number, number];
+      // Another node's delete-last {count: 1} has taken the newest message and not committed yet.
+      const sql = pg as postgres.Sql;
+      const other = hold(
+        sql,
+        (tx) => tx`delete from messages where chat_id = ${chatId} and ms = ${ms} and seq = ${seq}`,
+      );
+      await other.ready;
+      const answer = owner.client.post(`/v1/portal/chats/${chatId}/messages/delete-last`, { count: 1 });
+      // One that chose the held row would wait for it, then find it gone and delete nothing.
+      await lockWaitersOr(sql, 1, answer);
+      await other.end();
+      const res = await answer;
+      expect({ status: res.status, body: res.body, kept: await kept(chatId, [m1, m2]) }).toEqual({
+        status: 200,
+        body: { deleted: 1, deleted_ids: [m1] },
+        kept: [],
+      });
+    },
+  );
 });

@@ -8,6 +8,9 @@ import { messageId } from './messages.presenter.js';
 import type { MessagesDeps, Sender } from './messages.service.js';
 import { type DeletionCandidate, parseMessageId } from './messages.store.js';
 
+/** A message's key. */
+type Key = { ms: number; seq: number };
+
 /** The chat a deletion acts in, as the route found it. */
 export interface DeletionChat {
   id: number;
@@ -54,20 +57,52 @@ export function makeMessageDeletion({ store, clock, realtime, access }: Omit<Mes
     return canModerateChat(ruled(actor), { type: chat.type, ownerId: chat.ownerId, ownerLevel });
   };
 
+  /** Throws what a delete answers in a chat it may not write in: gone 404, read-only (archived) 403. */
+  const assertStillWritable = (chat: { archived: boolean } | null) => {
+    if (!chat) throw appError('ERR_CHAT_NOT_FOUND');
+    if (chat.archived) throw appError('ERR_CHAT_READ_ONLY');
+  };
+
+  /**
+   * Runs a delete statement (`del`, at the time it starts) and keeps what it deleted only if the
+   * chat is still writable once it holds those rows, at the time then: it may have waited for rows
+   * another transaction held (another node's delete) while an archive or removal committed or a
+   * direct chat's expiry passed, and so commits after them; it is refused then as it would have
+   * been once they came (the caller's transaction rolls back).
+   */
+  const whileWritable = async (chatId: number, tx: Tx, del: (now: Date) => Promise<Key[]>): Promise<Key[]> => {
+    const rows = await del(clock.now());
+    if (rows.length > 0) assertStillWritable(await store.chatAt(chatId, clock.now(), tx));
+    return rows;
+  };
+
   /**
    * A delete of others' messages, decided again on the actor's level as stored (docs/api.md, "Levels
    * as they are at the commit"), not the session's: in one transaction, the actor's users row held
    * FOR SHARE (storedCallerLevel: a demotion, ban or deletion committed before is read, a later one
    * waits), the moderator right decided on that level (403), and `write` deletes with the actor at
-   * it, its reach (canTarget) included. The row before the messages: what else locks message rows
-   * (these deletes, the purge's batches) takes no users row after them, so no cycle.
+   * it, its reach (canTarget) included. A delete by id names its messages (`named`): their senders'
+   * rows are held with the actor's, all in id order in one statement (store holdSenders), so that
+   * `write` decides the reach on their levels as they are at the commit too; in another order it
+   * could deadlock with an admin action between the actor and a sender, which locks both rows in id
+   * order. The users rows before the messages: what else locks message rows (these deletes, the
+   * purge's batches) takes no users row after them, so no cycle.
    */
-  const asModerator = <T>(actor: Sender, chat: DeletionChat, write: (stored: Sender, tx: Tx) => Promise<T>) =>
+  const asModerator = <T>(
+    actor: Sender,
+    chat: DeletionChat,
+    write: (stored: Sender, tx: Tx) => Promise<T>,
+    named: Key[] = [],
+  ) =>
     store.transaction(async (tx) => {
+      if (named.length > 0) await store.holdSenders(chat.id, named, actor.userId, tx);
       const stored = { ...actor, permissionLevel: await storedCallerLevel(tx, actor.userId, clock.now()) };
       if (!(await mayModerate(stored, chat, tx))) throw appError('ERR_FORBIDDEN');
       return write(stored, tx);
     });
+
+  /** The messages of `found` that are not the actor's own. */
+  const othersOf = (actor: Sender, found: DeletionCandidate[]) => found.filter((m) => m.senderId !== actor.userId);
 
   /** Refuses (403) a delete of `others` when one of their senders is out of the actor's reach (canTarget). */
   const assertInReach = (actor: Sender, others: DeletionCandidate[]) => {
@@ -89,16 +124,13 @@ export function makeMessageDeletion({ store, clock, realtime, access }: Omit<Mes
   };
 
   /**
-   * Announces and answers what a delete removed. A delete writes nothing in a chat archived or
-   * removed since the route read it (messages.store `writable`); when it removed nothing, the chat
-   * is read again so that such a race is told as a refusal rather than as an empty success.
+   * Announces and answers what a delete removed. A delete writes nothing in a chat archived,
+   * expired or removed since the route read it (messages.store `writable`); when it removed
+   * nothing, the chat is read again so that such a race is told as a refusal rather than as an
+   * empty success.
    */
-  const deleted = async (actor: Sender, chatId: number, rows: { ms: number; seq: number }[]) => {
-    if (rows.length === 0) {
-      const now = await access.chat(chatId);
-      if (!now) throw appError('ERR_CHAT_NOT_FOUND');
-      if (now.archived) throw appError('ERR_CHAT_READ_ONLY');
-    }
+  const deleted = async (actor: Sender, chatId: number, rows: Key[]) => {
+    if (rows.length === 0) assertStillWritable(await access.chat(chatId));
     const ids = rows.map(messageId);
     bulkDeleted(chatId, ids, actor.userId);
     return { deleted: ids.length, deleted_ids: ids };
@@ -109,28 +141,35 @@ export function makeMessageDeletion({ store, clock, realtime, access }: Omit<Mes
      * may moderate the chat (moderation canModerateChat, spec 4.6 rule 2), reader or not, when each
      * of their senders is within reach (canTarget: below the actor's level, or a deleted account).
      * Ids of no message are passed over; a system message (spec 2.9: kept for late joiners) refuses
-     * the whole request. Others' messages are decided on the actor's level as stored (asModerator);
-     * its own need no level.
+     * the whole request. Others' messages are decided on the actor's level as stored and on their
+     * senders' levels as stored, all of those rows held until the commit (asModerator); its own need
+     * no level.
      */
     async remove(actor: Sender, chat: DeletionChat, ids: string[], assertReader: ReaderCheck) {
       const moderator = await moderates(actor, chat, assertReader);
       assertWritable(chat);
-      const found = await store.byIds(chat.id, [...new Set(ids)].map(parseMessageId));
+      const named = [...new Set(ids)].map(parseMessageId);
+      const found = await store.byIds(chat.id, named);
       if (found.some((m) => m.type !== 'user')) throw appError('ERR_FORBIDDEN', 'System messages cannot be deleted.');
-      const others = found.filter((m) => m.senderId !== actor.userId);
-      if (others.length === 0) return deleted(actor, chat.id, await store.remove(chat.id, found));
+      const others = othersOf(actor, found);
+      const removeFound = (tx: Tx) => whileWritable(chat.id, tx, (now) => store.remove(chat.id, found, now, tx));
+      if (others.length === 0) return deleted(actor, chat.id, await store.transaction(removeFound));
       if (!moderator) throw appError('ERR_FORBIDDEN', 'You may delete only your own messages.');
       assertInReach(actor, others);
-      const rows = await asModerator(actor, chat, (stored, tx) => {
-        assertInReach(stored, others);
-        return store.remove(chat.id, found, tx);
-      });
-      return deleted(actor, chat.id, rows);
+      // The reach again on the senders' levels read in the transaction, their rows held (asModerator).
+      const removeInReach = async (stored: Sender, tx: Tx) => {
+        assertInReach(stored, othersOf(actor, await store.byIds(chat.id, named, tx)));
+        return removeFound(tx);
+      };
+      return deleted(actor, chat.id, await asModerator(actor, chat, removeInReach, named));
     },
 
     async removeMine(actor: Sender, chat: DeletionChat) {
       assertWritable(chat);
-      return deleted(actor, chat.id, await store.removeBySender(chat.id, actor.userId));
+      const rows = await store.transaction((tx) =>
+        whileWritable(chat.id, tx, (now) => store.removeBySender(chat.id, actor.userId, now, tx)),
+      );
+      return deleted(actor, chat.id, rows);
     },
 
     /**
@@ -143,8 +182,9 @@ export function makeMessageDeletion({ store, clock, realtime, access }: Omit<Mes
       const moderator = await moderates(actor, chat, assertReader);
       assertWritable(chat);
       if (!moderator) throw appError('ERR_FORBIDDEN');
+      const reach = (stored: Sender) => ({ actorId: actor.userId, levels: reachableLevels(stored) });
       const rows = await asModerator(actor, chat, (stored, tx) =>
-        store.removeLast(chat.id, count, { actorId: actor.userId, levels: reachableLevels(stored) }, tx),
+        whileWritable(chat.id, tx, (now) => store.removeLast(chat.id, count, reach(stored), now, tx)),
       );
       return deleted(actor, chat.id, rows);
     },

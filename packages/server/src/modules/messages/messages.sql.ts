@@ -25,6 +25,14 @@ export interface Reader {
   permissionLevel: number;
 }
 
+/**
+ * The chat is not past its expiry at `now`: a direct chat is archived exactly at its expiry (chats.rules
+ * `archivedAtOf`), before the sweep writes it. Sends and deletes test the same expression, so they
+ * agree at the deadline.
+ */
+export const beforeExpiry = (now: Date): SQL =>
+  sql`(chats.expires_at is null or chats.expires_at > ${now.toISOString()}::timestamptz)`;
+
 /** The chat row's next id, taken under its row lock by the UPDATE (see messages.store append). */
 const nextId = (chatId: number, nowMs: number, extra: SQL) => sql`
   update chats
@@ -89,8 +97,7 @@ export function sendBatchSql(b: SendBatch): SQL {
                          else (select k from n) - 1 end,
           msg_ms = greatest(msg_ms, ${b.now.getTime()}::bigint)
       where id = ${b.chatId}::integer and deleted_at is null and archived_at is null
-        -- A direct chat is archived exactly at its expiry, before the sweep writes it (chats.rules archivedAtOf).
-        and (expires_at is null or expires_at > ${now}::timestamptz)
+        and ${beforeExpiry(b.now)}
         and epoch = ${b.epoch}::integer and (select k from n) > 0
         -- Unchanged since the snapshot: no chat mute committed that the checks in ok did not see.
         and restrictions_seq = (select r from seen)

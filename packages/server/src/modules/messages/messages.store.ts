@@ -1,9 +1,9 @@
 import type { Message } from '@parlor/protocol';
-import { type AnyColumn, and, desc, eq, exists, gt, inArray, isNull, or, sql } from 'drizzle-orm';
+import { type AnyColumn, and, asc, desc, eq, exists, gt, inArray, isNull, or, sql } from 'drizzle-orm';
 import { type Db, rowsOf } from '../../platform/db/index.js';
 import { chats, messages, moderationActions, users } from '../../platform/db/schema.js';
 import type { Tx } from '../users/users.store.js';
-import { appendSql, type PageRequest, pagesSql, type SendBatch, sendBatchSql } from './messages.sql.js';
+import { appendSql, beforeExpiry, type PageRequest, pagesSql, type SendBatch, sendBatchSql } from './messages.sql.js';
 
 export type MessageRow = typeof messages.$inferSelect;
 
@@ -47,15 +47,16 @@ const key = { ms: messages.ms, seq: messages.seq };
 
 export function makeMessagesStore(db: Db) {
   /**
-   * The chat is live and not archived (spec 3: an archived chat is read-only): a condition of
-   * every delete, so one racing an archive or a removal deletes nothing rather than after it.
+   * The chat is live, not archived and not past its expiry at `now` (spec 3: an archived chat is
+   * read-only, a direct chat from its expiry on, as the send tests it): a condition of every
+   * delete, so one racing an archive, a removal or the expiry deletes nothing rather than after it.
    */
-  const writable = (chatId: number) =>
+  const writable = (chatId: number, now: Date) =>
     exists(
       db
         .select({ one: sql`1` })
         .from(chats)
-        .where(and(eq(chats.id, chatId), isNull(chats.archivedAt), isNull(chats.deletedAt))),
+        .where(and(eq(chats.id, chatId), isNull(chats.archivedAt), isNull(chats.deletedAt), beforeExpiry(now))),
     );
   const idMatch = (ids: { ms: number; seq: number }[]) =>
     or(...ids.map((i) => and(eq(messages.ms, i.ms), eq(messages.seq, i.seq))));
@@ -106,52 +107,93 @@ export function makeMessagesStore(db: Db) {
       return pages;
     },
     /** The messages of the chat with these ids (system ones too: the caller refuses them). */
-    async byIds(chatId: number, ids: { ms: number; seq: number }[]): Promise<DeletionCandidate[]> {
+    async byIds(chatId: number, ids: { ms: number; seq: number }[], tx: Tx = db): Promise<DeletionCandidate[]> {
       if (ids.length === 0) return [];
-      return db
+      return tx
         .select({ ...key, type: messages.type, senderId: messages.senderId, senderLevel: users.permissionLevel })
         .from(messages)
         .leftJoin(users, eq(users.id, messages.senderId))
         .where(and(eq(messages.chatId, chatId), idMatch(ids)));
     },
     /**
-     * Runs `fn` in one transaction: a moderator's delete, decided on the caller's users row read
-     * there (messages.deletion asModerator) and written with it.
+     * Holds FOR SHARE until the commit the users rows of the caller and of the senders of these
+     * messages (a deleted account has none), in one statement that takes them in id order, as
+     * every transaction locking several users rows does (admin.store lockUsersInIdOrder): a
+     * delete by id then decides its reach on their levels as they are at the commit
+     * (messages.deletion asModerator).
+     */
+    async holdSenders(chatId: number, ids: { ms: number; seq: number }[], callerId: number, tx: Tx): Promise<void> {
+      const senders = tx
+        .select({ id: messages.senderId })
+        .from(messages)
+        .where(and(eq(messages.chatId, chatId), idMatch(ids)));
+      await tx
+        .select({ id: users.id })
+        .from(users)
+        .where(or(eq(users.id, callerId), inArray(users.id, senders)))
+        .orderBy(asc(users.id))
+        .for('share');
+    },
+    /**
+     * The chat as a delete's transaction reads it once it holds its rows: null when removed, else
+     * whether it is read-only at `now` (archived, or past its expiry), as `writable` decides.
+     */
+    async chatAt(chatId: number, now: Date, tx: Tx): Promise<{ archived: boolean } | null> {
+      const [row] = await tx
+        .select({ archived: sql<boolean>`${chats.archivedAt} is not null or not ${beforeExpiry(now)}` })
+        .from(chats)
+        .where(and(eq(chats.id, chatId), isNull(chats.deletedAt)));
+      return row ?? null;
+    },
+    /**
+     * Runs `fn` in one transaction: a delete, checked again there once it holds its rows
+     * (messages.deletion `whileWritable`); a moderator's decided on the users rows read there
+     * (asModerator) and written with them.
      */
     transaction<T>(fn: (tx: Tx) => Promise<T>): Promise<T> {
       return db.transaction(fn);
     },
-    /** Deletes these user messages (never a system one) if the chat is writable; answers those deleted. */
+    /** Deletes these user messages (never a system one) if the chat is writable at `now`; answers those deleted. */
     async remove(
       chatId: number,
       ids: { ms: number; seq: number }[],
-      tx: Tx = db,
+      now: Date,
+      tx: Tx,
     ): Promise<{ ms: number; seq: number }[]> {
       if (ids.length === 0) return [];
       return tx
         .delete(messages)
-        .where(and(eq(messages.chatId, chatId), eq(messages.type, 'user'), idMatch(ids), writable(chatId)))
+        .where(and(eq(messages.chatId, chatId), eq(messages.type, 'user'), idMatch(ids), writable(chatId, now)))
         .returning(key);
     },
-    /** Deletes every user message of a sender in the chat if the chat is writable. */
-    async removeBySender(chatId: number, senderId: number): Promise<{ ms: number; seq: number }[]> {
-      return db
+    /** Deletes every user message of a sender in the chat if the chat is writable at `now`. */
+    async removeBySender(chatId: number, senderId: number, now: Date, tx: Tx): Promise<{ ms: number; seq: number }[]> {
+      return tx
         .delete(messages)
         .where(
           and(
             eq(messages.chatId, chatId),
             eq(messages.senderId, senderId),
             eq(messages.type, 'user'),
-            writable(chatId),
+            writable(chatId, now),
           ),
         )
         .returning(key);
     },
     /**
      * Deletes the newest `count` user messages within `reach` in one statement, if the chat is
-     * writable: messages out of reach are passed over, not counted. Answers those deleted.
+     * writable at `now`: messages out of reach are passed over, not counted. The choice skips the
+     * rows another transaction holds (a concurrent delete's, which it deletes or keeps): two
+     * delete-lasts at once each take the newest the other has not, rather than both the same rows,
+     * the second then deleting nothing of them. Answers those deleted.
      */
-    async removeLast(chatId: number, count: number, reach: Reach, tx: Tx = db): Promise<{ ms: number; seq: number }[]> {
+    async removeLast(
+      chatId: number,
+      count: number,
+      reach: Reach,
+      now: Date,
+      tx: Tx,
+    ): Promise<{ ms: number; seq: number }[]> {
       const last = db
         .select(key)
         .from(messages)
@@ -164,10 +206,13 @@ export function makeMessagesStore(db: Db) {
           ),
         )
         .orderBy(desc(messages.ms), desc(messages.seq))
-        .limit(count);
+        .limit(count)
+        .for('update', { of: messages, skipLocked: true });
       return tx
         .delete(messages)
-        .where(and(eq(messages.chatId, chatId), sql`(${messages.ms}, ${messages.seq}) in ${last}`, writable(chatId)))
+        .where(
+          and(eq(messages.chatId, chatId), sql`(${messages.ms}, ${messages.seq}) in ${last}`, writable(chatId, now)),
+        )
         .returning(key);
     },
     /** A user's permission level; null when there is no such user (a deleted account). */
