@@ -1,8 +1,9 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { FakeClock } from '../src/platform/clock.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
-import { countRows } from './support/faults.js';
+import { countRows, failUpdates, loggedTick } from './support/faults.js';
 import { type LoggedIn, login, operator } from './support/flows.js';
+import { LEVEL } from './support/logs.js';
 
 // An app of its own: the sweep's counts are those of this file's punishments alone.
 let app: TestApp;
@@ -44,6 +45,53 @@ describeApp('the punishment expiry sweep', () => {
         is_lifted: true,
       });
     }
+  });
+});
+
+describeApp('the punishment expiry sweep with a step that fails', () => {
+  it('restores the users whose timeout ended when lifting their records fails, and logs the lift step', async () => {
+    const [a, b] = [await login(app), await login(app)];
+    for (const [who, duration] of [
+      [a, 60],
+      [b, 61],
+    ] as const) {
+      const res = await operator(app).post('/v1/admin/punishments/timeout', { user_id: who.user.id, duration });
+      expect(res.status).toBe(200);
+    }
+    const unlifted = () =>
+      countRows(
+        app,
+        `select count(*) as n from moderation_actions where is_lifted = false and user_id in (${a.user.id}, ${b.user.id})`,
+      );
+    // a's record cannot be written: the lift step's statement fails, for b's record too.
+    const lift = await failUpdates(app, 'moderation_actions', `old.user_id = ${a.user.id}`);
+    try {
+      clock.advance(65_000);
+      const lines = await loggedTick('punishment-expiry', () => sweep());
+      expect(await timedOut([a, b])).toBe(0);
+      expect(await unlifted()).toBe(2);
+      expect(lines).toEqual([
+        expect.objectContaining({
+          level: LEVEL.error,
+          msg: 'background task failed',
+          task: 'punishment-expiry',
+          err: expect.objectContaining({
+            errors: [
+              expect.objectContaining({
+                step: 'lift',
+                cause: expect.anything(),
+              }),
+            ],
+          }),
+        }),
+      ]);
+      // The database's own error is its cause.
+      expect(JSON.stringify(lines[0]?.err)).toContain('injected fault');
+    } finally {
+      await lift();
+    }
+    expect(await sweep()).toEqual({ lifted: 2, restored: 0 });
+    expect(await unlifted()).toBe(0);
   });
 });
 

@@ -9,8 +9,9 @@ import { schema } from '../src/platform/db/index.js';
 import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { join, keyedChat, type Member, member, sessionIdOf } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
-import { countRows } from './support/faults.js';
+import { countRows, failUpdates, loggedTick } from './support/faults.js';
 import { createLoginBot, login, nextIdentity, operator, setLevel } from './support/flows.js';
+import { LEVEL } from './support/logs.js';
 import { gateInserts, hold, lockWaiters, lockWaitersOr, loginUpToVerify } from './support/pg-locks.js';
 import { closeAllSockets, connectSocket, disconnected } from './support/sockets.js';
 
@@ -440,6 +441,51 @@ describeApp('session expiry', () => {
     await chat.owner.socket.next('room:rekey', (p) => p.chat_id === chat.chatId && p.epoch === epoch + 1);
     await chat.owner.socket.next('portal:key_removed', (p) => p.user_id === guest.user.id && p.session_id === null);
     expect(await app.services.sessions.sweepExpired()).toBe(0);
+  });
+
+  it('the expiry sweep goes past a user whose sessions cannot be ended: the later ones end in the same tick, the failure is logged with the user', async () => {
+    clock.advance(1000);
+    const a = await login(app, { bot });
+    clock.advance(1);
+    const b = await login(app, { bot });
+    const [aId, bId] = [await sessionIdOf(app, a.client), await sessionIdOf(app, b.client)];
+    // Every session that expires before them ends first: the tick below meets a's, then b's.
+    clock.advance(Limits.SESSION_TTL_USER_MS - 1000);
+    await app.services.sessions.sweepExpired();
+    const ended = (id: number) =>
+      countRows(app, `select count(*) as n from sessions where id = ${id} and end_reason = 'expired'`);
+    const lift = await failUpdates(app, 'sessions', `old.id = ${aId}`);
+    try {
+      clock.advance(2000);
+      // Batches of one: the second one reads past a's session, which the first could not end.
+      const lines = await loggedTick('session-expiry', () =>
+        app.services.sessions.sweepExpired({ batch: 1, maxBatches: 2 }),
+      );
+      expect([await ended(aId), await ended(bId)]).toEqual([0, 1]);
+      expect(lines).toEqual([
+        expect.objectContaining({
+          level: LEVEL.error,
+          msg: 'background task failed',
+          task: 'session-expiry',
+          err: expect.objectContaining({
+            errors: [
+              expect.objectContaining({
+                userId: a.user.id,
+                cause: expect.anything(),
+              }),
+            ],
+          }),
+        }),
+      ]);
+      // The database's own error is its cause.
+      expect(JSON.stringify(lines[0]?.err)).toContain('injected fault');
+      expect(JSON.stringify(lines)).not.toContain(a.client.cookie as string);
+    } finally {
+      await lift();
+    }
+    // The next tick ends it.
+    expect(await app.services.sessions.sweepExpired()).toBe(1);
+    expect(await ended(aId)).toBe(1);
   });
 
   it('a request with an expired session answers 401 and has ended it by then', async () => {

@@ -6,7 +6,9 @@ import { FakeClock } from '../src/platform/clock.js';
 import { auditLog, notifications, users } from '../src/platform/db/schema.js';
 import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { Client, nextIp } from './support/client.js';
+import { failInserts, loggedTick } from './support/faults.js';
 import { createLoginBot, type LoggedIn, login, operator, setLevel } from './support/flows.js';
+import { LEVEL } from './support/logs.js';
 import { racingUserRow, whileHeldAdvancing } from './support/pg-locks.js';
 import { closeAllSockets, connectSocket } from './support/sockets.js';
 
@@ -613,6 +615,73 @@ describeApp('the automatic downgrade (sweep, fake clock)', () => {
       ['expire', 2, null, null],
       ['grant', 2, null, 'first'],
     ]);
+  });
+
+  it('goes past a user whose expiry cannot be written: the others of its batch are downgraded, audited and told in the same tick, the failure is logged with the user', async () => {
+    const sweepBot = await createLoginBot(sweepApp);
+    const [a, b, c] = [
+      await login(sweepApp, { bot: sweepBot }),
+      await login(sweepApp, { bot: sweepBot }),
+      await login(sweepApp, { bot: sweepBot }),
+    ];
+    for (const [who, days] of [
+      [a, 1],
+      [b, 2],
+      [c, 2],
+    ] as const) {
+      const res = await grant(sweepOp, { user_id: who.user.id, tier: 'PREMIUM', duration_days: days });
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+    }
+    await sweepApp.subscriptionSweep.run();
+    const expiries = async (userId: number) =>
+      (
+        await sweepApp.database.db
+          .select()
+          .from(auditLog)
+          .where(
+            and(
+              eq(auditLog.code, AuditCodes.SUBSCRIPTION_REVOKE),
+              eq(auditLog.action, 'expire'),
+              eq(auditLog.targetUserId, userId),
+            ),
+          )
+      ).length;
+    const tierOf = async (userId: number) =>
+      (await sweepApp.database.db.select().from(users).where(eq(users.id, userId)))[0]?.subscriptionTier;
+    // a's "Subscription expired" cannot be written: the batch of a, b and c fails as one.
+    const lift = await failInserts(sweepApp, 'notifications', `new.user_id = ${a.user.id}`);
+    try {
+      sweepClock.advance(2 * DAY);
+      const lines = await loggedTick('subscription-downgrade', () => sweepApp.subscriptionSweep.run());
+      for (const who of [b, c]) {
+        expect([await tierOf(who.user.id), await expiries(who.user.id)]).toEqual([0, 1]);
+        expect(await titles(who)).toContain('Subscription expired');
+      }
+      // a's own transaction rolled back: nothing of its expiry is written.
+      expect([await tierOf(a.user.id), await expiries(a.user.id)]).toEqual([2, 0]);
+      expect(lines).toEqual([
+        expect.objectContaining({
+          level: LEVEL.error,
+          msg: 'background task failed',
+          task: 'subscription-downgrade',
+          err: expect.objectContaining({
+            errors: [
+              expect.objectContaining({
+                userId: a.user.id,
+                cause: expect.anything(),
+              }),
+            ],
+          }),
+        }),
+      ]);
+      // The database's own error is its cause.
+      expect(JSON.stringify(lines[0]?.err)).toContain('injected fault');
+    } finally {
+      await lift();
+    }
+    // The next tick writes it.
+    expect(await sweepApp.subscriptionSweep.run()).toBe(1);
+    expect([await tierOf(a.user.id), await expiries(a.user.id)]).toEqual([0, 1]);
   });
 
   it('takes each expired user exactly once when sweeps run at the same time (several nodes)', async () => {

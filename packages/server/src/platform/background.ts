@@ -65,25 +65,57 @@ export interface TaskStep<T> {
   run: () => Promise<T>;
 }
 
+/** A part of a task that failed: its error, and the fields that name the part (`step`, `userId`; never a secret). */
+export interface PartFailure {
+  err: unknown;
+  part: Record<string, string | number>;
+}
+
+/**
+ * How many failed parts one error carries in full (partsFailed): a tick in which every part fails
+ * (the database refusing them all) logs a line of bounded size, the rest counted.
+ */
+const PARTS_REPORTED = 20;
+
+/**
+ * The parts of task `task` that failed while the others were done (its steps, or the rows it
+ * handles one at a time), as one error to throw once every part ran: the node's `every` logs it
+ * (`background task failed`, with the task's name), each member naming its part (its fields) with
+ * the part's error as its cause; beyond PARTS_REPORTED, `unreported` counts the others.
+ */
+export function partsFailed(task: string, failures: readonly PartFailure[]): AggregateError {
+  const members = failures.slice(0, PARTS_REPORTED).map(({ err, part }) => {
+    const named = Object.entries(part).map(([field, value]) => `${field} ${value}`);
+    return Object.assign(new Error(`${task} failed for ${named.join(', ')}`, { cause: err }), part);
+  });
+  const error = new AggregateError(members, `${task}: ${failures.length} part(s) failed, the others were done`);
+  const unreported = failures.length - members.length;
+  return unreported > 0 ? Object.assign(error, { unreported }) : error;
+}
+
 /**
  * Runs the steps of task `task` one after another, each on its own: a step that fails is logged
  * (`background task step failed`, with the task's and the step's name) and the next ones still
  * run, so one broken step (a table's statement) does not stop the others on every tick. Answers
- * each step's result by its name; a failed step has none.
+ * each step's result by its name; a failed step has none. Without a `log` (a task that has none),
+ * the failed steps are thrown together once every step ran (partsFailed), for `every` to log.
  */
 export async function runSteps<T>(
   task: string,
   steps: readonly TaskStep<T>[],
-  log: TaskLog,
+  log?: TaskLog,
 ): Promise<Record<string, T>> {
   const results: Record<string, T> = {};
+  const failures: PartFailure[] = [];
   for (const step of steps) {
     try {
       results[step.name] = await step.run();
     } catch (err) {
-      log.error({ err, task, step: step.name }, 'background task step failed');
+      if (log) log.error({ err, task, step: step.name }, 'background task step failed');
+      else failures.push({ err, part: { step: step.name } });
     }
   }
+  if (failures.length > 0) throw partsFailed(task, failures);
   return results;
 }
 

@@ -1,24 +1,78 @@
+import { every } from '../../src/platform/background.js';
 import type { TestApp } from './app.js';
+import { captureLog, type LogLine } from './logs.js';
 
 let faultCounter = 0;
 
 /**
- * Makes the database refuse the inserts into `table` whose new row matches `when` (SQL over NEW),
- * as a failing disk or a constraint would: a real failure in the middle of a write, on PGlite and
- * PostgreSQL alike. Returns what lifts it; lift it in `finally`.
+ * Makes the database refuse the writes (`insert` or `update`) to `table` whose row matches `when`
+ * (SQL over NEW for an insert, OLD for an update), as a failing disk or a constraint would: a real
+ * failure in the middle of a write, on PGlite and PostgreSQL alike. Returns what lifts it.
  */
-export async function failInserts(app: TestApp, table: string, when: string): Promise<() => Promise<void>> {
+async function failWrites(
+  app: TestApp,
+  write: 'insert' | 'update',
+  table: string,
+  when: string,
+): Promise<() => Promise<void>> {
   faultCounter += 1;
   const name = `parlor_test_fault_${faultCounter}`;
   const run = (statement: string) => app.database.db.execute(statement as never);
   await run(
     `create function ${name}() returns trigger language plpgsql as $$ begin raise exception 'injected fault'; end $$`,
   );
-  await run(`create trigger ${name} before insert on ${table} for each row when (${when}) execute function ${name}()`);
+  await run(
+    `create trigger ${name} before ${write} on ${table} for each row when (${when}) execute function ${name}()`,
+  );
   return async () => {
     await run(`drop trigger ${name} on ${table}`);
     await run(`drop function ${name}()`);
   };
+}
+
+/**
+ * Makes the database refuse the inserts into `table` whose new row matches `when` (SQL over NEW).
+ * Returns what lifts it; lift it in `finally`.
+ */
+export function failInserts(app: TestApp, table: string, when: string): Promise<() => Promise<void>> {
+  return failWrites(app, 'insert', table, when);
+}
+
+/**
+ * Makes the database refuse the updates of the `table` rows that match `when` (SQL over OLD): a
+ * row a sweep cannot write. Returns what lifts it; lift it in `finally`.
+ */
+export function failUpdates(app: TestApp, table: string, when: string): Promise<() => Promise<void>> {
+  return failWrites(app, 'update', table, when);
+}
+
+/**
+ * Runs `task` once as a node runs its background task `name` (background.ts `every`), with a
+ * logger of the production shape, and answers the lines that tick logged: what an operator reads
+ * of it (a run that throws is logged as `background task failed`).
+ */
+export async function loggedTick(name: string, task: () => Promise<unknown>): Promise<LogLine[]> {
+  const captured = captureLog();
+  let run: Promise<unknown> | undefined;
+  let started!: () => void;
+  const start = new Promise<void>((resolve) => {
+    started = resolve;
+  });
+  const stop = every(
+    1,
+    name,
+    () => {
+      run = task();
+      started();
+      return run;
+    },
+    captured.log,
+  );
+  await start;
+  // Settled, the run's log line follows at once; stop waits for it and starts no other run.
+  await run?.catch(() => {});
+  await stop();
+  return captured.lines();
 }
 
 /** Rows of a SQL count, whichever driver answered. */

@@ -1,5 +1,6 @@
 import { Limits } from '@parlor/protocol';
 import type { SessionResolver } from '../../platform/auth.js';
+import { type PartFailure, partsFailed } from '../../platform/background.js';
 import type { Clock } from '../../platform/clock.js';
 import { afterCommit } from '../../platform/db/after-commit.js';
 import type { Db } from '../../platform/db/index.js';
@@ -12,7 +13,7 @@ import { effectiveState } from '../users/users.presenter.js';
 import type { Tx } from '../users/users.store.js';
 import { type AuthCache, resolvedOf, toAuthEntry } from './sessions.cache.js';
 import { toActiveSession, toHistoryEntry } from './sessions.presenter.js';
-import type { SessionRow, SessionsStore } from './sessions.store.js';
+import type { ExpiryCursor, SessionRow, SessionsStore } from './sessions.store.js';
 
 /** How often every node ends the sessions that expired (their keys, their chats' epochs, their sockets). */
 export const EXPIRY_SWEEP_INTERVAL_MS = 60_000;
@@ -20,6 +21,8 @@ export const EXPIRY_SWEEP_INTERVAL_MS = 60_000;
 export const EXPIRY_SWEEP_BATCH = 200;
 /** Batches per tick at most: 2,000 sessions per node and tick (the next tick goes on with a backlog). */
 export const EXPIRY_SWEEP_MAX_BATCHES = 10;
+/** What an expiry's failures are named by (wiring runs the sweep as the `session-expiry` task). */
+const EXPIRY_TASK = 'session-expiry';
 
 /** How often a live session records activity; reads in between cost no write. */
 const TOUCH_EVERY_MS = 60_000;
@@ -108,22 +111,35 @@ export function makeSessionsService({ db, store, clock, geo, cache }: SessionsDe
    * as a logout: one transaction per user (its key rows go and its chats move to a new epoch with
    * the end; its sockets drop on every node once that commits). Sessions another node is ending
    * are skipped (or, when one has a key, waited for: lockAhead), so every node may run this on the
-   * same sessions at once. Answers the ids ended.
+   * same sessions at once. Each user's end is on its own: one that fails is added to `failed` (with
+   * the user's id) and the other users' still end. Answers the ids ended.
    */
-  const endExpired = async (due: { id: number; userId: number }[]): Promise<number[]> => {
+  const endEach = async (due: { id: number; userId: number }[], failed: PartFailure[]): Promise<number[]> => {
     const byUser = new Map<number, number[]>();
     for (const s of due) byUser.set(s.userId, [...(byUser.get(s.userId) ?? []), s.id]);
     const done: number[] = [];
     for (const [userId, ids] of byUser) {
-      await db.transaction(async (tx) => {
-        // The locks ahead of the session rows first: a node that is ending the same sessions
-        // holds them, and this one waits for it, then finds them ended (skipped below).
-        await lockAhead(userId, ids, tx);
-        const gone = await store.endExpired(userId, ids, clock.now(), tx);
-        await finishEnding(userId, gone, 'expired', tx);
-        done.push(...gone);
-      });
+      try {
+        await db.transaction(async (tx) => {
+          // The locks ahead of the session rows first: a node that is ending the same sessions
+          // holds them, and this one waits for it, then finds them ended (skipped below).
+          await lockAhead(userId, ids, tx);
+          const gone = await store.endExpired(userId, ids, clock.now(), tx);
+          await finishEnding(userId, gone, 'expired', tx);
+          done.push(...gone);
+        });
+      } catch (err) {
+        failed.push({ err, part: { userId } });
+      }
     }
+    return done;
+  };
+
+  /** endEach, the users whose end failed thrown together once the others ended (partsFailed). */
+  const endExpired = async (due: { id: number; userId: number }[]): Promise<number[]> => {
+    const failed: PartFailure[] = [];
+    const done = await endEach(due, failed);
+    if (failed.length > 0) throw partsFailed(EXPIRY_TASK, failed);
     return done;
   };
 
@@ -256,17 +272,24 @@ export function makeSessionsService({ db, store, clock, geo, cache }: SessionsDe
      * The expiry sweep: ends the sessions whose expiry passed and that nothing ended yet, oldest
      * first, `batch` a read while they come back full, at most `maxBatches` a tick (the next tick
      * goes on), each as a logout ends one. Safe on many nodes. Answers how many it ended.
+     * A user whose sessions cannot be ended holds up no other: each batch reads on past the last
+     * (the failed ones are tried again at the next tick), and the users that failed are thrown
+     * together once the tick is done (partsFailed), for the task to log.
      */
     async sweepExpired(opts: { batch?: number; maxBatches?: number } = {}): Promise<number> {
       const size = opts.batch ?? EXPIRY_SWEEP_BATCH;
       const maxBatches = opts.maxBatches ?? EXPIRY_SWEEP_MAX_BATCHES;
       const now = clock.now();
       let ended = 0;
+      let after: ExpiryCursor | undefined;
+      const failed: PartFailure[] = [];
       await drain(size, maxBatches, async () => {
-        const due = await store.dueExpired(now, size);
-        ended += (await endExpired(due)).length;
+        const due = await store.dueExpired(now, size, after);
+        after = due.at(-1);
+        ended += (await endEach(due, failed)).length;
         return due.length;
       });
+      if (failed.length > 0) throw partsFailed(EXPIRY_TASK, failed);
       return ended;
     },
 

@@ -57,12 +57,26 @@ export function liveOrOverAfter(since: Date): SQL {
 }
 
 /**
- * Up to `limit` sessions whose expiry passed at `now` and that nothing ended yet, oldest expiry
- * first: what the expiry sweep ends. The predicate is that of the partial index
- * sessions_expiry_idx (schema.ts), exactly.
+ * Where an expiry sweep's tick is: the last session it read, its expiry (as PostgreSQL wrote it, so
+ * read back exactly, to the microsecond) then its id.
  */
-export function expiryDue(now: Date, limit: number): SQL {
-  return sql`select ${sessions.id}, ${sessions.userId} from ${sessions} where ${sessions.endedAt} is null and ${sessions.expiresAt} <= ${now.toISOString()} order by ${sessions.expiresAt} limit ${limit}`;
+export interface ExpiryCursor {
+  id: number;
+  expiry: string;
+}
+
+/**
+ * Up to `limit` sessions whose expiry passed at `now` and that nothing ended yet, oldest expiry
+ * first (then by id), after `after` when given: what the expiry sweep ends, each batch of a tick
+ * reading on from the last, so sessions a batch could not end are not read again before the next
+ * tick. Read without a lock (the end takes the rows, skipping those another node holds). The
+ * predicate is that of the partial index sessions_expiry_idx (schema.ts), exactly.
+ */
+export function expiryDue(now: Date, limit: number, after?: ExpiryCursor): SQL {
+  const onFrom = after
+    ? sql` and (${sessions.expiresAt}, ${sessions.id}) > (${after.expiry}::timestamptz, ${after.id}::integer)`
+    : sql``;
+  return sql`select ${sessions.id}, ${sessions.userId}, ${sessions.expiresAt}::text as expiry from ${sessions} where ${sessions.endedAt} is null and ${sessions.expiresAt} <= ${now.toISOString()}${onFrom} order by ${sessions.expiresAt}, ${sessions.id} limit ${limit}`;
 }
 
 /**
@@ -184,10 +198,12 @@ export function makeSessionsStore(db: Db, onChanged: UsersChanged = noUsersChang
       if (rows.length > 0) await onChanged([userId], tx);
       return rows.map((r) => r.id);
     },
-    /** Up to `limit` sessions expired at `now` that nothing ended yet, oldest first (expiryDue). */
-    async dueExpired(now: Date, limit: number): Promise<{ id: number; userId: number }[]> {
-      const rows = rowsOf<{ id: number | string; user_id: number | string }>(await db.execute(expiryDue(now, limit)));
-      return rows.map((r) => ({ id: Number(r.id), userId: Number(r.user_id) }));
+    /** Up to `limit` sessions expired at `now` that nothing ended yet, oldest first, after `after` (expiryDue). */
+    async dueExpired(now: Date, limit: number, after?: ExpiryCursor): Promise<(ExpiryCursor & { userId: number })[]> {
+      const rows = rowsOf<{ id: number | string; user_id: number | string; expiry: string }>(
+        await db.execute(expiryDue(now, limit, after)),
+      );
+      return rows.map((r) => ({ id: Number(r.id), userId: Number(r.user_id), expiry: r.expiry }));
     },
     async endAllOf(userId: number, exceptId: number | null, reason: string, now: Date, tx: Tx = db): Promise<number[]> {
       const rows = await tx

@@ -1,5 +1,6 @@
 import { AuditCodes } from '@parlor/protocol';
 import { and, asc, eq, lte, sql } from 'drizzle-orm';
+import { anyOf } from '../../platform/db/index.js';
 import { auditLog, users } from '../../platform/db/schema.js';
 import { noUsersChanged, type UsersChanged } from '../users/users.changes.js';
 import type { Tx } from '../users/users.store.js';
@@ -12,19 +13,39 @@ export interface ExpiredSubscription {
 }
 
 /**
- * Up to `limit` users whose Trial or Premium expired at `now`, oldest expiry first, their rows
- * claimed (expireDue): what the sweep downgrades. The predicate is that of the partial index
- * users_subscription_expiry_idx (schema.ts); the tiers are literals, not parameters, so that the
+ * Where a subscription sweep's tick is: the last user it read, its expiry (as PostgreSQL wrote it,
+ * so read back exactly, to the microsecond) then its id.
+ */
+export interface DueCursor {
+  id: number;
+  expiry: string;
+}
+
+/**
+ * Users whose Trial or Premium expired at `now`: the predicate of the partial index
+ * users_subscription_expiry_idx (schema.ts). The tiers are literals, not parameters, so that the
  * planner can match the index's predicate in a prepared statement's generic plan too.
  */
-export function subscriptionsDue(q: Tx, now: Date, limit: number) {
+function expiredAt(now: Date) {
+  return and(sql`${users.subscriptionTier} in (1, 2)`, lte(users.subscriptionExpiresAt, now));
+}
+
+/**
+ * Up to `limit` users whose Trial or Premium expired at `now`, oldest expiry first (then by id),
+ * after `after` when given: what the sweep downgrades, each batch of a tick reading on from the
+ * last, so users a batch could not downgrade are not read again before the next tick. Read without
+ * a lock, through users_subscription_expiry_idx; expireDue claims the rows.
+ */
+export function subscriptionsDue(q: Tx, now: Date, limit: number, after?: DueCursor) {
+  const onFrom = after
+    ? sql`(${users.subscriptionExpiresAt}, ${users.id}) > (${after.expiry}::timestamptz, ${after.id}::integer)`
+    : undefined;
   return q
-    .select({ id: users.id, tier: users.subscriptionTier, expiresAt: users.subscriptionExpiresAt })
+    .select({ id: users.id, expiry: sql<string>`${users.subscriptionExpiresAt}::text` })
     .from(users)
-    .where(and(sql`${users.subscriptionTier} in (1, 2)`, lte(users.subscriptionExpiresAt, now)))
+    .where(and(expiredAt(now), onFrom))
     .orderBy(asc(users.subscriptionExpiresAt), asc(users.id))
-    .limit(limit)
-    .for('update', { skipLocked: true });
+    .limit(limit);
 }
 
 /**
@@ -33,13 +54,23 @@ export function subscriptionsDue(q: Tx, now: Date, limit: number) {
  */
 export function makeSubscriptionsStore(onChanged: UsersChanged = noUsersChanged) {
   return {
+    /** The sweep's read of a batch (subscriptionsDue). */
+    async due(now: Date, limit: number, after: DueCursor | undefined, q: Tx): Promise<DueCursor[]> {
+      return await subscriptionsDue(q, now, limit, after);
+    },
+
     /**
-     * Sets up to `limit` users whose Trial or Premium has expired back to Basic, in one statement.
-     * The rows are claimed with FOR UPDATE SKIP LOCKED, so sweeps on several nodes never take the
-     * same user twice and never wait for each other (or for a grant holding the row).
+     * Sets those of `userIds` whose Trial or Premium has expired at `now` back to Basic, in one
+     * statement. The rows are claimed with FOR UPDATE SKIP LOCKED, so sweeps on several nodes never
+     * take the same user twice and never wait for each other (or for a grant holding the row).
      */
-    async expireDue(now: Date, limit: number, tx: Tx): Promise<ExpiredSubscription[]> {
-      const due = subscriptionsDue(tx, now, limit).as('due');
+    async expireDue(now: Date, userIds: number[], tx: Tx): Promise<ExpiredSubscription[]> {
+      const due = tx
+        .select({ id: users.id, tier: users.subscriptionTier, expiresAt: users.subscriptionExpiresAt })
+        .from(users)
+        .where(and(anyOf(users.id, userIds), expiredAt(now)))
+        .for('update', { skipLocked: true })
+        .as('due');
       const rows = await tx
         .update(users)
         .set({ subscriptionTier: 0, subscriptionExpiresAt: null, subscriptionGrantedBy: null, updatedAt: now })

@@ -1,13 +1,14 @@
+import { type PartFailure, partsFailed } from '../../platform/background.js';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
 import { drain } from '../../platform/drain.js';
 import { formatMoment, type NotificationsService } from '../notifications/notifications.service.js';
 import { tierTitle } from './subscriptions.rules.js';
-import type { SubscriptionsStore } from './subscriptions.store.js';
+import type { DueCursor, SubscriptionsStore } from './subscriptions.store.js';
 
 /** How often every node looks for expired subscriptions (spec 3: "expiry → Basic, background task"). */
 export const SWEEP_INTERVAL_MS = 60_000;
-/** Users taken per transaction, so one sweep never holds many row locks for long. */
+/** Users read per batch and taken per transaction, so one sweep never holds many row locks for long. */
 export const SWEEP_BATCH = 500;
 /** Batches per tick at most (docs/operations.md "Data retention"): a backlog goes on at the next tick. */
 export const SWEEP_MAX_BATCHES = 10;
@@ -21,6 +22,9 @@ export interface SweepDeps {
   maxBatches?: number;
 }
 
+/** What the sweep's failures are named by (app.ts runs it as the `subscription-downgrade` task). */
+const SWEEP_TASK = 'subscription-downgrade';
+
 /**
  * The automatic downgrade: expired Trial and Premium users go back to Basic, with an audit entry
  * (actor system) and a "subscription expired" notification, written in the same transaction and
@@ -31,10 +35,10 @@ export function makeSubscriptionSweep(deps: SweepDeps) {
   const batchSize = deps.batchSize ?? SWEEP_BATCH;
   const maxBatches = deps.maxBatches ?? SWEEP_MAX_BATCHES;
 
-  const runBatch = async (): Promise<number> => {
-    const now = clock.now();
+  /** Downgrades those of `userIds` still due at `now` in one transaction; answers how many. */
+  const expire = async (now: Date, userIds: number[]): Promise<number> => {
     const { count, notes } = await db.transaction(async (tx) => {
-      const expired = await store.expireDue(now, batchSize, tx);
+      const expired = await store.expireDue(now, userIds, tx);
       if (expired.length === 0) return { count: 0, notes: [] };
       await store.recordExpiries(expired, now, tx);
       const written = await notifications.automatedMany(
@@ -52,10 +56,47 @@ export function makeSubscriptionSweep(deps: SweepDeps) {
   };
 
   /**
-   * One tick: batches while they come back full, at most `maxBatches` (the next tick goes on with
-   * a backlog); answers how many users were downgraded.
+   * A batch's users in one transaction; should it fail, each in a transaction of its own, so that
+   * a user whose expiry cannot be written (its audit entry, its notification) holds up none of the
+   * others: those that fail alone too are added to `failed`. Answers how many were downgraded.
    */
-  const run = (): Promise<number> => drain(batchSize, maxBatches, runBatch);
+  const expireBatch = async (now: Date, userIds: number[], failed: PartFailure[]): Promise<number> => {
+    try {
+      return await expire(now, userIds);
+    } catch {
+      let count = 0;
+      for (const userId of userIds) {
+        try {
+          count += await expire(now, [userId]);
+        } catch (err) {
+          failed.push({ err, part: { userId } });
+        }
+      }
+      return count;
+    }
+  };
+
+  /**
+   * One tick: batches while they come back full, at most `maxBatches` (the next tick goes on with
+   * a backlog), each reading on past the last, so users that failed are tried again at the next
+   * tick only; answers how many users were downgraded. The users that failed are thrown together
+   * once the tick is done (partsFailed), for the task to log.
+   */
+  const run = async (): Promise<number> => {
+    let count = 0;
+    let after: DueCursor | undefined;
+    const failed: PartFailure[] = [];
+    await drain(batchSize, maxBatches, async () => {
+      const now = clock.now();
+      const due = await store.due(now, batchSize, after, db);
+      after = due.at(-1);
+      const userIds = due.map((d) => d.id);
+      if (userIds.length > 0) count += await expireBatch(now, userIds, failed);
+      return userIds.length;
+    });
+    if (failed.length > 0) throw partsFailed(SWEEP_TASK, failed);
+    return count;
+  };
 
   // app.ts runs it every SWEEP_INTERVAL_MS with background.ts's `every`.
   return { run };
