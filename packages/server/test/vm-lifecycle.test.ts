@@ -7,6 +7,7 @@ import { eq } from 'drizzle-orm';
 import { io } from 'socket.io-client';
 import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import { CONTROL_REQUEST_REPEAT_MS } from '../src/modules/vm/vm.host.js';
+import { makeViewerTokens, viewerTokenKey } from '../src/modules/vm/vm.tokens.js';
 import { FakeClock } from '../src/platform/clock.js';
 import { schema } from '../src/platform/db/index.js';
 import { removeStaleProfiles } from '../src/platform/vm/chromium-profile.js';
@@ -96,6 +97,37 @@ function holdStart(node: TestApp, chatId: number) {
     atGate,
     release: () => {
       state.get = get;
+      release();
+    },
+  };
+}
+
+/**
+ * Holds the node's write marking the chat's room running (its launch, once the browser is up):
+ * the room stays between its browser launch and its running mark until `release`.
+ */
+function holdRunningMark(node: TestApp, chatId: number) {
+  const state = node.state;
+  const replaceIf = state.replaceIf;
+  let release = () => {};
+  const gate = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  let reached = () => {};
+  const atGate = new Promise<void>((resolve) => {
+    reached = resolve;
+  });
+  state.replaceIf = async (key: string, expected: string, value: string, ttl: number) => {
+    if (key === `vm:room:${chatId}` && JSON.parse(value).state === 'running') {
+      reached();
+      await gate;
+    }
+    return replaceIf.call(state, key, expected, value, ttl);
+  };
+  return {
+    atGate,
+    release: () => {
+      state.replaceIf = replaceIf;
       release();
     },
   };
@@ -380,6 +412,59 @@ describeApp('room VMs on two nodes (one in embedded mode), without browsers', ()
       owner.socket.close();
     }
   });
+
+  it('a room whose browser is up but whose running mark is not written is still starting: credentials and watch refused on either node, no browser counted; a stop calls it off and nobody hears of it', async () => {
+    const { a, b } = nodes;
+    const [owner, carol, dave] = await Promise.all([member(a, { level: 2 }), member(a), member(b)]);
+    const stopsAsked: string[] = [];
+    const stopBrowser = a.vmProvider.stop;
+    a.vmProvider.stop = async (roomId) => {
+      stopsAsked.push(roomId);
+      return stopBrowser.call(a.vmProvider, roomId);
+    };
+    try {
+      const chatId = await createChat(owner, 'Launched, not yet running');
+      for (const m of [owner, carol, dave]) expect((await join(m, { chat_id: chatId })).ok).toBe(true);
+      const held = holdRunningMark(a, chatId);
+      const start = owner.client.post(`/v1/portal/chats/${chatId}/start`, {});
+      await held.atGate;
+      // Its browser is up (in embedded mode both arrays are the one node's).
+      expect([...launchedOn.a, ...launchedOn.b]).toContain(String(chatId));
+      // A valid token (as one handed out earlier would be): the watch is refused on the room, not the token.
+      const token = makeViewerTokens(viewerTokenKey(a.config.operatorToken as string)).issue({
+        chatId,
+        userId: carol.user.id,
+        expiresAt: new Date(Date.now() + 60_000),
+      });
+      const notRunning = { ok: false, code: 'ERR_ROOM_NOT_RUNNING' };
+      for (const m of [carol, dave])
+        expect(await ack(m, 'vm:credentials', { chat_id: chatId })).toMatchObject(notRunning);
+      expect(await ack(carol, 'vm:watch', { chat_id: chatId, token })).toMatchObject(notRunning);
+      for (const node of [a, b]) {
+        expect(node.services.vm.isRunning(chatId)).toBe(false);
+        expect(await statsOf(node)).toEqual({ active_browsers: 0, viewers: 0, controllers: 0 });
+      }
+
+      // The owner stops the room; once the stop has reached its browser, the running mark is let go.
+      const stop = owner.client.post(`/v1/portal/chats/${chatId}/stop`, {});
+      await eventually(() => stopsAsked.includes(String(chatId)), WAIT_MS, 'the stop at the browser');
+      held.release();
+      const res = await start;
+      expect({ status: res.status, code: res.body.code }).toEqual({ status: 503, code: 'ERR_ROOM_START_FAILED' });
+      expect((await stop).status).toBe(200);
+      for (const node of [a, b]) expect(node.services.vm.isRunning(chatId)).toBe(false);
+      expect(await a.state.get(`vm:room:${chatId}`)).toBeNull();
+      // A round trip on each socket: whatever the server sent them arrived before its answer. The
+      // room never ran, so nobody was told it started, nor then that it stopped.
+      for (const m of [owner, carol, dave]) {
+        expect((await ack(m, 'vm:credentials', { chat_id: chatId })).code).toBe('ERR_ROOM_NOT_RUNNING');
+        expect(m.socket.received.filter((r) => r.event.startsWith('room:s'))).toEqual([]);
+      }
+    } finally {
+      a.vmProvider.stop = stopBrowser;
+      for (const m of [owner, carol, dave]) m.socket.close();
+    }
+  });
 });
 
 describeApp('control requests of a room VM on two nodes (one in embedded mode), without browsers', () => {
@@ -466,6 +551,60 @@ describeApp('control requests of a room VM on two nodes (one in embedded mode), 
       frozenAt = null;
       second.close();
       for (const m of [owner, holder, asker, bystander]) m.socket.close();
+    }
+  });
+
+  it('two members asking for a free room at once: one takes control, the other’s request is announced once and stays pending (its repeat reaches nobody)', async () => {
+    const { a, b } = nodes;
+    const [owner, x, y, bystander] = await Promise.all([member(a, { level: 2 }), member(a), member(b), member(b)]);
+    // The room's node checks memberships slowly: both requests are being checked at once.
+    const chats = a.services.chats;
+    const assertMember = chats.assertMember;
+    try {
+      const chatId = await createChat(owner, 'Two hands at once');
+      for (const m of [owner, x, y, bystander]) expect((await join(m, { chat_id: chatId })).ok).toBe(true);
+      expect((await owner.client.post(`/v1/portal/chats/${chatId}/start`, {})).status).toBe(200);
+      chats.assertMember = async (...args) => {
+        await new Promise((r) => setTimeout(r, 150));
+        return assertMember.apply(chats, args);
+      };
+      const [rx, ry] = await Promise.all([
+        ack(x, 'vm:control:request', { chat_id: chatId }),
+        ack(y, 'vm:control:request', { chat_id: chatId }),
+      ]);
+      chats.assertMember = assertMember;
+      const [winner, loser] = rx.granted ? [x, y] : [y, x];
+      expect([rx, ry]).toEqual(
+        [x, y].map((m) =>
+          m === winner
+            ? { ok: true, granted: true, controller_user_id: winner.user.id }
+            : { ok: true, granted: false, controller_user_id: winner.user.id },
+        ),
+      );
+      const heard = () =>
+        bystander.socket.received.filter(
+          (r) =>
+            r.event === 'vm:control:request' && r.payload.chat_id === chatId && r.payload.user_id === loser.user.id,
+        ).length;
+      await eventually(() => heard() === 1, WAIT_MS, 'the loser’s request announced');
+      // At once, well within the window: the same answer, and no second announcement.
+      expect(await ack(loser, 'vm:control:request', { chat_id: chatId })).toEqual({
+        ok: true,
+        granted: false,
+        controller_user_id: winner.user.id,
+      });
+      // A round trip on the bystander's socket: an announcement sent before its answer has arrived.
+      expect((await ack(bystander, 'vm:credentials', { chat_id: chatId })).ok).toBe(true);
+      expect(heard()).toBe(1);
+      expect(
+        bystander.socket.received.filter(
+          (r) => r.event === 'vm:control:request' && r.payload.user_id === winner.user.id,
+        ),
+      ).toEqual([]);
+      await owner.client.post(`/v1/portal/chats/${chatId}/stop`, {});
+    } finally {
+      chats.assertMember = assertMember;
+      for (const m of [owner, x, y, bystander]) m.socket.close();
     }
   });
 });

@@ -25,9 +25,10 @@ export interface ControlledRoom {
   /** Input events sent to the browser and not yet answered (a flood is refused, not queued). */
   inputsInFlight: number;
   /**
-   * The control requests announced to the chat, by requester: when, and the answer the requester
-   * got. Dropped when control changes hands (the request was answered, or is asked anew of the
-   * new controller) and once CONTROL_REQUEST_REPEAT_MS have passed.
+   * The control requests announced to the chat (or being checked), by requester: when (announced:
+   * when it went out), and the answer the requester got. Dropped when control changes hands (the
+   * request was answered, or is asked anew of the new controller) and once
+   * CONTROL_REQUEST_REPEAT_MS have passed.
    */
   requests: Map<number, { at: number; answer: Promise<ControlAnswer> }>;
 }
@@ -152,6 +153,9 @@ export function makeRoomControl(deps: ControlDeps) {
         const current = mustHost(chatId);
         if (current.controller === null) setController(current, who.userId);
         if (current.controller === who.userId) return { granted: true, controller_user_id: who.userId };
+        // Pending from its announcement: control may have changed hands while it was checked (another
+        // member's request took the free room), which dropped it; a repeat must not announce it again.
+        current.requests.set(who.userId, { at: now(), answer });
         realtime.emitTo(rooms.chat(chatId), 'vm:control:request', {
           chat_id: chatId,
           user_id: who.userId,

@@ -7,8 +7,13 @@ import type { ControlledRoom } from './vm.control.js';
 import type { WatchedRoom } from './vm.screencast.js';
 import { type RoomVmSettings, resolveSettings, type SettingsSource } from './vm.settings.js';
 
-/** A room this node runs: what its screencast keeps (vm.screencast.ts) and what control does (vm.control.ts). */
-export type HostedRoom = WatchedRoom & ControlledRoom;
+/**
+ * A room this node runs: what its screencast keeps (vm.screencast.ts) and what control does
+ * (vm.control.ts). It is in `hosted` from its browser's launch, so that other nodes reading the
+ * room map's running mark find it here; it runs (`live`: credentials, watching, statistics) only
+ * once that mark is written. Until then it is still starting, and a stop may call it off.
+ */
+export type HostedRoom = WatchedRoom & ControlledRoom & { live: boolean };
 
 /** A start in progress on this node; a stop asked meanwhile calls it off. */
 export interface Launch {
@@ -72,7 +77,8 @@ export async function launchRoom(
       await provider.stop(String(chatId)).catch(() => {});
       throw calledOff();
     }
-    hosted.set(chatId, newRoom(chatId, settings, info, deps.now()));
+    const room = newRoom(chatId, settings, info, deps.now());
+    hosted.set(chatId, room);
     const held = await cluster.hold(chatId, 'running');
     if (!held || run.calledOff) {
       // The claim lapsed while the browser started (this node stalled) and another node took the
@@ -82,6 +88,8 @@ export async function launchRoom(
       if (held) throw calledOff();
       throw appError('ERR_ROOM_START_FAILED', 'Another node took this room over while it was starting.');
     }
+    // Only now does it run here: a start called off before this had nobody watching to tell.
+    room.live = true;
   } catch (err) {
     await cluster.release(chatId).catch(() => {});
     throw err;
@@ -89,7 +97,7 @@ export async function launchRoom(
   await deps.announceStarted(chatId);
 }
 
-/** A room just started: nobody controls or watches it yet, and its idle clock runs from `at`. */
+/** A room whose browser just started: not running yet, nobody controls or watches it, its idle clock runs from `at`. */
 function newRoom(
   chatId: number,
   settings: RoomVmSettings,
@@ -108,5 +116,6 @@ function newRoom(
     last: null,
     inputsInFlight: 0,
     requests: new Map(),
+    live: false,
   };
 }

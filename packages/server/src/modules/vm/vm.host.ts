@@ -105,6 +105,9 @@ export function makeRoomHost(deps: HostDeps) {
     if (room) await cluster.broadcast({ type: 'stopped', chatId, reason });
   };
 
+  /** The room runs here: its browser is up and its running mark written (a launch past its browser is still starting). */
+  const runs = (chatId: number): boolean => hosted.get(chatId)?.live === true;
+
   /** Whether nobody has watched the room for VM_IDLE_TIMEOUT_SECONDS at `at`. */
   const isIdle = (room: HostedRoom, at: number): boolean =>
     room.idleSince !== null && at - room.idleSince >= deps.idleMs;
@@ -131,8 +134,8 @@ export function makeRoomHost(deps: HostDeps) {
     /** Whether the room is this node's: starting, running or stopping here (starts and stops come here). */
     has: (chatId: number) => hosted.has(chatId) || starting.has(chatId) || stopping.has(chatId),
 
-    /** Whether the room runs here: its browser is up (members get credentials, viewers watch). */
-    runs: (chatId: number) => hosted.has(chatId),
+    /** Whether the room runs here: its browser is up and marked running (members get credentials, viewers watch). */
+    runs,
 
     /** Settles once the stops of the room in progress here are done. */
     stopped: (chatId: number): Promise<void> => stopping.get(chatId)?.catch(() => {}) ?? Promise.resolve(),
@@ -188,7 +191,9 @@ export function makeRoomHost(deps: HostDeps) {
       }
       const idle: HostedRoom[] = [];
       for (const room of [...hosted.values()]) {
-        if (hosted.get(room.chatId) !== room) continue;
+        // A launch still writing its running mark keeps the entry itself: marked here first, the
+        // room would look running to other nodes before a stop could still call it off.
+        if (hosted.get(room.chatId) !== room || !room.live) continue;
         const held = await cluster.hold(room.chatId, 'running');
         // Stopped meanwhile: the stop has the map entry (marked stopping, then released).
         if (hosted.get(room.chatId) !== room) continue;
@@ -233,13 +238,16 @@ export function makeRoomHost(deps: HostDeps) {
     statistics() {
       let viewers = 0;
       let controllers = 0;
+      let running = 0;
       for (const room of hosted.values()) {
+        if (!room.live) continue;
+        running += 1;
         viewers += new Set([...room.audiences.values()].flatMap((a) => a.users)).size;
         if (room.controller !== null) controllers += 1;
       }
-      // A room counts once its browser is up (`runs`), as its viewers and controller do: one still
-      // starting or stopping here has a browser process but does not run.
-      return { active_browsers: hosted.size, viewers, controllers };
+      // A room counts once it runs (`runs`), as its viewers and controller do: one still starting
+      // (its browser up, its running mark not yet written) or stopping here does not run.
+      return { active_browsers: running, viewers, controllers };
     },
 
     /**
