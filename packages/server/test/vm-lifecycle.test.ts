@@ -69,6 +69,26 @@ const directChat = async (node: TestApp = app) => {
 const statsOf = async (node: TestApp) =>
   (await new Client(node.url, undefined, node.publicApiKey).get('/v1/statistics/chats')).body;
 
+/** A gate a held call waits at: `atGate` settles when one arrives, `open` lets it (and any later one) through. */
+function gate() {
+  let open = () => {};
+  const opened = new Promise<void>((resolve) => {
+    open = resolve;
+  });
+  let reached = () => {};
+  const atGate = new Promise<void>((resolve) => {
+    reached = resolve;
+  });
+  return {
+    atGate,
+    open,
+    wait: async () => {
+      reached();
+      await opened;
+    },
+  };
+}
+
 /**
  * Holds the node's next start of the chat's room at its first look at the room map, right after
  * its checks of the chat, as a slow store round trip would; `release` lets it go on.
@@ -76,28 +96,20 @@ const statsOf = async (node: TestApp) =>
 function holdStart(node: TestApp, chatId: number) {
   const state = node.state;
   const get = state.get;
-  let release = () => {};
-  const gate = new Promise<void>((resolve) => {
-    release = resolve;
-  });
-  let reached = () => {};
-  const atGate = new Promise<void>((resolve) => {
-    reached = resolve;
-  });
+  const g = gate();
   let held = false;
   state.get = async (key: string) => {
     if (key === `vm:room:${chatId}` && !held) {
       held = true;
-      reached();
-      await gate;
+      await g.wait();
     }
     return get.call(state, key);
   };
   return {
-    atGate,
+    atGate: g.atGate,
     release: () => {
       state.get = get;
-      release();
+      g.open();
     },
   };
 }
@@ -109,26 +121,16 @@ function holdStart(node: TestApp, chatId: number) {
 function holdRunningMark(node: TestApp, chatId: number) {
   const state = node.state;
   const replaceIf = state.replaceIf;
-  let release = () => {};
-  const gate = new Promise<void>((resolve) => {
-    release = resolve;
-  });
-  let reached = () => {};
-  const atGate = new Promise<void>((resolve) => {
-    reached = resolve;
-  });
+  const g = gate();
   state.replaceIf = async (key: string, expected: string, value: string, ttl: number) => {
-    if (key === `vm:room:${chatId}` && JSON.parse(value).state === 'running') {
-      reached();
-      await gate;
-    }
+    if (key === `vm:room:${chatId}` && JSON.parse(value).state === 'running') await g.wait();
     return replaceIf.call(state, key, expected, value, ttl);
   };
   return {
-    atGate,
+    atGate: g.atGate,
     release: () => {
       state.replaceIf = replaceIf;
-      release();
+      g.open();
     },
   };
 }

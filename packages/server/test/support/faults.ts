@@ -1,6 +1,7 @@
+import { expect } from 'vitest';
 import { every } from '../../src/platform/background.js';
 import type { TestApp } from './app.js';
-import { captureLog, type LogLine } from './logs.js';
+import { captureLog, LEVEL, type LogLine } from './logs.js';
 
 let faultCounter = 0;
 
@@ -73,6 +74,25 @@ export async function loggedTick(name: string, task: () => Promise<unknown>): Pr
   await run?.catch(() => {});
   await stop();
   return captured.lines();
+}
+
+/**
+ * Asserts that a tick of `task` logged exactly one line: the runner's `background task failed`
+ * at error level, naming the one part that failed (`{step}` or `{userId}`) with the database's
+ * injected fault as its cause.
+ */
+export function expectOnePartFailed(lines: LogLine[], task: string, part: Record<string, unknown>): void {
+  expect(lines).toEqual([
+    expect.objectContaining({
+      level: LEVEL.error,
+      msg: 'background task failed',
+      task,
+      err: expect.objectContaining({
+        errors: [expect.objectContaining({ ...part, cause: expect.anything() })],
+      }),
+    }),
+  ]);
+  expect(JSON.stringify(lines[0]?.err)).toContain('injected fault');
 }
 
 /** Rows of a SQL count, whichever driver answered. */
