@@ -653,6 +653,72 @@ describeApp('two logins of a user at the cap whose oldest session has no key (Po
 });
 
 /**
+ * A login at the cap chooses its evictions among the live sessions it has locked; a destroy ending
+ * some of them holds their rows (without the user's row: none has a key), so the login waits for
+ * it and counts only what it left: the two run one after the other (the destroy first leaves the
+ * login below the cap, evicting nothing). Here the destroy waits for a session row another
+ * transaction holds while the login comes. PGlite runs one transaction at a time.
+ */
+describeApp('a login at the cap while its oldest session destroys others (PostgreSQL)', () => {
+  /** S1..S5 of one user (none keyed), S2's row held by another transaction, and a sixth login up to its verify. */
+  const atCapWithS2Held = async () => {
+    const db = pg as postgres.Sql;
+    const first = await login(app, { bot });
+    const clients: Client[] = [first.client];
+    for (let i = 1; i < Limits.MAX_SESSIONS_PER_USER; i++) {
+      clock.advance(1000);
+      clients.push((await login(app, { bot, platformUserId: first.platformUserId })).client);
+    }
+    const next = await loginUpToVerify(app, first.platformUserId);
+    const s2Id = await sessionIdOf(app, clients[1] as Client);
+    const holder = hold(db, (tx) => tx`select id from sessions where id = ${s2Id} for update`);
+    await holder.ready;
+    /** Runs `destroy` (by S1), then the sixth login once the destroy waits; answers what came of both. */
+    const race = async (destroy: () => Promise<{ status: number }>) => {
+      const destroying = destroy();
+      await lockWaiters(db, 1);
+      const verify = next.verify();
+      await lockWaiters(db, 2);
+      await holder.end();
+      const [d, v] = await Promise.all([destroying, verify]);
+      const live = await countRows(
+        app,
+        `select count(*) as n from sessions where user_id = ${first.user.id} and ended_at is null`,
+      );
+      const s1 = (await (clients[0] as Client).get('/v1/users/me')).status;
+      return { destroy: d.status, login: v.status, live, s1 };
+    };
+    return { s1: clients[0] as Client, s2: clients[1] as Client, race };
+  };
+
+  it.skipIf(MODE === 'embedded')(
+    'destroying the others first: the login finds S1 alone and evicts nothing (S1 and the new session live)',
+    async () => {
+      const { s1, race } = await atCapWithS2Held();
+      expect(await race(() => s1.post('/v1/users/me/sessions/destroy', {}))).toEqual({
+        destroy: 200,
+        login: 200,
+        live: 2,
+        s1: 200,
+      });
+    },
+  );
+
+  it.skipIf(MODE === 'embedded')(
+    'destroying S2 by suffix first: the login finds four live and evicts nothing (five live, S1 among them)',
+    async () => {
+      const { s1, s2, race } = await atCapWithS2Held();
+      expect(await race(() => s1.post(`/v1/users/me/sessions/${s2.cookie?.slice(-6)}/destroy`, {}))).toEqual({
+        destroy: 200,
+        login: 200,
+        live: 5,
+        s1: 200,
+      });
+    },
+  );
+});
+
+/**
  * A destroy acts for its session only while that session is live: it locks the caller's session
  * row (with those it ends, in id order) after the locks that come ahead of session rows, and a
  * session that ended while its request waited answers 401 and ends nothing (spec 4.2 "all

@@ -191,7 +191,14 @@ export function makeSessionsService({ db, store, clock, geo, cache }: SessionsDe
       tx: Tx,
     ): Promise<{ token: string; session: SessionRow; evicted: number[] }> {
       const now = clock.now();
-      const live = await store.activeOf(input.userId, now, tx);
+      // The live sessions locked (in id order) before the evictions are chosen among them: a destroy
+      // or logout of the user's sessions holding them (one that takes no users row: none of its
+      // sessions has a key) is waited for, and those it ended do not count. Chosen from an unlocked
+      // read, a login at the cap could evict the session whose "destroy the others" was ending the
+      // rest, leaving an outcome of neither order.
+      const seen = await store.activeOf(input.userId, now, tx);
+      const held = new Set(await store.lockLive(seen.map((s) => s.id), now, tx));
+      const live = seen.filter((s) => held.has(s.id));
       let token = randomToken(32);
       // A user's live sessions are told apart by suffix; draw again on the rare clash.
       while (live.some((s) => s.tokenSuffix === token.slice(-TOKEN_SUFFIX_LENGTH))) token = randomToken(32);
