@@ -93,7 +93,9 @@ export function makeSubscriptionsService(deps: SubscriptionsDeps) {
      * Sets the tier as asked, replacing whatever the user had. A trial is refused when the audit
      * log shows one was ever granted (checked under the user's row lock, so two grants cannot race).
      * A Trial or Premium it replaces that had already ended is recorded as expired first (recordLapsed).
-     * The new expiry counts from the time the row is held (lockTarget), as does every decision.
+     * The new expiry counts from the time the row is held (lockTarget), as does every decision on
+     * the target's subscription (the caller's own state is read by lockActorAndTarget on the time
+     * the request began: a caller whose timeout ended while it waited is still refused).
      */
     async grant(actor: Actor, actorLevel: ActorLevel, body: SubscriptionGrantBody) {
       // A bad request is refused before it locks anything.

@@ -25,7 +25,7 @@ beforeEach(async () => {
   published.length = 0;
 });
 
-function sweep(batchSize: number, maxBatches?: number) {
+function sweep(batchSize: number, maxBatches?: number, toUser: (userId: number) => void = (id) => published.push(id)) {
   const { db } = database;
   const service = makeNotificationsService({
     db,
@@ -33,7 +33,7 @@ function sweep(batchSize: number, maxBatches?: number) {
     clock,
     audit: makeAuditStore(db, clock),
     users: { byId: async () => undefined },
-    events: { toUser: (userId) => published.push(userId), onlineUserIds: async () => [] },
+    events: { toUser, onlineUserIds: async () => [] },
     log: { error: () => {} },
   });
   return makeSubscriptionSweep({
@@ -130,5 +130,15 @@ describe('the subscription sweep', () => {
     expect(counts.reduce((a, b) => a + b, 0)).toBe(7);
     const audits = await database.db.select().from(auditLog);
     expect(audits.map((a) => a.targetUserId).sort()).toEqual([...ids].sort());
+  });
+
+  it('reports a batch that failed for no one user (its notifications failed to go out after its commit)', async () => {
+    const due = [await user('f1', 2, -1), await user('f2', 2, -1)];
+    const run = sweep(10, undefined, () => {
+      throw new Error('push failed');
+    }).run();
+    await expect(run).rejects.toMatchObject({ errors: [expect.objectContaining({ users: 2 })] });
+    // The batch committed before its push failed: both are Basic, told in their notifications.
+    for (const id of due) expect(await tierOf(id)).toMatchObject({ subscriptionTier: 0 });
   });
 });

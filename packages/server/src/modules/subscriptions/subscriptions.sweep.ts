@@ -58,12 +58,15 @@ export function makeSubscriptionSweep(deps: SweepDeps) {
   /**
    * A batch's users in one transaction; should it fail, each in a transaction of its own, so that
    * a user whose expiry cannot be written (its audit entry, its notification) holds up none of the
-   * others: those that fail alone too are added to `failed`. Answers how many were downgraded.
+   * others: those that fail alone too are added to `failed`. When none does, the batch's own
+   * failure is added (it failed for a reason no single user showed: it must not go unlogged).
+   * Answers how many were downgraded.
    */
   const expireBatch = async (now: Date, userIds: number[], failed: PartFailure[]): Promise<number> => {
     try {
       return await expire(now, userIds);
-    } catch {
+    } catch (batchErr) {
+      const before = failed.length;
       let count = 0;
       for (const userId of userIds) {
         try {
@@ -72,6 +75,7 @@ export function makeSubscriptionSweep(deps: SweepDeps) {
           failed.push({ err, part: { userId } });
         }
       }
+      if (failed.length === before) failed.push({ err: batchErr, part: { users: userIds.length } });
       return count;
     }
   };

@@ -13,7 +13,10 @@ export interface QueueEntry {
   enqueuedAt: number;
   /** When the search gives up (ms since epoch). */
   deadline: number;
-  /** Users this one blocked (its own blocks only; those who blocked it exclude it in their own entries). */
+  /**
+   * Users this one blocked (its own blocks only: those who blocked it exclude it in their own
+   * entries), and the peers a pairing of this search was refused with, added when it went back.
+   */
   exclude: number[];
   country: string | null;
 }
