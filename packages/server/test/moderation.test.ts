@@ -111,6 +111,10 @@ describeApp('platform punishments (operator and Admins)', () => {
     // A shorter timeout: the day's timeout still applies, 22 hours of it left.
     await punish('timeout', 600);
     expect(await lastNotice()).toBe('22 hours');
+    // What is left is named to the minute, rounded up: 22 hours less 90.061 s.
+    clock.advance(90_061);
+    await punish('timeout', 600);
+    expect(await lastNotice()).toBe('21 hours 59 minutes');
     await punish('timeout', 2 * 86_400);
     expect(await lastNotice()).toBe('2 days');
     // A ban over a timeout is a ban of its own length; a timeout of a banned user names its own.
