@@ -1,7 +1,7 @@
 import { describe, expect, it, vi } from 'vitest';
 import { FakeClock } from '../../platform/clock.js';
-import { appError } from '../../platform/errors.js';
 import type { Db } from '../../platform/db/index.js';
+import { appError } from '../../platform/errors.js';
 import type { MessagesService } from '../messages/messages.service.js';
 import { makeDirectChats } from './chats.direct.js';
 import { CHAT_ROWS_TABLES } from './chats.purge.store.js';
