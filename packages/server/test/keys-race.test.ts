@@ -2,17 +2,27 @@ import { Limits } from '@parlor/protocol';
 import { generateKeyPair, publicKeyToBase64, unwrapChatKey, wrapChatKey } from '@parlor/sdk';
 import postgres from 'postgres';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { FakeClock } from '../src/platform/clock.js';
 import { deadlockVictimRuns } from '../src/platform/db/after-commit.js';
 import { describeApp, MODE, startApp, type TestApp } from './support/app.js';
 import { join, keyedChat, type Member, member, sessionIdOf } from './support/chat-flows.js';
 import { login } from './support/flows.js';
-import { gateInserts, hold, lockWaiters, lockWaitersOr, loginUpToVerify } from './support/pg-locks.js';
+import {
+  gateInserts,
+  hold,
+  lockWaiters,
+  lockWaitersOr,
+  loginUpToVerify,
+  whileHeldAdvancing,
+} from './support/pg-locks.js';
 import { closeAllSockets, type TestSocket } from './support/sockets.js';
 
+/** Moved by the tests whose deadline passes while a request waits for a row. */
+const clock = new FakeClock(Date.now());
 let app: TestApp;
 let pg: postgres.Sql;
 beforeAll(async () => {
-  app = await startApp();
+  app = await startApp({ clock });
   if (app.config.databaseUrl) pg = postgres(app.config.databaseUrl, { max: 3, onnotice: () => {} });
 });
 afterAll(async () => {
@@ -57,6 +67,82 @@ describeApp('a key registration that waits on a session end', () => {
       });
     },
   );
+});
+
+/** Sets the session's expiry `ms` from now on the app's clock. */
+async function expireIn(sessionId: number, ms: number): Promise<void> {
+  const expiresAt = new Date(clock.now().getTime() + ms).toISOString();
+  await pg`update sessions set expires_at = ${expiresAt} where id = ${sessionId}`;
+}
+
+// docs/api.md Keys: a registration whose session ends while it runs answers 401 and stores nothing;
+// its expiry too. PostgreSQL re-checks a locked row's WHERE after the wait with the values the
+// statement was given, so a time read before the wait let a session that expired meanwhile through.
+describeApp('a key registration that waits for its session row past the session expiry (PostgreSQL)', () => {
+  it.skipIf(MODE === 'embedded')('answers 401 ERR_UNAUTHENTICATED and stores no key', async () => {
+    const who = await login(app);
+    const sessionId = await sessionIdOf(app, who.client);
+    const publicKey = publicKeyToBase64(generateKeyPair().publicKey);
+    // The session expires in 5 s; 10 s pass while another node's transaction holds its row.
+    await expireIn(sessionId, 5_000);
+    const res = await whileHeldAdvancing(
+      pg,
+      `select id from sessions where id = ${sessionId} for no key update`,
+      clock,
+      10_000,
+      () => who.client.post('/v1/portal/keys', { public_key: publicKey }),
+    );
+    const [row] = await pg<
+      { n: number }[]
+    >`select count(*)::int as n from session_keys where session_id = ${sessionId}`;
+    expect({ status: res.status, code: res.body?.code ?? res.body, keyRows: row?.n }).toEqual({
+      status: 401,
+      code: 'ERR_UNAUTHENTICATED',
+      keyRows: 0,
+    });
+  });
+});
+
+// docs/api.md Keys: a share naming a session not in the current key ring (one whose expiry passed
+// before the sweep ended it) is refused whole. The ring is read under the chat's row: as of a time
+// read before the share waited for that row, a session that expired meanwhile was still in it.
+describeApp('a share that waits for the chat row past a recipient session expiry (PostgreSQL)', () => {
+  it.skipIf(MODE === 'embedded')('refuses it whole (409 ERR_KEY_RING_CHANGED), storing nothing', async () => {
+    const { owner, chatId, epoch } = await keyedChat(app);
+    const guest = await member(app);
+    expect((await join(guest, { chat_id: chatId })).ok).toBe(true);
+    // A second keyed session of the guest (no socket): in the ring, lacking an envelope.
+    const late = await login(app, { platformUserId: guest.platformUserId });
+    const registered = await late.client.post('/v1/portal/keys', {
+      public_key: publicKeyToBase64(generateKeyPair().publicKey),
+    });
+    expect(registered.status).toBe(200);
+    const lateId = await sessionIdOf(app, late.client);
+    const ring = (await owner.client.get(`/v1/portal/chats/${chatId}/keys`)).body.key_ring;
+    expect(Object.keys(ring[String(guest.user.id)] ?? {})).toContain(String(lateId));
+    // It expires in 5 s; 10 s pass while another node's transaction (a kick, a join, another share)
+    // holds the chat row.
+    await expireIn(lateId, 5_000);
+    const res = await whileHeldAdvancing(
+      pg,
+      `select id from chats where id = ${chatId} for update`,
+      clock,
+      10_000,
+      () =>
+        owner.client.post(`/v1/portal/chats/${chatId}/keys/share`, {
+          epoch,
+          envelopes: [{ session_id: lateId, wrapped: Buffer.alloc(104, 9).toString('base64') }],
+        }),
+    );
+    const [row] = await pg<{ n: number }[]>`
+      select count(*)::int as n from key_envelopes
+      where chat_id = ${chatId} and epoch = ${epoch} and recipient_session_id = ${lateId}`;
+    expect({ status: res.status, code: res.body?.code ?? res.body, storedForExpired: row?.n }).toEqual({
+      status: 409,
+      code: 'ERR_KEY_RING_CHANGED',
+      storedForExpired: 0,
+    });
+  });
 });
 
 const ADVISORY = 4_242_017;

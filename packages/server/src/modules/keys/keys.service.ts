@@ -127,7 +127,7 @@ export function makeKeysService({ db, store, clock, realtime, membership }: Keys
         if (seen === publicKey) {
           // The identical key again (a client registering once more): nothing is written, so only
           // the session's row is locked, to answer for a live session only.
-          if (!(await store.lockLiveSession(sessionId, clock.now(), tx))) throw appError('ERR_UNAUTHENTICATED');
+          if (!(await store.lockLiveSession(sessionId, clock, tx))) throw appError('ERR_UNAUTHENTICATED');
           if ((await store.keyOf(sessionId, tx)) === publicKey) return null;
           throw new RunAgain('the session key changed meanwhile');
         }
@@ -138,7 +138,7 @@ export function makeKeysService({ db, store, clock, realtime, membership }: Keys
         // no key and neither raise the epochs; in turn, the second reads the first's key. A session
         // that ended while this waited (a logout in another tab, a ban, its expiry) removed its keys
         // when it ended: it takes no new one.
-        if (!(await store.lockLiveSession(sessionId, clock.now(), tx))) throw appError('ERR_UNAUTHENTICATED');
+        if (!(await store.lockLiveSession(sessionId, clock, tx))) throw appError('ERR_UNAUTHENTICATED');
         const old = await store.keyOf(sessionId, tx);
         if (old === publicKey) return null;
         // A first key was registered between the read above and the locks (the other tab): this
@@ -245,9 +245,11 @@ export function makeKeysService({ db, store, clock, realtime, membership }: Keys
      * session: its route checked that first (assertOneEnvelopePerSession).
      */
     async share(chatId: number, sessionId: number, body: ShareKeysBody): Promise<{ epoch: number; stored: number }> {
-      const now = clock.now();
       const { stored, epoch, sender } = await db.transaction(async (tx) => {
         const chat = await membership.lockChat(chatId, tx);
+        // The ring is read as of now, under the chat's row: a time read before the wait for it
+        // would keep a session that expired meanwhile in the ring, and give it an envelope.
+        const now = clock.now();
         if (chat === null) throw appError('ERR_CHAT_NOT_FOUND');
         if (chat.archived) throw appError('ERR_CHAT_READ_ONLY');
         const { epoch } = chat;

@@ -1,4 +1,5 @@
 import { and, count, eq, gt, inArray, isNull, lt, ne, sql } from 'drizzle-orm';
+import type { Clock } from '../../platform/clock.js';
 import { anyOf, type Db } from '../../platform/db/index.js';
 import { chatMembers, chats, keyEnvelopes, sessionKeys, sessions, users } from '../../platform/db/schema.js';
 import { directActive } from '../chats/chats.direct.store.js';
@@ -72,9 +73,10 @@ export function makeKeysStore(db: Db) {
      * session are still inserted meanwhile), so key registrations of one session run one at a time,
      * and answers whether the session is still live: one that ended (or expired) while the caller
      * waited on the lock has had its keys removed already and takes none (users.store lockLiveSessions).
+     * Its expiry is judged on the clock's time once the row is locked: a wait can outlast it.
      */
-    async lockLiveSession(sessionId: number, now: Date, tx: Tx): Promise<boolean> {
-      return (await lockLiveSessions([sessionId], now, tx)).length === 1;
+    async lockLiveSession(sessionId: number, clock: Clock, tx: Tx): Promise<boolean> {
+      return (await lockLiveSessions([sessionId], clock, tx)).length === 1;
     },
     /** Whether the user has a live session at `now` (one this transaction ended has not). */
     async hasLiveSession(userId: number, now: Date, tx: Tx): Promise<boolean> {

@@ -91,7 +91,7 @@ export function makeSessionsService({ db, store, clock, geo, cache }: SessionsDe
    * (spec 5: the ended session's cookie becomes invalid).
    */
   const lockCaller = async (currentId: number, ending: number[], tx: Tx) => {
-    const live = await store.lockLive([currentId, ...ending], clock.now(), tx);
+    const live = await store.lockLive([currentId, ...ending], clock, tx);
     if (!live.includes(currentId)) throw appError('ERR_UNAUTHENTICATED');
   };
   /**
@@ -197,7 +197,13 @@ export function makeSessionsService({ db, store, clock, geo, cache }: SessionsDe
       // read, a login at the cap could evict the session whose "destroy the others" was ending the
       // rest, leaving an outcome of neither order.
       const seen = await store.activeOf(input.userId, now, tx);
-      const held = new Set(await store.lockLive(seen.map((s) => s.id), now, tx));
+      const held = new Set(
+        await store.lockLive(
+          seen.map((s) => s.id),
+          clock,
+          tx,
+        ),
+      );
       const live = seen.filter((s) => held.has(s.id));
       let token = randomToken(32);
       // A user's live sessions are told apart by suffix; draw again on the rare clash.

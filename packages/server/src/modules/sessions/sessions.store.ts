@@ -15,6 +15,7 @@ import {
   type SQL,
   sql,
 } from 'drizzle-orm';
+import type { Clock } from '../../platform/clock.js';
 import { anyOf, type Db, deleteBatch, rowsOf } from '../../platform/db/index.js';
 import { sessions, users } from '../../platform/db/schema.js';
 import { lockAheadOfSessionsEnd } from '../keys/keys.store.js';
@@ -170,7 +171,7 @@ export function makeSessionsStore(db: Db, onChanged: UsersChanged = noUsersChang
      */
     lockAheadOfEnding: (userId: number, sessionIds: number[], tx: Tx) => lockAheadOfSessionsEnd(userId, sessionIds, tx),
     /** Locks the live ones among these sessions, in id order; answers their ids (users.store lockLiveSessions). */
-    lockLive: (ids: number[], now: Date, tx: Tx) => lockLiveSessions(ids, now, tx),
+    lockLive: (ids: number[], clock: Clock, tx: Tx) => lockLiveSessions(ids, clock, tx),
     /** Ends the given sessions if still live; returns the ids actually ended. */
     async end(ids: number[], reason: string, now: Date, tx: Tx = db): Promise<number[]> {
       if (ids.length === 0) return [];

@@ -74,7 +74,7 @@ export function makeOwnAccount({ store, clock, publicUrl, renamed }: OwnAccountD
     store.transaction(async (tx) => {
       const locked = await store.byIdForUpdate(userId, tx);
       if (!locked) throw appError('ERR_UNAUTHENTICATED');
-      if ((await lockLiveSessions([sessionId], clock.now(), tx)).length === 0) throw appError('ERR_UNAUTHENTICATED');
+      if ((await lockLiveSessions([sessionId], clock, tx)).length === 0) throw appError('ERR_UNAUTHENTICATED');
       const errors: Record<string, string> = {};
       const { username, avatar_source: avatarSource } = body;
       if (username !== undefined && (nameTaken || !isValidUsername(username)))

@@ -1,4 +1,5 @@
 import { and, asc, count, desc, eq, gt, ilike, inArray, isNull, lt, type SQL, sql } from 'drizzle-orm';
+import type { Clock } from '../../platform/clock.js';
 import { anyOf, type Db } from '../../platform/db/index.js';
 import {
   auditLog,
@@ -42,7 +43,7 @@ export function likeEscape(s: string): string {
 }
 
 /**
- * Locks those of the given sessions that are live at `now` (neither ended nor expired), in id
+ * Locks those of the given sessions that are live (neither ended nor expired), in id
  * order, and answers their ids. FOR NO KEY UPDATE: rows that only reference a session are still
  * inserted meanwhile. A session that ended while the caller waited on its lock is not among them
  * (its row is read again once the lock is free): what a request acting for its own session checks
@@ -50,16 +51,21 @@ export function likeEscape(s: string): string {
  * two transactions locking the same sessions (two sessions destroying each other) wait for each
  * other instead of deadlocking. Here, next to Tx, for every module that locks a session row
  * (sessions, keys, the own account).
+ *
+ * Expiry is decided on the clock's time once the rows are locked: PostgreSQL re-reads a row it
+ * waited for against the statement's own parameters, so a time read before the wait would still
+ * count a session that expired during it as live.
  */
-export async function lockLiveSessions(ids: number[], now: Date, tx: Tx): Promise<number[]> {
+export async function lockLiveSessions(ids: number[], clock: Clock, tx: Tx): Promise<number[]> {
   if (ids.length === 0) return [];
   const rows = await tx
-    .select({ id: sessions.id })
+    .select({ id: sessions.id, expiresAt: sessions.expiresAt })
     .from(sessions)
-    .where(and(anyOf(sessions.id, ids), isNull(sessions.endedAt), gt(sessions.expiresAt, now)))
+    .where(and(anyOf(sessions.id, ids), isNull(sessions.endedAt), gt(sessions.expiresAt, clock.now())))
     .orderBy(asc(sessions.id))
     .for('no key update');
-  return rows.map((r) => r.id);
+  const now = clock.now();
+  return rows.filter((r) => r.expiresAt > now).map((r) => r.id);
 }
 
 /**
