@@ -292,6 +292,8 @@ describeApp('POST /v1/portal/match', () => {
     expect((await a.client.post('/v1/users/me/blocks/create', { user_id: c.user.id })).body).toEqual({ ok: true });
     expect((await match(a, [t])).body.state).toBe('searching');
     expect((await a.client.post('/v1/users/me/blocks/delete', { user_id: c.user.id })).body).toEqual({ ok: true });
+    // Again: no block left to delete, nothing changes.
+    expect((await a.client.post('/v1/users/me/blocks/delete', { user_id: c.user.id })).body).toEqual({ ok: false });
     // A's search still excludes C: C waits beside it.
     expect((await match(c, [t])).body.state).toBe('searching');
     expect((await c.client.get('/v1/portal/match/status')).body.state).toBe('searching');
