@@ -59,6 +59,31 @@ describeApp('POST with content-type: application/json and an empty body', () => 
     expect(gist(res)).toEqual({ status: 400, code: 'ERR_INVALID_JSON' });
   });
 
+  it('answers a body that is not UTF-8 400 ERR_INVALID_JSON (not read with U+FFFD in its place); UTF-8 text passes', async () => {
+    const client = new Client(app.url, nextIp(), app.publicApiKey);
+    const lookup = (bytes: Buffer) =>
+      client.request('POST', '/v1/authentication/lookup', {
+        raw: bytes as unknown as string,
+        contentType: 'application/json',
+      });
+    const json = (name: Buffer) => Buffer.concat([Buffer.from('{"username":"'), name, Buffer.from('"}')]);
+    expect(gist(await lookup(json(Buffer.from([0x61, 0x62, 0xff, 0x63]))))).toEqual({
+      status: 400,
+      code: 'ERR_INVALID_JSON',
+    });
+    // An overlong encoding of '/' and a lone continuation byte are not UTF-8 either.
+    for (const bad of [
+      [0x61, 0xc0, 0xaf],
+      [0x61, 0x80],
+    ])
+      expect(gist(await lookup(json(Buffer.from(bad)))).code).toBe('ERR_INVALID_JSON');
+    // Well-formed UTF-8 (two, three and four bytes) is read as sent: an unknown name, not a refusal.
+    expect(gist(await lookup(json(Buffer.from('zoé€😀', 'utf8'))))).toEqual({
+      status: 404,
+      code: 'ERR_USER_NOT_FOUND',
+    });
+  });
+
   it('still refuses prototype poisoning in a JSON body', async () => {
     const client = new Client(app.url, nextIp(), app.publicApiKey);
     const res = await client.request('POST', '/v1/authentication/lookup', {

@@ -170,14 +170,31 @@ function nullBodyRefused(): Error {
 export function installJsonBodyParser(app: FastifyInstance): void {
   const parseJson = app.getDefaultJsonParser('error', 'error');
   app.removeContentTypeParser('application/json');
-  // parseAs 'string': the body arrives as text (the type says string or Buffer for every parseAs).
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
-    if (body.length === 0) done(null, undefined);
-    else
-      parseJson(request, body as string, (err, json) => {
-        if (err === null && json === null && takesNoInput(request.routeOptions.schema?.body)) done(nullBodyRefused());
-        else done(err, json);
-      });
+  // parseAs 'buffer': the bytes are decoded here, strictly: bytes that are not UTF-8 (which the
+  // default decoding would turn into U+FFFD and store) answer 400 ERR_INVALID_JSON.
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
+    if (body.length === 0) return done(null, undefined);
+    let text: string;
+    try {
+      text = strictUtf8.decode(body as Buffer);
+    } catch {
+      return done(notUtf8());
+    }
+    parseJson(request, text, (err, json) => {
+      if (err === null && json === null && takesNoInput(request.routeOptions.schema?.body)) done(nullBodyRefused());
+      else done(err, json);
+    });
+  });
+}
+
+/** UTF-8 that refuses malformed bytes instead of replacing them (a byte-order mark is dropped, as JSON.parse would refuse it). */
+const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
+
+/** A JSON body that is not UTF-8: answered as Fastify's invalid JSON is (400 ERR_INVALID_JSON). */
+function notUtf8(): Error {
+  return Object.assign(new Error('Body is not valid UTF-8'), {
+    statusCode: 400,
+    code: 'FST_ERR_CTP_INVALID_JSON_BODY',
   });
 }
 
