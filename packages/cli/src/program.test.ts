@@ -49,6 +49,17 @@ describe('parlor output and exit codes', () => {
     expect(res.stderr).toContain('redirect to https://parlor.test/');
   });
 
+  it("reports a redirect as one even when it has a JSON body (a proxy's), exit 1", async () => {
+    const res = await run(create, {
+      status: 301,
+      headers: { location: 'http://elsewhere.test/', 'content-type': 'application/json' },
+      text: '{"moved":true}',
+    });
+    expect(res.code).toBe(1);
+    expect(res.stderr).toContain('redirect to http://elsewhere.test/');
+    expect(res.stderr).not.toContain('moved');
+  });
+
   it('shows an excerpt of a non-JSON error page, exit 1', async () => {
     const res = await run(create, { status: 502, headers: {}, text: '<html>Bad Gateway</html>' });
     expect(res.code).toBe(1);
@@ -111,5 +122,36 @@ describe('parlor output and exit codes', () => {
   it('sends nothing when an argument is invalid', async () => {
     const res = await run(['users', 'set-permission', '1', 'root'], { status: 200, headers: {}, text: '{}' });
     expect(res).toMatchObject({ code: 1, requests: 0 });
+  });
+});
+
+describe('parlor ids and codes, in the ranges the server takes (checked before anything is sent)', () => {
+  const ok = { status: 200, headers: {}, text: '{}' } satisfies RawResponse;
+  const withId = (id: string): string[][] => [
+    ['users', 'delete', id],
+    ['users', 'set-permission', id, 'user'],
+    ['bots', 'delete', id],
+    ['bots', 'create', '--name', 'B', '--owner-user-id', id],
+    ['chats', 'delete', id],
+    ['notifications', 'delete', id],
+    ['subscriptions', 'revoke', id],
+    ['guilds', 'sponsor', '123', id],
+    ['audit', '--before', id],
+    ['audit', '--target-user-id', id],
+  ];
+
+  it('sends ids up to 2147483647 (INT32_MAX) and refuses 2147483648 locally, exit 1', async () => {
+    for (const args of withId('2147483647')) expect((await run(args, ok)).requests, args.join(' ')).toBe(1);
+    for (const args of withId('2147483648')) {
+      const res = await run(args, ok);
+      expect({ requests: res.requests, code: res.code }, args.join(' ')).toEqual({ requests: 0, code: 1 });
+      expect(res.stderr).toMatch(/from 1 to 2147483647/);
+    }
+  });
+
+  it('sends audit --code 999 and refuses 1000 locally, exit 1', async () => {
+    expect((await run(['audit', '--code', '999'], ok)).requests).toBe(1);
+    const res = await run(['audit', '--code', '1000'], ok);
+    expect({ requests: res.requests, code: res.code }).toEqual({ requests: 0, code: 1 });
   });
 });

@@ -55,7 +55,9 @@ function report(io: Io, answer: Answer): void {
     io.setExitCode(ExitCode.OK);
     return;
   }
-  io.stderr(answer.body !== undefined ? pretty(answer.body) : describeRaw(answer));
+  // A redirect is reported as one, whatever its body (a proxy's JSON): the request went nowhere.
+  const redirect = answer.status >= 300 && answer.status < 400;
+  io.stderr(answer.body !== undefined && !redirect ? pretty(answer.body) : describeRaw(answer));
   io.setExitCode(ExitCode.REFUSED);
 }
 

@@ -1,16 +1,13 @@
 import { Limits } from '@parlor/protocol';
-import { type Command, InvalidArgumentError, Option } from 'commander';
-import { integerAtLeast, parseId } from '../args.js';
+import { type Command, Option } from 'commander';
+import { integerBetween, parseId } from '../args.js';
 import type { Io } from '../io.js';
 import { callServer } from '../run.js';
 
 /** --limit: a page size the server accepts, checked before anything is sent. */
-function parseLimit(value: string): number {
-  const n = /^\d+$/.test(value) ? Number(value) : Number.NaN;
-  if (!Number.isSafeInteger(n) || n < 1 || n > Limits.AUDIT_PAGE_MAX)
-    throw new InvalidArgumentError(`Expected a whole number from 1 to ${Limits.AUDIT_PAGE_MAX}.`);
-  return n;
-}
+const parseLimit = integerBetween(1, Limits.AUDIT_PAGE_MAX);
+/** --code: an audit code as the route takes it (1-999). */
+const parseCode = integerBetween(1, 999);
 
 interface AuditOptions {
   limit?: number;
@@ -30,9 +27,7 @@ export function registerAudit(program: Command, io: Io): void {
         `entries per page, 1-${Limits.AUDIT_PAGE_MAX} (server default: ${Limits.AUDIT_PAGE_DEFAULT})`,
       ).argParser(parseLimit),
     )
-    .addOption(
-      new Option('--code <n>', 'only this audit code (e.g. 401 ban, 103 user delete)').argParser(integerAtLeast(1)),
-    )
+    .addOption(new Option('--code <n>', 'only this audit code (e.g. 401 ban, 103 user delete)').argParser(parseCode))
     .addOption(
       new Option('--before <id>', 'only entries older than this id (next_before of the previous page)').argParser(
         parseId,
