@@ -2,6 +2,7 @@ import { Limits } from '@parlor/protocol';
 import { and, eq } from 'drizzle-orm';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { chatMembers } from '../src/platform/db/schema.js';
+import { makeWriteLimit } from '../src/platform/write-limit.js';
 import { describeApp, type Nodes, startNodes, type TestApp } from './support/app.js';
 import { join, keyedChat, member } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
@@ -42,6 +43,19 @@ async function spend(who: LoggedIn, n: number): Promise<void> {
 }
 
 describeApp('the per-user write limit', () => {
+  it('spends nothing for a refused write: a write given back while another was refused is usable again', async () => {
+    // The app's own store (in-process, or Redis in cluster mode), for a user id no test signs in as.
+    const writes = makeWriteLimit(a.state);
+    const userId = 2_000_000_000 + Math.floor(Math.random() * 100_000_000);
+    for (let i = 0; i < Limits.WRITES_PER_USER; i++) await writes.spend(userId);
+    // The last one's handler will answer 400 ERR_VALIDATION; meanwhile another write is refused.
+    await expect(writes.spend(userId)).rejects.toMatchObject({ code: 'ERR_RATE_LIMITED' });
+    await writes.giveBack(userId);
+    // One write is left, and only one.
+    await expect(writes.spend(userId)).resolves.toBeUndefined();
+    await expect(writes.spend(userId)).rejects.toMatchObject({ code: 'ERR_RATE_LIMITED' });
+  });
+
   it(`accepts ${Limits.WRITES_PER_USER} writes a window across the nodes and refuses the next with 429 and retry_after`, async () => {
     const who = await login(a, { bot });
     await spend(who, Limits.WRITES_PER_USER);

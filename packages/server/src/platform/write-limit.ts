@@ -34,8 +34,13 @@ export function makeUserLimit(
   const limiter = state.limiter(opts.name, opts.points, opts.windowMs);
   return {
     async spend(userId) {
-      const spent = await limiter.consume(String(userId));
-      if (!spent.allowed) throw rateLimited(spent.retryAfterMs, opts.message);
+      const key = String(userId);
+      const spent = await limiter.consume(key);
+      if (spent.allowed) return;
+      // A refused request does nothing, so it spends nothing: the stores count every consume, and
+      // the point it took would outlast a write given back meanwhile (one write short).
+      await limiter.refund(key);
+      throw rateLimited(spent.retryAfterMs, opts.message);
     },
     async giveBack(userId) {
       await limiter.refund(String(userId));
