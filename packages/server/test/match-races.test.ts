@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { STRANGER_BAR_MS } from '../src/modules/matchmaking/blocks.service.js';
 import { MATCH_PRECHECK_MAX_MS, PEERS_ONLINE_REUSE_MS } from '../src/modules/matchmaking/matchmaking.service.js';
 import { FakeClock } from '../src/platform/clock.js';
+import { MemoryMatchQueue } from '../src/platform/state/match-queue.memory.js';
 import { describeApp, MODE, type Nodes, startApp, startNodes, type TestApp } from './support/app.js';
 import { type Member, member } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
@@ -805,4 +806,46 @@ describeApp('POST /v1/users/me/blocks/create racing an account deletion', () => 
       ).toBe(2);
     },
   );
+});
+
+// docs/api.md Governance, Users: once a deletion commits, "as a ban does … it leaves the match
+// queue", and a caller whose own account is deleted while its request runs answers 401 (its
+// sessions ended with it), never a 404.
+describeApp('a search racing its own account’s deletion', () => {
+  it.skipIf(MODE !== 'embedded')(
+    'an enqueue in flight when the account is deleted is refused by the queue: no entry is left for the account',
+    async () => {
+      const gone = await member(app);
+      await member(app); // another user online, so the pre-check finds a peer
+      const original = MemoryMatchQueue.prototype.enqueue;
+      let queue: MemoryMatchQueue | undefined;
+      let deletion: { status: number } | undefined;
+      // The deletion commits after the enqueue's pre-check read the account, before its queue step.
+      MemoryMatchQueue.prototype.enqueue = async function (this: MemoryMatchQueue, entry, now) {
+        if (entry.userId === gone.user.id && !deletion) {
+          queue = this;
+          deletion = await operator(app).post(`/v1/admin/users/${gone.user.id}/delete`, {});
+        }
+        return original.call(this, entry, now);
+      };
+      try {
+        await match(gone, [tag()]);
+      } finally {
+        MemoryMatchQueue.prototype.enqueue = original;
+      }
+      expect(deletion?.status).toBe(200);
+      expect(queue).toBeDefined();
+      expect((await queue?.get(gone.user.id, clock.now().getTime())) ?? null).toBeNull();
+    },
+  );
+
+  it('an enqueue whose own account is gone by its pre-check answers 401 ERR_UNAUTHENTICATED, not 404', async () => {
+    const gone = await member(app);
+    await member(app);
+    // The session is in the node's cache, as on a node whose invalidation is still on its way.
+    expect((await gone.client.get('/v1/users/me')).status).toBe(200);
+    await app.database.db.execute(`delete from users where id = ${gone.user.id}` as never);
+    const res = await match(gone, [tag()]);
+    expect({ status: res.status, code: res.body.code }).toEqual({ status: 401, code: 'ERR_UNAUTHENTICATED' });
+  });
 });

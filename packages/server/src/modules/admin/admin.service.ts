@@ -42,7 +42,7 @@ export interface AdminDeps {
   keys: Pick<KeysService, 'bumpEpochs' | 'announceRekey' | 'lockChatsOf'>;
   /** The chats a user is a member of, read inside the deletion's transaction. */
   chatIdsOf: (userId: number, tx: Tx) => Promise<number[]>;
-  matchmaking: Pick<MatchmakingService, 'dequeue'>;
+  matchmaking: Pick<MatchmakingService, 'endSearch'>;
   realtime: Pick<Realtime, 'disconnectSessions' | 'emitTo' | 'io'>;
   log: Pick<FastifyBaseLogger, 'error'>;
 }
@@ -239,8 +239,10 @@ export function makeAdminService(deps: AdminDeps) {
       await deps.chats
         .announceLeft(done.left)
         .catch((err: unknown) => deps.log.error({ err, userId: targetId }, 'direct chat leave announcement failed'));
+      // As a ban ends it (endSearch): an enqueue already in flight is refused too, not queued for
+      // an account that is gone.
       await deps.matchmaking
-        .dequeue(targetId)
+        .endSearch(targetId)
         .catch((err: unknown) => deps.log.error({ err, userId: targetId }, 'match queue cleanup failed'));
     },
 

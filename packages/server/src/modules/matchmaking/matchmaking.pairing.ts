@@ -109,7 +109,8 @@ export function makePairing(deps: PairingDeps) {
       if (why.full.includes(peer.userId)) tellEnded([peer]);
       else await putBack(why.blocked ? { ...peer, exclude: [...peer.exclude, me.userId] } : peer);
     }
-    if (why.missing.includes(me.userId)) throw appError('ERR_USER_NOT_FOUND');
+    // The caller's own account deleted meanwhile: its sessions ended with it.
+    if (why.missing.includes(me.userId)) throw appError('ERR_UNAUTHENTICATED');
     const mine = inactive(me.userId);
     if (mine)
       throw appError(mine.state === 2 ? 'ERR_BANNED' : mine.state === 1 ? 'ERR_TIMED_OUT' : 'ERR_UNAUTHENTICATED');

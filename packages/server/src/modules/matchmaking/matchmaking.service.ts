@@ -143,12 +143,13 @@ export function makeMatchmakingService(deps: MatchmakingDeps) {
         factsOf({ userId: searcher.userId, sessionId: searcher.sessionId }),
         onlineCount(now),
       ]);
-      const refuse = async (code: 'ERR_USER_NOT_FOUND' | 'ERR_MATCH_SLOT_LIMIT' | 'ERR_MATCH_NO_PEERS_ONLINE') => {
+      const refuse = async (code: 'ERR_UNAUTHENTICATED' | 'ERR_MATCH_SLOT_LIMIT' | 'ERR_MATCH_NO_PEERS_ONLINE') => {
         // A searching caller hears that first, whatever else would refuse it.
         if (await queue.get(searcher.userId, now)) throw appError('ERR_MATCH_ALREADY_SEARCHING');
         throw appError(code);
       };
-      if (!mine) return refuse('ERR_USER_NOT_FOUND');
+      // The caller's own account deleted since its session was checked: its sessions ended with it.
+      if (!mine) return refuse('ERR_UNAUTHENTICATED');
       // A block committed since the session's account was cached (the queue bars one still being written).
       if (mine.matchBlocked) throw appError('ERR_STRANGER_BLOCKED');
       const premium = !searcher.stranger && mine.premium;
