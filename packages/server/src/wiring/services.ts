@@ -176,15 +176,15 @@ export type Services = Awaited<ReturnType<typeof wireServices>>;
 /**
  * Spends `count` of the user's room enters for the chat rooms a recovered connection is put back
  * into: true when the allowance pays for all of them. Otherwise every point taken is given back
- * (the refused ones too, which the limiter counts), so a recovery refused by the limit spends
- * nothing and the fresh connection's room:joins count as any others. More rooms than a whole
+ * (a refused spend took none: UserLimit.spend), so a recovery refused by the limit spends nothing
+ * and the fresh connection's room:joins count as any others. More rooms than a whole
  * window's allowance are refused without asking the store.
  */
 async function spendEnters(enters: UserLimit, userId: number, count: number): Promise<boolean> {
   if (count > Limits.ROOM_ENTERS_PER_USER) return false;
   const spent = await Promise.allSettled(Array.from({ length: count }, () => enters.spend(userId)));
   if (spent.every((s) => s.status === 'fulfilled')) return true;
-  await Promise.all(spent.map(() => enters.giveBack(userId)));
+  await Promise.all(spent.filter((s) => s.status === 'fulfilled').map(() => enters.giveBack(userId)));
   return false;
 }
 
