@@ -44,7 +44,7 @@ async function keyedChats(count: number) {
       content: bundle(chatKey, chatId, epoch, `m${n}`),
     });
   };
-  return send;
+  return Object.assign(send, { userId: owner.user.id });
 }
 
 const statuses = async (sends: Promise<{ status: number }>[]) => (await Promise.all(sends)).map((r) => r.status);
@@ -69,6 +69,26 @@ describeApp('POST /v1/portal/chats/{chat_id}/messages rate limits', () => {
       // Once the global window is over (the wait it told), chat 3 has its whole allowance: nothing was sent there.
       clock.advance(Math.max(...refused.map((r) => r.body.retry_after as number)) * 1000);
       expect(await statuses(times(perChat, () => send(3)))).toEqual(times(perChat, () => 200));
+      expect((await send(3)).status).toBe(429);
+    },
+  );
+
+  it.runIf(MODE === 'embedded')(
+    'spends nothing for a send the limit refuses: a point given back meanwhile is usable again',
+    async () => {
+      const send = await keyedChats(4);
+      const global = app.state.limiter('msg-user', Limits.MESSAGES_GLOBAL, Limits.MESSAGE_WINDOW_MS);
+      const key = String(send.userId);
+      expect(await statuses(times(Limits.MESSAGES_GLOBAL - 1, (i) => send(i % 3)))).toEqual(
+        times(Limits.MESSAGES_GLOBAL - 1, () => 200),
+      );
+      // Another send takes the last point (in flight on another request) …
+      expect((await global.consume(key)).allowed).toBe(true);
+      // … one sent meanwhile is refused …
+      expect((await send(3)).status).toBe(429);
+      // … and the first gives its point back (refused by the per-chat limit, say): one send is left.
+      await global.refund(key);
+      expect((await send(3)).status).toBe(200);
       expect((await send(3)).status).toBe(429);
     },
   );

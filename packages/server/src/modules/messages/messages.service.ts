@@ -87,17 +87,18 @@ export function makeMessagesService(deps: MessagesDeps) {
 
   /**
    * Both limits at once (one round trip in cluster mode). A send refused by either spends neither:
-   * the point of the limit that allowed it is given back (a send the global limit refuses does not
-   * close a chat the user has sent nothing to). When both refuse, the wait is the longer of the
-   * two, so a retry after it is not refused again.
+   * both points are given back, the one of the limit that allowed it (a send the global limit
+   * refuses does not close a chat the user has sent nothing to) and the refused one (the stores
+   * count every consume: kept, it would outlast a point given back meanwhile by a send refused
+   * elsewhere, leaving the user one send short, as UserLimit.spend). When both refuse, the wait
+   * is the longer of the two, so a retry after it is not refused again.
    */
   const spend = async (userId: number, chatId: number) => {
     const chatKey = `${userId}:${chatId}`;
     const userKey = String(userId);
     const [chatLimit, userLimit] = await Promise.all([perChat.consume(chatKey), global.consume(userKey)]);
     if (chatLimit.allowed && userLimit.allowed) return;
-    if (chatLimit.allowed) await perChat.refund(chatKey);
-    if (userLimit.allowed) await global.refund(userKey);
+    await Promise.all([perChat.refund(chatKey), global.refund(userKey)]);
     const refused = [chatLimit, userLimit].filter((l) => !l.allowed);
     throw rateLimited(Math.max(...refused.map((l) => l.retryAfterMs)));
   };
