@@ -3,7 +3,7 @@ import type { SessionResolver } from '../../platform/auth.js';
 import { type PartFailure, partsFailed } from '../../platform/background.js';
 import type { Clock } from '../../platform/clock.js';
 import { afterCommit } from '../../platform/db/after-commit.js';
-import type { Db } from '../../platform/db/index.js';
+import type { Db, SweepCursor } from '../../platform/db/index.js';
 import { drain } from '../../platform/drain.js';
 import { appError } from '../../platform/errors.js';
 import type { GeoLookup } from '../../platform/geo.js';
@@ -13,7 +13,7 @@ import { effectiveState } from '../users/users.presenter.js';
 import type { Tx } from '../users/users.store.js';
 import { type AuthCache, resolvedOf, toAuthEntry } from './sessions.cache.js';
 import { toActiveSession, toHistoryEntry } from './sessions.presenter.js';
-import type { ExpiryCursor, SessionRow, SessionsStore } from './sessions.store.js';
+import type { SessionRow, SessionsStore } from './sessions.store.js';
 
 /** How often every node ends the sessions that expired (their keys, their chats' epochs, their sockets). */
 export const EXPIRY_SWEEP_INTERVAL_MS = 60_000;
@@ -294,7 +294,7 @@ export function makeSessionsService({ db, store, clock, geo, cache }: SessionsDe
       const maxBatches = opts.maxBatches ?? EXPIRY_SWEEP_MAX_BATCHES;
       const now = clock.now();
       let ended = 0;
-      let after: ExpiryCursor | undefined;
+      let after: SweepCursor | undefined;
       const failed: PartFailure[] = [];
       await drain(size, maxBatches, async () => {
         const due = await store.dueExpired(now, size, after);

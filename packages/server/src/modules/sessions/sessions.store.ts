@@ -16,7 +16,7 @@ import {
   sql,
 } from 'drizzle-orm';
 import type { Clock } from '../../platform/clock.js';
-import { anyOf, type Db, deleteBatch, rowsOf } from '../../platform/db/index.js';
+import { anyOf, type Db, deleteBatch, pastCursor, rowsOf, type SweepCursor } from '../../platform/db/index.js';
 import { sessions, users } from '../../platform/db/schema.js';
 import { lockAheadOfSessionsEnd } from '../keys/keys.store.js';
 import { noUsersChanged, type UsersChanged } from '../users/users.changes.js';
@@ -58,26 +58,15 @@ export function liveOrOverAfter(since: Date): SQL {
 }
 
 /**
- * Where an expiry sweep's tick is: the last session it read, its expiry (as PostgreSQL wrote it, so
- * read back exactly, to the microsecond) then its id.
- */
-export interface ExpiryCursor {
-  id: number;
-  expiry: string;
-}
-
-/**
  * Up to `limit` sessions whose expiry passed at `now` and that nothing ended yet, oldest expiry
  * first (then by id), after `after` when given: what the expiry sweep ends, each batch of a tick
  * reading on from the last, so sessions a batch could not end are not read again before the next
  * tick. Read without a lock (the end takes the rows, skipping those another node holds). The
  * predicate is that of the partial index sessions_expiry_idx (schema.ts), exactly.
  */
-export function expiryDue(now: Date, limit: number, after?: ExpiryCursor): SQL {
-  const onFrom = after
-    ? sql` and (${sessions.expiresAt}, ${sessions.id}) > (${after.expiry}::timestamptz, ${after.id}::integer)`
-    : sql``;
-  return sql`select ${sessions.id}, ${sessions.userId}, ${sessions.expiresAt}::text as expiry from ${sessions} where ${sessions.endedAt} is null and ${sessions.expiresAt} <= ${now.toISOString()}${onFrom} order by ${sessions.expiresAt}, ${sessions.id} limit ${limit}`;
+export function expiryDue(now: Date, limit: number, after?: SweepCursor): SQL {
+  const onFrom = pastCursor(sessions.expiresAt, sessions.id, after);
+  return sql`select ${sessions.id}, ${sessions.userId}, ${sessions.expiresAt}::text as at from ${sessions} where ${sessions.endedAt} is null and ${sessions.expiresAt} <= ${now.toISOString()} and ${onFrom} order by ${sessions.expiresAt}, ${sessions.id} limit ${limit}`;
 }
 
 /**
@@ -200,11 +189,11 @@ export function makeSessionsStore(db: Db, onChanged: UsersChanged = noUsersChang
       return rows.map((r) => r.id);
     },
     /** Up to `limit` sessions expired at `now` that nothing ended yet, oldest first, after `after` (expiryDue). */
-    async dueExpired(now: Date, limit: number, after?: ExpiryCursor): Promise<(ExpiryCursor & { userId: number })[]> {
-      const rows = rowsOf<{ id: number | string; user_id: number | string; expiry: string }>(
+    async dueExpired(now: Date, limit: number, after?: SweepCursor): Promise<(SweepCursor & { userId: number })[]> {
+      const rows = rowsOf<{ id: number | string; user_id: number | string; at: string }>(
         await db.execute(expiryDue(now, limit, after)),
       );
-      return rows.map((r) => ({ id: Number(r.id), userId: Number(r.user_id), expiry: r.expiry }));
+      return rows.map((r) => ({ id: Number(r.id), userId: Number(r.user_id), at: r.at }));
     },
     async endAllOf(userId: number, exceptId: number | null, reason: string, now: Date, tx: Tx = db): Promise<number[]> {
       const rows = await tx

@@ -1,6 +1,6 @@
 import { AuditCodes } from '@parlor/protocol';
 import { and, asc, eq, lte, sql } from 'drizzle-orm';
-import { anyOf } from '../../platform/db/index.js';
+import { anyOf, pastCursor, type SweepCursor } from '../../platform/db/index.js';
 import { auditLog, users } from '../../platform/db/schema.js';
 import { noUsersChanged, type UsersChanged } from '../users/users.changes.js';
 import type { Tx } from '../users/users.store.js';
@@ -10,15 +10,6 @@ export interface ExpiredSubscription {
   userId: number;
   tier: number;
   expiresAt: Date;
-}
-
-/**
- * Where a subscription sweep's tick is: the last user it read, its expiry (as PostgreSQL wrote it,
- * so read back exactly, to the microsecond) then its id.
- */
-export interface DueCursor {
-  id: number;
-  expiry: string;
 }
 
 /**
@@ -36,14 +27,11 @@ function expiredAt(now: Date) {
  * last, so users a batch could not downgrade are not read again before the next tick. Read without
  * a lock, through users_subscription_expiry_idx; expireDue claims the rows.
  */
-export function subscriptionsDue(q: Tx, now: Date, limit: number, after?: DueCursor) {
-  const onFrom = after
-    ? sql`(${users.subscriptionExpiresAt}, ${users.id}) > (${after.expiry}::timestamptz, ${after.id}::integer)`
-    : undefined;
+export function subscriptionsDue(q: Tx, now: Date, limit: number, after?: SweepCursor) {
   return q
-    .select({ id: users.id, expiry: sql<string>`${users.subscriptionExpiresAt}::text` })
+    .select({ id: users.id, at: sql<string>`${users.subscriptionExpiresAt}::text` })
     .from(users)
-    .where(and(expiredAt(now), onFrom))
+    .where(and(expiredAt(now), pastCursor(users.subscriptionExpiresAt, users.id, after)))
     .orderBy(asc(users.subscriptionExpiresAt), asc(users.id))
     .limit(limit);
 }
@@ -55,7 +43,7 @@ export function subscriptionsDue(q: Tx, now: Date, limit: number, after?: DueCur
 export function makeSubscriptionsStore(onChanged: UsersChanged = noUsersChanged) {
   return {
     /** The sweep's read of a batch (subscriptionsDue). */
-    async due(now: Date, limit: number, after: DueCursor | undefined, q: Tx): Promise<DueCursor[]> {
+    async due(now: Date, limit: number, after: SweepCursor | undefined, q: Tx): Promise<SweepCursor[]> {
       return await subscriptionsDue(q, now, limit, after);
     },
 

@@ -1,10 +1,10 @@
 import { type PartFailure, partsFailed } from '../../platform/background.js';
 import type { Clock } from '../../platform/clock.js';
-import type { Db } from '../../platform/db/index.js';
+import type { Db, SweepCursor } from '../../platform/db/index.js';
 import { drain } from '../../platform/drain.js';
 import { formatMoment, type NotificationsService } from '../notifications/notifications.service.js';
 import { tierTitle } from './subscriptions.rules.js';
-import type { DueCursor, SubscriptionsStore } from './subscriptions.store.js';
+import type { SubscriptionsStore } from './subscriptions.store.js';
 
 /** How often every node looks for expired subscriptions (spec 3: "expiry → Basic, background task"). */
 export const SWEEP_INTERVAL_MS = 60_000;
@@ -88,7 +88,7 @@ export function makeSubscriptionSweep(deps: SweepDeps) {
    */
   const run = async (): Promise<number> => {
     let count = 0;
-    let after: DueCursor | undefined;
+    let after: SweepCursor | undefined;
     const failed: PartFailure[] = [];
     await drain(batchSize, maxBatches, async () => {
       const now = clock.now();

@@ -159,6 +159,22 @@ export function anyOf(column: AnyPgColumn, values: readonly (string | number)[] 
 }
 
 /**
+ * Where a sweep's batched read stopped, for reads ordered by a timestamp then the id: the last
+ * row's id and its timestamp as PostgreSQL wrote it (text, so read back exactly, to the
+ * microsecond). The next batch reads on past it (pastCursor), so rows a batch could not handle are
+ * not read again before the next tick.
+ */
+export interface SweepCursor {
+  id: number;
+  at: string;
+}
+
+/** The rows after `after` in (`at`, `id`) order (true without a cursor). */
+export function pastCursor(at: AnyPgColumn, id: AnyPgColumn, after: SweepCursor | undefined): SQL {
+  return after ? sql`(${at}, ${id}) > (${after.at}::timestamptz, ${after.id}::integer)` : sql`true`;
+}
+
+/**
  * Deletes up to `limit` rows of `table` that match `where`, in one statement, skipping rows another
  * node is deleting (SKIP LOCKED), and answers how many went: a batch of a retention sweep. `key` is
  * the table's primary key, one column or all of a composite one. Give a `where` that an index of
