@@ -21,17 +21,18 @@ describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('E2EChatSess
     await backing?.release();
   });
 
+  /** Alice (an Admin, who creates the chat), Bob and Carol, logged in on node A. */
+  const threeUsers = async () => {
+    const bot = await testBot(a);
+    return Promise.all([loginUser(a, bot, { level: 2 }), loginUser(a, bot), loginUser(a, bot)]);
+  };
+
   /** The same session (cookie and address) talking to another node. */
   const onNode = (node: TestApp, client: ParlorClient) =>
     new ParlorClient({ baseUrl: node.url, headers: { ...client.headers }, session: client.session });
 
   it('keys, shares, rekeys and delivers when the members sit on different nodes', async () => {
-    const bot = await testBot(a);
-    const [alice, bob, carol] = await Promise.all([
-      loginUser(a, bot, { level: 2 }),
-      loginUser(a, bot),
-      loginUser(a, bot),
-    ]);
+    const [alice, bob, carol] = await threeUsers();
     const onA = await openSession(alice.client);
     const onB = await openSession(onNode(b, bob.client));
     const { chat } = await alice.client.createChat({ name: 'Two nodes', type: 'public' });
@@ -59,12 +60,7 @@ describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('E2EChatSess
   });
 
   it('a member kicked on one node whose rekey reaches it before room:left ends its keying without an error event', async () => {
-    const bot = await testBot(a);
-    const [alice, bob, carol] = await Promise.all([
-      loginUser(a, bot, { level: 2 }),
-      loginUser(a, bot),
-      loginUser(a, bot),
-    ]);
+    const [alice, bob, carol] = await threeUsers();
     const onA = await openSession(alice.client);
     const bobOnB = onNode(b, bob.client);
     const bobB = await openSession(bobOnB, { rekeyJitterMs: 1 });
