@@ -1,4 +1,5 @@
 import { stateRefusal } from '../../platform/auth.js';
+import type { Clock } from '../../platform/clock.js';
 import { appError } from '../../platform/errors.js';
 import type { Actor } from '../audit/audit.store.js';
 import { type CallerRead, storedCallerLevel } from '../users/users.caller.js';
@@ -17,17 +18,19 @@ import { lockUsersInIdOrder } from './admin.store.js';
  * these routes), is refused 403 ERR_FORBIDDEN: so two Owners demoting, deleting, banning or timing
  * out each other at once wait for each other, and the second, its caller changed by the first,
  * does nothing. Take it after the chat rows the transaction locks and before session rows (the
- * lock order of docs/api.md Moderation).
+ * lock order of docs/api.md Moderation). The caller's state is judged at the time the rows are held
+ * (`clock`, read after the lock), not when the request began: a timeout that ended while it waited
+ * for them has ended.
  */
 export async function lockCallerAndTarget(
   tx: Tx,
   callerId: number,
   targetId: number,
-  now: Date,
+  clock: Clock,
 ): Promise<{ level: number; target: UserRow | undefined }> {
   const rows = await lockUsersInIdOrder([callerId, targetId], tx);
   const caller = rows.find((r) => r.id === callerId);
-  if (!caller || stateRefusal(effectiveState(caller, now)) !== null) throw appError('ERR_FORBIDDEN');
+  if (!caller || stateRefusal(effectiveState(caller, clock.now())) !== null) throw appError('ERR_FORBIDDEN');
   return { level: caller.permissionLevel, target: rows.find((r) => r.id === targetId) };
 }
 
@@ -41,9 +44,9 @@ export async function lockActorAndTarget(
   actor: Actor,
   actorLevel: ActorLevel,
   targetId: number,
-  now: Date,
+  clock: Clock,
 ): Promise<{ level: ActorLevel; target: UserRow | undefined }> {
-  if (actor.kind === 'user') return lockCallerAndTarget(tx, actor.id, targetId, now);
+  if (actor.kind === 'user') return lockCallerAndTarget(tx, actor.id, targetId, clock);
   const [target] = await lockUsersInIdOrder([targetId], tx);
   return { level: actorLevel, target };
 }
@@ -58,9 +61,9 @@ export async function callerLevelOf(
   tx: Tx,
   actor: Actor,
   actorLevel: ActorLevel,
-  now: Date,
+  clock: Clock,
   read: CallerRead = 'share',
 ): Promise<ActorLevel> {
   if (actor.kind !== 'user') return actorLevel;
-  return storedCallerLevel(tx, actor.id, now, read);
+  return storedCallerLevel(tx, actor.id, clock, read);
 }

@@ -97,7 +97,7 @@ export function makeAdminService(deps: AdminDeps) {
    * Admin or above, gets 403 ERR_FORBIDDEN. The operator (and any other non-user actor) has no row: its level stands.
    */
   const lockParties = async (tx: Tx, actor: Actor, actorLevel: ActorLevel, targetId: number) => {
-    const locked = await lockActorAndTarget(tx, actor, actorLevel, targetId, clock.now());
+    const locked = await lockActorAndTarget(tx, actor, actorLevel, targetId, clock);
     if (!mayAdminister(locked.level)) throw appError('ERR_FORBIDDEN');
     return locked;
   };

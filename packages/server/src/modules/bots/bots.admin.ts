@@ -66,7 +66,7 @@ export function makeBotAdmin({ db, store, audit, clock, users }: BotsDeps, mustG
   ): Promise<ActorLevel> => {
     const ownerFirst = ownerId !== null && (actor.kind !== 'user' || ownerId < actor.id);
     if (ownerFirst) await ownerHeld(ownerId, tx);
-    const stored = await callerLevelOf(tx, actor, level, clock.now());
+    const stored = await callerLevelOf(tx, actor, level, clock);
     if (!mayAdminister(stored)) throw appError('ERR_FORBIDDEN');
     if (ownerId !== null && !ownerFirst) await ownerHeld(ownerId, tx);
     return stored;
@@ -83,11 +83,12 @@ export function makeBotAdmin({ db, store, audit, clock, users }: BotsDeps, mustG
       if (!mayRegister(level)) throw officialRefused();
       const ownerId = body.owner_user_id;
       if (ownerId !== undefined) await mustBeOwnable(ownerId);
-      const now = clock.now();
       const apiKey = BOT_KEY_PREFIX + randomToken(32);
       // The bot and its audit entry commit together: a failed audit leaves no bot whose key nobody saw.
       const bot = await db.transaction(async (tx) => {
         if (!mayRegister(await callerAndOwnerHeld(tx, actor, level, ownerId ?? null))) throw officialRefused();
+        // Stamped once the users rows are held, not when the request began.
+        const now = clock.now();
         const row = await store.insert(
           {
             name: body.name,
@@ -126,8 +127,7 @@ export function makeBotAdmin({ db, store, audit, clock, users }: BotsDeps, mustG
       if (!mayManage(await mustGet(botId), level)) throw officialOnly();
       const ownerId = body.owner_user_id ?? null;
       if (ownerId !== null) await mustBeOwnable(ownerId);
-      const now = clock.now();
-      const values: Parameters<BotsStore['update']>[1] = { updatedAt: now };
+      const values: Parameters<BotsStore['update']>[1] = {};
       if (body.name !== undefined) values.name = body.name;
       if (body.type !== undefined) values.type = BotTypeNames[body.type];
       if (body.rate_limit_per_hour !== undefined) values.rateLimitPerHour = body.rate_limit_per_hour;
@@ -139,7 +139,8 @@ export function makeBotAdmin({ db, store, audit, clock, users }: BotsDeps, mustG
         const bot = await store.lockById(botId, tx);
         if (!bot) throw appError('ERR_BOT_NOT_FOUND');
         if (!mayManage(bot, stored)) throw officialOnly();
-        const row = await store.update(botId, values, tx);
+        // Stamped once the rows are held, not when the request began.
+        const row = await store.update(botId, { ...values, updatedAt: clock.now() }, tx);
         if (!row) throw appError('ERR_BOT_NOT_FOUND');
         await audit.record(
           { actor, code: AuditCodes.BOT_UPDATE, action: 'update', targetBotId: botId, data: changes(bot, row) },
@@ -158,12 +159,13 @@ export function makeBotAdmin({ db, store, audit, clock, users }: BotsDeps, mustG
     async remove(botId: number, actor: Actor, level: ActorLevel): Promise<void> {
       const mayManage = (bot: BotRow, l: ActorLevel) => bot.type !== OFFICIAL || canManageOfficial(l);
       if (!mayManage(await mustGet(botId), level)) throw officialOnly();
-      const now = clock.now();
       await db.transaction(async (tx) => {
         const stored = await callerAndOwnerHeld(tx, actor, level, null);
         const bot = await store.lockById(botId, tx);
         if (!bot) throw appError('ERR_BOT_NOT_FOUND');
         if (!mayManage(bot, stored)) throw officialOnly();
+        // Stamped once the rows are held, not when the request began.
+        const now = clock.now();
         if (!(await store.update(botId, { deletedAt: now, updatedAt: now }, tx))) throw appError('ERR_BOT_NOT_FOUND');
         await store.releaseGuilds(botId, now, tx);
         await audit.record(

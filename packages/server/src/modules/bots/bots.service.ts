@@ -95,7 +95,14 @@ export function makeBotsService(deps: BotsDeps) {
         // Answered from the row the rename wrote, read in its transaction (botRenameIn): a deletion
         // committed right after it cannot turn the committed, audited rename into a 404.
         return await db.transaction(async (tx) => {
-          const { change, user } = await users.botRenameIn(bot, userId, username, tx);
+          // The bot as stored once the target's row is held: a type change or deletion committed
+          // since its key was resolved counts (a deleted bot's key is refused, as it now would be).
+          const heldBot = async () => {
+            const stored = await store.shareById(bot.id, tx);
+            if (!stored) throw appError('ERR_INVALID_API_KEY');
+            return stored;
+          };
+          const { change, user } = await users.botRenameIn(heldBot, userId, username, tx);
           if (change) {
             await audit.record(
               {

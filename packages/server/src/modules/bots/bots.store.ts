@@ -41,6 +41,20 @@ export function makeBotsStore(db: Db) {
       return row;
     },
     /**
+     * The live bot's row held FOR SHARE until the transaction ends: a write decided on its type (a
+     * bot's rename of a user) sees a type change or deletion committed before, and a later one
+     * waits for it. Take it after the users rows (docs/api.md, Moderation).
+     */
+    async shareById(id: number, tx: Tx): Promise<BotRow | undefined> {
+      const [row] = await tx
+        .select()
+        .from(bots)
+        .where(and(eq(bots.id, id), live))
+        .limit(1)
+        .for('share');
+      return row;
+    },
+    /**
      * The user an admin names as a bot's owner, their row held (FOR KEY SHARE) until the transaction
      * ends, or undefined when there is none. The lock blocks the row's deletion (an account
      * deletion, the stranger sweep) but not other changes to the user: a deletion either committed

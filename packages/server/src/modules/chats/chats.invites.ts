@@ -36,21 +36,23 @@ export function makeChatInvites({ db, store, clock, mustGet }: ChatInvitesDeps) 
      * or waits for the invite.
      * A chat holds up to Limits.INVITES_PER_CHAT live invites (409 ERR_INVITE_LIMIT past it),
      * every stored live one counted (liveInviteCount), under a lock that serialises the chat's creations: two
-     * creations racing for the last place, on any nodes, cannot both pass the count.
+     * creations racing for the last place, on any nodes, cannot both pass the count. Counted, and
+     * the invite stamped, at the time that lock is held, not when the request began: an invite
+     * that expired while this waited for it (another creation of the chat's) no longer counts.
      */
     async createInvite(viewer: Viewer, chatId: number, body: { max_uses?: number; expires_in_seconds?: number }) {
-      const now = clock.now();
       const invite = await db.transaction(async (tx) => {
         const chat = await store.shareById(chatId, tx);
         if (!chat) throw appError('ERR_CHAT_NOT_FOUND');
         // Users rows after chat rows (docs/api.md, Moderation). An account deleted meanwhile took its session with it.
-        const level = await storedCallerLevel(tx, viewer.userId, now);
+        const level = await storedCallerLevel(tx, viewer.userId, clock);
         const creator: Viewer = { userId: viewer.userId, permissionLevel: level };
         const member = chat.type === 'public' && (await store.isMember(chatId, viewer.userId, tx));
         if (!member && !canManage(creator, chat.ownerUserId)) throw appError('ERR_FORBIDDEN');
         if (chat.type === 'direct') throw appError('ERR_FORBIDDEN', 'Direct chats take no invites.');
         // After the chat's row, as every creation takes them; the count holds until the insert.
         await store.holdInviteCreation(chatId, tx);
+        const now = clock.now();
         const live = await store.liveInviteCount(chatId, now, tx);
         if (live >= Limits.INVITES_PER_CHAT) throw appError('ERR_INVITE_LIMIT');
         return store.insertInvite(
@@ -94,7 +96,7 @@ export function makeChatInvites({ db, store, clock, mustGet }: ChatInvitesDeps) 
       if (!invite) throw appError('ERR_INVITE_NOT_FOUND');
       if (invite.createdBy !== viewer.userId) {
         if (!canManage(viewer, chat.ownerUserId)) throw appError('ERR_FORBIDDEN');
-        const level = await storedCallerLevel(db, viewer.userId, clock.now(), 'read');
+        const level = await storedCallerLevel(db, viewer.userId, clock, 'read');
         if (!canManage({ userId: viewer.userId, permissionLevel: level }, chat.ownerUserId))
           throw appError('ERR_FORBIDDEN');
       }

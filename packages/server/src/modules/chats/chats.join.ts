@@ -137,7 +137,6 @@ export function makeChatJoin(deps: JoinDeps) {
     viewer: Viewer,
     target: JoinTarget,
     locked: ChatRow,
-    now: Date,
     tx: Tx,
   ): Promise<void> => {
     // The joining user as stored now, held FOR SHARE until the commit (storedCallerLevel, after the
@@ -146,7 +145,10 @@ export function makeChatJoin(deps: JoinDeps) {
     // socket's re-check dropped it) counts, and one that comes later waits for this join. An
     // account deleted meanwhile took its session with it: 401, never a foreign-key error; one
     // Banned or timed out (a lapsed timeout refuses nothing) is refused as its handshake would be.
-    const permissionLevel = await storedCallerLevel(tx, viewer.userId, now);
+    const permissionLevel = await storedCallerLevel(tx, viewer.userId, clock);
+    // The time once the chat's row and the user's are held, not when the join began: an invite
+    // that expired, or a timeout that ended, while it waited for them has.
+    const now = clock.now();
     // The chat as it is now (made private since it was read above, say) and that level decide.
     assertMayBecomeMember({ ...viewer, permissionLevel }, data.stranger, target.method, locked);
     if (await messages.isChatBanned(locked.id, viewer.userId, tx)) throw appError('ERR_CHAT_BANNED');
@@ -205,7 +207,7 @@ export function makeChatJoin(deps: JoinDeps) {
         await enter(chat.id, entryOf(heldNow.joinedAt, now));
         return false;
       }
-      await becomeMember(data, viewer, target, locked, now, tx);
+      await becomeMember(data, viewer, target, locked, tx);
       return true;
     });
 

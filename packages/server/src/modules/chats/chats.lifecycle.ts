@@ -44,7 +44,7 @@ export function makeChatLifecycle({ db, store, clock, realtime, mustGet, written
    * (`viewer.operator`, from admin.chats.ts `chatViewer`) has no users row.
    */
   const levelAsStored = (viewer: Viewer, tx: Tx): Promise<number> | number =>
-    viewer.operator ? viewer.permissionLevel : storedCallerLevel(tx, viewer.userId, clock.now());
+    viewer.operator ? viewer.permissionLevel : storedCallerLevel(tx, viewer.userId, clock);
 
   /**
    * The chat's row, locked until the commit, once the caller may change or delete it as stored:
@@ -147,7 +147,7 @@ export function makeChatLifecycle({ db, store, clock, realtime, mustGet, written
       viewer: Viewer,
       chatId: number,
       body: { name?: string; type?: 'public' | 'private' },
-      extra?: (tx: Tx, before: ChatWithCount) => Promise<void>,
+      extra?: (tx: Tx, before: ChatRow) => Promise<void>,
     ): Promise<Chat> {
       const chat = await mustGet(chatId);
       // A quick refusal on the session's view of the caller; the write decides again as stored.
@@ -174,7 +174,8 @@ export function makeChatLifecycle({ db, store, clock, realtime, mustGet, written
         // Already private: its invites a demoted creator may no longer issue are only left out, and
         // come back if the creator is promoted again (docs/api.md, Chats), so nothing is revoked.
         if (body.type === 'private' && before.type !== 'private') await store.revokeUnissuable(chatId, row, now, tx);
-        if (extra) await extra(tx, chat);
+        // The chat as locked before this change (a rename committed since `chat` was read counts).
+        if (extra) await extra(tx, before);
         return written(row, tx);
       });
       const answer = toChat(updated);
@@ -186,20 +187,17 @@ export function makeChatLifecycle({ db, store, clock, realtime, mustGet, written
      * Deletes a chat; `extra` runs in the same transaction (the admin routes' audit entry). The
      * caller's right is decided again on its level as stored, under the chat's lock (`lockManaged`).
      */
-    async remove(
-      viewer: Viewer,
-      chatId: number,
-      extra?: (tx: Tx, chat: ChatWithCount) => Promise<void>,
-    ): Promise<void> {
+    async remove(viewer: Viewer, chatId: number, extra?: (tx: Tx, chat: ChatRow) => Promise<void>): Promise<void> {
       const chat = await mustGet(chatId);
       // A quick refusal on the session's view of the caller; the write decides again as stored.
       assertSettingsManager(viewer, chat);
       const members = await db.transaction(async (tx) => {
-        await lockManaged(viewer, chatId, tx);
+        const locked = await lockManaged(viewer, chatId, tx);
         // Stamped once the chat's row is held, not when the request began.
         const now = clock.now();
         if (!(await store.update(chatId, { deletedAt: now, updatedAt: now }, tx))) throw appError('ERR_CHAT_NOT_FOUND');
-        if (extra) await extra(tx, chat);
+        // The chat as locked (a rename committed since `chat` was read counts).
+        if (extra) await extra(tx, locked);
         return store.endAllMemberships(chatId, now, tx);
       });
       // Every socket of every member hears it, in the room or not (another tab), once: one emit to

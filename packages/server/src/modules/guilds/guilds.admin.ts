@@ -56,15 +56,16 @@ export function makeGuildAdmin(deps: GuildAdminDeps) {
   /** An admin caller's level as stored, its row held FOR SHARE until the commit (callerLevelOf). */
   const callerLevel =
     ({ actor, level }: AdminCaller) =>
-    async (tx: Tx): Promise<{ level: ActorLevel }> => ({ level: await callerLevelOf(tx, actor, level, clock.now()) });
+    async (tx: Tx): Promise<{ level: ActorLevel }> => ({ level: await callerLevelOf(tx, actor, level, clock) });
 
   return {
     /** Admin: premium for `days` from now, replacing any current expiry. */
     async grantPremium(caller: AdminCaller, chatplatformId: string, body: GuildPremiumBody): Promise<Guild> {
       const { actor } = caller;
-      const now = clock.now();
-      const until = premiumUntil(body.days, now);
       return adminChange(chatplatformId, callerLevel(caller), async (g, tx) => {
+        // Counted from the time the guild's and the caller's rows are held, not when the request began.
+        const now = clock.now();
+        const until = premiumUntil(body.days, now);
         const next = await updated(g.id, { subscriptionExpiresAt: until, updatedAt: now }, tx);
         await audit.record(
           {
@@ -88,10 +89,9 @@ export function makeGuildAdmin(deps: GuildAdminDeps) {
     /** Admin: ends guild premium. A guild without an expiry is left as is (idempotent, nothing recorded). */
     async revokePremium(caller: AdminCaller, chatplatformId: string, body: GuildPremiumRevokeBody | undefined) {
       const { actor } = caller;
-      const now = clock.now();
       return adminChange(chatplatformId, callerLevel(caller), async (g, tx) => {
         if (g.subscriptionExpiresAt === null) return g;
-        const next = await updated(g.id, { subscriptionExpiresAt: null, updatedAt: now }, tx);
+        const next = await updated(g.id, { subscriptionExpiresAt: null, updatedAt: clock.now() }, tx);
         await audit.record(
           {
             actor,
@@ -122,14 +122,15 @@ export function makeGuildAdmin(deps: GuildAdminDeps) {
       add: boolean,
     ): Promise<Guild> {
       const { actor } = caller;
-      const now = clock.now();
       const user = await users.byId(body.user_id);
       if (!user || (add && user.isStranger)) throw appError('ERR_USER_NOT_FOUND');
       // The sponsor to add is locked with the caller, the one to remove needs no lock.
       const lockCaller = async (tx: Tx): Promise<{ level: ActorLevel; target?: UserRow }> =>
-        add ? lockActorAndTarget(tx, actor, caller.level, body.user_id, clock.now()) : callerLevel(caller)(tx);
+        add ? lockActorAndTarget(tx, actor, caller.level, body.user_id, clock) : callerLevel(caller)(tx);
       return adminChange(chatplatformId, lockCaller, async (g, tx, { target }) => {
         if (add && !target) throw appError('ERR_USER_NOT_FOUND');
+        // Stamped once the rows are held, not when the request began.
+        const now = clock.now();
         const changed = add
           ? await store.addSponsor(g.id, body.user_id, now, tx)
           : await store.removeSponsor(g.id, body.user_id, tx);

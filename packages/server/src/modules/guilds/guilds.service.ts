@@ -85,7 +85,7 @@ export function makeGuildsService(deps: GuildsDeps) {
   const lockManaged = async (viewer: GuildViewer, chatplatformId: string, tx: Tx): Promise<GuildRow> => {
     const g = await store.lockByChatplatformId(chatplatformId, tx);
     if (!g) throw appError('ERR_GUILD_NOT_FOUND');
-    const permissionLevel = await storedCallerLevel(tx, viewer.userId, clock.now());
+    const permissionLevel = await storedCallerLevel(tx, viewer.userId, clock);
     await mustMayManage({ ...viewer, permissionLevel }, g, tx);
     return g;
   };

@@ -6,7 +6,7 @@ import { appError } from '../../platform/errors.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
 import type { MatchQueue, QueueEntry } from '../../platform/state/match-queue.js';
 import type { AuditStore } from '../audit/audit.store.js';
-import { type CallerRead, storedCallerLevel } from '../users/users.caller.js';
+import { storedCallerLevel } from '../users/users.caller.js';
 import type { UsersService } from '../users/users.service.js';
 import type { Tx, UsersStore } from '../users/users.store.js';
 import type { BlocksStore } from './blocks.store.js';
@@ -40,11 +40,11 @@ export function mayBlockStrangers(permissionLevel: number): boolean {
 
 /**
  * Refuses (403) a caller that may not block strangers on its level as stored (storedCallerLevel,
- * which answers 401 for an account gone and ERR_BANNED or ERR_TIMED_OUT for one refused now):
- * the session's view of it may predate a demotion committed on another node.
+ * its row held FOR SHARE; 401 for an account gone and ERR_BANNED or ERR_TIMED_OUT for one refused
+ * now): the session's view of it may predate a demotion committed on another node.
  */
-async function mustMayBlockAsStored(tx: Tx, callerId: number, now: Date, read?: CallerRead): Promise<void> {
-  if (!mayBlockStrangers(await storedCallerLevel(tx, callerId, now, read))) throw appError('ERR_FORBIDDEN');
+async function mustMayBlockAsStored(tx: Tx, callerId: number, clock: Clock): Promise<void> {
+  if (!mayBlockStrangers(await storedCallerLevel(tx, callerId, clock))) throw appError('ERR_FORBIDDEN');
 }
 
 export function makeBlocksService(deps: {
@@ -101,16 +101,21 @@ export function makeBlocksService(deps: {
     /**
      * Spec v1.12: a moderator blocks a stranger session from matchmaking; it leaves the queue too.
      * Moderators and above (mayBlockStrangers), decided on the caller's level and state as stored
-     * (docs/api.md, Strangers), not on its session's view of them: read before the queue's bar,
-     * the first step, and again in the block's transaction, under the caller's row.
-     * The queue lives in the state store, not SQL, so the steps are ordered for failure. First the
-     * queue bars the user (out of the queue, its enqueues refused for STRANGER_BAR_MS, one atomic
-     * step; failing here changes nothing): an enqueue that read the account before the block
-     * commits is refused when it reaches the queue. A search the bar ended is told at once
-     * (`match:timeout`, as at its deadline): it has ended whatever follows. Then the block and
-     * its audit entry in one transaction; enqueues read the stored block from then on. If that
-     * fails its bar is lifted (logged if that fails too), so nothing of the block stands but the
-     * queue left; a concurrent block of the same stranger keeps its own bar (the queue counts them).
+     * (docs/api.md, Strangers), not on its session's view of them: in the block's transaction,
+     * under the caller's row held FOR SHARE, before anything of the block happens (the queue's bar
+     * included), so a demotion either committed before (403: the stranger's search goes on) or
+     * waits for the block. A stranger deleted meanwhile answers 404, as one gone before, and
+     * nothing is barred or written.
+     * The queue lives in the state store, not SQL, so the steps are ordered for failure. Once the
+     * caller is decided and the stranger's row written (not committed), the queue bars the user
+     * (out of the queue, its enqueues refused for STRANGER_BAR_MS, one atomic step): an enqueue
+     * that read the account before the block commits is refused when it reaches the queue. A
+     * search the bar ended is told at once (`match:timeout`, as at its deadline): it has ended
+     * whatever follows. Then the audit entry, and the commit; enqueues read the stored block from
+     * then on. If the transaction fails the bar is lifted (logged if that fails too), so nothing
+     * of the block stands but the queue left; a concurrent block of the same stranger keeps its
+     * own bar (the queue counts them). The bar is placed once however often the transaction runs
+     * (a deadlock's victim runs again: platform/db/after-commit.ts), and lifted once.
      * Once it has committed, the address that made the stranger's session is told to the
      * `onStrangerBlocked` hooks (read in the block's transaction), which bar it from making new
      * strangers: logging out and asking for a new stranger does not lift the block. A failure
@@ -122,24 +127,25 @@ export function makeBlocksService(deps: {
       const target = await deps.users.mustGet(targetId);
       if (!target.isStranger)
         throw appError('ERR_FORBIDDEN', 'Only anonymous (stranger) accounts are blocked this way.');
-      const now = clock.now();
-      // The bar is a step of its own that the transaction does not undo (the search it ends has
-      // ended), so the stored level is read before it too.
-      await mustMayBlockAsStored(deps.db, caller.id, now, 'read');
-      const barredAt = now.getTime();
-      tellEnded(await deps.queue.bar(targetId, barredAt + STRANGER_BAR_MS, barredAt));
+      let barredAt: number | null = null;
       let address: string | null;
       try {
         address = await deps.db.transaction(async (tx) => {
-          // Decided again at the commit, on the caller's row held FOR SHARE. Users rows in id
-          // order, as admin actions and punishments take two (lockUsersInIdOrder; a punishment of
-          // this stranger by this caller takes these two): the caller's, then the stranger's by
-          // its update, or the other way round. A user block between the two takes the blocker's
-          // row FOR NO KEY UPDATE, then the other's FOR KEY SHARE, which conflicts with neither
-          // lock here, so it closes no cycle either.
-          if (caller.id < targetId) await mustMayBlockAsStored(tx, caller.id, now);
-          await deps.usersStore.update(targetId, { matchBlockedAt: now }, tx);
-          if (caller.id > targetId) await mustMayBlockAsStored(tx, caller.id, now);
+          // Users rows in id order, as admin actions and punishments take two (lockUsersInIdOrder;
+          // a punishment of this stranger by this caller takes these two): the caller's FOR SHARE,
+          // then the stranger's by its update, or the other way round. A user block between the
+          // two takes the blocker's row FOR NO KEY UPDATE, then the other's FOR KEY SHARE, which
+          // conflicts with neither lock here, so it closes no cycle either.
+          if (caller.id < targetId) await mustMayBlockAsStored(tx, caller.id, clock);
+          const blocked = await deps.usersStore.update(targetId, { matchBlockedAt: clock.now() }, tx);
+          // Deleted since it was read (its session ended): nothing to block.
+          if (!blocked) throw appError('ERR_USER_NOT_FOUND');
+          if (caller.id > targetId) await mustMayBlockAsStored(tx, caller.id, clock);
+          if (barredAt === null) {
+            const at = clock.now().getTime();
+            tellEnded(await deps.queue.bar(targetId, at + STRANGER_BAR_MS, at));
+            barredAt = at;
+          }
           await deps.audit.record(
             {
               actor: { kind: 'user', id: caller.id },
@@ -152,16 +158,17 @@ export function makeBlocksService(deps: {
           return store.firstSessionAddress(targetId, tx);
         });
       } catch (err) {
-        await deps.queue
-          .unbar(targetId)
-          .catch((e: unknown) => deps.log.error({ err: e, userId: targetId }, 'match queue bar not lifted'));
+        if (barredAt !== null)
+          await deps.queue
+            .unbar(targetId)
+            .catch((e: unknown) => deps.log.error({ err: e, userId: targetId }, 'match queue bar not lifted'));
         throw err;
       }
       // Committed. After a slow transaction the first bar may end (or be pruned) before enqueues
       // that read the account before the commit reach the queue: bar again from here, which also
       // takes out one that got in. The block stands either way; a failure here is only logged.
       const committedAt = clock.now().getTime();
-      if (committedAt - barredAt > STRANGER_BAR_MS / 2)
+      if (barredAt !== null && committedAt - barredAt > STRANGER_BAR_MS / 2)
         await deps.queue.bar(targetId, committedAt + STRANGER_BAR_MS, committedAt).then(tellEnded, (e: unknown) => {
           deps.log.error({ err: e, userId: targetId }, 'match queue bar not renewed');
         });

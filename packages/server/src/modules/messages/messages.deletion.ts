@@ -96,7 +96,7 @@ export function makeMessageDeletion({ store, clock, realtime, access }: Omit<Mes
   ) =>
     store.transaction(async (tx) => {
       if (named.length > 0) await store.holdSenders(chat.id, named, actor.userId, tx);
-      const stored = { ...actor, permissionLevel: await storedCallerLevel(tx, actor.userId, clock.now()) };
+      const stored = { ...actor, permissionLevel: await storedCallerLevel(tx, actor.userId, clock) };
       if (!(await mayModerate(stored, chat, tx))) throw appError('ERR_FORBIDDEN');
       return write(stored, tx);
     });

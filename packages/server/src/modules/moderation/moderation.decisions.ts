@@ -72,7 +72,7 @@ export function makeChatDecisions(deps: ChatDecisionsDeps) {
     targetId: number,
     opts: { held?: HeldChat | undefined; hard?: boolean } = {},
   ) => {
-    const { level, target } = await lockCallerAndTarget(tx, actor.userId, targetId, clock.now());
+    const { level, target } = await lockCallerAndTarget(tx, actor.userId, targetId, clock);
     if (!target) throw appError('ERR_USER_NOT_FOUND');
     assertMayAct({ userId: actor.userId, level }, target, opts);
     return target;

@@ -110,7 +110,7 @@ export function makePunisher({
    * target's is locked, and its level stands.
    */
   const lockParties = async (tx: Tx, actor: Actor, level: ActorLevel, targetId: number, chat?: InChat) => {
-    const locked = await lockActorAndTarget(tx, actor, level, targetId, clock.now());
+    const locked = await lockActorAndTarget(tx, actor, level, targetId, clock);
     // A target deleted meanwhile: 404, never a foreign-key error.
     if (!locked.target) throw appError('ERR_USER_NOT_FOUND');
     assertReach(actor, locked.level, locked.target, chat);

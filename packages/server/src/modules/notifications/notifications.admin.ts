@@ -65,7 +65,7 @@ export function makeAdminNotifications(
    * commit (CallerRead); given `db` for `tx`, a read before any transaction.
    */
   const assertStoredAdmin = async (tx: Tx, actor: Actor, actorLevel: ActorLevel, read: CallerRead) => {
-    if (!mayAdminister(await callerLevelOf(tx, actor, actorLevel, clock.now(), read))) throw appError('ERR_FORBIDDEN');
+    if (!mayAdminister(await callerLevelOf(tx, actor, actorLevel, clock, read))) throw appError('ERR_FORBIDDEN');
   };
 
   /**
@@ -139,8 +139,9 @@ export function makeAdminNotifications(
     async send(actor: Actor, actorLevel: ActorLevel, body: AdminNotificationBody): Promise<AdminNotificationCreated> {
       assertValidBody(body.body);
       const createdBy = actor.kind === 'user' ? actor.id : null;
-      const now = clock.now();
-      const content = { title: body.title, body: body.body, type: body.type, createdBy, createdAt: now };
+      // Each insert is stamped once the transaction holds the rows it decides on (clock.now() there),
+      // not when the request began.
+      const content = { title: body.title, body: body.body, type: body.type, createdBy };
       if (body.user_id !== undefined) {
         const userId = body.user_id;
         // Refused early without a lock; decided again on the recipient's row and a user caller's,
@@ -149,9 +150,9 @@ export function makeAdminNotifications(
         // banned or deleted meanwhile (403): the caller's level is the one read under its lock.
         assertMayNotify(actorLevel, await users.byId(userId));
         const row = await db.transaction(async (tx) => {
-          const { level, target } = await lockActorAndTarget(tx, actor, actorLevel, userId, clock.now());
+          const { level, target } = await lockActorAndTarget(tx, actor, actorLevel, userId, clock);
           assertMayNotify(level, target);
-          const inserted = await store.insert({ ...content, userId }, tx);
+          const inserted = await store.insert({ ...content, createdAt: clock.now(), userId }, tx);
           await audit.record(
             {
               actor,
@@ -177,7 +178,7 @@ export function makeAdminNotifications(
         // demotion, ban or deletion of the caller (each FOR UPDATE first) either committed before
         // and is read, or waits for the broadcast's commit. The first read spares the insert.
         await assertStoredAdmin(tx, actor, actorLevel, 'read');
-        const written = await store.insertBroadcast({ ...content, broadcastId }, tx);
+        const written = await store.insertBroadcast({ ...content, createdAt: clock.now(), broadcastId }, tx);
         await assertStoredAdmin(tx, actor, actorLevel, 'read');
         await audit.record(
           {
@@ -211,7 +212,7 @@ export function makeAdminNotifications(
         // Decided again under the recipient's row lock and a user caller's (lockActorAndTarget),
         // on the caller's level as read there (403 for one demoted, banned or deleted meanwhile);
         // a recipient deleted meanwhile took the notification with it.
-        const { level, target: owner } = await lockActorAndTarget(tx, actor, actorLevel, row.userId, clock.now());
+        const { level, target: owner } = await lockActorAndTarget(tx, actor, actorLevel, row.userId, clock);
         if (!owner) throw appError('ERR_NOTIFICATION_NOT_FOUND');
         assertMayTarget(level, owner);
         // A concurrent delete of the same notification waits for the recipient's row and then finds none.

@@ -65,7 +65,7 @@ export function makeSubscriptionsService(deps: SubscriptionsDeps) {
     userId: number,
     tx: Tx,
   ): Promise<{ target: UserRow; now: Date }> => {
-    const { level, target } = await lockActorAndTarget(tx, actor, actorLevel, userId, clock.now());
+    const { level, target } = await lockActorAndTarget(tx, actor, actorLevel, userId, clock);
     if (!target || target.isStranger) throw appError('ERR_USER_NOT_FOUND');
     if (!canActOn(level, target.permissionLevel)) throw appError('ERR_FORBIDDEN');
     return { target, now: clock.now() };
@@ -94,8 +94,8 @@ export function makeSubscriptionsService(deps: SubscriptionsDeps) {
      * log shows one was ever granted (checked under the user's row lock, so two grants cannot race).
      * A Trial or Premium it replaces that had already ended is recorded as expired first (recordLapsed).
      * The new expiry counts from the time the row is held (lockTarget), as does every decision on
-     * the target's subscription (the caller's own state is read by lockActorAndTarget on the time
-     * the request began: a caller whose timeout ended while it waited is still refused).
+     * the target's subscription, and the caller's own state (lockActorAndTarget reads the clock once
+     * it holds the rows: a caller whose timeout ended while it waited is refused nothing).
      */
     async grant(actor: Actor, actorLevel: ActorLevel, body: SubscriptionGrantBody) {
       // A bad request is refused before it locks anything.

@@ -1,5 +1,6 @@
 import { eq } from 'drizzle-orm';
 import { stateRefusal } from '../../platform/auth.js';
+import type { Clock } from '../../platform/clock.js';
 import { users } from '../../platform/db/schema.js';
 import { appError } from '../../platform/errors.js';
 import { effectiveState } from './users.presenter.js';
@@ -24,12 +25,13 @@ export type CallerRead = 'share' | 'read';
  * would have answered had the node known. Take it in the lock order of docs/api.md Moderation:
  * after the chat and guild rows the mutation changes, before a bot's row (as bots.admin.ts takes
  * it). A target user's row is locked with the caller's by lockCallerAndTarget (admin.locks.ts)
- * instead.
+ * instead. The state is judged at the time the row is read (`clock`, read after it), not when the
+ * request began: a timeout that ended while the request waited for the row has ended.
  */
 export async function storedCallerLevel(
   tx: Tx,
   userId: number,
-  now: Date,
+  clock: Clock,
   read: CallerRead = 'share',
 ): Promise<number> {
   const query = tx
@@ -45,7 +47,7 @@ export async function storedCallerLevel(
     .limit(1);
   const [row] = read === 'share' ? await query.for('share') : await query;
   if (!row) throw appError('ERR_UNAUTHENTICATED');
-  const refusal = stateRefusal(effectiveState(row, now));
+  const refusal = stateRefusal(effectiveState(row, clock.now()));
   if (refusal) throw appError(refusal);
   return row.permissionLevel;
 }

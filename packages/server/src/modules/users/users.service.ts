@@ -199,7 +199,9 @@ export function makeUsersService({ store, clock, publicUrl, profiles }: UsersDep
     /**
      * A bot's rename, inside the caller's transaction (BotsService.renameUser, which audits it):
      * decided on the target's row locked here, so a user promoted to Admin or deleted since the
-     * early check is refused (403, 404) and nothing is written. A name taken by someone else is
+     * early check is refused (403, 404) and nothing is written; and on the bot's type as `heldBot`
+     * reads it after that lock (its row held: users rows before bot rows), not as the request's
+     * key resolved it, so a bot made Verified meanwhile is refused too. A name taken by someone else is
      * 409 (two renames racing for one name: the unique index decides, and the caller maps it).
      * Answers the change (null when the user has that name already: nothing written) and the
      * route's answer, built from the row written here and read in `tx`: a deletion committed right
@@ -207,14 +209,14 @@ export function makeUsersService({ store, clock, publicUrl, profiles }: UsersDep
      * transaction commits.
      */
     async botRenameIn(
-      bot: { type: number },
+      heldBot: () => Promise<{ type: number }>,
       id: number,
       username: string,
       tx: Tx,
     ): Promise<{ change: { from: string; to: string } | null; user: Awaited<ReturnType<typeof botUpdatedOf>> }> {
       const locked = await store.byIdForUpdate(id, tx);
       if (!locked || locked.isStranger) throw appError('ERR_USER_NOT_FOUND');
-      if (!botMayRename(bot.type, locked.permissionLevel)) throw botRenameForbidden();
+      if (!botMayRename((await heldBot()).type, locked.permissionLevel)) throw botRenameForbidden();
       if (username === locked.username) return { change: null, user: await botUpdatedOf(locked, tx) };
       const holder = await store.byUsername(username, tx);
       if (holder && holder.id !== id) throw appError('ERR_USERNAME_TAKEN');

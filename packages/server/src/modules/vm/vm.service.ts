@@ -106,7 +106,7 @@ export function makeVmService(deps: VmDeps) {
   const allowedAsStored = async (actor: Actor, rule: (a: Actor) => boolean): Promise<boolean> => {
     if (!rule(actor)) return false;
     if (!levelDecides(rule, actor)) return true;
-    const level = await storedCallerLevel(deps.db, actor.userId, clock.now(), 'read');
+    const level = await storedCallerLevel(deps.db, actor.userId, clock, 'read');
     return rule({ ...actor, permissionLevel: level });
   };
   const mustBeIn = (caller: Caller, chatId: number) => {
