@@ -193,6 +193,31 @@ describeApp('POST /v1/admin/users/{user_id}/update', () => {
     const actions = (await auditOf(`target_user_id=${target.user.id}`)).map((e) => e.action).sort();
     expect(actions).toEqual(['rename', 'set-permission']);
   });
+
+  it('takes a level the user already has as no change: an Owner renames itself naming its own level, which a change still refuses', async () => {
+    const self = await login(app, { bot: loginBot });
+    await setLevel(app, self.user.id, 3);
+    const renamed = await self.client.post(`/v1/admin/users/${self.user.id}/update`, {
+      permission_level: 3,
+      username: `self_${self.user.id}`,
+    });
+    expect(renamed.status, JSON.stringify(renamed.body)).toBe(200);
+    expect(renamed.body).toMatchObject({ permission_level: 3, username: `self_${self.user.id}` });
+    // Another Owner naming it too: Owners assign up to Admin, but this assigns nothing.
+    const same = await owner.client.post(`/v1/admin/users/${self.user.id}/update`, { permission_level: 3 });
+    expect(same.status, JSON.stringify(same.body)).toBe(200);
+    const actions = (await auditOf(`target_user_id=${self.user.id}`)).map((e) => e.action);
+    expect(actions).toEqual(['rename', 'set-permission']);
+    const demote = await self.client.post(`/v1/admin/users/${self.user.id}/update`, {
+      permission_level: 2,
+      username: 'never_applied',
+    });
+    expectError(demote, 403, 'ERR_FORBIDDEN');
+    expect((await self.client.get('/v1/users/me')).body.user).toMatchObject({
+      permission_level: 3,
+      username: `self_${self.user.id}`,
+    });
+  });
 });
 
 describeApp('an anonymous stranger as the target of an admin user action', () => {

@@ -8,6 +8,7 @@ import { auditLog, chatMembers, moderationActions, notifications, sessions, user
 import { describeApp, MODE, type Nodes, startApp, startNodes, type TestApp } from './support/app.js';
 import { join, keyEpoch, keyedChat, member, receiveKey } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
+import { countRows, failInserts } from './support/faults.js';
 import { login, operator } from './support/flows.js';
 import { closeAllSockets, connectSocket } from './support/sockets.js';
 
@@ -118,6 +119,27 @@ describeApp('the stranger account sweep', () => {
     await app.services.sessions.sweepExpired();
     expect(await sweep()).toContain(s.id);
     expect((await s.client.get('/v1/portal/chats')).status).toBe(401);
+  });
+});
+
+describeApp('POST /v1/portal/stranger: the per-address allowance', () => {
+  it(`gives back the point of a creation that fails: the address still makes ${Limits.STRANGERS_PER_IP} strangers, then 429`, async () => {
+    const ip = nextIp();
+    const client = new Client(app.url, ip, app.publicApiKey);
+    const lift = await failInserts(app, 'sessions', `new.client_ip = '${ip}'`);
+    try {
+      const failed = await client.post('/v1/portal/stranger', {});
+      expect(failed.status, JSON.stringify(failed.body)).toBe(500);
+    } finally {
+      await lift();
+    }
+    expect(await countRows(app, `select count(*) as n from sessions where client_ip = '${ip}'`)).toBe(0);
+    for (let i = 0; i < Limits.STRANGERS_PER_IP; i++) {
+      const made = await new Client(app.url, ip, app.publicApiKey).post('/v1/portal/stranger', {});
+      expect(made.status, `stranger ${i + 1}: ${JSON.stringify(made.body)}`).toBe(200);
+    }
+    const over = await client.post('/v1/portal/stranger', {});
+    expect([over.status, over.body.code]).toEqual([429, 'ERR_RATE_LIMITED']);
   });
 });
 

@@ -77,6 +77,7 @@ export async function wireServices(ctx: WiringContext) {
     messages,
     matchmaking,
     chatIdsOf: (userId, tx) => chatsStore.chatIdsOf(userId, tx),
+    revokePrivateInvitesOf: (userId, now, tx) => chatsStore.revokePrivateOfDeleted(userId, now, tx),
   });
   const { vm, vmProvider } = await wireVm(ctx, chats, realtime);
   // Deletes what only grows past its window (ended sessions, old notifications, …), every 10 minutes.
@@ -267,11 +268,12 @@ function wireGovernance(
     messages: MessagesService;
     matchmaking: MatchmakingService;
     chatIdsOf: Parameters<typeof makeAdminService>[0]['chatIdsOf'];
+    revokePrivateInvitesOf: Parameters<typeof makeAdminService>[0]['revokePrivateInvitesOf'];
   },
 ) {
   const { app, clock, db } = ctx;
   const { usersStore, users, sessions, notifications, audit, bots } = accounts;
-  const { realtime, chats, keys, messages, matchmaking, chatIdsOf } = deps;
+  const { realtime, chats, keys, messages, matchmaking, chatIdsOf, revokePrivateInvitesOf } = deps;
   const admin = makeAdminService({
     db,
     clock,
@@ -284,6 +286,7 @@ function wireGovernance(
     chats,
     keys,
     chatIdsOf,
+    revokePrivateInvitesOf,
     matchmaking,
     realtime,
     log: app.log,

@@ -42,6 +42,8 @@ export interface AdminDeps {
   keys: Pick<KeysService, 'bumpEpochs' | 'announceRekey' | 'lockChatsOf'>;
   /** The chats a user is a member of, read inside the deletion's transaction. */
   chatIdsOf: (userId: number, tx: Tx) => Promise<number[]>;
+  /** Revokes the live invites a user being deleted made to private chats (chats.invites.store). */
+  revokePrivateInvitesOf: (userId: number, now: Date, tx: Tx) => Promise<number>;
   matchmaking: Pick<MatchmakingService, 'endSearch'>;
   realtime: Pick<Realtime, 'disconnectSessions' | 'emitTo' | 'io'>;
   log: Pick<FastifyBaseLogger, 'error'>;
@@ -65,10 +67,12 @@ export function makeAdminService(deps: AdminDeps) {
    * transaction has committed. Null when the level is unchanged.
    */
   const changePermission = async (tx: Tx, actor: Actor, actorLevel: ActorLevel, target: UserRow, level: number) => {
+    // The level the target has already is no change, so none of the rules on changes refuses it:
+    // an Owner renaming itself with a form that sends every field names its own level.
+    if (target.permissionLevel === level) return null;
     if (actor.kind === 'user' && actor.id === target.id)
       throw appError('ERR_FORBIDDEN', 'You cannot change your own permission level.');
     if (!canSetLevel(actorLevel, target.permissionLevel, level)) throw appError('ERR_FORBIDDEN');
-    if (target.permissionLevel === level) return null;
     const now = clock.now();
     await usersStore.update(target.id, { permissionLevel: level, permissionSince: now, updatedAt: now }, tx);
     // Staff sessions last a day: a promotion shortens live sessions accordingly.
@@ -183,7 +187,8 @@ export function makeAdminService(deps: AdminDeps) {
     /**
      * POST /v1/admin/users/{id}/delete and `parlor users delete`: the account row is deleted (see
      * docs/api.md). In one transaction: every session ends, the user's chats move to a new epoch,
-     * owned bots lose their owner, the audit entry (103) is written and the row goes, with its
+     * owned bots lose their owner, its invites to private chats are revoked (no join honours them
+     * once it is gone), the audit entry (103) is written and the row goes, with its
      * linked identities (so the person can sign up again), memberships, notifications and records.
      * Its active direct chats end first, as at a leave (archived, the peer told). Then, as a ban
      * does: sockets drop on every node, chats hear the keys are gone, and the user leaves the
@@ -212,6 +217,9 @@ export function makeAdminService(deps: AdminDeps) {
         const chatIds = await deps.chatIdsOf(targetId, tx);
         const bumped = await deps.keys.bumpEpochs(chatIds, tx);
         const bots = await deps.bots.releaseOwner(targetId, tx);
+        // Its invites to private chats open nothing once it is gone: revoked, they free their
+        // places of the chat's invite limit (docs/api.md, Chats).
+        await deps.revokePrivateInvitesOf(targetId, clock.now(), tx);
         await audit.record(
           {
             actor,

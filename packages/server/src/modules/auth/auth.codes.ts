@@ -24,6 +24,9 @@ export interface CodeRecord {
   expiresAt: number;
 }
 
+/** A live code with its record, as an identity holds it. */
+export type HeldCode = { code: string; rec: CodeRecord };
+
 /** The platform profile a bot supplied (bot/login-code), used when the account is created. */
 export interface CodeProfile {
   username: string;
@@ -206,10 +209,33 @@ export function makeCodeStore(state: StateStore, clock: Clock) {
       return { ...rec, profile: profile ? (JSON.parse(profile) as CodeProfile) : null };
     },
 
-    /** Ends a code before its time (bot/send-code replacing a web code), freeing every address's pending entry for it. */
+    /** Ends a code before its time, freeing every address's pending entry for it. */
     async revoke(code: string, rec: CodeRecord) {
       await state.del(codeKey(rec.pool, code));
       await forget(code, rec, [rec.ip]);
+    },
+
+    /**
+     * Replaces an identity's pending web code with a fresh bot code (bot/send-code): the identity
+     * entry moves from the one to the other in one atomic step (replaceIf), so no web request can
+     * win the identity in between, then the web code ends (revoke). Null, and nothing made, when
+     * the identity no longer holds that code (used or expired meanwhile): the caller looks again.
+     */
+    async replaceWithBotCode(web: HeldCode): Promise<HeldCode | null> {
+      const { platform, platformUserId } = web.rec;
+      const code = randomCode(LOGIN_CODE_ALPHABET, Limits.LOGIN_CODE_LENGTH);
+      const expiresAt = now() + Limits.LOGIN_CODE_TTL_MS;
+      const rec: CodeRecord = { pool: 'bot', platform, platformUserId, ip: null, expiresAt };
+      // The record first: whoever finds the identity entry must find its record.
+      await state.set(codeKey('bot', code), JSON.stringify(rec), Limits.LOGIN_CODE_TTL_MS);
+      const identity = identityKey(platform, platformUserId);
+      if (!(await state.replaceIf(identity, `${web.rec.pool}:${web.code}`, `bot:${code}`, Limits.LOGIN_CODE_TTL_MS))) {
+        await state.del(codeKey('bot', code));
+        return null;
+      }
+      // Its identity entry names the bot code now, which forget's compare-and-delete leaves.
+      await store.revoke(web.code, web.rec);
+      return { code, rec };
     },
   };
   return store;

@@ -1,4 +1,4 @@
-import { Limits, LOGIN_CODE_ALPHABET } from '@parlor/protocol';
+import { BotType, Limits, LOGIN_CODE_ALPHABET } from '@parlor/protocol';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { clearRedisPrefix, redisForUnitCases, SERVICE_URLS } from '../../../test/support/services.js';
 import { FakeClock, systemClock } from '../../platform/clock.js';
@@ -7,8 +7,8 @@ import type { Limiter, StateStore } from '../../platform/state/index.js';
 import { MemoryState } from '../../platform/state/memory.js';
 import { RedisState } from '../../platform/state/redis.js';
 import type { UsersStore } from '../users/users.store.js';
-import { makeCodeStore } from './auth.codes.js';
-import { type AuthDeps, makeAuthService, STRANGER_GRACE_MS } from './auth.service.js';
+import { type CodeRecord, makeCodeStore } from './auth.codes.js';
+import { type AuthDeps, type CallingBot, makeAuthService, STRANGER_GRACE_MS } from './auth.service.js';
 
 /** The service with the users store faked: `dead` ids are handed out batch by batch. */
 function setup(dead: number) {
@@ -44,6 +44,46 @@ describe('sweepStrangers', () => {
     const { auth, calls } = setup(100);
     expect(await auth.sweepStrangers(2)).toHaveLength(40);
     expect(calls).toHaveLength(20);
+  });
+});
+
+/**
+ * A store where a web request for identity 1001, from another address, wins the identity each time
+ * an identity entry is removed (a revoke's compare-and-delete): requests arriving without pause.
+ */
+class RacingRequests extends MemoryState {
+  request: (() => Promise<unknown>) | null = null;
+  override async delIf(key: string, expected: string) {
+    const deleted = await super.delIf(key, expected);
+    const run = key === 'codeid:platform_a:1001' ? this.request : null;
+    if (run) {
+      this.request = null;
+      await run();
+      this.request = run;
+    }
+    return deleted;
+  }
+}
+
+describe('botSendCode', () => {
+  it('answers a bot code, which verifies from any address, even when web requests win the identity back again and again', async () => {
+    const clock = new FakeClock(Date.UTC(2026, 5, 1));
+    const state = new RacingRequests(clock);
+    const codes = makeCodeStore(state, clock);
+    const user = { id: 7, state: 0, botLoginsSinceWeb: 0 };
+    const users = { byIdentity: async () => user } as unknown as UsersStore;
+    const auth = makeAuthService({ clock, state, codes, users } as unknown as AuthDeps);
+    const web = await codes.issue('web', 'platform_a', '1001', '203.0.113.5');
+    if (!('code' in web)) throw new Error('expected a code');
+    state.request = () => codes.issue('web', 'platform_a', '1001', '198.51.100.9');
+    const official = { id: 1, type: BotType.OFFICIAL } as CallingBot;
+
+    const sent = await auth.botSendCode(official, 'platform_a', '1001');
+    state.request = null;
+    const held = await codes.active('platform_a', '1001');
+    expect(held).toMatchObject({ code: sent.code, rec: { pool: 'bot', ip: null } });
+    expect(await codes.usableFrom(sent.code, (held as { rec: CodeRecord }).rec, '192.0.2.1')).toBe(true);
+    await state.close();
   });
 });
 

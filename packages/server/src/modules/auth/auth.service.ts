@@ -10,7 +10,7 @@ import type { NotificationsService } from '../notifications/notifications.servic
 import type { SessionsService } from '../sessions/sessions.service.js';
 import type { UserRow, UsersStore } from '../users/users.store.js';
 import { makeVerifyAttempts } from './auth.attempts.js';
-import { CODE_SHAPE, type CodeStore, type TakenCode } from './auth.codes.js';
+import { CODE_SHAPE, type CodeStore, type HeldCode, type TakenCode } from './auth.codes.js';
 import { type LoginResult, makeLogin } from './auth.login.js';
 import { makeStrangers } from './auth.strangers.js';
 
@@ -148,16 +148,21 @@ export function makeAuthService(deps: AuthDeps) {
       if (!user) throw appError('ERR_PLATFORM_IDENTITY_NOT_FOUND');
       assertMayLogIn(user);
       if (user.botLoginsSinceWeb >= Limits.BOT_LOGIN_WEB_REQUIRED_EVERY) throw appError('ERR_WEB_LOGIN_REQUIRED');
-      // Should web requests race in and win the identity back twice, their code is handed out: it
-      // still works where it was requested.
-      for (let round = 1; ; round++) {
+      const answer = (held: HeldCode) => ({
+        code: held.code,
+        expires_at: new Date(held.rec.expiresAt).toISOString(),
+      });
+      for (;;) {
         const held =
           (await codes.active(platform, platformUserId)) ?? (await codes.issue('bot', platform, platformUserId, null));
         // Never for a bot code (no address to count it against): the type says it may.
         if ('limited' in held) throw appError('ERR_RATE_LIMITED');
-        if (held.rec.pool === 'bot' || round === 3)
-          return { code: held.code, expires_at: new Date(held.rec.expiresAt).toISOString() };
-        await codes.revoke(held.code, held.rec);
+        if (held.rec.pool === 'bot') return answer(held);
+        // A web code is replaced in one step, so web requests racing in cannot win the identity
+        // back: the answer is always a bot code. Only a web code used or expired meanwhile (a
+        // verify, not a request) sends this round back to look again.
+        const replaced = await codes.replaceWithBotCode(held);
+        if (replaced) return answer(replaced);
       }
     },
 

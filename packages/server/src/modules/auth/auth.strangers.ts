@@ -45,6 +45,8 @@ export function makeStrangers({ db, clock, state, users, sessions }: StrangersDe
     /**
      * An anonymous account and session for matchmaking (DESIGN.md 6, strangers). An address a
      * stranger block barred (barStrangerAddress) gets 403 ERR_STRANGER_BLOCKED, spending nothing.
+     * The address's allowance counts the strangers made: a creation refused by it, or whose
+     * transaction fails (nothing made), gives its point back, as a refused write does (write-limit.ts).
      */
     async stranger(
       ip: string,
@@ -52,23 +54,33 @@ export function makeStrangers({ db, clock, state, users, sessions }: StrangersDe
     ): Promise<{ id: number; username: string; token: string; expiresAt: Date }> {
       if ((await state.get(strangerBarKey(ip))) !== null)
         throw appError('ERR_STRANGER_BLOCKED', 'Anonymous sessions from this address are blocked for now.');
-      const allowance = await strangersPerIp.consume(addressKey(ip));
-      if (!allowance.allowed)
+      const key = addressKey(ip);
+      const allowance = await strangersPerIp.consume(key);
+      if (!allowance.allowed) {
+        // The stores count every consume: a point kept here would outlast one a failed creation gives back.
+        await strangersPerIp.refund(key);
         throw rateLimited(allowance.retryAfterMs, 'Too many anonymous sessions from this address; try again later.');
+      }
       const now = clock.now();
-      const created = await db.transaction(async (tx) => {
-        const user = await users.insertUser(
-          {
-            username: `stranger_${randomCode(USERNAME_SUFFIX_ALPHABET, 12)}`,
-            isStranger: true,
-            lastActivityAt: now,
-            createdAt: now,
-            updatedAt: now,
-          },
-          tx,
-        );
-        return { user, session: await sessions.create({ userId: user.id, permissionLevel: 0, ip, userAgent }, tx) };
-      });
+      const created = await db
+        .transaction(async (tx) => {
+          const user = await users.insertUser(
+            {
+              username: `stranger_${randomCode(USERNAME_SUFFIX_ALPHABET, 12)}`,
+              isStranger: true,
+              lastActivityAt: now,
+              createdAt: now,
+              updatedAt: now,
+            },
+            tx,
+          );
+          return { user, session: await sessions.create({ userId: user.id, permissionLevel: 0, ip, userAgent }, tx) };
+        })
+        .catch(async (err: unknown) => {
+          // Rolled back, it made no stranger. A store that cannot take the point back costs the address that one.
+          await strangersPerIp.refund(key).catch(() => {});
+          throw err;
+        });
       return {
         id: created.user.id,
         username: created.user.username,

@@ -92,14 +92,18 @@ export function makeBotsStore(db: Db) {
     async releaseGuilds(botId: number, at: Date, tx: Tx): Promise<void> {
       await tx.update(guilds).set({ hasBot: false, updatedAt: at }).where(eq(guilds.reportedByBotId, botId));
     },
-    /** Live bots owned by a user lose their owner (the account is being deleted). */
+    /**
+     * The bots owned by a user lose their owner (the account is being deleted). Deleted bots too:
+     * their rows stay, and none keeps the id of a deleted account (docs/api.md, Bots); but only
+     * the live ones are answered, the bots the deletion released (its audit entry's `released_bots`).
+     */
     async clearOwner(userId: number, at: Date, tx: Tx): Promise<number[]> {
       const rows = await tx
         .update(bots)
         .set({ ownerUserId: null, updatedAt: at })
         .where(eq(bots.ownerUserId, userId))
-        .returning({ id: bots.id });
-      return rows.map((r) => r.id);
+        .returning({ id: bots.id, deletedAt: bots.deletedAt });
+      return rows.filter((r) => r.deletedAt === null).map((r) => r.id);
     },
     async list(offset: number, limit: number): Promise<BotRow[]> {
       return db

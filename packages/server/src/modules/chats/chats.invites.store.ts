@@ -1,7 +1,7 @@
 import { PermissionLevel } from '@parlor/protocol';
 import { and, count, desc, eq, gt, isNull, not, or, type SQL, sql } from 'drizzle-orm';
 import { type Db, deleteBatch } from '../../platform/db/index.js';
-import { chatInvites, users } from '../../platform/db/schema.js';
+import { chatInvites, chats, users } from '../../platform/db/schema.js';
 import type { Tx } from '../users/users.store.js';
 
 export type InviteRow = typeof chatInvites.$inferSelect;
@@ -118,6 +118,28 @@ export function makeInviteStore(db: Db) {
         .update(chatInvites)
         .set({ revokedAt: now })
         .where(and(eq(chatInvites.chatId, chatId), inviteIsLive(now), not(creatorMayInvite(chat))))
+        .returning({ code: chatInvites.code });
+      return rows.length;
+    },
+    /**
+     * Revokes the live invites a user made to private chats, in the transaction that deletes the
+     * account: once it is gone they are neither its chat's owner's nor an Admin's
+     * (`creatorMayInvite`), so no join honours them and nothing brings them back, yet they would
+     * keep their places of Limits.INVITES_PER_CHAT, unlisted. Its invites to public chats stay:
+     * they still open them (and a chat made private later revokes them, revokeUnissuable).
+     * Invite rows come after the chat and users rows the deletion holds, as a join takes them.
+     */
+    async revokePrivateOfDeleted(userId: number, now: Date, tx: Tx): Promise<number> {
+      const rows = await tx
+        .update(chatInvites)
+        .set({ revokedAt: now })
+        .where(
+          and(
+            eq(chatInvites.createdBy, userId),
+            inviteIsLive(now),
+            sql`${chatInvites.chatId} in (select ${chats.id} from ${chats} where ${chats.type} = 'private')`,
+          ),
+        )
         .returning({ code: chatInvites.code });
       return rows.length;
     },
