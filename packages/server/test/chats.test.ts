@@ -606,8 +606,10 @@ describeApp('private chats, invites and membership history', () => {
       const redis = new Redis(app.config.redisUrl as string);
       const stream = `${app.config.redisPrefix}socket.io`;
       try {
+        // Another session of the owner's (a second tab of one session would announce no presence).
+        const { client } = await login(app, { platformUserId: owner.platformUserId });
         const [last] = await redis.xrevrange(stream, '+', '-', 'COUNT', 1);
-        const socket = await connectSocket(app.url, owner.client);
+        const socket = await connectSocket(app.url, client);
         expect((await socket.next('chat:list')).chats.map((c: any) => c.id)).toContain(chatId);
         expect((await socket.emitWithAck('room:join', { chat_id: chatId })).ok).toBe(true);
         expect((await socket.next('room:members')).chat_id).toBe(chatId);

@@ -5,6 +5,7 @@ import { STRANGER_BAR_MS } from '../src/modules/matchmaking/blocks.service.js';
 import { MATCH_PRECHECK_MAX_MS, PEERS_ONLINE_REUSE_MS } from '../src/modules/matchmaking/matchmaking.service.js';
 import { FakeClock } from '../src/platform/clock.js';
 import { MemoryMatchQueue } from '../src/platform/state/match-queue.memory.js';
+import { RedisMatchQueue } from '../src/platform/state/match-queue.redis.js';
 import { describeApp, MODE, type Nodes, startApp, startNodes, type TestApp } from './support/app.js';
 import { type Member, member } from './support/chat-flows.js';
 import { Client, nextIp } from './support/client.js';
@@ -467,45 +468,87 @@ describeApp('a block committed while an enqueue is in flight', () => {
   });
 });
 
-describeApp('the direct-chat slot limit under parallel enqueues of one user', () => {
-  it('two enqueues of a free user in one turn, each pairing with a different waiting peer: one chat, the other 409 ERR_MATCH_SLOT_LIMIT and its peer back in the queue', async () => {
+describeApp('parallel enqueues of one user (two tabs)', () => {
+  /** Two online members waiting on fresh tags, and a searcher `a` (premium when asked). */
+  async function twoWaiting(premium: boolean) {
     const [ta, tb] = [tag(), tag()];
     const [a, c, d] = [await member(app), await member(app), await member(app)];
+    if (premium)
+      await app.database.db.execute(
+        `update users set subscription_tier = 2, subscription_expires_at = now() + interval '30 days' where id = ${a.user.id}` as never,
+      );
     const waiting = { [c.user.id]: (await match(c, [ta])).body, [d.user.id]: (await match(d, [tb])).body };
     const searcher = { userId: a.user.id, sessionId: a.sessionId, stranger: false, matchBlocked: false };
-    // One turn: both read the same pre-check (no chat yet) and both pair in the queue.
-    const results = await Promise.allSettled([
-      app.services.matchmaking.enqueue(searcher, [ta]),
-      app.services.matchmaking.enqueue(searcher, [tb]),
-    ]);
-    expect(results.map(outcome).sort()).toEqual(['ERR_MATCH_SLOT_LIMIT', 'ok']);
-    expect(await activeDirect(app, a.user.id)).toBe(Limits.DIRECT_SLOTS_FREE);
-    // The refused pair's peer searches on as before; the other one is matched with A.
-    const [matched, refused] = results[0]?.status === 'fulfilled' ? [c, d] : [d, c];
-    expect((await refused.client.get('/v1/portal/match/status')).body).toEqual(waiting[refused.user.id]);
-    expect(matchEvents(refused)).toEqual([]);
-    expect((await matched.client.get('/v1/portal/match/status')).body.state).toBe('matched');
-    expect(await activeDirect(app, refused.user.id)).toBe(0);
-  });
+    return { ta, tb, a, c, d, waiting, searcher };
+  }
+
+  // Spec 4.5: one search per user. A search pairing at once is still that user's search until its
+  // pairing is over, as a waiting user's is: the other tab's enqueue is refused, not paired beside it.
+  for (const premium of [false, true])
+    it(`two enqueues of a ${premium ? 'premium' : 'free'} user in one turn, each able to pair with a different waiting peer: one chat, the other 409 ERR_MATCH_ALREADY_SEARCHING; its peer untouched`, async () => {
+      const { ta, tb, a, c, d, waiting, searcher } = await twoWaiting(premium);
+      // One turn: both read the same pre-check (no chat yet) and both reach the queue.
+      const results = await Promise.allSettled([
+        app.services.matchmaking.enqueue(searcher, [ta]),
+        app.services.matchmaking.enqueue(searcher, [tb]),
+      ]);
+      expect(results.map(outcome).sort()).toEqual(['ERR_MATCH_ALREADY_SEARCHING', 'ok']);
+      expect(await activeDirect(app, a.user.id)).toBe(1);
+      // The peer of the refused search searches on as before, never taken; the other is matched with A.
+      const [matched, other] = results[0]?.status === 'fulfilled' ? [c, d] : [d, c];
+      expect((await other.client.get('/v1/portal/match/status')).body).toEqual(waiting[other.user.id]);
+      expect(matchEvents(other)).toEqual([]);
+      expect((await matched.client.get('/v1/portal/match/status')).body.state).toBe('matched');
+      expect(await activeDirect(app, other.user.id)).toBe(0);
+      await other.client.post('/v1/portal/match/dequeue', {});
+    });
 });
 
-describeApp("a search running beside a pairing that fills the user's slots", () => {
-  it('two enqueues of a free user in one turn, one pairing and one queued: the queued search ends (match:timeout) and the user reads matched', async () => {
-    const [ta, tb] = [tag(), tag()];
-    const [a, c, d] = [await member(app), await member(app), await member(app)];
-    expect((await match(c, [ta])).body.state).toBe('searching');
-    const searcher = { userId: a.user.id, sessionId: a.sessionId, stranger: false, matchBlocked: false };
-    const [paired, queued] = await Promise.all([
-      app.services.matchmaking.enqueue(searcher, [ta]),
-      app.services.matchmaking.enqueue(searcher, [tb]),
-    ]);
-    expect([paired.answer.state, queued.answer.state]).toEqual(['searching', 'searching']);
-    expect((await a.socket.next('match:timeout')).interests).toEqual([tb]);
-    expect((await a.client.get('/v1/portal/match/status')).body.state).toBe('matched');
-    expect(await activeDirect(app, a.user.id)).toBe(Limits.DIRECT_SLOTS_FREE);
-    // Nobody meets the ended search.
-    expect((await match(d, [tb])).body.state).toBe('searching');
-    expect(matchEvents(d)).toEqual([]);
+describeApp("the slots-filled mark of a pairing's chat", () => {
+  // The queue of this mode, whose `release` (the pairing's last queue step before it marks the
+  // users whose slots its chat filled) the test slows down.
+  const Queue = (MODE === 'cluster' ? RedisMatchQueue : MemoryMatchQueue) as unknown as {
+    prototype: { release: (entries: readonly { userId: number }[]) => Promise<void> };
+  };
+
+  it('a search begun after leaving the new chat, while the pairing still finishes, is not ended by it: it stays queued and pairs', async () => {
+    const t = tag();
+    const t2 = tag();
+    const [a, b, e] = [await member(app), await member(app), await member(app)];
+    expect((await match(a, [t])).body.state).toBe('searching');
+    // The pairing's release has applied but its answer is slow (a busy node, a slow store): a
+    // millisecond passes, and meanwhile A, which sees its new chat (the opening message), leaves
+    // it and searches again. Its pre-check reads its free slot.
+    const original = Queue.prototype.release;
+    const released = gate();
+    const resume = gate();
+    Queue.prototype.release = async function (this: unknown, entries) {
+      await original.call(this, entries);
+      if (entries.some((x) => x.userId === a.user.id)) {
+        Queue.prototype.release = original;
+        released.open();
+        await resume.opened;
+      }
+    };
+    let again: Awaited<ReturnType<typeof match>>;
+    try {
+      const pairing = match(b, [t]);
+      await released.opened;
+      clock.advance(1);
+      const opening = await a.socket.next('message:new', (m) => m.system?.kind === 'match');
+      expect((await a.client.post('/v1/portal/match/leave', { chat_id: opening.chat_id })).status).toBe(200);
+      again = await match(a, [t2]);
+      resume.open();
+      expect((await pairing).body.state).toBe('searching');
+    } finally {
+      Queue.prototype.release = original;
+    }
+    expect(again.body).toMatchObject({ state: 'searching', interests: [t2] });
+    await b.socket.next('match:found');
+    // The new search stands, whatever the pairing of the chat A left marks: E pairs with it.
+    expect((await match(e, [t2])).body.state).toBe('searching');
+    expect((await e.socket.next('match:found')).peer.id).toBe(a.user.id);
+    expect(matchEvents(a).filter((r) => r.event === 'match:timeout')).toEqual([]);
   });
 });
 
@@ -525,24 +568,29 @@ describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('matchmaking
     await nodes?.close();
   });
 
-  it('a free user enqueuing on node A and node B at once gets one direct chat; the other answer is 409 ERR_MATCH_SLOT_LIMIT', async () => {
+  it('a premium user enqueuing on node A and node B at once gets one direct chat; the other answer is 409 ERR_MATCH_ALREADY_SEARCHING', async () => {
     const { a: nodeA, b: nodeB } = nodes;
     const [ta, tb] = [tag(), tag()];
     const [user, c, d] = [await member(nodeA), await member(nodeA), await member(nodeB)];
+    await shared`update users set subscription_tier = 2, subscription_expires_at = now() + interval '30 days' where id = ${user.user.id}`;
     const waiting = { [c.user.id]: (await match(c, [ta])).body, [d.user.id]: (await match(d, [tb])).body };
-    // The peers' rows, as a user update would hold them: the chat insert waits for them (its members' key).
+    // The peers' rows, as a user update would hold them: the first pairing's chat insert waits
+    // for them (its members' key), its search out of the queue meanwhile.
     const peers = hold(shared, (tx) => tx`select id from users where id in (${c.user.id}, ${d.user.id}) for update`);
     await peers.ready;
     const both = [match(user, [ta]), match({ client: user.client.on(nodeB) }, [tb])];
-    await lockWaiters(shared, 2);
+    await lockWaiters(shared, 1);
+    // The other search is refused while that pairing holds the first (it never waits on a lock).
+    const refused = await Promise.race(both);
+    expect(refused.status).toBe(409);
+    expect(refused.body.code).toBe('ERR_MATCH_ALREADY_SEARCHING');
     await peers.end();
     const answers = await Promise.all(both);
     expect(answers.map((r) => r.status).sort()).toEqual([200, 409]);
-    expect(answers.find((r) => r.status === 409)?.body.code).toBe('ERR_MATCH_SLOT_LIMIT');
-    expect(await activeDirect(nodeA, user.user.id)).toBe(Limits.DIRECT_SLOTS_FREE);
-    const refused = answers[0]?.status === 409 ? c : d;
-    expect((await refused.client.get('/v1/portal/match/status')).body).toEqual(waiting[refused.user.id]);
-    expect(await activeDirect(nodeA, refused.user.id)).toBe(0);
+    expect(await activeDirect(nodeA, user.user.id)).toBe(1);
+    const other = answers[0]?.status === 409 ? c : d;
+    expect((await other.client.get('/v1/portal/match/status')).body).toEqual(waiting[other.user.id]);
+    expect(await activeDirect(nodeA, other.user.id)).toBe(0);
   });
 
   // A dequeue on node B of a search node A is pairing.

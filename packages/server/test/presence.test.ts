@@ -116,9 +116,9 @@ describeApp('presence in a chat', () => {
     const lateAck = await join(late, { chat_id: chatId });
     expect(lateAck.members.map((m: any) => m.session_id)).not.toContain(g.sessionId);
     await owner.socket.next('portal:presence', (e) => e.chat_id === chatId && e.session_id === late.sessionId);
-    // The first join, the tab's entry (said as it entered, while it held the membership), then the
-    // leave, which committed after that hold: offline last.
-    expect(presenceDeltas(owner, chatId, g.sessionId)).toEqual([true, true, false]);
+    // The first join, then the leave, which committed after the tab's entry (the tab's own socket
+    // in the room says nothing: its session was present already): offline last.
+    expect(presenceDeltas(owner, chatId, g.sessionId)).toEqual([true, false]);
   });
 
   it('says nothing when a socket enters a room it is already in', async () => {
@@ -290,6 +290,70 @@ describeApp('presence in a chat', () => {
     });
     expect(sent.status, JSON.stringify(sent.body)).toBe(200);
     await target.socket.next('message:new', (m) => m.id === sent.body.id);
+  });
+});
+
+let tagCounter = 0;
+/** A tag no other test uses, so tests do not pair across each other. */
+const tag = () => `pres${Date.now() % 1000}x${++tagCounter}`;
+
+/** `a` waits on a fresh tag and `b` pairs with it through node A: their direct chat's id. */
+async function matched(a: Member, b: Member): Promise<number> {
+  const t = tag();
+  expect((await a.client.on(nodes.a).post('/v1/portal/match', { interests: [t] })).body.state).toBe('searching');
+  expect((await b.client.on(nodes.a).post('/v1/portal/match', { interests: [t] })).body.state).toBe('searching');
+  return (await a.socket.next('match:found')).chat_id;
+}
+
+describeApp('presence in a new direct chat, and of a second socket of one session', () => {
+  it("the peer of a new match hears the other's session online, once, before its offline", async () => {
+    const [a, b] = [await member(app), await member(app)];
+    const chatId = await matched(a, b);
+    await a.socket.next('portal:presence', (e) => e.chat_id === chatId && e.session_id === b.sessionId);
+    // Their joins of the chat they are in already say nothing more.
+    expect((await join(a, { chat_id: chatId })).ok).toBe(true);
+    expect((await join(b, { chat_id: chatId })).ok).toBe(true);
+    b.socket.close();
+    await a.socket.next('portal:presence', (e) => e.chat_id === chatId && e.session_id === b.sessionId && !e.online);
+    expect(presenceDeltas(a, chatId, b.sessionId)).toEqual([true, false]);
+  });
+
+  // Cluster: the match is made on node A, B's socket is on node B. B's node puts it in the room,
+  // and its room:join (as a client does on match:found) says it online: once, before its offline.
+  it('a peer whose socket is on another node than the match is said online once by its join at the latest', async () => {
+    const a = await member(app);
+    const b = await member(nodes.b);
+    const chatId = await matched(a, b);
+    expect((await join(b, { chat_id: chatId })).ok).toBe(true);
+    await a.socket.next('portal:presence', (e) => e.chat_id === chatId && e.session_id === b.sessionId && e.online);
+    b.socket.close();
+    await a.socket.next('portal:presence', (e) => e.chat_id === chatId && e.session_id === b.sessionId && !e.online);
+    expect(presenceDeltas(a, chatId, b.sessionId)).toEqual([true, false]);
+  });
+
+  it('a second socket of a session joining a chat it is present in says nothing; its last socket going says offline once', async () => {
+    const { owner, chatId } = await keyedChat(app);
+    const side = await sideChat(owner);
+    const g = await member(app);
+    const second = await connectSocket(app.url, g.client);
+    expect((await join(g, { chat_id: chatId })).ok).toBe(true);
+    expect((await join(g, { chat_id: side })).ok).toBe(true);
+    expect(((await second.emitWithAck('room:join', { chat_id: chatId } as never)) as any).ok).toBe(true);
+    // A later join's delta comes after any of the second socket's.
+    const late = await member(app);
+    await join(late, { chat_id: chatId });
+    await owner.socket.next('portal:presence', (e) => e.chat_id === chatId && e.session_id === late.sessionId);
+    expect(presenceDeltas(owner, chatId, g.sessionId)).toEqual([true]);
+    // The first socket goes: the side chat, where it was the session's only one, hears it (the
+    // same read decided the chat, where the second socket keeps the session present).
+    g.socket.close();
+    await owner.socket.next('portal:presence', (e) => e.chat_id === side && e.session_id === g.sessionId && !e.online);
+    second.close();
+    await owner.socket.next(
+      'portal:presence',
+      (e) => e.chat_id === chatId && e.session_id === g.sessionId && !e.online,
+    );
+    expect(presenceDeltas(owner, chatId, g.sessionId)).toEqual([true, false]);
   });
 });
 

@@ -8,6 +8,7 @@ import { AppError, appError } from '../../platform/errors.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
 import type { MessagesService } from '../messages/messages.service.js';
 import type { Tx } from '../users/users.store.js';
+import { enterMatched } from './chats.presence.js';
 import { toChat } from './chats.presenter.js';
 import { CHAT_ROWS_TABLES } from './chats.purge.store.js';
 import type { ChatsStore, ChatWithCount, DirectRefusal } from './chats.store.js';
@@ -49,6 +50,11 @@ export interface DirectMade {
   token: string;
   users: { id: number; username: string; stranger: boolean }[];
   filled: number[];
+  /**
+   * When it had committed (clock ms), read at once, before anything tells of the chat: a search
+   * that began after it read the filled slots (matchmaking.pairing, markFull).
+   */
+  committedAt: number;
 }
 
 /** What leaveAllDirect wrote, to announce once its transaction has committed (announceLeft). */
@@ -139,9 +145,11 @@ export function makeDirectChats(deps: DirectChatsDeps) {
         searchesEnded,
       });
       if ('refused' in created) return created;
+      const committedAt = clock.now().getTime();
       const system = messages.opening(created.id, opening, now);
-      // Both users' sockets enter the room (one call) so the opening message and keys reach them.
-      realtime.io.in(userIds.map((id) => rooms.user(id))).socketsJoin(rooms.chat(created.id));
+      // Both users' sockets enter the room (one call) so the opening message and keys reach them,
+      // and the sessions of this node's are said online there (chats.presence.ts).
+      await enterMatched(realtime, created.id, userIds);
       messages.publish(system);
       const chat = toChat({
         id: created.id,
@@ -160,7 +168,7 @@ export function makeDirectChats(deps: DirectChatsDeps) {
         deletedAt: null,
         memberCount: userIds.length,
       });
-      return { chat, token, users: created.users, filled: created.filled };
+      return { chat, token, users: created.users, filled: created.filled, committedAt };
     },
 
     /** Waits until no pairing of the user is making its chat (ChatsStore.waitForPairings). */

@@ -1,4 +1,71 @@
-import { type Realtime, rooms, type SocketData } from '../../platform/realtime.js';
+import { type AppSocket, type Realtime, rooms, type SocketData } from '../../platform/realtime.js';
+import { localSocketsIn } from '../../platform/socket-reads.js';
+
+type Who = Pick<SocketData, 'userId' | 'sessionId'>;
+
+/** One `portal:presence` delta of a session in a chat, to the chat (docs/api.md, Presence). */
+function announce(realtime: Pick<Realtime, 'emitTo'>, chatId: number, who: Who, online: boolean): void {
+  realtime.emitTo(rooms.chat(chatId), 'portal:presence', {
+    chat_id: chatId,
+    user_id: who.userId,
+    session_id: who.sessionId,
+    online,
+  });
+}
+
+/**
+ * The chats each socket's presence is known in: it was said online there as it entered the room,
+ * or entered while another socket of its session on this node was in the room (the session was
+ * present already). A socket entering a room it is in again says nothing only when it is known
+ * there; one that a match put into a direct chat's room on another node than the match was made
+ * on is not, and its own room:join says it online (enterOnline). Keyed by the socket object: gone
+ * with it.
+ */
+const known = new WeakMap<AppSocket, Set<number>>();
+
+/** Whether the socket's presence in the chat is known to the chat (see `known`). */
+export function knownIn(socket: AppSocket, chatId: number): boolean {
+  return known.get(socket)?.has(chatId) ?? false;
+}
+
+/**
+ * A socket of this node now in the chat's room: its session is said online there, once per
+ * session. When another socket of the same session on this node is in the room already, the
+ * session was present and nothing is said (a second tab sharing the cookie). Run in the same turn
+ * as the socket entered, so a disconnect of it (or of that other socket) said afterwards comes
+ * after. A session with sockets on two nodes is said online by each (a repeated `true` changes no
+ * list).
+ */
+export function enterOnline(realtime: Pick<Realtime, 'emitTo' | 'io'>, socket: AppSocket, chatId: number): void {
+  const others = localSocketsIn(realtime.io, rooms.chat(chatId)).some(
+    (s) => s !== socket && s.data.sessionId === socket.data.sessionId && knownIn(s, chatId),
+  );
+  const chats = known.get(socket) ?? new Set<number>();
+  known.set(socket, chats);
+  chats.add(chatId);
+  if (!others) announce(realtime, chatId, socket.data, true);
+}
+
+/**
+ * A new direct chat's users enter its room: every socket of theirs, on every node (one call), so
+ * the opening message and keys reach them. The sessions of this node's sockets are said online
+ * once they are in (in cluster mode the adapter sends the call to the others first, so they apply
+ * it before they read the deltas), in the same turn, so a disconnect said afterwards comes after:
+ * the peer sees the other as present as a join would show it. Sockets on other nodes enter the
+ * room as their node applies the call; their sessions are said online by their own room:join
+ * (`knownIn`), not from here: this node cannot order a delta of its own after their node's view
+ * of them.
+ */
+export async function enterMatched(
+  realtime: Pick<Realtime, 'emitTo' | 'io'>,
+  chatId: number,
+  userIds: number[],
+): Promise<void> {
+  const room = rooms.chat(chatId);
+  const users = new Set(userIds.map((id) => rooms.user(id)));
+  await realtime.io.of('/').adapter.addSockets({ rooms: users, except: new Set(), flags: {} }, [room]);
+  for (const socket of localSocketsIn(realtime.io, room)) if (socket.connected) enterOnline(realtime, socket, chatId);
+}
 
 /**
  * Who is in a chat's room, read from the sockets on every node, and the deltas the chat hears.
@@ -25,14 +92,7 @@ export function makeChatPresence(realtime: Pick<Realtime, 'emitTo' | 'socketsIn'
    * gets the whole list (its ack and `room:members`). A full list to every member on every change
    * cost O(members²) bytes per join (docs/api.md, Presence).
    */
-  const announcePresence = (chatId: number, who: Pick<SocketData, 'userId' | 'sessionId'>, online: boolean) => {
-    realtime.emitTo(rooms.chat(chatId), 'portal:presence', {
-      chat_id: chatId,
-      user_id: who.userId,
-      session_id: who.sessionId,
-      online,
-    });
-  };
+  const announcePresence = (chatId: number, who: Who, online: boolean) => announce(realtime, chatId, who, online);
 
   /**
    * Of some chats, those whose room still has a socket of this session, on any node: the session

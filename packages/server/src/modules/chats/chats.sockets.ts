@@ -2,6 +2,7 @@ import { RoomJoinPayload, RoomLeavePayload } from '@parlor/protocol';
 import { type AppSocket, emitSnapshot, type Realtime, rooms } from '../../platform/realtime.js';
 import type { App } from '../../platform/routing.js';
 import type { RoomEntry } from './chats.join.js';
+import { enterOnline, knownIn } from './chats.presence.js';
 import type { ChatsService } from './chats.service.js';
 
 type JoinPayload = Parameters<ChatsService['join']>[1];
@@ -30,15 +31,19 @@ async function leaveFailedJoin(
  * the socket enters the chat's room and the session is said online there before that hold ends,
  * so a kick, ban, leave or deletion commits after it and sends its offline later, on any node,
  * however late this node's stream reader is (the delta's XADD is on this node's Redis connection
- * before the commit is sent). Entering a room this socket is already in changes nobody's
- * presence: no delta. The room entered is kept in `entered`.
+ * before the commit is sent). Entering a room this socket is already in, its presence there
+ * known (chats.presence.ts `knownIn`), changes nobody's presence: no delta; nor does a socket
+ * whose session has another socket in the room on this node (enterOnline). A socket a match put
+ * into the room on another node is in it unannounced: its join says it online. The room entered
+ * is kept in `entered`.
  */
-function enterOf(realtime: Realtime, chats: ChatsService, socket: AppSocket, entered: { room: string | null }): Enter {
+function enterOf(realtime: Realtime, socket: AppSocket, entered: { room: string | null }): Enter {
   return async (chatId: number, entry: RoomEntry) => {
     const room = rooms.chat(chatId);
+    const known = () => socket.rooms.has(room) && knownIn(socket, chatId);
     // A socket that disconnected while its join ran enters nothing (a closed socket's join is a
     // no-op): it is in no room to be announced in, nor taken out of later.
-    if (!socket.connected || (socket.rooms.has(room) && entry === 'held')) return;
+    if (!socket.connected || (entry === 'held' && known())) return;
     if (entry === 'held') await socket.join(room);
     else {
       // A new or young membership (chats.join.ts, RECENT_MEMBERSHIP_MS) enters once this node has
@@ -48,9 +53,9 @@ function enterOf(realtime: Realtime, chats: ChatsService, socket: AppSocket, ent
       // embedded mode (Realtime.catchUpRooms).
       await realtime.catchUpRooms();
       if (!socket.connected) return;
-      // A young membership's socket still in the room now is there under this membership (another
-      // join of it entered): no delta, as for an older one.
-      const already = entry === 'young' && socket.rooms.has(room);
+      // A young membership's socket still in the room now, known there, is there under this
+      // membership (another join of it entered): no delta, as for an older one.
+      const already = entry === 'young' && known();
       // Through the adapter, as a leave takes sockets out (`leaveChat`): in the cluster both go
       // through this node's Redis connection in order, so a leave of the ended membership sent
       // from here before is applied first and cannot evict this one.
@@ -59,7 +64,7 @@ function enterOf(realtime: Realtime, chats: ChatsService, socket: AppSocket, ent
       if (!socket.connected || already) return;
     }
     entered.room = room;
-    chats.announcePresence(chatId, socket.data, true);
+    enterOnline(realtime, socket, chatId);
   };
 }
 
@@ -85,7 +90,7 @@ async function endedSince(
 /** room:join: the join, its socket in the chat's room, and the members' list to the joiner. */
 async function roomJoin(realtime: Realtime, chats: ChatsService, socket: AppSocket, payload: JoinPayload) {
   const entered: { room: string | null } = { room: null };
-  const enter = enterOf(realtime, chats, socket, entered);
+  const enter = enterOf(realtime, socket, entered);
   let answer: Omit<Awaited<ReturnType<ChatsService['join']>>, 'ended'>;
   let ended: Error | null;
   try {
@@ -121,7 +126,7 @@ async function roomJoin(realtime: Realtime, chats: ChatsService, socket: AppSock
  * trackCommits: why a rerun is harmless). A failed read closes its connection: the client comes
  * back through the recovery check, or afresh.
  */
-function recheckRecovered(chats: ChatsService, socket: AppSocket, log: App['log']): void {
+function recheckRecovered(realtime: Realtime, chats: ChatsService, socket: AppSocket, log: App['log']): void {
   const restored = [...socket.rooms].map(rooms.chatIdOf).filter((id): id is number => id !== null);
   if (!socket.recovered || restored.length === 0) return;
   const { userId } = socket.data;
@@ -132,7 +137,7 @@ function recheckRecovered(chats: ChatsService, socket: AppSocket, log: App['log'
         const room = rooms.chat(chatId);
         if (!socket.rooms.has(room)) continue;
         if (held(chatId, userId)) {
-          chats.announcePresence(chatId, socket.data, true);
+          enterOnline(realtime, socket, chatId);
           continue;
         }
         void socket.leave(room);
@@ -187,7 +192,7 @@ export function registerChatSockets(realtime: Realtime, chats: ChatsService, log
         log.warn({ err, session_id: socket.data.sessionId }, 'chat list on connect failed');
         socket.conn.close();
       });
-    recheckRecovered(chats, socket, log);
+    recheckRecovered(realtime, chats, socket, log);
     offlineOnDisconnect(realtime, chats, socket);
   });
 }

@@ -146,8 +146,8 @@ export function makePairing(deps: PairingDeps) {
     });
     await pairingOver();
     if ('refused' in made) return { kind: await refused(me, peer, made.refused) };
-    const { chat, token, users, filled } = made;
-    if (filled.length > 0) endSearchesOfFull(filled);
+    const { chat, token, users, filled, committedAt } = made;
+    if (filled.length > 0) endSearchesOfFull(filled, committedAt);
     const [theirs, ours] = users as [Found, Found];
     const expires_at = chat.expires_at ?? new Date(clock.now().getTime() + Limits.DIRECT_CHAT_TTL_MS).toISOString();
     const found = (other: Found, otherEntry: QueueEntry) => ({
@@ -166,10 +166,13 @@ export function makePairing(deps: PairingDeps) {
    * with the pairing (queued meanwhile, or reaching the queue later with a pre-check read before
    * the commit) ends; a queued one is told (`match:timeout`), as at its deadline. In the
    * background: nobody waits on it, and a failure (logged) only leaves such a search to end at its
-   * first pairing, which its full slots refuse, or at its deadline.
+   * first pairing, which its full slots refuse, or at its deadline. The mark is the commit's time
+   * (`committedAt`), not this call's: a user who saw the chat (its opening message) while the
+   * pairing was still finishing, left it and searched again began that search after the commit,
+   * and it must stand (its pre-check read the free slot).
    */
-  const endSearchesOfFull = (userIds: number[]): void => {
-    queue.markFull(userIds, clock.now().getTime()).then(
+  const endSearchesOfFull = (userIds: number[], committedAt: number): void => {
+    queue.markFull(userIds, committedAt).then(
       (ended) => tellEnded(ended),
       (err: unknown) => deps.log.warn({ err, userIds }, 'searches of users whose slots filled not ended'),
     );

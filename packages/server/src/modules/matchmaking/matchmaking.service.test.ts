@@ -66,6 +66,7 @@ function setup() {
         users: userIds.map((id) => ({ id, username: `u${id}`, stranger: false })),
         // Free users: one chat fills their slots.
         filled: userIds,
+        committedAt: clock.now().getTime(),
       };
     },
     waitForPairings: async () => {},
@@ -520,17 +521,34 @@ describe('matchmaking: a stranger block racing an enqueue', () => {
     expect(await queue.get(1, clock.now().getTime())).toBeNull();
   });
 
+  it('refuses a second search of a caller whose pairing runs (409 ERR_MATCH_ALREADY_SEARCHING), also in the same turn', async () => {
+    const { clock, state, queue, svc, calls, searcher } = setup();
+    await online(state, clock);
+    await svc.enqueue(searcher(2), ['abc']);
+    await svc.enqueue(searcher(3), ['xyz']);
+    const results = await Promise.allSettled([svc.enqueue(searcher(1), ['abc']), svc.enqueue(searcher(1), ['xyz'])]);
+    expect(results[0]?.status).toBe('fulfilled');
+    expect(results[1]).toMatchObject({ status: 'rejected', reason: { code: 'ERR_MATCH_ALREADY_SEARCHING' } });
+    expect(calls.created).toEqual([[2, 1]]);
+    expect(await queue.get(3, clock.now().getTime())).toMatchObject({ userId: 3 });
+  });
+
   it("ends a search queued beside a pairing that filled the user's slots: out of the queue, told match:timeout", async () => {
     const { clock, state, queue, svc, calls, searcher } = setup();
     await online(state, clock);
     await svc.enqueue(searcher(2), ['abc']);
-    // Two searches of user 1 in one turn: both read free slots; one pairs with 2, the other queues.
-    const [paired, queued] = await Promise.all([
-      svc.enqueue(searcher(1), ['abc']),
-      svc.enqueue(searcher(1), ['xyz', 'qrs']),
-    ]);
+    // Another search of user 1, whose pre-check read the slots free before the chat committed,
+    // reaches the queue once the pairing released its markers, before it marked the slots full.
+    const release = queue.release.bind(queue);
+    let queued: Promise<{ answer: { state: string } }> | undefined;
+    queue.release = async (entries) => {
+      await release(entries);
+      queued ??= svc.enqueue(searcher(1), ['xyz', 'qrs']);
+      await queued;
+    };
+    const paired = await svc.enqueue(searcher(1), ['abc']);
     expect(paired.tellCaller).toBeDefined();
-    expect(queued.answer.state).toBe('searching');
+    expect((await queued)?.answer.state).toBe('searching');
     expect(calls.created).toEqual([[2, 1]]);
     await vi.waitFor(async () => expect(await queue.get(1, clock.now().getTime())).toBeNull());
     expect(calls.other).toContainEqual(['user:1', 'match:timeout', { interests: ['xyz', 'qrs'] }]);

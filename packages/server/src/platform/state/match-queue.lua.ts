@@ -159,8 +159,9 @@ local dropped = {}
 local craw, tag = take_peer(p, me, entry, now, dropped)
 local out
 if craw then
-  -- A restored entry is the caller of the pairing that follows: out of the queue too.
-  if placed == 'restored' then mark_out(p, me, entry, raw, now) end
+  -- The caller of the pairing that follows (an enqueue's or a restored entry) is out of the
+  -- queue too: it reads as searching until released (MemoryMatchQueue.place).
+  mark_out(p, me, entry, raw, now)
   out = {'paired', craw, tag}
 else
   insert(p, me, entry, raw)

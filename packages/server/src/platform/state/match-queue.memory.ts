@@ -101,9 +101,11 @@ export class MemoryMatchQueue implements MatchQueue {
     if (placed === 'queued') this.searchesAgain(entry);
     const paired = this.takePeer(entry, now, dropped);
     if (paired) {
-      // Both are out of the queue in a pairing: a restored entry is that pairing's caller.
+      // Both are out of the queue in a pairing, the caller too (an enqueue's or a restored
+      // entry's): until `release` each reads as searching, so a second search of either user (a
+      // second tab) is refused `already` rather than paired beside this one.
       this.out.set(paired.peer.userId, paired.peer);
-      if (placed === 'restored') this.out.set(entry.userId, entry);
+      this.out.set(entry.userId, entry);
       return { kind: 'paired', ...paired, dropped };
     }
     this.insert(entry);

@@ -268,19 +268,31 @@ describe.each(implementations)('the %s match queue', (_name, makeNodes) => {
     expect(await q.topTags(5)).toEqual([{ tag: 'bbb', searching: 1 }]);
   });
 
-  it('keeps a peer a pairing took out searching (get; its enqueues answer already) until released, restored, dequeued or past its deadline', async () => {
+  it('keeps a peer a pairing took out, and its caller, searching (get; their enqueues answer already) until released, restored, dequeued or past its deadline', async () => {
     const q = make();
     const one = entry(1, ['aaa'], { deadline: NOW + 1_000 });
+    const two = entry(2, ['aaa']);
     expect(await q.enqueue(one, NOW)).toEqual(QUEUED);
-    expect(await q.enqueue(entry(2, ['aaa']), NOW)).toMatchObject({ kind: 'paired', peer: one });
+    expect(await q.enqueue(two, NOW)).toMatchObject({ kind: 'paired', peer: one });
     expect(await q.get(1, NOW + 5)).toEqual(one);
     expect(await q.enqueue(entry(1, ['bbb'], { enqueuedAt: NOW + 5 }), NOW + 5)).toEqual(placed('already'));
-    expect(await q.topTags(5)).toEqual([]);
+    // The caller, never queued, searches until the pairing is over too: a second search of its
+    // user (another tab) is not paired beside it, and takes nobody out.
+    expect(await q.enqueue(entry(3, ['ccc']), NOW)).toEqual(QUEUED);
+    expect(await q.get(2, NOW + 5)).toEqual(two);
+    expect(await q.enqueue(entry(2, ['ccc'], { enqueuedAt: NOW + 5 }), NOW + 5)).toEqual(placed('already'));
+    expect(await q.topTags(5)).toEqual([{ tag: 'ccc', searching: 1 }]);
+    await q.dequeue(3, NOW + 5);
     // Releasing another entry of the user (or another user's) leaves it.
-    await q.release([{ userId: 1, enqueuedAt: NOW + 5 }, entry(2, ['aaa'])]);
+    await q.release([
+      { userId: 1, enqueuedAt: NOW + 5 },
+      { userId: 2, enqueuedAt: NOW + 5 },
+    ]);
     expect(await q.get(1, NOW + 5)).toEqual(one);
-    await q.release([one, entry(2, ['aaa'])]);
+    expect(await q.get(2, NOW + 5)).toEqual(two);
+    await q.release([one, two]);
     expect(await q.get(1, NOW + 5)).toBeNull();
+    expect(await q.get(2, NOW + 5)).toBeNull();
     // Restored: queued again; restored into a pairing: both read as searching until released.
     const ten = entry(10, ['xxx']);
     expect(await q.enqueue(ten, NOW)).toEqual(QUEUED);

@@ -33,7 +33,10 @@ export interface Dropped {
 export type EnqueueResult = (
   | { kind: 'queued' }
   | { kind: 'already' }
-  /** Paired with `peer` (now out of the queue) on `tag`; the caller was never queued. */
+  /**
+   * Paired with `peer` (now out of the queue) on `tag`; the caller was never queued, but reads as
+   * searching like the peer until `release` (its other enqueues answer `already`).
+   */
   | { kind: 'paired'; peer: QueueEntry; tag: string }
   /** Refused: the user is barred (see `bar`); nothing changed. */
   | { kind: 'barred' }
@@ -71,7 +74,8 @@ export interface MatchQueue {
    * (Redis reads them CANDIDATES_PER_TAG at a time); expired ones it meets leave the queue
    * (`dropped`, up to DROPPED_SCAN_LIMIT a placing, not counted among those looked at). A peer it
    * takes out reads as searching (`get`, and `already` to its user's enqueues) until `release`,
-   * a restore or a dequeue of it, or its deadline. The user's own expired entry, if any, is
+   * a restore or a dequeue of it, or its deadline; so does the caller of a pairing (a second
+   * search of its user beside this one is refused `already`). The user's own expired entry, if any, is
    * replaced (not in `dropped`: the user has moved on to this search).
    */
   enqueue(entry: QueueEntry, now: number): Promise<EnqueueResult>;
