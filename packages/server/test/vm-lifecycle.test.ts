@@ -3,6 +3,7 @@ import { chmodSync, existsSync, mkdirSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { Limits } from '@parlor/protocol';
 import { eq } from 'drizzle-orm';
 import { io } from 'socket.io-client';
 import { afterAll, beforeAll, expect, it, vi } from 'vitest';
@@ -131,6 +132,38 @@ function holdRunningMark(node: TestApp, chatId: number) {
     release: () => {
       state.replaceIf = replaceIf;
       g.open();
+    },
+  };
+}
+
+/**
+ * Holds the first `n` reads of the chat's room map entry, on any of the nodes, until all `n` have
+ * arrived: `n` starts asked at once each read the room as running nowhere before any claims it.
+ * `restore` puts the stores' reads back.
+ */
+function readTogether(nodes: TestApp[], chatId: number, n: number) {
+  let arrived = 0;
+  let open = () => {};
+  const opened = new Promise<void>((resolve) => {
+    open = resolve;
+  });
+  const restores = [...new Set(nodes.map((node) => node.state))].map((state) => {
+    const get = state.get;
+    state.get = async (key: string) => {
+      if (key === `vm:room:${chatId}` && arrived < n) {
+        arrived += 1;
+        if (arrived === n) open();
+        await opened;
+      }
+      return get.call(state, key);
+    };
+    return () => {
+      state.get = get;
+    };
+  });
+  return {
+    restore: () => {
+      for (const r of restores) r();
     },
   };
 }
@@ -331,6 +364,31 @@ describeApp('room VMs on two nodes (one in embedded mode), without browsers', ()
       expect(x.socket.received.filter((r) => r.event === 'room:started')).toEqual([]);
     } finally {
       for (const m of [x, y]) m.socket.close();
+    }
+  });
+
+  it('two starts of a stopped room at once (one on each node) launch it once and spend one start: the other gives its start back', async () => {
+    const { a, b } = nodes;
+    const owner = await member(a, { level: 2 });
+    const start = (node: TestApp = a) => owner.client.on(node).post(`/v1/portal/chats/${chatId}/start`, {});
+    const stop = () => owner.client.post(`/v1/portal/chats/${chatId}/stop`, {});
+    const chatId = await createChat(owner, 'Started twice at once');
+    try {
+      const reads = readTogether([a, b], chatId, 2);
+      const both = await Promise.all([start(a), start(b)]);
+      reads.restore();
+      expect(both.map((r) => r.status)).toEqual([200, 200]);
+      expect([...launchedOn.a, ...launchedOn.b].filter((id) => id === String(chatId))).toHaveLength(1);
+      // One browser launched, one start spent: the user has all the others left, and no more.
+      for (let i = 2; i <= Limits.ROOM_STARTS_PER_USER; i++) {
+        expect((await stop()).status).toBe(200);
+        expect((await start()).status, `start ${i} of ${Limits.ROOM_STARTS_PER_USER}`).toBe(200);
+      }
+      expect((await stop()).status).toBe(200);
+      expect((await start()).body.code).toBe('ERR_RATE_LIMITED');
+    } finally {
+      await stop();
+      owner.socket.close();
     }
   });
 

@@ -21,8 +21,9 @@ export interface UserLimit {
   spend(userId: number): Promise<void>;
   /**
    * Gives back a point `spend` took just before, for a request that did nothing after all. Should
-   * the window end in between, the in-process store has nothing to give back and Redis credits the
-   * next window: one point, at most once per such request.
+   * the window end in between, there is nothing to give back (both stores): the give-back opens no
+   * window of its own. The stores know a window by its key, not by its spends: one another request
+   * of the user opened meanwhile takes the point off its own count (at most one per such request).
    */
   giveBack(userId: number): Promise<void>;
 }

@@ -75,12 +75,17 @@ export function makeAudiences(deps: AudienceDeps) {
         .emit('room:stopped', { chat_id: chatId, reason: reason as VmStopReason });
   };
 
-  /** Tells the owner who watches here now (nobody: the audience ends). */
-  const report = async (a: Audience): Promise<AudienceAnswer> => {
+  /**
+   * Tells the owner who watches here now (nobody: the audience ends). Only a watch asks for the
+   * room's latest frame (`frame`), for its new viewer: the others here get every frame as it comes,
+   * and a frame with each periodic report would cross the store every REPORT_EVERY_MS for nothing.
+   */
+  const report = async (a: Audience, opts: { frame?: boolean } = {}): Promise<AudienceAnswer> => {
     a.reportedAt = now();
     const users = [...a.viewers.users()];
     if (users.length === 0 && audiences.get(a.chatId) === a) endAudience(a.chatId, null);
-    return cluster.call<AudienceAnswer>(a.node, 'audience', { chatId: a.chatId, node: self, users });
+    const frame = opts.frame === true;
+    return cluster.call<AudienceAnswer>(a.node, 'audience', { chatId: a.chatId, node: self, users, frame });
   };
   const reportQuietly = (a: Audience) => void report(a).catch(() => {});
 
@@ -164,7 +169,9 @@ export function makeAudiences(deps: AudienceDeps) {
     async close(): Promise<void> {
       const notices = [...audiences.values()]
         .filter((a) => a.node !== self)
-        .map((a) => cluster.call(a.node, 'audience', { chatId: a.chatId, node: self, users: [] }).catch(() => {}));
+        .map((a) =>
+          cluster.call(a.node, 'audience', { chatId: a.chatId, node: self, users: [], frame: false }).catch(() => {}),
+        );
       await withinTime(Promise.all(notices), CLOSE_NOTICE_MS);
     },
   };

@@ -82,3 +82,47 @@ describe('vm:input events waiting for the browser (docs/api.md vm:input: at most
     expect(room.inputsInFlight).toBe(0);
   });
 });
+
+describe('a controller’s leave (userLeft) while its sockets are looked up', () => {
+  it('leaves control granted to the user anew during the look-up: only control unchanged since the leave is dropped', async () => {
+    const who = { userId: controller, permissionLevel: 0, username: 'u' };
+    // The leave's look-up of the chat's sockets waits until the test answers it (a slow node);
+    // every later look-up finds the user back in the chat with a new socket.
+    let answerLeave: (sockets: object[]) => void = () => {};
+    const leaveRead = new Promise<object[]>((resolve) => {
+      answerLeave = resolve;
+    });
+    let reads = 0;
+    const back = [{ id: 'new-socket', data: { userId: controller } }];
+    const room: ControlledRoom = {
+      chatId,
+      settings: { ...DEFAULT_ROOM_SETTINGS },
+      controller,
+      inputsInFlight: 0,
+      requests: new Map(),
+    };
+    const announced: (number | null)[] = [];
+    const control = makeRoomControl({
+      provider: { releaseInput: async () => {} },
+      chats: { assertMember: async () => {} },
+      realtime: {
+        socketsIn: async () => ({ sockets: (reads++ === 0 ? await leaveRead : back) as never, complete: true }),
+        emitTo: (_to: string, event: string, payload: { controller_user_id: number | null }) => {
+          if (event === 'vm:control') announced.push(payload.controller_user_id);
+        },
+      },
+      hosted: new Map([[chatId, room]]),
+      now: () => Date.now(),
+    } as unknown as ControlDeps);
+
+    const leaving = control.userLeft(chatId, controller);
+    // Back in the chat meanwhile, the user gives control up and takes it again, as the room is free.
+    await control.release(chatId, who);
+    expect(await control.requestControl(chatId, who)).toEqual({ granted: true, controller_user_id: controller });
+    // The leave's look-up, begun before the user came back, finds none of their sockets.
+    answerLeave([]);
+    await leaving;
+    expect(room.controller).toBe(controller);
+    expect(announced).toEqual([null, controller]);
+  });
+});

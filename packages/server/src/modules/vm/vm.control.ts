@@ -227,8 +227,11 @@ export function makeRoomControl(deps: ControlDeps) {
       for (const ask of asking) if (ask.chatId === chatId && ask.userId === userId) ask.left = true;
       const room = hosted.get(chatId);
       if (room?.controller !== userId) return;
+      const before = handovers.get(room);
       const present = (await socketsInChat(chatId, userId)).length > 0;
-      if (room.controller === userId && !present && hosted.get(chatId) === room) setController(room, null);
+      // Control that changed hands during the read (the user, back in the chat from a socket the
+      // read did not see, given it anew) postdates this leave: only the control they left with goes.
+      if (handovers.get(room) === before && !present && hosted.get(chatId) === room) setController(room, null);
     },
 
     /**

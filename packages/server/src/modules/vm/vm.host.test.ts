@@ -3,9 +3,10 @@ import { FakeClock } from '../../platform/clock.js';
 import { rooms } from '../../platform/realtime.js';
 import { type Answer, type Ask, crossNodeReads, SOCKET_READ_EVENTS } from '../../platform/socket-reads.js';
 import { MemoryState } from '../../platform/state/memory.js';
-import type { VmInfo, VmProvider } from '../../platform/vm/provider.js';
+import type { VmFrame, VmInfo, VmProvider } from '../../platform/vm/provider.js';
+import { makeAudiences } from './vm.audience.js';
 import { makeVmCluster, PLACE_TTL_MS, type VmCluster } from './vm.cluster.js';
-import { makeRoomHost, type RoomHost } from './vm.host.js';
+import { makeRoomHost, type RoomHost, serveHost } from './vm.host.js';
 
 /** A provider whose browsers are records: it counts starts and screencast subscriptions. */
 function fakeProvider() {
@@ -296,6 +297,49 @@ describe('the room host', () => {
     expect(host.has(1)).toBe(false);
     expect(await cluster.placeOf(1)).toBeNull();
     expect(await cluster.placeOf(2)).toEqual({ node: 'self', state: 'running' });
+  });
+
+  it('sends another node the latest frame when a viewer there starts watching, not with every periodic report', async () => {
+    let push: (f: VmFrame) => void = () => {};
+    fake.provider.subscribe = (_roomId, onFrame) => {
+      push = onFrame;
+      return () => {};
+    };
+    serveHost(cluster, host);
+    // Another node watching the room: its audience reports to this one (the frames' bytes are what cross).
+    const other = makeVmCluster(state, { log: { warn() {}, error() {} }, nodeId: 'other' });
+    await other.ready;
+    const answered: { last: string | null }[] = [];
+    const call = other.call.bind(other);
+    other.call = (async (node: string, op: string, args: unknown) => {
+      const answer = await call<{ last: string | null }>(node, op, args);
+      if (op === 'audience') answered.push(answer);
+      return answer;
+    }) as typeof other.call;
+    const sink = { volatile: { emit() {} }, emit() {} };
+    const audiences = makeAudiences({
+      realtime: { io: { sockets: { sockets: new Map() }, local: { to: () => sink } } } as never,
+      cluster: other,
+      now: () => clock.now().getTime(),
+    });
+    try {
+      expect(await cluster.claim(chatId)).toBeNull();
+      await host.start(chatId);
+      const a = await audiences.open(chatId, 'self');
+      a.viewers.add('first-viewer', 2);
+      await audiences.report(a);
+      push({ seq: 1, mime: 'image/jpeg', width: 2, height: 2, data: Buffer.from('jpeg') });
+      // The periodic report: the other node's viewers already have the frames.
+      clock.advance(5_000);
+      audiences.sweep(clock.now());
+      for (let i = 0; i < 10 && answered.length < 2; i++) await settle();
+      expect(answered.map((r) => r.last)).toEqual([null, null]);
+      // A new viewer there is shown the latest frame at once.
+      a.viewers.add('second-viewer', 3);
+      expect((await audiences.report(a, { frame: true })).last).toEqual(expect.any(String));
+    } finally {
+      await other.close();
+    }
   });
 
   it('does not stop a room judged idle that a viewer watches by the time the sweep stops it', async () => {

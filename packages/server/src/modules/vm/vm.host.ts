@@ -141,6 +141,16 @@ export function makeRoomHost(deps: HostDeps) {
     stopped: (chatId: number): Promise<void> => stopping.get(chatId)?.catch(() => {}) ?? Promise.resolve(),
 
     /**
+     * Whether `start` called now would launch a browser: not when it joins a launch in progress
+     * here, nor for a room that runs here (one stopping here is launched anew after the stop).
+     */
+    launches(chatId: number): boolean {
+      const inFlight = starting.get(chatId);
+      if (inFlight && !inFlight.calledOff) return false;
+      return stopping.has(chatId) || !hosted.has(chatId);
+    },
+
+    /**
      * Launches the room on this node (the caller claimed it in the room map). A room that runs
      * here already is left as it is (its controller, viewers and idle clock); one starting here is
      * awaited (docs/api.md: already running or starting, nothing else happens). A room stopping
@@ -161,9 +171,9 @@ export function makeRoomHost(deps: HostDeps) {
 
     stop,
 
-    /** A node reports who watches there (no users: nobody any more). */
-    audience(chatId: number, node: string, users: number[]): AudienceAnswer {
-      return screencast.audience(runningRoom(hosted, chatId), node, users);
+    /** A node reports who watches there (no users: nobody any more); `frame`: it wants the latest frame. */
+    audience(chatId: number, node: string, users: number[], frame = false): AudienceAnswer {
+      return screencast.audience(runningRoom(hosted, chatId), node, users, frame);
     },
 
     lastFrame: (chatId: number): VmFrame | null => hosted.get(chatId)?.last ?? null,
@@ -278,7 +288,8 @@ export function serveHost(cluster: VmCluster, host: RoomHost): void {
       case 'stop':
         return host.stop(args.chatId, (a as { reason: VmStopReason }).reason);
       case 'audience':
-        return host.audience(args.chatId, args.node, args.users);
+        // A node that does not say (one of an earlier version, mid-upgrade) gets the frame, as it did.
+        return host.audience(args.chatId, args.node, args.users, (a as { frame?: boolean }).frame !== false);
       case 'requestControl':
         return host.requestControl(args.chatId, args.actor);
       case 'grant':

@@ -66,8 +66,11 @@ export function makeScreencast(deps: ScreencastDeps) {
   return {
     updateWatching,
 
-    /** Records who watches on `node` (no users: nobody any more) and answers what that node learns. */
-    audience(room: WatchedRoom, node: string, users: number[]): AudienceAnswer {
+    /**
+     * Records who watches on `node` (no users: nobody any more) and answers what that node learns;
+     * the latest frame only when asked (`frame`: a new viewer there), as its other viewers have it.
+     */
+    audience(room: WatchedRoom, node: string, users: number[], frame: boolean): AudienceAnswer {
       if (users.length > 0) room.audiences.set(node, { users, seenAt: now() });
       else room.audiences.delete(node);
       updateWatching(room);
@@ -75,7 +78,7 @@ export function makeScreencast(deps: ScreencastDeps) {
         width: room.width,
         height: room.height,
         controller_user_id: room.controller,
-        last: room.last && node !== self ? encodeFrame(room.last) : null,
+        last: frame && room.last && node !== self ? encodeFrame(room.last) : null,
       };
     },
 

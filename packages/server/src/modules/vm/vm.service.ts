@@ -1,10 +1,10 @@
 import { Limits, VM_TOKEN_TTL_MS, type VmCredentials, type VmInputPayload } from '@parlor/protocol';
 import type { Clock } from '../../platform/clock.js';
 import { appError } from '../../platform/errors.js';
-import { rateLimited } from '../../platform/http.js';
 import { type Realtime, rooms } from '../../platform/realtime.js';
 import type { StateStore } from '../../platform/state/index.js';
 import type { VmProvider } from '../../platform/vm/provider.js';
+import { makeUserLimit } from '../../platform/write-limit.js';
 import type { ChatsService } from '../chats/chats.service.js';
 import { storedCallerLevel } from '../users/users.caller.js';
 import type { Tx } from '../users/users.store.js';
@@ -63,7 +63,12 @@ const START_WAIT_MS = 30_000;
 export function makeVmService(deps: VmDeps) {
   const { chats, realtime, clock, tokens } = deps;
   const cluster = makeVmCluster(deps.state, { log: deps.log });
-  const launches = deps.state.limiter('vm-start', Limits.ROOM_STARTS_PER_USER, Limits.ROOM_START_WINDOW_MS);
+  const launches = makeUserLimit(deps.state, {
+    name: 'vm-start',
+    points: Limits.ROOM_STARTS_PER_USER,
+    windowMs: Limits.ROOM_START_WINDOW_MS,
+    message: 'Too many room starts; try again later.',
+  });
   const self = cluster.nodeId;
   let settingsFor = deps.settingsFor ?? defaultSettingsSource;
   let guildOwner: GuildOwnerSource = deps.guildOwner ?? (async () => false);
@@ -206,17 +211,33 @@ export function makeVmService(deps: VmDeps) {
       // so does one that follows a stop on another node, and one that finds an entry of this node
       // that no launch here holds any more (a failed start's, written again by a refresh).
       const seen = await cluster.placeOf(chatId);
+      let spent = false;
       if (!seen || seen.state === 'stopping' || seen.node === self) {
-        const spent = await launches.consume(String(actor.userId));
-        if (!spent.allowed) throw rateLimited(spent.retryAfterMs, 'Too many room starts; try again later.');
+        await launches.spend(actor.userId);
+        spent = true;
       }
-      for (let attempt = 0; attempt < 3; attempt++) {
-        const held = await cluster.claim(chatId);
-        if (held === null) return host.start(chatId);
-        if (held.node === self) return host.start(chatId);
-        if (held.state === 'running' || (await waitForPlace(chatId, held))) return;
+      let launched = false;
+      /** Starts the room here: a launch, or a launch in progress here joined (`launched` says which). */
+      const startHere = () => {
+        launched = host.launches(chatId);
+        return host.start(chatId);
+      };
+      try {
+        for (let attempt = 0; attempt < 3; attempt++) {
+          const held = await cluster.claim(chatId);
+          if (held === null || held.node === self) return await startHere();
+          if (held.state === 'running' || (await waitForPlace(chatId, held))) return;
+        }
+        throw appError('ERR_ROOM_START_FAILED', 'This room could not be placed on a node; try again.');
+      } finally {
+        // Another start of the room (anyone's, on any node) launched it between this one's look at
+        // the room map and its claim: this one launched no browser, and gives its start back. The
+        // answer is this start's whatever happens here; a store that cannot take it back costs one.
+        if (spent && !launched)
+          await launches
+            .giveBack(actor.userId)
+            .catch((err: unknown) => deps.log.warn({ err }, 'room start not given back'));
       }
-      throw appError('ERR_ROOM_START_FAILED', 'This room could not be placed on a node; try again.');
     },
 
     /** Stops the chat's VM wherever it runs (stopped already: nothing to do). Viewers get room:stopped. */

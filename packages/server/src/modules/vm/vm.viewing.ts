@@ -116,7 +116,7 @@ export function makeVmViewing(deps: ViewingDeps) {
       }
       a.viewers.add(caller.socketId, caller.userId);
       try {
-        const answer = await audiences.report(a);
+        const answer = await audiences.report(a, { frame: true });
         const last = node === self ? host.lastFrame(chatId) : answer.last ? decodeFrame(answer.last) : null;
         if (last) a.viewers.offer(caller.socketId, last);
         return { width: answer.width, height: answer.height, controller_user_id: answer.controller_user_id };

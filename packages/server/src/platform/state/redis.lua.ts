@@ -51,3 +51,15 @@ local top = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
 if top[2] then redis.call('PEXPIREAT', KEYS[2], top[2]) end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {1}`;
+
+/**
+ * KEYS[1]: a limiter's counter; ARGV: points. The limiter's give-back: takes the points off the
+ * window still open, never below nothing spent, and leaves an ended window ended (rate-limiter-
+ * flexible's `reward` would open a new window at minus the points: a credit the next one keeps).
+ */
+export const REFUND_OPEN = `
+local spent = tonumber(redis.call('GET', KEYS[1]))
+if not spent then return 0 end
+local back = math.min(tonumber(ARGV[1]), math.max(spent, 0))
+if back > 0 then redis.call('DECRBY', KEYS[1], back) end
+return back`;

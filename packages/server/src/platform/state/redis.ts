@@ -3,7 +3,7 @@ import { RateLimiterRedis } from 'rate-limiter-flexible';
 import { type Clock, systemClock } from '../clock.js';
 import { type ConnectionLog, watchConnection } from './connection-log.js';
 import { wrapLimiter } from './limiter.js';
-import { ADD_EXPIRING, DEL_IF, REPLACE_IF, SET_IF_ABSENT_COUNTED, TAKE_EXPIRING } from './redis.lua.js';
+import { ADD_EXPIRING, DEL_IF, REFUND_OPEN, REPLACE_IF, SET_IF_ABSENT_COUNTED, TAKE_EXPIRING } from './redis.lua.js';
 import type { CountedIn, CountedSet, Limiter, StateStore, Unsubscribe } from './types.js';
 
 /**
@@ -184,7 +184,14 @@ export class RedisState implements StateStore {
       points,
       duration: durationMs / 1000,
     });
-    return wrapLimiter(rl, points);
+    return {
+      ...wrapLimiter(rl, points),
+      // As MemoryState's: only the open window gives points back (its key keeps its TTL), so a
+      // give-back that arrives after its window ended credits nothing to the next one.
+      refund: async (key, n = 1) => {
+        await this.client.eval(REFUND_OPEN, 1, rl.getKey(key), String(n));
+      },
+    };
   }
   async publish(channel: string, message: string) {
     await this.client.publish(this.k(channel), message);

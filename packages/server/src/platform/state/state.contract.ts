@@ -468,6 +468,29 @@ export function describeStateContract(name: string, harness: StateHarness, opts:
         expect((await limiter.consume('k')).allowed).toBe(false);
       });
 
+      it('refund gives back nothing once its window has ended, nor more than the window spent', async () => {
+        const limiter = state.limiter(freshKey('lim-refund-ended'), 2, 1_000);
+        await limiter.consume('k');
+        const spent = await limiter.consume('k');
+        expect(spent).toMatchObject({ allowed: true, remaining: 0 });
+        // Wait the window out: peek sees the full allowance once it has ended (Redis expired its key).
+        const deadline = Date.now() + 3_000;
+        while ((await limiter.peek('k')).remaining < 2) {
+          if (Date.now() > deadline) throw new Error('the 1 s window never ended');
+          await sleep(50);
+        }
+        // A give-back of a point spent in the ended window: the next window must not get it.
+        await limiter.refund('k');
+        expect(await limiter.consume('k', 2)).toMatchObject({ allowed: true, remaining: 0 });
+        expect((await limiter.consume('k')).allowed).toBe(false);
+        // Within a window, more refunds than points spent leave its count at nothing spent, no lower.
+        const other = state.limiter(freshKey('lim-refund-excess'), 2, 10_000);
+        await other.consume('k');
+        await other.refund('k', 5);
+        expect(await other.consume('k', 2)).toMatchObject({ allowed: true, remaining: 0 });
+        expect((await other.consume('k')).allowed).toBe(false);
+      });
+
       it('peek reads without spending', async () => {
         const limiter = state.limiter(freshKey('lim-peek'), 2, 10_000);
         expect(await limiter.peek('k')).toEqual({ allowed: true, remaining: 2, retryAfterMs: 0 });
