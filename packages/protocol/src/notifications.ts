@@ -66,7 +66,10 @@ export const NotificationTitle = Type.String({
   pattern: '^[^\\r\\n\\v\\f\\u0085\\u2028\\u2029]+$',
   format: 'one-line',
 });
-/** Rich text, 1-2000 characters; links must be http or https (checked by the server). */
+/**
+ * Rich text, 1-2000 characters, line breaks allowed, not all white space (a blank notification
+ * tells nothing; docs/api.md); links must be http or https (checked by the server).
+ */
 export const NotificationBody = Type.String({ minLength: 1, maxLength: Limits.NOTIFICATION_BODY_MAX, pattern: '\\S' });
 
 /** POST /v1/admin/notifications: with `user_id` to one user, without it to every user. */

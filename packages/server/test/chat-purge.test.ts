@@ -3,7 +3,7 @@ import { CHAT_PURGE_AFTER_MS } from '../src/modules/chats/chats.direct.js';
 import { FakeClock } from '../src/platform/clock.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
 import { bundle, join, keyedChat, member } from './support/chat-flows.js';
-import { countRows } from './support/faults.js';
+import { countRows, failDeletes } from './support/faults.js';
 import { operator } from './support/flows.js';
 import { closeAllSockets } from './support/sockets.js';
 
@@ -105,5 +105,30 @@ describeApp('the purge of deleted chats', () => {
     expect(await sweep({ purgeRows: 2, maxBatches: 2 })).toMatchObject({ cleared: clearedIn(2), purged: 1 });
     for (const table of CHAT_TABLES) expect(await rowsOf(table, big.chatId), table).toBe(0);
     expect(await countRows(app, `select count(*) as n from chats where id = ${big.chatId}`)).toBe(0);
+  });
+
+  it('purges the chats whose rows are gone while another chat’s rows in one table cannot be deleted', async () => {
+    await sweep({ batch: 1000, maxBatches: 100 });
+    const stuck = await usedChat('public', 2);
+    const empty = await keyedChat(app, 'public');
+    for (const { owner, chatId } of [stuck, empty])
+      expect((await owner.client.post(`/v1/portal/chats/${chatId}/delete`, {})).status).toBe(200);
+    // The chat whose rows go is one with no messages: the messages' clear fails for both at once.
+    expect(await rowsOf('messages', empty.chatId)).toBe(0);
+    expect(await rowsOf('key_envelopes', empty.chatId)).toBeGreaterThan(0);
+    clock.advance(CHAT_PURGE_AFTER_MS);
+    const lift = await failDeletes(app, 'messages', `old.chat_id = ${stuck.chatId}`);
+    try {
+      expect(await sweep()).toMatchObject({ purged: 1 });
+    } finally {
+      await lift();
+    }
+    expect(await countRows(app, `select count(*) as n from chats where id = ${empty.chatId}`)).toBe(0);
+    // The other chat keeps only the rows that could not go, and goes once they can.
+    expect(await rowsOf('messages', stuck.chatId)).toBeGreaterThan(0);
+    for (const table of CHAT_TABLES.filter((t) => t !== 'messages'))
+      expect(await rowsOf(table, stuck.chatId), table).toBe(0);
+    expect(await sweep()).toMatchObject({ purged: 1 });
+    expect(await countRows(app, `select count(*) as n from chats where id = ${stuck.chatId}`)).toBe(0);
   });
 });

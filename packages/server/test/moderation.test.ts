@@ -343,6 +343,36 @@ describeApp('chat moderation (spec 4.6 rules 2-3)', () => {
     expect(await join(guest, { chat_id: chatId })).toMatchObject({ ok: false, code: 'ERR_CHAT_BANNED' });
   });
 
+  it('a ban of a user already banned from the chat is recorded with its audit entry but writes no second system message', async () => {
+    const { owner, chatId, guest } = await chatWithGuest();
+    const ban = (reason: string, duration?: number) =>
+      owner.client.post(`/v1/portal/chats/${chatId}/ban`, { user_id: guest.user.id, reason, duration });
+    const count = (query: string) => countRows(app, `select count(*) as n from ${query}`);
+    const records = () =>
+      count(`moderation_actions where user_id = ${guest.user.id} and chat_id = ${chatId} and action_type = 'CHAT_BAN'`);
+    const audits = () => count(`audit_log where code = 406 and target_user_id = ${guest.user.id}`);
+    const systemBans = () => count(`messages where chat_id = ${chatId} and system->>'kind' = 'ban'`);
+    const banNotices = () =>
+      owner.socket.received
+        .filter(
+          (r) => r.event === 'message:new' && (r.payload as { system?: { kind?: string } }).system?.kind === 'ban',
+        )
+        .map((r) => (r.payload as { system: { reason: string } }).system.reason);
+
+    expect((await ban('first')).body).toEqual({ ok: true });
+    await owner.socket.next('message:new', (m) => m.system?.reason === 'first');
+    // Banned already (and no longer a member): the new ban (its own duration) and audit entry count.
+    expect((await ban('again', 3600)).body).toEqual({ ok: true });
+    expect([await records(), await audits(), await systemBans()]).toEqual([2, 2, 1]);
+    // Once the bans are lifted, a ban is news again. The chat's messages arrive in order, so a
+    // notice of the repeated ban would have come before this one.
+    expect((await owner.client.post(`/v1/portal/chats/${chatId}/unban`, { user_id: guest.user.id })).status).toBe(200);
+    expect((await ban('third')).body).toEqual({ ok: true });
+    await owner.socket.next('message:new', (m) => m.system?.reason === 'third');
+    expect(banNotices()).toEqual(['first', 'third']);
+    expect([await records(), await audits(), await systemBans()]).toEqual([3, 3, 2]);
+  });
+
   it('mute refuses sending with ttl; unmute lifts it and tells the chat; a hard mute outlives chat unmutes', async () => {
     const { owner, chatId, chatKey, epoch, guest } = await chatWithGuest();
     expect((await send(guest, chatId, chatKey, epoch)).status).toBe(200);

@@ -230,7 +230,7 @@ describeApp('POST /v1/admin/notifications (targeted)', () => {
     });
   });
 
-  it('accepts a 100-character title and a 2000-character body; refuses 101 and 2001, and a title that is not one line of visible text', async () => {
+  it('accepts a 100-character title and a 2000-character body; refuses 101 and 2001, a title that is not one line of visible text and a blank body', async () => {
     const { user } = await login(app, { bot });
     const body = (title: string, text: string) => ({ title, body: text, type: 'info', user_id: user.id });
     expect((await op.post('/v1/admin/notifications', body('t'.repeat(100), 'b'.repeat(2000)))).status).toBe(200);
@@ -255,6 +255,7 @@ describeApp('POST /v1/admin/notifications (targeted)', () => {
       ['\u{e0020}\u{e0041}\u{e007f}', 'ok', 'body/title'],
       ['\u{e0020}'.repeat(51), 'ok', 'body/title'],
       ['ok', '', 'body/body'],
+      ['ok', ' \n\t\u3000 ', 'body/body'],
     ] as const) {
       const res = await op.post('/v1/admin/notifications', body(title, text));
       expectError(res, 400, 'ERR_VALIDATION');

@@ -2,6 +2,7 @@ import { once } from 'node:events';
 import net from 'node:net';
 import { expect, it } from 'vitest';
 import { REQUEST_TIMEOUT_MS } from '../src/platform/connections.js';
+import { UNAVAILABLE_RETRY_AFTER_SECONDS } from '../src/platform/errors.js';
 import { createBacking, describeApp, MODE, startApp } from './support/app.js';
 import { bundle, join, keyedChat, member } from './support/chat-flows.js';
 import { rawConnection } from './support/raw-http.js';
@@ -81,7 +82,7 @@ function connectOutcome(port: number): Promise<string> {
 }
 
 describeApp('shutdown', () => {
-  it('answers a request in flight when close begins, and one arriving during the drain with 503 ERR_SERVICE_UNAVAILABLE, each with Connection: close', async () => {
+  it('answers a request in flight when close begins, and one arriving during the drain with 503 ERR_SERVICE_UNAVAILABLE and Retry-After, each with Connection: close', async () => {
     const { app, draining, release } = await appWithHeldDrain();
     const port = Number(new URL(app.url).port);
     const inFlight = rawConnection(port);
@@ -107,6 +108,8 @@ describeApp('shutdown', () => {
     const [refused] = answers(idle.received());
     expect(refused?.status, idle.received()).toBe(503);
     expect(refused?.headers.connection).toBe('close');
+    // As every 503 of an outage: a client (the SDK's error carries it) knows when to try again.
+    expect(refused?.headers['retry-after']).toBe(String(UNAVAILABLE_RETRY_AFTER_SECONDS));
     expect(JSON.parse(refused?.body ?? '{}')).toEqual({
       code: 'ERR_SERVICE_UNAVAILABLE',
       message: 'The service is not available right now.',

@@ -2,6 +2,7 @@ import { type Server, type ServerResponse, STATUS_CODES } from 'node:http';
 import { Server as NetServer, type Socket } from 'node:net';
 import { type ErrorBody, type ErrorCode, ErrorCodes } from '@parlor/protocol';
 import type { FastifyInstance } from 'fastify';
+import { UNAVAILABLE_RETRY_AFTER_SECONDS } from './errors.js';
 import { API_SECURITY_HEADERS } from './security-headers.js';
 
 /**
@@ -74,7 +75,9 @@ function clientErrorBody(code: string | undefined): [number, ErrorBody] {
 /**
  * Once the app begins to close, every request answers `503 ERR_SERVICE_UNAVAILABLE` in the API's
  * error body (Fastify's own drain answer is `{"error":"Service Unavailable"}`): a load balancer
- * sends the client elsewhere. Register before other preClose hooks: the node stops accepting
+ * sends the client elsewhere. It carries `Retry-After` as every other 503 of the API does
+ * (errors.ts): a client talking to this node alone (a single-node install restarting) is told to
+ * come back, not that the request failed for good. Register before other preClose hooks: the node stops accepting
  * connections here, at once, rather than once every preClose hook has run (Fastify closes the
  * server only then, and the background tasks' stop and the sockets' close take seconds).
  *
@@ -110,6 +113,7 @@ export function installDrain(app: FastifyInstance): void {
     }
     void reply
       .status(503)
+      .header('retry-after', String(UNAVAILABLE_RETRY_AFTER_SECONDS))
       .send({ code: 'ERR_SERVICE_UNAVAILABLE', message: ErrorCodes.ERR_SERVICE_UNAVAILABLE.message });
   });
 }

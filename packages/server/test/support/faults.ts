@@ -6,13 +6,13 @@ import { captureLog, LEVEL, type LogLine } from './logs.js';
 let faultCounter = 0;
 
 /**
- * Makes the database refuse the writes (`insert` or `update`) to `table` whose row matches `when`
- * (SQL over NEW for an insert, OLD for an update), as a failing disk or a constraint would: a real
+ * Makes the database refuse the writes (`insert`, `update` or `delete`) to `table` whose row matches
+ * `when` (SQL over NEW for an insert, OLD for an update or a delete), as a failing disk or a constraint would: a real
  * failure in the middle of a write, on PGlite and PostgreSQL alike. Returns what lifts it.
  */
 async function failWrites(
   app: TestApp,
-  write: 'insert' | 'update',
+  write: 'insert' | 'update' | 'delete',
   table: string,
   when: string,
 ): Promise<() => Promise<void>> {
@@ -45,6 +45,14 @@ export function failInserts(app: TestApp, table: string, when: string): Promise<
  */
 export function failUpdates(app: TestApp, table: string, when: string): Promise<() => Promise<void>> {
   return failWrites(app, 'update', table, when);
+}
+
+/**
+ * Makes the database refuse the deletes of the `table` rows that match `when` (SQL over OLD): rows a
+ * sweep cannot delete. Returns what lifts it; lift it in `finally`.
+ */
+export function failDeletes(app: TestApp, table: string, when: string): Promise<() => Promise<void>> {
+  return failWrites(app, 'delete', table, when);
 }
 
 /**

@@ -1,4 +1,4 @@
-import { and, eq, isNull, type SQL, sql } from 'drizzle-orm';
+import { and, eq, getTableColumns, isNull, type SQL, sql } from 'drizzle-orm';
 import { anyOf, type Db } from '../../platform/db/index.js';
 import { chatMembers, chats } from '../../platform/db/schema.js';
 import type { Tx } from '../users/users.store.js';
@@ -10,6 +10,10 @@ type ChatRow = typeof chats.$inferSelect;
  * is purged with every other deleted chat (chats.purge.store.ts).
  */
 export type DirectStep = 'archive' | 'remove';
+
+/** The current members of the chat a statement over `chats` is at (the archive's RETURNING). */
+const membersNow = sql<number>`(select count(*) from ${chatMembers}
+  where ${chatMembers.chatId} = ${chats.id} and ${chatMembers.leftAt} is null)`.mapWith(Number);
 
 /**
  * The ids of up to `limit` direct chats due for `step` at `cutoff`, oldest first, rows another
@@ -68,14 +72,16 @@ export function makeDirectSweepStore(db: Db) {
     /**
      * Archives up to `limit` active direct chats whose expiry passed, as of their expiry (when
      * they stopped being active, as archivedAtOf reads them, not when the sweep came by: their
-     * removal 24 h later counts from it); answers them.
+     * removal 24 h later counts from it); answers them with their members as the archive found
+     * them, read by the same statement: the sweep's `chat:updated` then needs no read after the
+     * commit, whose failure would lose that news (the next tick finds the chats archived).
      */
-    async archiveDue(now: Date, limit: number): Promise<ChatRow[]> {
+    async archiveDue(now: Date, limit: number): Promise<(ChatRow & { memberCount: number })[]> {
       return db
         .update(chats)
         .set({ archivedAt: sql`${chats.expiresAt}`, updatedAt: now })
         .where(sql`${chats.id} in (${dueDirect('archive', now, limit)})`)
-        .returning();
+        .returning({ ...getTableColumns(chats), memberCount: membersNow });
     },
     /**
      * Removes (soft-deletes) up to `limit` direct chats archived at or before `cutoff` and ends

@@ -10,13 +10,14 @@ import type { ChatsStore } from './chats.store.js';
 /** The direct chats over a store stand-in (only what the sweep reads), with the sweep's listeners and log. */
 function sweeper(store: Partial<ChatsStore>) {
   const archivedChats = vi.fn();
+  const emitTo = vi.fn();
   const log = { error: vi.fn(), warn: vi.fn() };
   const direct = makeDirectChats({
     db: {} as Db,
     store: store as ChatsStore,
     clock: new FakeClock(Date.now()),
     messages: {} as MessagesService,
-    realtime: { emitTo: vi.fn(), io: {} as never, leaveChat: vi.fn() },
+    realtime: { emitTo, io: {} as never, leaveChat: vi.fn() },
     mustGet: async () => {
       throw new Error('not used');
     },
@@ -24,7 +25,7 @@ function sweeper(store: Partial<ChatsStore>) {
     archivedChats,
     log,
   });
-  return { direct, archivedChats, log };
+  return { direct, archivedChats, emitTo, log };
 }
 
 describe('sweepDirect', () => {
@@ -35,7 +36,6 @@ describe('sweepDirect', () => {
         calls.push('archive');
         throw new Error('archive broke');
       },
-      memberCounts: async () => new Map<number, number>(),
       removeDue: async () => {
         calls.push('remove');
         return { removed: [], members: [] };
@@ -56,20 +56,65 @@ describe('sweepDirect', () => {
     expect(log.error.mock.calls[0]?.[0]).toMatchObject({ task: 'direct-chat-lifecycle', step: 'archive' });
   });
 
-  it('tells the archive listeners of archived chats even when the member count read after the archive fails', async () => {
+  it('clears the other tables and purges the chats already empty when one table’s clear fails, logging that table', async () => {
+    const calls: string[] = [];
     const store = {
-      archiveDue: async () => [{ id: 7 }, { id: 8 }],
-      memberCounts: async () => {
-        throw new Error('count broke');
+      archiveDue: async () => [],
+      removeDue: async () => ({ removed: [], members: [] }),
+      clearDeleted: async (table: string) => {
+        calls.push(`clear ${table}`);
+        if (table === 'messages') throw new Error('messages broke');
+        return 1;
       },
+      purgeDeleted: async () => {
+        calls.push('purge');
+        return 1;
+      },
+    } as unknown as ChatsStore;
+    const { direct, log } = sweeper(store);
+    expect(await direct.sweepDirect()).toEqual({
+      archived: 0,
+      removed: 0,
+      cleared: CHAT_ROWS_TABLES.length - 1,
+      purged: 1,
+    });
+    expect(calls).toEqual([...CHAT_ROWS_TABLES.map((t) => `clear ${t}`), 'purge']);
+    expect(log.error).toHaveBeenCalledTimes(1);
+    expect(log.error.mock.calls[0]?.[0]).toMatchObject({ task: 'direct-chat-lifecycle', step: 'clear messages' });
+  });
+
+  it('sends chat:updated for each archived chat with the members its archive statement read, reading nothing after it', async () => {
+    const chat = (id: number) => ({
+      id,
+      type: 'direct',
+      name: 'a & b',
+      ownerUserId: null,
+      epoch: 1,
+      msgMs: 0,
+      msgSeq: 0,
+      restrictionsSeq: 0,
+      expiresAt: new Date(0),
+      matchToken: 't',
+      archivedAt: new Date(0),
+      createdAt: new Date(0),
+      updatedAt: new Date(0),
+      deletedAt: null,
+      memberCount: 2,
+    });
+    const store = {
+      archiveDue: async () => [chat(7), chat(8)],
       removeDue: async () => ({ removed: [], members: [] }),
       clearDeleted: async () => 0,
       purgeDeleted: async () => 0,
     } as unknown as ChatsStore;
-    const { direct, archivedChats, log } = sweeper(store);
-    await direct.sweepDirect();
+    const { direct, archivedChats, emitTo, log } = sweeper(store);
+    expect(await direct.sweepDirect()).toMatchObject({ archived: 2 });
     expect(archivedChats).toHaveBeenCalledWith([7, 8]);
-    expect(log.error.mock.calls[0]?.[0]).toMatchObject({ task: 'direct-chat-lifecycle', step: 'archive' });
+    expect(log.error).not.toHaveBeenCalled();
+    expect(emitTo.mock.calls.map(([room, event, payload]) => [room, event, payload.chat.member_count])).toEqual([
+      ['chat:7', 'chat:updated', 2],
+      ['chat:8', 'chat:updated', 2],
+    ]);
   });
 });
 

@@ -244,8 +244,9 @@ export function makeDirectChats(deps: DirectChatsDeps) {
      * everything in it): its messages, key envelopes, history, invites and memberships first,
      * `purgeRows` a statement, then the chat. Each step runs batches of `batch` (chats) while they
      * come back full, at most `maxBatches` a tick. The three steps (archive, remove, purge) run on
-     * their own (runSteps): one that fails is logged and counts 0, and the others still run; the
-     * purge's chats go only once their rows are cleared. Safe on many nodes.
+     * their own (runSteps): one that fails is logged and counts 0, and the others still run; so do
+     * the purge's tables, each clear on its own; the purge's chats go only once their rows are
+     * cleared. Safe on many nodes.
      */
     async sweepDirect(
       opts: { batch?: number; maxBatches?: number; purgeRows?: number } = {},
@@ -255,17 +256,12 @@ export function makeDirectChats(deps: DirectChatsDeps) {
       const now = clock.now();
       const archive = () =>
         drain(size, maxBatches, async () => {
+          // The chats with their members as the archive found them, read by its own statement: a
+          // read after the commit could fail, and the next tick, finding the chats archived, would
+          // never send their `chat:updated`.
           const rows = await store.archiveDue(now, size);
-          // Committed: the archive listeners (the room VM stops theirs) hear of it first, so a
-          // failure of the read below leaves no browser running in a read-only chat; the chat reads
-          // as archived anyway (archivedAtOf), `chat:updated` is only the news of it.
           archivedChats(rows.map((c) => c.id));
-          // Read after the archive, as a leave does: the chat's members as they are then.
-          const counts = await store.memberCounts(rows.map((c) => c.id));
-          for (const c of rows)
-            realtime.emitTo(rooms.chat(c.id), 'chat:updated', {
-              chat: toChat({ ...c, memberCount: counts.get(c.id) ?? 0 }),
-            });
+          for (const c of rows) realtime.emitTo(rooms.chat(c.id), 'chat:updated', { chat: toChat(c) });
           return rows.length;
         });
       const removedBefore = new Date(now.getTime() - Limits.DIRECT_ARCHIVE_TTL_MS);
@@ -286,8 +282,18 @@ export function makeDirectChats(deps: DirectChatsDeps) {
       const rows = opts.purgeRows ?? PURGE_ROWS_BATCH;
       let cleared = 0;
       const purge = async () => {
-        for (const table of CHAT_ROWS_TABLES)
-          cleared += await drain(rows, maxBatches, () => store.clearDeleted(table, purgeBefore, rows));
+        // Each table on its own (runSteps): a clear that fails (logged with its table) no longer
+        // stops the other tables' clears, nor the purge of the chats whose rows are gone already,
+        // which would wait on every tick for as long as that table's failure lasts.
+        const clears = await runSteps(
+          DIRECT_SWEEP_TASK,
+          CHAT_ROWS_TABLES.map((table) => ({
+            name: `clear ${table}`,
+            run: () => drain(rows, maxBatches, () => store.clearDeleted(table, purgeBefore, rows)),
+          })),
+          deps.log,
+        );
+        for (const n of Object.values(clears)) cleared += n;
         return drain(size, maxBatches, () => store.purgeDeleted(purgeBefore, size));
       };
       const done = await runSteps(

@@ -15,16 +15,6 @@ export function makeMemberStore(db: Db) {
         .where(and(eq(chatMembers.chatId, chatId), isNull(chatMembers.leftAt)));
       return row?.n ?? 0;
     },
-    /** The current members of each of the chats, one statement; a chat with none is left out. */
-    async memberCounts(chatIds: number[]): Promise<Map<number, number>> {
-      if (chatIds.length === 0) return new Map();
-      const rows = await db
-        .select({ chatId: chatMembers.chatId, n: count() })
-        .from(chatMembers)
-        .where(and(anyOf(chatMembers.chatId, chatIds), isNull(chatMembers.leftAt)))
-        .groupBy(chatMembers.chatId);
-      return new Map(rows.map((r) => [r.chatId, r.n]));
-    },
     async isMember(chatId: number, userId: number, tx: Tx = db): Promise<boolean> {
       const [row] = await tx
         .select({ n: count() })

@@ -56,7 +56,8 @@ export function makeChatMembership(deps: MembershipDeps) {
   /**
    * Ends a membership with its history entry, system message and rekey; announces after commit.
    * Answers whether there was a membership to end (a ban of a non-member persists only its system
-   * message). An archived chat answers ERR_CHAT_READ_ONLY, after the caller's `decide`.
+   * message, and none when the user is banned from the chat already). An archived chat answers
+   * ERR_CHAT_READ_ONLY, after the caller's `decide`.
    */
   const removeFromChat = async (
     chatId: number,
@@ -80,10 +81,15 @@ export function makeChatMembership(deps: MembershipDeps) {
       if (archivedAtOf(chat, now) !== null) throw appError('ERR_CHAT_READ_ONLY');
       const removed = await store.removeMember(chatId, userId, now, tx);
       if (!removed && !opts.tolerateNonMember) throw appError('ERR_NOT_CHAT_MEMBER');
+      // A ban of a non-member who is banned from the chat already (read before `extra` records the
+      // new one; bans of one chat wait for each other on its row, held above) is no news to the
+      // chat: the new record and its audit entry are written, but no second `ban` notice.
+      const repeated = !removed && opts.action === 'ban' && (await messages.isChatBanned(chatId, userId, tx));
       if (opts.extra) await opts.extra(tx, { removed, at: now });
       // A ban of a non-member (one who left already) is still recorded (by `extra`): its system
       // message is persisted with it (spec 2.9), with no membership, history entry or rekey to end.
-      if (!removed) return { system: await messages.appendSystem(chatId, opts.system, tx), removed: null };
+      if (!removed)
+        return { system: repeated ? null : await messages.appendSystem(chatId, opts.system, tx), removed: null };
       // Every live session of the user (and one over in the last minute, whose socket its node may
       // not have dropped yet) goes offline in the chat once its sockets have left the room (a
       // session that was not present there changes no list). Read from the database in this
@@ -97,7 +103,7 @@ export function makeChatMembership(deps: MembershipDeps) {
       return { system, removed: { bumped, present } };
     });
     if (!result.removed) {
-      messages.publish(result.system);
+      if (result.system) messages.publish(result.system);
       return false;
     }
     // Out of the room at once, before anything awaits: a join that makes the user a member again
