@@ -13,6 +13,17 @@ describe('parlor subscriptions|notifications argument checks (before anything is
     expect(run.stdout).toMatch(/^\s+notifications\s/m);
   });
 
+  it('tells in the help of send and broadcast what a title and a body must hold', async () => {
+    for (const command of [['send'], ['broadcast']]) {
+      const run = await parlor(['notifications', ...command, '--help'], { PARLOR_URL: NOWHERE });
+      expect(run.code).toBe(0);
+      const help = run.stdout.replace(/\s+/g, ' ');
+      const visible = 'at least one visible (not only white space or format characters such as U+200B)';
+      expect(help).toContain(`--title <title> one line, 1-100 characters, ${visible}`);
+      expect(help).toContain(`--body <body> 1-2000 characters, ${visible};`);
+    }
+  });
+
   const cases: [string, string[], RegExp][] = [
     ['an unknown tier', ['subscriptions', 'grant', '5', 'gold'], /trial, premium, lifetime/],
     ['an upper-case tier', ['subscriptions', 'grant', '5', 'PREMIUM', '--days', '3'], /trial, premium, lifetime/],

@@ -52,11 +52,16 @@ const LINE_BREAK = /[\r\n\v\f\u0085\u2028\u2029]/;
 const VISIBLE = /[^\s\p{Cf}]/u;
 
 /**
- * Whether text is one line with something visible in it: the `one-line` string format, which the
- * server checks (platform/validation.ts) as it checks `http-url` with isHttpUrl.
+ * Whether text has something visible in it: the `visible` string format, which the server checks
+ * (platform/validation.ts) as it checks `http-url` with isHttpUrl.
  */
+export function isVisible(value: string): boolean {
+  return VISIBLE.test(value);
+}
+
+/** Whether text is one line with something visible in it: the `one-line` string format (as `visible`). */
 export function isOneLine(value: string): boolean {
-  return !LINE_BREAK.test(value) && VISIBLE.test(value);
+  return !LINE_BREAK.test(value) && isVisible(value);
 }
 
 /** One line of 1-100 characters (code points), not all white space or format characters. */
@@ -67,10 +72,16 @@ export const NotificationTitle = Type.String({
   format: 'one-line',
 });
 /**
- * Rich text, 1-2000 characters, line breaks allowed, not all white space (a blank notification
- * tells nothing; docs/api.md); links must be http or https (checked by the server).
+ * Rich text, 1-2000 characters, line breaks allowed, not all white space or format characters, as
+ * a title (a blank notification tells nothing; docs/api.md); links must be http or https (checked
+ * by the server).
  */
-export const NotificationBody = Type.String({ minLength: 1, maxLength: Limits.NOTIFICATION_BODY_MAX, pattern: '\\S' });
+export const NotificationBody = Type.String({
+  minLength: 1,
+  maxLength: Limits.NOTIFICATION_BODY_MAX,
+  pattern: '\\S',
+  format: 'visible',
+});
 
 /** POST /v1/admin/notifications: with `user_id` to one user, without it to every user. */
 export const AdminNotificationBody = Type.Object(

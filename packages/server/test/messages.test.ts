@@ -886,6 +886,33 @@ describeApp('deletes racing an expiry, a promotion or another delete (PostgreSQL
   );
 
   it.skipIf(MODE !== 'cluster')(
+    'holds the senders’ users rows: delete-last waits for a promotion of the newest message’s sender out of reach, then passes that message over and deletes the next one it may',
+    async () => {
+      const key = await keyedChat(timed); // its owner is an Admin
+      const { owner, chatId } = key;
+      const user = await member(timed);
+      expect((await join(user, { chat_id: chatId })).ok).toBe(true);
+      await shareKey(owner, key, [user]);
+      const o1 = await say(owner, key);
+      const m1 = await say(user, key);
+      const sql = pg as postgres.Sql;
+      // Another node promotes the newest message's sender to Admin, holding only the sender's row.
+      const promotion = hold(sql, (tx) => tx`update users set permission_level = 2 where id = ${user.user.id}`);
+      await promotion.ready;
+      const answer = owner.client.post(`/v1/portal/chats/${chatId}/messages/delete-last`, { count: 1 });
+      // The delete-last waits for the sender's row (one that does not take it answers first).
+      await lockWaitersOr(sql, 1, answer);
+      await promotion.end();
+      const res = await answer;
+      expect({ status: res.status, body: res.body, kept: await kept(chatId, [o1, m1]) }).toEqual({
+        status: 200,
+        body: { deleted: 1, deleted_ids: [o1] },
+        kept: [m1],
+      });
+    },
+  );
+
+  it.skipIf(MODE !== 'cluster')(
     'delete-last {count: 1} while another delete holds the newest message deletes the next newest: both are gone once that commits',
     async () => {
       const key = await keyedChat(timed);

@@ -230,7 +230,7 @@ describeApp('POST /v1/admin/notifications (targeted)', () => {
     });
   });
 
-  it('accepts a 100-character title and a 2000-character body; refuses 101 and 2001, a title that is not one line of visible text and a blank body', async () => {
+  it('accepts a 100-character title and a 2000-character body; refuses 101 and 2001, a title that is not one line of visible text and a body with nothing visible', async () => {
     const { user } = await login(app, { bot });
     const body = (title: string, text: string) => ({ title, body: text, type: 'info', user_id: user.id });
     expect((await op.post('/v1/admin/notifications', body('t'.repeat(100), 'b'.repeat(2000)))).status).toBe(200);
@@ -238,6 +238,7 @@ describeApp('POST /v1/admin/notifications (targeted)', () => {
     expect((await op.post('/v1/admin/notifications', body('\u{1F600}'.repeat(100), 'ok'))).status).toBe(200);
     expect((await op.post('/v1/admin/notifications', body('\u200bHi\u200d \u{e0041}', 'ok'))).status).toBe(200);
     expect((await op.post('/v1/admin/notifications', body('\u{1D400}', 'ok'))).status).toBe(200);
+    expect((await op.post('/v1/admin/notifications', body('ok', '\u200b\n**Hi**\u2060'))).status).toBe(200);
     for (const [title, text, field] of [
       ['t'.repeat(101), 'ok', 'body/title'],
       ['\u{1F600}'.repeat(101), 'ok', 'body/title'],
@@ -256,6 +257,9 @@ describeApp('POST /v1/admin/notifications (targeted)', () => {
       ['\u{e0020}'.repeat(51), 'ok', 'body/title'],
       ['ok', '', 'body/body'],
       ['ok', ' \n\t\u3000 ', 'body/body'],
+      ['ok', '\u200b', 'body/body'],
+      ['ok', '\u200b\n\u2060 \ufeff\u00ad', 'body/body'],
+      ['ok', '\u{e0020}\u{e0041}\u{e007f}', 'body/body'],
     ] as const) {
       const res = await op.post('/v1/admin/notifications', body(title, text));
       expectError(res, 400, 'ERR_VALIDATION');

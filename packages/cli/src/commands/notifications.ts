@@ -10,13 +10,16 @@ interface ContentOptions {
   type: NotificationType;
 }
 
+/** What the server requires of a title and a body besides their length (protocol isVisible). */
+const VISIBLE = 'at least one visible (not only white space or format characters such as U+200B)';
+
 /** --title, --body and --type, shared by `send` and `broadcast`. */
 function withContent(command: Command): Command {
   return command
-    .requiredOption('--title <title>', `one line, 1-${Limits.NOTIFICATION_TITLE_MAX} characters`)
+    .requiredOption('--title <title>', `one line, 1-${Limits.NOTIFICATION_TITLE_MAX} characters, ${VISIBLE}`)
     .requiredOption(
       '--body <body>',
-      `1-${Limits.NOTIFICATION_BODY_MAX} characters; **bold** and [label](https://…) links (http/https only)`,
+      `1-${Limits.NOTIFICATION_BODY_MAX} characters, ${VISIBLE}; **bold** and [label](https://…) links (http/https only)`,
     )
     .addOption(new Option('--type <type>', 'how clients style it').choices(NotificationTypes).default('info'));
 }

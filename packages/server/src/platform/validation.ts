@@ -1,4 +1,4 @@
-import { isHttpUrl, isOneLine } from '@parlor/protocol';
+import { isHttpUrl, isOneLine, isVisible } from '@parlor/protocol';
 import { Ajv } from 'ajv';
 import addFormats, { type FormatsPlugin } from 'ajv-formats';
 import type { FastifyInstance, FastifySchemaCompiler } from 'fastify';
@@ -44,6 +44,8 @@ function makeAjv(coerce: boolean) {
   // One line of visible text (protocol isOneLine): Unicode's format characters (U+200B, tags past
   // U+FFFF) are invisible, and a pattern spelling them all is kilobytes long.
   ajv.addFormat('one-line', { type: 'string', validate: isOneLine });
+  // Visible text over any number of lines (protocol isVisible), for the same reason.
+  ajv.addFormat('visible', { type: 'string', validate: isVisible });
   return ajv;
 }
 

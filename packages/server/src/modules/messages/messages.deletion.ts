@@ -11,6 +11,9 @@ import { type DeletionCandidate, parseMessageId } from './messages.store.js';
 /** A message's key. */
 type Key = { ms: number; seq: number };
 
+/** A delete-last choice's outcome: the rows it deleted, or the actor's level to choose again on. */
+type Chosen = { rows: Key[] } | { again: number };
+
 /** The chat a deletion acts in, as the route found it. */
 export interface DeletionChat {
   id: number;
@@ -25,6 +28,12 @@ export type ReaderCheck = () => Promise<unknown>;
 
 /** The rules' view of an actor (moderation.rules). */
 const ruled = (actor: Sender) => ({ userId: actor.userId, level: actor.permissionLevel });
+
+/**
+ * How many times delete-last chooses its messages (see removeLast): each choice after the first
+ * follows a level change committed while the one before waited for a users row.
+ */
+const LAST_CHOICES = 3;
 
 /** The levels whose messages `actor` may delete as a moderator: those canTarget reaches. */
 const reachableLevels = (actor: Sender) =>
@@ -81,35 +90,39 @@ export function makeMessageDeletion({ store, clock, realtime, access }: Omit<Mes
    * as they are at the commit"), not the session's: in one transaction, the actor's users row held
    * FOR SHARE (storedCallerLevel: a demotion, ban or deletion committed before is read, a later one
    * waits), the moderator right decided on that level (403), and `write` deletes with the actor at
-   * it, its reach (canTarget) included. A delete by id names its messages (`named`): their senders'
-   * rows are held with the actor's, all in id order in one statement (store holdSenders), so that
-   * `write` decides the reach on their levels as they are at the commit too; in another order it
-   * could deadlock with an admin action between the actor and a sender, which locks both rows in id
-   * order. The users rows before the messages: what else locks message rows (these deletes, the
-   * purge's batches) takes no users row after them, so no cycle.
+   * it, its reach (canTarget) included. The messages it would delete are named first (`name`: a
+   * delete by id's ids; delete-last's choice, those rows held FOR UPDATE): their senders' rows are
+   * held with the actor's, all in id order in one statement (store holdSenders), so that `write`
+   * decides the reach on their levels as they are at the commit too; in another order it could
+   * deadlock with an admin action between the actor and a sender, which locks both rows in id
+   * order. A delete by id takes the users rows before the messages, delete-last after the rows it
+   * chose: no cycle either way, since what else locks message rows (these deletes, the purge's
+   * batches) holds users rows at most FOR SHARE, which does not conflict with these.
    */
   const asModerator = <T>(
     actor: Sender,
     chat: DeletionChat,
-    write: (stored: Sender, tx: Tx) => Promise<T>,
-    named: Key[] = [],
+    write: (stored: Sender, tx: Tx, named: Key[]) => Promise<T>,
+    name: (tx: Tx) => Promise<Key[]> = async () => [],
   ) =>
     store.transaction(async (tx) => {
+      const named = await name(tx);
       if (named.length > 0) await store.holdSenders(chat.id, named, actor.userId, tx);
       const stored = { ...actor, permissionLevel: await storedCallerLevel(tx, actor.userId, clock) };
       if (!(await mayModerate(stored, chat, tx))) throw appError('ERR_FORBIDDEN');
-      return write(stored, tx);
+      return write(stored, tx, named);
     });
 
   /** The messages of `found` that are not the actor's own. */
   const othersOf = (actor: Sender, found: DeletionCandidate[]) => found.filter((m) => m.senderId !== actor.userId);
 
+  /** Whether another's message is within the actor's reach (canTarget), a deleted account's (no level) too. */
+  const withinReach = (actor: Sender, m: DeletionCandidate) =>
+    m.senderLevel === null || canTarget(ruled(actor), { userId: m.senderId ?? 0, level: m.senderLevel });
+
   /** Refuses (403) a delete of `others` when one of their senders is out of the actor's reach (canTarget). */
   const assertInReach = (actor: Sender, others: DeletionCandidate[]) => {
-    const outOfReach = others.some(
-      (m) => m.senderLevel !== null && !canTarget(ruled(actor), { userId: m.senderId ?? 0, level: m.senderLevel }),
-    );
-    if (outOfReach) throw appError('ERR_FORBIDDEN', 'That user is out of your reach.');
+    if (others.some((m) => !withinReach(actor, m))) throw appError('ERR_FORBIDDEN', 'That user is out of your reach.');
   };
 
   /**
@@ -161,7 +174,7 @@ export function makeMessageDeletion({ store, clock, realtime, access }: Omit<Mes
         assertInReach(stored, othersOf(actor, await store.byIds(chat.id, named, tx)));
         return removeFound(tx);
       };
-      return deleted(actor, chat.id, await asModerator(actor, chat, removeInReach, named));
+      return deleted(actor, chat.id, await asModerator(actor, chat, removeInReach, async () => named));
     },
 
     async removeMine(actor: Sender, chat: DeletionChat) {
@@ -176,17 +189,32 @@ export function makeMessageDeletion({ store, clock, realtime, access }: Omit<Mes
      * The newest `count` user messages the actor may delete, for who may moderate the chat (reader
      * or not; anyone else is refused as a reader first): its own and those of senders within reach
      * (below its level, deleted accounts); messages of users at or above its level are passed over
-     * and do not count. The right and the reach are decided on the actor's level as stored (asModerator).
+     * and do not count. Decided on the levels as they are at the commit (asModerator): the messages
+     * are chosen on the levels read then (store holdLast), their senders' rows and the actor's held,
+     * and they are deleted if that choice stands on the held levels. If not (a level changed in
+     * between: the actor's, or a sender's promoted out of reach) the transaction ends and the choice
+     * is made again on the levels now committed; the last of LAST_CHOICES deletes what it chose that
+     * is still within reach, passing over the rest.
      */
     async removeLast(actor: Sender, chat: DeletionChat, count: number, assertReader: ReaderCheck) {
       const moderator = await moderates(actor, chat, assertReader);
       assertWritable(chat);
       if (!moderator) throw appError('ERR_FORBIDDEN');
-      const reach = (stored: Sender) => ({ actorId: actor.userId, levels: reachableLevels(stored) });
-      const rows = await asModerator(actor, chat, (stored, tx) =>
-        whileWritable(chat.id, tx, (now) => store.removeLast(chat.id, count, reach(stored), now, tx)),
-      );
-      return deleted(actor, chat.id, rows);
+      let level = actor.permissionLevel;
+      for (let choice = 1; ; choice++) {
+        const levels = reachableLevels({ ...actor, permissionLevel: level });
+        const choose = (tx: Tx) => store.holdLast(chat.id, count, { actorId: actor.userId, levels }, tx);
+        const removeChosen = async (stored: Sender, tx: Tx, chosen: Key[]): Promise<Chosen> => {
+          const held = await store.byIds(chat.id, chosen, tx);
+          const inReach = held.filter((m) => m.senderId === actor.userId || withinReach(stored, m));
+          const stands = stored.permissionLevel === level && inReach.length === chosen.length;
+          if (!stands && choice < LAST_CHOICES) return { again: stored.permissionLevel };
+          return { rows: await whileWritable(chat.id, tx, (now) => store.remove(chat.id, inReach, now, tx)) };
+        };
+        const outcome = await asModerator(actor, chat, removeChosen, choose);
+        if ('rows' in outcome) return deleted(actor, chat.id, outcome.rows);
+        level = outcome.again;
+      }
     },
   };
 }

@@ -119,8 +119,8 @@ export function makeMessagesStore(db: Db) {
      * Holds FOR SHARE until the commit the users rows of the caller and of the senders of these
      * messages (a deleted account has none), in one statement that takes them in id order, as
      * every transaction locking several users rows does (admin.store lockUsersInIdOrder): a
-     * delete by id then decides its reach on their levels as they are at the commit
-     * (messages.deletion asModerator).
+     * delete by id, or delete-last of the messages it chose (holdLast), then decides its reach on
+     * their levels as they are at the commit (messages.deletion asModerator).
      */
     async holdSenders(chatId: number, ids: { ms: number; seq: number }[], callerId: number, tx: Tx): Promise<void> {
       const senders = tx
@@ -181,20 +181,15 @@ export function makeMessagesStore(db: Db) {
         .returning(key);
     },
     /**
-     * Deletes the newest `count` user messages within `reach` in one statement, if the chat is
-     * writable at `now`: messages out of reach are passed over, not counted. The choice skips the
-     * rows another transaction holds (a concurrent delete's, which it deletes or keeps): two
-     * delete-lasts at once each take the newest the other has not, rather than both the same rows,
-     * the second then deleting nothing of them. Answers those deleted.
+     * Chooses the newest `count` user messages within `reach` as the levels read now, and holds
+     * them (FOR UPDATE) until the commit: messages out of reach are passed over, not counted. The
+     * choice skips the rows another transaction holds (a concurrent delete's, which it deletes or
+     * keeps): two delete-lasts at once each take the newest the other has not, rather than both the
+     * same rows, the second then deleting nothing of them. The caller holds their senders' rows next
+     * (holdSenders), decides again on those levels and deletes them (`remove`).
      */
-    async removeLast(
-      chatId: number,
-      count: number,
-      reach: Reach,
-      now: Date,
-      tx: Tx,
-    ): Promise<{ ms: number; seq: number }[]> {
-      const last = db
+    async holdLast(chatId: number, count: number, reach: Reach, tx: Tx): Promise<{ ms: number; seq: number }[]> {
+      return tx
         .select(key)
         .from(messages)
         .leftJoin(users, eq(users.id, messages.senderId))
@@ -208,12 +203,6 @@ export function makeMessagesStore(db: Db) {
         .orderBy(desc(messages.ms), desc(messages.seq))
         .limit(count)
         .for('update', { of: messages, skipLocked: true });
-      return tx
-        .delete(messages)
-        .where(
-          and(eq(messages.chatId, chatId), sql`(${messages.ms}, ${messages.seq}) in ${last}`, writable(chatId, now)),
-        )
-        .returning(key);
     },
     /** A user's permission level; null when there is no such user (a deleted account). */
     async levelOf(userId: number, tx: Tx = db): Promise<number | null> {

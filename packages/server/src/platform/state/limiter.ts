@@ -1,8 +1,13 @@
 import { type RateLimiterAbstract, RateLimiterRes } from 'rate-limiter-flexible';
 import type { Limiter, LimitResult } from './types.js';
 
-/** Adapts a rate-limiter-flexible limiter (memory or Redis backend) to the narrow Limiter port. */
-export function wrapLimiter(rl: RateLimiterAbstract, points: number): Limiter {
+/**
+ * Adapts a rate-limiter-flexible limiter (the Redis backend; MemoryState has its WindowLimiter) to
+ * the narrow Limiter port, but for `refund`: rate-limiter-flexible's reward, once its window has
+ * ended, opens the next one with the points credited, so the backend gives points back its own way
+ * (RedisState limiter: to the open window only).
+ */
+export function wrapLimiter(rl: RateLimiterAbstract, points: number): Omit<Limiter, 'refund'> {
   const fromRes = (res: RateLimiterRes, allowed: boolean): LimitResult => ({
     allowed,
     remaining: Math.max(0, res.remainingPoints),
@@ -16,9 +21,6 @@ export function wrapLimiter(rl: RateLimiterAbstract, points: number): Limiter {
         if (e instanceof RateLimiterRes) return fromRes(e, false);
         throw e;
       }
-    },
-    async refund(key, n = 1) {
-      await rl.reward(key, n);
     },
     async peek(key) {
       const res = await rl.get(key);
