@@ -130,6 +130,50 @@ async function awayAfterOne() {
   return { chat, member, one };
 }
 
+describeApp('presence of a recovered socket', () => {
+  it('says the session online once when it comes back and joins its chat again (the re-check and the join)', async () => {
+    const { chat, member: back } = await awayAfterOne();
+    // The server's re-check of the recovered room waits until the client's own join (a rejoin, as
+    // the SDK sends on a reconnect) has answered: each would say it online.
+    const chats = app.services.chats;
+    const original = chats.underMemberships;
+    let joined = () => {};
+    const joinAnswered = new Promise<void>((resolve) => {
+      joined = resolve;
+    });
+    let rechecked: Promise<unknown> | null = null;
+    chats.underMemberships = (...args) => {
+      rechecked = joinAnswered.then(() => original.apply(chats, args));
+      return rechecked as ReturnType<typeof original>;
+    };
+    try {
+      expect(await back.r.reconnect()).toBeNull();
+      expect(back.r.socket.recovered).toBe(true);
+      const ack = (await back.r.socket.emitWithAck('room:join', { chat_id: chat.chatId, rejoin: true })) as {
+        ok: boolean;
+      };
+      expect(ack.ok).toBe(true);
+      joined();
+      expect(rechecked).not.toBeNull();
+      await rechecked;
+    } finally {
+      chats.underMemberships = original;
+    }
+    // A later joiner's delta reaches the owner after any the recovered socket's caused.
+    const late = await member(app);
+    expect(((await late.socket.emitWithAck('room:join', { chat_id: chat.chatId })) as { ok: boolean }).ok).toBe(true);
+    await chat.owner.socket.next(
+      'portal:presence',
+      (p) => p.chat_id === chat.chatId && p.session_id === late.sessionId,
+    );
+    const deltas = chat.owner.socket.received
+      .filter((r) => r.event === 'portal:presence' && r.payload.session_id === back.m.sessionId)
+      .map((r) => r.payload.online);
+    // Its first join's online, the drop's offline, one online as it came back.
+    expect(deltas).toEqual([true, false, true]);
+  });
+});
+
 describeApp('connection state recovery after a kick', () => {
   it('gives a kicked user back no chat room and replays nothing the chat was sent; a member still in it gets both', async () => {
     const chat = await keyedChat(app);

@@ -19,13 +19,27 @@ function announce(realtime: Pick<Realtime, 'emitTo'>, chatId: number, who: Who, 
  * present already). A socket entering a room it is in again says nothing only when it is known
  * there; one that a match put into a direct chat's room on another node than the match was made
  * on is not, and its own room:join says it online (enterOnline). Keyed by the socket object: gone
- * with it.
+ * with it; a chat is forgotten when the socket leaves its room (forgetLeftRooms).
  */
 const known = new WeakMap<AppSocket, Set<number>>();
 
 /** Whether the socket's presence in the chat is known to the chat (see `known`). */
 export function knownIn(socket: AppSocket, chatId: number): boolean {
   return known.get(socket)?.has(chatId) ?? false;
+}
+
+/**
+ * A socket of this node out of a chat's room (a leave, kick, ban or disconnect, by whichever call
+ * or node) is no longer known there: entering it again says it online again. Registered once per
+ * node, on its adapter.
+ */
+export function forgetLeftRooms(realtime: Pick<Realtime, 'io'>): void {
+  const nsp = realtime.io.of('/');
+  nsp.adapter.on('leave-room', (room: string, socketId: string) => {
+    const chatId = rooms.chatIdOf(room);
+    const socket = chatId === null ? undefined : nsp.sockets.get(socketId);
+    if (chatId !== null && socket) known.get(socket)?.delete(chatId);
+  });
 }
 
 /**
@@ -37,6 +51,9 @@ export function knownIn(socket: AppSocket, chatId: number): boolean {
  * list).
  */
 export function enterOnline(realtime: Pick<Realtime, 'emitTo' | 'io'>, socket: AppSocket, chatId: number): void {
+  // Said there already, and not out of the room since (forgetLeftRooms): a recovered socket's
+  // re-check and its own room:join, or two joins of one socket at once, say it once.
+  if (knownIn(socket, chatId)) return;
   const others = localSocketsIn(realtime.io, rooms.chat(chatId)).some(
     (s) => s !== socket && s.data.sessionId === socket.data.sessionId && knownIn(s, chatId),
   );

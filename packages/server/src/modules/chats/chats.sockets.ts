@@ -2,7 +2,7 @@ import { RoomJoinPayload, RoomLeavePayload } from '@parlor/protocol';
 import { type AppSocket, emitSnapshot, type Realtime, rooms } from '../../platform/realtime.js';
 import type { App } from '../../platform/routing.js';
 import type { RoomEntry } from './chats.join.js';
-import { enterOnline, knownIn } from './chats.presence.js';
+import { enterOnline, forgetLeftRooms, knownIn } from './chats.presence.js';
 import type { ChatsService } from './chats.service.js';
 
 type JoinPayload = Parameters<ChatsService['join']>[1];
@@ -173,6 +173,7 @@ function offlineOnDisconnect(realtime: Realtime, chats: ChatsService, socket: Ap
 
 /** Socket handlers: room:join, room:leave, the chat list on (re)connect, presence on disconnect. */
 export function registerChatSockets(realtime: Realtime, chats: ChatsService, log: App['log']) {
+  forgetLeftRooms(realtime);
   realtime.on('room:join', RoomJoinPayload, (socket, payload: JoinPayload) =>
     roomJoin(realtime, chats, socket, payload),
   );
