@@ -28,14 +28,19 @@ export interface UserLimit {
   giveBack(userId: number): Promise<void>;
 }
 
-export function makeUserLimit(
+/** A UserLimit over any key (an address, say): the same spend and give-back. */
+export interface KeyLimit {
+  spend(key: string): Promise<void>;
+  giveBack(key: string): Promise<void>;
+}
+
+export function makeKeyLimit(
   state: Pick<StateStore, 'limiter'>,
   opts: { name: string; points: number; windowMs: number; message: string },
-): UserLimit {
+): KeyLimit {
   const limiter = state.limiter(opts.name, opts.points, opts.windowMs);
   return {
-    async spend(userId) {
-      const key = String(userId);
+    async spend(key) {
       const spent = await limiter.consume(key);
       if (spent.allowed) return;
       // A refused request does nothing, so it spends nothing: the stores count every consume, and
@@ -43,9 +48,20 @@ export function makeUserLimit(
       await limiter.refund(key);
       throw rateLimited(spent.retryAfterMs, opts.message);
     },
-    async giveBack(userId) {
-      await limiter.refund(String(userId));
+    async giveBack(key) {
+      await limiter.refund(key);
     },
+  };
+}
+
+export function makeUserLimit(
+  state: Pick<StateStore, 'limiter'>,
+  opts: { name: string; points: number; windowMs: number; message: string },
+): UserLimit {
+  const limit = makeKeyLimit(state, opts);
+  return {
+    spend: (userId) => limit.spend(String(userId)),
+    giveBack: (userId) => limit.giveBack(String(userId)),
   };
 }
 

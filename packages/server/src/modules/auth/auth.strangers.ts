@@ -3,9 +3,9 @@ import { addressKey } from '../../platform/client-address.js';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
 import { appError } from '../../platform/errors.js';
-import { rateLimited } from '../../platform/http.js';
 import { randomCode } from '../../platform/secrets.js';
 import type { StateStore } from '../../platform/state/index.js';
+import { makeKeyLimit } from '../../platform/write-limit.js';
 import type { SessionsService } from '../sessions/sessions.service.js';
 import type { UsersStore } from '../users/users.store.js';
 import { USERNAME_SUFFIX_ALPHABET } from './auth.login.js';
@@ -39,7 +39,12 @@ export interface StrangersDeps {
 
 /** Stranger accounts: their creation (limited per address, barred after a block) and the sweep of dead ones. */
 export function makeStrangers({ db, clock, state, users, sessions }: StrangersDeps) {
-  const strangersPerIp = state.limiter('stranger-ip', Limits.STRANGERS_PER_IP, Limits.STRANGER_WINDOW_MS);
+  const strangersPerIp = makeKeyLimit(state, {
+    name: 'stranger-ip',
+    points: Limits.STRANGERS_PER_IP,
+    windowMs: Limits.STRANGER_WINDOW_MS,
+    message: 'Too many anonymous sessions from this address; try again later.',
+  });
 
   return {
     /**
@@ -55,12 +60,8 @@ export function makeStrangers({ db, clock, state, users, sessions }: StrangersDe
       if ((await state.get(strangerBarKey(ip))) !== null)
         throw appError('ERR_STRANGER_BLOCKED', 'Anonymous sessions from this address are blocked for now.');
       const key = addressKey(ip);
-      const allowance = await strangersPerIp.consume(key);
-      if (!allowance.allowed) {
-        // The stores count every consume: a point kept here would outlast one a failed creation gives back.
-        await strangersPerIp.refund(key);
-        throw rateLimited(allowance.retryAfterMs, 'Too many anonymous sessions from this address; try again later.');
-      }
+      // A refused creation spends nothing (makeKeyLimit), as a refused write does.
+      await strangersPerIp.spend(key);
       const now = clock.now();
       const created = await db
         .transaction(async (tx) => {
@@ -78,7 +79,7 @@ export function makeStrangers({ db, clock, state, users, sessions }: StrangersDe
         })
         .catch(async (err: unknown) => {
           // Rolled back, it made no stranger. A store that cannot take the point back costs the address that one.
-          await strangersPerIp.refund(key).catch(() => {});
+          await strangersPerIp.giveBack(key).catch(() => {});
           throw err;
         });
       return {
