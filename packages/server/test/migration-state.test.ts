@@ -228,3 +228,52 @@ describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))('migration 0
         expect(isUsableX25519Key(text), name).toBe(keep);
   });
 });
+
+/**
+ * Migration 0017 revokes the live invites to private chats whose creator's account an earlier
+ * version deleted without revoking them (deletions do since): no join honoured them, yet they held
+ * places of their chat's invite limit. Invites to public chats, of live accounts, and dead ones
+ * stay as they are.
+ */
+describe.skipIf(MODE !== 'cluster' || !inject('servicesAvailable'))(
+  'migration 0017 (invites of deleted accounts)',
+  () => {
+    const scratch = scratchClient();
+
+    it('revokes the live invites of deleted accounts to private chats, and only those', async () => {
+      const client = scratch();
+      await applyBefore(client, '0017_invite_creator_index.sql');
+      const [live] = await client<{ id: number }[]>`
+      insert into users (username, last_activity_at, created_at, updated_at)
+      values ('still_here', now(), now(), now()) returning id`;
+      const gone = (live?.id as number) + 1000;
+      const chat = async (type: string) => {
+        const [row] = await client<{ id: number }[]>`
+        insert into chats (type, name, created_at, updated_at) values (${type}, ${type}, now(), now()) returning id`;
+        return row?.id as number;
+      };
+      const privateChat = await chat('private');
+      const publicChat = await chat('public');
+      const cases: [string, number, number, string | null, number | null, number, boolean][] = [
+        // code, chat, creator, expires in, max uses, uses, revoked by the migration
+        ['gone-private', privateChat, gone, null, null, 0, true],
+        ['gone-private-later', privateChat, gone, '1 day', 5, 1, true],
+        ['gone-private-expired', privateChat, gone, '-1 day', null, 0, false],
+        ['gone-private-used-up', privateChat, gone, null, 1, 1, false],
+        ['gone-public', publicChat, gone, null, null, 0, false],
+        ['live-private', privateChat, live?.id as number, null, null, 0, false],
+      ];
+      for (const [code, chatId, creator, expiresIn, maxUses, uses] of cases)
+        await client`insert into chat_invites (code, chat_id, created_by, max_uses, uses, expires_at, created_at)
+        values (${code}, ${chatId}, ${creator}, ${maxUses}, ${uses},
+          ${expiresIn === null ? null : client`now() + ${expiresIn}::interval`}, now())`;
+      await apply(client, '0017_invite_creator_index.sql');
+
+      const rows = await client<{ code: string; revoked: boolean }[]>`
+      select code, revoked_at is not null as revoked from chat_invites order by code`;
+      expect(rows).toEqual(
+        cases.map(([code, , , , , , revoked]) => ({ code, revoked })).sort((a, b) => a.code.localeCompare(b.code)),
+      );
+    });
+  },
+);

@@ -333,6 +333,8 @@ export const chatInvites = pgTable(
   },
   (t) => [
     index('chat_invites_chat_idx').on(t.chatId),
+    // An account's deletion revokes its invites to private chats (chats.invites.store revokePrivateOfDeleted).
+    index('chat_invites_creator_idx').on(t.createdBy),
     // Retention: when an invite was dead (revoked, expired, else created if used up; chats.invites.store invitesDeadBefore).
     index('chat_invites_dead_idx').on(
       sql`least(${t.revokedAt}, ${t.expiresAt}, case when ${t.uses} >= ${t.maxUses} then ${t.createdAt} end)`,
