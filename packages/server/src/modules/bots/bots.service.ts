@@ -98,7 +98,7 @@ export function makeBotsService(deps: BotsDeps) {
           // The bot as stored once the target's row is held: a type change or deletion committed
           // since its key was resolved counts (a deleted bot's key is refused, as it now would be).
           const heldBot = async () => {
-            const stored = await store.shareById(bot.id, tx);
+            const stored = await store.lockById(bot.id, tx, 'share');
             if (!stored) throw appError('ERR_INVALID_API_KEY');
             return stored;
           };

@@ -30,28 +30,19 @@ export function makeBotsStore(db: Db) {
         .limit(1);
       return row;
     },
-    /** The live bot's row, locked until the transaction ends (a change decided on what it holds). */
-    async lockById(id: number, tx: Tx): Promise<BotRow | undefined> {
-      const [row] = await tx
-        .select()
-        .from(bots)
-        .where(and(eq(bots.id, id), live))
-        .limit(1)
-        .for('update');
-      return row;
-    },
     /**
-     * The live bot's row held FOR SHARE until the transaction ends: a write decided on its type (a
-     * bot's rename of a user) sees a type change or deletion committed before, and a later one
-     * waits for it. Take it after the users rows (docs/api.md, Moderation).
+     * The live bot's row, locked until the transaction ends: FOR UPDATE for a change decided on what
+     * it holds; FOR SHARE for a write decided on its type (a bot's rename of a user), which sees a
+     * type change or deletion committed before while a later one waits for it. Take it after the
+     * users rows (docs/api.md, Moderation).
      */
-    async shareById(id: number, tx: Tx): Promise<BotRow | undefined> {
+    async lockById(id: number, tx: Tx, strength: 'update' | 'share' = 'update'): Promise<BotRow | undefined> {
       const [row] = await tx
         .select()
         .from(bots)
         .where(and(eq(bots.id, id), live))
         .limit(1)
-        .for('share');
+        .for(strength);
       return row;
     },
     /**

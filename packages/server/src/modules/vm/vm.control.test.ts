@@ -7,6 +7,15 @@ import { DEFAULT_ROOM_SETTINGS } from './vm.settings.js';
 const chatId = 7;
 const controller = 11;
 
+/** The room, its controller holding control, no input in flight and no request pending. */
+const controlledRoom = (): ControlledRoom => ({
+  chatId,
+  settings: { ...DEFAULT_ROOM_SETTINGS },
+  controller,
+  inputsInFlight: 0,
+  requests: new Map(),
+});
+
 /**
  * The controller's input to a room whose browser answers only when the test says so: each input
  * event waits on a promise the test settles, as a browser busy with a page does (or, with
@@ -14,13 +23,7 @@ const controller = 11;
  */
 function roomWithHeldBrowser(failing?: () => Promise<void>) {
   const waiting: (() => void)[] = [];
-  const room: ControlledRoom = {
-    chatId,
-    settings: { ...DEFAULT_ROOM_SETTINGS },
-    controller,
-    inputsInFlight: 0,
-    requests: new Map(),
-  };
+  const room = controlledRoom();
   const held = () => new Promise<void>((resolve) => waiting.push(resolve));
   const deps = {
     provider: { input: failing ?? held, navigate: held, releaseInput: async () => {} },
@@ -94,13 +97,7 @@ describe('a controller’s leave (userLeft) while its sockets are looked up', ()
     });
     let reads = 0;
     const back = [{ id: 'new-socket', data: { userId: controller } }];
-    const room: ControlledRoom = {
-      chatId,
-      settings: { ...DEFAULT_ROOM_SETTINGS },
-      controller,
-      inputsInFlight: 0,
-      requests: new Map(),
-    };
+    const room = controlledRoom();
     const announced: (number | null)[] = [];
     const control = makeRoomControl({
       provider: { releaseInput: async () => {} },
