@@ -15,23 +15,29 @@ declare module 'fastify' {
   }
 }
 
+/** A point `spend` took: its key and the window it went to, which its give-back names. */
+export interface Spent {
+  key: string;
+  window: string;
+}
+
 /** A per-user allowance over a fixed window, shared by every node (the coordination port). */
 export interface UserLimit {
   /** Spends one of the user's points; beyond the limit throws 429 ERR_RATE_LIMITED with retry_after. */
-  spend(userId: number): Promise<void>;
+  spend(userId: number): Promise<Spent>;
   /**
-   * Gives back a point `spend` took just before, for a request that did nothing after all. Should
-   * the window end in between, there is nothing to give back (both stores): the give-back opens no
-   * window of its own. The stores know a window by its key, not by its spends: one another request
-   * of the user opened meanwhile takes the point off its own count (at most one per such request).
+   * Gives back the point `spend` took, for a request that did nothing after all. It goes back to
+   * the window it was spent in while that window is open; should the window end in between, there
+   * is nothing to give back (both stores): the give-back opens no window of its own, and a window
+   * another request of the user opened meanwhile keeps its whole count.
    */
-  giveBack(userId: number): Promise<void>;
+  giveBack(spent: Spent): Promise<void>;
 }
 
 /** A UserLimit over any key (an address, say): the same spend and give-back. */
 export interface KeyLimit {
-  spend(key: string): Promise<void>;
-  giveBack(key: string): Promise<void>;
+  spend(key: string): Promise<Spent>;
+  giveBack(spent: Spent): Promise<void>;
 }
 
 export function makeKeyLimit(
@@ -42,14 +48,14 @@ export function makeKeyLimit(
   return {
     async spend(key) {
       const spent = await limiter.consume(key);
-      if (spent.allowed) return;
+      if (spent.allowed) return { key, window: spent.window };
       // A refused request does nothing, so it spends nothing: the stores count every consume, and
       // the point it took would outlast a write given back meanwhile (one write short).
-      await limiter.refund(key);
+      await limiter.refund(key, spent.window);
       throw rateLimited(spent.retryAfterMs, opts.message);
     },
-    async giveBack(key) {
-      await limiter.refund(key);
+    async giveBack(spent) {
+      await limiter.refund(spent.key, spent.window);
     },
   };
 }
@@ -61,7 +67,7 @@ export function makeUserLimit(
   const limit = makeKeyLimit(state, opts);
   return {
     spend: (userId) => limit.spend(String(userId)),
-    giveBack: (userId) => limit.giveBack(String(userId)),
+    giveBack: limit.giveBack,
   };
 }
 
@@ -111,23 +117,22 @@ export function makeEnterLimit(state: Pick<StateStore, 'limiter'>): UserLimit {
  * 409…) keep theirs: they got as far as the rules, which is the work the limit bounds.
  */
 export function installWriteLimit(app: App, writes: UserLimit): void {
-  /** The user whose write each request spent (those that spent one). */
-  const spentBy = new WeakMap<FastifyRequest, number>();
+  /** The write each request spent (those that spent one). */
+  const spentBy = new WeakMap<FastifyRequest, Spent>();
   app.addHook('preHandler', async (request) => {
     if (request.method === 'GET' || request.method === 'HEAD') return;
     const user = request.principal.user;
     if (!user || request.principal.operator || request.routeOptions.config.ownWriteLimit) return;
-    await writes.spend(user.id);
-    spentBy.set(request, user.id);
+    spentBy.set(request, await writes.spend(user.id));
   });
   // onError hooks run before the error handler answers (Fastify's reply.send), so the write is back
   // by the time the client reads its 400.
   app.addHook('onError', async (request, _reply, error) => {
-    const userId = spentBy.get(request);
-    if (userId === undefined || toErrorBody(error).body.code !== 'ERR_VALIDATION') return;
+    const spent = spentBy.get(request);
+    if (spent === undefined || toErrorBody(error).body.code !== 'ERR_VALIDATION') return;
     spentBy.delete(request);
     // The answer is the 400 whatever happens here; a store that cannot take the point back costs
     // the user that one write.
-    await writes.giveBack(userId).catch((err: unknown) => request.log.warn({ err }, 'write not given back'));
+    await writes.giveBack(spent).catch((err: unknown) => request.log.warn({ err }, 'write not given back'));
   });
 }

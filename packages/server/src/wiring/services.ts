@@ -185,7 +185,7 @@ async function spendEnters(enters: UserLimit, userId: number, count: number): Pr
   if (count > Limits.ROOM_ENTERS_PER_USER) return false;
   const spent = await Promise.allSettled(Array.from({ length: count }, () => enters.spend(userId)));
   if (spent.every((s) => s.status === 'fulfilled')) return true;
-  await Promise.all(spent.filter((s) => s.status === 'fulfilled').map(() => enters.giveBack(userId)));
+  await Promise.all(spent.flatMap((s) => (s.status === 'fulfilled' ? [enters.giveBack(s.value)] : [])));
   return false;
 }
 

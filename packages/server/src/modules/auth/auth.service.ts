@@ -172,11 +172,11 @@ export function makeAuthService(deps: AuthDeps) {
      */
     async verify(rawCode: string, ip: string, userAgent: string): Promise<LoginResult> {
       const key = addressKey(ip);
-      const refused = await attempts.spend(key);
-      if (refused !== null) throw rateLimited(refused);
+      const attempt = await attempts.spend(key);
+      if (typeof attempt === 'number') throw rateLimited(attempt);
       const rec = await takeCode(rawCode.toUpperCase(), ip);
       if (!rec) throw appError('ERR_INVALID_CODE');
-      await attempts.giveBack(key);
+      await attempts.giveBack(attempt);
       return login(rec, ip, userAgent);
     },
   };

@@ -61,7 +61,7 @@ export function makeStrangers({ db, clock, state, users, sessions }: StrangersDe
         throw appError('ERR_STRANGER_BLOCKED', 'Anonymous sessions from this address are blocked for now.');
       const key = addressKey(ip);
       // A refused creation spends nothing (makeKeyLimit), as a refused write does.
-      await strangersPerIp.spend(key);
+      const spent = await strangersPerIp.spend(key);
       const now = clock.now();
       const created = await db
         .transaction(async (tx) => {
@@ -79,7 +79,7 @@ export function makeStrangers({ db, clock, state, users, sessions }: StrangersDe
         })
         .catch(async (err: unknown) => {
           // Rolled back, it made no stranger. A store that cannot take the point back costs the address that one.
-          await strangersPerIp.giveBack(key).catch(() => {});
+          await strangersPerIp.giveBack(spent).catch(() => {});
           throw err;
         });
       return {

@@ -37,7 +37,7 @@ export function makeBotsService(deps: BotsDeps) {
   // One hourly count per bot, compared with the bot's rate_limit_per_hour as it is at each request:
   // limiters of one name share their count whatever their points (StateStore.limiter), so a limit
   // an admin changes applies to the requests already made this hour. A limiter per distinct rate,
-  // as rate-limiter-flexible fixes the points of each.
+  // as each limiter fixes its points.
   const perHour = new Map<number, Limiter>();
   const hourly = (points: number) => {
     let l = perHour.get(points);

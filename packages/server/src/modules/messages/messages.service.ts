@@ -98,7 +98,7 @@ export function makeMessagesService(deps: MessagesDeps) {
     const userKey = String(userId);
     const [chatLimit, userLimit] = await Promise.all([perChat.consume(chatKey), global.consume(userKey)]);
     if (chatLimit.allowed && userLimit.allowed) return;
-    await Promise.all([perChat.refund(chatKey), global.refund(userKey)]);
+    await Promise.all([perChat.refund(chatKey, chatLimit.window), global.refund(userKey, userLimit.window)]);
     const refused = [chatLimit, userLimit].filter((l) => !l.allowed);
     throw rateLimited(Math.max(...refused.map((l) => l.retryAfterMs)));
   };

@@ -211,11 +211,8 @@ export function makeVmService(deps: VmDeps) {
       // so does one that follows a stop on another node, and one that finds an entry of this node
       // that no launch here holds any more (a failed start's, written again by a refresh).
       const seen = await cluster.placeOf(chatId);
-      let spent = false;
-      if (!seen || seen.state === 'stopping' || seen.node === self) {
-        await launches.spend(actor.userId);
-        spent = true;
-      }
+      const spent =
+        !seen || seen.state === 'stopping' || seen.node === self ? await launches.spend(actor.userId) : null;
       let launched = false;
       /** Starts the room here: a launch, or a launch in progress here joined (`launched` says which). */
       const startHere = () => {
@@ -234,9 +231,7 @@ export function makeVmService(deps: VmDeps) {
         // the room map and its claim: this one launched no browser, and gives its start back. The
         // answer is this start's whatever happens here; a store that cannot take it back costs one.
         if (spent && !launched)
-          await launches
-            .giveBack(actor.userId)
-            .catch((err: unknown) => deps.log.warn({ err }, 'room start not given back'));
+          await launches.giveBack(spent).catch((err: unknown) => deps.log.warn({ err }, 'room start not given back'));
       }
     },
 

@@ -5,7 +5,7 @@ import { RedisState } from './redis.js';
 import type { StateStore } from './types.js';
 
 export { type ConnectionLog, watchConnection } from './connection-log.js';
-export type { CountedIn, CountedSet, Limiter, LimitResult, StateStore, Unsubscribe } from './types.js';
+export type { Consumed, CountedIn, CountedSet, Limiter, LimitResult, StateStore, Unsubscribe } from './types.js';
 export { MemoryState, RedisState };
 
 /** Redis when a URL is configured, else in-process. */

@@ -53,11 +53,34 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {1}`;
 
 /**
- * KEYS[1]: a limiter's counter; ARGV: points. The limiter's give-back: takes the points off the
- * window still open, never below nothing spent, and leaves an ended window ended (rate-limiter-
- * flexible's `reward` would open a new window at minus the points: a credit the next one keeps).
+ * KEYS: a limiter's counter, its window's identity; ARGV: points, window ms, an identity for a new
+ * window. The limiter's spend: opens the key's window if none is open (the counter at 0, both keys
+ * ending with it), adds the points, and answers {points spent in the window, ms before it ends,
+ * its identity}. A window opened by a limiter that kept no identity (rate-limiter-flexible's, the
+ * same counter) is given one.
  */
-export const REFUND_OPEN = `
+export const CONSUME_WINDOW = `
+local opened = redis.call('SET', KEYS[1], 0, 'PX', ARGV[2], 'NX')
+local spent = redis.call('INCRBY', KEYS[1], ARGV[1])
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl < 0 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  ttl = tonumber(ARGV[2])
+end
+local id = (not opened) and redis.call('GET', KEYS[2])
+if not id then
+  id = ARGV[3]
+  redis.call('SET', KEYS[2], id, 'PX', math.max(ttl, 1))
+end
+return {spent, ttl, id}`;
+
+/**
+ * KEYS: a limiter's counter, its window's identity; ARGV: points, the window named. The limiter's
+ * give-back: takes the points off the named window while it is the open one, never below nothing
+ * spent; a window that has ended (whether or not another has opened since) gets nothing.
+ */
+export const REFUND_WINDOW = `
+if redis.call('GET', KEYS[2]) ~= ARGV[2] then return 0 end
 local spent = tonumber(redis.call('GET', KEYS[1]))
 if not spent then return 0 end
 local back = math.min(tonumber(ARGV[1]), math.max(spent, 0))

@@ -1,9 +1,8 @@
 import { Redis } from 'ioredis';
-import { RateLimiterRedis } from 'rate-limiter-flexible';
 import { type Clock, systemClock } from '../clock.js';
 import { type ConnectionLog, watchConnection } from './connection-log.js';
-import { wrapLimiter } from './limiter.js';
-import { ADD_EXPIRING, DEL_IF, REFUND_OPEN, REPLACE_IF, SET_IF_ABSENT_COUNTED, TAKE_EXPIRING } from './redis.lua.js';
+import { RedisLimiter } from './limiter.js';
+import { ADD_EXPIRING, DEL_IF, REPLACE_IF, SET_IF_ABSENT_COUNTED, TAKE_EXPIRING } from './redis.lua.js';
 import type { CountedIn, CountedSet, Limiter, StateStore, Unsubscribe } from './types.js';
 
 /**
@@ -178,20 +177,8 @@ export class RedisState implements StateStore {
     return score !== null && Number(score) > this.clock.now().getTime();
   }
   limiter(name: string, points: number, durationMs: number): Limiter {
-    const rl = new RateLimiterRedis({
-      storeClient: this.client,
-      keyPrefix: `${this.prefix}rl:${name}`,
-      points,
-      duration: durationMs / 1000,
-    });
-    return {
-      ...wrapLimiter(rl, points),
-      // As MemoryState's: only the open window gives points back (its key keeps its TTL), so a
-      // give-back that arrives after its window ended credits nothing to the next one.
-      refund: async (key, n = 1) => {
-        await this.client.eval(REFUND_OPEN, 1, rl.getKey(key), String(n));
-      },
-    };
+    const keys = { counts: this.k(`rl:${name}:`), windows: this.k(`rlw:${name}:`) };
+    return new RedisLimiter(this.client, keys, points, durationMs);
   }
   async publish(channel: string, message: string) {
     await this.client.publish(this.k(channel), message);

@@ -460,10 +460,10 @@ export function describeStateContract(name: string, harness: StateHarness, opts:
       it('refund gives back points spent in the window', async () => {
         const limiter = state.limiter(freshKey('lim-refund'), 2, 10_000);
         await limiter.consume('k');
-        await limiter.consume('k');
-        expect((await limiter.consume('k')).allowed).toBe(false);
-        await limiter.refund('k');
-        await limiter.refund('k');
+        const { window } = await limiter.consume('k');
+        expect((await limiter.consume('k')).window).toBe(window);
+        await limiter.refund('k', window);
+        await limiter.refund('k', window);
         expect(await limiter.consume('k')).toMatchObject({ allowed: true, remaining: 0 });
         expect((await limiter.consume('k')).allowed).toBe(false);
       });
@@ -480,15 +480,36 @@ export function describeStateContract(name: string, harness: StateHarness, opts:
           await sleep(50);
         }
         // A give-back of a point spent in the ended window: the next window must not get it.
-        await limiter.refund('k');
+        await limiter.refund('k', spent.window);
         expect(await limiter.consume('k', 2)).toMatchObject({ allowed: true, remaining: 0 });
         expect((await limiter.consume('k')).allowed).toBe(false);
         // Within a window, more refunds than points spent leave its count at nothing spent, no lower.
         const other = state.limiter(freshKey('lim-refund-excess'), 2, 10_000);
-        await other.consume('k');
-        await other.refund('k', 5);
+        const first = await other.consume('k');
+        await other.refund('k', first.window, 5);
         expect(await other.consume('k', 2)).toMatchObject({ allowed: true, remaining: 0 });
         expect((await other.consume('k')).allowed).toBe(false);
+      });
+
+      it('a late give-back for an ended window credits nothing to the window the key opened since', async () => {
+        const limiter = state.limiter(freshKey('lim-refund-late'), 2, 1_000);
+        const early = await limiter.consume('k');
+        const deadline = Date.now() + 3_000;
+        while ((await limiter.peek('k')).remaining < 2) {
+          if (Date.now() > deadline) throw new Error('the 1 s window never ended');
+          await sleep(50);
+        }
+        // Another request opens the next window and spends in it, one point short of its limit …
+        const later = await limiter.consume('k');
+        expect(later).toMatchObject({ allowed: true, remaining: 1 });
+        expect(later.window).not.toBe(early.window);
+        // … then the first request gives back its point, spent in the window that has ended.
+        await limiter.refund('k', early.window);
+        expect(await limiter.consume('k')).toMatchObject({ allowed: true, remaining: 0 });
+        expect((await limiter.consume('k')).allowed).toBe(false);
+        // The open window's own give-back still comes back.
+        await limiter.refund('k', later.window, 2);
+        expect(await limiter.consume('k')).toMatchObject({ allowed: true, remaining: 0 });
       });
 
       it('peek reads without spending', async () => {

@@ -66,13 +66,15 @@ describe.skipIf(redisProblem !== null)('RedisState keys', () => {
       await state.addExpiring('set', ['m'], Date.now() + 60_000);
       await state.limiter('lim', 3, 60_000).consume('who');
       const keys = await raw.keys(`${ownPrefix}*`);
-      expect(keys.sort()).toEqual([`${ownPrefix}plain`, `${ownPrefix}rl:lim:who`, `${ownPrefix}set`].sort());
+      expect(keys.sort()).toEqual(
+        [`${ownPrefix}plain`, `${ownPrefix}rl:lim:who`, `${ownPrefix}rlw:lim:who`, `${ownPrefix}set`].sort(),
+      );
       for (const k of keys) {
         const ttl = await raw.pttl(k);
         expect(ttl, `TTL of ${k}`).toBeGreaterThan(0);
         expect(ttl).toBeLessThanOrEqual(60_000);
       }
-      expect(await raw.exists('plain', 'set', 'rl:lim:who')).toBe(0);
+      expect(await raw.exists('plain', 'set', 'rl:lim:who', 'rlw:lim:who')).toBe(0);
     } finally {
       await state.close();
     }

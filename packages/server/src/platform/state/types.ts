@@ -93,11 +93,21 @@ export interface LimitResult {
   retryAfterMs: number;
 }
 
+/** What consume answers: its result, and the window the points went to (what `refund` names). */
+export interface Consumed extends LimitResult {
+  /** The window's identity, opaque: each window of a key has its own. */
+  window: string;
+}
+
 export interface Limiter {
   /** Spends `points` (default 1) for `key`. */
-  consume(key: string, points?: number): Promise<LimitResult>;
-  /** Gives back `points` (default 1) spent in the current window, as if they never were. */
-  refund(key: string, points?: number): Promise<void>;
+  consume(key: string, points?: number): Promise<Consumed>;
+  /**
+   * Gives back `points` (default 1) spent in `window` (consume's answer), as if they never were,
+   * while that window is the key's open one. Once it has ended nothing comes back: the key's next
+   * window, which later spends opened, keeps its whole count (and its limit).
+   */
+  refund(key: string, window: string, points?: number): Promise<void>;
   /** Reads without spending. */
   peek(key: string): Promise<LimitResult>;
   reset(key: string): Promise<void>;

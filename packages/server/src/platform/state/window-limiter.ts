@@ -1,6 +1,11 @@
-import type { Limiter, LimitResult } from './types.js';
+import type { Consumed, Limiter, LimitResult } from './types.js';
+
+/** Numbers the windows this process opens: a window's identity (Consumed.window). */
+let opened = 0;
 
 export interface Window {
+  /** Its identity, which a give-back names (`refund`). */
+  id: string;
   /** Points spent in this window (refused attempts count too, as in Redis). */
   spent: number;
   /** When the window ends (ms since the epoch, on the store's clock). */
@@ -12,7 +17,8 @@ export interface Window {
  * its windows with the same fake clock as everything else). A key's window opens at its first
  * point and lasts `durationMs`; every point spent in it counts, refused ones included, exactly as
  * the Redis limiter counts them. Ended windows are dropped when their key is next used and by
- * `prune` (the store's periodic sweep), so keys never used again do not accumulate.
+ * `prune` (the store's periodic sweep), so keys never used again do not accumulate. A give-back
+ * reaches only the window it names, while it is open.
  */
 export class WindowLimiter implements Limiter {
   constructor(
@@ -47,21 +53,23 @@ export class WindowLimiter implements Limiter {
     };
   }
 
-  async consume(key: string, points = 1): Promise<LimitResult> {
+  async consume(key: string, points = 1): Promise<Consumed> {
     const now = this.now();
     let w = this.open(key, now);
     if (!w) {
-      w = { spent: 0, endsAt: now + this.durationMs };
+      opened += 1;
+      w = { id: String(opened), spent: 0, endsAt: now + this.durationMs };
       this.windows.set(key, w);
     }
     w.spent += points;
-    return this.result(w, now, 0);
+    return { ...this.result(w, now, 0), window: w.id };
   }
 
-  async refund(key: string, points = 1): Promise<void> {
-    // Only points of the window still open come back; an ended window has nothing to return.
+  async refund(key: string, window: string, points = 1): Promise<void> {
+    // Only points of the named window come back, while it is open: an ended window has nothing to
+    // return, and the one opened after it owes nothing.
     const w = this.open(key, this.now());
-    if (w) w.spent = Math.max(0, w.spent - points);
+    if (w?.id === window) w.spent = Math.max(0, w.spent - points);
   }
 
   async peek(key: string): Promise<LimitResult> {
