@@ -1,17 +1,20 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { CHAT_PURGE_AFTER_MS } from '../src/modules/chats/chats.direct.js';
+import { CHAT_PURGE_AFTER_MS, DIRECT_SWEEP_TASK } from '../src/modules/chats/chats.direct.js';
 import { FakeClock } from '../src/platform/clock.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
 import { bundle, join, keyedChat, member } from './support/chat-flows.js';
 import { countRows, failDeletes } from './support/faults.js';
 import { operator } from './support/flows.js';
+import { captureLog, LEVEL } from './support/logs.js';
 import { closeAllSockets } from './support/sockets.js';
 
 let app: TestApp;
 const clock = new FakeClock(Date.now());
+/** The app's log: what the sweep logs of a chat it could not purge. */
+const logged = captureLog();
 
 beforeAll(async () => {
-  app = await startApp({ clock });
+  app = await startApp({ clock, logger: logged.log });
 });
 afterAll(async () => {
   closeAllSockets();
@@ -128,6 +131,79 @@ describeApp('the purge of deleted chats', () => {
     expect(await rowsOf('messages', stuck.chatId)).toBeGreaterThan(0);
     for (const table of CHAT_TABLES.filter((t) => t !== 'messages'))
       expect(await rowsOf(table, stuck.chatId), table).toBe(0);
+    expect(await sweep()).toMatchObject({ purged: 1 });
+    expect(await countRows(app, `select count(*) as n from chats where id = ${stuck.chatId}`)).toBe(0);
+  });
+
+  /** The lines the lifecycle sweep logged since `from` (an index into the captured log). */
+  const sweepLines = (from: number) =>
+    logged
+      .lines()
+      .slice(from)
+      .filter((line) => line.task === DIRECT_SWEEP_TASK);
+
+  it('clears and purges the other due chats in the same sweep when one chat’s rows in a table cannot be deleted', async () => {
+    await sweep({ batch: 1000, maxBatches: 100 });
+    const stuck = await usedChat('public', 2);
+    const other = await usedChat('private', 2);
+    for (const { owner, chatId } of [stuck, other])
+      expect((await owner.client.post(`/v1/portal/chats/${chatId}/delete`, {})).status).toBe(200);
+    clock.advance(CHAT_PURGE_AFTER_MS);
+    const from = logged.lines().length;
+    const lift = await failDeletes(app, 'messages', `old.chat_id = ${stuck.chatId}`);
+    try {
+      expect(await sweep()).toMatchObject({ purged: 1 });
+    } finally {
+      await lift();
+    }
+    expect(await countRows(app, `select count(*) as n from chats where id = ${other.chatId}`)).toBe(0);
+    for (const table of CHAT_TABLES) expect(await rowsOf(table, other.chatId), table).toBe(0);
+    // The chat that failed keeps only the messages that could not go, and the failure is logged
+    // with its id and step, the database's error as the cause.
+    expect(await rowsOf('messages', stuck.chatId)).toBe(3);
+    for (const table of CHAT_TABLES.filter((t) => t !== 'messages'))
+      expect(await rowsOf(table, stuck.chatId), table).toBe(0);
+    const lines = sweepLines(from);
+    expect(lines).toEqual([
+      expect.objectContaining({
+        level: LEVEL.error,
+        msg: 'background task failed',
+        err: expect.objectContaining({
+          errors: [expect.objectContaining({ step: 'clear messages', chatId: stuck.chatId, cause: expect.anything() })],
+        }),
+      }),
+    ]);
+    expect(JSON.stringify(lines[0]?.err)).toContain('injected fault');
+    // Still due: the next sweep purges it once its rows can go.
+    expect(await sweep()).toMatchObject({ purged: 1 });
+    expect(await countRows(app, `select count(*) as n from chats where id = ${stuck.chatId}`)).toBe(0);
+  });
+
+  it('purges the other emptied chats in the same sweep when one chat’s own row cannot be deleted', async () => {
+    await sweep({ batch: 1000, maxBatches: 100 });
+    const stuck = await keyedChat(app, 'public');
+    const other = await keyedChat(app, 'public');
+    for (const { owner, chatId } of [stuck, other])
+      expect((await owner.client.post(`/v1/portal/chats/${chatId}/delete`, {})).status).toBe(200);
+    clock.advance(CHAT_PURGE_AFTER_MS);
+    const from = logged.lines().length;
+    const lift = await failDeletes(app, 'chats', `old.id = ${stuck.chatId}`);
+    try {
+      expect(await sweep()).toMatchObject({ purged: 1 });
+    } finally {
+      await lift();
+    }
+    expect(await countRows(app, `select count(*) as n from chats where id = ${other.chatId}`)).toBe(0);
+    expect(await countRows(app, `select count(*) as n from chats where id = ${stuck.chatId}`)).toBe(1);
+    expect(sweepLines(from)).toEqual([
+      expect.objectContaining({
+        level: LEVEL.error,
+        msg: 'background task failed',
+        err: expect.objectContaining({
+          errors: [expect.objectContaining({ step: 'purge', chatId: stuck.chatId, cause: expect.anything() })],
+        }),
+      }),
+    ]);
     expect(await sweep()).toMatchObject({ purged: 1 });
     expect(await countRows(app, `select count(*) as n from chats where id = ${stuck.chatId}`)).toBe(0);
   });

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { type Chat, Limits, type Message } from '@parlor/protocol';
-import { runSteps, type TaskLog } from '../../platform/background.js';
+import { type PartFailure, partsFailed, runSteps, type TaskLog } from '../../platform/background.js';
 import type { Clock } from '../../platform/clock.js';
 import type { Db } from '../../platform/db/index.js';
 import { drain } from '../../platform/drain.js';
@@ -10,6 +10,7 @@ import type { MessagesService } from '../messages/messages.service.js';
 import type { Tx } from '../users/users.store.js';
 import { enterMatched } from './chats.presence.js';
 import { toChat } from './chats.presenter.js';
+import { drainByChat } from './chats.purge.js';
 import { CHAT_ROWS_TABLES } from './chats.purge.store.js';
 import type { ChatsStore, ChatWithCount, DirectRefusal } from './chats.store.js';
 
@@ -246,7 +247,9 @@ export function makeDirectChats(deps: DirectChatsDeps) {
      * come back full, at most `maxBatches` a tick. The three steps (archive, remove, purge) run on
      * their own (runSteps): one that fails is logged and counts 0, and the others still run; so do
      * the purge's tables, each clear on its own; the purge's chats go only once their rows are
-     * cleared. Safe on many nodes.
+     * cleared. Within each of them one chat whose rows cannot be deleted holds up none of the others
+     * (drainByChat); its failure is logged with its id once the purge ends, and the next tick tries
+     * it again. Safe on many nodes.
      */
     async sweepDirect(
       opts: { batch?: number; maxBatches?: number; purgeRows?: number } = {},
@@ -284,17 +287,46 @@ export function makeDirectChats(deps: DirectChatsDeps) {
       const purge = async () => {
         // Each table on its own (runSteps): a clear that fails (logged with its table) no longer
         // stops the other tables' clears, nor the purge of the chats whose rows are gone already,
-        // which would wait on every tick for as long as that table's failure lasts.
-        const clears = await runSteps(
-          DIRECT_SWEEP_TASK,
-          CHAT_ROWS_TABLES.map((table) => ({
-            name: `clear ${table}`,
-            run: () => drain(rows, maxBatches, () => store.clearDeleted(table, purgeBefore, rows)),
-          })),
-          deps.log,
-        );
-        for (const n of Object.values(clears)) cleared += n;
-        return drain(size, maxBatches, () => store.purgeDeleted(purgeBefore, size));
+        // which would wait on every tick for as long as that table's failure lasts. Within a step,
+        // a chat that fails is done alone and logged with its id (drainByChat): the others go on.
+        const failures: PartFailure[] = [];
+        try {
+          const clears = await runSteps(
+            DIRECT_SWEEP_TASK,
+            CHAT_ROWS_TABLES.map((table) => ({
+              name: `clear ${table}`,
+              run: () =>
+                drainByChat(
+                  {
+                    name: `clear ${table}`,
+                    run: (which, limit) => store.clearDeleted(table, purgeBefore, limit, which),
+                    due: (except) => store.dueToClear(table, purgeBefore, size, except),
+                  },
+                  rows,
+                  maxBatches,
+                  failures,
+                ),
+            })),
+            deps.log,
+          );
+          for (const n of Object.values(clears)) cleared += n;
+          return await drainByChat(
+            {
+              name: 'purge',
+              run: (which, limit) => store.purgeDeleted(purgeBefore, limit, which),
+              due: (except) => store.dueToPurge(purgeBefore, size, except),
+            },
+            size,
+            maxBatches,
+            failures,
+          );
+        } finally {
+          if (failures.length > 0)
+            deps.log.error(
+              { err: partsFailed(DIRECT_SWEEP_TASK, failures), task: DIRECT_SWEEP_TASK },
+              'background task failed',
+            );
+        }
       };
       const done = await runSteps(
         DIRECT_SWEEP_TASK,
