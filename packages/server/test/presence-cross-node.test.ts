@@ -73,7 +73,7 @@ describeApp('presence of a matched user whose sockets are on another node than t
       a.socket.close();
       second.close();
       // Both sockets entered in one turn of node B, before either went: any online came before the
-      // first offline. (Two disconnects at once may each say offline: only the first counts here.)
+      // first offline (that only the last socket says it is presence.test.ts's logout case).
       await b.socket.next('portal:presence', (e) => e.chat_id === chatId && e.session_id === a.sessionId && !e.online);
       expect(presenceDeltas(b, chatId, a.sessionId).slice(0, 2)).toEqual([true, false]);
     },

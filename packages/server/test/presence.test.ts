@@ -356,6 +356,25 @@ describeApp('presence in a new direct chat, and of a second socket of one sessio
     );
     expect(presenceDeltas(owner, chatId, g.sessionId)).toEqual([true, false]);
   });
+
+  it('a session whose two sockets in a chat end at once (a logout) is said offline once', async () => {
+    const { owner, chatId } = await keyedChat(app);
+    const g = await member(app);
+    const second = await connectSocket(app.url, g.client);
+    expect((await join(g, { chat_id: chatId })).ok).toBe(true);
+    expect(((await second.emitWithAck('room:join', { chat_id: chatId } as never)) as any).ok).toBe(true);
+    // The logout drops both sockets in one go: each disconnect's check runs after both left.
+    expect((await g.client.post('/v1/authentication/logout')).status).toBe(200);
+    await owner.socket.next(
+      'portal:presence',
+      (e) => e.chat_id === chatId && e.session_id === g.sessionId && !e.online,
+    );
+    // A later join's delta comes after any other of that logout's.
+    const late = await member(app);
+    await join(late, { chat_id: chatId });
+    await owner.socket.next('portal:presence', (e) => e.chat_id === chatId && e.session_id === late.sessionId);
+    expect(presenceDeltas(owner, chatId, g.sessionId)).toEqual([true, false]);
+  });
 });
 
 /** The ways a user is renamed, each asked of node B (the user's sockets are on node A). */

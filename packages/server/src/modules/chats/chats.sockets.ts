@@ -1,6 +1,7 @@
 import { RoomJoinPayload, RoomLeavePayload } from '@parlor/protocol';
 import { type AppSocket, emitSnapshot, type Realtime, rooms } from '../../platform/realtime.js';
 import type { App } from '../../platform/routing.js';
+import { localSocketsIn } from '../../platform/socket-reads.js';
 import type { RoomEntry } from './chats.join.js';
 import { announceMatched, enterOnline, forgetLeftRooms, knownIn } from './chats.presence.js';
 import type { ChatsService } from './chats.service.js';
@@ -154,11 +155,18 @@ function recheckRecovered(realtime: Realtime, chats: ChatsService, socket: AppSo
  * A session is present in a chat while any of its sockets is in the room, on any node (one
  * entry per session, as `room:members` counts): it goes offline there only with its last one.
  * Checked once this socket has left its rooms (afterDisconnect; a node shutting down waits for
- * it, so the chats hear of the sockets it drops).
+ * it, so the chats hear of the sockets it drops). A chat where another socket of the session on
+ * this node is still connected in the room is that socket's to say, as it goes: sockets dropped
+ * together (a logout, two tabs) leave one at a time, so only the last finds none and says the
+ * session offline, where each one's check, run after all had left, said it.
  */
 function offlineOnDisconnect(realtime: Realtime, chats: ChatsService, socket: AppSocket): void {
   socket.on('disconnecting', () => {
-    const chatIds = [...socket.rooms].map(rooms.chatIdOf).filter((x): x is number => x !== null);
+    const sibling = (chatId: number) =>
+      localSocketsIn(realtime.io, rooms.chat(chatId)).some(
+        (s) => s !== socket && s.connected && s.data.sessionId === socket.data.sessionId,
+      );
+    const chatIds = [...socket.rooms].map(rooms.chatIdOf).filter((x): x is number => x !== null && !sibling(x));
     if (chatIds.length === 0) return;
     realtime.afterDisconnect(async () => {
       const still = await chats
