@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { CHAT_PURGE_AFTER_MS, DIRECT_SWEEP_TASK } from '../src/modules/chats/chats.direct.js';
+import { FAILED_CHAT_RETRY_MS } from '../src/modules/chats/chats.purge.js';
 import { FakeClock } from '../src/platform/clock.js';
 import { describeApp, startApp, type TestApp } from './support/app.js';
 import { bundle, join, keyedChat, member } from './support/chat-flows.js';
@@ -131,6 +132,7 @@ describeApp('the purge of deleted chats', () => {
     expect(await rowsOf('messages', stuck.chatId)).toBeGreaterThan(0);
     for (const table of CHAT_TABLES.filter((t) => t !== 'messages'))
       expect(await rowsOf(table, stuck.chatId), table).toBe(0);
+    clock.advance(FAILED_CHAT_RETRY_MS);
     expect(await sweep()).toMatchObject({ purged: 1 });
     expect(await countRows(app, `select count(*) as n from chats where id = ${stuck.chatId}`)).toBe(0);
   });
@@ -174,7 +176,10 @@ describeApp('the purge of deleted chats', () => {
       }),
     ]);
     expect(JSON.stringify(lines[0]?.err)).toContain('injected fault');
-    // Still due: the next sweep purges it once its rows can go.
+    // Still due, held out of this node's sweeps for FAILED_CHAT_RETRY_MS: then purged once its rows can go.
+    expect(await sweep()).toMatchObject({ purged: 0 });
+    expect(await rowsOf('messages', stuck.chatId)).toBe(3);
+    clock.advance(FAILED_CHAT_RETRY_MS);
     expect(await sweep()).toMatchObject({ purged: 1 });
     expect(await countRows(app, `select count(*) as n from chats where id = ${stuck.chatId}`)).toBe(0);
   });
@@ -204,7 +209,30 @@ describeApp('the purge of deleted chats', () => {
         }),
       }),
     ]);
+    clock.advance(FAILED_CHAT_RETRY_MS);
     expect(await sweep()).toMatchObject({ purged: 1 });
     expect(await countRows(app, `select count(*) as n from chats where id = ${stuck.chatId}`)).toBe(0);
+  });
+
+  it('reaches the chats behind a batch’s worth of older ones that each fail alone, in the same sweep', async () => {
+    await sweep({ batch: 1000, maxBatches: 100 });
+    const stuck = [await usedChat('public', 2), await usedChat('public', 2)];
+    const other = await usedChat('private', 2);
+    for (const { owner, chatId } of [...stuck, other]) {
+      expect((await owner.client.post(`/v1/portal/chats/${chatId}/delete`, {})).status).toBe(200);
+      clock.advance(1_000);
+    }
+    clock.advance(CHAT_PURGE_AFTER_MS);
+    const lift = await failDeletes(app, 'messages', `old.chat_id in (${stuck.map((c) => c.chatId).join(', ')})`);
+    try {
+      // Two chats a batch: the two oldest fail alone, and the list read again names the third.
+      expect(await sweep({ batch: 2 })).toMatchObject({ purged: 1 });
+    } finally {
+      await lift();
+    }
+    expect(await countRows(app, `select count(*) as n from chats where id = ${other.chatId}`)).toBe(0);
+    for (const { chatId } of stuck) expect(await rowsOf('messages', chatId)).toBe(3);
+    clock.advance(FAILED_CHAT_RETRY_MS);
+    expect(await sweep()).toMatchObject({ purged: 2 });
   });
 });

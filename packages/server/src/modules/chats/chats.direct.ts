@@ -10,7 +10,7 @@ import type { MessagesService } from '../messages/messages.service.js';
 import type { Tx } from '../users/users.store.js';
 import { enterMatched } from './chats.presence.js';
 import { toChat } from './chats.presenter.js';
-import { drainByChat } from './chats.purge.js';
+import { drainByChat, HeldChats } from './chats.purge.js';
 import { CHAT_ROWS_TABLES } from './chats.purge.store.js';
 import type { ChatsStore, ChatWithCount, DirectRefusal } from './chats.store.js';
 
@@ -67,6 +67,8 @@ export interface DirectLeft {
 /** Matched direct chats: creation, leaving (archive) and the expiry sweep. */
 export function makeDirectChats(deps: DirectChatsDeps) {
   const { db, store, clock, messages, realtime, mustGet, removedChats, archivedChats } = deps;
+  /** The deleted chats each purge step found failing alone on this node, held out a while (drainByChat). */
+  const heldChats = new Map<string, HeldChats>();
 
   /**
    * A leave's writes, in the caller's transaction: the chat archived if it is still active
@@ -248,8 +250,8 @@ export function makeDirectChats(deps: DirectChatsDeps) {
      * their own (runSteps): one that fails is logged and counts 0, and the others still run; so do
      * the purge's tables, each clear on its own; the purge's chats go only once their rows are
      * cleared. Within each of them one chat whose rows cannot be deleted holds up none of the others
-     * (drainByChat); its failure is logged with its id once the purge ends, and the next tick tries
-     * it again. Safe on many nodes.
+     * (drainByChat); its failure is logged with its id once the purge ends, and it is tried again
+     * once FAILED_CHAT_RETRY_MS has passed (held on this node meanwhile). Safe on many nodes.
      */
     async sweepDirect(
       opts: { batch?: number; maxBatches?: number; purgeRows?: number } = {},
@@ -283,6 +285,11 @@ export function makeDirectChats(deps: DirectChatsDeps) {
         });
       const purgeBefore = new Date(now.getTime() - CHAT_PURGE_AFTER_MS);
       const rows = opts.purgeRows ?? PURGE_ROWS_BATCH;
+      const held = (step: string) => {
+        const chats = heldChats.get(step) ?? new HeldChats();
+        heldChats.set(step, chats);
+        return { chats, now: now.getTime() };
+      };
       let cleared = 0;
       const purge = async () => {
         // Each table on its own (runSteps): a clear that fails (logged with its table) no longer
@@ -305,6 +312,7 @@ export function makeDirectChats(deps: DirectChatsDeps) {
                   rows,
                   maxBatches,
                   failures,
+                  held(`clear ${table}`),
                 ),
             })),
             deps.log,
@@ -319,6 +327,7 @@ export function makeDirectChats(deps: DirectChatsDeps) {
             size,
             maxBatches,
             failures,
+            held('purge'),
           );
         } finally {
           if (failures.length > 0)
