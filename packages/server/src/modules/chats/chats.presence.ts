@@ -63,19 +63,6 @@ export function enterOnline(realtime: Pick<Realtime, 'emitTo' | 'io'>, socket: A
 }
 
 /**
- * The room a match's call puts the sockets into after the chat's room (enterMatched): entering it
- * marks the entry as the match's on whichever node applies the call, and it is left at once
- * (announceMatched). Never emitted to.
- */
-const matchedRoom = (chatId: number) => `matched:${chatId}`;
-
-/** The chat id of a match's marker room (matchedRoom); null for any other room. */
-function matchedChatIdOf(room: string): number | null {
-  const id = /^matched:(\d+)$/.exec(room)?.[1];
-  return id === undefined ? null : Number(id);
-}
-
-/**
  * A socket of this node that a match put into a new direct chat's room (enterMatched), on the
  * node the match was made on or any other: its session is said online there in the same turn as
  * it entered, as its node applies the match's call (enterOnline: once per session and node), so a
@@ -85,7 +72,7 @@ function matchedChatIdOf(room: string): number | null {
 export function announceMatched(realtime: Pick<Realtime, 'emitTo' | 'io'>): void {
   const nsp = realtime.io.of('/');
   nsp.adapter.on('join-room', (room: string, socketId: string) => {
-    const chatId = matchedChatIdOf(room);
+    const chatId = rooms.matchedChatIdOf(room);
     if (chatId === null) return;
     void nsp.adapter.del(socketId, room);
     const socket = nsp.sockets.get(socketId);
@@ -105,7 +92,7 @@ export async function enterMatched(realtime: Pick<Realtime, 'io'>, chatId: numbe
   const users = new Set(userIds.map((id) => rooms.user(id)));
   await realtime.io
     .of('/')
-    .adapter.addSockets({ rooms: users, except: new Set(), flags: {} }, [rooms.chat(chatId), matchedRoom(chatId)]);
+    .adapter.addSockets({ rooms: users, except: new Set(), flags: {} }, [rooms.chat(chatId), rooms.matched(chatId)]);
 }
 
 /**
