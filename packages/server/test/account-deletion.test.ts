@@ -1,7 +1,7 @@
-import { AuditCodes, Limits } from '@parlor/protocol';
+import { AuditCodes, Limits, PermissionLevel } from '@parlor/protocol';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { describeApp, startApp, type TestApp } from './support/app.js';
-import { join, member } from './support/chat-flows.js';
+import { join, keyedChat, member } from './support/chat-flows.js';
 import type { Client } from './support/client.js';
 import { countRows } from './support/faults.js';
 import { createBot, operator } from './support/flows.js';
@@ -70,7 +70,7 @@ describeApp('POST /v1/admin/users/{user_id}/delete: the account’s invites', ()
     expect(created.status, JSON.stringify(created.body)).toBe(200);
     const chatId: number = created.body.chat.id;
     // An Admin filled the chat's invites but one, the owner the last place.
-    const admin = await member(app, { level: 2 });
+    const admin = await member(app, { level: PermissionLevel.ADMIN });
     await seedInvites(chatId, admin.user.id, Limits.INVITES_PER_CHAT - 1);
     const own = await createInvite(owner, chatId);
     expect(own.status, JSON.stringify(own.body)).toBe(200);
@@ -97,7 +97,7 @@ describeApp('POST /v1/admin/users/{user_id}/delete: the account’s invites', ()
     const chatId: number = (await owner.client.post('/v1/portal/chats/create', { name: 'Orphan', type: 'private' }))
       .body.chat.id;
     await seedInvites(chatId, owner.user.id, Limits.INVITES_PER_CHAT);
-    const admin = await member(app, { level: 2 });
+    const admin = await member(app, { level: PermissionLevel.ADMIN });
     expect((await createInvite(admin, chatId)).body.code).toBe('ERR_INVITE_LIMIT');
 
     await deleteAccount(owner.user.id);
@@ -118,5 +118,43 @@ describeApp('POST /v1/admin/users/{user_id}/delete: the account’s invites', ()
     await deleteAccount(inviter.user.id);
     expect(await liveOf(chatId, inviter.user.id)).toBe(1);
     expect((await join(await member(app), { invite: invite.body.invite.code })).ok).toBe(true);
+  });
+});
+
+describeApp('POST /v1/admin/users/{user_id}/delete: the account’s memberships', () => {
+  const historyOf = async (owner: { client: Client }, chatId: number) => {
+    const res = await owner.client.get(`/v1/portal/chats/${chatId}/activity`);
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    return res.body.activity.map((a: any) => [a.user_id, a.action, a.actor_user_id]);
+  };
+
+  it('closes each of its memberships in the chat’s history with a leave by the deleting caller', async () => {
+    const { owner, chatId } = await keyedChat(app);
+    const other = await keyedChat(app);
+    const gone = await member(app);
+    const stays = await member(app);
+    for (const id of [chatId, other.chatId]) expect((await join(gone, { chat_id: id })).ok).toBe(true);
+    expect((await join(stays, { chat_id: chatId })).ok).toBe(true);
+    // Left before: the deletion writes no second leave there.
+    expect(await gone.socket.emitWithAck('room:leave', { chat_id: other.chatId })).toEqual({ ok: true });
+
+    await deleteAccount(gone.user.id);
+    expect((await historyOf(owner, chatId)).slice(0, 3)).toEqual([
+      [gone.user.id, 'leave', null],
+      [stays.user.id, 'join', null],
+      [gone.user.id, 'join', null],
+    ]);
+    expect((await historyOf(other.owner, other.chatId)).slice(0, 2)).toEqual([
+      [gone.user.id, 'leave', null],
+      [gone.user.id, 'join', null],
+    ]);
+
+    // By an Admin: the leave names it.
+    const admin = await member(app, { level: PermissionLevel.ADMIN });
+    const next = await member(app);
+    expect((await join(next, { chat_id: chatId })).ok).toBe(true);
+    const res = await admin.client.post(`/v1/admin/users/${next.user.id}/delete`);
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect((await historyOf(owner, chatId))[0]).toEqual([next.user.id, 'leave', admin.user.id]);
   });
 });

@@ -78,6 +78,7 @@ export async function wireServices(ctx: WiringContext) {
     matchmaking,
     chatIdsOf: (userId, tx) => chatsStore.chatIdsOf(userId, tx),
     revokePrivateInvitesOf: (userId, now, tx) => chatsStore.revokePrivateOfDeleted(userId, now, tx),
+    logLeavesOfDeleted: (userId, actorUserId, now, tx) => chatsStore.logLeavesOfDeleted(userId, actorUserId, now, tx),
   });
   const { vm, vmProvider } = await wireVm(ctx, chats, realtime);
   // Deletes what only grows past its window (ended sessions, old notifications, …), every 10 minutes.
@@ -269,11 +270,12 @@ function wireGovernance(
     matchmaking: MatchmakingService;
     chatIdsOf: Parameters<typeof makeAdminService>[0]['chatIdsOf'];
     revokePrivateInvitesOf: Parameters<typeof makeAdminService>[0]['revokePrivateInvitesOf'];
+    logLeavesOfDeleted: Parameters<typeof makeAdminService>[0]['logLeavesOfDeleted'];
   },
 ) {
   const { app, clock, db } = ctx;
   const { usersStore, users, sessions, notifications, audit, bots } = accounts;
-  const { realtime, chats, keys, messages, matchmaking, chatIdsOf, revokePrivateInvitesOf } = deps;
+  const { realtime, chats, keys, messages, matchmaking, chatIdsOf, revokePrivateInvitesOf, logLeavesOfDeleted } = deps;
   const admin = makeAdminService({
     db,
     clock,
@@ -287,6 +289,7 @@ function wireGovernance(
     keys,
     chatIdsOf,
     revokePrivateInvitesOf,
+    logLeavesOfDeleted,
     matchmaking,
     realtime,
     log: app.log,

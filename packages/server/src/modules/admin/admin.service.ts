@@ -44,6 +44,8 @@ export interface AdminDeps {
   chatIdsOf: (userId: number, tx: Tx) => Promise<number[]>;
   /** Revokes the live invites a user being deleted made to private chats (chats.invites.store). */
   revokePrivateInvitesOf: (userId: number, now: Date, tx: Tx) => Promise<number>;
+  /** Writes a `leave` entry in the history of every chat but direct ones the user is a member of. */
+  logLeavesOfDeleted: (userId: number, actorUserId: number | null, now: Date, tx: Tx) => Promise<number>;
   matchmaking: Pick<MatchmakingService, 'endSearch'>;
   realtime: Pick<Realtime, 'disconnectSessions' | 'emitTo' | 'io'>;
   log: Pick<FastifyBaseLogger, 'error'>;
@@ -188,7 +190,8 @@ export function makeAdminService(deps: AdminDeps) {
      * POST /v1/admin/users/{id}/delete and `parlor users delete`: the account row is deleted (see
      * docs/api.md). In one transaction: every session ends, the user's chats move to a new epoch,
      * owned bots lose their owner, its invites to private chats are revoked (no join honours them
-     * once it is gone), the audit entry (103) is written and the row goes, with its
+     * once it is gone), each chat but direct ones gets a `leave` history entry for its membership,
+     * the audit entry (103) is written and the row goes, with its
      * linked identities (so the person can sign up again), memberships, notifications and records.
      * Its active direct chats end first, as at a leave (archived, the peer told). Then, as a ban
      * does: sockets drop on every node, chats hear the keys are gone, and the user leaves the
@@ -220,6 +223,8 @@ export function makeAdminService(deps: AdminDeps) {
         // Its invites to private chats open nothing once it is gone: revoked, they free their
         // places of the chat's invite limit (docs/api.md, Chats).
         await deps.revokePrivateInvitesOf(targetId, clock.now(), tx);
+        // Its memberships go with its row: each chat's history says it left (by the caller).
+        await deps.logLeavesOfDeleted(targetId, actor.kind === 'user' ? actor.id : null, clock.now(), tx);
         await audit.record(
           {
             actor,

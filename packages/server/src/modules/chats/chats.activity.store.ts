@@ -1,6 +1,6 @@
 import { and, desc, eq, gt, type SQL, sql } from 'drizzle-orm';
-import { type Db, deleteBatch } from '../../platform/db/index.js';
-import { chatActivity } from '../../platform/db/schema.js';
+import { type Db, deleteBatch, rowsOf } from '../../platform/db/index.js';
+import { chatActivity, chatMembers, chats } from '../../platform/db/schema.js';
 import type { Tx } from '../users/users.store.js';
 
 export type ActivityRow = typeof chatActivity.$inferSelect;
@@ -21,6 +21,23 @@ export function makeActivityStore(db: Db) {
   return {
     async logActivity(values: typeof chatActivity.$inferInsert, tx: Tx = db): Promise<void> {
       await tx.insert(chatActivity).values(values);
+    },
+    /**
+     * A `leave` entry, by `actorUserId` (null: the operator), in every live chat a user whose
+     * account is being deleted is a member of, in the deletion's transaction: its memberships go
+     * with its row, and the history would otherwise show joins never closed. Direct chats are left
+     * out: the deletion leaves the active ones as a leave does (with its entry), and an archived
+     * one was left or expired before. Answers how many.
+     */
+    async logLeavesOfDeleted(userId: number, actorUserId: number | null, now: Date, tx: Tx): Promise<number> {
+      const rows = await tx.execute(sql`
+        insert into ${chatActivity} (chat_id, user_id, action, actor_user_id, created_at)
+        select ${chatMembers.chatId}, ${userId}, 'leave', ${actorUserId}, ${now.toISOString()}
+        from ${chatMembers} join ${chats} on ${chats.id} = ${chatMembers.chatId}
+        where ${chatMembers.userId} = ${userId} and ${chatMembers.leftAt} is null
+          and ${chats.deletedAt} is null and ${chats.type} <> 'direct'
+        returning 1`);
+      return rowsOf(rows).length;
     },
     /** A page of the chat's entries newer than CHAT_ACTIVITY_KEPT_MS at `now`, newest first. */
     async activity(chatId: number, offset: number, limit: number, now: Date): Promise<ActivityRow[]> {
