@@ -162,11 +162,13 @@ function recheckRecovered(realtime: Realtime, chats: ChatsService, socket: AppSo
  */
 function offlineOnDisconnect(realtime: Realtime, chats: ChatsService, socket: AppSocket): void {
   socket.on('disconnecting', () => {
-    const sibling = (chatId: number) =>
-      localSocketsIn(realtime.io, rooms.chat(chatId)).some(
-        (s) => s !== socket && s.connected && s.data.sessionId === socket.data.sessionId,
-      );
-    const chatIds = [...socket.rooms].map(rooms.chatIdOf).filter((x): x is number => x !== null && !sibling(x));
+    // The session's other sockets on this node (its room holds a few), not every chat room's.
+    const siblings = localSocketsIn(realtime.io, rooms.session(socket.data.sessionId)).filter(
+      (s) => s !== socket && s.connected,
+    );
+    const chatIds = [...socket.rooms]
+      .map(rooms.chatIdOf)
+      .filter((x): x is number => x !== null && !siblings.some((s) => s.rooms.has(rooms.chat(x))));
     if (chatIds.length === 0) return;
     realtime.afterDisconnect(async () => {
       const still = await chats
