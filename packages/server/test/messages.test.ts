@@ -795,6 +795,15 @@ describeApp('deletes racing an expiry, a promotion or another delete (PostgreSQL
     return rows.map((r) => r.id).filter((id) => ids.includes(id));
   };
 
+  /** A keyed chat of an Admin (its owner) with a User who joined it and holds its key. */
+  const chatWithUser = async () => {
+    const key = await keyedChat(timed);
+    const user = await member(timed);
+    expect((await join(user, { chat_id: key.chatId })).ok).toBe(true);
+    await shareKey(key.owner, key, [user]);
+    return { key, owner: key.owner, chatId: key.chatId, user };
+  };
+
   it.skipIf(MODE !== 'cluster')(
     'answers 403 ERR_CHAT_READ_ONLY to delete, delete-mine and delete-last that wait while the direct chat expires, and deletes nothing',
     async () => {
@@ -838,11 +847,7 @@ describeApp('deletes racing an expiry, a promotion or another delete (PostgreSQL
   it.skipIf(MODE !== 'cluster')(
     'refuses a delete by id (403, out of reach) whose sender is promoted to the Admin’s level while it waits for the Admin’s row, and deletes nothing',
     async () => {
-      const key = await keyedChat(timed); // its owner is an Admin
-      const { owner, chatId } = key;
-      const user = await member(timed);
-      expect((await join(user, { chat_id: chatId })).ok).toBe(true);
-      await shareKey(owner, key, [user]);
+      const { key, owner, chatId, user } = await chatWithUser(); // its owner is an Admin
       const m1 = await say(user, key);
       // Another node promotes the sender to Admin in a transaction that also holds the owner's row:
       // the delete reads both levels after that commits.
@@ -863,11 +868,7 @@ describeApp('deletes racing an expiry, a promotion or another delete (PostgreSQL
   it.skipIf(MODE !== 'cluster')(
     'holds the senders’ users rows: a delete by id waits for a promotion of the sender that holds only the sender’s row, and is refused (403) after it',
     async () => {
-      const key = await keyedChat(timed);
-      const { owner, chatId } = key;
-      const user = await member(timed);
-      expect((await join(user, { chat_id: chatId })).ok).toBe(true);
-      await shareKey(owner, key, [user]);
+      const { key, owner, chatId, user } = await chatWithUser(); // its owner is an Admin
       const m1 = await say(user, key);
       const sql = pg as postgres.Sql;
       const promotion = hold(sql, (tx) => tx`update users set permission_level = 2 where id = ${user.user.id}`);
@@ -888,11 +889,7 @@ describeApp('deletes racing an expiry, a promotion or another delete (PostgreSQL
   it.skipIf(MODE !== 'cluster')(
     'holds the senders’ users rows: delete-last waits for a promotion of the newest message’s sender out of reach, then passes that message over and deletes the next one it may',
     async () => {
-      const key = await keyedChat(timed); // its owner is an Admin
-      const { owner, chatId } = key;
-      const user = await member(timed);
-      expect((await join(user, { chat_id: chatId })).ok).toBe(true);
-      await shareKey(owner, key, [user]);
+      const { key, owner, chatId, user } = await chatWithUser(); // its owner is an Admin
       const o1 = await say(owner, key);
       const m1 = await say(user, key);
       const sql = pg as postgres.Sql;

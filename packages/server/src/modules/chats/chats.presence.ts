@@ -22,6 +22,14 @@ function announce(realtime: Pick<Realtime, 'emitTo'>, chatId: number, who: Who, 
  */
 const known = new WeakMap<AppSocket, Set<number>>();
 
+/**
+ * The other sockets of this socket's session on this node (tabs sharing its cookie), read from
+ * the session's room, which holds a few, rather than from a chat's, which may hold thousands.
+ */
+export function sessionSiblings(io: Realtime['io'], socket: AppSocket): AppSocket[] {
+  return localSocketsIn(io, rooms.session(socket.data.sessionId)).filter((s) => s !== socket);
+}
+
 /** Whether the socket's presence in the chat is known to the chat (see `known`). */
 export function knownIn(socket: AppSocket, chatId: number): boolean {
   return known.get(socket)?.has(chatId) ?? false;
@@ -53,8 +61,8 @@ export function enterOnline(realtime: Pick<Realtime, 'emitTo' | 'io'>, socket: A
   // Said there already, and not out of the room since (forgetLeftRooms): a recovered socket's
   // re-check and its own room:join, or two joins of one socket at once, say it once.
   if (knownIn(socket, chatId)) return;
-  const others = localSocketsIn(realtime.io, rooms.chat(chatId)).some(
-    (s) => s !== socket && s.data.sessionId === socket.data.sessionId && knownIn(s, chatId),
+  const others = sessionSiblings(realtime.io, socket).some(
+    (s) => s.rooms.has(rooms.chat(chatId)) && knownIn(s, chatId),
   );
   const chats = known.get(socket) ?? new Set<number>();
   known.set(socket, chats);

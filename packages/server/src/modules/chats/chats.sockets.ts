@@ -1,9 +1,8 @@
 import { RoomJoinPayload, RoomLeavePayload } from '@parlor/protocol';
 import { type AppSocket, emitSnapshot, type Realtime, rooms } from '../../platform/realtime.js';
 import type { App } from '../../platform/routing.js';
-import { localSocketsIn } from '../../platform/socket-reads.js';
 import type { RoomEntry } from './chats.join.js';
-import { announceMatched, enterOnline, forgetLeftRooms, knownIn } from './chats.presence.js';
+import { announceMatched, enterOnline, forgetLeftRooms, knownIn, sessionSiblings } from './chats.presence.js';
 import type { ChatsService } from './chats.service.js';
 
 type JoinPayload = Parameters<ChatsService['join']>[1];
@@ -162,10 +161,7 @@ function recheckRecovered(realtime: Realtime, chats: ChatsService, socket: AppSo
  */
 function offlineOnDisconnect(realtime: Realtime, chats: ChatsService, socket: AppSocket): void {
   socket.on('disconnecting', () => {
-    // The session's other sockets on this node (its room holds a few), not every chat room's.
-    const siblings = localSocketsIn(realtime.io, rooms.session(socket.data.sessionId)).filter(
-      (s) => s !== socket && s.connected,
-    );
+    const siblings = sessionSiblings(realtime.io, socket).filter((s) => s.connected);
     const chatIds = [...socket.rooms]
       .map(rooms.chatIdOf)
       .filter((x): x is number => x !== null && !siblings.some((s) => s.rooms.has(rooms.chat(x))));
