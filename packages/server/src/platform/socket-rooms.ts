@@ -3,29 +3,16 @@ import type { Server, Socket } from 'socket.io';
 
 /** Socket room names, what the server knows of a socket, and snapshots sent to one socket. */
 
-/** The id a room name of the kind `kind` carries (`<kind>:<id>`); null for any other room. */
-function idOf(kind: string): (room: string) => number | null {
-  const pattern = new RegExp(`^${kind}:(\\d+)$`);
-  return (room) => {
-    const id = pattern.exec(room)?.[1];
-    return id === undefined ? null : Number(id);
-  };
-}
-
 /** Socket room names; every emit goes through these, never a hand-built string. */
 export const rooms = {
   chat: (id: number) => `chat:${id}`,
   user: (id: number) => `user:${id}`,
   session: (id: number) => `session:${id}`,
-  /**
-   * A match's marker room, named in its room entry after the chat's (chats.presence.ts
-   * enterMatched): entering it marks the entry as the match's; it is left at once, never emitted to.
-   */
-  matched: (chatId: number) => `matched:${chatId}`,
   /** The chat id of a chat room's name; null for any other room. */
-  chatIdOf: idOf('chat'),
-  /** The chat id of a match's marker room; null for any other room. */
-  matchedChatIdOf: idOf('matched'),
+  chatIdOf: (room: string): number | null => {
+    const id = /^chat:(\d+)$/.exec(room)?.[1];
+    return id === undefined ? null : Number(id);
+  },
 };
 
 /** What the server knows of a connected socket (set by the handshake, read by handlers). */

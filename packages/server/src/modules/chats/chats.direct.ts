@@ -151,7 +151,7 @@ export function makeDirectChats(deps: DirectChatsDeps) {
       const committedAt = clock.now().getTime();
       const system = messages.opening(created.id, opening, now);
       // Both users' sockets enter the room (one call) so the opening message and keys reach them,
-      // and each node says its own sockets' sessions online there as they enter (chats.presence.ts).
+      // and the sessions of this node's are said online there (chats.presence.ts).
       await enterMatched(realtime, created.id, userIds);
       messages.publish(system);
       const chat = toChat({

@@ -17,8 +17,9 @@ function announce(realtime: Pick<Realtime, 'emitTo'>, chatId: number, who: Who, 
  * The chats each socket's presence is known in: it was said online there as it entered the room,
  * or entered while another socket of its session on this node was in the room (the session was
  * present already). A socket entering a room it is in again says nothing only when it is known
- * there (enterOnline). Keyed by the socket object: gone with it; a chat is forgotten when the
- * socket leaves its room (forgetLeftRooms).
+ * there; one that a match put into a direct chat's room on another node than the match was made
+ * on is not, and its own room:join says it online (enterOnline). Keyed by the socket object: gone
+ * with it; a chat is forgotten when the socket leaves its room (forgetLeftRooms).
  */
 const known = new WeakMap<AppSocket, Set<number>>();
 
@@ -71,36 +72,24 @@ export function enterOnline(realtime: Pick<Realtime, 'emitTo' | 'io'>, socket: A
 }
 
 /**
- * A socket of this node that a match put into a new direct chat's room (enterMatched), on the
- * node the match was made on or any other: its session is said online there in the same turn as
- * it entered, as its node applies the match's call (enterOnline: once per session and node), so a
- * disconnect of it said afterwards comes after, and the peer sees it present as a join would show
- * it. Registered once per node, on its adapter.
- */
-export function announceMatched(realtime: Pick<Realtime, 'emitTo' | 'io'>): void {
-  const nsp = realtime.io.of('/');
-  nsp.adapter.on('join-room', (room: string, socketId: string) => {
-    const chatId = rooms.matchedChatIdOf(room);
-    if (chatId === null) return;
-    void nsp.adapter.del(socketId, room);
-    const socket = nsp.sockets.get(socketId);
-    if (socket?.connected && socket.rooms.has(rooms.chat(chatId))) enterOnline(realtime, socket, chatId);
-  });
-}
-
-/**
  * A new direct chat's users enter its room: every socket of theirs, on every node (one call), so
- * the opening message and keys reach them. The call names the chat's room, then the match's marker
- * room: each node, applying it (this one once the others were sent it, so they apply it before they
- * read its deltas), says its own sockets' sessions online as they enter (announceMatched). A
- * message of its own (a server-side emit) would not do: it goes by pub/sub, outside the stream the
- * call and every delta go through, and could reach a node before the entry or after a disconnect.
+ * the opening message and keys reach them. The sessions of this node's sockets are said online
+ * once they are in (in cluster mode the adapter sends the call to the others first, so they apply
+ * it before they read the deltas), in the same turn, so a disconnect said afterwards comes after:
+ * the peer sees the other as present as a join would show it. Sockets on other nodes enter the
+ * room as their node applies the call; their sessions are said online by their own room:join
+ * (`knownIn`), not from here: this node cannot order a delta of its own after their node's view
+ * of them.
  */
-export async function enterMatched(realtime: Pick<Realtime, 'io'>, chatId: number, userIds: number[]): Promise<void> {
+export async function enterMatched(
+  realtime: Pick<Realtime, 'emitTo' | 'io'>,
+  chatId: number,
+  userIds: number[],
+): Promise<void> {
+  const room = rooms.chat(chatId);
   const users = new Set(userIds.map((id) => rooms.user(id)));
-  await realtime.io
-    .of('/')
-    .adapter.addSockets({ rooms: users, except: new Set(), flags: {} }, [rooms.chat(chatId), rooms.matched(chatId)]);
+  await realtime.io.of('/').adapter.addSockets({ rooms: users, except: new Set(), flags: {} }, [room]);
+  for (const socket of localSocketsIn(realtime.io, room)) if (socket.connected) enterOnline(realtime, socket, chatId);
 }
 
 /**

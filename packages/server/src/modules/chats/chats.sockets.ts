@@ -2,7 +2,7 @@ import { RoomJoinPayload, RoomLeavePayload } from '@parlor/protocol';
 import { type AppSocket, emitSnapshot, type Realtime, rooms } from '../../platform/realtime.js';
 import type { App } from '../../platform/routing.js';
 import type { RoomEntry } from './chats.join.js';
-import { announceMatched, enterOnline, forgetLeftRooms, knownIn, sessionSiblings } from './chats.presence.js';
+import { enterOnline, forgetLeftRooms, knownIn, sessionSiblings } from './chats.presence.js';
 import type { ChatsService } from './chats.service.js';
 
 type JoinPayload = Parameters<ChatsService['join']>[1];
@@ -33,9 +33,9 @@ async function leaveFailedJoin(
  * however late this node's stream reader is (the delta's XADD is on this node's Redis connection
  * before the commit is sent). Entering a room this socket is already in, its presence there
  * known (chats.presence.ts `knownIn`), changes nobody's presence: no delta; nor does a socket
- * whose session has another socket in the room on this node (enterOnline); nor does a socket a
- * match put into the room, said online as it entered (announceMatched). The room entered is kept
- * in `entered`.
+ * whose session has another socket in the room on this node (enterOnline). A socket a match put
+ * into the room on another node is in it unannounced: its join says it online. The room entered
+ * is kept in `entered`.
  */
 function enterOf(realtime: Realtime, socket: AppSocket, entered: { room: string | null }): Enter {
   return async (chatId: number, entry: RoomEntry) => {
@@ -180,7 +180,6 @@ function offlineOnDisconnect(realtime: Realtime, chats: ChatsService, socket: Ap
 /** Socket handlers: room:join, room:leave, the chat list on (re)connect, presence on disconnect. */
 export function registerChatSockets(realtime: Realtime, chats: ChatsService, log: App['log']) {
   forgetLeftRooms(realtime);
-  announceMatched(realtime);
   realtime.on('room:join', RoomJoinPayload, (socket, payload: JoinPayload) =>
     roomJoin(realtime, chats, socket, payload),
   );
